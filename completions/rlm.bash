@@ -1,0 +1,10 @@
+_rlm_completion() {
+    local IFS=$'
+'
+    COMPREPLY=( $( env COMP_WORDS="${COMP_WORDS[*]}" \
+                   COMP_CWORD=$COMP_CWORD \
+                   _RLM_COMPLETE=complete_bash $1 ) )
+    return 0
+}
+
+complete -o default -F _rlm_completion rlm

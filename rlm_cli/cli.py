@@ -1,0 +1,204 @@
+"""The ``rlm`` command line: parse flags, build settings, call the core, render, map errors.
+
+Business logic lives in the core modules; each command here stays short. ``main()`` is the only
+place that turns exceptions into exit codes (see ``errors.ExitCode`` and the README's table).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rlm_cli import __version__
+from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError, UsageError
+
+app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
+                  help="Answer questions about huge local corpora with Recursive Language Models.")
+
+_debug = False
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"rlm {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    """rlm: the corpus lives in a sandboxed REPL; the model writes code to read it."""
+    global _debug
+    _debug = debug or _debug
+
+
+Opt = typer.Option
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def ask(
+    args: Annotated[list[str], typer.Argument(metavar="PATH... QUESTION",
+                                              help="Files, folders, globs or '-' (stdin), then the question.")],
+    model: Annotated[str | None, Opt("--model", "-m", help="Root model, a litellm model string "
+                                     "(e.g. openai/gpt-5-mini). Env: RLM_MODEL.")] = None,
+    sub_model: Annotated[str | None, Opt("--sub-model", help="Model for llm_query sub-calls (default: --model). "
+                                         "Env: RLM_SUB_MODEL.")] = None,
+    api_base: Annotated[str | None, Opt("--api-base", help="Provider base URL. Env: RLM_API_BASE.")] = None,
+    api_key: Annotated[str | None, Opt("--api-key", help="Provider API key. Env: RLM_API_KEY.")] = None,
+    max_iterations: Annotated[int | None, Opt("--max-iterations", min=1, help="Root-model turns before "
+                                              "stopping (default 20).")] = None,
+    max_depth: Annotated[int | None, Opt("--max-depth", min=1, help="Recursion depth; 1 = sub-calls are "
+                                         "plain model calls (default 1).")] = None,
+    sandbox: Annotated[str | None, Opt("--sandbox", help="auto|bwrap|sandbox-exec|process|none "
+                                       "(default auto). Env: RLM_SANDBOX.")] = None,
+    cell_timeout: Annotated[float | None, Opt("--cell-timeout", min=1, help="Seconds per code block "
+                                              "(default 120).")] = None,
+    memory_limit: Annotated[str | None, Opt("--memory-limit", help="Worker address-space limit, "
+                                            "e.g. 4G, 512M (default 4G).")] = None,
+    include: Annotated[list[str] | None, Opt("--include", help="Only files matching this glob (repeatable).")] = None,
+    exclude: Annotated[list[str] | None, Opt("--exclude", help="Skip files matching this glob (repeatable).")] = None,
+    hidden: Annotated[bool, Opt("--hidden", help="Include dotfiles and dot-folders.")] = False,
+    no_ignore: Annotated[bool, Opt("--no-ignore", help="Do not honour .gitignore/.ignore/.rlmignore.")] = False,
+    max_file_size: Annotated[str | None, Opt("--max-file-size", help="Skip larger files (default 10M).")] = None,
+    truncate_large: Annotated[bool, Opt("--truncate-large", help="Keep the head of files over "
+                                        "--max-file-size instead of skipping them.")] = False,
+    no_cache: Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")] = False,
+    json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
+    quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")] = False,
+    verbose: Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")] = False,
+) -> None:
+    """Answer QUESTION about the corpus at PATH... (the last argument is the question)."""
+    from rlm_cli import config, render, runner
+
+    if len(args) < 2:
+        raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
+    paths, question = args[:-1], args[-1]
+    if not question.strip():
+        raise UsageError("the question is empty")
+    flags: dict[str, Any] = dict(model=model, sub_model=sub_model, api_base=api_base, api_key=api_key,
+                                 max_iterations=max_iterations, max_depth=max_depth, sandbox=sandbox,
+                                 cell_timeout=cell_timeout,
+                                 memory_limit=parse_size(memory_limit, "--memory-limit") if memory_limit else None)
+    settings = config.resolve(flags)
+    c = settings.corpus
+    c.include, c.exclude, c.hidden, c.no_ignore = include or [], exclude or [], hidden, no_ignore
+    c.truncate_large, c.use_cache = truncate_large, not no_cache
+    if max_file_size:
+        c.max_file_size = parse_size(max_file_size, "--max-file-size")
+    stdin_bytes = sys.stdin.buffer.read() if "-" in paths else None
+    ui = render.Renderer(quiet=quiet, verbose=verbose)
+    try:
+        outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes)
+    except PartialAnswerError as exc:
+        _emit_partial(exc, ui, json_out, settings)
+        raise
+    doc = _doc(outcome.result.answer, outcome.result.status, outcome.result.iterations, outcome.result.sub_calls,
+               outcome.usage, outcome.result.elapsed_s, outcome.corpus, outcome.result.mode, outcome.sandbox)
+    ui.summary(doc)
+    render.write_json(doc) if json_out else render.write_answer(outcome.result.answer)
+
+
+def _doc(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
+         corpus: Any, mode: str, sandbox: str) -> dict[str, Any]:
+    return {"answer": answer, "status": status, "iterations": iterations, "sub_calls": sub_calls,
+            "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
+            "corpus": {"files": len(corpus.files), "chars": len(corpus.context), "tokens": corpus.total_tokens,
+                       "chunks": len(corpus.chunks)} if corpus is not None else None}
+
+
+def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any) -> None:
+    from rlm_cli import render
+
+    result = getattr(exc, "result", None)
+    status = result.status if result is not None else getattr(exc, "budget", "stopped")
+    if status != "max_iterations":
+        status = "budget_exceeded"
+    doc = _doc(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
+               getattr(exc, "usage", {}), result.elapsed_s if result else 0.0, getattr(exc, "corpus", None),
+               "rlm", settings.sandbox)
+    if json_out:
+        doc["partial"] = True
+        render.write_json(doc)
+    elif exc.partial:
+        render.write_answer(exc.partial)
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+               "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
+
+
+def parse_size(text: str, flag: str) -> int:
+    """Parse ``4G``, ``512M``, ``10MB``, ``123`` (bytes) into bytes.
+
+    Raises:
+        UsageError: not a size.
+    """
+    raw = text.strip().upper()
+    num = raw.rstrip("KMGIB")
+    unit = raw[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1
+    if value <= 0 or unit not in _SIZE_UNITS:
+        raise UsageError(f"{flag}: {text!r} is not a size", hint="use a number with K, M or G, e.g. 4G")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def main() -> None:
+    """Console-script entry point: run the app and map every error to its exit code."""
+    from rlm_cli.errors import ExitCode as _EC
+
+    try:
+        app(standalone_mode=False)
+    except PartialAnswerError as exc:
+        note = "; the answer on stdout is PARTIAL" if exc.partial else "; no answer was produced"
+        _fail(exc, exc.exit_code, exc.message + note + (f" ({exc.hint})" if exc.hint else ""))
+    except RLMError as exc:
+        _fail(exc, exc.exit_code, str(exc))
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        _fail(None, _EC.INTERRUPTED, "interrupted")
+    except typer.TyperException as exc:  # click's usage errors (typer vendors click)
+        _fail(exc, _EC.USAGE, exc.format_message() + _usage_hint(exc))
+    except KeyboardInterrupt:
+        _fail(None, _EC.INTERRUPTED, "interrupted")
+    except BrokenPipeError:
+        # the reader of stdout went away (rlm ask ... | head): not an error worth a message
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(_EC.OK)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, traceback only with --debug
+        _fail(exc, _EC.INTERNAL, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and "
+                                 "report it)")
+    sys.exit(_EC.OK)
+
+
+def _usage_hint(exc: Any) -> str:
+    ctx = getattr(exc, "ctx", None)
+    return f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `rlm --help`)"
+
+
+def _fail(exc: BaseException | None, code: int, message: str) -> None:
+    if _debug and exc is not None:
+        import traceback
+
+        traceback.print_exception(exc)
+    if code == ExitCode.INTERRUPTED:
+        sys.stderr.write("\nrlm: interrupted\n")
+    else:
+        from rlm_cli.render import Renderer
+
+        Renderer().error(message)
+    sys.stderr.flush()
+    sys.exit(int(code))
+
+
+_ = Path  # re-exported for subcommand modules

@@ -1,0 +1,9 @@
+"""The corpus: walking paths, ignore rules, reading text, chunking, and the cached chunk index.
+
+Nothing in this package calls a model. ``load_corpus`` is the entry point the CLI uses.
+"""
+
+from rlm_cli.corpus.loader import LoadReport, SourceFile, discover
+from rlm_cli.corpus.store import Chunk, Corpus, FileEntry, load_corpus
+
+__all__ = ["Chunk", "Corpus", "FileEntry", "LoadReport", "SourceFile", "discover", "load_corpus"]

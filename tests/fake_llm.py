@@ -1,0 +1,155 @@
+"""A real OpenAI-compatible HTTP server for tests: threaded, on 127.0.0.1 port 0.
+
+Replies are scripted per requested model name (``root``, ``sub``...): each entry of a model's
+queue is a string (the reply text), a callable ``(request_json) -> str`` or a :class:`Reply`
+for HTTP-level behaviour (status codes, headers, delays, malformed bodies, dropped connections).
+When a model's queue is empty its ``default`` (if any) answers. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ReplySpec = "str | Callable[[dict[str, Any]], str] | Reply"
+
+
+@dataclass
+class Reply:
+    """An HTTP-level scripted reply."""
+
+    text: str | Callable[[dict[str, Any]], str] = ""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    raw_body: bytes | None = None  # sent as is (malformed JSON)
+    drop: bool = False  # close the connection without an answer
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class FakeLLM:
+    """The scripted server. Use ``url`` as ``--api-base``; ``script(model, *replies)`` queues
+    replies; ``requests`` lists every chat request body received."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, deque[Any]] = defaultdict(deque)
+        self.defaults: dict[str, Any] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.models_list = ["root", "sub"]
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    body = json.dumps({"object": "list", "data": [
+                        {"id": m, "object": "model", "owned_by": "test"} for m in fake.models_list]}).encode()
+                    self._send(200, body, {})
+                else:
+                    self._send(404, b'{"error": "not found"}', {})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                req = json.loads(self.rfile.read(length) or b"{}")
+                with fake.lock:
+                    fake.requests.append(req)
+                    fake.in_flight += 1
+                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                try:
+                    fake._answer(self, req)
+                finally:
+                    with fake.lock:
+                        fake.in_flight -= 1
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def script(self, model: str, *replies: Any) -> None:
+        """Queue replies for ``model`` (the name after the provider prefix, e.g. ``root``)."""
+        self.queues[model].extend(replies)
+
+    def default(self, model: str, reply: Any) -> None:
+        """The reply used when ``model``'s queue is empty."""
+        self.defaults[model] = reply
+
+    def chat_requests(self, model: str) -> list[dict[str, Any]]:
+        """Requests received for ``model``."""
+        return [r for r in self.requests if r.get("model") == model]
+
+    def close(self) -> None:
+        """Stop the server."""
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _answer(self, handler: Any, req: dict[str, Any]) -> None:
+        model = str(req.get("model", ""))
+        with self.lock:
+            spec = self.queues[model].popleft() if self.queues[model] else self.defaults.get(model)
+        if spec is None:
+            spec = Reply(status=500, raw_body=json.dumps({"error": {"message": f"no scripted reply for {model}"}}).encode())
+        if not isinstance(spec, Reply):
+            spec = Reply(text=spec)
+        if spec.delay_s:
+            time.sleep(spec.delay_s)
+        if spec.drop:
+            handler.close_connection = True
+            handler.connection.shutdown(2)
+            return
+        if spec.raw_body is not None:
+            handler._send(spec.status, spec.raw_body, spec.headers)
+            return
+        if spec.status != 200:
+            body = json.dumps({"error": {"message": f"scripted status {spec.status}", "type": "error",
+                                         "code": spec.status}}).encode()
+            handler._send(spec.status, body, spec.headers)
+            return
+        text = spec.text(req) if callable(spec.text) else spec.text
+        prompt_chars = sum(len(str(m.get("content", ""))) for m in req.get("messages", []))
+        usage = {"prompt_tokens": spec.prompt_tokens if spec.prompt_tokens is not None else max(1, prompt_chars // 4),
+                 "completion_tokens": spec.completion_tokens if spec.completion_tokens is not None
+                 else max(1, len(text) // 4)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        body = json.dumps({
+            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": text}}],
+            "usage": usage}).encode()
+        handler._send(200, body, spec.headers)
+
+
+def repl(code: str) -> str:
+    """A root-model reply consisting of one ```repl block."""
+    return f"Let me run some code.\n```repl\n{code.strip()}\n```"
+
+
+def last_user(req: dict[str, Any]) -> str:
+    """The content of the last user message of a request."""
+    users = [m for m in req.get("messages", []) if m.get("role") == "user"]
+    return str(users[-1]["content"]) if users else ""
