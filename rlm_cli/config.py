@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,7 @@ def resolve(flags: dict[str, Any], *, env: dict[str, str] | None = None,
     Raises:
         UsageError: an unknown or mistyped key in the config file.
     """
-    env = os.environ if env is None else env  # type: ignore[assignment]
+    env_map: Mapping[str, str] = os.environ if env is None else env
     file_values = read_config_file() if file_values is None else file_values
     settings = Settings()
     known = {f.name: f for f in dataclasses.fields(Settings)}
@@ -198,8 +199,8 @@ def resolve(flags: dict[str, Any], *, env: dict[str, str] | None = None,
                              hint="see `rlm config show`")
         setattr(settings, key, _coerce(key, value, known[key].type))
     for key, var in ENV_VARS.items():
-        if env.get(var):
-            setattr(settings, key, env[var])
+        if env_map.get(var):
+            setattr(settings, key, env_map[var])
     for key, value in flags.items():
         if value is not None:
             setattr(settings, key, value)

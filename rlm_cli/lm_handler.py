@@ -243,7 +243,7 @@ class LMHandler:
         self._thread = threading.Thread(target=self._server.serve_forever, name="lm-handler", daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> "LMHandler":
+    def __enter__(self) -> LMHandler:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -106,7 +106,7 @@ def split_text(text: str, path: str, target_tokens: int) -> list[Span]:
     starts = _boundary_lines(lines, kind_of(path)) + [len(lines)]
     # Segments between boundaries, each possibly split by lines when larger than the target.
     segments: list[tuple[int, int]] = []  # line index ranges [a, b)
-    for a, b in zip(starts, starts[1:]):
+    for a, b in zip(starts, starts[1:], strict=False):
         if offsets[b] - offsets[a] <= target_chars:
             segments.append((a, b))
             continue

@@ -14,9 +14,9 @@ import glob
 import os
 import stat
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pathspec
 

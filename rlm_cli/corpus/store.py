@@ -20,9 +20,10 @@ import json
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlm_cli.config import CorpusOptions, cache_dir
 from rlm_cli.corpus.chunker import split_text
@@ -228,7 +229,7 @@ def build(sources: list[tuple[SourceFile, str]], options: CorpusOptions,
                                0, start, start + len(text), sha, first, len(chunks) - first))
         pos += len(tail)
     counts = count_tokens_batch([t for _, t in pending], threads=max(2, os.cpu_count() or 2))
-    for (cid, _), n in zip(pending, counts):
+    for (cid, _), n in zip(pending, counts, strict=False):
         chunks[cid].tokens = n
     for f in files:
         f.tokens = sum(c.tokens for c in chunks[f.first_chunk:f.first_chunk + f.n_chunks])

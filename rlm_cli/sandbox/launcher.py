@@ -181,7 +181,7 @@ class Sandbox:
         self.hide_paths: tuple[str, ...] = ()
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         self.start()
         return self
 
@@ -352,7 +352,7 @@ class Sandbox:
     def _drain_stderr(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stderr is not None
         try:
-            for line in iter(lambda: proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
+            for line in iter(lambda: proc.stderr.read1(4096), b""):  # type: ignore[union-attr,attr-defined]
                 self._stderr_tail = (self._stderr_tail + line)[-8192:]
         except (OSError, ValueError):
             pass
