@@ -154,6 +154,8 @@ class Worker:
         if isinstance(name, str) and name.isidentifier():
             if name in self.namespace:
                 return self.FINAL(self.namespace[name])
+            if any(v is name for v in self.namespace.values()):
+                return self.FINAL(name)  # FINAL_VAR(answer): the bare variable, whose text looks like a name
             if len(name) < 80:
                 self.final.error = (f"FINAL_VAR({name!r}): no variable named {name!r} exists; "
                                     "assign it first, then call FINAL_VAR again")
