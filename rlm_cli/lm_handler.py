@@ -311,7 +311,8 @@ class LMHandler:
                 self.on_sub_call({"depth": depth, "model": model, "prompt_chars": sum(
                     len(str(m.get("content", ""))) for m in messages), "answer_chars": len(result.text),
                     "input_tokens": result.record.input_tokens, "output_tokens": result.record.output_tokens,
-                    "cost_usd": result.record.cost_usd, "latency_s": round(time.monotonic() - started, 3)})
+                    "cost_usd": result.record.cost_usd, "latency_s": round(time.monotonic() - started, 3),
+                    "response": result.text, "messages": messages})  # for trajectories and replay
             return {"ok": True, "text": result.text}
         if kind == "rlm_query":
             if self.on_rlm_query is None:
