@@ -26,6 +26,7 @@ ENV_VARS: dict[str, str] = {
     "api_base": "RLM_API_BASE",
     "api_key": "RLM_API_KEY",
     "sandbox": "RLM_SANDBOX",
+    "mode": "RLM_MODE",
 }
 
 #: Sent as the API key when an api base is set without a key: local OpenAI-compatible servers
@@ -136,7 +137,13 @@ class Settings:
     #: Wall-clock seconds for the whole run.
     timeout: float | None = None
     llm_cache: bool = True
+    #: ``auto`` (direct when the corpus fits comfortably, else rlm), ``rlm`` or ``direct``.
     mode: str = "auto"
+    #: Auto mode goes direct only under this many corpus tokens...
+    direct_max_tokens: int = 30_000
+    #: ...and under this fraction of the root model's input window.
+    direct_max_fraction: float = 0.25
+    #: Trajectory file (default: a new file under ``data_dir()/traces``).
     trace: Path | None = None
     sub_model_window: int | None = None
     root_model_window: int | None = None
