@@ -56,6 +56,15 @@ def ask(
                                               "stopping (default 20).")] = None,
     max_depth: Annotated[int | None, Opt("--max-depth", min=1, help="Recursion depth; 1 = sub-calls are "
                                          "plain model calls (default 1).")] = None,
+    mode: Annotated[str | None, Opt("--mode", help="auto|rlm|direct: direct sends the whole corpus in one call; "
+                                    "auto (default) does so when it fits comfortably. Env: RLM_MODE.")] = None,
+    direct_max_tokens: Annotated[int | None, Opt("--direct-max-tokens", min=0, help="Auto mode goes direct only "
+                                                 "under this many corpus tokens (default 30000) and under "
+                                                 "1/4 of the root model's window.")] = None,
+    root_model_window: Annotated[int | None, Opt("--root-model-window", min=256, help="Root model's input window "
+                                                 "in tokens (default: litellm's model info, else 32768).")] = None,
+    trace: Annotated[Path | None, Opt("--trace", help="Write the trajectory (JSONL) to FILE instead of the "
+                                      "user data dir.")] = None,
     sandbox: Annotated[str | None, Opt("--sandbox", help="auto|bwrap|sandbox-exec|process|none "
                                        "(default auto). Env: RLM_SANDBOX.")] = None,
     cell_timeout: Annotated[float | None, Opt("--cell-timeout", min=1, help="Seconds per code block "
@@ -84,6 +93,8 @@ def ask(
         raise UsageError("the question is empty")
     flags: dict[str, Any] = dict(model=model, sub_model=sub_model, api_base=api_base, api_key=api_key,
                                  max_iterations=max_iterations, max_depth=max_depth, sandbox=sandbox,
+                                 mode=_check_mode(mode), direct_max_tokens=direct_max_tokens,
+                                 root_model_window=root_model_window, trace=trace,
                                  cell_timeout=cell_timeout,
                                  memory_limit=parse_size(memory_limit, "--memory-limit") if memory_limit else None)
     settings = config.resolve(flags)
@@ -101,6 +112,7 @@ def ask(
         raise
     doc = _doc(outcome.result.answer, outcome.result.status, outcome.result.iterations, outcome.result.sub_calls,
                outcome.usage, outcome.result.elapsed_s, outcome.corpus, outcome.result.mode, outcome.sandbox)
+    doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
     ui.summary(doc)
     render.write_json(doc) if json_out else render.write_answer(outcome.result.answer)
 
@@ -122,12 +134,89 @@ def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: An
         status = "budget_exceeded"
     doc = _doc(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
                getattr(exc, "usage", {}), result.elapsed_s if result else 0.0, getattr(exc, "corpus", None),
-               "rlm", settings.sandbox)
+               getattr(exc, "mode", "rlm"), settings.sandbox)
+    trace_path = getattr(exc, "trace_path", None)
+    doc["trace"] = str(trace_path) if trace_path else None
     if json_out:
         doc["partial"] = True
         render.write_json(doc)
     elif exc.partial:
         render.write_answer(exc.partial)
+
+
+def _check_mode(mode: str | None) -> str | None:
+    if mode is not None and mode not in ("auto", "rlm", "direct"):
+        raise UsageError(f"--mode: {mode!r} is not one of auto, rlm, direct")
+    return mode
+
+
+trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectories (JSONL, one per run).")
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("list")
+def trace_list() -> None:
+    """List the recorded trajectories, newest first."""
+    from rlm_cli import render, trace
+
+    render.print_trace_list(trace.list_traces())
+
+
+@trace_app.command("show")
+def trace_show(ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a "
+                                                  ".jsonl path.")]) -> None:
+    """Show one trajectory as a tree: iterations, code, outputs, sub-calls, recursion."""
+    from rlm_cli import render, trace
+
+    events = trace.read_trace(trace.find_trace(ref))
+    render.print_trace_tree(events[0], trace.build_tree(events))
+
+
+@trace_app.command("export")
+def trace_export(
+    ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a .jsonl path.")],
+    html: Annotated[bool, Opt("--html", help="Export as one self-contained HTML file.")] = False,
+    output: Annotated[Path | None, Opt("--output", "-o", help="Where to write (default: ID.html here).")] = None,
+) -> None:
+    """Export one trajectory to share it (HTML)."""
+    from rlm_cli import render, trace
+
+    if not html:
+        raise UsageError("choose an export format", hint="--html")
+    path = trace.find_trace(ref)
+    events = trace.read_trace(path)
+    out = output or Path(f"{path.stem}.html")
+    out.write_text(render.trace_html(events[0], trace.build_tree(events)), encoding="utf-8")
+    render.Renderer().info(f"wrote {out}")
+
+
+@app.command()
+def replay(
+    ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a .jsonl path.")],
+    sandbox: Annotated[str | None, Opt("--sandbox", help="Override the recorded sandbox level.")] = None,
+    json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
+    quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")] = False,
+) -> None:
+    """Re-run a recorded run from its recorded model responses, without calling any provider."""
+    from rlm_cli import render, trace
+    from rlm_cli import replay as replay_mod
+
+    p = replay_mod.plan(trace.find_trace(ref), sandbox=sandbox)
+    ui = render.Renderer(quiet=quiet)
+    stdin_bytes = sys.stdin.buffer.read() if "-" in p.paths else None
+    try:
+        outcome = replay_mod.replay(p, emit=ui.on_event, stdin_bytes=stdin_bytes)
+    except PartialAnswerError as exc:
+        _emit_partial(exc, ui, json_out, p.settings)
+        raise
+    r = outcome.result
+    doc = _doc(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, r.elapsed_s, outcome.corpus, r.mode,
+               outcome.sandbox)
+    doc["same_answer"] = r.answer == p.recorded_answer
+    if not doc["same_answer"]:
+        ui.warning("the replayed answer differs from the recorded one")
+    ui.summary(doc)
+    render.write_json(doc) if json_out else render.write_answer(r.answer)
 
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,

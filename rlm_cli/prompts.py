@@ -5,51 +5,90 @@ REPL as ``context``; the root model sees only constant-size metadata and truncat
 writes code in ```repl blocks, delegates reading to sub-calls, and ends with FINAL/FINAL_VAR.
 A short worked example is included because small local models (measured with
 Qwen2.5-Coder-1.5B) write no code at all from a bare description.
+
+Every function here returns text (or chat messages) computed only from its arguments, so the
+prompts can be rendered and measured in tests (``tests/test_prompts.py``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-SYSTEM_PROMPT = """You answer a question about a large corpus by writing Python code in a persistent REPL.
-The corpus is NOT in this conversation. It is in the REPL:
+#: Characters per token assumed when a token budget is stated in characters (conservative:
+#: English prose is ~4, source code ~3).
+CHARS_PER_TOKEN = 3
+
+#: Root windows below this many tokens get the compact system prompt.
+COMPACT_BELOW_TOKENS = 16_000
+
+
+@dataclass(frozen=True)
+class SubCallCapacity:
+    """How much one ``llm_query`` can hold, derived from the sub-model's input window.
+
+    ``max_tokens``/``max_chars``: the most a single prompt should carry (three quarters of the
+    window; the rest is left for instructions and the answer). ``batch_chars``: the piece size the
+    prompt recommends per sub-call (half of the maximum, at most about 50,000 tokens), so that a
+    corpus is read in tens of calls of tens of thousands of tokens rather than thousands of tiny ones.
+    """
+
+    window_tokens: int
+    max_tokens: int
+    max_chars: int
+    batch_chars: int
+
+
+def sub_call_capacity(window_tokens: int) -> SubCallCapacity:
+    """The :class:`SubCallCapacity` of a sub-model whose input window is ``window_tokens``."""
+    window_tokens = max(1_000, int(window_tokens))
+    max_tokens = window_tokens * 3 // 4
+    batch_tokens = max(500, min(max_tokens // 2, 50_000))
+    return SubCallCapacity(window_tokens, max_tokens, max_tokens * CHARS_PER_TOKEN, batch_tokens * CHARS_PER_TOKEN)
+
+
+SYSTEM_PROMPT = """You answer a question about a corpus that is far too large to read at once, by writing Python code in a persistent REPL. The corpus is NOT in this conversation; it is in the REPL.
+
+The REPL holds:
 - `context`: str, the whole corpus; each file starts with a line `==> path <==`.
 - `files`: list of dicts (path, size, chars, lines, tokens, start, end); a file's text is context[f["start"]:f["end"]].
-- `chunks`: list of dicts (id, path, start_line, end_line, start, end, tokens): the corpus split along semantic boundaries.
-- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text"}] (regex per line).
-- `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> str.
-- `search(query, k=10)` -> chunks ranked by BM25 keyword relevance [{"chunk", "file", "start_line", "end_line", "score"}].
-- `llm_query(prompt)` -> str: ask a sub-model; it sees only the prompt you give it (up to about <SUB_WINDOW_CHARS> characters).
-- `llm_query_batched(prompts)` -> list[str]: many sub-calls run concurrently; answers in the same order.
-- `rlm_query(prompt, context=None)` -> str: a recursive sub-RLM with its own REPL over `context` (a str you pass, or the same corpus).
-- `SHOW_VARS()`: list the variables you created.
-- `FINAL(answer)`: finish with the answer text. `FINAL_VAR(name)`: finish with the value of a variable.
+- `chunks`: list of dicts (id, path, start_line, end_line, start, end, tokens): the corpus cut along semantic boundaries (functions, sections, paragraphs).
+- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text"}]: regex per line.
+- `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> the text of chunk i.
+- `search(query, k=10)` -> chunks ranked by keyword relevance (BM25): [{"chunk", "file", "start_line", "end_line", "score"}].
+- `llm_query(prompt)` -> str: one call to a sub-model that sees ONLY the prompt string you give it. It holds up to about <SUB_MAX_TOKENS> tokens (about <SUB_MAX_CHARS> characters).
+- `llm_query_batched(prompts)` -> list[str]: many sub-calls run concurrently; answers come back in the same order.
+- `rlm_query(prompt, context=None)` -> str: <RLM_QUERY>
+- `SHOW_VARS()`: list the variables you have created.
+- `FINAL(answer)`: finish with the answer. `FINAL_VAR(name)`: finish with the value of a variable (e.g. FINAL_VAR("report")).
 
 How to work:
-1. Explore first: print sizes, file paths, grep results. Only printed output comes back to you, truncated to <MAX_OUTPUT_CHARS> characters, so print summaries, not whole files.
-2. Filter with code (grep, search, regex, slicing) before calling models.
-3. For reading and judging text, send sizeable pieces (tens of thousands of characters, whole chunks or files) to llm_query_batched rather than thousands of tiny calls; collect the answers in variables and aggregate them in Python.
-4. Variables persist between turns. Do not reassign `context`, `files`, `chunks` or the helper functions.
-5. When you know the answer, call FINAL(answer) in code, or FINAL_VAR(name) for a long answer stored in a variable. Cite file paths and line numbers where useful.
+1. Explore first: look at the structure (sizes, paths, a few grep hits) before reading anything.
+2. Filter with code: grep, search, regex and slicing cost nothing; use them to find the parts that matter.
+3. Decompose: to read or judge text, send sizeable pieces (about <BATCH_CHARS> characters each: whole chunks or files grouped together) to llm_query_batched, with a precise instruction of what to extract. Prefer tens of large sub-calls to thousands of tiny ones.
+4. Aggregate in Python: keep sub-answers in variables (they persist between turns) and combine them with code.
+5. Finish: when the printed output supports your answer, call FINAL(answer) in a ```repl block, or FINAL_VAR(name) for a long answer built in a variable. Cite file paths and line numbers.
 
-Write code in ```repl blocks; every block you write is run and you see its output.
+Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characters: print counts, summaries and short excerpts, never whole files. Do not reassign `context`, `files`, `chunks` or the helpers.
+Write code in ```repl blocks; every block is run and you see its output in the next message.
 
 Example.
 Question: Where is the function `parse_config` defined?
 ```repl
 hits = grep(r"def parse_config\\b")
-print(hits[:5])
+print(len(hits), hits[:5])
 ```
-Output: [{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
+Output: 1 [{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
 ```repl
 FINAL("`parse_config` is defined in app/config.py at line 42.")
 ```"""
 
-COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks; the corpus is not shown to you.
-REPL: `context` (str, all files, each after a line `==> path <==`), `files` (dicts: path, start, end, lines),
+COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks. The corpus is not shown to you; it is in the REPL:
+`context` (str: all files, each after a line `==> path <==`), `files` (dicts: path, lines, start, end),
 `grep(pattern)` -> [{"file","line","text"}], `read_file(path, start_line, end_line)`, `search(query, k=10)`,
-`llm_query(prompt)` -> str (sub-model, up to <SUB_WINDOW_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
-`FINAL(answer)` or `FINAL_VAR(name)` to finish. Only printed output comes back (truncated to <MAX_OUTPUT_CHARS> chars).
+`llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
+`rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
+Explore with code first, filter with grep, send big pieces to sub-calls. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
 Example:
 ```repl
 print(grep(r"def parse_config\\b")[:5])
@@ -59,16 +98,33 @@ Output: [{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'
 FINAL("parse_config is defined in app/config.py at line 42.")
 ```"""
 
-#: Root windows below this many tokens get the compact system prompt.
-COMPACT_BELOW_TOKENS = 8000
+_RLM_QUERY_RECURSIVE = ("a sub-RLM: a fresh REPL like this one over `context` (a str you pass, or this "
+                        "corpus) that works through the prompt with its own code and sub-calls and returns "
+                        "its final answer. Slower and costlier than llm_query; use it for sub-problems that "
+                        "themselves need exploring.")
+_RLM_QUERY_PLAIN = ("at this depth the same as llm_query(prompt + context): a plain sub-call (no REPL).")
 
 
-def system_prompt(*, sub_window_tokens: int, max_output_chars: int, root_window_tokens: int | None = None) -> str:
-    """The root model's system prompt. ``sub_window_tokens`` is the sub-model's input window;
-    the prompt states it in characters (about 4 per token, leaving a quarter for the answer)."""
+def system_prompt(*, sub_window_tokens: int, max_output_chars: int, root_window_tokens: int | None = None,
+                  recursion: bool = False) -> str:
+    """The root model's system prompt.
+
+    Args:
+        sub_window_tokens: the sub-model's input window in tokens; the prompt states what one
+            sub-call can hold and which piece size to send (see :func:`sub_call_capacity`).
+        max_output_chars: how much of a block's printed output the model gets back.
+        root_window_tokens: the root model's input window; below ``COMPACT_BELOW_TOKENS`` the
+            compact variant is used so that a 4,000-token window leaves room to work.
+        recursion: whether ``rlm_query`` starts a sub-RLM here (``--max-depth`` not reached) or
+            is a plain sub-call.
+    """
+    cap = sub_call_capacity(sub_window_tokens)
     template = (COMPACT_SYSTEM_PROMPT if root_window_tokens and root_window_tokens < COMPACT_BELOW_TOKENS
                 else SYSTEM_PROMPT)
-    return (template.replace("<SUB_WINDOW_CHARS>", f"{int(sub_window_tokens * 3):,}")
+    return (template.replace("<SUB_MAX_TOKENS>", f"{cap.max_tokens:,}")
+            .replace("<SUB_MAX_CHARS>", f"{cap.max_chars:,}")
+            .replace("<BATCH_CHARS>", f"{cap.batch_chars:,}")
+            .replace("<RLM_QUERY>", _RLM_QUERY_RECURSIVE if recursion else _RLM_QUERY_PLAIN)
             .replace("<MAX_OUTPUT_CHARS>", f"{max_output_chars:,}"))
 
 
@@ -77,11 +133,13 @@ def corpus_metadata(meta: dict[str, Any]) -> str:
 
     ``meta`` keys: ``chars``, ``tokens``, ``files`` (count), ``chunks``, ``top_dirs`` (list of
     ``(dir, files)``), ``types`` (list of ``(ext, files)``), ``sample_paths``, ``prefix``.
+    At most 12 folders, 12 types, 8 paths of at most 120 characters and 300 characters of
+    prefix are shown, so the text is about the same size for a 1 MB and a 1 GB corpus.
     """
-    top = ", ".join(f"{d} ({n})" for d, n in meta.get("top_dirs", [])[:12]) or "(none)"
-    types = ", ".join(f"{e} ({n})" for e, n in meta.get("types", [])[:12]) or "(none)"
-    samples = "\n".join(f"  {p}" for p in meta.get("sample_paths", [])[:8])
-    prefix = meta.get("prefix", "")[:300].replace("```", "'''")
+    top = ", ".join(f"{str(d)[:60]} ({n:,})" for d, n in meta.get("top_dirs", [])[:12]) or "(none)"
+    types = ", ".join(f"{str(e)[:20]} ({n:,})" for e, n in meta.get("types", [])[:12]) or "(none)"
+    samples = "\n".join(f"  {str(p)[:120]}" for p in meta.get("sample_paths", [])[:8]) or "  (none)"
+    prefix = str(meta.get("prefix", ""))[:300].replace("```", "'''")
     return (f"The corpus: {meta['chars']:,} characters, about {meta['tokens']:,} tokens, "
             f"{meta['files']:,} files in {meta['chunks']:,} chunks.\n"
             f"Top-level folders: {top}\nFile types: {types}\nSome paths:\n{samples}\n"
@@ -94,18 +152,20 @@ def first_user_prompt(question: str, metadata: str) -> str:
             "Start by exploring `context` with code in a ```repl block. Do not answer before running code.")
 
 
-def output_message(blocks: list[tuple[str, str]]) -> str:
-    """The user message feeding back each block's (code, truncated output)."""
+def output_message(blocks: list[tuple[str, str]], *, notes: list[str] | None = None) -> str:
+    """The user message feeding back each block's ``(code, shown output)``, then any ``notes``
+    (e.g. why a FINAL was not accepted)."""
     parts = []
     for i, (_, out) in enumerate(blocks, 1):
         label = f"Output of block {i}:" if len(blocks) > 1 else "Output:"
         parts.append(f"{label}\n{out if out.strip() else '(no output)'}")
+    parts.extend(f"[{n}]" for n in notes or [])
     parts.append("Continue. Call FINAL(answer) or FINAL_VAR(name) in a ```repl block when you have the answer.")
     return "\n\n".join(parts)
 
 
 def truncate_output(text: str, total_chars: int, limit: int) -> str:
-    """Cut ``text`` to ``limit`` characters (head and tail kept) with a note of what was cut;
+    """Cut ``text`` to about ``limit`` characters (head and tail kept) with a note of what was cut;
     ``total_chars`` is how much the code actually printed."""
     if len(text) <= limit and total_chars <= len(text):
         return text
@@ -115,11 +175,55 @@ def truncate_output(text: str, total_chars: int, limit: int) -> str:
             f"{len(head):,} and last {len(tail):,} ...]\n{tail}")
 
 
+# -- history compaction ----------------------------------------------------------------------------
+
+def compact_reply(iteration: int, codes: list[str], code_chars: int = 600) -> str:
+    """An old assistant turn shortened to the code that ran (each block cut to ``code_chars``)."""
+    if not codes:
+        return f"[turn {iteration}, shortened: no code]"
+    shown = []
+    for code in codes:
+        body = code.strip()
+        if len(body) > code_chars:
+            body = body[:code_chars] + f"\n# ... ({len(code) - code_chars:,} more characters)"
+        shown.append(f"```repl\n{body}\n```")
+    return f"[turn {iteration}, shortened to the code that ran]\n" + "\n".join(shown)
+
+
+def compact_feedback(outputs: list[str], head_chars: int = 300) -> str:
+    """The output message of an old turn shortened to the head of each block's output."""
+    if not outputs:
+        return "[earlier feedback omitted]"
+    parts = []
+    for out in outputs:
+        text = out.strip() or "(no output)"
+        more = f" [... {len(text) - head_chars:,} more characters]" if len(text) > head_chars else ""
+        parts.append(text[:head_chars] + more)
+    return "Output (shortened):\n" + "\n---\n".join(parts)
+
+
+def omitted_turns(first: int, last: int) -> tuple[str, str]:
+    """The (assistant, user) pair that stands for turns ``first..last`` dropped from the history."""
+    span = f"turn {first}" if first == last else f"turns {first}-{last}"
+    return (f"[{span} omitted to fit the context window]",
+            "Those turns ran in the REPL; every variable they created still exists (SHOW_VARS() lists them). "
+            "Continue.")
+
+
+# -- messages for finishing rules ----------------------------------------------------------------
+
 FORMAT_REMINDER = ("Your reply had no ```repl code block and no FINAL. Write Python in a ```repl block to "
                    "explore `context`, or finish with FINAL(answer) inside a ```repl block.")
 
-FIRST_TURN_FINAL = ("You tried to finish before running any code. Explore `context` with a ```repl block "
-                    "first; the answer must come from the corpus.")
+FIRST_TURN_FINAL = ("You tried to finish before running any code, so it was not accepted. Explore `context` "
+                    "with a ```repl block first; the answer must come from the corpus.")
+
+PROSE_FINAL = ("You mentioned FINAL in your text, but that does not finish the run. When you have the "
+               "answer, call FINAL(answer) or FINAL_VAR(name) inside a ```repl block.")
+
+FINAL_WITH_UNSEEN_CODE = ("Your FINAL(...) line was written next to code whose output you had not seen yet, "
+                          "so it was not accepted. Check the output above; then finish with FINAL in a "
+                          "```repl block.")
 
 
 def best_answer_prompt() -> str:
@@ -128,7 +232,12 @@ def best_answer_prompt() -> str:
             "you have learned so far, as plain text.")
 
 
+DIRECT_SYSTEM = ("Answer the question using only the corpus below. Each file starts with a line "
+                 "`==> path <==`. Cite file paths and line numbers where useful. Reply with the answer only.")
+
+
 def direct_prompt(question: str, context: str) -> list[dict[str, str]]:
     """Messages for direct mode: the whole corpus and the question in one call."""
-    return [{"role": "system", "content": "Answer the question using the corpus below. Cite file paths."},
+    return [{"role": "system", "content": DIRECT_SYSTEM},
             {"role": "user", "content": f"{context}\n\nQuestion: {question}"}]
+

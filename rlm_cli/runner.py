@@ -2,40 +2,49 @@
 
 Kept apart from ``cli.py`` so the command functions stay thin and the core can be driven from
 tests or other programs: ``ask(settings, paths, question, emit=...)`` returns an
-:class:`AskOutcome` or raises an ``RLMError``.
+:class:`AskOutcome` or raises an ``RLMError``. Every run writes a trajectory (``rlm_cli.trace``)
+unless ``record=False``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from rlm_cli import __version__
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, load_corpus
-from rlm_cli.errors import NoModelError, PartialAnswerError
+from rlm_cli.errors import MaxIterationsError, NoModelError, PartialAnswerError, RLMError, UsageError
+from rlm_cli.history import request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
-from rlm_cli.orchestrator import Orchestrator, RunResult, corpus_meta
+from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, run_direct, text_meta
+from rlm_cli.prompts import direct_prompt
 from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level
-from rlm_cli.trace import event
+from rlm_cli.trace import PROMPT_HEAD_CHARS, TraceSink, TraceWriter, event, new_run_id, request_key, traces_dir
 
 Emit = Callable[[dict[str, Any]], None]
 
 NO_MODEL_HINT = ("set one with --model (e.g. --model openai/gpt-5-mini), the RLM_MODEL environment variable, "
                  "or `rlm config set model MODEL`")
+MODES = ("auto", "rlm", "direct")
 
 
 @dataclass
 class AskOutcome:
-    """A finished run: the result, the corpus it read and the usage summary."""
+    """A finished run: the result, the corpus it read, the usage summary and its trajectory."""
 
     result: RunResult
     corpus: Corpus
     usage: dict[str, Any]
     sandbox: str
+    run_id: str = ""
+    trace_path: Path | None = None
 
 
 def require_model(settings: Settings) -> str:
@@ -49,17 +58,85 @@ def require_model(settings: Settings) -> str:
     return settings.model
 
 
-def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit,
-        stdin_bytes: bytes | None = None) -> AskOutcome:
-    """Load the corpus at ``paths`` and answer ``question`` with the RLM loop.
+def model_window(client: ModelClient, model: str, override: int | None) -> tuple[int, str]:
+    """The input window of ``model`` in tokens and where it came from: ``(override, "flag")``,
+    litellm's model info (``max_input_tokens``, else ``max_tokens``) as ``"litellm"``, or
+    ``(DEFAULT_WINDOW, "default")`` for a model litellm does not know (most local models)."""
+    if override:
+        return int(override), "flag"
+    try:
+        info = client.litellm().get_model_info(model)
+        tokens = info.get("max_input_tokens") or info.get("max_tokens")
+        if tokens:
+            return int(tokens), "litellm"
+    except Exception:  # noqa: BLE001 - litellm raises for unmapped models
+        pass
+    return DEFAULT_WINDOW, "default"
+
+
+def choose_mode(settings: Settings, corpus_tokens: int, root_window: int) -> tuple[str, str]:
+    """``(mode, reason)``: ``rlm`` or ``direct``. ``auto`` goes direct when the corpus is under
+    ``direct_max_tokens`` and under ``direct_max_fraction`` of the root model's input window.
+
+    Raises:
+        UsageError: ``settings.mode`` is not one of :data:`MODES`.
+    """
+    if settings.mode not in MODES:
+        raise UsageError(f"unknown mode {settings.mode!r}", hint="use auto, rlm or direct")
+    if settings.mode != "auto":
+        return settings.mode, f"--mode {settings.mode}"
+    limit = min(settings.direct_max_tokens, int(root_window * settings.direct_max_fraction))
+    if corpus_tokens < limit:
+        return "direct", (f"the corpus ({corpus_tokens:,} tokens) is under {limit:,} tokens, so it goes to the "
+                          f"root model in one call")
+    return "rlm", f"the corpus ({corpus_tokens:,} tokens) is over {limit:,} tokens, so it stays in the REPL"
+
+
+def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,
+        client: ModelClient | None = None, record: bool = True) -> AskOutcome:
+    """Load the corpus at ``paths`` and answer ``question`` (RLM loop or direct, per ``settings.mode``).
+
+    ``client`` replaces the litellm client (replay passes one that answers from a trajectory);
+    ``record`` writes the trajectory to ``settings.trace`` or a new file under ``traces_dir()``.
 
     Raises:
         UsageError / EmptyCorpusError: bad paths or nothing to read.
         NoModelError: no model configured.
-        PartialAnswerError / BudgetExceededError: stopped without a final answer (partial inside).
+        PartialAnswerError / BudgetExceededError: stopped without a final answer (partial inside;
+            ``trace_path`` attached).
         ProviderError: the provider failed.
     """
     require_model(settings)
+    settings = dataclasses.replace(settings)  # windows get resolved into this copy
+    client = client or ModelClient(settings)
+    run_id = new_run_id()
+    trace_path = (settings.trace or traces_dir() / f"{run_id}.jsonl") if record else None
+    writer = TraceWriter(trace_path) if trace_path is not None else None
+    sink = TraceSink(writer, emit, totals=lambda: (client.usage.total_tokens, client.usage.cost_usd))
+    started = time.monotonic()
+    sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
+               paths=[p if p == "-" else os.path.abspath(p) for p in paths], config=settings.redacted()))
+    try:
+        outcome = _ask(settings, paths, question, sink, stdin_bytes, client)
+    except RLMError as exc:
+        result = getattr(exc, "result", None)
+        status = ("max_iterations" if isinstance(exc, MaxIterationsError) else
+                  "budget_exceeded" if isinstance(exc, PartialAnswerError) else "error")
+        sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
+                   exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
+                   iterations=result.iterations if result else None, usage=client.usage.summary(),
+                   elapsed_s=round(time.monotonic() - started, 3)))
+        exc.trace_path = trace_path  # type: ignore[attr-defined]
+        raise
+    finally:
+        if writer is not None:
+            writer.close()
+    outcome.run_id, outcome.trace_path = run_id, trace_path
+    return outcome
+
+
+def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,
+         client: ModelClient) -> AskOutcome:
     level, warning = resolve_level(settings.sandbox)
     if warning:
         emit(event("notice", 0, message=warning, level="warning"))
@@ -70,11 +147,37 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit,
                tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(time.monotonic() - started, 3),
                sandbox=level))
     temp_bundle = not settings.corpus.use_cache or "-" in paths
-    client = ModelClient(settings)
-    hide = tuple(os.path.abspath(p) for p in paths if p != "-")
-    handler: LMHandler | None = None
     try:
-        handler = LMHandler(client, on_sub_call=lambda info: emit(event("sub_call", info.pop("depth"), **info)))
+        return _answer(settings, paths, question, emit, client, corpus, level)
+    finally:
+        if temp_bundle and corpus.bundle_dir is not None:
+            shutil.rmtree(corpus.bundle_dir, ignore_errors=True)
+
+
+def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, client: ModelClient, corpus: Corpus,
+            level: str) -> AskOutcome:
+    model = require_model(settings)
+    root_window, root_src = model_window(client, model, settings.root_model_window)
+    sub_model = settings.effective_sub_model or model
+    sub_window, sub_src = model_window(client, sub_model, settings.sub_model_window)
+    settings.root_model_window, settings.sub_model_window = root_window, sub_window
+    mode, reason = choose_mode(settings, corpus.total_tokens, root_window)
+    emit(event("mode", 0, mode=mode, reason=reason, root_window=root_window, root_window_source=root_src,
+               sub_window=sub_window, sub_window_source=sub_src))
+    if mode == "direct":
+        needed = corpus.total_tokens + request_tokens(direct_prompt(question, "")) + len(corpus.files) * 12
+        if needed > root_window:
+            raise UsageError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input window "
+                             f"is {root_window:,}", hint="use --mode rlm (or auto)")
+        try:
+            result = run_direct(settings, client, question, corpus.context, emit=emit)
+        except PartialAnswerError as exc:
+            _attach(exc, client, corpus, "direct")
+            raise
+        return AskOutcome(result, corpus, client.usage.summary(), level)
+    hide = tuple(os.path.abspath(p) for p in paths if p != "-")
+    handler = LMHandler(client, on_sub_call=lambda info: emit(sub_call_event(info)))
+    try:
         handler.on_rlm_query = _recursion(settings, client, handler, level, emit, corpus, hide)
         orch = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, hide_paths=hide)
         assert corpus.context_file is not None and corpus.bundle_dir is not None
@@ -82,20 +185,35 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit,
         try:
             result = orch.run(question, spec, corpus_meta(corpus))
         except PartialAnswerError as exc:
-            exc.usage = client.usage.summary()  # type: ignore[attr-defined]
-            exc.corpus = corpus  # type: ignore[attr-defined]
+            _attach(exc, client, corpus, "rlm")
             raise
         return AskOutcome(result, corpus, client.usage.summary(), level)
     finally:
-        if handler is not None:
-            handler.close()
-        if temp_bundle and corpus.bundle_dir is not None:
-            shutil.rmtree(corpus.bundle_dir, ignore_errors=True)
+        handler.close()
+
+
+def _attach(exc: PartialAnswerError, client: ModelClient, corpus: Corpus, mode: str) -> None:
+    exc.usage = client.usage.summary()  # type: ignore[attr-defined]
+    exc.corpus = corpus  # type: ignore[attr-defined]
+    exc.mode = mode  # type: ignore[attr-defined]
+
+
+def sub_call_event(info: dict[str, Any], *, depth: int | None = None) -> dict[str, Any]:
+    """The ``sub_call`` trajectory event for one sub-call reported by the LMHandler (``info``:
+    caller ``depth``, ``model``, ``messages``, ``response``, tokens, cost, latency). The event's
+    depth is one below the caller's; the prompt is kept as a head plus its request key."""
+    info = dict(info)
+    messages = info.pop("messages", None) or []
+    caller = int(info.pop("depth", 0))
+    prompt = "\n".join(str(m.get("content", "")) for m in messages)
+    return event("sub_call", caller + 1 if depth is None else depth, **info,
+                 request_key=request_key(str(info.get("model")), messages), prompt_head=prompt[:PROMPT_HEAD_CHARS])
 
 
 def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, level: str, emit: Emit,
                corpus: Corpus, hide: tuple[str, ...]) -> Callable[[str, str | None, int], str]:
-    """The ``rlm_query`` handler: a child loop at depth + 1, or a plain sub-call at the limit."""
+    """The ``rlm_query`` handler: a child loop at depth + 1 with its own worker and the same
+    handler, client, usage and budget; a plain sub-call once depth + 1 reaches ``max_depth``."""
 
     def on_rlm_query(prompt: str, context: str | None, depth: int) -> str:
         child_depth = depth + 1
@@ -103,10 +221,20 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
             model = settings.effective_sub_model
             assert model is not None
             content = prompt if context is None else f"{prompt}\n\n{context}"
-            emit(event("recursion", child_depth, mode="plain", prompt_chars=len(content)))
-            return client.complete([{"role": "user", "content": content}], model=model, role="sub",
-                                   depth=child_depth).text
-        emit(event("recursion", child_depth, mode="rlm", prompt_chars=len(prompt)))
+            emit(event("recursion", child_depth, mode="plain", prompt_chars=len(content),
+                       prompt_head=prompt[:PROMPT_HEAD_CHARS]))
+            messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
+            started = time.monotonic()
+            done = client.complete(messages, model=model, role="sub", depth=child_depth)
+            r = done.record
+            emit(sub_call_event({"depth": depth, "model": model, "messages": messages, "response": done.text,
+                                 "prompt_chars": len(content), "answer_chars": len(done.text),
+                                 "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                                 "cost_usd": r.cost_usd, "latency_s": round(time.monotonic() - started, 3)}))
+            return done.text
+        emit(event("recursion", child_depth, mode="rlm", prompt_chars=len(prompt),
+                   context_chars=len(context) if context is not None else len(corpus.context),
+                   prompt_head=prompt[:PROMPT_HEAD_CHARS]))
         child = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, depth=child_depth,
                              hide_paths=hide)
         if context is None:
@@ -114,12 +242,10 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
             spec = WorkerSpec(index_file=corpus.bundle_dir / "index.json", context_file=corpus.context_file)
             meta = corpus_meta(corpus)
         else:
-            spec = WorkerSpec(context_text=context)
-            meta = {"chars": len(context), "tokens": len(context) // 4, "files": 1, "chunks": 0,
-                    "prefix": context[:300]}
+            spec, meta = WorkerSpec(context_text=context), text_meta(context)
         try:
             return child.run(prompt, spec, meta).answer
-        except PartialAnswerError as exc:
+        except MaxIterationsError as exc:  # a budget stop propagates: it ends the whole tree
             return exc.partial or f"Error: the sub-RLM stopped without an answer ({exc.message})"
 
     return on_rlm_query

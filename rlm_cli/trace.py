@@ -1,21 +1,50 @@
-"""Trajectory events and their JSONL file.
+"""Trajectory events, their JSONL files, and reading them back.
 
-Every line is one JSON object with ``schema`` (version), ``type``, ``depth`` and ``ts`` (Unix
-seconds). The first line has ``type: "header"`` and the run's configuration with secrets removed.
-Event types: ``header``, ``corpus``, ``iteration``, ``root_call``, ``code``, ``output``,
-``sub_call``, ``recursion``, ``notice``, ``final``, ``summary``.
+Every line is one JSON object with ``schema`` (version), ``type``, ``depth`` (0 for the root
+loop, +1 per ``rlm_query`` level; a sub-call is one level below the loop that made it) and
+``ts`` (Unix seconds). The first line has ``type: "header"``: the run id, the question, the
+corpus paths and the configuration with secrets removed (``Settings.redacted()``). Every line
+written by :class:`TraceSink` also carries ``total_tokens`` and ``total_cost_usd``: the run's
+usage so far.
+
+Event types and their main fields:
+
+* ``header``: ``run_id``, ``rlm_version``, ``question``, ``paths``, ``config``.
+* ``corpus``: ``files``, ``chars``, ``tokens``, ``chunks``, ``summary``, ``sandbox``.
+* ``mode``: ``mode`` (``rlm``/``direct``), ``reason``, ``root_window``, ``sub_window``.
+* ``iteration``: ``iteration``.
+* ``root_call``: ``model``, ``response`` (full text), ``request_key``, ``request_tokens``
+  (counted before sending), ``input_tokens``/``output_tokens``/``cost_usd`` (as reported),
+  ``latency_s``, ``history`` (turns verbatim/compacted/omitted).
+* ``code`` / ``output``: the block and what the model was shown of its output.
+* ``sub_call``: ``model``, ``prompt_head``, ``prompt_chars``, ``request_key``, ``response``,
+  tokens, cost, latency.
+* ``recursion``: ``mode`` (``rlm`` or ``plain`` at the depth limit), ``prompt_chars``.
+* ``notice``: ``message`` (``level`` ``warning`` for warnings).
+* ``final``: ``status``, ``answer``, ``iterations``.
+* ``summary``: the run's outcome: ``status``, ``answer``, ``mode``, ``usage``, ``elapsed_s``.
+
+This module reads and writes; it never renders (see ``render.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from rlm_cli.errors import UsageError
+
 SCHEMA_VERSION = 1
+#: Characters of a sub-call prompt kept in the trajectory (the response is kept whole).
+PROMPT_HEAD_CHARS = 2_000
 
 
 def event(type_: str, depth: int = 0, **fields: Any) -> dict[str, Any]:
@@ -23,14 +52,40 @@ def event(type_: str, depth: int = 0, **fields: Any) -> dict[str, Any]:
     return {"schema": SCHEMA_VERSION, "type": type_, "depth": depth, "ts": round(time.time(), 3), **fields}
 
 
+def request_key(model: str, messages: list[dict[str, Any]]) -> str:
+    """A stable digest (hex, 24 chars) of one model request, used to match responses on replay."""
+    blob = json.dumps({"model": model, "messages": messages}, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: ``YYYYmmdd-HHMMSS-xxxxxx``."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def traces_dir() -> Path:
+    """Where trajectories go by default: ``<user data dir>/traces`` (not created here)."""
+    from rlm_cli.config import data_dir
+
+    return data_dir() / "traces"
+
+
 class TraceWriter:
-    """Appends events to a JSONL file as they happen (thread-safe; flushed per line)."""
+    """Appends events to a JSONL file as they happen (thread-safe; flushed per line; mode 0600).
+
+    Raises:
+        UsageError: the file cannot be created.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = open(path, "a", encoding="utf-8")
-        os.chmod(path, 0o600)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:
+            raise UsageError(f"cannot write the trajectory {path}: {exc.strerror or exc}",
+                             hint="choose another --trace FILE") from None
+        self._fh: IO[str] | None = os.fdopen(fd, "a", encoding="utf-8")
         self._lock = threading.Lock()
 
     def write(self, ev: dict[str, Any]) -> None:
@@ -49,13 +104,156 @@ class TraceWriter:
                 self._fh = None
 
 
+class TraceSink:
+    """The ``emit`` target that writes each event to a :class:`TraceWriter`, stamped with the
+    run's usage so far (``totals()`` returns ``(tokens, cost_usd or None)``), and forwards it to
+    ``forward`` (the terminal renderer)."""
+
+    def __init__(self, writer: TraceWriter | None, forward: Callable[[dict[str, Any]], None],
+                 totals: Callable[[], tuple[int, float | None]] | None = None) -> None:
+        self.writer = writer
+        self.forward = forward
+        self.totals = totals
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if self.writer is not None:
+            if self.totals is not None:
+                tokens, cost = self.totals()
+                ev = {**ev, "total_tokens": tokens, "total_cost_usd": None if cost is None else round(cost, 6)}
+            self.writer.write(ev)
+        self.forward(ev)
+
+
 def read_trace(path: Path) -> list[dict[str, Any]]:
-    """All events of a trajectory file (a torn last line from a killed run is ignored)."""
+    """All events of a trajectory file (a torn last line from a killed run is ignored).
+
+    Raises:
+        UsageError: the file cannot be read or has no header line.
+    """
     events = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    except OSError as exc:
+        raise UsageError(f"cannot read the trajectory {path}: {exc.strerror or exc}") from None
+    if not events or events[0].get("type") != "header":
+        raise UsageError(f"{path} is not an rlm trajectory (no header line)")
     return events
+
+
+def find_trace(ref: str, directory: Path | None = None) -> Path:
+    """The trajectory file for ``ref``: a path to a file, a run id, a unique prefix of one, or
+    ``last`` (the newest).
+
+    Raises:
+        UsageError: nothing, or more than one trajectory, matches.
+    """
+    candidate = Path(ref).expanduser()
+    if candidate.suffix == ".jsonl" and candidate.is_file():
+        return candidate
+    directory = directory or traces_dir()
+    files = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
+    if ref in ("last", "latest"):
+        if not files:
+            raise UsageError(f"no trajectories in {directory}")
+        return max(files, key=lambda p: (p.stat().st_mtime, p.name))
+    exact = [p for p in files if p.stem == ref]
+    matches = exact or [p for p in files if p.stem.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UsageError(f"no trajectory {ref!r} in {directory}", hint="see `rlm trace list`")
+    raise UsageError(f"{ref!r} matches {len(matches)} trajectories", hint="give more of the id")
+
+
+@dataclass
+class TraceInfo:
+    """One line of ``rlm trace list``."""
+
+    run_id: str
+    path: Path
+    started: float
+    question: str
+    status: str
+    mode: str
+    answer: str
+    tokens: int
+    cost_usd: float | None
+    elapsed_s: float | None
+
+
+def summarize(path: Path) -> TraceInfo:
+    """The :class:`TraceInfo` of one trajectory file (status ``incomplete`` when it has no summary).
+
+    Raises:
+        UsageError: the file is not a trajectory.
+    """
+    events = read_trace(path)
+    head = events[0]
+    summary = next((e for e in reversed(events) if e.get("type") == "summary"), None)
+    last = events[-1]
+    mode = next((str(e.get("mode")) for e in events if e.get("type") == "mode"), "?")
+    return TraceInfo(
+        run_id=str(head.get("run_id", path.stem)), path=path, started=float(head.get("ts", 0.0)),
+        question=str(head.get("question", "")), status=str(summary.get("status")) if summary else "incomplete",
+        mode=mode, answer=str(summary.get("answer", "")) if summary else "",
+        tokens=int(last.get("total_tokens") or 0), cost_usd=last.get("total_cost_usd"),
+        elapsed_s=summary.get("elapsed_s") if summary else None)
+
+
+def list_traces(directory: Path | None = None) -> list[TraceInfo]:
+    """Every readable trajectory in ``directory`` (default :func:`traces_dir`), newest first."""
+    directory = directory or traces_dir()
+    infos = []
+    for p in directory.glob("*.jsonl") if directory.is_dir() else []:
+        try:
+            infos.append(summarize(p))
+        except UsageError:
+            continue
+    return sorted(infos, key=lambda i: (i.started, i.run_id), reverse=True)
+
+
+@dataclass
+class Node:
+    """A node of the trajectory tree: an ``event`` (``None`` for the root) and its children."""
+
+    event: dict[str, Any] | None
+    children: list[Node] = field(default_factory=list)
+
+
+#: Events that belong to the loop *calling* them, one depth above their own ``depth``.
+_CALLER_OWNED = ("sub_call", "recursion")
+
+
+def build_tree(events: list[dict[str, Any]]) -> Node:
+    """Arrange a trajectory's events as a tree: iterations under the run (or under the
+    ``rlm_query`` that started their loop), and each iteration's root call, code, output,
+    sub-calls and recursions under it. The header is not part of the tree."""
+    root = Node(None)
+    container: dict[int, Node] = {0: root}  # where iterations of each depth go
+    current: dict[int, Node] = {}  # the open iteration of each depth
+    for ev in events:
+        kind = ev.get("type")
+        if kind == "header":
+            continue
+        depth = int(ev.get("depth", 0))
+        node = Node(ev)
+        if kind == "iteration":
+            container.get(depth, root).children.append(node)
+            current[depth] = node
+            continue
+        owner_depth = depth - 1 if kind in _CALLER_OWNED and depth > 0 else depth
+        parent = current.get(owner_depth) or container.get(owner_depth, root)
+        if kind in ("summary", "corpus", "mode") and depth == 0:
+            parent = root
+        parent.children.append(node)
+        if kind == "recursion" and ev.get("mode") == "rlm":
+            container[depth] = node
+            current.pop(depth, None)
+        elif kind == "final":
+            current.pop(depth, None)
+    return root

@@ -1,0 +1,214 @@
+"""The root model's conversation, kept inside its input window.
+
+Before each root call the orchestrator asks :meth:`History.messages` for the request. The
+system prompt, the first user message (corpus metadata and question) and the last few turns
+are sent verbatim; older turns are replaced by a compact record (the code that ran and the head
+of its output), and when even that is too much the oldest records are dropped behind one note.
+The REPL keeps every variable, so nothing computed is lost, only the transcript is shortened.
+
+Token counts use ``rlm_cli.corpus.tokens.count_tokens`` (tiktoken ``o200k_base``) plus a fixed
+per-message framing cost; :func:`input_budget` leaves room for the reply and for tokenizers
+that count more than ``o200k_base`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm_cli import prompts
+from rlm_cli.corpus.tokens import count_tokens, encoding
+
+#: Tokens a chat format adds per message (role markers, separators), counted generously.
+MESSAGE_OVERHEAD = 4
+#: Tokens a chat format adds per request (the assistant primer).
+REQUEST_OVERHEAD = 3
+#: Turns kept verbatim at the end of the history when they fit.
+KEEP_LAST = 4
+
+
+def input_budget(window_tokens: int) -> int:
+    """Tokens of request the history may use for a root model whose input window is
+    ``window_tokens``: the window less room for the reply (a fifth of it, at most 16,384
+    tokens) and less 10% for tokenizers that count more than ``o200k_base``."""
+    window_tokens = max(256, int(window_tokens))
+    reserve = min(window_tokens // 5, 16_384)
+    return int((window_tokens - reserve) * 0.9)
+
+
+def output_limit(budget_tokens: int, max_output_chars: int) -> int:
+    """Characters of a block's output shown to the root model: ``max_output_chars``, but at most
+    about a third of the history budget (``budget_tokens`` characters is ~1/3 of it at 3 chars
+    per token), and never under 500."""
+    return max(500, min(max_output_chars, budget_tokens))
+
+
+def message_tokens(message: dict[str, Any]) -> int:
+    """Tokens one chat message costs: its content plus ``MESSAGE_OVERHEAD``."""
+    return count_tokens(str(message.get("content") or "")) + MESSAGE_OVERHEAD
+
+
+def request_tokens(messages: list[dict[str, Any]]) -> int:
+    """Tokens a whole request costs, counted the way :class:`History` counts them."""
+    return sum(message_tokens(m) for m in messages) + REQUEST_OVERHEAD
+
+
+def truncate_tokens(text: str, tokens: int, note: str = "\n[... cut to fit the context window ...]") -> str:
+    """``text`` cut to at most ``tokens`` tokens, ``note`` included (empty when ``tokens`` is too small)."""
+    enc = encoding()
+    ids = enc.encode_ordinary(text)
+    if len(ids) <= tokens:
+        return text
+    room = tokens - len(enc.encode_ordinary(note))
+    return enc.decode(ids[:room]) + note if room > 0 else ""
+
+
+@dataclass
+class Turn:
+    """One root-model turn: its reply, the code blocks that ran, their shown outputs and the user
+    message that answered it (``feedback``)."""
+
+    iteration: int
+    reply: str
+    feedback: str
+    codes: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    _full: int | None = field(default=None, repr=False)
+    _compact: int | None = field(default=None, repr=False)
+
+    def full_messages(self) -> list[dict[str, str]]:
+        """The turn as sent verbatim."""
+        return [{"role": "assistant", "content": self.reply}, {"role": "user", "content": self.feedback}]
+
+    def compact_messages(self) -> list[dict[str, str]]:
+        """The turn as a compact record: the code that ran and the head of its output."""
+        return [{"role": "assistant", "content": prompts.compact_reply(self.iteration, self.codes)},
+                {"role": "user", "content": prompts.compact_feedback(self.outputs)}]
+
+    @property
+    def full_tokens(self) -> int:
+        """Tokens of :meth:`full_messages` (cached)."""
+        if self._full is None:
+            self._full = sum(message_tokens(m) for m in self.full_messages())
+        return self._full
+
+    @property
+    def compact_tokens(self) -> int:
+        """Tokens of :meth:`compact_messages` (cached)."""
+        if self._compact is None:
+            self._compact = sum(message_tokens(m) for m in self.compact_messages())
+        return self._compact
+
+
+@dataclass
+class Fit:
+    """How the last request was fitted: turns sent verbatim, compacted and omitted, and tokens."""
+
+    verbatim: int = 0
+    compacted: int = 0
+    omitted: int = 0
+    truncated: bool = False
+    tokens: int = 0
+
+
+class History:
+    """The conversation of one orchestrator, fitted to ``budget_tokens`` on every request.
+
+    Raises nothing: when even the system prompt and the question do not fit, their text is cut
+    (``Fit.truncated``) so that no request is larger than the budget.
+    """
+
+    def __init__(self, system: str, first_user: str, *, budget_tokens: int, keep_last: int = KEEP_LAST) -> None:
+        self.system = {"role": "system", "content": system}
+        self.first = {"role": "user", "content": first_user}
+        self.budget = budget_tokens
+        self.keep_last = keep_last
+        self.turns: list[Turn] = []
+        self.last_fit = Fit()
+        self._fixed = message_tokens(self.system) + message_tokens(self.first) + REQUEST_OVERHEAD
+
+    def add(self, turn: Turn) -> None:
+        """Append a finished turn."""
+        self.turns.append(turn)
+
+    def extend_last_feedback(self, text: str) -> None:
+        """Append ``text`` to the last turn's user message (or to the first message if no turn yet)."""
+        if self.turns:
+            t = self.turns[-1]
+            t.feedback = f"{t.feedback}\n\n{text}"
+            t._full = None
+        else:
+            self.first = {"role": "user", "content": f"{self.first['content']}\n\n{text}"}
+            self._fixed = message_tokens(self.system) + message_tokens(self.first) + REQUEST_OVERHEAD
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The request to send now, within ``budget_tokens`` (see the module docstring)."""
+        n = len(self.turns)
+        for keep in range(min(self.keep_last, n), 0, -1):
+            verbatim = self.turns[n - keep:]
+            older = self.turns[: n - keep]
+            total = self._fixed + sum(t.full_tokens for t in verbatim)
+            if total > self.budget:
+                continue
+            start = self._drop_oldest(older, total)
+            if start is not None:
+                return self._build(older, start, verbatim)
+        # Not even the last turn fits verbatim: everything compact, oldest dropped first.
+        start = self._drop_oldest(self.turns, self._fixed)
+        if start is not None:
+            return self._build(self.turns, start, [])
+        return self._truncated()
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _omitted_tokens(self, first: int, last: int) -> int:
+        a, u = prompts.omitted_turns(first, last)
+        return message_tokens({"content": a}) + message_tokens({"content": u})
+
+    def _drop_oldest(self, older: list[Turn], base: int) -> int | None:
+        """Index of the first compact turn to keep so that ``base`` + compact turns (+ the omitted
+        note) fit; ``None`` if not even the note alone fits."""
+        compact = [t.compact_tokens for t in older]
+        total = base + sum(compact)
+        if total <= self.budget:
+            return 0
+        for start in range(1, len(older) + 1):
+            total -= compact[start - 1]
+            note = self._omitted_tokens(older[0].iteration, older[start - 1].iteration)
+            if total + note <= self.budget:
+                return start
+        return None
+
+    def _build(self, older: list[Turn], start: int, verbatim: list[Turn]) -> list[dict[str, Any]]:
+        msgs: list[dict[str, Any]] = [self.system, self.first]
+        if start:
+            a, u = prompts.omitted_turns(older[0].iteration, older[start - 1].iteration)
+            msgs += [{"role": "assistant", "content": a}, {"role": "user", "content": u}]
+        for t in older[start:]:
+            msgs += t.compact_messages()
+        for t in verbatim:
+            msgs += t.full_messages()
+        self.last_fit = Fit(verbatim=len(verbatim), compacted=len(older) - start, omitted=start,
+                            tokens=request_tokens(msgs))
+        return msgs
+
+    def _truncated(self) -> list[dict[str, Any]]:
+        """Last resort: system prompt, question and the last turn, cut by tokens to fit."""
+        msgs: list[dict[str, Any]] = [dict(self.system), dict(self.first)]
+        if self.turns:
+            last = self.turns[-1]
+            if len(self.turns) > 1:
+                a, u = prompts.omitted_turns(self.turns[0].iteration, self.turns[-2].iteration)
+                msgs += [{"role": "assistant", "content": a}, {"role": "user", "content": u}]
+            msgs += last.compact_messages()
+        room = self.budget - request_tokens(msgs)
+        # Cut the largest messages first: the first user message (metadata), then the system prompt.
+        for i in sorted(range(len(msgs)), key=lambda j: -message_tokens(msgs[j])):
+            if room >= 0:
+                break
+            have = message_tokens(msgs[i]) - MESSAGE_OVERHEAD
+            keep = max(0, have + room)
+            msgs[i] = {**msgs[i], "content": truncate_tokens(str(msgs[i]["content"]), keep)}
+            room = self.budget - request_tokens(msgs)
+        self.last_fit = Fit(compacted=1 if self.turns else 0, omitted=max(0, len(self.turns) - 1), truncated=True,
+                            tokens=request_tokens(msgs))
+        return msgs
