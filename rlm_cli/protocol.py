@@ -14,6 +14,9 @@ Two channels use it:
   ``{"token": str, "type": "completion"|"rlm_query", ...}`` and reads one reply
   ``{"ok": bool, "text": str, "error": str}``.
 
+Pipe reads and writes can take a ``deadline`` (a ``time.monotonic()`` value): the whole frame
+must arrive by then, so a peer that sends a header and stalls cannot hang the reader.
+
 This module is imported by the worker, so it uses only the standard library.
 """
 
@@ -21,13 +24,18 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import struct
+import time
 from typing import Any, BinaryIO
 
 HEADER = struct.Struct(">I")
 #: Largest frame accepted by default: 256 MiB (an answer or output far beyond any real use).
 MAX_FRAME_BYTES = 256 * 1024 * 1024
+#: Largest control frame (worker -> parent result) the parent accepts: 64 MiB. The worker keeps
+#: its own results under it (printed output is capped far below; a larger FINAL is refused).
+MAX_CONTROL_BYTES = 64 * 1024 * 1024
 
 
 class ProtocolError(Exception):
@@ -46,7 +54,7 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def decode_body(body: bytes) -> dict[str, Any]:
+def decode_body(body: bytes | bytearray) -> dict[str, Any]:
     """Parse a frame body; the result must be a JSON object.
 
     Raises:
@@ -54,7 +62,7 @@ def decode_body(body: bytes) -> dict[str, Any]:
     """
     try:
         value = json.loads(body.decode("utf-8", "surrogatepass"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ProtocolError(f"invalid frame body: {exc}") from None
     if not isinstance(value, dict):
         raise ProtocolError("frame body is not a JSON object")
@@ -63,26 +71,29 @@ def decode_body(body: bytes) -> dict[str, Any]:
 
 # -- sockets -----------------------------------------------------------------------------------
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ProtocolError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 20))
+        if not k:
+            raise ProtocolError(f"connection closed after {got} of {n} bytes")
+        got += k
+    return buf
 
 
 def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
-    """Send one frame on a connected socket (``sendall``)."""
+    """Send one frame on a connected socket (``sendall``; the socket's timeout applies)."""
     sock.sendall(encode_frame(message))
 
 
 def recv_message(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> dict[str, Any]:
-    """Read exactly one frame from ``sock``.
+    """Read exactly one frame from ``sock`` (the socket's timeout applies to each read).
 
     Raises:
         ProtocolError: closed connection, oversize frame or bad body.
+        OSError: the socket failed or timed out (``TimeoutError``).
     """
     (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
     if size > max_bytes:
@@ -92,34 +103,67 @@ def recv_message(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> dict[
 
 # -- pipes / files -----------------------------------------------------------------------------
 
-def _read_exact_fd(fd: int, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(fd, min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ProtocolError(f"pipe closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
+def _wait(fd: int, deadline: float | None, *, write: bool) -> None:
+    """Block until ``fd`` is readable (or writable) or raise ``TimeoutError`` at ``deadline``."""
+    if deadline is None:
+        return
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the peer did not complete the frame in time")
+        r, w, _ = select.select([] if write else [fd], [fd] if write else [], [], left)
+        if r or w:
+            return
 
 
-def write_message_fd(fd: int, message: dict[str, Any]) -> None:
-    """Write one frame to a pipe file descriptor, retrying short writes."""
+def _read_exact_fd(fd: int, n: int, deadline: float | None) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        _wait(fd, deadline, write=False)
+        k = os.readv(fd, [view[got:got + (1 << 20)]])
+        if not k:
+            raise ProtocolError(f"pipe closed after {got} of {n} bytes")
+        got += k
+    return buf
+
+
+def write_message_fd(fd: int, message: dict[str, Any], deadline: float | None = None) -> None:
+    """Write one frame to a pipe file descriptor, retrying short writes.
+
+    With ``deadline`` the descriptor must be non-blocking (``os.set_blocking(fd, False)``) and the
+    whole frame must be written by then.
+
+    Raises:
+        TimeoutError: ``deadline`` passed before the frame was written.
+        OSError: the pipe is closed (``BrokenPipeError``) or failed.
+    """
     data = memoryview(encode_frame(message))
     while data:
-        written = os.write(fd, data)
+        _wait(fd, deadline, write=True)
+        try:
+            written = os.write(fd, data[: 1 << 16])
+        except BlockingIOError:
+            continue
         data = data[written:]
 
 
-def read_message_fd(fd: int, max_bytes: int = MAX_FRAME_BYTES) -> dict[str, Any]:
+def read_message_fd(fd: int, max_bytes: int = MAX_FRAME_BYTES, deadline: float | None = None) -> dict[str, Any]:
     """Read exactly one frame from a pipe file descriptor.
+
+    Args:
+        max_bytes: larger frames are refused before anything is allocated.
+        deadline: ``time.monotonic()`` value by which the whole frame must have arrived.
 
     Raises:
         ProtocolError: EOF, oversize frame or bad body.
+        TimeoutError: ``deadline`` passed first (the stream is then out of sync: close it).
     """
-    (size,) = HEADER.unpack(_read_exact_fd(fd, HEADER.size))
+    (size,) = HEADER.unpack(_read_exact_fd(fd, HEADER.size, deadline))
     if size > max_bytes:
         raise ProtocolError(f"frame of {size} bytes exceeds the {max_bytes}-byte limit")
-    return decode_body(_read_exact_fd(fd, size))
+    return decode_body(_read_exact_fd(fd, size, deadline))
 
 
 def write_message_stream(stream: BinaryIO, message: dict[str, Any]) -> None:

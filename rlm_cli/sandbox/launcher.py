@@ -2,19 +2,26 @@
 or ``none``. The worker module and protocol are the same at every level; only the command that
 starts it differs.
 
-What each level does (the README has the user-facing table):
+What each level does (the README has the user-facing table; ``tests/test_security.py`` proves it):
 
 * every level: a separate process, a scrubbed environment (no API keys; ``HOME`` and ``TMPDIR``
   point at a fresh scratch folder that is the working directory and is deleted on close), its
-  own session (Ctrl-C reaches the parent only), stdout discarded, stderr tail kept for crash
-  reports, a per-cell timeout after which the worker is killed and restarted.
-* ``process``: plus ``setrlimit`` limits (address space, CPU seconds, processes, file size,
-  open files, no core dumps); when run as root the worker drops to ``nobody`` first, because
-  Linux does not apply the process limit to root.
-* ``bwrap``: plus bubblewrap namespaces: no network (``--unshare-net``), private PID/IPC/UTS,
-  the filesystem read-only, ``/tmp``, the home folder, the rlm config/cache/data folders and
-  the corpus folders hidden; the corpus reaches the worker only as the bundle files.
-* ``sandbox-exec`` (macOS): plus a profile that denies network except Unix sockets.
+  own session (Ctrl-C reaches the parent only), stdout discarded, an 8 KiB stderr tail kept for
+  crash reports, a per-cell timeout after which the worker is killed and restarted, and a
+  validated control channel (a frame must arrive whole before the deadline, is size-limited,
+  and must answer the request it was sent for).
+* ``process`` (and ``bwrap``): ``setrlimit`` limits (address space, CPU seconds, processes, file
+  size, open files, no core dumps), no-new-privileges and death with the parent. Run as root,
+  the worker becomes ``nobody`` (Linux does not apply the process limit to root, and ``nobody``
+  cannot signal the parent); if ``nobody`` cannot read the interpreter it keeps only
+  ``CAP_DAC_READ_SEARCH``. On Linux the parent becomes a child subreaper, so processes the
+  worker detaches (``setsid`` + double fork) come back to it and are killed with the worker.
+* ``bwrap``: bubblewrap namespaces: no network (``--unshare-net``), private PID/IPC/UTS/cgroup,
+  an empty root filesystem with only the system folders (``/usr``, ``/etc``...), the Python
+  installation and the worker package bound read-only; the scratch folder is a size-limited
+  tmpfs, the LMHandler socket folder is the only host path reachable besides those, and the
+  corpus reaches the worker only as the bundle files.
+* ``sandbox-exec`` (macOS, untested): a profile that denies network except Unix sockets.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 import os
 import platform
 import pwd
-import select
+import secrets
 import shutil
 import signal
 import subprocess
@@ -42,24 +49,49 @@ LEVELS = ("auto", "bwrap", "sandbox-exec", "process", "none")
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 #: Seconds the worker gets to start and load the corpus.
 START_TIMEOUT = 60.0
+#: Characters of one block's output the parent accepts (the worker keeps 220,000).
+MAX_OUTPUT_CHARS = 256_000
+#: Folders bound read-only into the bwrap sandbox when they exist; everything else on the host
+#: (home folders, /work, /srv, /mnt, /opt, /var, /run, /tmp...) is simply absent.
+BWRAP_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+                     "/nix/store", "/gnu/store")
+#: Host paths hidden even inside the bound system folders.
+BWRAP_ALWAYS_HIDDEN = ("/etc/ssh", "/etc/ssl/private")
 _PKG_DIR = Path(__file__).resolve().parent.parent  # .../rlm_cli
-_bwrap_ok: bool | None = None
+_PR_SET_CHILD_SUBREAPER = 36
+_bwrap_probe: tuple[bool, str] | None = None
+#: pids of running workers of every Sandbox in this process (never reaped as strays).
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+_subreaper: bool | None = None
+
+
+def bwrap_status() -> tuple[bool, str]:
+    """``(usable, detail)``: whether ``bwrap`` exists and can create the namespaces and mounts we
+    use, and why not (or its path). Probed once per process."""
+    global _bwrap_probe
+    if _bwrap_probe is None:
+        exe = shutil.which("bwrap")
+        if not sys.platform.startswith("linux"):
+            _bwrap_probe = (False, "bubblewrap is Linux-only")
+        elif not exe:
+            _bwrap_probe = (False, "bwrap is not installed (apt-get install bubblewrap)")
+        else:
+            probe = [exe, *_bwrap_ns_flags(), "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+                     "--proc", "/proc", "--perms", "0777", "--size", "1048576", "--tmpfs", "/tmp", "true"]
+            try:
+                res = subprocess.run(probe, capture_output=True, timeout=10)
+                err = res.stderr.decode("utf-8", "replace").strip().splitlines()
+                _bwrap_probe = (res.returncode == 0, exe if res.returncode == 0 else
+                                f"{exe} cannot create the sandbox here: {err[-1] if err else res.returncode}")
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                _bwrap_probe = (False, f"{exe} failed: {exc}")
+    return _bwrap_probe
 
 
 def bwrap_available() -> bool:
     """True if ``bwrap`` exists and can create the namespaces we use (probed once per process)."""
-    global _bwrap_ok
-    if _bwrap_ok is None:
-        exe = shutil.which("bwrap")
-        _bwrap_ok = False
-        if exe and sys.platform.startswith("linux"):
-            try:
-                probe = subprocess.run([exe, *_bwrap_ns_flags(), "--ro-bind", "/", "/", "--dev", "/dev",
-                                        "--proc", "/proc", "true"], capture_output=True, timeout=10)
-                _bwrap_ok = probe.returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                _bwrap_ok = False
-    return _bwrap_ok
+    return bwrap_status()[0]
 
 
 def _bwrap_ns_flags() -> list[str]:
@@ -84,10 +116,10 @@ def resolve_level(requested: str) -> tuple[str, str | None]:
         if has_sbx:
             return "sandbox-exec", None
         return "process", ("sandbox: bubblewrap is not available, so model code runs as a plain process "
-                           "with resource limits and no API keys, but it CAN reach the network and read "
-                           "your files (install bubblewrap: apt-get install bubblewrap)")
+                           "with resource limits and no API keys in its environment, but it CAN reach the "
+                           "network and read your files (install bubblewrap: apt-get install bubblewrap)")
     if requested == "bwrap" and not bwrap_available():
-        raise UsageError("--sandbox bwrap: bubblewrap is not installed or cannot create namespaces here",
+        raise UsageError(f"--sandbox bwrap: {bwrap_status()[1]}",
                          hint="install bubblewrap or use --sandbox process")
     if requested == "sandbox-exec" and not has_sbx:
         raise UsageError("--sandbox sandbox-exec is only available on macOS")
@@ -102,7 +134,8 @@ class Limits:
 
     memory_bytes: int = 4 * 1024**3
     cpu_seconds: int = 3600
-    file_bytes: int = 1024**3
+    #: Largest file the worker may write, and the size of its scratch tmpfs under bwrap.
+    file_bytes: int = 512 * 1024**2
     open_files: int = 256
     #: Processes (threads count) beyond those the worker's user already has.
     extra_processes: int = 128
@@ -115,14 +148,13 @@ class Limits:
 
 
 def _count_processes(uid: int) -> int:
-    """Threads owned by ``uid`` now (RLIMIT_NPROC counts threads per real user)."""
+    """Threads owned by ``uid`` now (RLIMIT_NPROC counts threads per real user, machine-wide)."""
     total = 0
     try:
         for pid in os.listdir("/proc"):
             if pid.isdigit():
                 try:
-                    st = os.stat(f"/proc/{pid}")
-                    if st.st_uid == uid:
+                    if os.stat(f"/proc/{pid}").st_uid == uid:
                         total += max(1, len(os.listdir(f"/proc/{pid}/task")))
                 except OSError:
                     continue
@@ -133,8 +165,8 @@ def _count_processes(uid: int) -> int:
 
 @dataclass
 class ExecResult:
-    """What one code block produced. ``lost`` says why the REPL state was lost (timeout or
-    crash), in which case the worker was restarted with ``context`` reloaded."""
+    """What one code block produced. ``lost`` says why the REPL state was lost (timeout, crash or
+    a broken control frame), in which case the worker was restarted with ``context`` reloaded."""
 
     output: str
     output_chars: int
@@ -154,11 +186,20 @@ class WorkerSpec:
     context_text: str | None = None
 
 
+@dataclass
+class Drop:
+    """The user the worker becomes when started as root, and the capabilities it keeps."""
+
+    uid: int
+    gid: int
+    keep_caps: tuple[str, ...] = ()
+
+
 class Sandbox:
     """One REPL worker process and its scratch folder.
 
-    Use as a context manager; ``close()`` kills the worker's whole process group and deletes
-    the scratch folder. Not thread-safe: one ``execute`` at a time.
+    Use as a context manager; ``close()`` kills the worker with everything it started and
+    deletes the scratch folder. Not thread-safe: one ``execute`` at a time.
     """
 
     def __init__(self, level: str, spec: WorkerSpec, *, socket_path: str, token: str,
@@ -175,8 +216,13 @@ class Sandbox:
         self.scratch: Path | None = None
         self._wfd = self._rfd = -1
         self._stderr_tail = b""
+        self._drain: threading.Thread | None = None
+        self._drain_stop = threading.Event()
+        self._started_ticks = 0
         self.restarts = 0
         self.notes: list[str] = []
+        #: The user the worker runs as after start (``None``: the parent's).
+        self.drop: Drop | None = None
         #: Host paths the bwrap level hides besides home and the rlm folders (the corpus roots).
         self.hide_paths: tuple[str, ...] = ()
 
@@ -188,18 +234,23 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drop_to(self) -> tuple[int, int] | None:
-        if self.level == "process" and not all(_world_readable(p) for p in _python_roots()):
-            self.notes.append("running as root with an interpreter that other users cannot read, so the "
-                              "worker stays root and the process-count limit does not apply")
+    def _drop_to(self) -> Drop | None:
+        if self.level not in ("process", "bwrap") or os.geteuid() != 0:
             return None
-        if self.level in ("process", "bwrap") and os.geteuid() == 0:
-            try:
-                pw = pwd.getpwnam("nobody")
-                return pw.pw_uid, pw.pw_gid
-            except KeyError:
-                return 65534, 65534
-        return None
+        try:
+            pw = pwd.getpwnam("nobody")
+            uid, gid = pw.pw_uid, pw.pw_gid
+        except KeyError:
+            uid, gid = 65534, 65534
+        needed = [*_python_roots(), str(_PKG_DIR)]
+        readable = (all(_mode_allows_others(p) for p in needed) if self.level == "bwrap"
+                    else all(_world_readable(p) for p in needed))
+        if readable:
+            return Drop(uid, gid)
+        self.notes.append("the Python installation is not readable by other users, so the worker (running as "
+                          "nobody) keeps the capability to read every file (CAP_DAC_READ_SEARCH); install "
+                          "Python in a world-readable place to remove it")
+        return Drop(uid, gid, ("CAP_DAC_READ_SEARCH",))
 
     def start(self) -> None:
         """Start the worker and wait until it has loaded the corpus.
@@ -207,11 +258,14 @@ class Sandbox:
         Raises:
             SandboxError: the worker failed to start or load within ``START_TIMEOUT`` seconds.
         """
+        self.notes = []
         if self.scratch is None:
             self.scratch = Path(tempfile.mkdtemp(prefix="rlm-scratch-"))
-        drop = self._drop_to()
+        self.drop = drop = self._drop_to()
         if drop:
-            os.chown(self.scratch, *drop)
+            os.chown(self.scratch, drop.uid, drop.gid)
+        if self.level in ("process", "none"):
+            _become_subreaper()
         p_read, c_write = os.pipe()
         c_read, p_write = os.pipe()
         argv = self._command(c_read, c_write)
@@ -219,43 +273,53 @@ class Sandbox:
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONIOENCODING="utf-8")
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, pass_fds=(c_read, c_write),
-                                         cwd=self.scratch, env=env, start_new_session=True)
+            with _LIVE_LOCK:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.PIPE, pass_fds=(c_read, c_write),
+                                             cwd=self.scratch, env=env, start_new_session=True)
+                _LIVE.add(self.proc.pid)
         except OSError as exc:
             for fd in (p_read, c_write, c_read, p_write):
                 os.close(fd)
             raise SandboxError(f"cannot start the REPL worker: {exc}") from None
+        self._started_ticks = _start_ticks(self.proc.pid)
         os.close(c_read)
         os.close(c_write)
         self._rfd, self._wfd = p_read, p_write
-        threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
+        os.set_blocking(self._wfd, False)
+        self._stderr_tail = b""
+        self._drain_stop = threading.Event()
+        self._drain = threading.Thread(target=self._drain_stderr, args=(self.proc, self._drain_stop),
+                                       name="sandbox-stderr", daemon=True)
+        self._drain.start()
         inside = self._inside_paths()
         config: dict[str, Any] = {
             "type": "load", "socket": inside["socket"], "token": self.token,
-            "limits": self.limits.rlimits(drop[0] if drop else os.geteuid()) if self.level != "none" else {},
-            "drop_to": list(drop) if drop else None,
+            "limits": self.limits.rlimits(drop.uid if drop else os.geteuid()) if self.level != "none" else {},
+            "drop_to": [drop.uid, drop.gid] if drop else None, "keep_caps": list(drop.keep_caps) if drop else [],
+            "harden": self.level != "none",
             "index_file": inside.get("index"), "context_file": inside.get("context"),
             "context_text": self.spec.context_text,
         }
+        deadline = time.monotonic() + START_TIMEOUT
         try:
-            protocol.write_message_fd(self._wfd, config)
-            reply = self._read(START_TIMEOUT)
-        except (OSError, protocol.ProtocolError, TimeoutError) as exc:
-            detail = self._stderr_tail.decode("utf-8", "replace").strip().splitlines()[-3:]
+            protocol.write_message_fd(self._wfd, config, deadline)
+            reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
+        except (OSError, protocol.ProtocolError) as exc:
             self._kill()
+            detail = self._stderr_tail.decode("utf-8", "replace").strip().splitlines()[-3:]
             raise SandboxError(f"the REPL worker ({self.level}) failed to start: {exc}"
                                + (f": {' / '.join(detail)}" if detail else "")) from None
         if reply.get("type") != "ready":
             self._kill()
-            raise SandboxError(f"the REPL worker failed to start: {reply.get('error', reply)}")
-        self.notes = list(reply.get("notes", []))
+            raise SandboxError(f"the REPL worker ({self.level}) failed to start: {reply.get('error', reply)}")
+        self.notes += [str(n) for n in reply.get("notes", [])]
 
     def close(self) -> None:
-        """Kill the worker (its whole process group) and delete the scratch folder."""
+        """Kill the worker (and every process it started) and delete the scratch folder."""
         if self.proc is not None and self.proc.poll() is None:
             try:
-                protocol.write_message_fd(self._wfd, {"type": "shutdown"})
+                protocol.write_message_fd(self._wfd, {"type": "shutdown"}, time.monotonic() + 0.5)
                 self.proc.wait(timeout=0.5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -266,16 +330,21 @@ class Sandbox:
 
     def _kill(self) -> None:
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            pid = self.proc.pid
+            for kill in (os.killpg, os.kill):  # its session first, then the worker itself
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if self.level in ("process", "none"):
+                _kill_strays(pid, self._started_ticks, self.drop.uid if self.drop else None)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-            if self.proc.stderr:
-                self.proc.stderr.close()
+            with _LIVE_LOCK:
+                _LIVE.discard(pid)
+            self._drain_stop.set()
             self.proc = None
         for fd in (self._rfd, self._wfd):
             if fd >= 0:
@@ -286,7 +355,11 @@ class Sandbox:
         self._rfd = self._wfd = -1
 
     def restart(self) -> None:
-        """Kill and start a fresh worker (REPL variables are lost; ``context`` is reloaded)."""
+        """Kill and start a fresh worker (REPL variables are lost; ``context`` is reloaded).
+
+        Raises:
+            SandboxError: the new worker failed to start.
+        """
         self._kill()
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
@@ -296,46 +369,46 @@ class Sandbox:
 
     # -- running code ----------------------------------------------------------------------------
     def execute(self, code: str, cell: int = 0) -> ExecResult:
-        """Run ``code`` in the REPL and wait at most ``cell_timeout`` seconds.
+        """Run ``code`` in the REPL and wait at most ``cell_timeout`` seconds for its whole result.
 
-        A timeout or a crash kills and restarts the worker and returns ``lost`` set.
+        A timeout, a crash or a malformed control frame kills and restarts the worker and returns
+        ``lost`` set (the model is told; the run goes on).
 
         Raises:
             SandboxError: the worker could not be restarted.
         """
         started = time.monotonic()
+        deadline = started + self.cell_timeout
+        req_id = secrets.token_hex(8)
         try:
             if self.proc is None:
                 raise protocol.ProtocolError("no worker")
-            protocol.write_message_fd(self._wfd, {"type": "exec", "code": code, "cell": cell})
-            reply = self._read(self.cell_timeout)
+            protocol.write_message_fd(self._wfd, {"type": "exec", "code": code, "cell": cell, "id": req_id},
+                                      deadline)
+            while True:  # frames answering another request (stale or forged by model code) are dropped
+                reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
+                if reply.get("id") == req_id:
+                    break
+            result = _parse_result(reply)
         except TimeoutError:
-            self.restart()
-            return ExecResult("", 0, False, elapsed_s=time.monotonic() - started,
-                              lost=f"the cell timed out after {self.cell_timeout:g} s and was killed")
-        except (OSError, protocol.ProtocolError):
-            why = self._death_reason()
-            self.restart()
-            return ExecResult("", 0, False, elapsed_s=time.monotonic() - started,
-                              lost=f"the REPL worker crashed ({why})")
-        return ExecResult(output=str(reply.get("output", "")), output_chars=int(reply.get("output_chars", 0)),
-                          ok=bool(reply.get("ok")), final=_opt_str(reply.get("final")),
-                          final_error=_opt_str(reply.get("final_error")),
-                          elapsed_s=float(reply.get("elapsed_s", 0.0)))
+            lost = f"the cell timed out after {self.cell_timeout:g} s and was killed"
+        except (OSError, protocol.ProtocolError) as exc:
+            lost = self._failure(exc)
+        else:
+            return result
+        self.restart()
+        return ExecResult("", 0, False, elapsed_s=time.monotonic() - started, lost=lost)
 
-    def _read(self, timeout: float) -> dict[str, Any]:
-        ready, _, _ = select.select([self._rfd], [], [], timeout)
-        if not ready:
-            raise TimeoutError(f"no answer within {timeout:g} s")
-        return protocol.read_message_fd(self._rfd)
-
-    def _death_reason(self) -> str:
+    def _failure(self, exc: BaseException) -> str:
+        """Why the control channel failed: the worker died (how), or it broke the protocol."""
         if self.proc is None:
-            return "not running"
+            return "the REPL worker was not running"
         try:
-            code = self.proc.wait(timeout=2)
+            code = self.proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
-            return "it stopped answering"
+            return f"the REPL worker broke the control protocol ({exc}) and was killed"
+        if self._drain is not None:
+            self._drain.join(timeout=1.0)
         tail = self._stderr_tail.decode("utf-8", "replace").strip().splitlines()
         # bwrap reports the child's status as its own exit code (128 + signal for signals).
         if code < 0 or code > 128:
@@ -347,15 +420,27 @@ class Sandbox:
             reason = f"killed by {name}"
         else:
             reason = f"exit status {code}"
-        return reason + (f"; last stderr: {tail[-1][:200]}" if tail else "")
+        return f"the REPL worker crashed ({reason}" + (f"; last stderr: {tail[-1][:200]}" if tail else "") + ")"
 
-    def _drain_stderr(self, proc: subprocess.Popen[bytes]) -> None:
+    def _drain_stderr(self, proc: subprocess.Popen[bytes], stop: threading.Event) -> None:
+        """Keep the last 8 KiB of the worker's stderr; ends at EOF or when ``stop`` is set."""
         assert proc.stderr is not None
+        fd = proc.stderr.fileno()
         try:
-            for line in iter(lambda: proc.stderr.read1(4096), b""):  # type: ignore[union-attr,attr-defined]
-                self._stderr_tail = (self._stderr_tail + line)[-8192:]
+            import select
+
+            while not stop.is_set():
+                ready, _, _ = select.select([fd], [], [], 0.25)
+                if not ready:
+                    continue
+                data = os.read(fd, 65536)
+                if not data:
+                    break
+                self._stderr_tail = (self._stderr_tail + data)[-8192:]
         except (OSError, ValueError):
             pass
+        finally:
+            proc.stderr.close()
 
     # -- commands per level ----------------------------------------------------------------------
     def _inside_paths(self) -> dict[str, str]:
@@ -385,48 +470,185 @@ class Sandbox:
         return self._bwrap_command(rfd, wfd)
 
     def _bwrap_command(self, rfd: int, wfd: int) -> list[str]:
+        """The bwrap argv: an empty root with only system folders, Python and the package."""
         assert self.scratch is not None
         from rlm_cli.config import cache_dir, config_dir, data_dir
 
-        args = ["bwrap", *_bwrap_ns_flags(), "--die-with-parent", "--new-session",
-                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        args = ["bwrap", *_bwrap_ns_flags(), "--die-with-parent", "--new-session"]
+        bound: list[str] = []
+        for d in BWRAP_SYSTEM_DIRS:
+            if os.path.islink(d):
+                args += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                args += ["--ro-bind", d, d]
+                bound.append(os.path.realpath(d))
+        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        roots = _python_roots()
+        # Hide what lies inside the bound folders but must stay private: the corpus roots, the rlm
+        # folders, home (when any of them is under /usr, /etc...). Python itself is never hidden.
         hidden = {str(Path.home()), str(config_dir()), str(cache_dir()), str(data_dir()),
-                  "/run", "/var/run", "/var/tmp", "/var/log", "/root", "/home", "/etc/ssh"}
-        hidden.update(self.hide_paths)
-        real = {os.path.realpath(p) for p in hidden if os.path.exists(p)} - {"/", "/tmp"}
-        for path in sorted(real, key=len):
-            if os.path.isdir(path):
-                args += ["--tmpfs", path]
-            else:
-                args += ["--ro-bind", "/dev/null", path]
-        # Re-expose what the worker needs to run: the interpreter and the worker module. Parent
-        # folders that bwrap creates inside a hidden tmpfs must be traversable by ``nobody``.
+                  *BWRAP_ALWAYS_HIDDEN, *self.hide_paths}
+        for path in sorted({os.path.realpath(p) for p in hidden if os.path.exists(p)}, key=len):
+            if (any(_under(path, b) for b in bound) and path not in bound
+                    and not any(_under(r, path) or _under(path, r) for r in roots)):
+                args += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
         made: set[str] = set()
-        for keep in _python_roots():
-            for anc in reversed(Path(keep).parents):
+        for keep in [*roots, *_outside_libs(bound + roots)]:
+            if any(_under(keep, b) for b in bound):
+                continue
+            for anc in reversed(Path(keep).parents):  # folders bwrap makes must be traversable by nobody
                 a = str(anc)
-                if a not in made and any(a.startswith(h + "/") for h in real):
+                if a != "/" and a not in made and not any(_under(a, b) for b in bound):
                     args += ["--perms", "0755", "--dir", a]
                     made.add(a)
             args += ["--ro-bind", keep, keep]
+            bound.append(keep)
         for inner in ("/tmp/rlm", "/tmp/rlm/pkg", "/tmp/rlm/sock", "/tmp/rlm/corpus"):
             args += ["--perms", "0755", "--dir", inner]
         args += ["--ro-bind", str(_PKG_DIR), "/tmp/rlm/pkg/rlm_cli",
-                 "--bind", str(self.scratch), str(self.scratch),
+                 "--perms", "0777", "--size", str(self.limits.file_bytes), "--tmpfs", str(self.scratch),
                  "--ro-bind", os.path.dirname(self.socket_path), "/tmp/rlm/sock",
                  "--chdir", str(self.scratch)]
         if self.spec.index_file and self.spec.context_file:
             args += ["--ro-bind", str(self.spec.index_file), "/tmp/rlm/corpus/index.json",
                      "--ro-bind", str(self.spec.context_file), "/tmp/rlm/corpus/context.txt"]
         if os.geteuid() == 0:
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+            if self.drop and self.drop.keep_caps:
+                args += ["--cap-add", "CAP_DAC_READ_SEARCH"]
         return [*args, *self._python_argv("/tmp/rlm/pkg", rfd, wfd)]
+
+
+def _parse_result(msg: dict[str, Any]) -> ExecResult:
+    """Check a ``result`` frame field by field (model code can forge frames).
+
+    Raises:
+        ProtocolError: a field is missing or has the wrong type.
+    """
+    def opt_str(key: str) -> str | None:
+        value = msg.get(key)
+        if value is not None and not isinstance(value, str):
+            raise protocol.ProtocolError(f"result field {key!r} is not a string")
+        return value
+
+    output, chars, ok, elapsed = msg.get("output"), msg.get("output_chars"), msg.get("ok"), msg.get("elapsed_s", 0.0)
+    if (msg.get("type") != "result" or not isinstance(output, str) or not isinstance(ok, bool)
+            or not isinstance(chars, int) or isinstance(chars, bool) or chars < 0
+            or not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool)):
+        raise protocol.ProtocolError("malformed result frame")
+    if len(output) > MAX_OUTPUT_CHARS:
+        output = output[:MAX_OUTPUT_CHARS]
+    return ExecResult(output=output, output_chars=max(chars, len(output)), ok=ok, final=opt_str("final"),
+                      final_error=opt_str("final_error"), elapsed_s=float(elapsed))
+
+
+# -- processes -------------------------------------------------------------------------------------
+
+def _become_subreaper() -> bool:
+    """Make this process the child subreaper (Linux), so processes a worker detaches are
+    re-parented here instead of to init and can be found and killed. Idempotent."""
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), ctypes.c_ulong(0),
+                                        ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0
+            except (OSError, AttributeError):
+                _subreaper = False
+    return _subreaper
+
+
+def _stat(pid: int | str) -> tuple[int, int] | None:
+    """``(ppid, start time in clock ticks)`` of a process, or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _start_ticks(pid: int) -> int:
+    st = _stat(pid)
+    return st[1] if st else 0
+
+
+def _kill_strays(worker: int, since: int, uid: int | None) -> None:
+    """Kill the worker's descendants and every process re-parented to us (as subreaper) since the
+    worker started that is not another live worker (and, when the worker dropped to ``uid``, that
+    belongs to ``uid``); reap the ones that are our children. Loops until none is left (a fork
+    bomb stops growing at its process limit, so this converges)."""
+    if not sys.platform.startswith("linux") or not os.path.isdir("/proc"):
+        return
+    me = os.getpid()
+    for _ in range(100):
+        table: dict[int, int] = {}
+        strays: set[int] = set()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            st = _stat(name)
+            if st is None:
+                continue
+            pid = int(name)
+            table[pid] = st[0]
+            if st[0] == me and pid not in _LIVE and st[1] >= since:
+                try:
+                    if uid is None or os.stat(f"/proc/{pid}").st_uid == uid:
+                        strays.add(pid)
+                except OSError:
+                    continue
+        victims = set(strays)
+        frontier = {worker, *strays}
+        while frontier:
+            frontier = {p for p, pp in table.items() if pp in frontier and p not in victims}
+            victims |= frontier
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+
+
+# -- paths -----------------------------------------------------------------------------------------
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _python_roots() -> list[str]:
     """Folders the worker's interpreter needs: its prefixes and the real executable's folder."""
     return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix,
                                                   os.path.dirname(os.path.realpath(sys.executable)))})
+
+
+def _outside_libs(roots: list[str]) -> list[str]:
+    """Shared libraries this interpreter has mapped that lie outside ``roots`` (bound one by one,
+    so an interpreter linked against libraries elsewhere still starts in the sandbox)."""
+    found: set[str] = set()
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split(None, 5)
+                path = parts[5].strip() if len(parts) == 6 else ""
+                if path.startswith("/") and ".so" in os.path.basename(path) and os.path.isfile(path):
+                    real = os.path.realpath(path)
+                    if not any(_under(real, r) for r in roots):
+                        found.add(real)
+    except OSError:
+        pass
+    return sorted(found)
 
 
 def _world_readable(path: str) -> bool:
@@ -441,16 +663,36 @@ def _world_readable(path: str) -> bool:
     return True
 
 
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
+def _mode_allows_others(path: str) -> bool:
+    """True if ``path`` itself lets other users in (under bwrap its parents are recreated 0755)."""
+    try:
+        return bool(os.stat(path).st_mode & 0o005 == 0o005)
+    except OSError:
+        return False
+
+
+LEVEL_PROTECTS = {
+    "bwrap": ("no API keys in its environment; no network (only the model relay's Unix socket); an empty "
+              "filesystem except the system folders and Python, read-only (home, /work, /srv, /mnt, /opt, "
+              "/var, /run, rlm's folders and the corpus folders are absent); the parent and other processes "
+              "invisible; memory, CPU, process, file-size and open-file limits; a size-limited scratch tmpfs; "
+              "per-cell timeout; every process it starts dies with it"),
+    "sandbox-exec": ("no API keys in its environment; no network except Unix sockets; resource limits; "
+                     "per-cell timeout (untested: no macOS in CI)"),
+    "process": ("no API keys in its environment; resource limits; per-cell timeout; as root it runs as "
+                "nobody (cannot signal rlm, process limit applies)"),
+    "none": "no API keys in its environment; per-cell timeout",
+}
+LEVEL_EXPOSES = {
+    "bwrap": "kernel exploits (no seccomp filter); world-readable system files (/usr, /etc); CPU time up to the "
+             "cell timeout",
+    "sandbox-exec": "your files stay readable (and writable where you can write); processes it detaches may survive",
+    "process": "the network; your files (and other processes' environments, where your exported keys live) "
+               "unless run as root; the disk (files up to the size limit each)",
+    "none": "everything: network, files, memory, processes",
+}
 
 
 def describe(level: str) -> str:
     """One line saying what ``level`` protects, for ``rlm doctor`` and ``-v``."""
-    return {
-        "bwrap": "bubblewrap: no network, read-only filesystem, home/config/corpus hidden, resource limits",
-        "sandbox-exec": "macOS sandbox-exec: no network (Unix sockets only), resource limits",
-        "process": "plain process: no API keys, resource limits; network and your files ARE reachable",
-        "none": "none: a separate process without limits; nothing is protected",
-    }.get(level, level) + f" ({platform.system()})"
-
+    return f"{level} ({platform.system()}): " + LEVEL_PROTECTS.get(level, "unknown level")

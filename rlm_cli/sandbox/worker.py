@@ -14,12 +14,12 @@ code block, so rebinding them cannot break the loop.
 from __future__ import annotations
 
 import ast
+import builtins
 import io
 import json
 import os
 import socket
 import sys
-import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -31,18 +31,21 @@ from rlm_cli.sandbox.corpus_helpers import CorpusView
 #: Characters of a block's stdout kept in memory: head and tail (the middle is counted only).
 KEEP_HEAD = 200_000
 KEEP_TAIL = 20_000
+_BUILTINS = builtins
 RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search",
             "llm_query", "llm_query_batched", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
 
 
 class CappedWriter(io.TextIOBase):
     """A text stream keeping the first ``KEEP_HEAD`` and last ``KEEP_TAIL`` characters written,
-    and counting all of them, so ``print(context)`` of any size costs bounded memory."""
+    and counting all of them, so ``print(context)`` of any size costs bounded memory and
+    linear time (many small writes do not re-copy the tail)."""
 
     def __init__(self) -> None:
         self.head: list[str] = []
         self.head_len = 0
-        self.tail = ""
+        self.tail: list[str] = []
+        self.tail_len = 0
         self.total = 0
 
     def writable(self) -> bool:
@@ -53,22 +56,29 @@ class CappedWriter(io.TextIOBase):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         n = len(s)
         self.total += n
+        if self.head_len >= KEEP_HEAD:  # the hot path of a long print loop
+            self.tail.append(s)
+            self.tail_len += n
+            if self.tail_len > 2 * KEEP_TAIL:  # compact: amortised O(1) per character
+                joined = "".join(self.tail)[-KEEP_TAIL:]
+                self.tail, self.tail_len = [joined], len(joined)
+            return n
         room = KEEP_HEAD - self.head_len
-        if room > 0:
-            self.head.append(s[:room])
-            self.head_len += min(room, n)
-            s = s[room:]
-        if s:
-            self.tail = (self.tail + s)[-KEEP_TAIL:]
+        self.head.append(s[:room])
+        self.head_len += min(room, n)
+        if n > room:
+            self.tail.append(s[room:][-KEEP_TAIL:])
+            self.tail_len += len(self.tail[-1])
         return n
 
     def getvalue(self) -> tuple[str, int]:
         """``(kept text, total characters written)``; an omission marker separates head and tail."""
         head = "".join(self.head)
-        if self.total <= KEEP_HEAD + len(self.tail) and self.total == self.head_len + len(self.tail):
-            return head + self.tail, self.total
-        omitted = self.total - self.head_len - len(self.tail)
-        return f"{head}\n[... {omitted:,} characters omitted ...]\n{self.tail}", self.total
+        tail = "".join(self.tail)[-KEEP_TAIL:]
+        omitted = self.total - self.head_len - len(tail)
+        if omitted <= 0:
+            return head + tail, self.total
+        return f"{head}\n[... {omitted:,} characters omitted ...]\n{tail}", self.total
 
 
 class _FinalSignal:
@@ -98,7 +108,7 @@ class Worker:
         self.socket_path: str = config["socket"]
         self.token: str = config["token"]
         self.final = _FinalSignal()
-        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": _BUILTINS}
         if config.get("index_file"):
             self.corpus = CorpusView.from_bundle(config["index_file"], config["context_file"])
         else:
@@ -187,8 +197,15 @@ class Worker:
 
     # -- running code ----------------------------------------------------------------------------
     def execute(self, code: str, cell: int) -> dict[str, Any]:
-        """Run one code block; returns the ``result`` control message."""
+        """Run one code block; returns the ``result`` control message.
+
+        The helper names and ``__builtins__`` are restored first, so a block that rebound
+        ``FINAL`` or ``llm_query`` (or deleted ``context``) cannot break the next one. Output
+        goes to a :class:`CappedWriter` written directly (not through ``print``), so model code
+        that rebinds ``builtins.print`` cannot break the report either.
+        """
         self.namespace.update(self._helpers)
+        self.namespace["__builtins__"] = _BUILTINS
         self.final = _FinalSignal()
         out = CappedWriter()
         old = sys.stdout, sys.stderr
@@ -204,23 +221,30 @@ class Worker:
             if last is not None:
                 value = eval(compile(ast.Expression(last.value), f"<cell {cell}>", "eval"), self.namespace)
                 if value is not None and self.final.value is None:
-                    print(repr(value) if not isinstance(value, str) else value)
+                    out.write((value if isinstance(value, str) else repr(value)) + "\n")
         except SystemExit:
             ok = False
-            print("SystemExit: exit() is disabled in the REPL; call FINAL(answer) to finish")
+            out.write("SystemExit: exit() is disabled in the REPL; call FINAL(answer) to finish\n")
         except BaseException:  # noqa: BLE001 - model code may raise anything; it reads the traceback
             ok = False
-            etype, evalue, tb = sys.exc_info()
-            frames = [f for f in traceback.extract_tb(tb) if f.filename.startswith("<cell")]
-            text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
-            text += "".join(traceback.format_exception_only(etype, evalue))
-            print(text, end="")
+            out.write(_format_error(sys.exc_info()))
         finally:
             sys.stdout, sys.stderr = old
         text, total = out.getvalue()
         return {"type": "result", "ok": ok, "output": text, "output_chars": total,
                 "final": self.final.value, "final_error": self.final.error,
                 "elapsed_s": round(time.monotonic() - started, 4)}
+
+
+def _format_error(info: Any) -> str:
+    """The traceback of a failed block, limited to the block's own frames."""
+    etype, evalue, tb = info
+    try:
+        frames = [f for f in traceback.extract_tb(tb) if f.filename.startswith("<cell")]
+        text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+        return text + "".join(traceback.format_exception_only(etype, evalue))
+    except BaseException:  # noqa: BLE001 - a hostile __str__ must not take the worker down
+        return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
 
 
 def _prompt_payload(prompt: Any) -> Any:
@@ -233,8 +257,16 @@ def _prompt_payload(prompt: Any) -> Any:
 
 # -- process entry -------------------------------------------------------------------------------
 
+#: prctl options and capability numbers used below (linux/prctl.h, linux/capability.h).
+_PR_SET_PDEATHSIG, _PR_SET_KEEPCAPS, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT = 1, 8, 24, 38, 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_CAPS = {"CAP_DAC_READ_SEARCH": 2}
+_CAP_VERSION_3 = 0x20080522
+
+
 def apply_limits(limits: dict[str, int]) -> list[str]:
-    """Apply ``resource`` limits named like ``RLIMIT_AS`` (values in bytes/seconds/counts).
+    """Apply ``resource`` limits named like ``RLIMIT_AS`` (values in bytes/seconds/counts); soft
+    and hard limits are both set, so model code cannot raise them again.
 
     Returns notes for limits that could not be applied (never raises).
     """
@@ -256,29 +288,156 @@ def apply_limits(limits: dict[str, int]) -> list[str]:
     return notes
 
 
-def drop_privileges(uid: int, gid: int) -> None:
-    """If running as root, become ``uid``/``gid`` (so per-user process limits apply)."""
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, arg2: int = 0) -> None:
+    """``prctl(option, arg2, 0, 0, 0)``.
+
+    Raises:
+        OSError: the call failed.
+    """
+    import ctypes
+
+    libc = _libc()
+    if libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+def _set_caps(keep: int) -> None:
+    """Set this thread's effective and permitted capabilities to the mask ``keep`` and the
+    inheritable set to empty (``capset(2)``; lowering is always allowed).
+
+    Raises:
+        OSError: the call failed.
+    """
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    data = (Data * 2)(Data(keep & 0xFFFFFFFF, keep & 0xFFFFFFFF, 0), Data(keep >> 32, keep >> 32, 0))
+    libc = _libc()
+    if libc.capset(ctypes.byref(Header(_CAP_VERSION_3, 0)), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+
+
+def _drop_bounding_set(keep: int) -> None:
+    """Remove every capability but ``keep`` from the bounding set, so no later ``execve`` can
+    regain one (needs CAP_SETPCAP; without it the set stays and no-new-privileges still holds)."""
+    for cap in range(64):
+        if keep & (1 << cap):
+            continue
+        try:
+            _prctl(_PR_CAPBSET_DROP, cap)
+        except OSError as exc:
+            if exc.errno == 22:  # EINVAL: past the last capability this kernel knows
+                return
+            if exc.errno == 1:  # EPERM: no CAP_SETPCAP
+                return
+            raise
+
+
+def drop_privileges(uid: int, gid: int, keep_caps: list[str] | tuple[str, ...] = ()) -> None:
+    """If running as root, become ``uid``/``gid`` (so per-user process limits apply and the
+    parent cannot be signalled), keeping only the capabilities named in ``keep_caps``
+    (``CAP_DAC_READ_SEARCH`` when the interpreter is not readable by ``uid``); every other
+    capability set, the inheritable, ambient and bounding ones included, ends up empty.
+
+    Raises:
+        OSError: a step failed (the worker must then refuse to run model code).
+    """
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
+        return
+    mask = 0
+    for name in keep_caps:
+        mask |= 1 << _CAPS[name]
+    linux = sys.platform.startswith("linux")
+    if linux:
+        _drop_bounding_set(mask)
+        if mask:
+            _prctl(_PR_SET_KEEPCAPS, 1)
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    if linux:
+        _set_caps(mask)
+        _prctl(_PR_SET_KEEPCAPS, 0)
+        try:
+            _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+        except OSError:
+            pass  # kernels before 4.3 have no ambient set
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise OSError(f"still uid {os.geteuid()} after setuid({uid})")
+
+
+def harden(parent_pid: int) -> list[str]:
+    """Linux hardening that needs no privileges: no new privileges through setuid binaries or
+    file capabilities (``PR_SET_NO_NEW_PRIVS``), and death with the parent (``PR_SET_PDEATHSIG``).
+
+    Returns notes for what could not be done. Exits at once if the parent is already gone.
+    """
+    notes: list[str] = []
+    if not sys.platform.startswith("linux"):
+        return notes
+    import signal
+
+    for option, arg, what in ((_PR_SET_NO_NEW_PRIVS, 1, "no-new-privileges"),
+                              (_PR_SET_PDEATHSIG, int(signal.SIGKILL), "parent-death signal")):
+        try:
+            _prctl(option, arg)
+        except (OSError, AttributeError) as exc:
+            notes.append(f"{what} could not be set: {exc}")
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(1)
+    return notes
+
+
+def _result_frame(result: dict[str, Any]) -> dict[str, Any]:
+    """``result``, with a FINAL answer too large for one control frame replaced by an error."""
+    if result.get("final") is not None and len(result["final"]) * 4 > protocol.MAX_CONTROL_BYTES // 2:
+        size = len(protocol.encode_frame(result))
+        if size > protocol.MAX_CONTROL_BYTES - 4096:
+            result = dict(result, final=None, final_error=(
+                f"the FINAL answer is {size:,} bytes; answers are limited to "
+                f"{protocol.MAX_CONTROL_BYTES // 2**20} MiB. Give a shorter answer"))
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``worker.py READ_FD WRITE_FD``; serves control messages until shutdown/EOF."""
+    """Entry point: ``worker.py READ_FD WRITE_FD``; serves control messages until shutdown/EOF.
+
+    The first message (``load``) carries the LMHandler socket and token, the limits, the user
+    to drop to and the corpus to load; the worker answers ``ready`` (or ``error``), then runs
+    each ``exec`` and answers with a ``result`` echoing the request's ``id``.
+    """
     argv = sys.argv[1:] if argv is None else argv
     rfd, wfd = int(argv[0]), int(argv[1])
+    parent_pid = os.getppid()
     os.set_inheritable(rfd, False)
     os.set_inheritable(wfd, False)
     sys.stdin = open(os.devnull)  # model code reading stdin must not eat control frames
     config = protocol.read_message_fd(rfd)
-    if config.get("drop_to") is not None:
-        try:
-            drop_privileges(*config["drop_to"])
-        except OSError as exc:
-            protocol.write_message_fd(wfd, {"type": "error", "error": f"cannot drop privileges: {exc}"})
-            return
-    notes = apply_limits(config.get("limits", {}))
+    notes: list[str] = []
+    try:
+        if config.get("drop_to") is not None:
+            uid, gid = config["drop_to"]
+            drop_privileges(int(uid), int(gid), tuple(config.get("keep_caps") or ()))
+        if config.get("harden", True):
+            notes += harden(parent_pid)
+    except OSError as exc:
+        protocol.write_message_fd(wfd, {"type": "error", "error": f"cannot drop privileges: {exc}"})
+        return
+    notes += apply_limits(config.get("limits", {}))
     try:
         worker = Worker(config)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides
@@ -287,7 +446,6 @@ def main(argv: list[str] | None = None) -> None:
     protocol.write_message_fd(wfd, {"type": "ready", "notes": notes, "pid": os.getpid(),
                                     "context_chars": len(worker.context)})
     del config
-    lock = threading.Lock()
     while True:
         try:
             msg = protocol.read_message_fd(rfd)
@@ -295,8 +453,8 @@ def main(argv: list[str] | None = None) -> None:
             return
         if msg.get("type") == "exec":
             result = worker.execute(str(msg.get("code", "")), int(msg.get("cell", 0)))
-            with lock:
-                protocol.write_message_fd(wfd, result)
+            result["id"] = msg.get("id")
+            protocol.write_message_fd(wfd, _result_frame(result))
         elif msg.get("type") == "shutdown":
             return
 
