@@ -114,6 +114,9 @@ class Fit:
 class History:
     """The conversation of one orchestrator, fitted to ``budget_tokens`` on every request.
 
+    Everything is sent verbatim while it fits; past that, all but the last ``keep_last`` turns
+    become compact records (fewer verbatim turns if need be), and the oldest records are dropped.
+
     Raises nothing: when even the system prompt and the question do not fit, their text is cut
     (``Fit.truncated``) so that no request is larger than the budget.
     """
@@ -144,6 +147,8 @@ class History:
     def messages(self) -> list[dict[str, Any]]:
         """The request to send now, within ``budget_tokens`` (see the module docstring)."""
         n = len(self.turns)
+        if self._fixed + sum(t.full_tokens for t in self.turns) <= self.budget:
+            return self._build([], 0, self.turns)  # everything fits: nothing is shortened
         for keep in range(min(self.keep_last, n), 0, -1):
             verbatim = self.turns[n - keep:]
             older = self.turns[: n - keep]
