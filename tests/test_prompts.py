@@ -1,0 +1,126 @@
+"""The prompts render, teach the method, state sub-call capacity from the real window, fit
+small windows, and stay the same size whatever the corpus size."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from rlm_cli import prompts
+from rlm_cli.config import CorpusOptions, Settings
+from rlm_cli.corpus import load_corpus
+from rlm_cli.corpus.tokens import count_tokens
+from rlm_cli.history import input_budget, output_limit, request_tokens
+from rlm_cli.orchestrator import corpus_meta, first_messages
+
+HELPERS = ("context", "files", "chunks", "grep(", "read_file(", "search(", "llm_query(", "llm_query_batched(",
+           "rlm_query(", "SHOW_VARS()", "FINAL(", "FINAL_VAR(")
+
+
+def test_full_system_prompt_teaches_the_method() -> None:
+    text = prompts.system_prompt(sub_window_tokens=128_000, max_output_chars=10_000, root_window_tokens=200_000)
+    for name in HELPERS:
+        assert name in text, name
+    for idea in ("Explore first", "Filter with code", "Decompose", "llm_query_batched", "Aggregate in Python",
+                 "Only what your code prints comes back", "10,000 characters", "```repl"):
+        assert idea in text, idea
+    assert "<" + "SUB_" not in text and "<MAX_OUTPUT_CHARS>" not in text  # every placeholder filled
+    # The worked example: a question, a grep block, its output, and the FINAL line.
+    assert 'grep(r"def parse_config\\b")' in text and "Output: 1 [{'file': 'app/config.py'" in text
+    assert text.rstrip().endswith('```') and 'FINAL("`parse_config` is defined' in text
+
+
+def test_sub_call_capacity_comes_from_the_window() -> None:
+    big = prompts.sub_call_capacity(272_000)
+    small = prompts.sub_call_capacity(8_192)
+    assert big.max_tokens == 204_000 and big.max_chars == 612_000
+    assert big.batch_chars == 50_000 * prompts.CHARS_PER_TOKEN  # tens of thousands of tokens, capped
+    assert small.max_tokens == 6_144 and small.batch_chars == 3_072 * prompts.CHARS_PER_TOKEN
+    text_big = prompts.system_prompt(sub_window_tokens=272_000, max_output_chars=10_000)
+    text_small = prompts.system_prompt(sub_window_tokens=8_192, max_output_chars=10_000)
+    assert "about 204,000 tokens (about 612,000 characters)" in text_big
+    assert "about 150,000 characters each" in text_big
+    assert "about 6,144 tokens (about 18,432 characters)" in text_small
+
+
+def test_rlm_query_line_depends_on_the_depth_limit() -> None:
+    rec = prompts.system_prompt(sub_window_tokens=32_000, max_output_chars=1000, recursion=True)
+    plain = prompts.system_prompt(sub_window_tokens=32_000, max_output_chars=1000, recursion=False)
+    assert "a sub-RLM: a fresh REPL" in rec and "plain sub-call" not in rec
+    assert "plain sub-call (no REPL)" in plain
+    s = Settings(model="m", max_depth=2)
+    assert "a sub-RLM" in first_messages(s, "q", _meta(), depth=0)[0]["content"]
+    assert "plain sub-call" in first_messages(s, "q", _meta(), depth=1)[0]["content"]
+
+
+def test_compact_prompt_leaves_room_in_a_4000_token_window() -> None:
+    s = Settings(model="m", root_model_window=4_000, sub_model_window=4_000)
+    msgs = first_messages(s, "Where is the retry policy configured, and what are its defaults?", _meta())
+    system = msgs[0]["content"]
+    assert system.startswith("Answer a question about a corpus by writing Python")  # the compact variant
+    for name in HELPERS:
+        assert name in system, name
+    used = request_tokens(msgs)
+    budget = input_budget(4_000)
+    assert used < budget // 2, (used, budget)  # over half the usable window is left to work in
+    assert output_limit(budget, 10_000) == budget  # outputs shrink to fit small windows too
+    full = first_messages(Settings(model="m", root_model_window=128_000), "q", _meta())
+    assert count_tokens(system) < count_tokens(full[0]["content"]) * 0.6
+
+
+def test_corpus_metadata_is_bounded() -> None:
+    meta = _meta()
+    meta["top_dirs"] = [(f"dir{i}/" + "x" * 200, i) for i in range(100)]
+    meta["sample_paths"] = ["p/" * 300 for _ in range(50)]
+    meta["prefix"] = "```" + "y" * 10_000
+    text = prompts.corpus_metadata(meta)
+    assert len(text) < 3_500
+    assert "```" not in text  # the prefix cannot open a code block
+
+
+def _make_logs(root: Path, total_bytes: int) -> None:
+    rng = random.Random(5)
+    words = "error warning request user session timeout retry value config module handler cache".split()
+    pool = [" ".join(rng.choice(words) for _ in range(10)) for _ in range(500)]
+    for i in range(max(1, total_bytes // 50_000)):
+        d = root / f"service_{i % 10}" / f"part_{i // 200}"
+        d.mkdir(parents=True, exist_ok=True)
+        lines = [f"{i:05d} {line}" for line in rng.choices(pool, k=50_000 // 60 + 1)]
+        (d / f"log_{i:05d}.{('log', 'txt', 'md')[i % 3]}").write_text("\n".join(lines) + "\n")
+
+
+def test_first_prompt_is_the_same_size_for_1mb_and_30mb(tmp_path: Path) -> None:
+    sizes = {}
+    options = CorpusOptions(use_cache=False)
+    for mb in (1, 30):
+        root = tmp_path / f"c{mb}"
+        _make_logs(root, mb * 1_000_000)
+        corpus = load_corpus([str(root)], options)
+        assert corpus.total_bytes >= mb * 1_000_000
+        msgs = first_messages(Settings(model="m"), "Which error repeats most?", corpus_meta(corpus))
+        sizes[mb] = request_tokens(msgs)
+    assert abs(sizes[30] - sizes[1]) / sizes[1] < 0.05, sizes
+    assert sizes[1] < 1_500
+
+
+def test_small_prompt_pieces_render() -> None:
+    assert prompts.first_user_prompt("Why?", "META").startswith("META\n\nQuestion: Why?")
+    msg = prompts.output_message([("a", "out1"), ("b", "")], notes=["careful"])
+    assert "Output of block 1:\nout1" in msg and "Output of block 2:\n(no output)" in msg and "[careful]" in msg
+    cut = prompts.truncate_output("a" * 1000 + "b" * 1000, 2000, 400)
+    assert cut.startswith("a" * 300) and cut.endswith("b" * 100) and "2,000 characters printed" in cut
+    assert prompts.truncate_output("short", 5, 400) == "short"
+    rec = prompts.compact_reply(7, ["x = 1\n" + "y" * 1000])
+    assert rec.startswith("[turn 7") and "```repl\nx = 1" in rec and "more characters" in rec
+    assert prompts.compact_feedback(["z" * 1000]).count("z") == 300
+    a, u = prompts.omitted_turns(2, 9)
+    assert "turns 2-9 omitted" in a and "SHOW_VARS()" in u
+    direct = prompts.direct_prompt("Q?", "==> a.txt <==\nhello\n")
+    assert direct[0]["role"] == "system" and direct[1]["content"].endswith("Question: Q?")
+    assert "Do not write code" in prompts.best_answer_prompt()
+
+
+def _meta() -> dict:
+    return {"chars": 1_234_567, "tokens": 300_000, "files": 120, "chunks": 800,
+            "top_dirs": [("src/", 100), ("docs/", 20)], "types": [(".py", 100), (".md", 20)],
+            "sample_paths": ["src/a.py", "docs/b.md"], "prefix": "==> src/a.py <==\nimport os\n"}
