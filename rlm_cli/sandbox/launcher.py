@@ -536,9 +536,10 @@ def _parse_result(msg: dict[str, Any]) -> ExecResult:
             or not isinstance(chars, int) or isinstance(chars, bool) or chars < 0
             or not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool)):
         raise protocol.ProtocolError("malformed result frame")
+    chars = max(chars, len(output))
     if len(output) > MAX_OUTPUT_CHARS:
         output = output[:MAX_OUTPUT_CHARS]
-    return ExecResult(output=output, output_chars=max(chars, len(output)), ok=ok, final=opt_str("final"),
+    return ExecResult(output=output, output_chars=chars, ok=ok, final=opt_str("final"),
                       final_error=opt_str("final_error"), elapsed_s=float(elapsed))
 
 

@@ -32,6 +32,9 @@ from rlm_cli.sandbox.corpus_helpers import CorpusView
 KEEP_HEAD = 200_000
 KEEP_TAIL = 20_000
 _BUILTINS = builtins
+#: The builtins as the worker started; restored before every block (``builtins.print = None``
+#: in one block must not break the next).
+_BUILTINS_SNAPSHOT = dict(vars(builtins))
 RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search",
             "llm_query", "llm_query_batched", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
 
@@ -199,11 +202,14 @@ class Worker:
     def execute(self, code: str, cell: int) -> dict[str, Any]:
         """Run one code block; returns the ``result`` control message.
 
-        The helper names and ``__builtins__`` are restored first, so a block that rebound
-        ``FINAL`` or ``llm_query`` (or deleted ``context``) cannot break the next one. Output
+        The helper names, ``__builtins__`` and the builtins themselves are restored (before and
+        after the block), so a
+        block that rebound ``FINAL``, ``llm_query`` or ``print`` (or deleted ``context``) cannot
+        break the next one. Output
         goes to a :class:`CappedWriter` written directly (not through ``print``), so model code
         that rebinds ``builtins.print`` cannot break the report either.
         """
+        vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)
         self.namespace.update(self._helpers)
         self.namespace["__builtins__"] = _BUILTINS
         self.final = _FinalSignal()
@@ -230,6 +236,7 @@ class Worker:
             out.write(_format_error(sys.exc_info()))
         finally:
             sys.stdout, sys.stderr = old
+            vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)  # the worker's own code below needs them
         text, total = out.getvalue()
         return {"type": "result", "ok": ok, "output": text, "output_chars": total,
                 "final": self.final.value, "final_error": self.final.error,

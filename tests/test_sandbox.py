@@ -1,0 +1,269 @@
+"""The REPL worker and its launcher: levels, cells, state, timeouts, crashes, the control channel,
+output capping and cleanup. (Attacks with a secret in the environment: ``test_security.py``.)"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlm_cli.errors import UsageError
+from rlm_cli.sandbox import launcher
+from rlm_cli.sandbox.launcher import Limits, resolve_level
+from rlm_cli.sandbox.worker import KEEP_HEAD, KEEP_TAIL, CappedWriter
+from tests.sandbox_kit import BWRAP_OK, IS_ROOT, LINUX, all_levels, need_bwrap, procs_named, sandbox, set_comm
+
+# -- level resolution --------------------------------------------------------------------------
+
+
+def test_auto_picks_the_strongest_level_and_warns_only_on_fallback() -> None:
+    level, warning = resolve_level("auto")
+    if BWRAP_OK:
+        assert (level, warning) == ("bwrap", None)
+    else:
+        assert level in ("process", "sandbox-exec")
+        if level == "process":
+            assert warning is not None and "CAN reach the network" in warning
+
+
+def test_unknown_or_unavailable_levels_are_usage_errors() -> None:
+    with pytest.raises(UsageError, match="unknown sandbox 'jail'"):
+        resolve_level("jail")
+    if sys.platform != "darwin":
+        with pytest.raises(UsageError, match="only available on macOS"):
+            resolve_level("sandbox-exec")
+    level, warning = resolve_level("none")
+    assert level == "none" and warning is not None and "unconfined" in warning
+    assert resolve_level("process") == ("process", None)
+
+
+def test_describe_says_what_each_level_protects() -> None:
+    assert "no network" in launcher.describe("bwrap")
+    assert "untested" in launcher.describe("sandbox-exec")
+    assert "nothing" not in launcher.LEVEL_PROTECTS["process"] and "network" in launcher.LEVEL_EXPOSES["process"]
+
+
+# -- cells -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [*all_levels(), "none"])
+def test_cells_share_state_and_show_the_last_expression(level: str) -> None:
+    with sandbox(level, context="abc\ndef\n") as sb:
+        assert sb.execute("x = 41\nprint('set')").output == "set\n"
+        r = sb.execute("x + 1")
+        assert (r.output, r.ok, r.final) == ("42\n", True, None)
+        assert sb.execute("len(context), context.splitlines()").output == "(8, ['abc', 'def'])\n"
+        r = sb.execute("1/0")
+        assert not r.ok and "ZeroDivisionError" in r.output and r.lost is None
+        assert "File \"<cell" in r.output and "worker.py" not in r.output  # only the block's own frames
+        r = sb.execute("answer = {'n': x}\nFINAL_VAR('answer')")
+        assert r.final == '{\n  "n": 41\n}'
+        r = sb.execute("FINAL_VAR('missing')")
+        assert r.final is None and r.final_error is not None and "no variable named 'missing'" in r.final_error
+        r = sb.execute("import sys\nsys.exit(3)")
+        assert not r.ok and "exit() is disabled" in r.output and r.lost is None
+
+
+def test_rebound_helpers_and_builtins_are_restored_for_the_next_cell() -> None:
+    with sandbox("process") as sb:
+        r = sb.execute("import builtins\nFINAL = None\nllm_query = 'gone'\ndel context\n"
+                       "builtins.print = None\nbuiltins.len = lambda x: -1\n__builtins__ = {}")
+        assert r.ok and r.lost is None
+        r = sb.execute("print(len(context), callable(llm_query))\nFINAL('done')")
+        assert (r.output, r.final, r.lost) == ("13 True\n", "done", None)
+
+
+def test_a_failing_exception_str_does_not_take_the_worker_down() -> None:
+    with sandbox("process") as sb:
+        r = sb.execute("class E(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise E()")
+        assert not r.ok and r.lost is None and "E" in r.output
+        assert sb.execute("print('still here')").output == "still here\n"
+
+
+def test_final_answer_over_the_control_frame_limit_is_refused_with_a_reason() -> None:
+    with sandbox("process", limits=Limits(memory_bytes=2 * 1024**3)) as sb:
+        r = sb.execute("FINAL('x' * (70 * 1024 * 1024))")
+        assert r.final is None and r.lost is None
+        assert r.final_error is not None and "limited to 64 MiB" in r.final_error
+        assert sb.execute("FINAL('short')").final == "short"
+
+
+# -- output cap --------------------------------------------------------------------------------
+
+
+def test_capped_writer_keeps_head_and_tail_and_counts_everything() -> None:
+    w = CappedWriter()
+    for i in range(100_000):
+        w.write(f"line {i:06d}\n")
+    text, total = w.getvalue()
+    assert total == 100_000 * 12
+    assert text.startswith("line 000000\n") and text.endswith("line 099999\n")
+    assert f"[... {total - KEEP_HEAD - KEEP_TAIL:,} characters omitted ...]" in text
+    assert len(text) < KEEP_HEAD + KEEP_TAIL + 100
+    small = CappedWriter()
+    small.write("a" * 10)
+    small.write("b" * 5)
+    assert small.getvalue() == ("a" * 10 + "b" * 5, 15)
+    one = CappedWriter()
+    one.write("h" * KEEP_HEAD + "m" * 1000 + "t" * KEEP_TAIL)
+    kept, n = one.getvalue()
+    assert n == KEEP_HEAD + 1000 + KEEP_TAIL and "1,000 characters omitted" in kept and kept.endswith("t" * KEEP_TAIL)
+    with pytest.raises(TypeError):
+        one.write(b"bytes")  # type: ignore[arg-type]
+
+
+def test_stderr_flood_through_the_raw_descriptor_keeps_the_parent_tail_small() -> None:
+    with sandbox("process") as sb:
+        r = sb.execute("import os\nfor _ in range(40):\n    os.write(2, b'e' * 1_000_000)\n"
+                       "os.write(1, b'o' * 10_000_000)\nprint('done')")
+        assert r.output == "done\n"
+        time.sleep(0.3)
+        assert len(sb._stderr_tail) <= 8192
+
+
+# -- timeouts, crashes, the control channel ----------------------------------------------------
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_timeout_kills_the_cell_and_the_next_one_has_context_but_no_variables(level: str) -> None:
+    with sandbox(level, cell_timeout=2) as sb:
+        sb.execute("kept = 1")
+        started = time.monotonic()
+        r = sb.execute("while True:\n    pass")
+        assert r.lost == "the cell timed out after 2 s and was killed"
+        assert 1.9 < time.monotonic() - started < 8
+        assert sb.restarts == 1
+        r = sb.execute("print(context, 'kept' in globals())")
+        assert r.output == "hello sandbox False\n" and r.lost is None
+
+
+@pytest.mark.parametrize("level", all_levels())
+@pytest.mark.parametrize("code, reason", [("import ctypes\nctypes.string_at(0)", "killed by SIGSEGV"),
+                                          ("import os\nos._exit(7)", "exit status 7"),
+                                          ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "SIGKILL")])
+def test_a_crash_is_reported_as_lost_and_the_worker_restarts(level: str, code: str, reason: str) -> None:
+    with sandbox(level) as sb:
+        r = sb.execute(code)
+        assert r.lost is not None and r.lost.startswith("the REPL worker crashed") and reason in r.lost
+        assert sb.execute("print(context)").output == "hello sandbox\n"
+
+
+_FIND_CONTROL = ("import sys, os, json, struct\nf = sys._getframe()\nwhile 'msg' not in f.f_locals:\n"
+                 "    f = f.f_back\nrid, wfd = f.f_locals['msg']['id'], int(f.f_locals['wfd'])\n"
+                 "def send(obj):\n    body = json.dumps(obj).encode()\n"
+                 "    os.write(wfd, struct.pack('>I', len(body)) + body)\n")
+
+
+def test_forged_result_frames_are_dropped_or_treated_as_a_broken_worker() -> None:
+    with sandbox("process", cell_timeout=3) as sb:
+        # A well-formed frame for another request is dropped; the real result still arrives.
+        r = sb.execute(_FIND_CONTROL + "send({'type': 'result', 'ok': True, 'output': 'FORGED', "
+                                       "'output_chars': 6, 'id': 'other'})\nprint('real')")
+        assert r.output == "real\n"
+        # A frame for this request with a wrong type kills the worker; the model is told.
+        r = sb.execute(_FIND_CONTROL + "send({'type': 'result', 'ok': True, 'output': 'x', "
+                                       "'output_chars': 'NaN', 'id': rid})\nimport time\ntime.sleep(5)")
+        assert r.lost is not None and "broke the control protocol (malformed result frame)" in r.lost
+        # A header announcing 2 GiB is refused before anything is allocated.
+        r = sb.execute(_FIND_CONTROL + "os.write(wfd, struct.pack('>I', 2**31))\nimport time\ntime.sleep(5)")
+        assert r.lost is not None and "exceeds the 67108864-byte limit" in r.lost
+        # Half a frame, then silence: the cell deadline still applies to the whole frame.
+        started = time.monotonic()
+        r = sb.execute(_FIND_CONTROL + "os.write(wfd, struct.pack('>I', 100) + b'{')\nimport time\ntime.sleep(60)")
+        assert r.lost is not None and "timed out" in r.lost and time.monotonic() - started < 10
+        assert sb.execute("print('alive')").output == "alive\n"
+
+
+def test_oversized_output_in_a_forged_frame_is_clipped_by_the_parent() -> None:
+    with sandbox("process") as sb:
+        r = sb.execute(_FIND_CONTROL + "send({'type': 'result', 'ok': True, 'output': 'z' * 5_000_000, "
+                                       "'output_chars': 1, 'id': rid, 'final': None})\nos._exit(0)")
+        assert len(r.output) == launcher.MAX_OUTPUT_CHARS and r.output_chars == 5_000_000
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_the_worker_holds_no_descriptor_of_the_parent_besides_its_pipes(level: str) -> None:
+    with sandbox(level) as sb:
+        r = sb.execute("import os\nfds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+                       "print(sorted({os.readlink(f'/proc/self/fd/{f}').split('[')[0] for f in fds "
+                       "if os.path.exists(f'/proc/self/fd/{f}')}), len(fds))")
+        kinds, _, count = r.output.strip().rpartition(" ")
+        assert kinds == "['/dev/null', 'pipe:']"  # stdin/stdout to /dev/null, control + stderr pipes
+        assert int(count) <= 7
+
+
+# -- scratch folder, cleanup -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_scratch_is_home_and_cwd_and_is_deleted_on_close(level: str) -> None:
+    with sandbox(level) as sb:
+        scratch = sb.scratch
+        assert scratch is not None and scratch.is_dir()
+        r = sb.execute("import os\nopen('note.txt', 'w').write('hi')\n"
+                       "print(os.getcwd() == os.environ['HOME'] == os.environ['TMPDIR'], sorted(os.listdir('.')))")
+        assert r.output == "True ['note.txt']\n"
+        assert os.path.basename(str(scratch)).startswith("rlm-scratch-")
+    assert not scratch.exists()
+
+
+def test_bwrap_scratch_is_a_size_limited_tmpfs_that_never_touches_the_host_disk() -> None:
+    need_bwrap()
+    with sandbox("bwrap", limits=Limits(file_bytes=4 * 1024**2)) as sb:
+        assert sb.scratch is not None
+        r = sb.execute("open('a.bin', 'wb').write(b'x' * 3_000_000)\nprint('small ok')\n"
+                       "try:\n    open('b.bin', 'wb').write(b'y' * 3_000_000)\nexcept OSError as e:\n"
+                       "    print('full:', e.strerror)")
+        assert r.output == "small ok\nfull: No space left on device\n"
+        assert list(sb.scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_close_kills_processes_the_worker_detached(level: str) -> None:
+    marker = f"rlmdet{os.getpid() % 10000}"
+    with sandbox(level) as sb:
+        r = sb.execute("import os, time\nfor i in range(3):\n    if os.fork() == 0:\n        os.setsid()\n"
+                       "        if os.fork() == 0:\n" + "\n".join("            " + line for line in
+                                                                 set_comm(marker).splitlines()) +
+                       "\n            time.sleep(600)\n        os._exit(0)\ntime.sleep(0.3)\nprint('spawned')")
+        assert r.output == "spawned\n"
+        assert len(procs_named(marker)) == 3  # they escaped the process group and the session
+    deadline = time.monotonic() + 5
+    while procs_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert procs_named(marker) == []
+
+
+@pytest.mark.skipif(not (IS_ROOT and LINUX), reason="needs root to start processes as nobody")
+def test_process_limit_counts_what_the_user_already_runs() -> None:
+    nobody = pwd.getpwnam("nobody")
+    others = [subprocess.Popen(["sleep", "60"], user=nobody.pw_uid, group=nobody.pw_gid) for _ in range(25)]
+    try:
+        with sandbox("process", limits=Limits(extra_processes=20)) as sb:
+            r = sb.execute("import os\nkids = []\nfor _ in range(10):\n    pid = os.fork()\n"
+                           "    if pid == 0:\n        os._exit(0)\n    kids.append(pid)\n"
+                           "for k in kids:\n    os.waitpid(k, 0)\n"
+                           "print([l.split()[2] for l in open('/proc/self/limits') if l.startswith('Max processes')])")
+            assert r.ok, r.output  # 25 other processes of nobody did not eat the worker's 20
+            assert int(r.output.strip()[2:-2]) >= 25 + 20
+    finally:
+        for p in others:
+            p.kill()
+            p.wait()
+
+
+def test_worker_that_cannot_start_is_a_sandbox_error(tmp_path: Path) -> None:
+    from rlm_cli.errors import SandboxError
+    from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec
+
+    sb = Sandbox("process", WorkerSpec(index_file=tmp_path / "missing.json", context_file=tmp_path / "missing.txt"),
+                 socket_path=str(tmp_path / "s.sock"), token="t")
+    with pytest.raises(SandboxError, match="failed to start: FileNotFoundError"):
+        sb.start()
+    sb.close()
+    assert sb.scratch is None
