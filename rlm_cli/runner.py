@@ -118,6 +118,9 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
                paths=[p if p == "-" else os.path.abspath(p) for p in paths], config=settings.redacted()))
     try:
         outcome = _ask(settings, paths, question, sink, stdin_bytes, client)
+        res = outcome.result
+        sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
+                   sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3)))
     except RLMError as exc:
         result = getattr(exc, "result", None)
         status = ("max_iterations" if isinstance(exc, MaxIterationsError) else
