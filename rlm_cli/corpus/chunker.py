@@ -1,42 +1,62 @@
 """Split one file's text into chunks along semantic boundaries.
 
-Boundaries, by file type: top-level definitions for code (a line that starts a ``def``,
-``class``, ``function``, ``fn``, ``func``... at column 0), headings for Markdown and
-reStructuredText, blank-line paragraphs for logs and plain text. Segments between boundaries are
-packed greedily up to a target size in tokens; a segment larger than the target is split by
-lines. Chunks never cross a file. Sizes while packing are estimated at 4 characters per token
-(the usual English/code average for BPE tokenizers); exact token counts are computed afterwards.
+A chunk ends at the best boundary that keeps it within the target size, trying in order:
+
+1. *primary* boundaries, by file type: top-level definitions for code (Python ``def``/``class``
+   with their decorators and comments; for brace languages a column-0 line after a blank line
+   or a closing ``}``), headings for Markdown (ATX and setext, not inside fences) and
+   reStructuredText (underlined titles), blank-line paragraphs for logs and plain text;
+2. *secondary*: any blank line;
+3. any line break;
+4. a hard cut (a single line longer than the target, e.g. minified code).
+
+A primary boundary is taken when it leaves the chunk at least half the target; otherwise the
+later secondary or line boundary wins, so chunks stay near the target. Chunks never cross a file
+(this function sees one file). The target is in tokens and converted to characters with
+``chars_per_token`` (4 is the usual average for code and English with BPE tokenizers; the
+store re-splits chunks whose exact count turns out far over the target). Line numbers are
+1-based and count ``\\n`` only, the same rule ``grep`` and ``read_file`` use in the REPL.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 
-CHARS_PER_TOKEN = 4
+#: Characters per token assumed when converting a token target to characters.
+CHARS_PER_TOKEN = 4.0
+#: A primary boundary must leave the chunk at least this share of the target.
+MIN_FILL = 0.5
 
-_CODE_EXT = {
-    ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs", ".go", ".rs", ".java", ".kt",
-    ".scala", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".rb", ".php", ".swift", ".m", ".lua",
-    ".sh", ".bash", ".pl", ".r", ".jl", ".ex", ".exs", ".erl", ".hs", ".ml", ".clj", ".dart", ".zig",
-}
-_MD_EXT = {".md", ".markdown", ".mdx"}
-_RST_EXT = {".rst", ".txt"}  # .txt gets paragraph splitting below; rst headings checked too
+_PY_EXT = {".py", ".pyi", ".pyx", ".pxd"}
+_KEYWORD_EXT = {".rb", ".ex", ".exs", ".jl", ".lua", ".pl", ".pm", ".r", ".sh", ".bash", ".zsh", ".ml", ".hs",
+                ".erl", ".clj", ".lisp", ".el", ".scm", ".nim", ".cr"}
+_BRACE_EXT = {".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs", ".go", ".rs", ".java", ".kt", ".kts", ".scala",
+              ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".cs", ".php", ".swift", ".m", ".mm", ".dart",
+              ".zig", ".groovy", ".gradle", ".proto", ".css", ".scss", ".less", ".sol", ".v", ".sv"}
+_MD_EXT = {".md", ".markdown", ".mdx", ".mkd"}
+_RST_EXT = {".rst", ".rest"}
 
-_CODE_START = re.compile(
-    r"^(?:@|def |async def |class |function |async function |export |fn |pub |impl |struct |enum |"
-    r"trait |func |type |interface |module |package |public |private |protected |static |"
-    r"const |let |var |int |void |char |unsigned |template|namespace |#define |#include |"
-    r"sub |defmodule |module_function)"
-)
-_MD_HEADING = re.compile(r"^#{1,6} ")
-_RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+<>:.])\1{2,}\s*$")
+# Python: a top-level def/class (the decorator and comment lines above it are added in code).
+_PY_DEF = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]", re.MULTILINE)
+# Ruby, Elixir, Julia, Lua, shell...: a column-0 definition keyword.
+_KW_DEF = re.compile(r"^(?:def|defp|defmodule|class|module|function|local function|sub|fn|let|proc|"
+                     r"[A-Za-z_][\w-]*[ \t]*\(\)[ \t]*\{?)\b", re.MULTILINE)
+# Brace languages: a column-0 line that follows a blank line or a closing brace.
+_BRACE_DEF = re.compile(r"^(?:[ \t]*|\}[^\n]*)\n(?=[A-Za-z_$@#/\[])", re.MULTILINE)
+_MD_HEADING = re.compile(r"^(?:#{1,6}[ \t]|[^\s][^\n]*\n(?:=+|-+)[ \t]*$)", re.MULTILINE)
+_MD_FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)", re.MULTILINE)
+_RST_TITLE = re.compile(
+    r"^(?:([=\-~^\"'`#*+<>:._])\1{2,}[ \t]*\n)?[^\s][^\n]*\n([=\-~^\"'`#*+<>:._])\2{2,}[ \t]*$", re.MULTILINE)
+# A blank line (only spaces or tabs); the boundary is the start of the line after it.
+_BLANK = re.compile(r"\n[ \t]*\n")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Span:
     """A chunk inside one file: character offsets ``[start, end)`` into the file's text and
-    1-based inclusive line numbers."""
+    1-based inclusive line numbers ``start_line..end_line``."""
 
     start: int
     end: int
@@ -45,94 +65,93 @@ class Span:
 
 
 def kind_of(path: str) -> str:
-    """Return ``'code'``, ``'markdown'``, ``'rst'`` or ``'text'`` from a path's extension."""
+    """The chunking family of ``path`` from its extension: ``'python'``, ``'keyword'`` (other
+    column-0 keyword languages), ``'brace'``, ``'markdown'``, ``'rst'`` or ``'text'``."""
+    slash = path.rfind("/")
     dot = path.rfind(".")
-    ext = path[dot:].lower() if dot > path.rfind("/") else ""
-    if ext in _CODE_EXT:
-        return "code"
+    ext = path[dot:].lower() if dot > slash + 1 else ""
+    if ext in _PY_EXT:
+        return "python"
+    if ext in _BRACE_EXT:
+        return "brace"
+    if ext in _KEYWORD_EXT:
+        return "keyword"
     if ext in _MD_EXT:
         return "markdown"
-    if ext == ".rst":
+    if ext in _RST_EXT:
         return "rst"
     return "text"
 
 
-def _boundary_lines(lines: list[str], kind: str) -> list[int]:
-    """Indices of lines that may start a chunk (always includes 0)."""
-    starts = [0]
-    if kind == "code":
-        prev_blank = True
-        for i, line in enumerate(lines):
-            if i and _CODE_START.match(line) and (prev_blank or line.startswith("@")):
-                # keep decorators/comments directly above a definition with it
-                j = i
-                while j > 0 and (lines[j - 1].startswith(("@", "#", "//", "/*", " *")) and lines[j - 1].strip()):
-                    j -= 1
-                if j > starts[-1]:
-                    starts.append(j)
-            prev_blank = not line.strip()
+def primary_boundaries(text: str, kind: str) -> list[int]:
+    """Sorted character offsets (line starts, never 0) where a semantic unit of ``kind`` starts."""
+    if kind == "python":
+        found = [_with_preamble(text, m.start(), ("@", "#")) for m in _PY_DEF.finditer(text)]
+    elif kind == "keyword":
+        found = [_with_preamble(text, m.start(), ("#", "--", "//", "%")) for m in _KW_DEF.finditer(text)]
+    elif kind == "brace":
+        found = [m.end() for m in _BRACE_DEF.finditer(text)]
     elif kind == "markdown":
-        in_fence = False
-        for i, line in enumerate(lines):
-            if line.startswith(("```", "~~~")):
-                in_fence = not in_fence
-            elif not in_fence and i and _MD_HEADING.match(line):
-                starts.append(i)
+        found = [m.start() for m in _MD_HEADING.finditer(text)]
+        fences = [m.start() for m in _MD_FENCE.finditer(text)]
+        if fences:  # drop headings inside ``` / ~~~ fences (an odd count of fence lines before them)
+            found = [p for p in found if bisect_right(fences, p) % 2 == 0]
     elif kind == "rst":
-        for i in range(1, len(lines)):
-            if _RST_UNDERLINE.match(lines[i]) and lines[i - 1].strip() and i - 1 > starts[-1]:
-                starts.append(i - 1)
+        found = [m.start() for m in _RST_TITLE.finditer(text)]
     else:
-        for i in range(1, len(lines)):
-            if not lines[i - 1].strip() and lines[i].strip():
-                starts.append(i)
-    return starts
+        found = [m.end() for m in _BLANK.finditer(text)]
+    return [p for p in found if 0 < p < len(text)]
 
 
-def split_text(text: str, path: str, target_tokens: int) -> list[Span]:
-    """Split ``text`` (one file) into spans of about ``target_tokens`` tokens or fewer.
+def _with_preamble(text: str, pos: int, prefixes: tuple[str, ...]) -> int:
+    """Move ``pos`` (a line start) up over the directly preceding decorator/comment lines."""
+    while pos > 0:
+        prev = text.rfind("\n", 0, pos - 1) + 1
+        if not text.startswith(prefixes, prev):
+            break
+        pos = prev
+    return pos
 
-    Returns at least one span for non-empty text; an empty file gives ``[]``.
+
+def split_text(text: str, path: str, target_tokens: int, *, chars_per_token: float = CHARS_PER_TOKEN,
+               kind: str | None = None) -> list[Span]:
+    """Split ``text`` (one whole file) into spans of about ``target_tokens`` tokens or fewer.
+
+    Returns ``[]`` for an empty text and one span for a text within the target; spans are
+    contiguous and cover the text exactly. ``kind`` overrides the family guessed from ``path``.
     """
-    if not text:
+    n = len(text)
+    if not n:
         return []
-    target_chars = max(1, target_tokens) * CHARS_PER_TOKEN
-    if len(text) <= target_chars:
-        return [Span(0, len(text), 1, text.count("\n") + (0 if text.endswith("\n") else 1))]
-    lines = text.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    starts = _boundary_lines(lines, kind_of(path)) + [len(lines)]
-    # Segments between boundaries, each possibly split by lines when larger than the target.
-    segments: list[tuple[int, int]] = []  # line index ranges [a, b)
-    for a, b in zip(starts, starts[1:], strict=False):
-        if offsets[b] - offsets[a] <= target_chars:
-            segments.append((a, b))
-            continue
-        cur = a
-        for i in range(a, b):
-            if offsets[i + 1] - offsets[cur] > target_chars and i > cur:
-                segments.append((cur, i))
-                cur = i
-        segments.append((cur, b))
+    target = max(16, int(max(1, target_tokens) * chars_per_token))
+    if n <= target:
+        return [Span(0, n, 1, 1 + text.count("\n", 0, n - 1))]
+    kind = kind or kind_of(path)
+    primary = primary_boundaries(text, kind)
+    secondary = primary if kind == "text" else [m.end() for m in _BLANK.finditer(text)]
+    min_fill = int(target * MIN_FILL)
     spans: list[Span] = []
-    cur_a, cur_b = segments[0]
-    for a, b in segments[1:]:
-        if offsets[b] - offsets[cur_a] <= target_chars:
-            cur_b = b
+    pos, line = 0, 1
+    while pos < n:
+        limit = pos + target
+        if limit >= n:
+            cut = n
         else:
-            spans.append(Span(offsets[cur_a], offsets[cur_b], cur_a + 1, cur_b))
-            cur_a, cur_b = a, b
-    spans.append(Span(offsets[cur_a], offsets[cur_b], cur_a + 1, cur_b))
-    # A single line longer than the target (minified code, giant log line) is split by characters.
-    out: list[Span] = []
-    for sp in spans:
-        if sp.end - sp.start <= target_chars * 2:
-            out.append(sp)
-            continue
-        for s in range(sp.start, sp.end, target_chars):
-            e = min(sp.end, s + target_chars)
-            out.append(Span(s, e, sp.start_line + text.count("\n", sp.start, s),
-                            sp.start_line + text.count("\n", sp.start, max(s, e - 1))))
-    return out
+            cut = _last_in(primary, pos + min_fill, limit)
+            if cut < 0:
+                cut = _last_in(secondary, pos + 1, limit)
+            if cut < 0:
+                cut = text.rfind("\n", pos, limit) + 1
+            if cut <= pos:
+                cut = limit
+        end_line = line + text.count("\n", pos, cut - 1)
+        spans.append(Span(pos, cut, line, end_line))
+        line = end_line + (1 if text[cut - 1] == "\n" else 0)
+        pos = cut
+    return spans
+
+
+def _last_in(points: list[int], lo: int, hi: int) -> int:
+    """The largest point with ``lo <= p <= hi``, or -1."""
+    i = bisect_right(points, hi) - 1
+    return points[i] if i >= 0 and points[i] >= lo else -1

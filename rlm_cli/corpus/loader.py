@@ -1,22 +1,38 @@
 """Find the files a run should read, the way ripgrep users expect, and decode them safely.
 
-Rules (see ``discover``): ``.git/`` is always skipped; dotfiles are skipped unless
-``hidden``; ``.gitignore``, ``.ignore`` and ``.rlmignore`` files (at any depth, gitignore
-syntax through pathspec) are honoured unless ``no_ignore``; ``--include``/``--exclude`` globs
-(gitignore syntax) filter paths relative to each root; FIFOs, sockets and devices are never
-opened; symlink loops and unreadable files are skipped with a reason.
+Rules (see :func:`discover`):
+
+* paths may be files, folders or globs (``src/**/*.py``); ``-`` (stdin) is handled by the store;
+* ``.git/`` is always skipped; dotfiles and dot-folders are skipped unless ``hidden``;
+* ``.gitignore``, ``.ignore`` and ``.rlmignore`` files at any depth are honoured (gitignore
+  syntax through pathspec; a deeper file overrides a shallower one, and an ignored folder is
+  not entered) unless ``no_ignore``;
+* ``--exclude`` globs (gitignore syntax, relative to each folder argument) prune folders and
+  skip files; ``--include`` globs keep only matching files; files named explicitly on the command
+  line bypass the ignore files and ``--include`` (like ripgrep) but not ``--exclude``;
+* symlinks are followed; a symlink loop, a broken link or an unreadable file or folder is
+  skipped with a warning; FIFOs, sockets and devices are never opened;
+* files over ``max_file_size`` bytes are skipped with a warning, or truncated to that size
+  with ``truncate_large``;
+* binary files (a NUL byte, or more than 30% control bytes, in the first 8 KiB) are skipped;
+* text is decoded as UTF-8 (BOM stripped), UTF-16/UTF-32 when a BOM says so, and otherwise as
+  Latin-1 when invalid UTF-8 sequences outnumber valid multi-byte characters (a legacy 8-bit
+  file); a mostly-UTF-8 file keeps its bad bytes as U+FFFD. Decoding never raises.
+
+Everything skipped is counted by reason in a :class:`LoadReport`, which the summary line and the
+empty-corpus error read.
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
 import glob
 import os
 import stat
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pathspec
 
@@ -26,33 +42,53 @@ from rlm_cli.errors import UsageError
 IGNORE_FILES = (".gitignore", ".ignore", ".rlmignore")
 #: Bytes inspected for binary detection (the same window git and ripgrep use).
 SNIFF_BYTES = 8192
-#: Share of non-text bytes in the sniff window above which a file counts as binary.
+#: Share of control bytes in the sniff window above which a file counts as binary.
 BINARY_RATIO = 0.30
-_TEXT_CONTROL = {7, 8, 9, 10, 12, 13, 27}
+#: Warnings kept per skip reason (the summary still counts every file).
+MAX_WARNINGS_PER_REASON = 20
+
+# Control bytes that do not occur in text (tab, LF, VT, FF, CR, ESC, BEL and BS do).
+_NON_TEXT = bytes(b for b in range(32) if b not in (7, 8, 9, 10, 11, 12, 13, 27)) + b"\x7f"
+_BOMS_16_32 = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
-@dataclass
+@dataclass(slots=True)
 class SourceFile:
-    """A file selected for reading: ``display`` is its path as shown to the model."""
+    """A file selected for reading. ``display`` is its path as shown to the model; ``path`` the
+    path to open (``None`` for stdin); ``size`` in bytes and ``mtime_ns`` from ``stat``."""
 
     display: str
-    path: Path | None  # None for stdin
-    size: int  # bytes
+    path: str | None
+    size: int
     mtime_ns: int
 
 
 @dataclass
 class LoadReport:
-    """What was loaded and what was skipped, for the summary line on stderr."""
+    """What was skipped and why (counts by reason), warnings for stderr, and decoding notes."""
 
     skipped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
+    decoded: Counter[str] = field(default_factory=Counter)
 
     def skip(self, reason: str, warning: str | None = None) -> None:
-        """Count one skipped file under ``reason``; keep ``warning`` for stderr."""
+        """Count one skipped file under ``reason``; keep ``warning`` (at most 20 per reason)."""
         self.skipped[reason] += 1
         if warning:
-            self.warnings.append(warning)
+            n = self.skipped[reason]
+            if n <= MAX_WARNINGS_PER_REASON:
+                self.warnings.append(warning)
+            elif n == MAX_WARNINGS_PER_REASON + 1:
+                self.warnings.append(f"further files skipped as {reason!r} are counted in the summary only")
+
+
+@dataclass(slots=True)
+class Decoded:
+    """A file's text, the UTF-8 bytes of that text, and how it was decoded."""
+
+    text: str
+    data: bytes
+    encoding: str
 
 
 def _compile(lines: list[str]) -> pathspec.PathSpec | None:
@@ -60,40 +96,162 @@ def _compile(lines: list[str]) -> pathspec.PathSpec | None:
     return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
 
 
-def _read_ignore_spec(directory: str) -> pathspec.PathSpec | None:
-    lines: list[str] = []
-    for name in IGNORE_FILES:
+class _Walker:
+    """Walks folder arguments applying the rules of the module docstring."""
+
+    def __init__(self, options: CorpusOptions, report: LoadReport) -> None:
+        self.options = options
+        self.report = report
+        self.include = _compile(list(options.include))
+        self.exclude = _compile(list(options.exclude))
+        self.seen: set[tuple[int, int]] = set()  # files already selected (dev, inode)
+        self.visited: set[tuple[int, int]] = set()  # folders already walked
+
+    def file(self, full: str, shown: str, st: os.stat_result | None = None) -> SourceFile | None:
+        """Check one file (stat'ed, never opened); ``None`` when skipped (counted)."""
+        if st is None:
+            try:
+                st = os.stat(full)
+            except OSError as exc:
+                self._stat_failed(full, shown, exc)
+                return None
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode)
+                    else "device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "special file")
+            self.report.skip("special file", f"skipped {shown}: a {kind}, not a regular file (never opened)")
+            return None
+        key = (st.st_dev, st.st_ino)
+        if key in self.seen:
+            return None  # the same file reached twice (two arguments, a symlink): read it once
+        self.seen.add(key)
+        limit = self.options.max_file_size
+        if st.st_size > limit and not self.options.truncate_large:
+            self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
+                                          f"{limit:,} (raise it, or --truncate-large keeps the first {limit:,} bytes)")
+            return None
+        return SourceFile(shown, full, st.st_size, st.st_mtime_ns)
+
+    def _stat_failed(self, full: str, shown: str, exc: OSError) -> None:
+        if exc.errno == errno.ELOOP:
+            self.report.skip("symlink loop", f"skipped {shown}: symlink loop")
+        elif exc.errno == errno.ENOENT and os.path.islink(full):
+            self.report.skip("broken symlink", f"skipped {shown}: broken symlink")
+        else:
+            self.report.skip("unreadable", f"skipped {shown}: {exc.strerror or exc}")
+
+    def walk(self, root: str, prefix: str) -> Iterator[SourceFile]:
+        """Yield the selected files under folder ``root`` in path order; display = prefix + rel."""
         try:
-            with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as fh:
-                lines.extend(fh.read().splitlines())
-        except OSError:
-            continue
-    return _compile(lines)
+            st = os.stat(root)
+        except OSError as exc:
+            self._stat_failed(root, prefix or root, exc)
+            return
+        root_key = (st.st_dev, st.st_ino)
+        if root_key in self.visited:
+            return
+        self.visited.add(root_key)
+        # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys).
+        stack = [self._open_dir(root, "", [], frozenset([root_key]))]
+        while stack:
+            item = stack[-1]
+            entries, rel_dir, specs, ancestors = item
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                continue
+            name = entry.name
+            if name == ".git":
+                continue
+            rel = rel_dir + name
+            if name.startswith(".") and not self.options.hidden:
+                self.report.skip("hidden")
+                continue
+            try:
+                is_dir = entry.is_dir()  # follows symlinks; False for a broken link
+            except OSError:
+                is_dir = False
+            if specs and _ignored(specs, rel, is_dir):
+                self.report.skip("ignored")
+                continue
+            if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
+                self.report.skip("excluded")
+                continue
+            shown = prefix + rel
+            if is_dir:
+                try:
+                    dst = entry.stat()
+                except OSError as exc:
+                    self._stat_failed(entry.path, shown, exc)
+                    continue
+                key = (dst.st_dev, dst.st_ino)
+                if key in ancestors:
+                    self.report.skip("symlink loop", f"skipped {shown}/: symlink loop (it leads back to a "
+                                                     "folder above it)")
+                    continue
+                if key in self.visited:
+                    continue  # already walked through another link
+                self.visited.add(key)
+                stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}))
+                continue
+            if self.include is not None and not self.include.match_file(rel):
+                self.report.skip("not included")
+                continue
+            try:
+                fst = entry.stat()
+            except OSError as exc:
+                self._stat_failed(entry.path, shown, exc)
+                continue
+            sf = self.file(entry.path, shown, fst)
+            if sf is not None:
+                yield sf
+
+    def _open_dir(self, path: str, rel_dir: str, specs: list[tuple[str, pathspec.PathSpec]],
+                  ancestors: frozenset[tuple[int, int]]) -> tuple[Iterator[os.DirEntry[str]], str,
+                                                                   list[tuple[str, pathspec.PathSpec]],
+                                                                   frozenset[tuple[int, int]]]:
+        try:
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            self.report.skip("unreadable", f"cannot list {rel_dir or path}: {exc.strerror or exc}")
+            entries = []
+        if not self.options.no_ignore:
+            names = {e.name for e in entries if e.name in IGNORE_FILES}
+            if names:
+                lines: list[str] = []
+                for name in IGNORE_FILES:
+                    if name in names:
+                        try:
+                            with open(os.path.join(path, name), encoding="utf-8", errors="replace") as fh:
+                                lines.extend(fh.read().splitlines())
+                        except OSError:
+                            continue
+                spec = _compile(lines)
+                if spec is not None:
+                    specs = specs + [(rel_dir, spec)]
+        return iter(entries), rel_dir, specs, ancestors
 
 
-def _ignored(specs: list[tuple[str, pathspec.PathSpec]], full: str, is_dir: bool) -> bool:
-    verdict = False
-    for base, spec in specs:  # deeper specs come later and override (gitignore semantics)
-        rel = os.path.relpath(full, base).replace(os.sep, "/")
-        if is_dir:
-            rel += "/"
-        result = spec.check_file(rel)
+def _ignored(specs: list[tuple[str, pathspec.PathSpec]], rel: str, is_dir: bool) -> bool:
+    """Gitignore verdict for ``rel`` (relative to the walked root): the deepest matching file wins."""
+    for base, spec in reversed(specs):  # deepest ignore file first
+        sub = rel[len(base):] + ("/" if is_dir else "")
+        result = spec.check_file(sub)
         if result.include is not None:
-            verdict = bool(result.include)
-    return verdict
+            return bool(result.include)
+    return False
 
 
 def discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> list[SourceFile]:
-    """Expand ``paths`` (files, folders, globs; not ``-``) into the files to read, sorted per root.
+    """Expand ``paths`` (files, folders, globs; not ``-``) into the files to read.
 
+    Order: arguments in the order given; inside a folder, paths sorted by name (depth first).
     Display paths: for a single folder argument they are relative to it; otherwise relative to
     the current directory when inside it, else absolute.
 
     Raises:
         UsageError: a path that does not exist and matches no glob.
     """
-    include = _compile(options.include)
-    exclude = _compile(options.exclude)
     roots: list[str] = []
     for raw in paths:
         if os.path.lexists(raw):
@@ -101,180 +259,134 @@ def discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> li
             continue
         matches = sorted(glob.glob(raw, recursive=True, include_hidden=options.hidden))
         if not matches:
-            raise UsageError(f"no such file or directory: {raw}", hint="check the path")
-        roots.extend(matches)
+            raise UsageError(f"no such file or directory: {raw}", hint="check the path or quote the glob")
+        roots.extend(m for m in matches if os.path.basename(m) != ".git" and "/.git/" not in m)
+    walker = _Walker(options, report)
     single_dir = len(roots) == 1 and os.path.isdir(roots[0])
     cwd = os.getcwd()
     out: list[SourceFile] = []
-    seen: set[tuple[int, int]] = set()
-
-    def display(full: str, root: str) -> str:
-        if single_dir:
-            return os.path.relpath(full, root).replace(os.sep, "/")
-        absolute = os.path.abspath(full)
-        if absolute == cwd or absolute.startswith(cwd + os.sep):
-            return os.path.relpath(absolute, cwd).replace(os.sep, "/")
-        return absolute
-
     for root in roots:
-        if os.path.isdir(root):
-            root_specs: list[tuple[str, pathspec.PathSpec]] = []
-            for sf in _walk(root, options, report, root_specs):
-                rel = os.path.relpath(sf, root).replace(os.sep, "/")
-                if include and not include.match_file(rel):
-                    continue
-                if exclude and exclude.match_file(rel):
-                    continue
-                entry = _stat_file(sf, display(sf, root), options, report, seen)
-                if entry:
-                    out.append(entry)
+        if single_dir:
+            shown = ""
         else:
-            name = os.path.basename(root)
-            if exclude and exclude.match_file(name):
-                continue
-            entry = _stat_file(root, display(root, root), options, report, seen)
-            if entry:
-                out.append(entry)
+            absolute = os.path.abspath(root)
+            inside = absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep)
+            shown = os.path.relpath(absolute, cwd) if inside else absolute
+            shown = shown.replace(os.sep, "/")
+        if os.path.isdir(root):
+            out.extend(walker.walk(root, "" if single_dir else shown.rstrip("/") + "/"))
+            continue
+        name = os.path.basename(root)
+        if walker.exclude is not None and (walker.exclude.match_file(shown) or walker.exclude.match_file(name)):
+            report.skip("excluded")
+            continue
+        sf = walker.file(root, shown)
+        if sf is not None:
+            out.append(sf)
     return out
 
 
-def _walk(root: str, options: CorpusOptions, report: LoadReport,
-          specs: list[tuple[str, pathspec.PathSpec]]) -> Iterator[str]:
-    """Yield regular-file paths under ``root`` in sorted order, applying ignore rules."""
-    try:
-        st = os.stat(root)
-    except OSError as exc:
-        report.skip("unreadable", f"cannot read {root}: {exc.strerror}")
-        return
-    visited_dirs: set[tuple[int, int]] = {(st.st_dev, st.st_ino)}
-    # Iterative DFS keeps deep trees off the Python recursion limit.
-    pending: list[tuple[str, list[tuple[str, pathspec.PathSpec]]]] = [(root, list(specs))]
-    while pending:
-        directory, dir_specs = pending.pop()
-        if not options.no_ignore:
-            spec = _read_ignore_spec(directory)
-            if spec is not None:
-                dir_specs = dir_specs + [(directory, spec)]
-        try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            report.skip("unreadable", f"cannot list {directory}: {exc.strerror}")
-            continue
-        subdirs: list[str] = []
-        for entry in entries:
-            name = entry.name
-            if name == ".git":
-                continue
-            if name.startswith(".") and not options.hidden:
-                report.skip("hidden")
-                continue
-            full = entry.path
-            try:
-                is_dir = entry.is_dir()  # follows symlinks
-            except OSError:
-                is_dir = False
-            if dir_specs and _ignored(dir_specs, full, is_dir):
-                report.skip("ignored")
-                continue
-            if is_dir:
-                try:
-                    dst = os.stat(full)
-                except OSError as exc:
-                    report.skip("unreadable", f"cannot read {full}: {exc.strerror}")
-                    continue
-                key = (dst.st_dev, dst.st_ino)
-                if key in visited_dirs:
-                    report.skip("symlink loop", f"skipped {full}: symlink loop")
-                    continue
-                visited_dirs.add(key)
-                subdirs.append(full)
-            else:
-                yield full
-        for sub in reversed(subdirs):
-            pending.append((sub, dir_specs))
-
-
-def _stat_file(full: str, shown: str, options: CorpusOptions, report: LoadReport,
-               seen: set[tuple[int, int]]) -> SourceFile | None:
-    try:
-        st = os.stat(full)
-    except OSError as exc:
-        reason = "symlink loop" if exc.errno == 40 else "unreadable"
-        report.skip(reason, f"skipped {shown}: {exc.strerror}")
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        report.skip("special file", f"skipped {shown}: not a regular file")
-        return None
-    key = (st.st_dev, st.st_ino)
-    if key in seen:
-        return None  # the same file reached twice (two arguments, a symlink): read it once
-    seen.add(key)
-    if st.st_size > options.max_file_size and not options.truncate_large:
-        report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
-                                 f"{options.max_file_size:,} (use --truncate-large to keep its head)")
-        return None
-    return SourceFile(display=shown, path=Path(full), size=st.st_size, mtime_ns=st.st_mtime_ns)
-
-
 def is_binary(head: bytes) -> bool:
-    """True if ``head`` (the first 8 KiB) looks binary: a NUL byte, or over 30% non-text bytes.
+    """True if ``head`` (the first 8 KiB) looks binary: a NUL byte, or over 30% control bytes.
 
     UTF-16/32 files with a BOM are text (they contain NULs by design).
     """
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+    if not head or head.startswith(_BOMS_16_32):
         return False
     if b"\x00" in head:
         return True
-    if not head:
-        return False
-    nontext = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROL)
-    return nontext / len(head) > BINARY_RATIO
+    nontext = len(head) - len(head.translate(None, _NON_TEXT))
+    return nontext > BINARY_RATIO * len(head)
 
 
-def decode(data: bytes) -> str:
-    """Decode bytes: UTF-8 (BOM stripped); UTF-16/32 with a BOM; Latin-1 as a last resort.
+def decode_bytes(data: bytes) -> Decoded:
+    """Decode a file's bytes (see the module docstring); never raises.
 
-    Never raises: invalid UTF-8 in a mostly-UTF-8 file becomes U+FFFD replacement characters.
+    Returns the text, its UTF-8 encoding (``data`` itself when it was valid UTF-8 without a BOM)
+    and the name of the decoding used: ``utf-8``, ``utf-8-sig``, ``utf-16``, ``utf-32``,
+    ``utf-8-replace`` or ``latin-1``.
     """
     if data.startswith(codecs.BOM_UTF8):
-        return data[3:].decode("utf-8", "replace")
+        body = data[3:]
+        try:
+            return Decoded(body.decode("utf-8"), body, "utf-8-sig")
+        except UnicodeDecodeError:
+            text = body.decode("utf-8", "replace")
+            return Decoded(text, text.encode("utf-8"), "utf-8-replace")
     for bom, enc in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
                      (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
         if data.startswith(bom):
-            return data.decode(enc, "replace")
+            text = data.decode(enc, "replace")
+            return Decoded(text, text.encode("utf-8", "surrogatepass"), enc)
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # Mostly valid UTF-8 with a few bad bytes: keep UTF-8 with replacements. A file that
-        # fails early and often is more likely a legacy 8-bit encoding: Latin-1 maps every byte.
-        bad = data[exc.start:exc.start + 4096].decode("utf-8", "replace").count("\ufffd")
-        if exc.start < 64 and bad > 8:
-            return data.decode("latin-1")
-        return data.decode("utf-8", "replace")
+        return Decoded(data.decode("utf-8"), data, "utf-8")
+    except UnicodeDecodeError:
+        pass
+    text = data.decode("utf-8", "replace")
+    replaced = text.count("\ufffd") - data.count(b"\xef\xbf\xbd")  # minus genuine U+FFFD characters
+    multibyte = len(text) - len(text.encode("ascii", "ignore")) - text.count("\ufffd")
+    if replaced > multibyte:  # a legacy 8-bit file: every high byte is one invalid sequence
+        text = data.decode("latin-1")
+        return Decoded(text, text.encode("utf-8"), "latin-1")
+    return Decoded(text, text.encode("utf-8"), "utf-8-replace")
 
 
-def read_text(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> str | None:
-    """Read and decode one file; ``None`` when it is binary or unreadable (counted in ``report``)."""
+def decode(data: bytes) -> str:
+    """The text of :func:`decode_bytes` (never raises)."""
+    return decode_bytes(data).text
+
+
+def trim_partial_utf8(data: bytes) -> bytes:
+    """Drop an incomplete UTF-8 sequence cut off at the end of ``data`` (after truncation)."""
+    for back in range(1, min(4, len(data)) + 1):
+        b = data[-back]
+        if b < 0x80:
+            return data
+        if b >= 0xC0:  # a lead byte: how long should its sequence be?
+            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+            return data if back >= need else data[:-back]
+    return data
+
+
+def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> Decoded | None:
+    """Read and decode one file; ``None`` when it is binary or unreadable (counted in ``report``).
+
+    The file is opened non-blocking and checked again to be a regular file, so a path swapped
+    for a FIFO after :func:`discover` cannot hang the run.
+    """
     assert sf.path is not None
+    limit = options.max_file_size if options.truncate_large else -1
     try:
-        fd = os.open(sf.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO since the stat
+        fd = os.open(sf.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb", buffering=0) as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
                 report.skip("special file", f"skipped {sf.display}: not a regular file")
                 return None
-            limit = options.max_file_size if options.truncate_large else -1
-            with os.fdopen(fd, "rb", closefd=False) as fh:
-                data = fh.read(limit) if limit >= 0 else fh.read()
-        finally:
-            os.close(fd)
+            data = fh.readall() if limit < 0 else _read_up_to(fh, limit + 1)
     except OSError as exc:
-        report.skip("unreadable", f"skipped {sf.display}: {exc.strerror}")
+        report.skip("unreadable", f"skipped {sf.display}: {exc.strerror or exc}")
         return None
     if is_binary(data[:SNIFF_BYTES]):
         report.skip("binary")
         return None
-    if options.truncate_large and sf.size > options.max_file_size:
-        report.warnings.append(f"truncated {sf.display} to its first {options.max_file_size:,} bytes")
-    return decode(data)
+    if 0 <= limit < len(data):
+        data = trim_partial_utf8(data[:limit])
+        report.warnings.append(f"truncated {sf.display} to its first {len(data):,} of {sf.size:,} bytes "
+                               "(--truncate-large)")
+        report.decoded["truncated"] += 1
+    decoded = decode_bytes(data)
+    if decoded.encoding not in ("utf-8", "utf-8-sig"):
+        report.decoded[decoded.encoding] += 1
+    return decoded
 
+
+def _read_up_to(fh: object, n: int) -> bytes:
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        piece = fh.read(n - got)  # type: ignore[attr-defined]
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    return b"".join(parts)

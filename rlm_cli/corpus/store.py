@@ -1,39 +1,65 @@
 """The chunk-indexed context store and its on-disk cache.
 
-A :class:`Corpus` is one string ``context`` (each file's text behind a header line
-``==> path <==``), the list of :class:`FileEntry` with character offsets into ``context``, and
-the list of :class:`Chunk`. It is saved as a *bundle* of two files, ``context-<digest>.txt``
-(UTF-8) and ``index.json``, which the REPL worker reads directly.
+A :class:`Corpus` is the list of :class:`FileEntry`, the list of :class:`Chunk` and one UTF-8
+*context file* holding ``context``: each file's text behind a header line ``==> path <==`` and
+followed by a blank line. Offsets (``start``/``end``) are in characters of ``context``; the
+REPL worker reads the same two files (the *bundle*: ``index.json`` and ``context-<sha1>.txt``).
+The parent process never needs the whole ``context`` in memory: it is written file by file and
+:attr:`Corpus.context` decodes it only when asked.
 
-Cache: one bundle directory per (roots, options) under ``cache_dir()/index``. Each file is
-keyed by path, size and mtime (ns); an unchanged file reuses its text (sliced out of the cached
-context) and its chunks, so only edited files are read, chunked and tokenized again. Writes are
-atomic (temp file, then ``os.replace``; the index is written last and names its context file),
-so a killed run never leaves a half-written bundle; an unreadable or inconsistent bundle is
-rebuilt with a warning.
+Cache: one bundle directory per (roots, options) under ``cache_dir()/index``. A file is reused
+when its path, size and mtime match the index and its mtime is older than the index's scan by
+more than :data:`RACY_NS` (otherwise it is re-read and reused only if its content hash still
+matches: an edit within the same clock tick cannot go unnoticed). Reused files keep their
+chunks and token counts and their bytes are copied from the old context file; only new or
+changed files are read, chunked and tokenized. A second run on an unchanged tree reads only
+``index.json`` and checks the context file's size and SHA-1.
+
+Writes are atomic: the context file is written to a temporary name and renamed to its content
+digest, then ``index.json`` is replaced; a killed run leaves at most a stray temporary file,
+which a later run deletes. Each process holds a shared ``flock`` on the context file it uses,
+and old context files are deleted only when no process holds one, so a concurrent run never
+loses its bundle. An unreadable or inconsistent bundle is rebuilt with a warning.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import mmap
 import os
+import shutil
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rlm_cli.config import CorpusOptions, cache_dir
 from rlm_cli.corpus.chunker import split_text
-from rlm_cli.corpus.loader import LoadReport, SourceFile, decode, discover, is_binary, read_text
-from rlm_cli.corpus.tokens import DEFAULT_ENCODING, count_tokens_batch
+from rlm_cli.corpus.loader import LoadReport, SourceFile, decode_bytes, discover, is_binary, read_source
+from rlm_cli.corpus.tokens import DEFAULT_ENCODING, TokenPool
 from rlm_cli.errors import EmptyCorpusError
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no pinning; old context files are kept a day
+    fcntl = None  # type: ignore[assignment]
+
 #: Bump when the bundle layout changes; older bundles are rebuilt.
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 STDIN_NAME = "<stdin>"
+#: A file modified less than this long before the index's scan is re-hashed on the next load.
+RACY_NS = 2_000_000_000
+#: A chunk whose exact token count exceeds the target by this factor is split again.
+OVERSIZE = 1.5
+FILE_FIELDS = ("path", "size", "mtime_ns", "chars", "lines", "tokens", "start", "end", "bstart", "bend", "sha1",
+               "first_chunk", "n_chunks")
+CHUNK_FIELDS = ("file", "start_line", "end_line", "start", "end", "tokens", "sha1")
 
 
 def header_line(path: str) -> str:
@@ -41,11 +67,18 @@ def header_line(path: str) -> str:
     return f"==> {path} <==\n"
 
 
-@dataclass
-class FileEntry:
-    """One file in ``context``: its text is ``context[start:end]``.
+def _sha1(data: bytes | memoryview) -> str:
+    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
 
-    ``size`` is in bytes on disk, ``chars`` in characters, ``tokens`` in ``encoding`` tokens.
+
+@dataclass(slots=True)
+class FileEntry:
+    """One file in ``context``: its text is ``context[start:end]`` (characters) and
+    ``context_bytes[bstart:bend]`` (bytes of the context file).
+
+    ``size`` is in bytes on disk, ``chars`` in characters, ``lines`` counts lines (a last line
+    without a newline counts), ``tokens`` is the sum of its chunks' tokens, ``sha1`` is the
+    SHA-1 of its UTF-8 text; its chunks are ``chunks[first_chunk:first_chunk + n_chunks]``.
     """
 
     path: str
@@ -56,15 +89,17 @@ class FileEntry:
     tokens: int
     start: int
     end: int
+    bstart: int
+    bend: int
     sha1: str
     first_chunk: int
     n_chunks: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
-    """A piece of one file: ``context[start:end]``, lines ``start_line..end_line`` (1-based,
-    inclusive), ``tokens`` tokens, ``sha1`` of its text."""
+    """A piece of one file: ``context[start:end]``, lines ``start_line..end_line`` of the file
+    (1-based, inclusive), ``tokens`` tokens, ``sha1`` of its UTF-8 text."""
 
     id: int
     path: str
@@ -78,16 +113,55 @@ class Chunk:
 
 @dataclass
 class Corpus:
-    """A loaded corpus. ``report`` says what was skipped and why."""
+    """A loaded corpus: files, chunks and the saved bundle holding ``context``.
 
-    context: str
+    ``report`` says what was skipped and why; ``from_cache`` counts files reused from the cache
+    and ``reindexed`` files read and chunked in this load. ``temporary`` bundles (``--no-cache``,
+    stdin) are deleted at exit.
+    """
+
     files: list[FileEntry]
     chunks: list[Chunk]
+    context_file: Path
+    chars: int
+    context_bytes: int
+    digest: str
     report: LoadReport = field(default_factory=LoadReport)
     encoding: str = DEFAULT_ENCODING
-    bundle_dir: Path | None = None
-    context_file: Path | None = None
-    from_cache: int = 0  # files reused from the cache
+    chunk_tokens: int = 2000
+    from_cache: int = 0
+    reindexed: int = 0
+    temporary: bool = False
+    _context: str | None = field(default=None, repr=False)
+    _pin: int | None = field(default=None, repr=False)
+
+    @property
+    def bundle_dir(self) -> Path:
+        """The folder holding ``index.json`` and the context file."""
+        return self.context_file.parent
+
+    @property
+    def index_file(self) -> Path:
+        """The bundle's ``index.json``."""
+        return self.context_file.parent / "index.json"
+
+    @property
+    def context(self) -> str:
+        """The whole corpus as one string (decoded from the context file on first access).
+
+        Raises:
+            OSError: the context file disappeared (only if deleted by hand during the run).
+        """
+        if self._context is None:
+            self._context = read_context(self.context_file)
+        return self._context
+
+    def head(self, n: int = 300) -> str:
+        """The first ``n`` characters of ``context`` without decoding all of it."""
+        if self._context is not None:
+            return self._context[:n]
+        with open(self.context_file, "rb") as fh:
+            return fh.read(n * 4).decode("utf-8", "ignore")[:n]
 
     @property
     def total_tokens(self) -> int:
@@ -99,68 +173,72 @@ class Corpus:
         """Bytes of all files on disk."""
         return sum(f.size for f in self.files)
 
-    def index_dict(self) -> dict[str, Any]:
-        """The JSON document saved as ``index.json`` (and read by the worker)."""
-        return {
-            "version": INDEX_VERSION,
-            "encoding": self.encoding,
-            "context_file": self.context_file.name if self.context_file else None,
-            "context_chars": len(self.context),
-            "files": [asdict(f) for f in self.files],
-            "chunks": [asdict(c) for c in self.chunks],
-        }
-
-    def save_bundle(self, directory: Path) -> Path:
-        """Write ``context-<digest>.txt`` then ``index.json`` atomically into ``directory``.
-
-        Returns the index path. Older context files in the directory are removed afterwards.
-        """
-        directory.mkdir(parents=True, exist_ok=True)
-        data = self.context.encode("utf-8", "surrogatepass")
-        digest = hashlib.blake2b(data, digest_size=12).hexdigest()
-        ctx_path = directory / f"context-{digest}.txt"
-        if not ctx_path.exists():
-            _atomic_write(ctx_path, data)
-        self.context_file = ctx_path
-        self.bundle_dir = directory
-        index_path = directory / "index.json"
-        _atomic_write(index_path, json.dumps(self.index_dict(), separators=(",", ":")).encode())
-        for old in directory.glob("context-*.txt"):
-            if old != ctx_path:
-                old.unlink(missing_ok=True)
-        return index_path
-
     def summary(self) -> str:
-        """One line for stderr: files, bytes, tokens, chunks and skipped files by reason."""
+        """One line for stderr: files, bytes, tokens, chunks, cache use and skipped files by reason."""
         line = (f"loaded {len(self.files):,} files, {self.total_bytes:,} bytes, "
                 f"{self.total_tokens:,} tokens, {len(self.chunks):,} chunks")
-        if self.from_cache:
-            line += f" ({self.from_cache:,} from cache)"
+        if self.from_cache and not self.reindexed:
+            line += " (all from cache)"
+        elif self.from_cache:
+            line += f" ({self.from_cache:,} from cache, {self.reindexed:,} re-indexed)"
         if self.report.skipped:
             parts = ", ".join(f"{n:,} {reason}" for reason, n in sorted(self.report.skipped.items()))
             line += f"; skipped {parts}"
+        if self.report.decoded:
+            parts = ", ".join(f"{n:,} {how}" for how, n in sorted(self.report.decoded.items()))
+            line += f"; decoded {parts}"
         return line
 
+    def index_dict(self, *, scan_ns: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The JSON document saved as ``index.json`` (columns of files and chunks)."""
+        file_pos = {f.path: i for i, f in enumerate(self.files)}
+        return {
+            "version": INDEX_VERSION, "encoding": self.encoding, "chunk_tokens": self.chunk_tokens,
+            "scan_ns": scan_ns, "context_file": self.context_file.name, "context_chars": self.chars,
+            "context_bytes": self.context_bytes, "digest": self.digest, "meta": meta or {},
+            "totals": {"files": len(self.files), "bytes": self.total_bytes, "tokens": self.total_tokens,
+                       "chunks": len(self.chunks)},
+            "files": {k: [getattr(f, k) for f in self.files] for k in FILE_FIELDS},
+            "chunks": {"file": [file_pos[c.path] for c in self.chunks],
+                       **{k: [getattr(c, k) for c in self.chunks] for k in CHUNK_FIELDS[1:]}},
+        }
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)  # the sandboxed worker may run as another user and must read it
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+
+def read_context(path: Path) -> str:
+    """Decode a context file (UTF-8) into one string."""
+    with open(path, "rb") as fh:
+        return fh.read().decode("utf-8")
+
+
+class CorruptCache(Exception):
+    """A bundle that cannot be trusted (the message says why)."""
+
+
+@dataclass
+class _Cached:
+    """A bundle read back from the cache: the parsed index and its context file."""
+
+    index: dict[str, Any]
+    context_file: Path
+
+    @property
+    def files(self) -> dict[str, list[Any]]:
+        return self.index["files"]  # type: ignore[no-any-return]
+
+    @property
+    def chunks(self) -> dict[str, list[Any]]:
+        return self.index["chunks"]  # type: ignore[no-any-return]
 
 
 def cache_key(paths: list[str], options: CorpusOptions) -> str:
-    """Directory name of the bundle for these roots and options (a digest, 24 hex chars)."""
+    """Directory name of the bundle for these roots and options (a digest, 24 hex chars).
+
+    The current directory is part of the key unless the only argument is a folder, because it
+    decides the display paths then.
+    """
+    single_dir = len(paths) == 1 and os.path.isdir(paths[0])
     spec = {
-        "roots": [os.path.abspath(p) for p in paths],
+        "roots": [os.path.abspath(p) for p in paths], "cwd": None if single_dir else os.getcwd(),
         "include": options.include, "exclude": options.exclude, "hidden": options.hidden,
         "no_ignore": options.no_ignore, "max_file_size": options.max_file_size,
         "truncate_large": options.truncate_large, "chunk_tokens": options.chunk_tokens,
@@ -169,143 +247,463 @@ def cache_key(paths: list[str], options: CorpusOptions) -> str:
     return hashlib.blake2b(json.dumps(spec, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
-def _read_cached(directory: Path, report: LoadReport) -> tuple[dict[str, Any], str] | None:
+def index_root() -> Path:
+    """The folder holding one bundle folder per (roots, options)."""
+    return cache_dir() / "index"
+
+
+def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
+    """Read and check the bundle in ``directory``; ``None`` if there is none (or an old version).
+
+    With ``verify`` the context file's SHA-1 is checked too (about 20 ms per 30 MB).
+
+    Raises:
+        CorruptCache: the bundle exists but is unreadable or inconsistent.
+    """
     index_path = directory / "index.json"
-    if not index_path.exists():
-        return None
     try:
-        index = json.loads(index_path.read_bytes())
+        raw = index_path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CorruptCache(f"cannot read {index_path.name}: {exc.strerror or exc}") from None
+    try:
+        index = json.loads(raw)
+        if not isinstance(index, dict):
+            raise CorruptCache("index.json is not an object")
         if index.get("version") != INDEX_VERSION:
             return None
-        context = (directory / index["context_file"]).read_bytes().decode("utf-8", "surrogatepass")
-        if len(context) != index["context_chars"]:
-            raise ValueError("context length does not match the index")
-        return index, context
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        report.warnings.append(f"corpus cache at {directory} was unreadable ({exc}); rebuilding it")
-        return None
+        files, chunks = index["files"], index["chunks"]
+        n_files, n_chunks = len(files["path"]), len(chunks["start"])
+        if any(len(files[k]) != n_files for k in FILE_FIELDS) or any(len(chunks[k]) != n_chunks
+                                                                     for k in CHUNK_FIELDS):
+            raise CorruptCache("index.json has columns of different lengths")
+        if n_files and (files["first_chunk"][-1] + files["n_chunks"][-1] != n_chunks
+                        or files["end"][-1] > index["context_chars"]):
+            raise CorruptCache("index.json does not match its chunks")
+        context_file = directory / str(index["context_file"])
+        if os.path.basename(context_file.name) != context_file.name or not context_file.name.startswith("context-"):
+            raise CorruptCache("index.json names a bad context file")
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise CorruptCache(f"index.json is malformed ({type(exc).__name__}: {exc})") from None
+    try:
+        size = context_file.stat().st_size
+    except OSError as exc:
+        raise CorruptCache(f"its context file is missing ({exc.strerror or exc})") from None
+    if size != index["context_bytes"]:
+        raise CorruptCache(f"its context file has {size:,} bytes instead of {index['context_bytes']:,}")
+    if verify:
+        with open(context_file, "rb") as fh:
+            digest = _sha1(fh.read())
+        if digest != index["digest"]:
+            raise CorruptCache("its context file does not match its checksum")
+    return _Cached(index, context_file)
 
 
-def build(sources: list[tuple[SourceFile, str]], options: CorpusOptions,
-          reused: dict[str, tuple[dict[str, Any], list[dict[str, Any]], str]] | None = None,
-          report: LoadReport | None = None) -> Corpus:
-    """Assemble ``context``, files and chunks from ``(source, text)`` pairs.
+def _corpus_from_index(cached: _Cached, report: LoadReport) -> Corpus:
+    f, c, idx = cached.files, cached.chunks, cached.index
+    paths = f["path"]
+    files = [FileEntry(*row) for row in zip(*(f[k] for k in FILE_FIELDS), strict=True)]
+    chunks = [Chunk(i, paths[fi], sl, el, s, e, t, h) for i, (fi, sl, el, s, e, t, h)
+              in enumerate(zip(*(c[k] for k in CHUNK_FIELDS), strict=True))]
+    return Corpus(files, chunks, cached.context_file, idx["context_chars"], idx["context_bytes"], idx["digest"],
+                  report, idx["encoding"], idx["chunk_tokens"], from_cache=len(files))
 
-    ``reused`` maps a display path to ``(file entry, chunk entries, text)`` from the cache; those
-    files keep their token counts and chunk boundaries instead of being chunked again.
+
+# -- building -----------------------------------------------------------------------------------
+
+def _index_file(enc: Any, text: str, path: str, target: int) -> list[tuple[int, int, int, int, int, str]]:
+    """Chunk one file and count each chunk's tokens (runs in a :class:`TokenPool` thread).
+
+    Returns ``(start, end, start_line, end_line, tokens, sha1)`` per chunk, offsets relative to
+    the file. A chunk far over ``target`` tokens (dense text: CJK, minified code) is split again
+    with the characters-per-token ratio measured on it.
     """
-    reused = reused or {}
-    parts: list[str] = []
-    files: list[FileEntry] = []
-    chunks: list[Chunk] = []
-    pending: list[tuple[int, str]] = []  # (chunk id, chunk text) needing a token count
-    pos = 0
-    for sf, text in sources:
+    out: list[tuple[int, int, int, int, int, str]] = []
+    for sp in split_text(text, path, target):
+        piece = text[sp.start:sp.end]
+        n = len(enc.encode_ordinary(piece))
+        if n > target * OVERSIZE and len(piece) > 64:
+            subs = split_text(piece, path, target, chars_per_token=max(0.25, 0.9 * len(piece) / n))
+            if len(subs) > 1:
+                for sub in subs:
+                    sub_piece = piece[sub.start:sub.end]
+                    out.append((sp.start + sub.start, sp.start + sub.end, sp.start_line + sub.start_line - 1,
+                                sp.start_line + sub.end_line - 1, len(enc.encode_ordinary(sub_piece)),
+                                _sha1(sub_piece.encode("utf-8"))))
+                continue
+        out.append((sp.start, sp.end, sp.start_line, sp.end_line, n, _sha1(piece.encode("utf-8"))))
+    return out
+
+
+@dataclass
+class _Pending:
+    """A file in the new bundle: reused from ``old`` (index ``old_i``) or waiting on ``job``."""
+
+    entry: FileEntry
+    old_i: int = -1
+    job: Future[list[tuple[int, int, int, int, int, str]]] | None = None
+
+
+class _Writer:
+    """Writes the context file (to a temporary name) and lays out the new files and chunks."""
+
+    def __init__(self, directory: Path, options: CorpusOptions, report: LoadReport) -> None:
+        self.directory = directory
+        self.options = options
+        self.report = report
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".context-", suffix=".tmp")
+        self.tmp = Path(tmp)
+        self.fh: IO[bytes] = os.fdopen(fd, "wb", buffering=1 << 20)
+        _lock(fd, exclusive=True)  # a concurrent cleanup must not delete this file while we write it
+        self.hasher = hashlib.sha1(usedforsecurity=False)
+        self.chars = 0
+        self.nbytes = 0
+        self.files: list[_Pending] = []
+        self.pool: TokenPool | None = None
+
+    def _put(self, data: bytes | memoryview, chars: int) -> None:
+        self.fh.write(data)
+        self.hasher.update(data)
+        self.chars += chars
+        self.nbytes += len(data)
+
+    def add(self, sf: SourceFile, data: bytes | memoryview, chars: int, lines: int, sha1: str,
+            old_i: int = -1, text: str | None = None) -> None:
+        """Append one file: reused (``old_i`` >= 0) or to be chunked from ``text``."""
         head = header_line(sf.display)
-        parts.append(head)
-        pos += len(head)
-        start = pos
-        parts.append(text)
-        pos += len(text)
-        tail = "\n\n" if not text.endswith("\n") else "\n"
-        parts.append(tail)
-        first = len(chunks)
-        cached = reused.get(sf.display)
-        if cached is not None:
-            entry, cchunks, _ = cached
-            for c in cchunks:
-                chunks.append(Chunk(len(chunks), sf.display, c["start_line"], c["end_line"],
-                                    start + c["rel_start"], start + c["rel_end"], c["tokens"], c["sha1"]))
-            sha = entry["sha1"]
-        else:
-            for sp in split_text(text, sf.display, options.chunk_tokens):
-                piece = text[sp.start:sp.end]
-                chunks.append(Chunk(len(chunks), sf.display, sp.start_line, sp.end_line, start + sp.start,
-                                    start + sp.end, 0, hashlib.sha1(piece.encode("utf-8", "surrogatepass")).hexdigest()))
-                pending.append((len(chunks) - 1, piece))
-            sha = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
-        files.append(FileEntry(sf.display, sf.size, sf.mtime_ns, len(text),
-                               text.count("\n") + (0 if not text or text.endswith("\n") else 1),
-                               0, start, start + len(text), sha, first, len(chunks) - first))
-        pos += len(tail)
-    counts = count_tokens_batch([t for _, t in pending], threads=max(2, os.cpu_count() or 2))
-    for (cid, _), n in zip(pending, counts, strict=False):
-        chunks[cid].tokens = n
-    for f in files:
-        f.tokens = sum(c.tokens for c in chunks[f.first_chunk:f.first_chunk + f.n_chunks])
-    return Corpus("".join(parts), files, chunks, report or LoadReport(), from_cache=len(
-        [1 for sf, _ in sources if sf.display in reused]))
+        hb = head.encode("utf-8")
+        self._put(hb, len(head))
+        start, bstart = self.chars, self.nbytes
+        self._put(data, chars)
+        end, bend = self.chars, self.nbytes
+        ends_nl = bool(len(data)) and data[-1:] == b"\n"
+        self._put(b"\n" if ends_nl else b"\n\n", 1 if ends_nl else 2)
+        entry = FileEntry(sf.display, sf.size, sf.mtime_ns, chars, lines, 0, start, end, bstart, bend, sha1, 0, 0)
+        pending = _Pending(entry, old_i)
+        if old_i < 0:
+            assert text is not None
+            if self.pool is None:
+                self.pool = TokenPool()
+            pending.job = self.pool.submit(_index_file, text, sf.display, self.options.chunk_tokens)
+        self.files.append(pending)
+
+    def finish(self, old: _Cached | None) -> tuple[list[FileEntry], list[Chunk], Path, str]:
+        """Wait for the token counts, lay out chunks and rename the context file to its digest."""
+        try:
+            if self.pool is not None:
+                self.pool.close()
+            files: list[FileEntry] = []
+            chunks: list[Chunk] = []
+            for p in self.files:
+                e = p.entry
+                e.first_chunk = len(chunks)
+                if p.job is not None:
+                    for s, en, sl, el, tok, h in p.job.result():
+                        chunks.append(Chunk(len(chunks), e.path, sl, el, e.start + s, e.start + en, tok, h))
+                else:
+                    assert old is not None
+                    oc, of = old.chunks, old.files
+                    first = of["first_chunk"][p.old_i]
+                    shift = e.start - of["start"][p.old_i]
+                    for j in range(first, first + of["n_chunks"][p.old_i]):
+                        chunks.append(Chunk(len(chunks), e.path, oc["start_line"][j], oc["end_line"][j],
+                                            oc["start"][j] + shift, oc["end"][j] + shift, oc["tokens"][j],
+                                            oc["sha1"][j]))
+                e.n_chunks = len(chunks) - e.first_chunk
+                e.tokens = sum(c.tokens for c in chunks[e.first_chunk:])
+                files.append(e)
+            self.fh.flush()
+            os.fchmod(self.fh.fileno(), 0o644)  # the sandboxed worker may run as another user
+            digest = self.hasher.hexdigest()
+            final = self.directory / f"context-{digest[:24]}.txt"
+            os.replace(self.tmp, final)
+            return files, chunks, final, digest
+        except BaseException:
+            self.abort()
+            raise
+
+    def keep_open(self) -> int:
+        """Hand over the open descriptor (still locked) and stop owning it."""
+        fd = os.dup(self.fh.fileno())
+        self.fh.close()
+        return fd
+
+    def abort(self) -> None:
+        """Remove the temporary file (on any failure)."""
+        if self.pool is not None:
+            self.pool.close()
+        try:
+            self.fh.close()
+        except OSError:
+            pass
+        self.tmp.unlink(missing_ok=True)
+
+
+def _lock(fd: int, *, exclusive: bool, wait: bool = True) -> bool:
+    """``flock`` the file; False if ``wait`` is off and another process holds a conflicting lock."""
+    if fcntl is None:
+        return True
+    op = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
+    try:
+        fcntl.flock(fd, op)
+        return True
+    except OSError:
+        return False
+
+
+def _pin(path: Path) -> int | None:
+    """Open ``path`` with a shared lock held until the process exits (or the fd is closed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    _lock(fd, exclusive=False)
+    return fd
+
+
+def collect_garbage(directory: Path, keep: Path | None) -> int:
+    """Delete context and temporary files in ``directory`` other than ``keep`` that no process
+    holds (see the module docstring). Returns the number of files deleted."""
+    removed = 0
+    for path in list(directory.glob("context-*.txt")) + list(directory.glob(".context-*.tmp")) + list(
+            directory.glob(".index-*.tmp")):
+        if keep is not None and path.name == keep.name:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            if fcntl is None:
+                if time.time() - os.fstat(fd).st_mtime < 86400:
+                    continue
+            elif not _lock(fd, exclusive=True, wait=False):
+                continue  # in use by another run
+            path.unlink(missing_ok=True)
+            removed += 1
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            os.fchmod(fh.fileno(), 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdin_bytes: bytes | None,
+           old: _Cached | None, options: CorpusOptions, report: LoadReport, directory: Path) -> Corpus:
+    """Write a new bundle into ``directory``; ``sources`` pairs each file with ``'same'``
+    (reuse without reading), ``'check'`` (read; reuse if its hash matches) or ``'new'``."""
+    old_pos = {p: i for i, p in enumerate(old.files["path"])} if old is not None else {}
+    writer = _Writer(directory, options, report)
+    mm: mmap.mmap | None = None
+    try:
+        if old is not None and any(state != "new" for _, state in sources):
+            with open(old.context_file, "rb") as fh:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if old.index["context_bytes"] else None
+        from_cache = 0
+        for sf, state in sources:
+            i = old_pos.get(sf.display, -1)
+            if state == "same" and mm is not None:
+                of = old.files  # type: ignore[union-attr]
+                writer.add(sf, mm[of["bstart"][i]:of["bend"][i]], of["chars"][i], of["lines"][i],
+                           of["sha1"][i], old_i=i)
+                from_cache += 1
+                continue
+            decoded = read_source(sf, options, report)
+            if decoded is None:
+                continue
+            if not decoded.text:
+                report.skip("empty")
+                continue
+            sha1 = _sha1(decoded.data)
+            lines = decoded.text.count("\n") + (0 if decoded.text.endswith("\n") else 1)
+            if i >= 0 and old is not None and old.files["sha1"][i] == sha1:
+                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, old_i=i)  # touched, not changed
+                from_cache += 1
+            else:
+                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, text=decoded.text)
+        if stdin is not None and stdin_bytes is not None:
+            if is_binary(stdin_bytes[:8192]):
+                report.skip("binary", "skipped <stdin>: binary data")
+            else:
+                d = decode_bytes(stdin_bytes)
+                if d.text:
+                    lines = d.text.count("\n") + (0 if d.text.endswith("\n") else 1)
+                    writer.add(stdin, d.data, len(d.text), lines, _sha1(d.data), text=d.text)
+                else:
+                    report.skip("empty")
+        if not writer.files:
+            message, hint = _empty_message(report)
+            raise EmptyCorpusError(message, hint=hint)
+        files, chunks, final, digest = writer.finish(old)
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        if mm is not None:
+            mm.close()
+    corpus = Corpus(files, chunks, final, writer.chars, writer.nbytes, digest, report, DEFAULT_ENCODING,
+                    options.chunk_tokens, from_cache=from_cache, reindexed=len(files) - from_cache)
+    corpus._pin = writer.keep_open()
+    _lock(corpus._pin, exclusive=False)  # downgrade: readers may share it, cleanup may not delete it
+    return corpus
 
 
 def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes | None = None,
                 on_warning: Callable[[str], None] | None = None) -> Corpus:
     """Load ``paths`` (``'-'`` = ``stdin_bytes``) into a saved, chunk-indexed :class:`Corpus`.
 
-    With ``options.use_cache`` the bundle lives in the user cache dir and is reused; without it
-    the bundle is written to a fresh temporary directory that the caller should remove
-    (``corpus.bundle_dir``) when done.
+    With ``options.use_cache`` (and no stdin) the bundle lives in the user cache dir and is
+    reused and refreshed; otherwise it is written to a temporary folder that is deleted at exit
+    (``corpus.temporary``). Warnings (skipped files, a rebuilt cache) go to ``on_warning``.
 
     Raises:
         UsageError: a path does not exist.
         EmptyCorpusError: no readable text file remained; the message names the reasons.
     """
     report = LoadReport()
+    scan_ns = time.time_ns()
     file_paths = [p for p in paths if p != "-"]
     sources = discover(file_paths, options, report) if file_paths else []
-    directory: Path | None = None
-    cached: tuple[dict[str, Any], str] | None = None
-    if options.use_cache and file_paths and "-" not in paths:
-        directory = cache_dir() / "index" / cache_key(file_paths, options)
-        cached = _read_cached(directory, report)
-    reused: dict[str, tuple[dict[str, Any], list[dict[str, Any]], str]] = {}
-    if cached is not None:
-        index, old_context = cached
-        old_files = {f["path"]: f for f in index["files"]}
-        for sf in sources:
-            entry = old_files.get(sf.display)
-            if entry and entry["size"] == sf.size and entry["mtime_ns"] == sf.mtime_ns:
-                cks = index["chunks"][entry["first_chunk"]:entry["first_chunk"] + entry["n_chunks"]]
-                rel = [dict(c, rel_start=c["start"] - entry["start"], rel_end=c["end"] - entry["start"]) for c in cks]
-                reused[sf.display] = (entry, rel, old_context[entry["start"]:entry["end"]])
-        same = (len(reused) == len(sources) == len(index["files"])
-                and [f["path"] for f in index["files"]] == [s.display for s in sources])
-        if same:
-            corpus = Corpus(old_context, [FileEntry(**f) for f in index["files"]],
-                            [Chunk(**c) for c in index["chunks"]], report, index["encoding"],
-                            directory, directory / index["context_file"], from_cache=len(sources))
-            _flush_warnings(report, on_warning)
+    stdin = SourceFile(STDIN_NAME, None, len(stdin_bytes or b""), 0) if "-" in paths else None
+    use_cache = bool(options.use_cache and file_paths and stdin is None)
+    try:
+        if not sources and stdin is None:
+            message, hint = _empty_message(report)
+            raise EmptyCorpusError(message, hint=hint)
+        old: _Cached | None = None
+        directory: Path | None = None
+        if use_cache:
+            directory = index_root() / cache_key(file_paths, options)
+            old = _read_cached(directory, report)
+        pin = _pin(old.context_file) if old is not None else None
+        if pin is None:
+            old = None  # (its context file vanished between the check and the pin: rebuild)
+        states = _classify(sources, old)
+        if old is not None and pin is not None and _is_hit(sources, states, old, options, report):
+            corpus = _corpus_from_index(old, report)
+            corpus._pin = pin
+            if "check" in states:  # verified racy files: record the new scan so they are trusted later
+                _write_index(corpus, scan_ns, file_paths, options, report)
+            else:
+                _touch(old.context_file.parent / "index.json")
             return corpus
-    texts: list[tuple[SourceFile, str]] = []
+        if pin is not None:
+            os.close(pin)
+        if directory is not None:
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, old, options,
+                                report, directory)
+            except OSError as exc:
+                report.warnings.append(f"cannot write the corpus cache in {directory} ({exc.strerror or exc}); "
+                                       "using a temporary copy")
+                directory = None
+                old = None
+                states = ["new"] * len(sources)
+        if directory is None:
+            tmp = Path(tempfile.mkdtemp(prefix="rlm-corpus-"))
+            os.chmod(tmp, 0o755)  # the sandboxed worker may run as another user
+            atexit.register(shutil.rmtree, tmp, True)
+            corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, None, options, report, tmp)
+            corpus.temporary = True
+            return corpus
+        _write_index(corpus, scan_ns, file_paths, options, report)
+        collect_garbage(directory, corpus.context_file)
+        return corpus
+    finally:
+        if on_warning:
+            for w in report.warnings:
+                on_warning(w)
+
+
+def _read_cached(directory: Path, report: LoadReport) -> _Cached | None:
+    try:
+        return read_index(directory)
+    except CorruptCache as exc:
+        report.warnings.append(f"the corpus cache in {directory} is corrupt ({exc}); rebuilding it")
+        return None
+
+
+def _classify(sources: list[SourceFile], old: _Cached | None) -> list[str]:
+    """Per source: ``'same'`` (trust the cache), ``'check'`` (re-read, compare hash) or ``'new'``."""
+    if old is None:
+        return ["new"] * len(sources)
+    f = old.files
+    pos = {p: i for i, p in enumerate(f["path"])}
+    trusted_before = int(old.index.get("scan_ns", 0)) - RACY_NS
+    states = []
     for sf in sources:
-        if sf.display in reused:
-            texts.append((sf, reused[sf.display][2]))
-            continue
-        text = read_text(sf, options, report)
-        if text is not None:
-            texts.append((sf, text))
-    if stdin_bytes is not None and "-" in paths:
-        if is_binary(stdin_bytes[:8192]):
-            report.skip("binary", "skipped <stdin>: binary data")
+        i = pos.get(sf.display, -1)
+        if i < 0:
+            states.append("new")
+        elif f["size"][i] == sf.size and f["mtime_ns"][i] == sf.mtime_ns and sf.mtime_ns < trusted_before:
+            states.append("same")
         else:
-            texts.append((SourceFile(STDIN_NAME, None, len(stdin_bytes), 0), decode(stdin_bytes)))
-    texts = [(sf, t) for sf, t in texts if t]
-    if not texts:
-        _flush_warnings(report, on_warning)
-        raise EmptyCorpusError(_empty_message(report), hint="see --include, --hidden, --no-ignore")
-    corpus = build(texts, options, reused, report)
-    corpus.save_bundle(directory if directory is not None else Path(tempfile.mkdtemp(prefix="rlm-corpus-")))
-    _flush_warnings(report, on_warning)
-    return corpus
+            states.append("check")
+    return states
 
 
-def _flush_warnings(report: LoadReport, on_warning: Callable[[str], None] | None) -> None:
-    if on_warning:
-        for w in report.warnings:
-            on_warning(w)
+def _is_hit(sources: list[SourceFile], states: list[str], old: _Cached, options: CorpusOptions,
+            report: LoadReport) -> bool:
+    """True if the cached bundle is exactly this corpus (racy files re-read and hash-checked)."""
+    f = old.files
+    if len(sources) != len(f["path"]) or any(s == "new" for s in states):
+        return False
+    if any(sf.display != p for sf, p in zip(sources, f["path"], strict=True)):
+        return False
+    for i, (sf, state) in enumerate(zip(sources, states, strict=True)):
+        if state == "check":
+            probe = LoadReport()
+            decoded = read_source(sf, options, probe)
+            if decoded is None or _sha1(decoded.data) != f["sha1"][i]:
+                return False
+            f["size"][i], f["mtime_ns"][i] = sf.size, sf.mtime_ns
+    return True
 
 
-def _empty_message(report: LoadReport) -> str:
+def _write_index(corpus: Corpus, scan_ns: int, roots: list[str], options: CorpusOptions,
+                 report: LoadReport) -> None:
+    meta = {"roots": [os.path.abspath(p) for p in roots], "include": options.include, "exclude": options.exclude,
+            "hidden": options.hidden, "no_ignore": options.no_ignore, "written": time.time()}
+    try:
+        _atomic_write(corpus.index_file, json.dumps(corpus.index_dict(scan_ns=scan_ns, meta=meta),
+                                                    separators=(",", ":")).encode())
+    except OSError as exc:
+        report.warnings.append(f"cannot write the corpus cache index in {corpus.bundle_dir} "
+                               f"({exc.strerror or exc})")
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+_HINTS = {
+    "hidden": "--hidden includes dotfiles", "ignored": "--no-ignore stops honouring .gitignore/.ignore/.rlmignore",
+    "not included": "check the --include globs", "excluded": "check the --exclude globs",
+    "too large": "raise --max-file-size or use --truncate-large", "binary": "binary files are never read",
+    "unreadable": "check the file permissions", "empty": "the files are empty",
+}
+
+
+def _empty_message(report: LoadReport) -> tuple[str, str]:
+    """``(message, hint)`` for an empty corpus, naming the reasons files were skipped."""
     if not report.skipped:
-        return "the corpus is empty: no files found (or only empty files)"
-    reasons = ", ".join(f"{n:,} {r}" for r, n in Counter(report.skipped).most_common())
-    return f"the corpus is empty: every file was skipped ({reasons})"
+        return "the corpus is empty: no files found", "check the paths"
+    reasons = Counter(report.skipped).most_common()
+    listed = ", ".join(f"{n:,} {r}" for r, n in reasons)
+    hints = "; ".join(_HINTS[r] for r, _ in reasons if r in _HINTS) or "see rlm ask --help"
+    return f"the corpus is empty: every file was skipped ({listed})", hints

@@ -1,148 +1,263 @@
 """Corpus helpers of the REPL namespace: ``grep``, ``read_file``, ``chunk_text``, ``search``.
 
-Runs inside the sandboxed worker, so it uses only the standard library. ``CorpusView`` holds
-``context`` (str), ``files`` and ``chunks`` (lists of dicts as saved in the bundle's index.json).
+Runs inside the sandboxed worker, so it uses only the standard library. :class:`CorpusView`
+holds ``context`` (str), ``files`` and ``chunks`` (lists of dicts built from the bundle's
+``index.json``, whose columns are written by ``rlm_cli.corpus.store``).
+
+Line numbers are 1-based and count ``\\n`` only (a ``\\r`` before it is not shown), the same rule
+the chunker uses for ``chunks[i]["start_line"]``, so ``grep``, ``read_file`` and ``chunks`` agree.
 """
 
 from __future__ import annotations
 
-import bisect
+import difflib
 import fnmatch
+import heapq
 import json
 import math
 import re
+from array import array
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
+
+#: The bundle layout this module reads (``rlm_cli.corpus.store.INDEX_VERSION``).
+BUNDLE_VERSION = 2
+#: Characters of a matching line kept in a ``grep`` result.
+MAX_LINE_CHARS = 500
+#: Size of the pseudo-chunks made for a raw context (``rlm_query`` with a string).
+RAW_CHUNK_CHARS = 8000
+_FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks")
+_CHUNK_KEYS = ("start_line", "end_line", "start", "end", "tokens", "sha1")
+#: A search term: a run of letters or digits (``parse_config`` is two terms), compared lowercased.
+_TERM = re.compile(r"[^\W_]+")
 
 
 class CorpusView:
-    """The loaded corpus and the helper functions the model calls on it."""
+    """The loaded corpus and the helper functions the model calls on it.
+
+    ``CorpusView(text)`` (no ``files``) treats ``text`` as one pseudo-file ``<context>`` split
+    into line-aligned pseudo-chunks of about 8,000 characters, so every helper still works.
+    """
 
     def __init__(self, context: str = "", files: list[dict[str, Any]] | None = None,
                  chunks: list[dict[str, Any]] | None = None) -> None:
         self.context = context
-        self.files: list[dict[str, Any]] = files or []
+        if files is None:
+            files, chunks = _raw_layout(context)
+        self.files: list[dict[str, Any]] = files
         self.chunks: list[dict[str, Any]] = chunks or []
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
         self._bm25: _BM25 | None = None
 
     @classmethod
     def from_bundle(cls, index_file: str, context_file: str) -> CorpusView:
-        """Load a saved bundle (``index.json`` and the context text file)."""
+        """Load a saved bundle (``index.json`` and the UTF-8 context file).
+
+        Raises:
+            OSError: a file cannot be read.
+            ValueError: the bundle is of another version or inconsistent.
+        """
         with open(index_file, "rb") as fh:
             index = json.loads(fh.read())
+        if index.get("version") != BUNDLE_VERSION:
+            raise ValueError(f"corpus bundle version {index.get('version')!r} is not {BUNDLE_VERSION}")
         with open(context_file, "rb") as fh:
-            context = fh.read().decode("utf-8", "surrogatepass")
-        return cls(context, index["files"], index["chunks"])
+            context = fh.read().decode("utf-8")
+        if len(context) != index["context_chars"]:
+            raise ValueError("the context file does not match the index")
+        fcols, ccols = index["files"], index["chunks"]
+        paths = fcols["path"]
+        files = [dict(zip(_FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in _FILE_KEYS), strict=True)]
+        chunks = [{"id": i, "path": paths[fi], **dict(zip(_CHUNK_KEYS, row, strict=True))}
+                  for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in _CHUNK_KEYS), strict=True))]
+        return cls(context, files, chunks)
 
-    # -- corpus --------------------------------------------------------------------------------
-    def _file_text(self, f: dict[str, Any]) -> str:
-        return self.context[f["start"]:f["end"]]
-
-    def grep(self, pattern: str, *, path_glob: str | None = None, ignore_case: bool = False,
+    # -- grep ----------------------------------------------------------------------------------
+    def grep(self, pattern: str | re.Pattern[str], *, path_glob: str | None = None, ignore_case: bool = False,
              max_results: int = 200) -> list[dict[str, Any]]:
-        """Regex search over every file; returns ``[{"file", "line", "text"}]`` (line 1-based)."""
-        rx = re.compile(pattern, re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
+        """Lines matching the regex ``pattern`` in every file (or those matching ``path_glob``).
+
+        Returns at most ``max_results`` dicts ``{"file", "line", "text"}`` in corpus order, one
+        per matching line (``line`` is 1-based; ``text`` is the line, cut at 500 characters).
+        ``^`` and ``$`` match at line boundaries. ``path_glob`` is an fnmatch pattern tried on the
+        whole path and, when it has no ``/``, on the file name (``"*.py"``, ``"src/*"``).
+        """
+        flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
+        if isinstance(pattern, re.Pattern):
+            rx = re.compile(pattern.pattern, pattern.flags | flags)
+        else:
+            rx = re.compile(pattern, flags)
+        keep = _glob_matcher(path_glob) if path_glob else None
+        ctx = self.context
+        search, count, rfind, find = rx.search, ctx.count, ctx.rfind, ctx.find
         out: list[dict[str, Any]] = []
-        targets = self.files or [{"path": "<context>", "start": 0, "end": len(self.context)}]
-        for f in targets:
-            if path_glob and not fnmatch.fnmatch(f["path"], path_glob):
+        for f in self.files:
+            if len(out) >= max_results:
+                break
+            if keep is not None and not keep(f["path"]):
                 continue
-            text = self._file_text(f)
-            line_starts: list[int] | None = None
-            for m in rx.finditer(text):
-                if line_starts is None:
-                    line_starts = _line_starts(text)
-                ln = bisect.bisect_right(line_starts, m.start())
-                ls = line_starts[ln - 1]
-                le = text.find("\n", m.start())
-                out.append({"file": f["path"], "line": ln, "text": text[ls:le if le >= 0 else len(text)][:500]})
+            fs, fe = f["start"], f["end"]
+            pos, counted, line = fs, fs, 1
+            while pos <= fe:
+                m = search(ctx, pos, fe)
+                if m is None:
+                    break
+                ms = m.start()
+                line += count("\n", counted, ms)
+                counted = ms
+                ls = rfind("\n", fs, ms) + 1 or fs
+                le = find("\n", ms, fe)
+                if le < 0:
+                    le = fe
+                text = ctx[ls:min(le, ls + MAX_LINE_CHARS)]
+                out.append({"file": f["path"], "line": line, "text": text[:-1] if text.endswith("\r") else text})
                 if len(out) >= max_results:
-                    return out
+                    break
+                pos = le + 1
         return out
 
-    def read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        """Lines ``start_line..end_line`` (1-based, inclusive) of ``path``, each prefixed with its number."""
+    # -- reading -------------------------------------------------------------------------------
+    def _resolve(self, path: str) -> dict[str, Any]:
         f = self._file_by_path.get(path)
-        if f is None:
-            matches = [p for p in self._file_by_path if p.endswith("/" + path) or p.endswith(path)]
-            if len(matches) != 1:
-                hint = f"; did you mean one of {matches[:5]}" if matches else ""
-                raise KeyError(f"no file {path!r} in the corpus{hint}")
-            f = self._file_by_path[matches[0]]
-        lines = self._file_text(f).splitlines()
-        a = max(1, start_line or 1)
-        b = min(len(lines), end_line or len(lines))
+        if f is not None:
+            return f
+        norm = path.lstrip("./") if path.startswith("./") else path
+        matches = [p for p in self._file_by_path if p == norm or p.endswith("/" + norm)]
+        if len(matches) == 1:
+            return self._file_by_path[matches[0]]
+        if matches:
+            raise FileNotFoundError(f"{path!r} matches several files: {matches[:8]}; give a longer path")
+        close = difflib.get_close_matches(path, list(self._file_by_path), n=5, cutoff=0.6)
+        hint = f"; did you mean one of {close}" if close else "; see `files` for the paths"
+        raise FileNotFoundError(f"no file {path!r} in the corpus{hint}")
+
+    def read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        """Lines ``start_line..end_line`` (1-based, inclusive; default the whole file) of ``path``,
+        each prefixed with its number: ``"12: text"``. ``path`` may be a unique path suffix.
+
+        Raises:
+            FileNotFoundError: no such file (the message suggests close paths).
+            ValueError: ``start_line`` is past the end of the file.
+        """
+        f = self._resolve(path)
+        n = int(f["lines"])
+        a = 1 if start_line is None else max(1, int(start_line))
+        if a > n:
+            raise ValueError(f"start_line {a} is past the end of {f['path']} ({n} lines)")
+        b = n if end_line is None else min(int(end_line), n)
+        if b < a:
+            return ""
+        lines = self.context[f["start"]:f["end"]].split("\n", b)
         width = len(str(b))
-        return "\n".join(f"{i:>{width}}: {lines[i - 1]}" for i in range(a, b + 1))
+        return "\n".join(f"{i:>{width}}: {lines[i - 1].removesuffix(chr(13))}" for i in range(a, b + 1))
 
     def chunk_text(self, i: int) -> str:
-        """The text of chunk ``i`` (see ``chunks[i]`` for its file and lines)."""
-        c = self.chunks[i]
+        """The text of chunk ``i`` (see ``chunks[i]`` for its file and lines).
+
+        Raises:
+            IndexError: no such chunk.
+        """
+        try:
+            c = self.chunks[i]
+        except IndexError:
+            raise IndexError(f"chunk {i} does not exist: there are {len(self.chunks)} chunks") from None
         return self.context[c["start"]:c["end"]]
 
+    # -- search --------------------------------------------------------------------------------
     def search(self, query: str, k: int = 10) -> list[dict[str, Any]]:
-        """Top ``k`` chunks by BM25 relevance to ``query``: ``[{"chunk", "file", "start_line",
-        "end_line", "score"}]``, best first."""
+        """The ``k`` chunks most relevant to ``query`` by BM25 (Okapi, k1=1.5, b=0.75, Lucene idf).
+
+        Terms are runs of letters or digits, compared lowercased (``parse_config`` is ``parse``
+        and ``config``). Returns ``[{"chunk", "file", "start_line", "end_line", "score"}]``, best
+        first; chunks sharing no term with the query are left out. The first call builds the
+        index (about 3 s per 30 MB of text).
+        """
         if self._bm25 is None:
-            self._bm25 = _BM25([self.chunk_text(c["id"]) for c in self.chunks])
+            self._bm25 = _BM25(self.context, [(c["start"], c["end"]) for c in self.chunks])
         out = []
         for i, score in self._bm25.top(query, k):
             c = self.chunks[i]
             out.append({"chunk": i, "file": c["path"], "start_line": c["start_line"],
-                        "end_line": c["end_line"], "score": round(score, 3)})
+                        "end_line": c["end_line"], "score": round(score, 4)})
         return out
 
 
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    find = text.find
-    i = find("\n")
-    while i >= 0:
-        starts.append(i + 1)
-        i = find("\n", i + 1)
-    return starts
+def _raw_layout(context: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One pseudo-file ``<context>`` and line-aligned pseudo-chunks for a raw context string."""
+    n = len(context)
+    lines = context.count("\n") + (0 if not context or context.endswith("\n") else 1)
+    files = [{"path": "<context>", "size": n, "chars": n, "lines": lines, "tokens": None, "start": 0, "end": n,
+              "first_chunk": 0, "n_chunks": 0}]
+    chunks: list[dict[str, Any]] = []
+    pos, line = 0, 1
+    while pos < n:
+        cut = n if n - pos <= RAW_CHUNK_CHARS else (context.rfind("\n", pos, pos + RAW_CHUNK_CHARS) + 1)
+        if cut <= pos:
+            cut = pos + RAW_CHUNK_CHARS
+        end_line = line + context.count("\n", pos, cut - 1)
+        chunks.append({"id": len(chunks), "path": "<context>", "start_line": line, "end_line": end_line,
+                       "start": pos, "end": cut, "tokens": None, "sha1": None})
+        line = end_line + (1 if context[cut - 1] == "\n" else 0)
+        pos = cut
+    files[0]["n_chunks"] = len(chunks)
+    return files, chunks
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+")
-
-
-def _terms(text: str) -> list[str]:
-    out: list[str] = []
-    for w in _WORD.findall(text):
-        lw = w.lower()
-        out.append(lw)
-        if "_" in w:
-            out.extend(p for p in lw.split("_") if p)
-    return out
+def _glob_matcher(glob: str) -> Callable[[str], bool]:
+    """A predicate for ``path_glob``: fnmatch on the whole path, or on the name when no ``/``."""
+    whole = re.compile(fnmatch.translate(glob)).match
+    tail = glob[3:] if glob.startswith("**/") else None
+    tail_match = re.compile(fnmatch.translate(tail)).match if tail else None
+    if "/" not in glob:
+        return lambda p: bool(whole(p) or whole(p.rsplit("/", 1)[-1]))
+    if tail_match is not None:
+        return lambda p: bool(whole(p) or tail_match(p))
+    return lambda p: bool(whole(p))
 
 
 class _BM25:
-    """Okapi BM25 (Robertson et al., k1=1.5, b=0.75) over chunk texts; built on first use."""
+    """Okapi BM25 over chunks with Lucene's idf, ``log(1 + (N - df + 0.5) / (df + 0.5))``, and term
+    weight ``tf / (tf + k1 * (1 - b + b * dl / avgdl))`` (the ranking bm25s's default gives).
 
-    def __init__(self, docs: list[str], k1: float = 1.5, b: float = 0.75) -> None:
+    Postings are compact arrays: about 30 MB for 30 MB of code.
+    """
+
+    def __init__(self, context: str, spans: list[tuple[int, int]], k1: float = 1.5, b: float = 0.75) -> None:
         self.k1, self.b = k1, b
-        self.tfs: list[Counter[str]] = [Counter(_terms(d)) for d in docs]
-        self.lens = [sum(tf.values()) for tf in self.tfs]
-        self.avg = (sum(self.lens) / len(self.lens)) if self.lens else 0.0
-        df: Counter[str] = Counter()
-        for tf in self.tfs:
-            df.update(tf.keys())
-        n = len(docs)
-        self.idf = {t: math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
-        self.postings: dict[str, list[int]] = {}
-        for i, tf in enumerate(self.tfs):
-            for t in tf:
-                self.postings.setdefault(t, []).append(i)
+        self.n = len(spans)
+        self.lens = array("I")
+        postings: dict[str, tuple[array[int], array[int]]] = {}
+        findall = _TERM.findall
+        for i, (start, end) in enumerate(spans):
+            terms = findall(context[start:end].lower())
+            self.lens.append(len(terms))
+            for term, tf in Counter(terms).items():
+                p = postings.get(term)
+                if p is None:
+                    p = postings[term] = (array("I"), array("I"))
+                p[0].append(i)
+                p[1].append(tf)
+        self.postings = postings
+        self.avgdl = (sum(self.lens) / self.n) if self.n else 0.0
+
+    def idf(self, term: str) -> float:
+        """Lucene's non-negative idf of ``term`` (0 for an unknown term)."""
+        p = self.postings.get(term)
+        if p is None:
+            return 0.0
+        df = len(p[0])
+        return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
 
     def top(self, query: str, k: int) -> list[tuple[int, float]]:
+        """``[(chunk index, score)]`` of the best ``k`` chunks, best first (ties: lower index)."""
         scores: dict[int, float] = {}
-        for t in set(_terms(query)):
-            idf = self.idf.get(t)
-            if idf is None:
+        k1, b, avg, lens = self.k1, self.b, self.avgdl or 1.0, self.lens
+        for term in dict.fromkeys(_TERM.findall(query.lower())):
+            p = self.postings.get(term)
+            if p is None:
                 continue
-            for i in self.postings[t]:
-                f = self.tfs[i][t]
-                norm = f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * self.lens[i] / (self.avg or 1)))
-                scores[i] = scores.get(i, 0.0) + idf * norm
-        return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            idf = self.idf(term)
+            for i, tf in zip(p[0], p[1], strict=True):
+                scores[i] = scores.get(i, 0.0) + idf * tf / (tf + k1 * (1 - b + b * lens[i] / avg))
+        return heapq.nsmallest(max(0, k), scores.items(), key=lambda kv: (-kv[1], kv[0]))
