@@ -79,6 +79,8 @@ def ask(
     truncate_large: Annotated[bool, Opt("--truncate-large", help="Keep the head of files over "
                                         "--max-file-size instead of skipping them.")] = False,
     no_cache: Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")] = False,
+    chunk_tokens: Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens "
+                                            "(default 2000).")] = None,
     json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")] = False,
     verbose: Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")] = False,
@@ -101,6 +103,7 @@ def ask(
     c = settings.corpus
     c.include, c.exclude, c.hidden, c.no_ignore = include or [], exclude or [], hidden, no_ignore
     c.truncate_large, c.use_cache = truncate_large, not no_cache
+    c.chunk_tokens = chunk_tokens or c.chunk_tokens
     if max_file_size:
         c.max_file_size = parse_size(max_file_size, "--max-file-size")
     stdin_bytes = sys.stdin.buffer.read() if "-" in paths else None
@@ -217,6 +220,137 @@ def replay(
         ui.warning("the replayed answer differs from the recorded one")
     ui.summary(doc)
     render.write_json(doc) if json_out else render.write_answer(r.answer)
+
+
+# -- corpus commands: rlm index, rlm stats, rlm cache -----------------------------------------------
+
+PathsArg = Annotated[list[str], typer.Argument(metavar="PATH...", help="Files, folders or globs.")]
+IncludeOpt = Annotated[list[str] | None, Opt("--include", help="Only files matching this glob (repeatable).")]
+ExcludeOpt = Annotated[list[str] | None, Opt("--exclude", help="Skip files matching this glob (repeatable).")]
+HiddenOpt = Annotated[bool, Opt("--hidden", help="Include dotfiles and dot-folders.")]
+NoIgnoreOpt = Annotated[bool, Opt("--no-ignore", help="Do not honour .gitignore/.ignore/.rlmignore.")]
+MaxSizeOpt = Annotated[str | None, Opt("--max-file-size", help="Skip larger files (default 10M).")]
+TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of files over --max-file-size.")]
+NoCacheOpt = Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")]
+ChunkOpt = Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens (default 2000).")]
+JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")]
+QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")]
+
+
+def _corpus_options(include: list[str] | None, exclude: list[str] | None, hidden: bool, no_ignore: bool,
+                    max_file_size: str | None, truncate_large: bool, no_cache: bool, chunk_tokens: int | None) -> Any:
+    """A ``CorpusOptions`` from the corpus flags (``'-'`` is refused by the callers)."""
+    from rlm_cli.config import CorpusOptions
+
+    options = CorpusOptions(include=include or [], exclude=exclude or [], hidden=hidden, no_ignore=no_ignore,
+                            truncate_large=truncate_large, use_cache=not no_cache)
+    if max_file_size:
+        options.max_file_size = parse_size(max_file_size, "--max-file-size")
+    options.chunk_tokens = chunk_tokens or options.chunk_tokens
+    return options
+
+
+def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
+    import time
+
+    from rlm_cli.corpus import load_corpus
+
+    if "-" in paths:
+        raise UsageError("'-' (stdin) is not cached; give files or folders")
+    started = time.monotonic()
+    corpus = load_corpus(paths, options, on_warning=ui.warning)
+    return corpus, time.monotonic() - started
+
+
+@app.command()
+def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
+          no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
+          no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None, json_out: JsonOpt = False,
+          quiet: QuietOpt = False) -> None:
+    """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
+    from rlm_cli import render
+    from rlm_cli.corpus.stats import index_summary
+
+    ui = render.Renderer(quiet=quiet)
+    options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                              chunk_tokens)
+    corpus, elapsed = _load(paths, options, ui)
+    where = "not cached (--no-cache)" if corpus.temporary else f"cache: {corpus.bundle_dir}"
+    ui.info(f"{corpus.summary()} in {elapsed:.2f} s; {where}")
+    if json_out:
+        render.write_json(index_summary(corpus, elapsed))
+
+
+@app.command()
+def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
+          no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
+          no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None,
+          top: Annotated[int, Opt("--top", min=0, help="How many of the largest files to list.")] = 10,
+          json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
+    """Show files, chunks and tokens by file type and the largest files of PATH... (builds the cache)."""
+    from rlm_cli import render
+    from rlm_cli.corpus.stats import corpus_stats
+
+    ui = render.Renderer(quiet=quiet)
+    options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                              chunk_tokens)
+    corpus, _ = _load(paths, options, ui)
+    doc = corpus_stats(corpus, top=top)
+    if json_out:
+        render.write_json(doc)
+        return
+    ui.info(corpus.summary())
+    ui.table(f"{doc['files']:,} files, {doc['chunks']:,} chunks, {doc['tokens']:,} tokens by file type",
+             ["type", "files", "bytes", "tokens", "chunks"],
+             [[r["type"], f"{r['files']:,}", f"{r['bytes']:,}", f"{r['tokens']:,}", f"{r['chunks']:,}"]
+              for r in doc["by_type"]])
+    if doc["largest"]:
+        ui.table("Largest files", ["path", "lines", "tokens", "chunks"],
+                 [[r["path"], f"{r['lines']:,}", f"{r['tokens']:,}", f"{r['chunks']:,}"] for r in doc["largest"]])
+
+
+cache_app = typer.Typer(no_args_is_help=True, help="Show or clear the cache (corpus indexes, model responses).")
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("info")
+def cache_info(json_out: JsonOpt = False) -> None:
+    """Show the cache folder, the size of each cache and the cached corpus indexes."""
+    from rlm_cli import render
+    from rlm_cli.corpus.cache import cache_info as info
+
+    doc = info()
+    if json_out:
+        render.write_json(doc)
+        return
+    ui = render.Renderer()
+    ui.info(f"cache folder: {doc['path']} ({doc['bytes']:,} bytes)")
+    ui.table("Caches", ["cache", "holds", "files", "bytes"],
+             [[c["name"], c["holds"], f"{c['files']:,}", f"{c['bytes']:,}"] for c in doc["caches"]])
+    if doc["bundles"]:
+        ui.table("Corpus indexes (newest first)", ["roots", "files", "tokens", "bytes"],
+                 [[", ".join(b["roots"]) or "(broken)", f"{b['files'] or 0:,}", f"{b['tokens'] or 0:,}",
+                   f"{b['bytes']:,}"] for b in doc["bundles"]])
+
+
+@cache_app.command("clear")
+def cache_clear(
+    which: Annotated[list[str] | None, typer.Argument(metavar="[CACHE]...", help="index and/or llm "
+                                                      "(default: all).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Delete the cached corpus indexes (index) and model responses (llm)."""
+    from rlm_cli import render
+    from rlm_cli.corpus.cache import cache_clear as clear
+
+    try:
+        doc = clear(which)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if json_out:
+        render.write_json(doc)
+    render.Renderer().info("removed " + ", ".join(f"{r['name']}/ ({r['files']:,} files, {r['bytes']:,} bytes)"
+                                                   for r in doc["removed"]) + f" from {doc['path']}")
 
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
