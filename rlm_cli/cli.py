@@ -6,6 +6,7 @@ place that turns exceptions into exit codes (see ``errors.ExitCode`` and the REA
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -81,6 +82,27 @@ def ask(
     no_cache: Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")] = False,
     chunk_tokens: Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens "
                                             "(default 2000).")] = None,
+    max_concurrency: Annotated[int | None, Opt("--max-concurrency", min=1, help="Sub-calls in flight at once "
+                                               "(default 16; lowered for the run on HTTP 429).")] = None,
+    retries: Annotated[int | None, Opt("--retries", min=0, help="Retries of a failed request on 429, 5xx, "
+                                       "timeouts and dropped connections (default 3).")] = None,
+    request_timeout: Annotated[float | None, Opt("--request-timeout", min=0.1, help="Seconds per model request "
+                                                 "(default 300).")] = None,
+    max_cost: Annotated[float | None, Opt("--max-cost", min=0, help="Stop (exit 6) once the run has cost this "
+                                          "many USD (priced models only).")] = None,
+    max_tokens: Annotated[int | None, Opt("--max-tokens", min=1, help="Stop (exit 6) once this many tokens "
+                                          "(input + output, all models) are used.")] = None,
+    max_sub_calls: Annotated[int | None, Opt("--max-sub-calls", min=0, help="Stop (exit 6) when code asks for "
+                                             "more sub-calls than this.")] = None,
+    timeout: Annotated[float | None, Opt("--timeout", min=0.1, help="Stop (exit 6) after this many seconds "
+                                         "of wall-clock time.")] = None,
+    sub_model_window: Annotated[int | None, Opt("--sub-model-window", min=256, help="Sub-model's input window "
+                                                "in tokens (default: litellm's model info, else 32768).")] = None,
+    router_config: Annotated[Path | None, Opt("--router-config", exists=True, dir_okay=False, help="litellm "
+                                              "Router config (YAML/JSON model_list) to spread calls over "
+                                              "several deployments.")] = None,
+    no_llm_cache: Annotated[bool, Opt("--no-llm-cache", help="Do not read or write the model-response "
+                                      "cache.")] = False,
     json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")] = False,
     verbose: Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")] = False,
@@ -98,7 +120,11 @@ def ask(
                                  mode=_check_mode(mode), direct_max_tokens=direct_max_tokens,
                                  root_model_window=root_model_window, trace=trace,
                                  cell_timeout=cell_timeout,
-                                 memory_limit=parse_size(memory_limit, "--memory-limit") if memory_limit else None)
+                                 memory_limit=parse_size(memory_limit, "--memory-limit") if memory_limit else None,
+                                 max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout,
+                                 max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
+                                 timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
+                                 llm_cache=False if no_llm_cache else None)
     settings = config.resolve(flags)
     c = settings.corpus
     c.include, c.exclude, c.hidden, c.no_ignore = include or [], exclude or [], hidden, no_ignore
@@ -220,6 +246,63 @@ def replay(
         ui.warning("the replayed answer differs from the recorded one")
     ui.summary(doc)
     render.write_json(doc) if json_out else render.write_answer(r.answer)
+
+
+config_app = typer.Typer(no_args_is_help=True, help="Show or change settings (config.toml in the user config dir).")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False) -> None:
+    """Show every setting: its value (secrets redacted) and where it comes from."""
+    from rlm_cli import config, models, render
+
+    entries = config.config_entries()
+    settings = config.resolve({})
+    if not settings.model:
+        found = models.detect(settings)
+        model = next(e for e in entries if e["key"] == "model")
+        if found is not None:
+            model.update(value=found.model, source=f"autodetected: {found.reason}")
+        else:
+            model["source"] = "not set and nothing detected"
+    path = config.config_path()
+    if json_out:
+        render.write_json({"path": str(path), "exists": path.exists(), "settings": entries})
+        return
+    lines = [f"# {path}" + ("" if path.exists() else " (not created yet)")]
+    lines += [f"{e['key']} = {_show_value(e['value'])}  # {e['source']}" for e in entries]
+    render.write_answer("\n".join(lines))
+
+
+def _show_value(value: Any) -> str:
+    """A setting's value as in the TOML file (``(unset)`` for none)."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+@config_app.command("set")
+def config_set(
+    key: Annotated[str, typer.Argument(help="Setting name, like the flag: model, sub-model, max-cost...")],
+    value: Annotated[str, typer.Argument(help="New value; 'none' removes the setting from the file.")],
+) -> None:
+    """Store a setting in the config file (created with mode 0600)."""
+    from rlm_cli import config, render
+
+    name, typed, path = config.set_config_value(key, value)
+    shown = config.redact_secret(str(typed)) if name in config.SECRET_KEYS and typed is not None else typed
+    render.Renderer().info(f"{name} removed from {path}" if typed is None else f"{name} = {shown} written to {path}")
+
+
+@config_app.command("path")
+def config_path_cmd() -> None:
+    """Print the config file's path."""
+    from rlm_cli import config, render
+
+    render.write_answer(str(config.config_path()))
 
 
 # -- corpus commands: rlm index, rlm stats, rlm cache -----------------------------------------------

@@ -7,8 +7,12 @@ flags (``model = "openai/gpt-5-mini"``, ``max_iterations = 30``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
+import re
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -163,17 +167,30 @@ class Settings:
         return PLACEHOLDER_API_KEY if self.api_base else None
 
     def redacted(self) -> dict[str, Any]:
-        """A JSON-able copy with secrets removed, for trajectories and ``config show``."""
+        """A JSON-able copy with secrets removed, for trajectories and ``config show``.
+
+        ``api_key`` keeps at most its first 3 and last 4 characters; a password or token in
+        ``api_base`` (``https://user:secret@host``) is replaced by ``***``.
+        """
         data = dataclasses.asdict(self)
         data["api_key"] = redact_secret(self.api_key)
+        data["api_base"] = redact_url(self.api_base)
         return json_safe(data)
 
 
 def redact_secret(value: str | None) -> str | None:
-    """Show at most the last 4 characters of a secret: ``'sk-...abcd'``; ``None`` stays ``None``."""
+    """A secret shortened for display: ``'sk-...abcd'`` (first 3 and last 4 characters) for
+    secrets of 16+ characters, ``'***'`` for shorter ones; ``None``/empty stays as is."""
     if not value:
         return value
-    return "***" if len(value) < 12 else f"{value[:3]}...{value[-4:]}"
+    return "***" if len(value) < 16 else f"{value[:3]}...{value[-4:]}"
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` with any ``user:password@`` part replaced by ``***@`` (``None`` stays ``None``)."""
+    if not url:
+        return url
+    return re.sub(r"(?<=://)[^/@\s]+@", "***@", url)
 
 
 def json_safe(value: Any) -> Any:
@@ -187,11 +204,23 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def resolve(flags: dict[str, Any], *, env: dict[str, str] | None = None,
+def resolve(flags: dict[str, Any], *, env: Mapping[str, str] | None = None,
             file_values: dict[str, Any] | None = None) -> Settings:
     """Build :class:`Settings` from flag values (``None`` = not given), env and the config file.
 
-    Precedence: flags > environment (``ENV_VARS``) > config file > dataclass defaults.
+    Precedence: flags > environment (``ENV_VARS``) > config file > dataclass defaults. The model
+    may still be ``None`` afterwards: ``rlm_cli.models.ensure_model`` autodetects one.
+
+    Raises:
+        UsageError: an unknown or mistyped key in the config file.
+    """
+    return resolve_with_sources(flags, env=env, file_values=file_values)[0]
+
+
+def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None = None,
+                         file_values: dict[str, Any] | None = None) -> tuple[Settings, dict[str, str]]:
+    """Like :func:`resolve`, plus where each setting came from: ``{key: source}`` with source
+    ``"flag"``, ``"env RLM_..."``, ``"config file"`` or ``"default"``.
 
     Raises:
         UsageError: an unknown or mistyped key in the config file.
@@ -199,34 +228,186 @@ def resolve(flags: dict[str, Any], *, env: dict[str, str] | None = None,
     env_map: Mapping[str, str] = os.environ if env is None else env
     file_values = read_config_file() if file_values is None else file_values
     settings = Settings()
-    known = {f.name: f for f in dataclasses.fields(Settings)}
+    fields_ = settable_fields()
+    sources = {name: "default" for name in fields_}
     for key, value in file_values.items():
-        if key not in known or key == "corpus":
+        if key not in fields_:
             raise UsageError(f"unknown key {key!r} in config file {config_path()}",
-                             hint="see `rlm config show`")
-        setattr(settings, key, _coerce(key, value, known[key].type))
+                             hint="see `rlm config show` for the known keys")
+        setattr(settings, key, _coerce(key, value, fields_[key].type))
+        sources[key] = "config file"
     for key, var in ENV_VARS.items():
         if env_map.get(var):
-            setattr(settings, key, env_map[var])
+            setattr(settings, key, _coerce(key, env_map[var], fields_[key].type))
+            sources[key] = f"env {var}"
     for key, value in flags.items():
         if value is not None:
             setattr(settings, key, value)
-    return settings
+            sources[key] = "flag"
+    return settings, sources
+
+
+def settable_fields() -> dict[str, dataclasses.Field[Any]]:
+    """The :class:`Settings` fields a config file, ``rlm config set`` or the environment may set
+    (every field except the nested ``corpus`` options)."""
+    return {f.name: f for f in dataclasses.fields(Settings) if f.name != "corpus"}
+
+
+def normalize_key(key: str) -> str:
+    """``max-cost`` / ``--max-cost`` / ``max_cost`` -> ``max_cost``.
+
+    Raises:
+        UsageError: not a known setting.
+    """
+    name = key.strip().lstrip("-").replace("-", "_").lower()
+    if name not in settable_fields():
+        known = ", ".join(sorted(settable_fields()))
+        raise UsageError(f"unknown setting {key!r}", hint=f"known settings: {known}")
+    return name
+
+
+#: Settings whose values are secrets: redacted by ``config show``.
+SECRET_KEYS = frozenset({"api_key"})
+
+
+def config_entries(*, env: Mapping[str, str] | None = None,
+                   file_values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The effective configuration for ``rlm config show``: one ``{"key", "value", "source"}``
+    per setting, secrets redacted (see :meth:`Settings.redacted`).
+
+    Raises:
+        UsageError: the config file is unreadable or has an unknown key.
+    """
+    settings, sources = resolve_with_sources({}, env=env, file_values=file_values)
+    values = settings.redacted()
+    return [{"key": key, "value": values[key], "source": sources[key]} for key in settable_fields()]
+
+
+def set_config_value(key: str, value: str, path: Path | None = None) -> tuple[str, Any, Path]:
+    """Store ``key = value`` in the config file and return ``(key, typed value, path)``.
+
+    The value is checked and typed like a config-file value (``"2.5"`` -> 2.5 for ``max_cost``,
+    ``"false"`` -> false for ``llm_cache``); ``none``/``null``/an empty string removes the key.
+    Other lines and comments of the file are kept. The file is written atomically (temporary
+    file + rename) with mode 0600, its folder with 0700, since it may hold an API key.
+
+    Raises:
+        UsageError: unknown key, bad value, or an unreadable/unwritable config file.
+    """
+    name = normalize_key(key)
+    path = path or config_path()
+    current = read_config_file(path)
+    remove = value.strip().lower() in ("", "none", "null")
+    typed = None if remove else _coerce(name, value, settable_fields()[name].type)
+    if isinstance(typed, Path):
+        typed = str(typed)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc}") from None
+    new_text = _edit_toml_line(text, name, None if remove else _toml_value(typed))
+    expected = {k: v for k, v in current.items() if k != name}
+    if not remove:
+        expected[name] = typed
+    try:
+        if tomllib.loads(new_text) != expected:
+            raise ValueError
+    except (tomllib.TOMLDecodeError, ValueError):  # an odd file layout: rewrite it whole
+        new_text = "".join(f"{k} = {_toml_value(v)}\n" for k, v in expected.items())
+    atomic_write_private(path, new_text)
+    return name, typed, path
+
+
+def atomic_write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename, mode 0600 (folder 0700).
+
+    Raises:
+        UsageError: the file or its folder cannot be written.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise UsageError(f"cannot write config file {path}: {exc}") from None
+
+
+def _toml_value(value: Any) -> str:
+    """A scalar as TOML: strings as basic strings, booleans, integers, floats."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text if any(c in text for c in ".en") else text + ".0"
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _edit_toml_line(text: str, key: str, toml_value: str | None) -> str:
+    """Replace (or with ``None`` delete) the top-level ``key = ...`` line, or append it."""
+    lines = text.splitlines(keepends=True)
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("["):
+            break  # only top-level keys are ours
+        if pattern.match(line):
+            if toml_value is None:
+                del lines[i]
+            else:
+                lines[i] = f"{key} = {toml_value}\n"
+            return "".join(lines)
+    if toml_value is None:
+        return text
+    head = "".join(lines)
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return head + f"{key} = {toml_value}\n"
 
 
 def _coerce(key: str, value: Any, annotation: Any) -> Any:
     text = str(annotation)
     try:
-        if "int" in text and "float" not in text:
-            return int(value)
-        if "float" in text:
-            return float(value)
         if "bool" in text:
-            if isinstance(value, str):
-                return value.lower() in ("1", "true", "yes", "on")
-            return bool(value)
-        if "Path" in text:
-            return Path(value)
+            if isinstance(value, bool):
+                return value
+            word = str(value).strip().lower()
+            if word in ("1", "true", "yes", "on"):
+                return True
+            if word in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if "int" in text and "float" not in text:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            number: Any = int(value)
+        elif "float" in text:
+            number = float(value)
+        elif "Path" in text:
+            return Path(str(value)).expanduser()
+        else:
+            return str(value)
     except (TypeError, ValueError):
-        raise UsageError(f"config key {key!r} has a bad value {value!r}") from None
-    return value
+        raise UsageError(f"setting {key!r} has a bad value {value!r}") from None
+    if number < 0 or (number == 0 and key in _POSITIVE):
+        raise UsageError(f"setting {key!r} must be {'positive' if key in _POSITIVE else 'zero or more'}, "
+                         f"not {value!r}")
+    return number
+
+
+#: Numeric settings that must be above zero (the others must be zero or more).
+_POSITIVE = frozenset({"max_iterations", "max_depth", "max_output_chars", "cell_timeout", "memory_limit",
+                       "max_concurrency", "request_timeout", "timeout", "sub_model_window",
+                       "root_model_window", "direct_max_tokens"})

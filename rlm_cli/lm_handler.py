@@ -8,12 +8,35 @@ Socket protocol (``rlm_cli.protocol`` frames, one request per connection): the w
 unknown is closed without an answer. The token also tells the handler the *depth* of the
 worker that is calling, so the depth limit never depends on what the worker says.
 
+Policy, all enforced here in the parent process (the worker can neither see nor raise it):
+
+* **Concurrency**: sub-calls pass an :class:`AdaptiveLimiter` capped at ``--max-concurrency``.
+  A 429 halves the cap (once per round of requests started under the old cap); every success
+  adds ``1/cap``, so the cap grows back by one per round that goes through (AIMD).
+* **Retries**: 429, 5xx, timeouts, malformed bodies and dropped connections are retried up to
+  ``--retries`` times with exponential backoff and jitter (0.5 s, 1 s, 2 s... up to 20 s), or
+  after the provider's ``Retry-After``/``retry-after-ms`` when it sends one (up to 120 s; longer
+  gives up). A 429 met while the cap was above 1 lowers the cap and is retried without using up
+  ``--retries`` (at most :data:`MAX_FREE_RATE_LIMIT_RETRIES` times). 401/403/404 and other
+  4xx are never retried. A 401/403/404 on any call is *fatal*: it is kept in
+  ``ModelClient.fatal`` and every later call raises it, so the run stops with exit 4. Any other
+  failure of a sub-call reaches the model's code as an error string.
+* **Budgets**: :class:`Budget` is checked before every request (and retry); once a limit is
+  reached no further request starts.
+* **Windows**: a sub-call prompt larger than the sub-model's input window is refused before
+  sending (:class:`PromptTooLargeError`).
+* **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.llm_cache.LLMCache`.
+  The n-th identical request of a run is keyed apart from the first, so asking the same prompt
+  twice in a run still gets two samples, and a rerun replays both.
+
 litellm is imported lazily, on the first model call.
 """
 
 from __future__ import annotations
 
+import email.utils
 import os
+import random
 import secrets
 import socket
 import socketserver
@@ -25,17 +48,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlm_cli import protocol
+from rlm_cli import models, protocol
 from rlm_cli.config import Settings, prepare_offline_env
-from rlm_cli.errors import BudgetExceededError, ProviderError
+from rlm_cli.errors import BudgetExceededError, ExitCode, ProviderError, RLMError, UsageError
+from rlm_cli.llm_cache import LLMCache
 
 #: Largest request frame accepted from the worker (a sub-call prompt): 64 MiB.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: First backoff (seconds); doubled per retry, with jitter, up to :data:`MAX_BACKOFF_S`.
+BASE_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 20.0
+#: A ``Retry-After`` longer than this many seconds is not waited for: the call fails.
+MAX_RETRY_AFTER_S = 120.0
+#: Rate-limit retries that do not count against ``--retries`` (while concurrency can still drop).
+MAX_FREE_RATE_LIMIT_RETRIES = 10
+#: Tokens added per message (and per request) to the prompt's text tokens for the window check.
+MESSAGE_OVERHEAD_TOKENS = 4
+
+
+class PromptTooLargeError(RLMError):
+    """A sub-call prompt exceeds the sub-model's input window; it was not sent."""
+
+    exit_code = ExitCode.USAGE
+
+
+class CallFailed(ProviderError):
+    """A model request failed for good (exit 4 when it escapes).
+
+    ``fatal`` failures (authentication, permission, unknown model) concern every later call
+    too, so the run stops; other failures concern only this prompt. ``status`` is the HTTP
+    status when there was one.
+    """
+
+    def __init__(self, message: str, *, fatal: bool, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.fatal = fatal
+        self.status = status
 
 
 @dataclass
 class CallRecord:
-    """One model request: who made it, tokens in/out, cost in USD (None if unknown), seconds."""
+    """One model answer: who asked, tokens in/out, cost in USD (``None`` if unknown), seconds.
+
+    A ``cached`` record was replayed from the response cache: nothing was sent, so its tokens
+    and cost are 0.
+    """
 
     model: str
     role: str  # "root" or "sub"
@@ -44,13 +101,20 @@ class CallRecord:
     output_tokens: int
     cost_usd: float | None
     latency_s: float
+    cached: bool = False
+    attempts: int = 1
 
 
 @dataclass
 class Usage:
-    """Thread-safe totals of every :class:`CallRecord` of a run (root, sub-calls, children)."""
+    """Thread-safe totals of every :class:`CallRecord` of a run (root, sub-calls, children),
+    plus counters of retries, rate limits, failed calls and refused prompts."""
 
     records: list[CallRecord] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=lambda: {
+        "retries": 0, "rate_limited": 0, "failed_calls": 0, "refused_oversized": 0})
+    #: The sub-call limiter, reported as ``"concurrency"`` in :meth:`summary` when set.
+    limiter: AdaptiveLimiter | None = field(default=None, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, record: CallRecord) -> None:
@@ -58,15 +122,20 @@ class Usage:
         with self.lock:
             self.records.append(record)
 
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name`` (``retries``, ``rate_limited``, ...)."""
+        with self.lock:
+            self.counters[name] = self.counters.get(name, 0) + n
+
     @property
     def sub_calls(self) -> int:
-        """Number of sub-call requests made so far."""
+        """Number of answered sub-calls so far (cache replays included)."""
         with self.lock:
             return sum(1 for r in self.records if r.role == "sub")
 
     @property
     def total_tokens(self) -> int:
-        """Input plus output tokens of every request."""
+        """Input plus output tokens sent to and received from providers (cache replays are 0)."""
         with self.lock:
             return sum(r.input_tokens + r.output_tokens for r in self.records)
 
@@ -78,53 +147,158 @@ class Usage:
                 return None
             return sum(r.cost_usd or 0.0 for r in self.records)
 
+    @property
+    def known_cost_usd(self) -> float:
+        """The sum of the costs that are known (requests of unpriced models count 0)."""
+        with self.lock:
+            return sum(r.cost_usd or 0.0 for r in self.records)
+
     def summary(self) -> dict[str, Any]:
-        """``{"by_model": {model: {...}}, "root": {...}, "sub": {...}, "total_tokens", "cost_usd"}``."""
+        """``{"by_model": {model: G}, "root": G, "sub": G, "total_tokens", "cost_usd", "cached_calls",
+        "retries", "rate_limited", "failed_calls", "refused_oversized", "concurrency"}`` where each group ``G`` is
+        ``{"calls", "cached_calls", "input_tokens", "output_tokens", "cost_usd", "latency_s"}``;
+        ``cost_usd`` is ``None`` (JSON null) when a price is unknown, never a made-up zero."""
         def agg(rows: list[CallRecord]) -> dict[str, Any]:
             costs = [r.cost_usd for r in rows]
-            return {"calls": len(rows), "input_tokens": sum(r.input_tokens for r in rows),
+            return {"calls": len(rows), "cached_calls": sum(1 for r in rows if r.cached),
+                    "input_tokens": sum(r.input_tokens for r in rows),
                     "output_tokens": sum(r.output_tokens for r in rows),
-                    "cost_usd": None if any(c is None for c in costs) else round(sum(c or 0 for c in costs), 6)}
+                    "cost_usd": None if any(c is None for c in costs) else round(sum(c or 0 for c in costs), 6),
+                    "latency_s": round(sum(r.latency_s for r in rows), 3)}
         with self.lock:
             rows = list(self.records)
-        models = sorted({r.model for r in rows})
-        return {"by_model": {m: agg([r for r in rows if r.model == m]) for m in models},
+            counters = dict(self.counters)
+        models_ = sorted({r.model for r in rows})
+        return {"by_model": {m: agg([r for r in rows if r.model == m]) for m in models_},
                 "root": agg([r for r in rows if r.role == "root"]),
                 "sub": agg([r for r in rows if r.role == "sub"]),
                 "total_tokens": sum(r.input_tokens + r.output_tokens for r in rows),
-                "cost_usd": agg(rows)["cost_usd"]}
+                "cost_usd": agg(rows)["cost_usd"],
+                "cached_calls": sum(1 for r in rows if r.cached),
+                **counters,
+                **({"concurrency": self.limiter.summary()} if self.limiter is not None else {})}
 
 
 class Budget:
     """Limits enforced by the parent across root calls, sub-calls and recursive children.
 
-    ``check()`` raises :class:`BudgetExceededError` once any limit is reached; after that every
-    further call is refused (``exceeded`` holds the first message).
+    :meth:`check` runs before every request and raises :class:`BudgetExceededError` once a
+    limit is reached; from then on every call is refused with the same error. Sub-calls are
+    counted when they *start* (so concurrent calls cannot overshoot ``--max-sub-calls``);
+    tokens and cost can overshoot by what the requests already in flight use.
     """
 
-    def __init__(self, settings: Settings, usage: Usage) -> None:
+    def __init__(self, settings: Settings, usage: Usage, *, started: float | None = None) -> None:
         self.settings = settings
         self.usage = usage
-        self.started = time.monotonic()
-        self.exceeded: BudgetExceededError | None = None
+        self.started = time.monotonic() if started is None else started
+        self.deadline = None if settings.timeout is None else self.started + settings.timeout
+        self.sub_calls_started = 0
+        self._exceeded: BudgetExceededError | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def exceeded(self) -> BudgetExceededError | None:
+        """The error of the first limit reached, or ``None``. Reading it also notices a passed
+        deadline or a token/cost limit reached by the last answers."""
+        with self._lock:
+            if self._exceeded is None:
+                self._exceeded = self._evaluate()
+            return self._exceeded
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before ``--timeout`` (``None`` without one; may be negative)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     def check(self, *, sub_call: bool = False) -> None:
-        """Raise if a budget is spent (``sub_call`` also checks ``--max-sub-calls``)."""
-        if self.exceeded is None:
-            s = self.settings
-            err: BudgetExceededError | None = None
-            if s.timeout is not None and time.monotonic() - self.started >= s.timeout:
-                err = BudgetExceededError(f"time budget of {s.timeout:g} s reached", budget="timeout")
-            elif s.max_tokens is not None and self.usage.total_tokens >= s.max_tokens:
-                err = BudgetExceededError(f"token budget of {s.max_tokens:,} tokens reached", budget="tokens")
-            elif s.max_cost is not None and (self.usage.cost_usd or 0.0) >= s.max_cost:
-                err = BudgetExceededError(f"cost budget of ${s.max_cost:g} reached", budget="cost")
-            elif sub_call and s.max_sub_calls is not None and self.usage.sub_calls >= s.max_sub_calls:
-                err = BudgetExceededError(f"sub-call budget of {s.max_sub_calls:,} calls reached",
-                                          budget="sub_calls")
-            self.exceeded = err
-        if self.exceeded is not None:
-            raise self.exceeded
+        """Raise if a budget is spent; with ``sub_call`` also count one sub-call against
+        ``--max-sub-calls`` (refusing it when none is left).
+
+        Raises:
+            BudgetExceededError: a limit is reached (the same error on every later call).
+        """
+        s = self.settings
+        with self._lock:
+            if self._exceeded is None:
+                err = self._evaluate()
+                if err is None and sub_call:
+                    if s.max_sub_calls is not None and self.sub_calls_started >= s.max_sub_calls:
+                        err = BudgetExceededError(f"sub-call budget of {s.max_sub_calls:,} calls reached",
+                                                  budget="sub_calls", hint="raise --max-sub-calls")
+                    else:
+                        self.sub_calls_started += 1
+                self._exceeded = err
+            if self._exceeded is not None:
+                raise self._exceeded
+
+    def _evaluate(self) -> BudgetExceededError | None:
+        s = self.settings
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return BudgetExceededError(f"time budget of {s.timeout:g} s reached", budget="timeout",
+                                       hint="raise --timeout")
+        if s.max_tokens is not None and self.usage.total_tokens >= s.max_tokens:
+            return BudgetExceededError(f"token budget of {s.max_tokens:,} tokens reached "
+                                       f"({self.usage.total_tokens:,} used)", budget="tokens",
+                                       hint="raise --max-tokens")
+        if s.max_cost is not None and self.usage.known_cost_usd >= s.max_cost:
+            return BudgetExceededError(f"cost budget of ${s.max_cost:g} reached "
+                                       f"(${self.usage.known_cost_usd:.4f} spent)", budget="cost",
+                                       hint="raise --max-cost")
+        return None
+
+
+class AdaptiveLimiter:
+    """A concurrency cap that adapts to rate limits (additive increase, multiplicative decrease).
+
+    :meth:`acquire` blocks while ``in_flight >= int(limit)`` and returns the *epoch* the slot
+    was granted in; :meth:`release` reports the outcome. A rate limit from the current epoch
+    halves ``limit`` (floor 1) and starts a new epoch, so a burst of 429s from one round of
+    requests halves it once; a success adds ``1 / limit`` (about +1 per round), up to ``maximum``.
+    """
+
+    def __init__(self, maximum: int) -> None:
+        self.maximum = max(1, maximum)
+        self.limit = float(self.maximum)
+        self.in_flight = 0
+        self.epoch = 0
+        self.decreases = 0
+        self.lowest = self.maximum
+        self._cond = threading.Condition()
+
+    def acquire(self, timeout: float | None = None) -> tuple[int, float]:
+        """Wait for a slot; returns ``(epoch, limit when granted)``.
+
+        Raises:
+            TimeoutError: no slot within ``timeout`` seconds.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self.in_flight >= int(self.limit):
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("no concurrency slot")
+                self._cond.wait(left)
+            self.in_flight += 1
+            return self.epoch, self.limit
+
+    def release(self, epoch: int, *, rate_limited: bool = False, success: bool = False) -> None:
+        """Give the slot back and adapt the cap to the outcome."""
+        with self._cond:
+            self.in_flight -= 1
+            if rate_limited and epoch == self.epoch:
+                self.limit = max(1.0, self.limit / 2)
+                self.epoch += 1
+                self.decreases += 1
+                self.lowest = min(self.lowest, int(self.limit))
+            elif success and self.limit < self.maximum:
+                self.limit = min(float(self.maximum), self.limit + 1.0 / self.limit)
+            self._cond.notify_all()
+
+    def summary(self) -> dict[str, int]:
+        """``{"max", "lowest", "final", "decreases"}`` for the run's usage report."""
+        with self._cond:
+            return {"max": self.maximum, "lowest": self.lowest, "final": int(self.limit),
+                    "decreases": self.decreases}
 
 
 @dataclass
@@ -135,20 +309,46 @@ class Completion:
     record: CallRecord
 
 
-class ModelClient:
-    """Calls models through litellm; every request is counted in ``usage`` and checked against
-    ``budget``. Thread-safe (each request is independent)."""
+Notify = Callable[[str], None]
 
-    def __init__(self, settings: Settings, usage: Usage | None = None, budget: Budget | None = None) -> None:
+
+class ModelClient:
+    """Calls models through litellm (or a litellm Router with ``--router-config``); every
+    request is checked against ``budget``, counted in ``usage``, retried per the module policy,
+    and answered from the response cache when possible. Thread-safe.
+
+    ``notify`` receives warnings worth showing the user (one line each).
+    """
+
+    def __init__(self, settings: Settings, usage: Usage | None = None, budget: Budget | None = None, *,
+                 cache: LLMCache | None = None, notify: Notify | None = None,
+                 started: float | None = None) -> None:
         self.settings = settings
         self.usage = usage or Usage()
-        self.budget = budget or Budget(settings, self.usage)
+        self.budget = budget or Budget(settings, self.usage, started=started)
+        self.cache = cache if cache is not None else (LLMCache() if settings.llm_cache else None)
+        self.notify = notify
+        self.limiter = AdaptiveLimiter(settings.max_concurrency)
+        self.usage.limiter = self.usage.limiter or self.limiter
+        #: The first fatal provider error (401/403/404): every later call raises it.
+        self.fatal: CallFailed | None = None
         self._litellm: Any = None
+        self._router: Any = None
+        self._router_models: dict[str, str] = {}
         self._import_lock = threading.Lock()
-        self._sub_gate = threading.BoundedSemaphore(max(1, settings.max_concurrency))
+        self._info_lock = threading.Lock()
+        self._windows: dict[str, int] = {}
+        self._priced: dict[str, bool] = {}
+        self._warned: set[str] = set()
+        self._seen: dict[str, int] = {}
 
+    # -- setup -------------------------------------------------------------------------------------
     def litellm(self) -> Any:
-        """The litellm module, imported on first use (it takes seconds)."""
+        """The litellm module, imported on first use (it takes seconds); builds the Router too.
+
+        Raises:
+            UsageError: the ``--router-config`` file is unreadable or invalid.
+        """
         with self._import_lock:
             if self._litellm is None:
                 prepare_offline_env()
@@ -156,55 +356,337 @@ class ModelClient:
 
                 litellm.suppress_debug_info = True
                 litellm.telemetry = False
+                if self.settings.router_config:
+                    self._router, self._router_models = build_router(litellm, self.settings.router_config)
                 self._litellm = litellm
         return self._litellm
 
+    def allowed_models(self) -> set[str]:
+        """Models the worker may name in ``llm_query(..., model=...)``: the root and sub-model and
+        the Router's model groups (so code cannot switch to a pricier model)."""
+        names = {m for m in (self.settings.model, self.settings.effective_sub_model) if m}
+        if self.settings.router_config:
+            self.litellm()  # loads the Router's model groups
+        return names | set(self._router_models)
+
+    def input_window(self, model: str) -> int:
+        """The input window (tokens) used for ``model``: ``--sub-model-window`` /
+        ``--root-model-window`` when ``model`` is that model, else litellm's map (for a Router
+        group: its first deployment's model), else :data:`models.DEFAULT_WINDOW`."""
+        s = self.settings
+        if model == s.effective_sub_model and s.sub_model_window:
+            return s.sub_model_window
+        if model == s.model and s.root_model_window:
+            return s.root_model_window
+        litellm = self.litellm()
+        with self._info_lock:
+            if model not in self._windows:
+                target = self._router_models.get(model, model)
+                self._windows[model] = models.input_window(litellm, target) or models.DEFAULT_WINDOW
+            return self._windows[model]
+
+    def price_known(self, model: str) -> bool:
+        """Whether litellm's bundled price map prices ``model`` (cached)."""
+        litellm = self.litellm()
+        with self._info_lock:
+            if model not in self._priced:
+                self._priced[model] = models.price_known(litellm, model)
+            return self._priced[model]
+
+    # -- calls -----------------------------------------------------------------------------------
     def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0) -> Completion:
-        """One chat completion.
+        """One chat completion (``role`` is ``"root"`` or ``"sub"``).
 
         Raises:
-            BudgetExceededError: a budget is spent (checked before the request).
-            ProviderError: the provider failed after retries (auth, bad request, outage).
+            CallFailed: a fatal error earlier in the run, or this request failed for good
+                (``fatal`` for auth/permission/unknown model); a ``ProviderError``, exit 4.
+            PromptTooLargeError: a sub-call prompt is over the model's input window (not sent).
+            BudgetExceededError: a budget is spent (checked before each request and retry).
         """
-        self.budget.check(sub_call=role == "sub")
-        if role == "sub":
-            with self._sub_gate:
-                return self._complete(messages, model=model, role=role, depth=depth)
-        return self._complete(messages, model=model, role=role, depth=depth)
-
-    def _complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int) -> Completion:
-        litellm = self.litellm()
-        s = self.settings
+        if self.fatal is not None:
+            raise self.fatal
+        sub = role == "sub"
+        if sub:
+            self._check_window(messages, model)
+        self.budget.check(sub_call=sub)
         started = time.monotonic()
-        kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": s.request_timeout,
-                                  "num_retries": s.retries}
-        if s.api_base:
-            kwargs["api_base"] = s.api_base
-        if s.effective_api_key:
-            kwargs["api_key"] = s.effective_api_key
-        try:
-            response = litellm.completion(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - litellm raises many provider-specific types
-            raise ProviderError(f"model {model} failed: {_short_error(exc)}",
-                                hint="check --model, --api-base and your API key") from None
-        text = response.choices[0].message.content or ""
-        usage = getattr(response, "usage", None)
-        tin = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tout = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost: float | None
-        try:
-            cost = float(litellm.completion_cost(completion_response=response, model=model))
-        except Exception:  # noqa: BLE001 - unknown model: cost unknown, not zero
-            cost = None
-        record = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started)
+        key = None
+        if self.cache is not None:
+            base = None if self._uses_router(model) else self.settings.api_base
+            params = self._cache_params(model)
+            key = LLMCache.key(model, messages, api_base=base, params=params)
+            with self._info_lock:  # the n-th identical request of a run replays the n-th answer
+                seen = self._seen[key] = self._seen.get(key, -1) + 1
+            if seen:
+                key = LLMCache.key(model, messages, api_base=base, params={**params, "occurrence": seen})
+            hit = self.cache.get(key)
+            if hit is not None:
+                record = CallRecord(model, role, depth, 0, 0, 0.0, time.monotonic() - started, cached=True)
+                self.usage.add(record)
+                return Completion(hit["text"], record)
+        response, attempts = self._send_with_retries(messages, model=model, gated=sub)
+        text = _response_text(response)
+        tin, tout = _response_tokens(response)
+        cost = self._cost(response, model)
+        record = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started, attempts=attempts)
         self.usage.add(record)
+        if key is not None and self.cache is not None:
+            self.cache.put(key, {"model": model, "text": text, "input_tokens": tin, "output_tokens": tout,
+                                 "cost_usd": cost, "created": time.time()})
         return Completion(text, record)
+
+    def _uses_router(self, model: str) -> bool:
+        self.litellm()
+        return model in self._router_models
+
+    def _cache_params(self, model: str) -> dict[str, Any]:
+        if self._uses_router(model):
+            return {"router": self._router_models[model]}
+        return {}
+
+    def _check_window(self, messages: list[dict[str, Any]], model: str) -> None:
+        window = self.input_window(model)
+        texts = [_content_text(m.get("content")) for m in messages]
+        # A token is at least one byte, so a prompt of at most `window` bytes always fits.
+        if sum(len(t.encode("utf-8", "surrogatepass")) for t in texts) + MESSAGE_OVERHEAD_TOKENS * (
+                len(texts) + 1) <= window:
+            return
+        from rlm_cli.corpus.tokens import count_tokens_batch
+
+        tokens = sum(count_tokens_batch(texts)) + MESSAGE_OVERHEAD_TOKENS * (len(texts) + 1)
+        if tokens > window:
+            self.usage.count("refused_oversized")
+            raise PromptTooLargeError(
+                f"prompt of about {tokens:,} tokens is over the input window of {model} ({window:,} tokens); "
+                f"it was not sent. Split it into pieces of at most about {window * 3 // 4:,} tokens "
+                "(e.g. chunk_text) and query each piece")
+
+    def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool) -> tuple[Any, int]:
+        """Send one request, retrying per the module policy; ``(response, attempts)``."""
+        s = self.settings
+        retries_used = 0
+        free_rate_limits = 0
+        attempts = 0
+        while True:
+            self.budget.check()
+            timeout = s.request_timeout
+            remaining = self.budget.remaining_s()
+            if remaining is not None:
+                timeout = max(0.05, min(timeout, remaining))
+            epoch, limit = 0, 1.0
+            if gated:
+                try:
+                    epoch, limit = self.limiter.acquire(timeout=remaining)
+                except TimeoutError:  # the deadline passed while waiting for a slot
+                    continue  # budget.check() raises
+            attempts += 1
+            kind = "ok"
+            try:
+                response = self._send(messages, model=model, timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - litellm raises many provider-specific types
+                error = exc
+                kind = classify_error(exc)
+            finally:
+                if gated:
+                    self.limiter.release(epoch, rate_limited=kind == "rate_limit", success=kind == "ok")
+            if kind == "ok":
+                return response, attempts
+            status = _status(error)
+            message = f"model {model}: {_short_error(error)}"
+            if kind in ("auth", "not_found"):
+                failed = CallFailed(message, fatal=True, status=status, hint=_hint(kind))
+                self.fatal = self.fatal or failed
+                raise failed from None
+            if kind in ("bad_request", "context_window"):
+                self.usage.count("failed_calls")
+                raise CallFailed(message, fatal=False, status=status, hint=_hint(kind)) from None
+            if kind == "rate_limit":
+                self.usage.count("rate_limited")
+                free = gated and limit > 1 and free_rate_limits < MAX_FREE_RATE_LIMIT_RETRIES
+            else:
+                free = False
+            if not free and retries_used >= s.retries:
+                self.usage.count("failed_calls")
+                raise CallFailed(f"{message} (after {attempts} attempts)", fatal=False, status=status,
+                                 hint="the provider kept failing; try again later or raise --retries") from None
+            if free:
+                free_rate_limits += 1
+            else:
+                retries_used += 1
+            delay = retry_after_s(error)
+            if delay is None:
+                step = retries_used + free_rate_limits
+                delay = min(MAX_BACKOFF_S, BASE_BACKOFF_S * 2 ** (step - 1)) * random.uniform(0.5, 1.0)
+            elif delay > MAX_RETRY_AFTER_S:
+                self.usage.count("failed_calls")
+                raise CallFailed(f"{message} (the provider asks to retry after {delay:.0f} s)", fatal=False,
+                                 status=status, hint="wait and run again") from None
+            else:
+                delay *= random.uniform(1.0, 1.1)  # never earlier than asked
+            self.usage.count("retries")
+            remaining = self.budget.remaining_s()
+            time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
+
+    def _send(self, messages: list[dict[str, Any]], *, model: str, timeout: float) -> Any:
+        litellm = self.litellm()
+        if model in self._router_models:
+            return self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0)
+        kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
+                                  "num_retries": 0, "max_retries": 0}
+        if self.settings.api_base:
+            kwargs["api_base"] = self.settings.api_base
+        key = self.settings.effective_api_key
+        if key:
+            kwargs["api_key"] = key
+        return litellm.completion(**kwargs)
+
+    def _cost(self, response: Any, model: str) -> float | None:
+        """Cost in USD from litellm's offline price map; ``None`` when the model is not priced."""
+        hidden = getattr(response, "_hidden_params", None) or {}
+        priced_as = str(hidden.get("litellm_model_name") or self._router_models.get(model, model))
+        cost = hidden.get("response_cost")
+        if cost is None or not self.price_known(priced_as):
+            if self.settings.max_cost is not None and model not in self._warned:
+                self._warned.add(model)
+                if self.notify:
+                    self.notify(f"the price of {model} is unknown, so --max-cost cannot count its calls")
+            return None
+        return float(cost)
+
+
+def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
+    """A ``litellm.Router`` from a YAML or JSON file and ``{model group: first deployment's model}``.
+
+    The file holds ``model_list`` (litellm's format: ``[{"model_name": ..., "litellm_params":
+    {"model": ..., "api_base": ..., "api_key": ...}}]``) and optionally ``router_settings``
+    (Router keyword arguments such as ``routing_strategy`` or ``fallbacks``); a litellm proxy
+    ``config.yaml`` works as is. Retries stay with rlm (the Router's own are turned off).
+
+    Raises:
+        UsageError: unreadable file, bad YAML/JSON, or no ``model_list``.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"--router-config: cannot read {path}: {_short_error(exc)}") from None
+    if isinstance(data, list):
+        data = {"model_list": data}
+    model_list = data.get("model_list") if isinstance(data, dict) else None
+    if not isinstance(model_list, list) or not model_list or not all(
+            isinstance(d, dict) and d.get("model_name") and isinstance(d.get("litellm_params"), dict)
+            and d["litellm_params"].get("model") for d in model_list):
+        raise UsageError(f"--router-config: {path} needs a model_list of "
+                         "{model_name, litellm_params: {model, ...}} entries")
+    settings = dict(data.get("router_settings") or {}) if isinstance(data, dict) else {}
+    settings.update(num_retries=0)
+    try:
+        router = litellm.Router(model_list=model_list, **settings)
+    except Exception as exc:  # noqa: BLE001 - litellm validates the configuration its own way
+        raise UsageError(f"--router-config: litellm refused {path}: {_short_error(exc)}") from None
+    groups: dict[str, str] = {}
+    for d in model_list:
+        groups.setdefault(str(d["model_name"]), str(d["litellm_params"]["model"]))
+    return router, groups
+
+
+def classify_error(exc: BaseException) -> str:
+    """What a litellm/openai exception means for retrying: ``rate_limit``, ``retry`` (5xx,
+    timeout, connection, malformed body), ``auth`` (401/403), ``not_found`` (404, unknown
+    provider), ``context_window``, or ``bad_request`` (other 4xx and anything unrecognised)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    status = _status(exc)
+    if "ContextWindowExceededError" in names:
+        return "context_window"
+    if names & {"Timeout", "APITimeoutError"}:
+        return "retry"
+    if status in (401, 403) or names & {"AuthenticationError", "PermissionDeniedError"}:
+        return "auth"
+    if "LiteLLMUnknownProvider" in names or status == 404 or "NotFoundError" in names:
+        return "not_found"
+    if status == 429 or names & {"RateLimitError", "RouterRateLimitError"}:
+        return "rate_limit"
+    if names & {"APIConnectionError", "ServiceUnavailableError", "InternalServerError", "BadGatewayError"}:
+        return "retry"
+    if status in (408, 409, 425) or (isinstance(status, int) and status >= 500):
+        return "retry"
+    if "APIError" in names and status is None:
+        return "retry"
+    return "bad_request"
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """Seconds the provider asked to wait (``retry-after-ms`` or ``Retry-After`` as seconds or an
+    HTTP date), or ``None``."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or getattr(
+        exc, "litellm_response_headers", None)
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after") or headers.get("Retry-After")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _hint(kind: str) -> str:
+    return {"auth": "check your API key (--api-key, RLM_API_KEY or the provider's variable) and its permissions",
+            "not_found": "check --model / --sub-model and --api-base",
+            "context_window": "the prompt is too large for the model: split it",
+            "bad_request": "the provider rejected the request"}.get(kind, "")
 
 
 def _short_error(exc: BaseException) -> str:
+    """The first line of an error, without litellm's ``litellm.XError: XError:`` prefixes."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else type(exc).__name__
-    return first[:500]
+    for _ in range(3):
+        head, sep, rest = first.partition(": ")
+        if sep and head.replace("litellm.", "").replace("_", "").isalnum() and head.endswith(
+                ("Error", "Exception", "Timeout")) and rest:
+            first = rest
+        else:
+            break
+    return first[:500] or type(exc).__name__
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def _response_text(response: Any) -> str:
+    try:
+        return response.choices[0].message.content or ""
+    except (AttributeError, IndexError, TypeError):
+        return ""
+
+
+def _response_tokens(response: Any) -> tuple[int, int]:
+    usage = getattr(response, "usage", None)
+    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
 
 
 RlmQueryHandler = Callable[[str, "str | None", int], str]
@@ -237,6 +719,7 @@ class LMHandler:
 
         class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True
+            request_queue_size = 128  # a batch of 64+ prompts connects at once
 
         self._server = _Server(self.socket_path, _Req)
         os.chmod(self.socket_path, 0o666)  # the worker may run as another user; the token guards it
@@ -289,7 +772,10 @@ class LMHandler:
             reply = self._serve(request, depth)
         except BudgetExceededError as exc:
             reply = {"ok": False, "error": f"budget exceeded: {exc.message}; no further model calls are allowed"}
-        except ProviderError as exc:
+        except CallFailed as exc:
+            stop = "; the run will stop" if exc.fatal else ""
+            reply = {"ok": False, "error": f"{exc.message}{stop}"}
+        except RLMError as exc:
             reply = {"ok": False, "error": exc.message}
         except Exception as exc:  # noqa: BLE001 - never kill the server thread silently
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -305,6 +791,10 @@ class LMHandler:
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
             model = request.get("model") or self.client.settings.effective_sub_model
             assert model is not None
+            allowed = self.client.allowed_models()
+            if str(model) not in allowed:
+                return {"ok": False, "error": f"model {model!r} is not available to code; omit model= or use one "
+                                              f"of {sorted(allowed)}"}
             started = time.monotonic()
             result = self.client.complete(messages, model=str(model), role="sub", depth=depth + 1)
             if self.on_sub_call:
@@ -312,6 +802,7 @@ class LMHandler:
                     len(str(m.get("content", ""))) for m in messages), "answer_chars": len(result.text),
                     "input_tokens": result.record.input_tokens, "output_tokens": result.record.output_tokens,
                     "cost_usd": result.record.cost_usd, "latency_s": round(time.monotonic() - started, 3),
+                    "cached": result.record.cached,
                     "response": result.text, "messages": messages})  # for trajectories and replay
             return {"ok": True, "text": result.text}
         if kind == "rlm_query":

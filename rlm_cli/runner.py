@@ -23,6 +23,7 @@ from rlm_cli.corpus import Corpus, load_corpus
 from rlm_cli.errors import MaxIterationsError, NoModelError, PartialAnswerError, RLMError, UsageError
 from rlm_cli.history import request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
+from rlm_cli.models import ensure_model
 from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, run_direct, text_meta
 from rlm_cli.prompts import direct_prompt
 from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level
@@ -106,9 +107,10 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
             ``trace_path`` attached).
         ProviderError: the provider failed.
     """
-    require_model(settings)
+    ensure_model(settings, lambda message: emit(event("notice", 0, message=message)))
     settings = dataclasses.replace(settings)  # windows get resolved into this copy
-    client = client or ModelClient(settings)
+    client = client or ModelClient(settings, started=time.monotonic(),
+                                   notify=lambda message: sink(event("notice", 0, message=message, level="warning")))
     run_id = new_run_id()
     trace_path = (settings.trace or traces_dir() / f"{run_id}.jsonl") if record else None
     writer = TraceWriter(trace_path) if trace_path is not None else None
@@ -190,6 +192,8 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
         except PartialAnswerError as exc:
             _attach(exc, client, corpus, "rlm")
             raise
+        if client.fatal is not None:  # e.g. a sub-call's 401 in the block that called FINAL
+            raise client.fatal
         return AskOutcome(result, corpus, client.usage.summary(), level)
     finally:
         handler.close()

@@ -27,6 +27,9 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                 "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # No model autodetection of servers running on this machine (tests that want it set these).
+    monkeypatch.setenv("RLM_PROBE_OLLAMA", "off")
+    monkeypatch.setenv("RLM_PROBE_PORTS", "off")
     # Scripted tests drive the REPL loop; auto mode would answer their tiny corpora directly.
     # Tests of auto mode pass --mode or delete this variable.
     monkeypatch.setenv("RLM_MODE", "rlm")

@@ -46,6 +46,13 @@ class FakeLLM:
         self.in_flight = 0
         self.max_in_flight = 0
         self.models_list = ["root", "sub"]
+        #: When set, GET /api/tags answers like an Ollama server with these model names.
+        self.ollama_models: list[str] | None = None
+        #: When set, a chat request arriving while more than this many are in flight gets a 429
+        #: (with ``Retry-After: rate_limit_retry_after`` when that is set); ``rate_limited`` counts them.
+        self.max_concurrent: int | None = None
+        self.rate_limit_retry_after: str | None = None
+        self.rate_limited = 0
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -56,7 +63,10 @@ class FakeLLM:
                 pass
 
             def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
+                if self.path.rstrip("/") == "/api/tags" and fake.ollama_models is not None:
+                    body = json.dumps({"models": [{"name": m, "model": m, "size": 1} for m in fake.ollama_models]})
+                    self._send(200, body.encode(), {})
+                elif self.path.rstrip("/").endswith("/models"):
                     body = json.dumps({"object": "list", "data": [
                         {"id": m, "object": "model", "owned_by": "test"} for m in fake.models_list]}).encode()
                     self._send(200, body, {})
@@ -70,7 +80,13 @@ class FakeLLM:
                     fake.requests.append(req)
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                    limited = fake.max_concurrent is not None and fake.in_flight > fake.max_concurrent
+                    fake.rate_limited += limited
                 try:
+                    if limited:
+                        retry = {"Retry-After": fake.rate_limit_retry_after} if fake.rate_limit_retry_after else {}
+                        self._send(429, b'{"error": {"message": "too many concurrent requests", "code": 429}}', retry)
+                        return
                     fake._answer(self, req)
                 finally:
                     with fake.lock:
