@@ -8,7 +8,7 @@ A chunk ends at the best boundary that keeps it within the target size, trying i
    reStructuredText (underlined titles), blank-line paragraphs for logs and plain text;
 2. *secondary*: any blank line;
 3. any line break;
-4. a hard cut (a single line longer than the target, e.g. minified code).
+4. inside a line longer than the target: after a space, else a hard cut (minified code).
 
 A primary boundary is taken when it leaves the chunk at least half the target; otherwise the
 later secondary or line boundary wins, so chunks stay near the target. Chunks never cross a file
@@ -142,6 +142,8 @@ def split_text(text: str, path: str, target_tokens: int, *, chars_per_token: flo
                 cut = _last_in(secondary, pos + 1, limit)
             if cut < 0:
                 cut = text.rfind("\n", pos, limit) + 1
+            if cut <= pos:  # one line longer than the target: cut after a space if there is one
+                cut = max(text.rfind(" ", pos + min_fill, limit), text.rfind("\t", pos + min_fill, limit)) + 1
             if cut <= pos:
                 cut = limit
         end_line = line + text.count("\n", pos, cut - 1)

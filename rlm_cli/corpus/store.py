@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from rlm_cli.config import CorpusOptions, cache_dir
 from rlm_cli.corpus.chunker import split_text
-from rlm_cli.corpus.loader import LoadReport, SourceFile, decode_bytes, discover, is_binary, read_source
+from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, decode_bytes, discover, is_binary, read_source
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING, TokenPool
 from rlm_cli.errors import EmptyCorpusError
 
@@ -500,9 +500,12 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdin_bytes: bytes | None,
-           old: _Cached | None, options: CorpusOptions, report: LoadReport, directory: Path) -> Corpus:
+           old: _Cached | None, options: CorpusOptions, report: LoadReport, directory: Path,
+           prefetched: dict[str, Decoded] | None = None) -> Corpus:
     """Write a new bundle into ``directory``; ``sources`` pairs each file with ``'same'``
-    (reuse without reading), ``'check'`` (read; reuse if its hash matches) or ``'new'``."""
+    (reuse without reading), ``'check'`` (read; reuse if its hash matches) or ``'new'``.
+    ``prefetched`` holds files already read while checking the cache (not read again)."""
+    prefetched = prefetched or {}
     old_pos = {p: i for i, p in enumerate(old.files["path"])} if old is not None else {}
     writer = _Writer(directory, options, report)
     mm: mmap.mmap | None = None
@@ -519,7 +522,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                            of["sha1"][i], old_i=i)
                 from_cache += 1
                 continue
-            decoded = read_source(sf, options, report)
+            decoded = prefetched.pop(sf.display, None) or read_source(sf, options, report)
             if decoded is None:
                 continue
             if not decoded.text:
@@ -590,7 +593,8 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
         if pin is None:
             old = None  # (its context file vanished between the check and the pin: rebuild)
         states = _classify(sources, old)
-        if old is not None and pin is not None and _is_hit(sources, states, old, options, report):
+        prefetched: dict[str, Decoded] = {}
+        if old is not None and pin is not None and _is_hit(sources, states, old, options, prefetched):
             corpus = _corpus_from_index(old, report)
             corpus._pin = pin
             if "check" in states:  # verified racy files: record the new scan so they are trusted later
@@ -604,7 +608,7 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
             try:
                 directory.mkdir(parents=True, exist_ok=True)
                 corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, old, options,
-                                report, directory)
+                                report, directory, prefetched)
             except OSError as exc:
                 report.warnings.append(f"cannot write the corpus cache in {directory} ({exc.strerror or exc}); "
                                        "using a temporary copy")
@@ -615,8 +619,10 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
             tmp = Path(tempfile.mkdtemp(prefix="rlm-corpus-"))
             os.chmod(tmp, 0o755)  # the sandboxed worker may run as another user
             atexit.register(shutil.rmtree, tmp, True)
-            corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, None, options, report, tmp)
+            corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, None, options, report, tmp,
+                            prefetched)
             corpus.temporary = True
+            _write_index(corpus, scan_ns, file_paths, options, report)
             return corpus
         _write_index(corpus, scan_ns, file_paths, options, report)
         collect_garbage(directory, corpus.context_file)
@@ -655,20 +661,26 @@ def _classify(sources: list[SourceFile], old: _Cached | None) -> list[str]:
 
 
 def _is_hit(sources: list[SourceFile], states: list[str], old: _Cached, options: CorpusOptions,
-            report: LoadReport) -> bool:
-    """True if the cached bundle is exactly this corpus (racy files re-read and hash-checked)."""
+            prefetched: dict[str, Decoded]) -> bool:
+    """True if the cached bundle is exactly this corpus. Racy or touched files of unchanged size
+    are re-read and hash-checked; what they read is kept in ``prefetched`` for the rebuild."""
     f = old.files
     if len(sources) != len(f["path"]) or any(s == "new" for s in states):
         return False
     if any(sf.display != p for sf, p in zip(sources, f["path"], strict=True)):
         return False
-    for i, (sf, state) in enumerate(zip(sources, states, strict=True)):
-        if state == "check":
-            probe = LoadReport()
-            decoded = read_source(sf, options, probe)
-            if decoded is None or _sha1(decoded.data) != f["sha1"][i]:
-                return False
-            f["size"][i], f["mtime_ns"][i] = sf.size, sf.mtime_ns
+    checks = [i for i, s in enumerate(states) if s == "check"]
+    if any(sources[i].size != f["size"][i] for i in checks):
+        return False  # a size changed: certainly edited, no need to read anything now
+    for i in checks:
+        sf = sources[i]
+        decoded = read_source(sf, options, LoadReport())
+        if decoded is None or _sha1(decoded.data) != f["sha1"][i]:
+            if decoded is not None:
+                prefetched[sf.display] = decoded
+            return False
+    for i in checks:
+        f["mtime_ns"][i] = sources[i].mtime_ns
     return True
 
 

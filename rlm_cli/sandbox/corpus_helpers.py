@@ -99,7 +99,7 @@ class CorpusView:
                 continue
             fs, fe = f["start"], f["end"]
             pos, counted, line = fs, fs, 1
-            while pos <= fe:
+            while pos < fe:
                 m = search(ctx, pos, fe)
                 if m is None:
                     break

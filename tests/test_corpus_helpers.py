@@ -1,0 +1,176 @@
+"""The REPL's corpus helpers (``grep``, ``read_file``, ``chunk_text``, ``search``) on a bundle
+written by the store, as the worker loads it."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus.store import load_corpus
+from rlm_cli.sandbox.corpus_helpers import _TERM, CorpusView
+
+
+def make_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, content in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(content.encode())
+    return root
+
+
+FILES = {
+    "src/app.py": "import os\n\ndef main():\n    retry = 3  # RETRY policy\n    return retry\n",
+    "src/util/net.py": "RETRY_LIMIT = 5\ndef fetch(url):\n    for i in range(RETRY_LIMIT):\n        pass\n",
+    "docs/guide.md": "# Guide\n\nSet the retry policy in config.\nretry retry retry\n",
+    "win.txt": "first line\r\nsecond retry line\r\nthird\r\n",
+    "tail.txt": "no newline\nlast retry",
+}
+
+
+@pytest.fixture
+def view(tmp_path: Path) -> CorpusView:
+    corpus = load_corpus([str(make_tree(tmp_path / "repo", FILES))], CorpusOptions(use_cache=False))
+    return CorpusView.from_bundle(str(corpus.index_file), str(corpus.context_file))
+
+
+def naive_grep(files: dict[str, str], pattern: str, flags: int = 0) -> list[dict[str, object]]:
+    """One result per matching line, computed line by line (the obvious, slow way). The regex
+    sees a CRLF line with its ``\r`` (as in the file); the result shows the line without it."""
+    rx = re.compile(pattern, flags)
+    out: list[dict[str, object]] = []
+    for path, text in files.items():
+        lines = text.split("\n")
+        if text.endswith("\n"):
+            lines.pop()
+        for n, line in enumerate(lines, 1):
+            if rx.search(line):
+                out.append({"file": path, "line": n, "text": line.removesuffix("\r")})
+    return out
+
+
+def test_bundle_layout_seen_by_the_worker(view: CorpusView) -> None:
+    assert [f["path"] for f in view.files] == ["docs/guide.md", "src/app.py", "src/util/net.py", "tail.txt", "win.txt"]
+    f = view.files[1]
+    assert set(f) == {"path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks"}
+    assert view.context[f["start"]:f["end"]] == FILES["src/app.py"] and f["lines"] == 5
+    c = view.chunks[0]
+    assert set(c) == {"id", "path", "start_line", "end_line", "start", "end", "tokens", "sha1"}
+    assert view.chunk_text(0) == FILES["docs/guide.md"] and c["start_line"] == 1 and c["end_line"] == 4
+    assert view.chunk_text(-1) == FILES["win.txt"]
+    with pytest.raises(IndexError, match="chunk 99 does not exist: there are 5 chunks"):
+        view.chunk_text(99)
+
+
+def test_grep_reports_file_and_line_like_a_line_by_line_search(view: CorpusView) -> None:
+    ordered = {f["path"]: FILES[f["path"]] for f in view.files}
+    for pattern, flags in [("retry", 0), ("retry", re.I), ("^def ", 0), ("line$", 0), ("line\r$", 0),
+                           (r"\bRETRY_\w+", 0),
+                           ("import", 0), ("last retry$", 0), ("zzz", 0)]:
+        got = view.grep(pattern, ignore_case=bool(flags & re.I))
+        assert got == naive_grep(ordered, pattern, flags | re.M), pattern
+    assert view.grep("retry retry") == [{"file": "docs/guide.md", "line": 4, "text": "retry retry retry"}]
+
+
+def test_grep_options(view: CorpusView) -> None:
+    assert {h["file"] for h in view.grep("retry", ignore_case=True, path_glob="*.py")} == {"src/app.py",
+                                                                                            "src/util/net.py"}
+    assert {h["file"] for h in view.grep("retry", ignore_case=True, path_glob="src/util/*")} == {"src/util/net.py"}
+    assert {h["file"] for h in view.grep("retry", ignore_case=True, path_glob="**/net.py")} == {"src/util/net.py"}
+    assert len(view.grep("retry", ignore_case=True, max_results=3)) == 3
+    assert view.grep(re.compile("retry", re.I), path_glob="*.md")[0]["line"] == 3
+    assert len(view.grep("")) == sum(f["lines"] for f in view.files)  # an empty match: one hit per line, no hang
+    multi = view.grep(r"main\(\):\n    retry")  # a match over two lines is reported at its first line
+    assert multi == [{"file": "src/app.py", "line": 3, "text": "def main():"}]
+
+
+def test_grep_agrees_with_naive_search_on_random_corpora(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    words = ["alpha", "beta", "Gamma", "delta", "x", "", "needle", "NEEDLE"]
+    files = {}
+    for i in range(12):
+        lines = [" ".join(rng.choice(words) for _ in range(rng.randrange(0, 6))) for _ in range(rng.randrange(1, 40))]
+        files[f"d{i % 3}/f{i:02d}.txt"] = "\n".join(lines) + rng.choice(["", "\n", "\r\n"])
+    corpus = load_corpus([str(make_tree(tmp_path / "r", files))], CorpusOptions(use_cache=False, chunk_tokens=50))
+    view = CorpusView.from_bundle(str(corpus.index_file), str(corpus.context_file))
+    ordered = {f["path"]: files[f["path"]] for f in view.files if files[f["path"]]}
+    for pattern in ["needle", "^beta", "x$", "alpha beta", "[Gg]amma"]:
+        assert view.grep(pattern, max_results=10_000) == naive_grep(ordered, pattern, re.M)
+    assert view.grep("needle", ignore_case=True, max_results=10_000) == naive_grep(ordered, "needle", re.M | re.I)
+
+
+def test_read_file_ranges(view: CorpusView) -> None:
+    assert view.read_file("src/app.py", 3, 4) == "3: def main():\n4:     retry = 3  # RETRY policy"
+    assert view.read_file("src/app.py") == ("1: import os\n2: \n3: def main():\n4:     retry = 3  # RETRY policy\n"
+                                            "5:     return retry")
+    assert view.read_file("net.py", 2, 2) == "2: def fetch(url):"  # a unique path suffix
+    assert view.read_file("win.txt", 2) == "2: second retry line\n3: third"  # \r not shown
+    assert view.read_file("tail.txt", 2, 99) == "2: last retry"  # end clamped; last line without newline
+    assert view.read_file("src/app.py", 5, 3) == ""
+    with pytest.raises(ValueError, match="start_line 9 is past the end of tail.txt"):
+        view.read_file("tail.txt", 9)
+    with pytest.raises(FileNotFoundError, match="did you mean one of \\['src/app.py'\\]"):
+        view.read_file("src/ap.py")
+    long = CorpusView("\n".join(f"l{i}" for i in range(1, 120)))
+    assert long.read_file("<context>", 99, 101) == " 99: l99\n100: l100\n101: l101"
+
+
+def test_grep_hits_cite_lines_that_read_file_shows(view: CorpusView) -> None:
+    for hit in view.grep("retry", ignore_case=True):
+        shown = view.read_file(hit["file"], hit["line"], hit["line"])
+        assert shown.split(": ", 1)[1] == hit["text"]
+
+
+def test_search_ranks_the_chunk_with_a_planted_phrase_first(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    vocab = [f"word{i}" for i in range(400)] + ["config", "parse", "retry", "timeout", "socket"]
+    files = {}
+    for i in range(60):
+        files[f"f{i:02d}.txt"] = "\n".join(" ".join(rng.choice(vocab) for _ in range(12)) for _ in range(30)) + "\n"
+    body = files["f41.txt"].split("\n")
+    body[6] += " the quantum marmalade protocol handles retry budgets"
+    files["f41.txt"] = "\n".join(body)
+    corpus = load_corpus([str(make_tree(tmp_path / "r", files))], CorpusOptions(use_cache=False, chunk_tokens=120))
+    view = CorpusView.from_bundle(str(corpus.index_file), str(corpus.context_file))
+    top = view.search("quantum marmalade protocol", k=5)
+    assert top[0]["file"] == "f41.txt"
+    assert "quantum marmalade protocol" in view.chunk_text(top[0]["chunk"])
+    assert top[0]["start_line"] <= 7 <= top[0]["end_line"]
+    assert all(top[0]["score"] > r["score"] for r in top[1:])
+    assert view.search("nothing_matches_this_zz") == []
+
+
+def test_search_scores_match_bm25s(tmp_path: Path) -> None:
+    bm25s = pytest.importorskip("bm25s")
+    rng = random.Random(8)
+    vocab = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+    docs = ["\n".join(" ".join(rng.choice(vocab[: rng.randrange(3, 10)]) for _ in range(rng.randrange(5, 40)))
+                      for _ in range(3)) for _ in range(30)]
+    view = CorpusView("".join(d + "\n" for d in docs))
+    view.chunks = []
+    pos = 0
+    for i, d in enumerate(docs):  # one chunk per document
+        view.chunks.append({"id": i, "path": "<context>", "start_line": 0, "end_line": 0, "start": pos,
+                            "end": pos + len(d) + 1})
+        pos += len(d) + 1
+    model = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    model.index([_TERM.findall(d.lower()) for d in docs], show_progress=False)
+    for query in ["alpha", "beta gamma", "kappa iota theta", "zeta epsilon alpha"]:
+        expected = model.get_scores(_TERM.findall(query))
+        got = {r["chunk"]: r["score"] for r in view.search(query, k=len(docs))}
+        for i, score in enumerate(expected):
+            assert got.get(i, 0.0) == pytest.approx(float(score), abs=1e-3), (query, i)
+
+
+def test_a_raw_context_gets_pseudo_file_and_chunks() -> None:
+    text = "".join(f"line {i} {'needle' if i == 700 else 'hay'}\n" for i in range(1, 2001))
+    view = CorpusView(text)
+    assert view.files[0]["path"] == "<context>" and view.files[0]["lines"] == 2000
+    assert view.grep("needle") == [{"file": "<context>", "line": 700, "text": "line 700 needle"}]
+    assert len(view.chunks) > 1 and view.chunks[-1]["end"] == len(text)
+    best = view.search("needle", k=1)[0]
+    assert best["start_line"] <= 700 <= best["end_line"]
+    assert view.read_file("<context>", 700, 700) == "700: line 700 needle"

@@ -1,0 +1,297 @@
+"""The chunk index and its cache: layout of ``context``, chunk records, reuse of unchanged files,
+re-indexing of edited ones, atomic writes under a crash, corrupt bundles, ``--no-cache``, stdin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import store
+from rlm_cli.corpus.store import Corpus, cache_key, index_root, load_corpus, read_context
+from rlm_cli.corpus.tokens import count_tokens
+
+ROOT = Path(__file__).resolve().parent.parent
+OLD = time.time() - 3600  # an mtime the cache trusts without re-reading (not "racy")
+
+
+def make_tree(root: Path, files: dict[str, str | bytes], *, old: bool = True) -> Path:
+    for rel, content in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(content if isinstance(content, bytes) else content.encode())
+        if old:
+            os.utime(p, (OLD, OLD))
+    return root
+
+
+def code_file(n: int, tag: str = "") -> str:
+    return "".join(f"def f{tag}{i}(x):\n    '''doc {i} {tag}'''\n    return x + {i}\n\n\n" for i in range(n))
+
+
+def sample(tmp_path: Path) -> Path:
+    return make_tree(tmp_path / "repo", {"a.py": code_file(40, "a"), "b/b.py": code_file(30, "b"),
+                                         "c.md": "# C\n\ntext\n", "d.txt": "no newline at end"})
+
+
+def opts(**kw: object) -> CorpusOptions:
+    return CorpusOptions(chunk_tokens=100, **kw)  # type: ignore[arg-type]
+
+
+def assert_consistent(corpus: Corpus) -> None:
+    """Every record agrees with the context text and with tiktoken."""
+    ctx = corpus.context
+    assert len(ctx) == corpus.chars
+    assert corpus.context_file.stat().st_size == corpus.context_bytes
+    for f in corpus.files:
+        assert ctx[f.start - len(store.header_line(f.path)):f.start] == store.header_line(f.path)
+        text = ctx[f.start:f.end]
+        assert f.lines == text.count("\n") + (0 if text.endswith("\n") else 1)
+        mine = corpus.chunks[f.first_chunk:f.first_chunk + f.n_chunks]
+        assert mine and mine[0].start == f.start and mine[-1].end == f.end  # chunks tile the file exactly
+        assert all(c.path == f.path for c in mine)
+        assert f.tokens == sum(c.tokens for c in mine)
+    for i, c in enumerate(corpus.chunks):
+        assert c.id == i
+        piece = ctx[c.start:c.end]
+        f = next(f for f in corpus.files if f.path == c.path)
+        assert f.start <= c.start < c.end <= f.end  # no chunk crosses a file
+        assert c.start_line == ctx.count("\n", f.start, c.start) + 1
+        assert c.end_line == ctx.count("\n", f.start, c.end - 1) + 1
+        assert c.tokens == count_tokens(piece)
+
+
+def test_context_layout_and_records(tmp_path: Path) -> None:
+    corpus = load_corpus([str(sample(tmp_path))], opts())
+    assert [f.path for f in corpus.files] == ["a.py", "b/b.py", "c.md", "d.txt"]
+    assert corpus.context.startswith("==> a.py <==\ndef fa0(x):\n")
+    assert corpus.context.endswith("==> d.txt <==\nno newline at end\n\n")
+    assert "\n\n==> b/b.py <==\n" in corpus.context
+    assert len(corpus.chunks) > 4  # the code files are several chunks at 100 tokens
+    assert corpus.head(13) == "==> a.py <==\n"
+    assert_consistent(corpus)
+    assert corpus.summary().startswith(f"loaded 4 files, {corpus.total_bytes:,} bytes, {corpus.total_tokens:,} tokens")
+
+
+def test_second_load_reuses_the_cache_without_reading_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = sample(tmp_path)
+    first = load_corpus([str(root)], opts())
+    assert (first.from_cache, first.reindexed) == (0, 4)
+
+    def no_read(*a: object, **k: object) -> None:
+        raise AssertionError("an unchanged file was read")
+
+    monkeypatch.setattr(store, "read_source", no_read)
+    second = load_corpus([str(root)], opts())
+    assert (second.from_cache, second.reindexed) == (4, 0)
+    assert "(all from cache)" in second.summary()
+    assert second.context_file == first.context_file
+    assert second.chunks == first.chunks and second.files == first.files
+    assert second._context is None  # the parent did not even decode the context
+
+
+def test_an_edit_reindexes_only_the_changed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = sample(tmp_path)
+    first = load_corpus([str(root)], opts())
+    (root / "b" / "b.py").write_text(code_file(31, "B"))
+    read: list[str] = []
+    real = store.read_source
+    monkeypatch.setattr(store, "read_source", lambda sf, o, r: read.append(sf.display) or real(sf, o, r))
+    second = load_corpus([str(root)], opts())
+    assert read == ["b/b.py"]
+    assert (second.from_cache, second.reindexed) == (3, 1)
+    assert "(3 from cache, 1 re-indexed)" in second.summary()
+    assert "def fB30(x)" in second.context and "def fb0" not in second.context
+    assert_consistent(second)
+    fresh = load_corpus([str(root)], opts(use_cache=False))
+    assert [(c.path, c.start, c.end, c.tokens, c.sha1) for c in second.chunks] == \
+           [(c.path, c.start, c.end, c.tokens, c.sha1) for c in fresh.chunks]
+    assert not first.context_file.exists() or first._pin is not None  # old file kept only while pinned
+
+
+def test_added_and_removed_files_update_the_bundle(tmp_path: Path) -> None:
+    root = sample(tmp_path)
+    load_corpus([str(root)], opts())
+    (root / "c.md").unlink()
+    make_tree(root, {"e/new.rst": "Title\n=====\n\nbody\n"})
+    corpus = load_corpus([str(root)], opts())
+    assert [f.path for f in corpus.files] == ["a.py", "b/b.py", "d.txt", "e/new.rst"]
+    assert (corpus.from_cache, corpus.reindexed) == (3, 1)
+    assert_consistent(corpus)
+
+
+def test_a_same_size_edit_within_the_clock_tick_is_caught_by_the_hash(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "r", {"a.txt": "version one\n"}, old=False)  # just written: racy
+    first = load_corpus([str(root)], opts())
+    st = (root / "a.txt").stat()
+    (root / "a.txt").write_text("version two\n")  # same size...
+    os.utime(root / "a.txt", ns=(st.st_atime_ns, st.st_mtime_ns))  # ...and the same mtime
+    second = load_corpus([str(root)], opts())
+    assert "version two" in second.context and second.reindexed == 1
+    assert first.files[0].sha1 != second.files[0].sha1
+
+
+def test_a_touched_but_unchanged_file_keeps_its_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = sample(tmp_path)
+    first = load_corpus([str(root)], opts())
+    os.utime(root / "a.py", (OLD + 60, OLD + 60))
+
+    def no_chunking(*a: object, **k: object) -> None:
+        raise AssertionError("a file whose content did not change was chunked again")
+
+    monkeypatch.setattr(store, "_index_file", no_chunking)
+    second = load_corpus([str(root)], opts())
+    assert (second.from_cache, second.reindexed) == (4, 0)
+    assert second.chunks == first.chunks
+    saved = json.loads(second.index_file.read_text())
+    assert saved["files"]["mtime_ns"][0] == (root / "a.py").stat().st_mtime_ns  # the index learnt the mtime
+
+
+def test_options_are_part_of_the_cache_key(tmp_path: Path) -> None:
+    root = sample(tmp_path)
+    assert cache_key([str(root)], opts()) != cache_key([str(root)], CorpusOptions(chunk_tokens=500))
+    assert cache_key([str(root)], opts()) != cache_key([str(root)], opts(include=["*.py"]))
+    a = load_corpus([str(root)], opts())
+    b = load_corpus([str(root)], CorpusOptions(chunk_tokens=500))
+    assert a.bundle_dir != b.bundle_dir and len(b.chunks) < len(a.chunks)
+
+
+def test_no_cache_writes_only_a_temporary_bundle(tmp_path: Path) -> None:
+    corpus = load_corpus([str(sample(tmp_path))], opts(use_cache=False))
+    assert corpus.temporary and not index_root().exists()
+    assert corpus.index_file.exists() and read_context(corpus.context_file) == corpus.context
+
+
+def test_stdin_is_a_file_called_stdin(tmp_path: Path) -> None:
+    corpus = load_corpus(["-"], opts(), stdin_bytes=b"line one\nline two\n")
+    assert [f.path for f in corpus.files] == ["<stdin>"] and corpus.temporary
+    assert corpus.context == "==> <stdin> <==\nline one\nline two\n\n"
+    both = load_corpus([str(sample(tmp_path)), "-"], opts(), stdin_bytes=b"extra\n")
+    assert both.files[-1].path == "<stdin>" and both.temporary
+
+
+def test_dense_text_is_split_again_to_stay_near_the_token_target(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(1)
+    cjk = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(3000))  # ~1 token per character
+    text = "\n".join(cjk[i:i + 60] for i in range(0, len(cjk), 60)) + "\n"
+    corpus = load_corpus([str(make_tree(tmp_path / "r", {"zh.txt": text}))], opts())
+    assert max(c.tokens for c in corpus.chunks) <= 100 * store.OVERSIZE
+    assert_consistent(corpus)
+
+
+# -- corrupt caches and crashes ------------------------------------------------------------------
+
+def corrupt_cases() -> list[str]:
+    return ["garbage index", "truncated context", "flipped byte", "missing context", "bad columns"]
+
+
+@pytest.mark.parametrize("case", corrupt_cases())
+def test_a_corrupt_cache_is_rebuilt_with_a_warning(tmp_path: Path, case: str) -> None:
+    root = sample(tmp_path)
+    first = load_corpus([str(root)], opts())
+    good = first.context
+    os.close(first._pin or os.open(os.devnull, os.O_RDONLY))
+    idx, ctx = first.index_file, first.context_file
+    if case == "garbage index":
+        idx.write_bytes(b'{"version": 2, "files": [tru')
+    elif case == "truncated context":
+        ctx.write_bytes(ctx.read_bytes()[:-10])
+    elif case == "flipped byte":
+        data = bytearray(ctx.read_bytes())
+        data[100] ^= 0x01
+        ctx.write_bytes(bytes(data))
+    elif case == "missing context":
+        ctx.unlink()
+    else:
+        doc = json.loads(idx.read_text())
+        doc["chunks"]["tokens"].pop()
+        idx.write_text(json.dumps(doc))
+    warnings: list[str] = []
+    second = load_corpus([str(root)], opts(), on_warning=warnings.append)
+    assert len(warnings) == 1 and "is corrupt" in warnings[0] and "rebuilding it" in warnings[0]
+    assert second.context == good and second.reindexed == 4
+    assert_consistent(second)
+    assert load_corpus([str(root)], opts(), on_warning=warnings.append).from_cache == 4 and len(warnings) == 1
+
+
+_CRASH = """
+import os, signal, sys
+from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import store
+where = sys.argv[2]
+if where == "context":
+    real_put = store._Writer._put
+    def put(self, data, chars):
+        if self.nbytes > 2000:
+            os.kill(os.getpid(), signal.SIGKILL)  # killed in the middle of the context file
+        real_put(self, data, chars)
+    store._Writer._put = put
+else:
+    def write(path, data):
+        with open(path, "wb") as fh:  # a NON-atomic write killed halfway would corrupt the index...
+            fh.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    real = store._atomic_write
+    def atomic(path, data):  # ...so kill the real atomic write after its temp file is half written
+        import tempfile
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+        os.write(fd, data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    store._atomic_write = atomic
+store.load_corpus([sys.argv[1]], CorpusOptions(chunk_tokens=100))
+"""
+
+
+@pytest.mark.parametrize("where", ["context", "index"])
+def test_a_run_killed_while_writing_leaves_a_usable_cache(tmp_path: Path, where: str) -> None:
+    root = sample(tmp_path)
+    first = load_corpus([str(root)], opts())
+    before = first.index_file.read_bytes()
+    (root / "a.py").write_text(code_file(45, "z"))
+    proc = subprocess.run([sys.executable, "-c", _CRASH, str(root), where], cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+    assert proc.returncode == -9, proc.stderr  # really killed
+    assert first.index_file.read_bytes() == before  # the old index is intact...
+    assert list(first.bundle_dir.glob(".*.tmp"))  # ...and the half-written file is only a temp file
+    warnings: list[str] = []
+    corpus = load_corpus([str(root)], opts(), on_warning=warnings.append)
+    assert warnings == []  # nothing corrupt was found
+    assert "def fz44(x)" in corpus.context and corpus.reindexed == 1
+    assert_consistent(corpus)
+    assert not list(first.bundle_dir.glob(".*.tmp"))  # the stray temp file was cleaned up
+
+
+def test_a_context_file_in_use_is_not_deleted_by_another_run(tmp_path: Path) -> None:
+    root = sample(tmp_path)
+    first = load_corpus([str(root)], opts())
+    (root / "d.txt").write_text("changed once")
+    second = load_corpus([str(root)], opts())
+    assert first.context_file != second.context_file
+    assert first.context_file.exists()  # still pinned by `first`
+    assert first._pin is not None
+    os.close(first._pin)
+    first._pin = None
+    (root / "d.txt").write_text("changed twice")
+    third = load_corpus([str(root)], opts())
+    assert not first.context_file.exists()  # no longer in use: collected
+    assert second.context_file.exists()  # `second` still holds its own
+    assert sorted(p.name for p in third.bundle_dir.iterdir()) == sorted(
+        ["index.json", second.context_file.name, third.context_file.name])
+
+
+def test_an_unwritable_cache_falls_back_to_a_temporary_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("RLM_CACHE_DIR", str(blocker / "cache"))
+    warnings: list[str] = []
+    corpus = load_corpus([str(sample(tmp_path))], opts(), on_warning=warnings.append)
+    assert corpus.temporary and len(corpus.files) == 4
+    assert any("cannot write the corpus cache" in w for w in warnings)
