@@ -130,7 +130,7 @@ class RunResult:
 
 
 def corpus_meta(corpus: Corpus) -> dict[str, Any]:
-    """The constant-size metadata dict for ``prompts.corpus_metadata``."""
+    """The constant-size metadata dict for ``prompts.corpus_metadata`` (never decodes the whole corpus)."""
     top: Counter[str] = Counter()
     types: Counter[str] = Counter()
     for f in corpus.files:
@@ -139,9 +139,9 @@ def corpus_meta(corpus: Corpus) -> dict[str, Any]:
         name = f.path.rsplit("/", 1)[-1]
         types[name[name.rfind("."):] if "." in name[1:] else "(none)"] += 1
     step = max(1, len(corpus.files) // 8)
-    return {"chars": len(corpus.context), "tokens": corpus.total_tokens, "files": len(corpus.files),
+    return {"chars": corpus.chars, "tokens": corpus.total_tokens, "files": len(corpus.files),
             "chunks": len(corpus.chunks), "top_dirs": top.most_common(12), "types": types.most_common(12),
-            "sample_paths": [f.path for f in corpus.files[::step][:8]], "prefix": corpus.context[:300]}
+            "sample_paths": [f.path for f in corpus.files[::step][:8]], "prefix": corpus.head(300)}
 
 
 def text_meta(text: str) -> dict[str, Any]:

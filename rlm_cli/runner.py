@@ -148,14 +148,13 @@ def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_
     started = time.monotonic()
     corpus = load_corpus(paths, settings.corpus, stdin_bytes=stdin_bytes,
                          on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")))
-    emit(event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=len(corpus.context),
+    emit(event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
                tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(time.monotonic() - started, 3),
                sandbox=level))
-    temp_bundle = not settings.corpus.use_cache or "-" in paths
     try:
         return _answer(settings, paths, question, emit, client, corpus, level)
     finally:
-        if temp_bundle and corpus.bundle_dir is not None:
+        if corpus.temporary:
             shutil.rmtree(corpus.bundle_dir, ignore_errors=True)
 
 
@@ -185,8 +184,7 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
     try:
         handler.on_rlm_query = _recursion(settings, client, handler, level, emit, corpus, hide)
         orch = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, hide_paths=hide)
-        assert corpus.context_file is not None and corpus.bundle_dir is not None
-        spec = WorkerSpec(index_file=corpus.bundle_dir / "index.json", context_file=corpus.context_file)
+        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file)
         try:
             result = orch.run(question, spec, corpus_meta(corpus))
         except PartialAnswerError as exc:
@@ -240,13 +238,12 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
                                  "cost_usd": r.cost_usd, "latency_s": round(time.monotonic() - started, 3)}))
             return done.text
         emit(event("recursion", child_depth, mode="rlm", prompt_chars=len(prompt),
-                   context_chars=len(context) if context is not None else len(corpus.context),
+                   context_chars=len(context) if context is not None else corpus.chars,
                    prompt_head=prompt[:PROMPT_HEAD_CHARS]))
         child = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, depth=child_depth,
                              hide_paths=hide)
         if context is None:
-            assert corpus.bundle_dir is not None
-            spec = WorkerSpec(index_file=corpus.bundle_dir / "index.json", context_file=corpus.context_file)
+            spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file)
             meta = corpus_meta(corpus)
         else:
             spec, meta = WorkerSpec(context_text=context), text_meta(context)

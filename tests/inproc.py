@@ -14,9 +14,10 @@ from tests.fake_llm import FakeLLM
 
 
 def settings_for(llm: FakeLLM, **overrides: Any) -> Settings:
-    """Settings pointing at ``llm`` with models ``root`` and ``sub``, REPL mode, no cache."""
-    s = Settings(model="openai/root", sub_model="openai/sub", api_base=llm.url, mode="rlm", max_iterations=8)
-    s.corpus.use_cache = False
+    """Settings pointing at ``llm`` with models ``root`` and ``sub``, REPL mode, no response
+    cache (scripted replies must be consumed in order); the corpus cache lives in tmp_path."""
+    s = Settings(model="openai/root", sub_model="openai/sub", api_base=llm.url, mode="rlm", max_iterations=8,
+                 llm_cache=False)
     for k, v in overrides.items():
         setattr(s, k, v)
     return s

@@ -86,10 +86,5 @@ def test_cli_default_mode_is_auto_and_shown(tmp_path: Path, llm: FakeLLM, monkey
     doc = json.loads(res.stdout)
     assert doc["mode"] == "direct" and doc["answer"] == "12 characters."
     assert "mode direct" in res.stderr
-    # --mode rlm forces the loop on the same corpus.
-    llm.script("root", repl("print(context)"), repl("FINAL('12')"))
-    res = run_rlm("ask", str(tmp_path / "a.txt"), "How long?", *model_flags(llm), "--mode", "rlm", "--json")
-    assert res.code == 0, res.stderr
-    assert json.loads(res.stdout)["mode"] == "rlm"
     res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "fast")
     assert res.code == 2 and "--mode" in res.stderr

@@ -170,3 +170,15 @@ def test_replay_command_end_to_end(tmp_path: Path, llm: FakeLLM) -> None:
     assert "differs" not in res.stderr
     res = run_rlm("replay", "no-such-run")
     assert res.code == 2 and "no trajectory" in res.stderr
+
+
+def test_direct_mode_run_is_recorded_and_replayed(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", "Four words.")
+    r = run(llm, [corpus(tmp_path)], "How many words?", mode="auto")
+    assert r.outcome is not None and r.outcome.result.mode == "direct" and r.outcome.trace_path is not None
+    llm.close()
+    events = read_trace(r.outcome.trace_path)
+    assert [e["mode"] for e in events if e["type"] == "mode"] == ["direct"]
+    assert [e["response"] for e in events if e["type"] == "root_call"] == ["Four words."]
+    outcome = replay.replay(replay.plan(r.outcome.trace_path), emit=lambda e: None)
+    assert outcome.result.mode == "direct" and outcome.result.answer == "Four words."
