@@ -150,7 +150,7 @@ def _doc(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[
          corpus: Any, mode: str, sandbox: str) -> dict[str, Any]:
     return {"answer": answer, "status": status, "iterations": iterations, "sub_calls": sub_calls,
             "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
-            "corpus": {"files": len(corpus.files), "chars": len(corpus.context), "tokens": corpus.total_tokens,
+            "corpus": {"files": len(corpus.files), "chars": corpus.chars, "tokens": corpus.total_tokens,
                        "chunks": len(corpus.chunks)} if corpus is not None else None}
 
 

@@ -35,13 +35,12 @@ from rlm_cli.corpus import Corpus
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
+from rlm_cli.models import DEFAULT_WINDOW
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
 from rlm_cli.trace import event, request_key
 
 Emit = Callable[[dict[str, Any]], None]
 
-#: Input window assumed for a model litellm does not know and no flag declares (tokens).
-DEFAULT_WINDOW = 32_768
 
 _CODE_BLOCK = re.compile(r"```(?:repl|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
 _ANY_FENCE = re.compile(r"```.*?```", re.DOTALL)

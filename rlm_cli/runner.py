@@ -61,18 +61,15 @@ def require_model(settings: Settings) -> str:
 
 def model_window(client: ModelClient, model: str, override: int | None) -> tuple[int, str]:
     """The input window of ``model`` in tokens and where it came from: ``(override, "flag")``,
-    litellm's model info (``max_input_tokens``, else ``max_tokens``) as ``"litellm"``, or
+    the client's lookup in litellm's model info (``"model info"``), or
     ``(DEFAULT_WINDOW, "default")`` for a model litellm does not know (most local models)."""
     if override:
         return int(override), "flag"
     try:
-        info = client.litellm().get_model_info(model)
-        tokens = info.get("max_input_tokens") or info.get("max_tokens")
-        if tokens:
-            return int(tokens), "litellm"
-    except Exception:  # noqa: BLE001 - litellm raises for unmapped models
-        pass
-    return DEFAULT_WINDOW, "default"
+        window = int(client.input_window(model))
+    except RLMError:
+        return DEFAULT_WINDOW, "default"
+    return window, "default" if window == DEFAULT_WINDOW else "model info"
 
 
 def choose_mode(settings: Settings, corpus_tokens: int, root_window: int) -> tuple[str, str]:
