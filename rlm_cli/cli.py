@@ -463,7 +463,12 @@ def main() -> None:
     from rlm_cli.errors import ExitCode as _EC
 
     try:
-        app(standalone_mode=False)
+        rv = app(standalone_mode=False)
+        # Non-standalone typer turns Ctrl-C into a returned 130 (and typer.Exit into its code).
+        if rv == _EC.INTERRUPTED:
+            raise KeyboardInterrupt
+        if isinstance(rv, int) and not isinstance(rv, bool) and rv:
+            sys.exit(rv)
     except PartialAnswerError as exc:
         note = "; the answer on stdout is PARTIAL" if exc.partial else "; no answer was produced"
         _fail(exc, exc.exit_code, exc.message + note + (f" ({exc.hint})" if exc.hint else ""))

@@ -199,7 +199,9 @@ class Sandbox:
     """One REPL worker process and its scratch folder.
 
     Use as a context manager; ``close()`` kills the worker with everything it started and
-    deletes the scratch folder. Not thread-safe: one ``execute`` at a time.
+    deletes the scratch folder. Not thread-safe: one ``execute`` at a time. The worker dies with
+    the *thread* that started (or, after a timeout or crash, restarted) it (Linux parent-death
+    signal, also bwrap's ``--die-with-parent``): drive a sandbox from a thread that outlives it.
     """
 
     def __init__(self, level: str, spec: WorkerSpec, *, socket_path: str, token: str,

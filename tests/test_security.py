@@ -1,0 +1,497 @@
+"""Hostile code blocks against the real worker, with API keys in the parent's environment.
+
+Each test runs code the way a scripted root model would send it (``Sandbox.execute`` directly,
+for speed; a few through ``rlm ask`` with FakeLLM) and asserts the attack FAILS. Network and
+filesystem attacks need bubblewrap: where it is missing they are skipped with the reason, never
+passed. The README's Sandbox table states what these tests prove.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlm_cli.config import Settings
+from rlm_cli.lm_handler import LMHandler, ModelClient
+from rlm_cli.sandbox.launcher import BWRAP_SYSTEM_DIRS, Limits, _python_roots
+from tests.conftest import model_flags, run_rlm
+from tests.fake_llm import FakeLLM, last_user, repl
+from tests.sandbox_kit import (
+    IS_ROOT,
+    SECRET,
+    all_levels,
+    descendants,
+    need_bwrap,
+    procs_named,
+    sandbox,
+    set_comm,
+    wait_until,
+)
+
+KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "RLM_API_KEY", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN")
+
+
+@pytest.fixture(autouse=True)
+def keys_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent holds real-looking secrets in its environment during every test here."""
+    for var in KEY_VARS:
+        monkeypatch.setenv(var, SECRET)
+
+
+def _skip_process_unless_root(level: str) -> None:
+    if level == "process" and not IS_ROOT:
+        pytest.skip("process level as a non-root user: the worker runs as you (see the README)")
+
+
+# -- keys ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [*all_levels(), "none"])
+def test_api_keys_are_not_in_the_worker_environment(level: str) -> None:
+    with sandbox(level) as sb:
+        r = sb.execute("import os\nprint(sorted(os.environ))\ntry:\n    print(open('/proc/self/environ', 'rb').read())\n"
+                       "except OSError as e:\n    print(e)")
+        assert SECRET not in r.output and r.ok
+        names = eval(r.output.splitlines()[0])  # noqa: S307 - our own repr of a list of names
+        assert set(names) <= {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "TMPDIR", "PWD",
+                              "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING"}
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_api_keys_are_not_readable_from_any_visible_process(level: str) -> None:
+    """Nor from the parent's /proc entries (environ, cmdline, memory) or any other process."""
+    _skip_process_unless_root(level)
+    with sandbox(level) as sb:
+        r = sb.execute(
+            "import os\nleaks, denied, read = [], 0, 0\n"
+            "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+            "    for part in ('environ', 'cmdline', 'mem'):\n"
+            "        try:\n"
+            "            with open(f'/proc/{pid}/{part}', 'rb') as fh:\n"
+            "                data = fh.read(1 << 20)\n"
+            "            read += 1\n"
+            f"            if {SECRET.encode()!r} in data:\n"
+            "                leaks.append((pid, part))\n"
+            "        except OSError:\n"
+            "            denied += 1\n"
+            "print('leaks', leaks, 'read', read, 'denied', denied, 'ppid', os.getppid())")
+        assert r.output.startswith("leaks [] "), r.output
+        if level == "process":  # the parent is visible at this level, but its environ is not readable
+            assert f"ppid {os.getpid()}" in r.output and int(r.output.split("denied ")[1].split()[0]) > 0
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def _secret_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    config = Path(os.environ["RLM_CONFIG_DIR"])
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "config.toml").write_text(f'api_key = "{SECRET}"\n')
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text(f"-----BEGIN KEY-----\n{SECRET}\n")
+    (home / ".ssh" / "id_rsa").chmod(0o644)  # even a world-readable key must stay out of reach
+    monkeypatch.setenv("HOME", str(home))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".env").write_text(f"OPENAI_API_KEY={SECRET}\n")
+    return [config / "config.toml", home / ".ssh" / "id_rsa", repo / ".env"]
+
+
+def test_secret_files_in_config_home_and_corpus_are_unreadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need_bwrap()
+    files = _secret_files(tmp_path, monkeypatch)
+    assert Path.home() == tmp_path / "home"
+    with sandbox("bwrap", hide=(str(tmp_path / "repo"),)) as sb:
+        r = sb.execute(f"import os\npaths = {[str(f) for f in files]!r} + [os.path.expanduser('~/.ssh/id_rsa'), "
+                       "'/root/.ssh/id_rsa', '/etc/ssh/ssh_host_rsa_key', '/etc/shadow']\n"
+                       "for p in paths:\n    try:\n        print(p, open(p).read())\n"
+                       "    except OSError as e:\n        print(p, type(e).__name__)")
+        assert SECRET not in r.output
+        lines = r.output.splitlines()
+        assert len(lines) == 7 and all(line.endswith(("FileNotFoundError", "PermissionError")) for line in lines)
+
+
+def test_the_host_filesystem_is_absent_except_system_folders_and_python() -> None:
+    need_bwrap()
+    with sandbox("bwrap") as sb:
+        r = sb.execute("import os\nprint(sorted(os.listdir('/')))\n"
+                       "print({p: sorted(os.listdir(os.path.dirname(p))) for p in " + repr(_python_roots()) + "})")
+        top = set(eval(r.output.splitlines()[0]))  # noqa: S307 - a list of names we printed
+        allowed = {d.strip("/").split("/")[0] for d in BWRAP_SYSTEM_DIRS} | {"dev", "proc", "tmp"}
+        allowed |= {p.strip("/").split("/")[0] for p in _python_roots()}
+        assert top <= allowed, top - allowed
+        for host in ("home", "var", "run", "srv", "mnt", "opt", "media"):
+            if not any(p.startswith(f"/{host}/") for p in _python_roots()):
+                assert host not in top
+        # Beside each Python folder only what leads to other bound folders is visible.
+        parents = eval(r.output.splitlines()[1])  # noqa: S307
+        roots = _python_roots()
+        for root, names in parents.items():
+            if any(root.startswith(other + "/") for other in roots):
+                continue  # a folder inside another Python folder: its siblings are Python's own
+            siblings = {n for n in names if os.path.join(os.path.dirname(root), n) not in _python_roots()}
+            assert all(any(p.startswith(os.path.join(os.path.dirname(root), n) + "/") for p in _python_roots())
+                       for n in siblings), (root, siblings)
+
+
+def test_writes_outside_the_scratch_folder_fail(tmp_path: Path) -> None:
+    need_bwrap()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    import rlm_cli
+
+    pkg = Path(rlm_cli.__file__).parent
+    with sandbox("bwrap", hide=(str(corpus),)) as sb:
+        assert sb.scratch is not None
+        targets = ["/tmp", "/etc", "/usr", "/dev/shm", "/tmp/rlm/pkg/rlm_cli", "/tmp/rlm/sock", str(corpus),
+                   str(pkg), sys.prefix, str(Path(sb.socket_path).parent), "/proc/1"]
+        r = sb.execute(f"import os\nfor d in {targets!r}:\n    try:\n"
+                       "        open(os.path.join(d, 'pwned.txt'), 'w').write('x')\n        print(d, 'WROTE')\n"
+                       "    except OSError as e:\n        print(d, type(e).__name__)\n"
+                       "open('inside.txt', 'w').write('ok')\nprint('scratch ok')")
+        assert "WROTE" not in r.output and r.output.endswith("scratch ok\n"), r.output
+        for d in (corpus, pkg, Path(sys.prefix), Path(sb.socket_path).parent, Path("/tmp")):
+            assert not (d / "pwned.txt").exists()
+
+
+# -- network -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def listeners() -> Iterator[dict[str, object]]:
+    """A TCP listener on all interfaces and a UDP socket on 127.0.0.1; records what arrives."""
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind(("0.0.0.0", 0))
+    tcp.listen(8)
+    tcp.settimeout(0.2)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.settimeout(0.2)
+    seen: dict[str, object] = {"tcp": [], "udp": [], "tcp_port": tcp.getsockname()[1], "udp_port": udp.getsockname()[1]}
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, addr = tcp.accept()
+                seen["tcp"].append(addr)  # type: ignore[attr-defined]
+                conn.close()
+            except OSError:
+                pass
+            try:
+                seen["udp"].append(udp.recvfrom(100))  # type: ignore[attr-defined]
+            except OSError:
+                pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield seen
+    stop.set()
+    t.join()
+    tcp.close()
+    udp.close()
+
+
+def _host_address() -> str:
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))  # sends nothing; picks the outgoing interface
+        return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+    finally:
+        probe.close()
+
+
+def test_no_tcp_or_udp_reaches_the_host(listeners: dict[str, object]) -> None:
+    need_bwrap()
+    # The listeners work from outside the sandbox (so an empty record below means something).
+    socket.create_connection(("127.0.0.1", listeners["tcp_port"]), timeout=2).close()  # type: ignore[arg-type]
+    assert wait_until(lambda: len(listeners["tcp"]) == 1, 5)  # type: ignore[arg-type]
+    listeners["tcp"].clear()  # type: ignore[attr-defined]
+    host = _host_address()
+    with sandbox("bwrap") as sb:
+        r = sb.execute(
+            "import socket\n"
+            f"for addr in [('127.0.0.1', {listeners['tcp_port']}), ('{host}', {listeners['tcp_port']}), "
+            "('1.1.1.1', 443)]:\n"
+            "    try:\n        socket.create_connection(addr, timeout=2)\n        print(addr, 'CONNECTED')\n"
+            "    except OSError as e:\n        print(addr, type(e).__name__)\n"
+            "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"for addr in [('127.0.0.1', {listeners['udp_port']}), ('{host}', {listeners['udp_port']})]:\n"
+            "    try:\n        u.sendto(b'leak', addr)\n        print(addr, 'udp sent into the void')\n"
+            "    except OSError as e:\n        print(addr, type(e).__name__)\n"
+            "try:\n    socket.getaddrinfo('example.com', 443)\n    print('DNS RESOLVED')\n"
+            "except OSError as e:\n    print('dns', type(e).__name__)\n"
+            "import os\nprint(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'no sysfs')")
+        assert "CONNECTED" not in r.output and "DNS RESOLVED" not in r.output, r.output
+    time.sleep(0.5)
+    assert listeners["tcp"] == [] and listeners["udp"] == []
+
+
+# -- resources -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_fork_bomb_is_bounded_and_every_process_dies_with_the_cell(level: str) -> None:
+    _skip_process_unless_root(level)
+    marker = f"rlmbomb{os.getpid() % 10000}"
+    with sandbox(level, cell_timeout=4, limits=Limits(extra_processes=40)) as sb:
+        r = sb.execute("import os, signal\nkids = []\ntry:\n    while True:\n        pid = os.fork()\n"
+                       "        if pid == 0:\n            import time\n            time.sleep(600)\n"
+                       "        kids.append(pid)\nexcept OSError as e:\n    print('refused after', len(kids), e.strerror)\n"
+                       "for k in kids:\n    os.kill(k, signal.SIGKILL)\n    os.waitpid(k, 0)")
+        n = int(r.output.split()[2])
+        assert 10 <= n <= 40 and "Resource temporarily unavailable" in r.output
+        bomb = (set_comm(marker) + "import os, time\nwhile True:\n    try:\n        os.fork()\n"
+                "    except OSError:\n        time.sleep(0.05)\n")
+        # Watch from a thread: the worker must be (re)started by this thread, which outlives it
+        # (a worker dies with the thread that started it: PR_SET_PDEATHSIG semantics).
+        counts: list[int] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                counts.append(len(procs_named(marker)))
+                time.sleep(0.1)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            bombed = sb.execute(bomb)
+        finally:
+            done.set()
+            watcher.join()
+        peak = max(counts)
+        assert bombed.lost is not None and "timed out" in bombed.lost
+        assert 5 < peak <= 42, peak  # it ran, and stopped at the limit (40 more than the user had)
+        assert wait_until(lambda: procs_named(marker) == [], 5), procs_named(marker)
+        after = sb.execute("print('next cell runs')")
+        assert after.output == "next cell runs\n", after
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_allocating_20_gib_fails_and_the_worker_survives(level: str) -> None:
+    with sandbox(level, limits=Limits(memory_bytes=1024**3)) as sb:
+        r = sb.execute("buf = bytearray(20 * 1024**3)")
+        assert not r.ok and "MemoryError" in r.output and r.lost is None
+        r = sb.execute("import mmap\ntry:\n    m = mmap.mmap(-1, 8 * 1024**3)\n    print('MAPPED')\n"
+                       "except (OSError, MemoryError) as e:\n    print(type(e).__name__)")
+        assert "MAPPED" not in r.output
+        assert sb.execute("print(len(context))").output == "13\n"
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_an_infinite_loop_times_out_and_the_next_cell_runs(level: str) -> None:
+    with sandbox(level, cell_timeout=1.5) as sb:
+        started = time.monotonic()
+        r = sb.execute("while True:\n    pass")
+        assert r.lost == "the cell timed out after 1.5 s and was killed"
+        assert time.monotonic() - started < 8
+        assert sb.execute("print(context)").output == "hello sandbox\n"
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_the_worker_cannot_kill_the_parent(level: str) -> None:
+    _skip_process_unless_root(level)
+    with sandbox(level) as sb:
+        r = sb.execute("import os, signal\n"
+                       f"for pid in (os.getppid(), {os.getpid()}, 1):\n    try:\n"
+                       "        os.kill(pid, signal.SIGKILL)\n        print(pid, 'KILLED')\n"
+                       "    except OSError as e:\n        print(pid, type(e).__name__)")
+        assert "KILLED" not in r.output and r.lost is None, r.output
+        assert sb.execute("print('worker intact')").output == "worker intact\n"
+    # (and this test process is evidently still alive)
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_capabilities_are_gone_after_the_drop_to_nobody(level: str) -> None:
+    if not IS_ROOT:
+        pytest.skip("capabilities are only held when rlm runs as root")
+    with sandbox(level) as sb:
+        r = sb.execute("import re\nprint(dict(re.findall(r'(?m)^(Uid|Cap\\w+|NoNewPrivs):\\s+(\\S+)', "
+                       "open('/proc/self/status').read())))")
+        status = eval(r.output)  # noqa: S307 - a dict of strings we printed
+        assert status["Uid"] != "0" and status["NoNewPrivs"] == "1"
+        keep = 0x4 if any("CAP_DAC_READ_SEARCH" in n for n in sb.notes) else 0  # interpreter unreadable
+        for name in ("CapInh", "CapAmb"):
+            assert int(status[name], 16) == 0, status
+        for name in ("CapPrm", "CapEff", "CapBnd"):
+            assert int(status[name], 16) == keep, status
+
+
+def _hwm_kib() -> int:
+    with open("/proc/self/status") as fh:
+        return int(re.search(r"VmHWM:\s+(\d+)", fh.read()).group(1))  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_printing_200_mb_is_capped_and_the_parent_stays_small(level: str) -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # reset the peak-RSS mark of this process
+    except OSError:
+        pass
+    before = _hwm_kib()
+    with sandbox(level) as sb:
+        r = sb.execute("import os\nprint('x' * 200_000_000)\n_ = os.write(1, b'y' * 50_000_000)\n"
+                       "_ = os.write(2, b'z' * 50_000_000)")
+        assert r.ok and r.output_chars == 200_000_001
+        assert len(r.output) < 230_000 and "characters omitted" in r.output
+        r = sb.execute("for i in range(300_000):\n    print('line', i, 'x' * 60)")
+        assert r.ok and r.output_chars > 20_000_000 and len(r.output) < 230_000
+    assert _hwm_kib() - before < 100_000, "the parent's peak memory grew by more than 100 MB"
+
+
+# -- the model relay socket ----------------------------------------------------------------------
+
+
+_RAW_CALL = ("import socket, struct, json\nw = llm_query.__self__\n"
+             "def call(msg=None, raw=None):\n"
+             "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.settimeout(10)\n"
+             "    s.connect(w.socket_path)\n    body = raw if raw is not None else json.dumps(msg).encode()\n"
+             "    s.sendall(body if raw is not None else struct.pack('>I', len(body)) + body)\n"
+             "    s.shutdown(socket.SHUT_WR)\n"
+             "    data = b''\n    while True:\n        try:\n            chunk = s.recv(65536)\n"
+             "        except ConnectionResetError:\n            chunk = b''\n        if not chunk:\n"
+             "            break\n        data += chunk\n    s.close()\n    return data\n")
+
+
+@pytest.fixture
+def relay(llm: FakeLLM) -> Iterator[tuple[LMHandler, list[tuple[str, str | None, int]]]]:
+    """A real LMHandler relaying to FakeLLM; ``rlm_query`` calls are recorded with their depth."""
+    settings = Settings(model="openai/root", sub_model="openai/sub", api_base=llm.url)
+    if hasattr(settings, "llm_cache"):
+        settings.llm_cache = False
+    calls: list[tuple[str, str | None, int]] = []
+
+    def on_rlm_query(prompt: str, context: str | None, depth: int) -> str:
+        calls.append((prompt, context, depth))
+        return f"child answer at depth {depth}"
+
+    handler = LMHandler(ModelClient(settings), on_rlm_query=on_rlm_query)
+    yield handler, calls
+    handler.close()
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_frames_without_the_token_get_no_answer_and_reach_no_model(
+        level: str, llm: FakeLLM, relay: tuple[LMHandler, list[tuple[str, str | None, int]]]) -> None:
+    handler, calls = relay
+    llm.default("sub", "genuine sub answer")
+    token = handler.register(0)
+    with sandbox(level, socket_path=handler.socket_path, token=token) as sb:
+        r = sb.execute(_RAW_CALL + "print([call({'type': 'completion', 'prompt': 'hi', 'token': t}) "
+                       "for t in ('0' * 32, '', None, w.token[:-1] + 'x')])\n"
+                       "print(call({'type': 'rlm_query', 'prompt': 'p'}))\n"
+                       "print(call(raw=struct.pack('>I', 2**31) + b'{'))\nprint(call(raw=b'\\x00\\x00'))")
+        assert r.output == "[b'', b'', b'', b'']\nb''\nb''\nb''\n", r.output
+        assert llm.requests == [] and calls == []
+        # The same channel with the worker's own token works, so the refusals above mean something.
+        r = sb.execute("print(llm_query('hello'))")
+        assert r.output == "genuine sub answer\n" and len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_depth_comes_from_the_token_registry_not_from_the_request(
+        level: str, relay: tuple[LMHandler, list[tuple[str, str | None, int]]]) -> None:
+    handler, calls = relay
+    for depth in (0, 2):
+        with sandbox(level, socket_path=handler.socket_path, token=handler.register(depth)) as sb:
+            r = sb.execute(_RAW_CALL + "print(call({'type': 'rlm_query', 'prompt': 'deeper', 'context': 'c', "
+                           "'depth': -5, 'max_depth': 99, 'token': w.token})[4:].decode())\n"
+                           "print(rlm_query('plain', 'ctx'))")
+            lines = r.output.splitlines()
+            assert json.loads(lines[0])["text"] == f"child answer at depth {depth}", r.output
+            assert lines[1] == f"child answer at depth {depth}"
+    assert [c[2] for c in calls] == [0, 0, 2, 2]
+
+
+def test_rlm_query_past_the_depth_limit_becomes_a_plain_call(llm: FakeLLM, tmp_path: Path) -> None:
+    """Through the real runner: with --max-depth 1 a forged 'depth: -5' still gets a plain sub-call."""
+    from tests.inproc import corpus, run
+
+    llm.script("root", repl(_RAW_CALL + "print(call({'type': 'rlm_query', 'prompt': 'go deeper', 'depth': -5, "
+                                        "'token': w.token}))"),
+               repl("FINAL('done')"))
+    llm.default("sub", "plain sub answer")
+    res = run(llm, [corpus(tmp_path)], max_depth=1, mode="rlm")
+    assert res.error is None, res.error
+    assert [e["mode"] for e in res.of("recursion")] == ["plain"]
+    assert len(llm.chat_requests("sub")) == 1 and "go deeper" in last_user(llm.chat_requests("sub")[0])
+    assert len(llm.chat_requests("root")) == 2  # no child loop ran
+
+
+# -- through `rlm ask` -------------------------------------------------------------------------
+
+
+def test_rlm_ask_survives_rebinding_a_200_mb_print_and_a_segfault(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "notes.txt").write_text("alpha beta gamma\n")
+    llm.script("root",
+               repl("FINAL = None\nllm_query = lambda *a, **k: 'hijacked'\ndel context\nprint('x' * 200_000_000)"),
+               repl("import ctypes\nctypes.string_at(0)"),
+               repl("FINAL(llm_query('say hi') + ' / ' + str(len(context)))"))
+    llm.default("sub", "hi from sub")
+    res = run_rlm("ask", str(tmp_path / "notes.txt"), "What is it?", *model_flags(llm), "--mode", "rlm")
+    assert res.code == 0, res.stderr
+    assert res.stdout.startswith("hi from sub / ")
+    roots = llm.chat_requests("root")
+    assert "200,000,001" in last_user(roots[1])  # the model was told how much was printed
+    assert "REPL state was lost" in last_user(roots[2]) and "SIGSEGV" in last_user(roots[2])
+    assert all(SECRET not in json.dumps(req) for req in llm.requests)
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_ctrl_c_leaves_no_worker_socket_scratch_or_bundle(level: str, tmp_path: Path, llm: FakeLLM) -> None:
+    _skip_process_unless_root(level)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("some text\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    llm.script("root", repl("import time\nprint('sleeping')\ntime.sleep(120)"))
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "corpus"), "q?",
+                             *model_flags(llm), "--mode", "rlm", "--sandbox", level, "--no-cache"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        def worker_running() -> bool:
+            if not llm.requests:
+                return False
+            for pid in descendants(proc.pid):
+                try:
+                    if b"rlm_cli.sandbox.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        return True
+                except OSError:
+                    continue
+            return False
+
+        assert wait_until(worker_running, 60), "the worker never started"
+        time.sleep(0.5)  # the cell is now sleeping inside the worker
+        below = descendants(proc.pid)
+        assert below and any(p.name.startswith("rlm-lm-") for p in tmp.iterdir())
+        assert any(p.name.startswith("rlm-scratch-") for p in tmp.iterdir())
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err
+    assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() and
+                                      Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+                                      for p in below), 5), "a worker process survived"
+    assert sorted(p.name for p in tmp.iterdir()) == []  # no rlm-lm-*, rlm-scratch-*, rlm-corpus-*
