@@ -188,7 +188,11 @@ def trace_list() -> None:
     """List the recorded trajectories, newest first."""
     from rlm_cli import render, trace
 
-    render.print_trace_list(trace.list_traces())
+    infos = trace.list_traces()
+    if not infos:
+        render.Renderer().info(f"no trajectories in {trace.traces_dir()}")
+        return
+    render.print_trace_list(infos)
 
 
 @trace_app.command("show")
