@@ -166,6 +166,9 @@ def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: An
                getattr(exc, "mode", "rlm"), settings.sandbox)
     trace_path = getattr(exc, "trace_path", None)
     doc["trace"] = str(trace_path) if trace_path else None
+    if status == "budget_exceeded":
+        doc["budget"] = getattr(exc, "budget", None)  # timeout, tokens, cost or sub_calls
+    ui.summary(doc)
     if json_out:
         doc["partial"] = True
         render.write_json(doc)

@@ -35,6 +35,7 @@ litellm is imported lazily, on the first model call.
 from __future__ import annotations
 
 import email.utils
+import math
 import os
 import random
 import secrets
@@ -471,8 +472,8 @@ class ModelClient:
             self.budget.check()
             timeout = s.request_timeout
             remaining = self.budget.remaining_s()
-            if remaining is not None:
-                timeout = max(0.05, min(timeout, remaining))
+            if remaining is not None:  # in 0.5 s steps: litellm reuses its HTTP client per timeout value
+                timeout = min(timeout, max(0.5, math.ceil(remaining * 2) / 2))
             epoch, limit = 0, 1.0
             if gated:
                 try:

@@ -80,14 +80,25 @@ class Renderer:
             self.err.print(escape(message))
 
     def summary(self, data: dict[str, Any]) -> None:
-        """The run's closing line: iterations, sub-calls, tokens, cost, time."""
+        """The run's closing line: iterations, sub-calls, tokens and cost split between the root
+        model and sub-calls ("unknown" when a model is not priced), cache hits, retries, time."""
         if self.quiet:
             return
-        usage = data.get("usage", {})
-        cost = usage.get("cost_usd")
-        cost_s = f"${cost:.4f}" if isinstance(cost, (int, float)) else "cost unknown"
-        self.err.print(f"[dim]{data.get('iterations', 0)} iterations, {data.get('sub_calls', 0)} sub-calls, "
-                       f"{usage.get('total_tokens', 0):,} tokens, {cost_s}, {data.get('elapsed_s', 0):.1f} s[/]")
+        usage = data.get("usage") or {}
+        root, sub = usage.get("root") or {}, usage.get("sub") or {}
+
+        def cost(value: Any) -> str:
+            return f"${value:.4f}" if isinstance(value, (int, float)) else "unknown"
+
+        def tokens(group: dict[str, Any]) -> str:
+            return f"{group.get('input_tokens', 0):,} in/{group.get('output_tokens', 0):,} out"
+
+        extra = "".join(f", {usage[k]} {label}" for k, label in (("cached_calls", "cached"), ("retries", "retries"))
+                        if usage.get(k))
+        self.err.print(f"[dim]{data.get('iterations', 0)} iterations, {data.get('sub_calls', 0)} sub-calls; "
+                       f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
+                       f"(root {cost(root.get('cost_usd'))}, sub {cost(sub.get('cost_usd'))}){extra}; "
+                       f"{data.get('elapsed_s', 0):.1f} s[/]")
 
     def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
         """A table on stdout (for stats-like commands on a terminal)."""

@@ -1,0 +1,148 @@
+"""Budgets: --max-cost, --max-tokens, --max-sub-calls and --timeout stop the run (exit 6) with
+the best partial answer, and no request starts after a limit is reached."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from rlm_cli.config import Settings
+from rlm_cli.errors import BudgetExceededError, ExitCode
+from rlm_cli.lm_handler import Budget, CallRecord, Usage
+from tests import inproc
+from tests.conftest import run_rlm
+from tests.fake_llm import FakeLLM, Reply, repl
+
+#: gpt-4o-mini in litellm's bundled price map: $0.15 / 1M input tokens -> 100k tokens cost $0.015.
+PRICED = "gpt-4o-mini"
+
+
+def _budget_error(run: inproc.Run) -> BudgetExceededError:
+    assert isinstance(run.error, BudgetExceededError), run.error
+    assert run.error.exit_code == ExitCode.BUDGET
+    return run.error
+
+
+def test_cost_budget_stops_before_the_next_call(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script(PRICED, *[Reply(text=repl(f"print('step {i}')"), prompt_tokens=100_000, completion_tokens=10)
+                         for i in (1, 2, 3)])
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], model=f"openai/{PRICED}", sub_model=f"openai/{PRICED}",
+                     max_cost=0.02)
+    err = _budget_error(run)
+    assert err.budget == "cost" and "$0.02" in err.message
+    assert len(llm.requests) == 2  # $0.015 each: the second crosses $0.02, the third never starts
+    assert "step 2" in err.partial  # the best partial answer: the root model's last reply
+    usage = err.usage  # type: ignore[attr-defined]
+    assert usage["root"]["cost_usd"] > 0.02
+
+
+def test_token_budget(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", *[Reply(text=repl(f"print('turn {i}')"), prompt_tokens=600, completion_tokens=10)
+                         for i in (1, 2, 3)])
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], max_tokens=1000)
+    err = _budget_error(run)
+    assert err.budget == "tokens" and "1,000" in err.message
+    assert len(llm.requests) == 2
+    assert "turn 2" in err.partial
+
+
+def test_sub_call_budget_is_exact_under_concurrency(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("sub", Reply(text="sub answer", delay_s=0.05))
+    llm.script("root", repl("r = llm_query_batched(['a', 'b', 'c', 'd', 'e', 'f'])\nprint(r)"),
+               repl("print('never')"))
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], max_sub_calls=3)
+    err = _budget_error(run)
+    assert err.budget == "sub_calls"
+    assert len(llm.chat_requests("sub")) == 3
+    assert len(llm.chat_requests("root")) == 1  # the run stopped after the block
+    output = run.of("output")[0]["output"]
+    assert output.count("sub answer") == 3 and output.count("budget exceeded") == 3
+
+
+def test_budget_covers_recursive_children(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("sub", "sub answer")
+    llm.script("root",
+               repl("print(rlm_query('look deeper'))"),                     # depth 0
+               repl("print(llm_query_batched(['a', 'b', 'c']))"),          # the child at depth 1
+               repl("print('never')"))
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], max_depth=2, max_sub_calls=2)
+    err = _budget_error(run)
+    assert err.budget == "sub_calls"
+    assert len(llm.chat_requests("sub")) == 2
+    assert len(llm.chat_requests("root")) == 2
+
+
+def test_wall_clock_budget_cuts_a_hanging_request(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print('first look')"), Reply(text="too late", delay_s=6))
+    started = time.monotonic()
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], timeout=2.5)
+    elapsed = time.monotonic() - started
+    err = _budget_error(run)
+    assert err.budget == "timeout"
+    assert "first look" in err.partial
+    assert elapsed < 5.0  # the 6 s reply was not waited for
+
+
+def test_cli_budget_exit_6_with_labelled_partial_answer_and_json(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    llm.script(PRICED, *[Reply(text=repl(f"print('step {i}')") + f"\nBest so far: {i}", prompt_tokens=100_000,
+                               completion_tokens=10) for i in (1, 2, 3)])
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", "--model", f"openai/{PRICED}", "--api-base", llm.url,
+                  "--max-cost", "0.02", "--json")
+    assert res.code == 6, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["partial"] is True and doc["status"] == "budget_exceeded" and doc["budget"] == "cost"
+    assert "Best so far: 2" in doc["answer"]
+    assert doc["usage"]["root"]["calls"] == 2 and doc["usage"]["root"]["cost_usd"] > 0.02
+    assert doc["usage"]["sub"]["calls"] == 0
+    assert "cost budget of $0.02 reached" in res.stderr and "PARTIAL" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len(llm.requests) == 2
+
+
+# -- the Budget class --------------------------------------------------------------------------------
+
+def test_sub_call_reservations_never_overshoot() -> None:
+    budget = Budget(Settings(max_sub_calls=5), Usage())
+    granted: list[int] = []
+    barrier = threading.Barrier(20)
+
+    def try_one(i: int) -> None:
+        barrier.wait()
+        try:
+            budget.check(sub_call=True)
+            granted.append(i)
+        except BudgetExceededError:
+            pass
+
+    threads = [threading.Thread(target=try_one, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(granted) == 5
+    assert budget.exceeded is not None and budget.exceeded.budget == "sub_calls"
+
+
+def test_exceeded_notices_deadline_and_spend_without_a_call() -> None:
+    usage = Usage()
+    budget = Budget(Settings(timeout=0.2), usage)
+    assert budget.exceeded is None
+    time.sleep(0.25)
+    assert budget.exceeded is not None and budget.exceeded.budget == "timeout"
+
+    usage = Usage()
+    budget = Budget(Settings(max_cost=0.01), usage)
+    usage.add(CallRecord("m", "sub", 1, 10, 10, None, 0.1))  # unknown price: not counted
+    assert budget.exceeded is None
+    usage.add(CallRecord("m", "sub", 1, 10, 10, 0.011, 0.1))
+    err = budget.exceeded
+    assert err is not None and err.budget == "cost"
+    try:
+        budget.check()
+    except BudgetExceededError as again:
+        assert again is err  # the same error from then on
+    else:
+        raise AssertionError("check() should raise once a budget is spent")
