@@ -126,6 +126,28 @@ def test_added_and_removed_files_update_the_bundle(tmp_path: Path) -> None:
     assert_consistent(corpus)
 
 
+def test_binary_and_empty_files_are_remembered_and_not_read_again(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    root = make_tree(tmp_path / "r", {"a.py": "x = 1\n", "img.png": b"\x89PNG\x00" + b"\x01" * 20000,
+                                      "bom.txt": b"\xef\xbb\xbf", "zero.txt": b""})
+    first = load_corpus([str(root)], opts())
+    assert [f.path for f in first.files] == ["a.py"]
+    assert dict(first.report.skipped) == {"binary": 1, "empty": 2}
+    real = store.read_source
+
+    def no_read(*a: object, **k: object) -> None:
+        raise AssertionError("a remembered binary or empty file was read again")
+
+    monkeypatch.setattr(store, "read_source", no_read)
+    second = load_corpus([str(root)], opts())
+    assert (second.from_cache, second.reindexed) == (1, 0)  # a full cache hit...
+    assert dict(second.report.skipped) == {"binary": 1, "empty": 2}  # ...that still reports the skipped files
+    monkeypatch.setattr(store, "read_source", real)
+    make_tree(root, {"img.png": "now it is text\n"})
+    third = load_corpus([str(root)], opts())
+    assert [f.path for f in third.files] == ["a.py", "img.png"] and third.reindexed == 1
+
+
 def test_a_same_size_edit_within_the_clock_tick_is_caught_by_the_hash(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "r", {"a.txt": "version one\n"}, old=False)  # just written: racy
     first = load_corpus([str(root)], opts())
@@ -201,7 +223,7 @@ def test_a_corrupt_cache_is_rebuilt_with_a_warning(tmp_path: Path, case: str) ->
     os.close(first._pin or os.open(os.devnull, os.O_RDONLY))
     idx, ctx = first.index_file, first.context_file
     if case == "garbage index":
-        idx.write_bytes(b'{"version": 2, "files": [tru')
+        idx.write_bytes(b'{"version": 3, "files": [tru')
     elif case == "truncated context":
         ctx.write_bytes(ctx.read_bytes()[:-10])
     elif case == "flipped byte":

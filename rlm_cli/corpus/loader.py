@@ -29,6 +29,7 @@ import codecs
 import errno
 import glob
 import os
+import re
 import stat
 from collections import Counter
 from collections.abc import Iterator
@@ -65,15 +66,21 @@ class SourceFile:
 
 @dataclass
 class LoadReport:
-    """What was skipped and why (counts by reason), warnings for stderr, and decoding notes."""
+    """What was skipped and why (counts by reason), warnings for stderr, and decoding notes.
+
+    ``last_skip`` is ``(display path, reason)`` of the latest file skipped by :func:`read_source`.
+    """
 
     skipped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
     decoded: Counter[str] = field(default_factory=Counter)
+    last_skip: tuple[str, str] | None = None
 
-    def skip(self, reason: str, warning: str | None = None) -> None:
+    def skip(self, reason: str, warning: str | None = None, *, path: str | None = None) -> None:
         """Count one skipped file under ``reason``; keep ``warning`` (at most 20 per reason)."""
         self.skipped[reason] += 1
+        if path is not None:
+            self.last_skip = (path, reason)
         if warning:
             n = self.skipped[reason]
             if n <= MAX_WARNINGS_PER_REASON:
@@ -91,9 +98,37 @@ class Decoded:
     encoding: str
 
 
-def _compile(lines: list[str]) -> pathspec.PathSpec | None:
+class _Spec:
+    """A pathspec ``GitIgnoreSpec`` with a fast negative answer: one combined regex says when no
+    pattern can match (the usual case on a big tree), and only then is pathspec's exact
+    gitignore logic skipped. Paths are relative, ``/``-separated, with ``/`` after a folder."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        self.any: re.Pattern[str] | None = None
+        try:
+            regexes = [getattr(p, "regex", None) for p in self.spec.patterns if p.include is not None]
+            if any(rx is None for rx in regexes):
+                raise TypeError("a pattern without a regex")
+            parts = [re.sub(r"\(\?P<\w+>", "(?:", rx.pattern) for rx in regexes if rx is not None]
+            self.any = re.compile("|".join(f"(?:{x})" for x in parts)) if parts else None
+        except (re.error, AttributeError, TypeError):
+            self.any = None
+
+    def check(self, path: str) -> bool | None:
+        """True: matched by an ignore pattern; False: re-included by a ``!`` pattern; None: no match."""
+        if self.any is not None and self.any.match(path) is None:
+            return None
+        return self.spec.check_file(path).include
+
+    def match_file(self, path: str) -> bool:
+        """True if the last matching pattern includes ``path`` (pathspec's ``match_file``)."""
+        return bool(self.check(path))
+
+
+def _compile(lines: list[str]) -> _Spec | None:
     lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-    return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+    return _Spec(lines) if lines else None
 
 
 class _Walker:
@@ -128,6 +163,9 @@ class _Walker:
         if st.st_size > limit and not self.options.truncate_large:
             self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
                                           f"{limit:,} (raise it, or --truncate-large keeps the first {limit:,} bytes)")
+            return None
+        if st.st_size == 0:
+            self.report.skip("empty")
             return None
         return SourceFile(shown, full, st.st_size, st.st_mtime_ns)
 
@@ -205,9 +243,9 @@ class _Walker:
             if sf is not None:
                 yield sf
 
-    def _open_dir(self, path: str, rel_dir: str, specs: list[tuple[str, pathspec.PathSpec]],
+    def _open_dir(self, path: str, rel_dir: str, specs: list[tuple[str, _Spec]],
                   ancestors: frozenset[tuple[int, int]]) -> tuple[Iterator[os.DirEntry[str]], str,
-                                                                   list[tuple[str, pathspec.PathSpec]],
+                                                                   list[tuple[str, _Spec]],
                                                                    frozenset[tuple[int, int]]]:
         try:
             with os.scandir(path) as it:
@@ -232,13 +270,12 @@ class _Walker:
         return iter(entries), rel_dir, specs, ancestors
 
 
-def _ignored(specs: list[tuple[str, pathspec.PathSpec]], rel: str, is_dir: bool) -> bool:
+def _ignored(specs: list[tuple[str, _Spec]], rel: str, is_dir: bool) -> bool:
     """Gitignore verdict for ``rel`` (relative to the walked root): the deepest matching file wins."""
     for base, spec in reversed(specs):  # deepest ignore file first
-        sub = rel[len(base):] + ("/" if is_dir else "")
-        result = spec.check_file(sub)
-        if result.include is not None:
-            return bool(result.include)
+        verdict = spec.check(rel[len(base):] + ("/" if is_dir else ""))
+        if verdict is not None:
+            return verdict
     return False
 
 
@@ -349,10 +386,12 @@ def trim_partial_utf8(data: bytes) -> bytes:
 
 
 def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> Decoded | None:
-    """Read and decode one file; ``None`` when it is binary or unreadable (counted in ``report``).
+    """Read and decode one file; ``None`` when it is binary, empty or unreadable (counted in
+    ``report``, with ``report.last_skip`` naming the file and the reason).
 
-    The file is opened non-blocking and checked again to be a regular file, so a path swapped
-    for a FIFO after :func:`discover` cannot hang the run.
+    The first 8 KiB are read first, so a binary file is never read whole. The file is opened
+    non-blocking and checked again to be a regular file, so a path swapped for a FIFO after
+    :func:`discover` cannot hang the run.
     """
     assert sf.path is not None
     limit = options.max_file_size if options.truncate_large else -1
@@ -360,14 +399,20 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
         fd = os.open(sf.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         with open(fd, "rb", buffering=0) as fh:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                report.skip("special file", f"skipped {sf.display}: not a regular file")
+                report.skip("special file", f"skipped {sf.display}: not a regular file", path=sf.display)
                 return None
-            data = fh.readall() if limit < 0 else _read_up_to(fh, limit + 1)
+            head = _read_up_to(fh, SNIFF_BYTES)
+            if is_binary(head):
+                report.skip("binary", path=sf.display)
+                return None
+            if len(head) < SNIFF_BYTES:
+                data = head
+            elif limit < 0:
+                data = head + fh.readall()
+            else:
+                data = head + _read_up_to(fh, limit + 1 - len(head))
     except OSError as exc:
-        report.skip("unreadable", f"skipped {sf.display}: {exc.strerror or exc}")
-        return None
-    if is_binary(data[:SNIFF_BYTES]):
-        report.skip("binary")
+        report.skip("unreadable", f"skipped {sf.display}: {exc.strerror or exc}", path=sf.display)
         return None
     if 0 <= limit < len(data):
         data = trim_partial_utf8(data[:limit])
@@ -375,6 +420,9 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
                                "(--truncate-large)")
         report.decoded["truncated"] += 1
     decoded = decode_bytes(data)
+    if not decoded.text:
+        report.skip("empty", path=sf.display)
+        return None
     if decoded.encoding not in ("utf-8", "utf-8-sig"):
         report.decoded[decoded.encoding] += 1
     return decoded

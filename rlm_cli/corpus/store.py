@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover - Windows: no pinning; old context files
     fcntl = None  # type: ignore[assignment]
 
 #: Bump when the bundle layout changes; older bundles are rebuilt.
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 STDIN_NAME = "<stdin>"
 #: A file modified less than this long before the index's scan is re-hashed on the next load.
 RACY_NS = 2_000_000_000
@@ -60,6 +60,10 @@ OVERSIZE = 1.5
 FILE_FIELDS = ("path", "size", "mtime_ns", "chars", "lines", "tokens", "start", "end", "bstart", "bend", "sha1",
                "first_chunk", "n_chunks")
 CHUNK_FIELDS = ("file", "start_line", "end_line", "start", "end", "tokens", "sha1")
+SKIP_FIELDS = ("path", "size", "mtime_ns", "reason")
+#: Skip reasons decided by a file's content: remembered in the index so that an unchanged binary
+#: file is not read again (permissions can change without a new mtime, so "unreadable" is not).
+CACHED_SKIPS = ("binary", "empty")
 
 
 def header_line(path: str) -> str:
@@ -132,6 +136,8 @@ class Corpus:
     from_cache: int = 0
     reindexed: int = 0
     temporary: bool = False
+    #: Files read and skipped for a reason in ``CACHED_SKIPS``: ``(path, size, mtime_ns, reason)``.
+    skipped_files: list[tuple[str, int, int, str]] = field(default_factory=list, repr=False)
     _context: str | None = field(default=None, repr=False)
     _pin: int | None = field(default=None, repr=False)
 
@@ -201,6 +207,7 @@ class Corpus:
             "files": {k: [getattr(f, k) for f in self.files] for k in FILE_FIELDS},
             "chunks": {"file": [file_pos[c.path] for c in self.chunks],
                        **{k: [getattr(c, k) for c in self.chunks] for k in CHUNK_FIELDS[1:]}},
+            "skipped": {k: [row[i] for row in self.skipped_files] for i, k in enumerate(SKIP_FIELDS)},
         }
 
 
@@ -275,8 +282,10 @@ def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
             return None
         files, chunks = index["files"], index["chunks"]
         n_files, n_chunks = len(files["path"]), len(chunks["start"])
+        skipped = index["skipped"]
         if any(len(files[k]) != n_files for k in FILE_FIELDS) or any(len(chunks[k]) != n_chunks
-                                                                     for k in CHUNK_FIELDS):
+                                                                     for k in CHUNK_FIELDS) or any(
+                len(skipped[k]) != len(skipped["path"]) for k in SKIP_FIELDS):
             raise CorruptCache("index.json has columns of different lengths")
         if n_files and (files["first_chunk"][-1] + files["n_chunks"][-1] != n_chunks
                         or files["end"][-1] > index["context_chars"]):
@@ -306,8 +315,10 @@ def _corpus_from_index(cached: _Cached, report: LoadReport) -> Corpus:
     files = [FileEntry(*row) for row in zip(*(f[k] for k in FILE_FIELDS), strict=True)]
     chunks = [Chunk(i, paths[fi], sl, el, s, e, t, h) for i, (fi, sl, el, s, e, t, h)
               in enumerate(zip(*(c[k] for k in CHUNK_FIELDS), strict=True))]
+    sk = idx["skipped"]
     return Corpus(files, chunks, cached.context_file, idx["context_chars"], idx["context_bytes"], idx["digest"],
-                  report, idx["encoding"], idx["chunk_tokens"], from_cache=len(files))
+                  report, idx["encoding"], idx["chunk_tokens"], from_cache=len(files),
+                  skipped_files=[tuple(row) for row in zip(*(sk[k] for k in SKIP_FIELDS), strict=True)])
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -514,7 +525,12 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
             with open(old.context_file, "rb") as fh:
                 mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if old.index["context_bytes"] else None
         from_cache = 0
+        skipped_files: list[tuple[str, int, int, str]] = []
         for sf, state in sources:
+            if state.startswith("skip:"):
+                report.skip(state[5:])
+                skipped_files.append((sf.display, sf.size, sf.mtime_ns, state[5:]))
+                continue
             i = old_pos.get(sf.display, -1)
             if state == "same" and mm is not None:
                 of = old.files  # type: ignore[union-attr]
@@ -524,9 +540,9 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                 continue
             decoded = prefetched.pop(sf.display, None) or read_source(sf, options, report)
             if decoded is None:
-                continue
-            if not decoded.text:
-                report.skip("empty")
+                if report.last_skip is not None and report.last_skip[0] == sf.display \
+                        and report.last_skip[1] in CACHED_SKIPS:
+                    skipped_files.append((sf.display, sf.size, sf.mtime_ns, report.last_skip[1]))
                 continue
             sha1 = _sha1(decoded.data)
             lines = decoded.text.count("\n") + (0 if decoded.text.endswith("\n") else 1)
@@ -556,7 +572,8 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
         if mm is not None:
             mm.close()
     corpus = Corpus(files, chunks, final, writer.chars, writer.nbytes, digest, report, DEFAULT_ENCODING,
-                    options.chunk_tokens, from_cache=from_cache, reindexed=len(files) - from_cache)
+                    options.chunk_tokens, from_cache=from_cache, reindexed=len(files) - from_cache,
+                    skipped_files=skipped_files)
     corpus._pin = writer.keep_open()
     _lock(corpus._pin, exclusive=False)  # downgrade: readers may share it, cleanup may not delete it
     return corpus
@@ -595,6 +612,9 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
         states = _classify(sources, old)
         prefetched: dict[str, Decoded] = {}
         if old is not None and pin is not None and _is_hit(sources, states, old, options, prefetched):
+            for state in states:
+                if state.startswith("skip:"):
+                    report.skip(state[5:])
             corpus = _corpus_from_index(old, report)
             corpus._pin = pin
             if "check" in states:  # verified racy files: record the new scan so they are trusted later
@@ -642,17 +662,23 @@ def _read_cached(directory: Path, report: LoadReport) -> _Cached | None:
 
 
 def _classify(sources: list[SourceFile], old: _Cached | None) -> list[str]:
-    """Per source: ``'same'`` (trust the cache), ``'check'`` (re-read, compare hash) or ``'new'``."""
+    """Per source: ``'same'`` (trust the cache), ``'check'`` (re-read, compare hash), ``'new'``,
+    or ``'skip:REASON'`` (an unchanged file the cache remembers as binary or empty)."""
     if old is None:
         return ["new"] * len(sources)
-    f = old.files
+    f, sk = old.files, old.index["skipped"]
     pos = {p: i for i, p in enumerate(f["path"])}
+    skip_pos = {p: i for i, p in enumerate(sk["path"])}
     trusted_before = int(old.index.get("scan_ns", 0)) - RACY_NS
     states = []
     for sf in sources:
         i = pos.get(sf.display, -1)
         if i < 0:
-            states.append("new")
+            j = skip_pos.get(sf.display, -1)
+            if j >= 0 and sk["size"][j] == sf.size and sk["mtime_ns"][j] == sf.mtime_ns < trusted_before:
+                states.append("skip:" + sk["reason"][j])
+            else:
+                states.append("new")
         elif f["size"][i] == sf.size and f["mtime_ns"][i] == sf.mtime_ns and sf.mtime_ns < trusted_before:
             states.append("same")
         else:
@@ -665,22 +691,23 @@ def _is_hit(sources: list[SourceFile], states: list[str], old: _Cached, options:
     """True if the cached bundle is exactly this corpus. Racy or touched files of unchanged size
     are re-read and hash-checked; what they read is kept in ``prefetched`` for the rebuild."""
     f = old.files
-    if len(sources) != len(f["path"]) or any(s == "new" for s in states):
+    live = [i for i, s in enumerate(states) if not s.startswith("skip:")]
+    if len(live) != len(f["path"]) or any(states[i] == "new" for i in live):
         return False
-    if any(sf.display != p for sf, p in zip(sources, f["path"], strict=True)):
+    if any(sources[i].display != p for i, p in zip(live, f["path"], strict=True)):
         return False
-    checks = [i for i, s in enumerate(states) if s == "check"]
-    if any(sources[i].size != f["size"][i] for i in checks):
+    checks = [(i, n) for n, i in enumerate(live) if states[i] == "check"]  # (source index, file index)
+    if any(sources[i].size != f["size"][n] for i, n in checks):
         return False  # a size changed: certainly edited, no need to read anything now
-    for i in checks:
+    for i, n in checks:
         sf = sources[i]
         decoded = read_source(sf, options, LoadReport())
-        if decoded is None or _sha1(decoded.data) != f["sha1"][i]:
+        if decoded is None or _sha1(decoded.data) != f["sha1"][n]:
             if decoded is not None:
                 prefetched[sf.display] = decoded
             return False
-    for i in checks:
-        f["mtime_ns"][i] = sources[i].mtime_ns
+    for i, n in checks:
+        f["mtime_ns"][n] = sources[i].mtime_ns
     return True
 
 
