@@ -134,6 +134,10 @@ def ask(
         c.max_file_size = parse_size(max_file_size, "--max-file-size")
     stdin_bytes = sys.stdin.buffer.read() if "-" in paths else None
     ui = render.Renderer(quiet=quiet, verbose=verbose)
+    if verbose:
+        from rlm_cli.doctor import sandbox_line
+
+        ui.info(sandbox_line(settings.sandbox))
     try:
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes)
     except PartialAnswerError as exc:
@@ -310,6 +314,16 @@ def config_path_cmd() -> None:
     from rlm_cli import config, render
 
     render.write_answer(str(config.config_path()))
+
+
+@app.command()
+def doctor(json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False) -> None:
+    """Report the sandbox level a run would use and what it protects, bwrap, Python, litellm, paths."""
+    from rlm_cli import doctor as checkup
+    from rlm_cli import render
+
+    report = checkup.collect()
+    render.write_json(report) if json_out else render.write_answer("\n".join(checkup.lines(report)))
 
 
 # -- corpus commands: rlm index, rlm stats, rlm cache -----------------------------------------------

@@ -93,6 +93,19 @@ def test_final_answer_over_the_control_frame_limit_is_refused_with_a_reason() ->
         assert sb.execute("FINAL('short')").final == "short"
 
 
+def test_seccomp_program_is_well_formed_and_only_for_known_architectures() -> None:
+    from rlm_cli.sandbox.worker import seccomp_program
+
+    assert seccomp_program("riscv64") is None
+    for machine in ("x86_64", "aarch64"):
+        prog = seccomp_program(machine)
+        assert prog is not None
+        for i, (code, jt, jf, _) in enumerate(prog):
+            if code & 0x07 == 0x05:  # a jump: both targets inside the program
+                assert i + 1 + jt < len(prog) and i + 1 + jf < len(prog)
+        assert prog[-1] == (0x06, 0, 0, 0x00050000 | 38) and prog[-2] == (0x06, 0, 0, 0x00050000 | 1)
+
+
 # -- output cap --------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import signal
 import socket
@@ -331,6 +332,26 @@ def test_capabilities_are_gone_after_the_drop_to_nobody(level: str) -> None:
             assert int(status[name], 16) == 0, status
         for name in ("CapPrm", "CapEff", "CapBnd"):
             assert int(status[name], 16) == keep, status
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_new_user_namespaces_and_kernel_interfaces_are_refused(level: str) -> None:
+    """A user namespace would give model code every capability inside it (the usual first step of
+    a kernel exploit); the seccomp filter refuses it, while threads, fork and subprocess work."""
+    if platform.machine() not in ("x86_64", "aarch64"):
+        pytest.skip(f"no seccomp table for {platform.machine()}")
+    with sandbox(level) as sb:
+        r = sb.execute("import ctypes, os, subprocess, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                       "def err(rc):\n    return os.strerror(ctypes.get_errno()) if rc == -1 else 'ALLOWED'\n"
+                       "print('unshare', err(libc.unshare(0x10000000)))\n"
+                       "print('clone', err(libc.syscall(56 if os.uname().machine == 'x86_64' else 220, "
+                       "0x10000000 | 17, 0, 0, 0, 0)))\n"
+                       "print('bpf', err(libc.syscall(321 if os.uname().machine == 'x86_64' else 280, 0, 0, 0)))\n"
+                       "t = threading.Thread(target=print, args=('thread ok',))\nt.start()\nt.join()\n"
+                       "print('subprocess', subprocess.run(['true']).returncode)\n"
+                       "print('seccomp', open('/proc/self/status').read().split('Seccomp:')[1].split()[0])")
+        assert r.output == ("unshare Operation not permitted\nclone Operation not permitted\n"
+                            "bpf Operation not permitted\nthread ok\nsubprocess 0\nseccomp 2\n"), r.output
 
 
 def _hwm_kib() -> int:

@@ -195,6 +195,30 @@ class Drop:
     keep_caps: tuple[str, ...] = ()
 
 
+def plan_drop(level: str) -> tuple[Drop | None, str | None]:
+    """The user a worker at ``level`` becomes (``None``: it keeps rlm's user) and a note to show.
+
+    Only a root parent drops (to ``nobody``), at the ``process`` and ``bwrap`` levels; when
+    ``nobody`` cannot read the interpreter or the package, the worker keeps CAP_DAC_READ_SEARCH.
+    """
+    if level not in ("process", "bwrap") or os.geteuid() != 0:
+        return None, None
+    try:
+        pw = pwd.getpwnam("nobody")
+        uid, gid = pw.pw_uid, pw.pw_gid
+    except KeyError:
+        uid, gid = 65534, 65534
+    needed = [*_python_roots(), str(_PKG_DIR)]
+    readable = (all(_mode_allows_others(p) for p in needed) if level == "bwrap"
+                else all(_world_readable(p) for p in needed))
+    if readable:
+        return Drop(uid, gid), None
+    return Drop(uid, gid, ("CAP_DAC_READ_SEARCH",)), (
+        "the Python installation is not readable by other users, so the worker (running as nobody) keeps the "
+        "capability to read every file (CAP_DAC_READ_SEARCH); install Python in a world-readable place to "
+        "remove it")
+
+
 class Sandbox:
     """One REPL worker process and its scratch folder.
 
@@ -237,22 +261,10 @@ class Sandbox:
         self.close()
 
     def _drop_to(self) -> Drop | None:
-        if self.level not in ("process", "bwrap") or os.geteuid() != 0:
-            return None
-        try:
-            pw = pwd.getpwnam("nobody")
-            uid, gid = pw.pw_uid, pw.pw_gid
-        except KeyError:
-            uid, gid = 65534, 65534
-        needed = [*_python_roots(), str(_PKG_DIR)]
-        readable = (all(_mode_allows_others(p) for p in needed) if self.level == "bwrap"
-                    else all(_world_readable(p) for p in needed))
-        if readable:
-            return Drop(uid, gid)
-        self.notes.append("the Python installation is not readable by other users, so the worker (running as "
-                          "nobody) keeps the capability to read every file (CAP_DAC_READ_SEARCH); install "
-                          "Python in a world-readable place to remove it")
-        return Drop(uid, gid, ("CAP_DAC_READ_SEARCH",))
+        drop, note = plan_drop(self.level)
+        if note:
+            self.notes.append(note)
+        return drop
 
     def start(self) -> None:
         """Start the worker and wait until it has loaded the corpus.

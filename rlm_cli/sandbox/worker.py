@@ -387,9 +387,78 @@ def drop_privileges(uid: int, gid: int, keep_caps: list[str] | tuple[str, ...] =
         raise OSError(f"still uid {os.geteuid()} after setuid({uid})")
 
 
+#: Syscalls refused by the seccomp filter, per architecture: (audit arch, clone, unshare, clone3,
+#: refused outright). New user namespaces (clone/unshare with CLONE_NEWUSER) would hand model code
+#: a full capability set inside them, the usual door to kernel exploits; bpf, userfaultfd,
+#: perf_event_open, the key-ring calls and io_uring are kernel attack surface no REPL needs.
+_SECCOMP_TABLE: dict[str, tuple[int, int, int, int, tuple[int, ...]]] = {
+    "x86_64": (0xC000003E, 56, 272, 435, (321, 323, 298, 250, 248, 249, 425)),
+    "aarch64": (0xC00000B7, 220, 97, 435, (280, 282, 241, 219, 217, 218, 425)),
+}
+_CLONE_NEWUSER = 0x10000000
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
+    """The classic-BPF seccomp filter for ``machine`` (``platform.machine()``) as
+    ``(code, jt, jf, k)`` instructions, or ``None`` for an architecture we have no table for.
+
+    Syscalls of a foreign ABI (i386 ``int 0x80`` and x32 on x86_64) are refused as a whole, so the
+    numbers below cannot be bypassed; ``clone3`` answers ENOSYS so the C library falls back to
+    ``clone``, whose flags the filter can read.
+    """
+    entry = _SECCOMP_TABLE.get(machine)
+    if entry is None:
+        return None
+    arch, clone, unshare, clone3, refused = entry
+    ld_w, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    n = len(refused)
+    prog = [(ld_w, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm),  # foreign ABI: refused
+            (ld_w, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # x32 numbers: refused
+    # Layout from here (index: instruction): 6 clone?, 7 unshare?, 8 clone3?, 9.. refused?,
+    # 9+n ALLOW, 10+n CHECK: load args[0], 11+n NEWUSER set?, 12+n ALLOW, 13+n EPERM, 14+n ENOSYS.
+    # A jump at index i to index t has offset t - i - 1.
+    check, refuse, nosys = 10 + n, 13 + n, 14 + n
+    prog += [(jeq, check - 7, 0, clone), (jeq, check - 8, 0, unshare), (jeq, nosys - 9, 0, clone3)]
+    prog += [(jeq, refuse - (9 + i) - 1, 0, nr) for i, nr in enumerate(refused)]
+    prog += [(ret, 0, 0, allow), (ld_w, 0, 0, 16), (jset, 1, 0, _CLONE_NEWUSER), (ret, 0, 0, allow),
+             (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    assert len(prog) == nosys + 1
+    return prog
+
+
+def install_seccomp() -> str | None:
+    """Load :func:`seccomp_program` for this machine (needs no-new-privileges first).
+
+    Returns a note when no filter could be installed (never raises).
+    """
+    import ctypes
+    import platform
+
+    prog = seccomp_program(platform.machine())
+    if prog is None:
+        return f"no seccomp filter for {platform.machine()}: user namespaces stay available to model code"
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    filters = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+    fprog = SockFprog(len(prog), filters)
+    libc = _libc()
+    if libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(fprog), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        return f"seccomp filter not installed: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
 def harden(parent_pid: int) -> list[str]:
     """Linux hardening that needs no privileges: no new privileges through setuid binaries or
-    file capabilities (``PR_SET_NO_NEW_PRIVS``), and death with the parent (``PR_SET_PDEATHSIG``).
+    file capabilities (``PR_SET_NO_NEW_PRIVS``), death with the parent (``PR_SET_PDEATHSIG``) and
+    a seccomp filter refusing new user namespaces and a few kernel interfaces (see
+    :func:`seccomp_program`).
 
     Returns notes for what could not be done. Exits at once if the parent is already gone.
     """
@@ -404,6 +473,9 @@ def harden(parent_pid: int) -> list[str]:
             _prctl(option, arg)
         except (OSError, AttributeError) as exc:
             notes.append(f"{what} could not be set: {exc}")
+    note = install_seccomp()
+    if note:
+        notes.append(note)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         os._exit(1)
     return notes
