@@ -319,3 +319,19 @@ def test_adaptive_limiter_halves_once_per_round_and_grows_back() -> None:
     with pytest.raises(TimeoutError):
         for _ in range(16):
             lim.acquire(timeout=0.05)
+
+
+def test_cli_401_on_a_sub_call_stops_the_run_with_exit_4(tmp_path: Path, llm: FakeLLM) -> None:
+    from tests.conftest import model_flags, run_rlm
+    from tests.fake_llm import repl
+
+    (tmp_path / "a.txt").write_text("hello\n")
+    llm.default("sub", Reply(status=401))
+    llm.script("root", repl("a = llm_query('summarise: ' + context)\nFINAL(a)"), repl("print('never')"))
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm))
+    assert res.code == 4, res.stderr
+    assert "model openai/sub" in res.stderr and "401" in res.stderr and "API key" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert res.stdout == ""  # the answer built from the error string is not printed
+    assert len(llm.chat_requests("sub")) == 1  # not retried
+    assert len(llm.chat_requests("root")) == 1
