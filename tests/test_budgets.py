@@ -146,3 +146,12 @@ def test_exceeded_notices_deadline_and_spend_without_a_call() -> None:
         assert again is err  # the same error from then on
     else:
         raise AssertionError("check() should raise once a budget is spent")
+
+
+def test_cost_budget_warns_when_a_price_is_unknown(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(1)"), repl("FINAL('done')"))
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], max_cost=1.0)
+    assert run.error is None, run.error
+    warnings = [n for n in run.notices() if "price of openai/root is unknown" in n]
+    assert len(warnings) == 1  # once per model, not per call
+    assert run.outcome is not None and run.outcome.usage["cost_usd"] is None
