@@ -69,6 +69,17 @@ def test_cells_share_state_and_show_the_last_expression(level: str) -> None:
         assert not r.ok and "exit() is disabled" in r.output and r.lost is None
 
 
+@pytest.mark.parametrize("level", all_levels())
+def test_threads_subprocesses_and_multiprocessing_work(level: str) -> None:
+    with sandbox(level) as sb:
+        r = sb.execute("import multiprocessing as mp, subprocess\nfrom concurrent.futures import ThreadPoolExecutor\n"
+                       "with mp.Pool(2) as pool:\n    print(pool.map(abs, [-1, -2]))\n"
+                       "print(list(ThreadPoolExecutor(8).map(lambda x: x * 2, range(4))))\n"
+                       "print(subprocess.run(['sh', '-c', 'echo $HOME'], capture_output=True, text=True).stdout.strip()"
+                       " == str(__import__('os').getcwd()))")
+        assert r.output == "[1, 2]\n[0, 2, 4, 6]\nTrue\n", r.output
+
+
 def test_rebound_helpers_and_builtins_are_restored_for_the_next_cell() -> None:
     with sandbox("process") as sb:
         r = sb.execute("import builtins\nFINAL = None\nllm_query = 'gone'\ndel context\n"

@@ -55,6 +55,8 @@ MAX_OUTPUT_CHARS = 256_000
 #: (home folders, /work, /srv, /mnt, /opt, /var, /run, /tmp...) is simply absent.
 BWRAP_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
                      "/nix/store", "/gnu/store")
+#: Size of the sandbox's own /dev/shm (multiprocessing needs it for its locks).
+SHM_BYTES = 64 * 1024**2
 #: Host paths hidden even inside the bound system folders.
 BWRAP_ALWAYS_HIDDEN = ("/etc/ssh", "/etc/ssl/private")
 _PKG_DIR = Path(__file__).resolve().parent.parent  # .../rlm_cli
@@ -496,7 +498,8 @@ class Sandbox:
             elif os.path.isdir(d):
                 args += ["--ro-bind", d, d]
                 bound.append(os.path.realpath(d))
-        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        args += ["--dev", "/dev", "--perms", "1777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+                 "--proc", "/proc", "--tmpfs", "/tmp"]
         roots = _python_roots()
         # Hide what lies inside the bound folders but must stay private: the corpus roots, the rlm
         # folders, home (when any of them is under /usr, /etc...). Python itself is never hidden.
@@ -699,8 +702,9 @@ LEVEL_PROTECTS = {
     "none": "no API keys in its environment; per-cell timeout",
 }
 LEVEL_EXPOSES = {
-    "bwrap": "kernel exploits (no seccomp filter); world-readable system files (/usr, /etc); CPU time up to the "
-             "cell timeout",
+    "bwrap": "kernel exploits through the syscalls left open; world-readable system files (/usr, /etc); CPU "
+             "time up to the cell timeout; total memory (the limits are per process: each of its processes may use "
+             "--memory-limit)",
     "sandbox-exec": "your files stay readable (and writable where you can write); processes it detaches may survive",
     "process": "the network; your files (and other processes' environments, where your exported keys live) "
                "unless run as root; the disk (files up to the size limit each)",
