@@ -63,11 +63,10 @@ def test_doctor_command_prints_json_and_never_imports_litellm() -> None:
 
 def test_ask_verbose_prints_the_sandbox_level_first(tmp_path: Path, llm: FakeLLM) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
-    llm.script("root", *[repl("print(context)"), repl("FINAL('ok')")] * 2)
+    llm.script("root", repl("print(context)"), repl("FINAL('ok')"))
     res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm", "-v")
     assert res.code == 0, res.stderr
     level = "bwrap" if bwrap_status()[0] else "process"
     assert res.stderr.splitlines()[0].startswith(f"sandbox: {level} (")
     assert "not protected:" in res.stderr.splitlines()[0]
-    quiet = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm")
-    assert quiet.code == 0 and "sandbox: " not in quiet.stderr.splitlines()[0]
+    assert res.stderr.count("sandbox: ") == 1
