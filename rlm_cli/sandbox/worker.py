@@ -506,6 +506,13 @@ def main(argv: list[str] | None = None) -> None:
     os.set_inheritable(wfd, False)
     sys.stdin = open(os.devnull)  # model code reading stdin must not eat control frames
     config = protocol.read_message_fd(rfd)
+    # The corpus is loaded before the drop (no model code has run yet), so a bundle in a folder
+    # only rlm's user can read (root's cache) still loads at the process level.
+    try:
+        worker = Worker(config)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides
+        protocol.write_message_fd(wfd, {"type": "error", "error": f"{type(exc).__name__}: {exc}"})
+        return
     notes: list[str] = []
     try:
         if config.get("drop_to") is not None:
@@ -517,11 +524,6 @@ def main(argv: list[str] | None = None) -> None:
         protocol.write_message_fd(wfd, {"type": "error", "error": f"cannot drop privileges: {exc}"})
         return
     notes += apply_limits(config.get("limits", {}))
-    try:
-        worker = Worker(config)
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides
-        protocol.write_message_fd(wfd, {"type": "error", "error": f"{type(exc).__name__}: {exc}"})
-        return
     protocol.write_message_fd(wfd, {"type": "ready", "notes": notes, "pid": os.getpid(),
                                     "context_chars": len(worker.context)})
     del config
