@@ -156,14 +156,16 @@ def test_writes_outside_the_scratch_folder_fail(tmp_path: Path) -> None:
     pkg = Path(rlm_cli.__file__).parent
     with sandbox("bwrap", hide=(str(corpus),)) as sb:
         assert sb.scratch is not None
-        targets = ["/tmp", "/etc", "/usr", "/dev/shm", "/tmp/rlm/pkg/rlm_cli", "/tmp/rlm/sock", str(corpus),
+        targets = ["/tmp", "/etc", "/usr", "/dev", "/tmp/rlm/pkg/rlm_cli", "/tmp/rlm/sock", str(corpus),
                    str(pkg), sys.prefix, str(Path(sb.socket_path).parent), "/proc/1"]
         r = sb.execute(f"import os\nfor d in {targets!r}:\n    try:\n"
                        "        open(os.path.join(d, 'pwned.txt'), 'w').write('x')\n        print(d, 'WROTE')\n"
                        "    except OSError as e:\n        print(d, type(e).__name__)\n"
-                       "open('inside.txt', 'w').write('ok')\nprint('scratch ok')")
-        assert "WROTE" not in r.output and r.output.endswith("scratch ok\n"), r.output
-        for d in (corpus, pkg, Path(sys.prefix), Path(sb.socket_path).parent, Path("/tmp")):
+                       "open('inside.txt', 'w').write('ok')\nprint('scratch ok')\n"
+                       "open('/dev/shm/pwned.txt', 'w').write('private')\nprint('shm ok')")
+        assert "WROTE" not in r.output and r.output.endswith("scratch ok\nshm ok\n"), r.output
+        # /dev/shm inside is the sandbox's own small tmpfs: nothing reaches the host's.
+        for d in (corpus, pkg, Path(sys.prefix), Path(sb.socket_path).parent, Path("/tmp"), Path("/dev/shm")):
             assert not (d / "pwned.txt").exists()
 
 
