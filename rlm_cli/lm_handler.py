@@ -200,11 +200,13 @@ class Budget:
 
     @property
     def exceeded(self) -> BudgetExceededError | None:
-        """The error of the first limit reached, or ``None``. Reading it also notices a passed
-        deadline or a token/cost limit reached by the last answers."""
+        """The error of the first call refused for a budget, or ``None``.
+
+        A limit crossed by the answers of calls already running is noticed by the next
+        :meth:`check` (the next call), so a code block whose last sub-calls cross it can still
+        finish with ``FINAL``; one that asked for a refused call cannot.
+        """
         with self._lock:
-            if self._exceeded is None:
-                self._exceeded = self._evaluate()
             return self._exceeded
 
     def remaining_s(self) -> float | None:

@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, ExitCode
 from rlm_cli.lm_handler import Budget, CallRecord, Usage
@@ -126,26 +128,36 @@ def test_sub_call_reservations_never_overshoot() -> None:
     assert budget.exceeded is not None and budget.exceeded.budget == "sub_calls"
 
 
-def test_exceeded_notices_deadline_and_spend_without_a_call() -> None:
-    usage = Usage()
-    budget = Budget(Settings(timeout=0.2), usage)
-    assert budget.exceeded is None
+def test_next_check_notices_deadline_and_spend() -> None:
+    budget = Budget(Settings(timeout=0.2), Usage())
+    budget.check()
     time.sleep(0.25)
+    assert budget.exceeded is None  # nothing was refused yet
+    with pytest.raises(BudgetExceededError, match="time budget"):
+        budget.check()
     assert budget.exceeded is not None and budget.exceeded.budget == "timeout"
 
     usage = Usage()
     budget = Budget(Settings(max_cost=0.01), usage)
     usage.add(CallRecord("m", "sub", 1, 10, 10, None, 0.1))  # unknown price: not counted
-    assert budget.exceeded is None
+    budget.check()
     usage.add(CallRecord("m", "sub", 1, 10, 10, 0.011, 0.1))
-    err = budget.exceeded
-    assert err is not None and err.budget == "cost"
-    try:
+    with pytest.raises(BudgetExceededError) as info:
+        budget.check(sub_call=True)
+    assert info.value.budget == "cost" and budget.sub_calls_started == 0
+    with pytest.raises(BudgetExceededError) as again:
         budget.check()
-    except BudgetExceededError as again:
-        assert again is err  # the same error from then on
-    else:
-        raise AssertionError("check() should raise once a budget is spent")
+    assert again.value is info.value  # the same error from then on
+
+
+def test_final_in_the_block_that_crossed_a_budget_still_answers(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("sub", Reply(text="part", prompt_tokens=400, completion_tokens=100))
+    llm.script("root", Reply(text=repl("print(1)"), prompt_tokens=100, completion_tokens=10),
+               Reply(text=repl("r = llm_query_batched(['a', 'b'])\nFINAL(' '.join(r))"), prompt_tokens=100,
+                     completion_tokens=10))
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], max_tokens=1000)
+    assert run.error is None, run.error  # 1,220 tokens used, but the answer came before any refusal
+    assert run.answer == "part part"
 
 
 def test_cost_budget_warns_when_a_price_is_unknown(tmp_path: Path, llm: FakeLLM) -> None:
