@@ -143,6 +143,8 @@ STEPS = {"floor": step_floor, "load": step_load, "worker": step_worker, "sandbox
 def run_step(name: str, args: argparse.Namespace, cache: Path, **extra: str) -> dict[str, Any]:
     """Run one step in a fresh interpreter with ``RLM_CACHE_DIR=cache``; returns its JSON."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--step", name, "--root", args.root]
+    if args.all:
+        cmd.append("--all")
     for g in args.include:
         cmd += ["--include", g]
     for g in args.exclude:

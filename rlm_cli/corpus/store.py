@@ -303,7 +303,7 @@ def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
         raise CorruptCache(f"its context file has {size:,} bytes instead of {index['context_bytes']:,}")
     if verify:
         with open(context_file, "rb") as fh:
-            digest = _sha1(fh.read())
+            digest = hashlib.file_digest(fh, lambda: hashlib.sha1(usedforsecurity=False)).hexdigest()
         if digest != index["digest"]:
             raise CorruptCache("its context file does not match its checksum")
     return _Cached(index, context_file)
@@ -441,9 +441,9 @@ class _Writer:
         return fd
 
     def abort(self) -> None:
-        """Remove the temporary file (on any failure)."""
+        """Drop queued work and remove the temporary file (on any failure, Ctrl-C included)."""
         if self.pool is not None:
-            self.pool.close()
+            self.pool.close(cancel=True)
         try:
             self.fh.close()
         except OSError:
@@ -481,6 +481,12 @@ def collect_garbage(directory: Path, keep: Path | None) -> int:
             directory.glob(".index-*.tmp")):
         if keep is not None and path.name == keep.name:
             continue
+        if path.name.startswith(".index-"):  # not locked while written: only collect old ones
+            try:
+                if time.time() - path.stat().st_mtime < 600:
+                    continue
+            except OSError:
+                continue
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:

@@ -98,9 +98,9 @@ class TokenPool:
             self._pending -= size
             self._cond.notify_all()
 
-    def close(self) -> None:
-        """Wait for queued jobs and stop the threads."""
-        self._pool.shutdown(wait=True)
+    def close(self, *, cancel: bool = False) -> None:
+        """Stop the threads: after the queued jobs, or (``cancel``) dropping those not started."""
+        self._pool.shutdown(wait=True, cancel_futures=cancel)
 
     def __enter__(self) -> TokenPool:
         return self
