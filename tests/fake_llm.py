@@ -30,6 +30,7 @@ class Reply:
     delay_s: float = 0.0
     raw_body: bytes | None = None  # sent as is (malformed JSON)
     drop: bool = False  # close the connection without an answer
+    cut_after: int | None = None  # send the headers and this many bytes of the body, then close
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
 
@@ -158,6 +159,16 @@ class FakeLLM:
             "model": model, "choices": [{"index": 0, "finish_reason": "stop",
                                          "message": {"role": "assistant", "content": text}}],
             "usage": usage}).encode()
+        if spec.cut_after is not None:  # the connection dies in the middle of the answer
+            handler.close_connection = True
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body[:spec.cut_after])
+            handler.wfile.flush()
+            handler.connection.shutdown(2)
+            return
         handler._send(200, body, spec.headers)
 
 

@@ -152,10 +152,11 @@ def test_malformed_json_is_retried(llm: FakeLLM, rig_factory: Any) -> None:
 
 
 def test_connection_closed_mid_response_is_retried(llm: FakeLLM, rig_factory: Any) -> None:
-    llm.script("sub", Reply(drop=True), Reply(drop=True), "after drops")
+    llm.script("sub", Reply(text="cut short", cut_after=40), Reply(drop=True), "after drops")
     rig = rig_factory()
     assert rig.worker.llm_query("q") == "after drops"
     assert len(llm.chat_requests("sub")) == 3
+    assert rig.client.usage.summary()["retries"] == 2
 
 
 def test_persistent_5xx_gives_up_after_retries(llm: FakeLLM, rig_factory: Any) -> None:
