@@ -275,6 +275,11 @@ def config_show(json_out: Annotated[bool, Opt("--json", help="Print one JSON doc
         model = next(e for e in entries if e["key"] == "model")
         if found is not None:
             model.update(value=found.model, source=f"autodetected: {found.reason}")
+            for e in entries:
+                if e["key"] == "sub_model" and found.sub_model and not settings.sub_model:
+                    e.update(value=found.sub_model, source="autodetected")
+                if e["key"] == "api_base" and found.api_base and not settings.api_base:
+                    e.update(value=found.api_base, source="autodetected")
         else:
             model["source"] = "not set and nothing detected"
     path = config.config_path()

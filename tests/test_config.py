@@ -142,3 +142,11 @@ def test_keys_never_reach_the_worker_the_model_the_trajectory_or_the_output(tmp_
     for text in checked:
         for marker in ("SECRETENVKEY", "SECRETFILEKEY", "SECRETPROVIDER"):
             assert marker not in text
+
+
+def test_cli_config_show_names_the_autodetected_model() -> None:
+    res = run_rlm("config", "show", env={"OPENAI_API_KEY": "sk-openai-SECRETPROVIDER-0123456789"})
+    assert res.code == 0, res.stderr
+    assert 'model = "openai/gpt-5.4"  # autodetected: OPENAI_API_KEY is set' in res.stdout
+    assert 'sub_model = "openai/gpt-5.4-mini"  # autodetected' in res.stdout
+    assert "SECRETPROVIDER" not in res.stdout + res.stderr
