@@ -279,9 +279,11 @@ def main() -> None:
         verdict = "" if limit is None else ("PASS" if mb <= limit * size_mb else "MISS")
         target = f"<= {limit:.0f}x" if limit else ""
         print(f"{name:44} {mb:10.1f} {mb / size_mb:6.2f}x {target:>10} {verdict}")
+    widest = int(worker["max_char"], 16)
+    per_char = 1 if widest <= 0xFF else 2 if widest <= 0xFFFF else 4
     print(f"  the context string alone: {worker['context_str_mb']:.1f} MB ({worker['context_str_mb'] / size_mb:.2f}x): "
-          f"its widest character is {worker['max_char']} ({worker['astral_chars']} characters beyond U+FFFF), "
-          "and CPython stores a str with one such character at 4 bytes per character")
+          f"its widest character is {worker['max_char']}, so CPython stores every character in {per_char} byte(s)"
+          + (f" ({worker['astral_chars']:,} characters beyond U+FFFF)" if per_char == 4 else ""))
     print(f"  worker RSS after load {worker['rss_after_load_mb']:.1f} MB, after search {worker['rss_mb']:.1f} MB")
     print(f"\nload average after: {load_avg()}")
 
