@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -488,6 +489,8 @@ def main() -> None:
     """Console-script entry point: run the app and map every error to its exit code."""
     from rlm_cli.errors import ExitCode as _EC
 
+    # SIGTERM unwinds like Ctrl-C, so the worker, socket and scratch folders are cleaned up.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         rv = app(standalone_mode=False)
         # Non-standalone typer turns Ctrl-C into a returned 130 (and typer.Exit into its code).
@@ -516,6 +519,12 @@ def main() -> None:
         _fail(exc, _EC.INTERNAL, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and "
                                  "report it)")
     sys.exit(_EC.OK)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sys.stderr.write("\nrlm: terminated\n")
+    raise SystemExit(int(ExitCode.TERMINATED))
 
 
 def _usage_hint(exc: Any) -> str:

@@ -477,8 +477,11 @@ def test_rlm_ask_survives_rebinding_a_200_mb_print_and_a_segfault(tmp_path: Path
     assert all(SECRET not in json.dumps(req) for req in llm.requests)
 
 
+@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, 130, b"interrupted"),
+                                                   (signal.SIGTERM, 143, b"terminated")])
 @pytest.mark.parametrize("level", all_levels())
-def test_ctrl_c_leaves_no_worker_socket_scratch_or_bundle(level: str, tmp_path: Path, llm: FakeLLM) -> None:
+def test_ctrl_c_leaves_no_worker_socket_scratch_or_bundle(level: str, sig: int, code: int, word: bytes,
+                                                          tmp_path: Path, llm: FakeLLM) -> None:
     _skip_process_unless_root(level)
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("some text\n")
@@ -506,14 +509,14 @@ def test_ctrl_c_leaves_no_worker_socket_scratch_or_bundle(level: str, tmp_path: 
         below = descendants(proc.pid)
         assert below and any(p.name.startswith("rlm-lm-") for p in tmp.iterdir())
         assert any(p.name.startswith("rlm-scratch-") for p in tmp.iterdir())
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, err
-    assert b"interrupted" in err and b"Traceback" not in err
+    assert proc.returncode == code, err
+    assert word in err and b"Traceback" not in err
     assert wait_until(lambda: not any(Path(f"/proc/{p}").exists() and
                                       Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
                                       for p in below), 5), "a worker process survived"
