@@ -31,6 +31,9 @@ import time
 from typing import Any, BinaryIO
 
 HEADER = struct.Struct(">I")
+#: Layout version of the corpus bundle (index.json) written by ``rlm_cli.corpus.store`` and read by
+#: the worker's ``corpus_helpers``; bump it when the layout changes (older bundles are rebuilt).
+BUNDLE_VERSION = 3
 #: Largest frame accepted by default: 256 MiB (an answer or output far beyond any real use).
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 #: Largest control frame (worker -> parent result) the parent accepts: 64 MiB. The worker keeps

@@ -44,14 +44,15 @@ from rlm_cli.corpus.chunker import split_text
 from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, decode_bytes, discover, is_binary, read_source
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING, TokenPool
 from rlm_cli.errors import EmptyCorpusError
+from rlm_cli.protocol import BUNDLE_VERSION
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no pinning; old context files are kept a day
     fcntl = None  # type: ignore[assignment]
 
-#: Bump when the bundle layout changes; older bundles are rebuilt.
-INDEX_VERSION = 3
+#: The bundle layout version (shared with the worker through ``protocol``).
+INDEX_VERSION = BUNDLE_VERSION
 STDIN_NAME = "<stdin>"
 #: A file modified less than this long before the index's scan is re-hashed on the next load.
 RACY_NS = 2_000_000_000

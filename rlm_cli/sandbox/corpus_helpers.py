@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-#: The bundle layout this module reads (``rlm_cli.corpus.store.INDEX_VERSION``).
-BUNDLE_VERSION = 3
+from rlm_cli.protocol import BUNDLE_VERSION
+
 #: Characters of a matching line kept in a ``grep`` result.
 MAX_LINE_CHARS = 500
 #: Size of the pseudo-chunks made for a raw context (``rlm_query`` with a string).
