@@ -236,7 +236,9 @@ class Orchestrator:
         for n, code in enumerate(blocks, 1):
             self.emit(event("code", self.depth, iteration=iteration, block=n, code=code))
             calls0 = self.client.usage.sub_calls
-            result = sandbox.execute(code, cell=iteration)
+            # A cell never outlives the run's --timeout: the wall-clock budget bounds it too.
+            remaining = self.client.budget.remaining_s()
+            result = sandbox.execute(code, cell=iteration, timeout=None if remaining is None else remaining)
             if result.lost:
                 shown = (f"[{result.lost}. REPL state was lost: your variables are gone; "
                          "`context` and the helpers were reloaded.]")
@@ -248,6 +250,8 @@ class Orchestrator:
                             output_chars=result.output_chars, elapsed_s=round(result.elapsed_s, 3),
                             sub_calls=self.client.usage.sub_calls - calls0, lost=result.lost))
             outputs.append((code, shown))
+            if self.client.fatal is not None:  # e.g. a 401 on a sub-call: stop now, exit 4
+                raise self.client.fatal
             if self.client.budget.exceeded is not None:
                 raise self._with_partial(self.client.budget.exceeded, loop.last_text)
             if result.final is not None:

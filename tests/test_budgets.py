@@ -21,6 +21,15 @@ from tests.fake_llm import FakeLLM, Reply, repl
 PRICED = "gpt-4o-mini"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _litellm_imported() -> None:
+    """Import litellm once up front: its import (seconds) would otherwise eat the short wall-clock
+    budgets of the first test that runs."""
+    from rlm_cli.lm_handler import ModelClient
+
+    ModelClient(Settings()).litellm()
+
+
 def _budget_error(run: inproc.Run) -> BudgetExceededError:
     assert isinstance(run.error, BudgetExceededError), run.error
     assert run.error.exit_code == ExitCode.BUDGET
@@ -85,6 +94,19 @@ def test_wall_clock_budget_cuts_a_hanging_request(tmp_path: Path, llm: FakeLLM) 
     assert err.budget == "timeout"
     assert "first look" in err.partial
     assert elapsed < 5.0  # the 6 s reply was not waited for
+
+
+def test_wall_clock_budget_cuts_a_long_code_block(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print('first look')"), repl("import time\ntime.sleep(60)"), "never asked")
+    started = time.monotonic()
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], timeout=4, cell_timeout=120)
+    elapsed = time.monotonic() - started
+    err = _budget_error(run)
+    assert err.budget == "timeout"
+    assert elapsed < 15.0  # the 60 s cell was cut at the run's deadline, not the 120 s cell timeout
+    assert len(llm.chat_requests("root")) == 2
+    outputs = [e for e in run.events if e["type"] == "output"]
+    assert outputs[-1]["lost"] and "timed out" in outputs[-1]["lost"]
 
 
 def test_cli_budget_exit_6_with_labelled_partial_answer_and_json(tmp_path: Path, llm: FakeLLM) -> None:

@@ -384,8 +384,9 @@ class Sandbox:
         self.start()
 
     # -- running code ----------------------------------------------------------------------------
-    def execute(self, code: str, cell: int = 0) -> ExecResult:
-        """Run ``code`` in the REPL and wait at most ``cell_timeout`` seconds for its whole result.
+    def execute(self, code: str, cell: int = 0, *, timeout: float | None = None) -> ExecResult:
+        """Run ``code`` in the REPL and wait at most ``timeout`` seconds (default ``cell_timeout``)
+        for its whole result.
 
         A timeout, a crash or a malformed control frame kills and restarts the worker and returns
         ``lost`` set (the model is told; the run goes on).
@@ -394,7 +395,8 @@ class Sandbox:
             SandboxError: the worker could not be restarted.
         """
         started = time.monotonic()
-        deadline = started + self.cell_timeout
+        limit = self.cell_timeout if timeout is None else max(0.1, min(timeout, self.cell_timeout))
+        deadline = started + limit
         req_id = secrets.token_hex(8)
         try:
             if self.proc is None:
@@ -407,7 +409,7 @@ class Sandbox:
                     break
             result = _parse_result(reply)
         except TimeoutError:
-            lost = f"the cell timed out after {self.cell_timeout:g} s and was killed"
+            lost = f"the cell timed out after {limit:g} s and was killed"
         except (OSError, protocol.ProtocolError) as exc:
             lost = self._failure(exc)
         else:
