@@ -346,20 +346,6 @@ class ModelClient:
         self._seen: dict[str, int] = {}
 
     # -- setup -------------------------------------------------------------------------------------
-    def prewarm(self) -> None:
-        """Start importing litellm in a background thread (it takes seconds), so the import
-        overlaps corpus loading and the worker's start; :meth:`litellm` then waits for it.
-        Errors are left for :meth:`litellm` to raise."""
-
-        def _import() -> None:
-            try:
-                prepare_offline_env()
-                import litellm  # noqa: F401
-            except Exception:  # noqa: BLE001 - re-raised by the real import in litellm()
-                pass
-
-        threading.Thread(target=_import, name="litellm-import", daemon=True).start()
-
     def litellm(self) -> Any:
         """The litellm module, imported on first use (it takes seconds); builds the Router too.
 

@@ -106,10 +106,8 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     """
     ensure_model(settings, lambda message: emit(event("notice", 0, message=message)))
     settings = dataclasses.replace(settings)  # windows get resolved into this copy
-    if client is None:
-        client = ModelClient(settings, started=time.monotonic(),
-                             notify=lambda message: sink(event("notice", 0, message=message, level="warning")))
-        client.prewarm()
+    client = client or ModelClient(settings, started=time.monotonic(),
+                                   notify=lambda message: sink(event("notice", 0, message=message, level="warning")))
     run_id = new_run_id()
     trace_path = (settings.trace or traces_dir() / f"{run_id}.jsonl") if record else None
     writer = TraceWriter(trace_path) if trace_path is not None else None
