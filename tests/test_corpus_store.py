@@ -79,6 +79,18 @@ def test_context_layout_and_records(tmp_path: Path) -> None:
     assert corpus.summary().startswith(f"loaded 4 files, {corpus.total_bytes:,} bytes, {corpus.total_tokens:,} tokens")
 
 
+def test_cached_bundle_is_private_to_the_user(tmp_path: Path) -> None:
+    """The cache holds a copy of possibly private files: nobody else may read it."""
+    corpus = load_corpus([str(sample(tmp_path))], opts())
+    bundle = corpus.context_file.parent
+    assert bundle.stat().st_mode & 0o777 == 0o700
+    for name in ("index.json", corpus.context_file.name):
+        assert (bundle / name).stat().st_mode & 0o777 == 0o600, name
+    temp = load_corpus([str(sample(tmp_path))], opts(use_cache=False))
+    assert temp.context_file.parent.stat().st_mode & 0o777 == 0o700
+    assert temp.context_file.stat().st_mode & 0o777 == 0o600
+
+
 def test_second_load_reuses_the_cache_without_reading_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = sample(tmp_path)
     first = load_corpus([str(root)], opts())

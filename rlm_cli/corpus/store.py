@@ -426,7 +426,7 @@ class _Writer:
                 e.tokens = sum(c.tokens for c in chunks[e.first_chunk:])
                 files.append(e)
             self.fh.flush()
-            os.fchmod(self.fh.fileno(), 0o644)  # the sandboxed worker may run as another user
+            os.fchmod(self.fh.fileno(), 0o600)  # private: the worker reads it before dropping privileges
             digest = self.hasher.hexdigest()
             final = self.directory / f"context-{digest[:24]}.txt"
             os.replace(self.tmp, final)
@@ -510,7 +510,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            os.fchmod(fh.fileno(), 0o644)
+            os.fchmod(fh.fileno(), 0o600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -633,7 +633,7 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
             os.close(pin)
         if directory is not None:
             try:
-                directory.mkdir(parents=True, exist_ok=True)
+                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
                 corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, old, options,
                                 report, directory, prefetched)
             except OSError as exc:
@@ -644,7 +644,7 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
                 states = ["new"] * len(sources)
         if directory is None:
             tmp = Path(tempfile.mkdtemp(prefix="rlm-corpus-"))
-            os.chmod(tmp, 0o755)  # the sandboxed worker may run as another user
+            os.chmod(tmp, 0o700)  # private; the worker loads the bundle before dropping privileges
             atexit.register(shutil.rmtree, tmp, True)
             corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, None, options, report, tmp,
                             prefetched)
