@@ -256,8 +256,13 @@ class Orchestrator:
                 raise self._with_partial(self.client.budget.exceeded, loop.last_text)
             if result.final is not None:
                 if not loop.ran_code and only_finishes(code):
-                    notes.append(prompts.FIRST_TURN_FINAL)
-                    self._notice("FINAL before any exploration; refused")
+                    # A literal answer on the first turn is a guess: nothing it saw came from the corpus.
+                    if n > 1:
+                        notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
+                        self._notice("FINAL with a literal answer next to code whose output was not seen; refused")
+                    else:
+                        notes.append(prompts.FIRST_TURN_FINAL)
+                        self._notice("FINAL before any exploration; refused")
                 else:
                     final = result.final
                 break  # the first FINAL wins; later blocks do not run
@@ -298,7 +303,9 @@ class Orchestrator:
             feedback = prompts.PROSE_FINAL
         else:
             loop.no_code_streak += 1
-            if loop.no_code_streak >= 2 and loop.ran_code and text.strip():
+            # Small models often answer in prose; after one reminder, the second such reply in a row
+            # is the answer (issue #6). The first turn alone can never finish this way.
+            if loop.no_code_streak >= 2 and text.strip():
                 self._notice("two replies without code in a row: taking the reply as the final answer")
                 return text.strip()
             self._notice("reply had no code block; reminded the model of the format")

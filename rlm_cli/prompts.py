@@ -221,9 +221,9 @@ FIRST_TURN_FINAL = ("You tried to finish before running any code, so it was not 
 PROSE_FINAL = ("You mentioned FINAL in your text, but that does not finish the run. When you have the "
                "answer, call FINAL(answer) or FINAL_VAR(name) inside a ```repl block.")
 
-FINAL_WITH_UNSEEN_CODE = ("Your FINAL(...) line was written next to code whose output you had not seen yet, "
-                          "so it was not accepted. Check the output above; then finish with FINAL in a "
-                          "```repl block.")
+FINAL_WITH_UNSEEN_CODE = ("Your FINAL with a written-out answer came next to code whose output you had not "
+                          "seen yet, so it was not accepted. Check the output above; then finish with FINAL "
+                          "in a ```repl block.")
 
 
 def best_answer_prompt() -> str:

@@ -156,6 +156,16 @@ def test_first_turn_code_that_only_calls_final_is_refused(tmp_path: Path, llm: F
     assert FIRST_TURN_FINAL in last_user(llm.chat_requests("root")[1])
 
 
+def test_first_turn_literal_final_in_a_second_block_is_refused_as_unseen(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", "Looking.\n```repl\nprint(grep('alpha'))\n```\n```repl\nFINAL('a guess')\n```",
+               repl("FINAL('alpha, seen')"))
+    r = run(llm, [corpus(tmp_path)])
+    assert r.answer == "alpha, seen"
+    second = last_user(llm.chat_requests("root")[1])
+    assert FINAL_WITH_UNSEEN_CODE in second and FIRST_TURN_FINAL not in second
+    assert "'file': 'notes.txt'" in second  # the grep output was shown
+
+
 def test_first_turn_final_computed_from_the_corpus_is_accepted(tmp_path: Path, llm: FakeLLM) -> None:
     llm.script("root", repl("words = context.split()\nFINAL(words[-1])"))
     r = run(llm, [corpus(tmp_path)])
@@ -175,11 +185,22 @@ def test_second_reply_without_code_is_taken_as_final(tmp_path: Path, llm: FakeLL
     assert FORMAT_REMINDER in last_user(llm.chat_requests("root")[2])
 
 
-def test_replies_without_code_before_any_code_never_finish(tmp_path: Path, llm: FakeLLM) -> None:
-    llm.script("root", "Probably alpha.", "Surely alpha.", "Alpha, I said.", "Best: alpha")
-    r = run(llm, [corpus(tmp_path)], max_iterations=3)
-    assert isinstance(r.error, MaxIterationsError)
-    assert r.answer == "Best: alpha"
+def test_two_prose_replies_before_any_code_finish_after_one_reminder(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", "Probably alpha.", "Surely alpha.", "never asked")
+    r = run(llm, [corpus(tmp_path)], max_iterations=5)
+    assert r.error is None
+    assert r.answer == "Surely alpha."
+    assert r.outcome is not None and r.outcome.result.status == "final"
+    reqs = llm.chat_requests("root")
+    assert len(reqs) == 2
+    assert FORMAT_REMINDER in last_user(reqs[1])
+
+
+def test_a_reply_with_code_resets_the_prose_count(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", "Probably alpha.", repl("print(1)"), "Alpha.", repl("FINAL(context.split()[3])"))
+    r = run(llm, [corpus(tmp_path)], max_iterations=5)
+    assert r.answer == "alpha"
+    assert len(llm.chat_requests("root")) == 4
 
 
 # -- the iteration limit ---------------------------------------------------------------------------
