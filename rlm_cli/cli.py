@@ -133,6 +133,9 @@ def ask(
     c.chunk_tokens = chunk_tokens or c.chunk_tokens
     if max_file_size:
         c.max_file_size = parse_size(max_file_size, "--max-file-size")
+    if "-" in paths and sys.stdin.isatty():
+        raise UsageError("'-' reads the corpus from standard input, but nothing is piped in",
+                         hint='e.g. cat big.txt | rlm ask - "question"')
     stdin_bytes = sys.stdin.buffer.read() if "-" in paths else None
     ui = render.Renderer(quiet=quiet, verbose=verbose)
     if verbose:
