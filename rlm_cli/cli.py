@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -111,6 +112,7 @@ def ask(
     """Answer QUESTION about the corpus at PATH... (the last argument is the question)."""
     from rlm_cli import config, render, runner
 
+    started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
     if len(args) < 2:
         raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
     paths, question = args[:-1], args[-1]
@@ -145,10 +147,11 @@ def ask(
     try:
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes)
     except PartialAnswerError as exc:
-        _emit_partial(exc, ui, json_out, settings)
+        _emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3))
         raise
     doc = _doc(outcome.result.answer, outcome.result.status, outcome.result.iterations, outcome.result.sub_calls,
-               outcome.usage, outcome.result.elapsed_s, outcome.corpus, outcome.result.mode, outcome.sandbox)
+               outcome.usage, round(time.monotonic() - started, 3), outcome.corpus, outcome.result.mode,
+               outcome.sandbox)
     doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
     ui.summary(doc)
     render.write_json(doc) if json_out else render.write_answer(outcome.result.answer)
@@ -162,7 +165,7 @@ def _doc(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[
                        "chunks": len(corpus.chunks)} if corpus is not None else None}
 
 
-def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any) -> None:
+def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any, elapsed: float) -> None:
     from rlm_cli import render
 
     result = getattr(exc, "result", None)
@@ -170,7 +173,7 @@ def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: An
     if status != "max_iterations":
         status = "budget_exceeded"
     doc = _doc(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
-               getattr(exc, "usage", {}), result.elapsed_s if result else 0.0, getattr(exc, "corpus", None),
+               getattr(exc, "usage", {}), elapsed, getattr(exc, "corpus", None),
                getattr(exc, "mode", "rlm"), settings.sandbox)
     trace_path = getattr(exc, "trace_path", None)
     doc["trace"] = str(trace_path) if trace_path else None
@@ -185,8 +188,10 @@ def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: An
 
 
 def _check_mode(mode: str | None) -> str | None:
-    if mode is not None and mode not in ("auto", "rlm", "direct"):
-        raise UsageError(f"--mode: {mode!r} is not one of auto, rlm, direct")
+    from rlm_cli.config import CHOICES
+
+    if mode is not None and mode not in CHOICES["mode"]:
+        raise UsageError(f"--mode: {mode!r} is not one of {', '.join(CHOICES['mode'])}")
     return mode
 
 
@@ -230,7 +235,13 @@ def trace_export(
     path = trace.find_trace(ref)
     events = trace.read_trace(path)
     out = output or Path(f"{path.stem}.html")
-    out.write_text(render.trace_html(events[0], trace.build_tree(events)), encoding="utf-8")
+    page = render.trace_html(events[0], trace.build_tree(events))
+    try:  # private like the trajectory it comes from (it holds the corpus excerpts the model saw)
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(page)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}", hint="choose another --output") from None
     render.Renderer().info(f"wrote {out}")
 
 
@@ -245,17 +256,18 @@ def replay(
     from rlm_cli import render, trace
     from rlm_cli import replay as replay_mod
 
+    started = time.monotonic()
     p = replay_mod.plan(trace.find_trace(ref), sandbox=sandbox)
     ui = render.Renderer(quiet=quiet)
     stdin_bytes = sys.stdin.buffer.read() if "-" in p.paths else None
     try:
         outcome = replay_mod.replay(p, emit=ui.on_event, stdin_bytes=stdin_bytes)
     except PartialAnswerError as exc:
-        _emit_partial(exc, ui, json_out, p.settings)
+        _emit_partial(exc, ui, json_out, p.settings, round(time.monotonic() - started, 3))
         raise
     r = outcome.result
-    doc = _doc(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, r.elapsed_s, outcome.corpus, r.mode,
-               outcome.sandbox)
+    doc = _doc(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, round(time.monotonic() - started, 3),
+               outcome.corpus, r.mode, outcome.sandbox)
     doc["same_answer"] = r.answer == p.recorded_answer
     if not doc["same_answer"]:
         ui.warning("the replayed answer differs from the recorded one")

@@ -234,11 +234,11 @@ def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None
         if key not in fields_:
             raise UsageError(f"unknown key {key!r} in config file {config_path()}",
                              hint="see `rlm config show` for the known keys")
-        setattr(settings, key, _coerce(key, value, fields_[key].type))
+        setattr(settings, key, _coerce(key, value, fields_[key].type, f"config file {config_path()}"))
         sources[key] = "config file"
     for key, var in ENV_VARS.items():
         if env_map.get(var):
-            setattr(settings, key, _coerce(key, env_map[var], fields_[key].type))
+            setattr(settings, key, _coerce(key, env_map[var], fields_[key].type, f"env {var}"))
             sources[key] = f"env {var}"
     for key, value in flags.items():
         if value is not None:
@@ -287,7 +287,8 @@ def set_config_value(key: str, value: str, path: Path | None = None) -> tuple[st
     """Store ``key = value`` in the config file and return ``(key, typed value, path)``.
 
     The value is checked and typed like a config-file value (``"2.5"`` -> 2.5 for ``max_cost``,
-    ``"false"`` -> false for ``llm_cache``); ``none``/``null``/an empty string removes the key.
+    ``"false"`` -> false for ``llm_cache``); ``none``/``null``/an empty string removes the key
+    (except ``sandbox none``, a real level).
     Other lines and comments of the file are kept. The file is written atomically (temporary
     file + rename) with mode 0600, its folder with 0700, since it may hold an API key.
 
@@ -297,7 +298,9 @@ def set_config_value(key: str, value: str, path: Path | None = None) -> tuple[st
     name = normalize_key(key)
     path = path or config_path()
     current = read_config_file(path)
-    remove = value.strip().lower() in ("", "none", "null")
+    word = value.strip().lower()
+    # "none"/"null" remove a key, except where "none" is one of the key's own words (--sandbox none).
+    remove = word == "" or (word in ("none", "null") and word not in CHOICES.get(name, ()))
     typed = None if remove else _coerce(name, value, settable_fields()[name].type)
     if isinstance(typed, Path):
         typed = str(typed)
@@ -377,8 +380,22 @@ def _edit_toml_line(text: str, key: str, toml_value: str | None) -> str:
     return head + f"{key} = {toml_value}\n"
 
 
-def _coerce(key: str, value: Any, annotation: Any) -> Any:
+#: Settings that take one of a fixed set of words.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "sandbox": ("auto", "bwrap", "sandbox-exec", "process", "none"),
+    "mode": ("auto", "rlm", "direct"),
+}
+
+
+def _coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
     text = str(annotation)
+    where = f" (from {source})" if source else ""
+    if key in CHOICES:
+        word = str(value).strip().lower()
+        if word not in CHOICES[key]:
+            raise UsageError(f"setting {key!r} has a bad value {value!r}{where}",
+                             hint=f"use one of {', '.join(CHOICES[key])}")
+        return word
     try:
         if "bool" in text:
             if isinstance(value, bool):
@@ -400,7 +417,7 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
         else:
             return str(value)
     except (TypeError, ValueError):
-        raise UsageError(f"setting {key!r} has a bad value {value!r}") from None
+        raise UsageError(f"setting {key!r} has a bad value {value!r}{where}") from None
     if number < 0 or (number == 0 and key in _POSITIVE):
         raise UsageError(f"setting {key!r} must be {'positive' if key in _POSITIVE else 'zero or more'}, "
                          f"not {value!r}")

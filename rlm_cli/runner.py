@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import __version__
-from rlm_cli.config import Settings
+from rlm_cli.config import CHOICES, Settings
 from rlm_cli.corpus import Corpus, load_corpus
-from rlm_cli.errors import MaxIterationsError, NoModelError, PartialAnswerError, RLMError, UsageError
+from rlm_cli.errors import ExitCode, MaxIterationsError, NoModelError, PartialAnswerError, RLMError, UsageError
 from rlm_cli.history import request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import ensure_model
@@ -33,7 +33,7 @@ Emit = Callable[[dict[str, Any]], None]
 
 NO_MODEL_HINT = ("set one with --model (e.g. --model openai/gpt-5-mini), the RLM_MODEL environment variable, "
                  "or `rlm config set model MODEL`")
-MODES = ("auto", "rlm", "direct")
+MODES = CHOICES["mode"]
 
 
 @dataclass
@@ -110,6 +110,7 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
                                    notify=lambda message: sink(event("notice", 0, message=message, level="warning")))
     run_id = new_run_id()
     trace_path = (settings.trace or traces_dir() / f"{run_id}.jsonl") if record else None
+    created = trace_path is not None and not trace_path.exists()
     writer = TraceWriter(trace_path) if trace_path is not None else None
     sink = TraceSink(writer, emit, totals=lambda: (client.usage.total_tokens, client.usage.cost_usd))
     started = time.monotonic()
@@ -129,6 +130,13 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
                    iterations=result.iterations if result else None, usage=client.usage.summary(),
                    elapsed_s=round(time.monotonic() - started, 3)))
         exc.trace_path = trace_path  # type: ignore[attr-defined]
+        if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
+                and writer is not None and created):
+            # Bad input that never reached a model leaves nothing behind (no stray trajectory).
+            writer.close()
+            assert trace_path is not None
+            trace_path.unlink(missing_ok=True)
+            exc.trace_path = None  # type: ignore[attr-defined]
         raise
     finally:
         if writer is not None:

@@ -40,6 +40,8 @@ def test_precedence_flags_over_env_over_file_over_defaults() -> None:
     ({"max_concurrency": 0}, "must be positive"),
     ({"llm_cache": "maybe"}, "bad value"),
     ({"retries": 2.5}, "bad value"),
+    ({"sandbox": "weird"}, "bad value 'weird' .from config file"),
+    ({"mode": "nope"}, "bad value 'nope' .from config file"),
 ])
 def test_bad_config_values_are_usage_errors(values: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -71,6 +73,34 @@ def test_set_rejects_unknown_keys_and_bad_values_without_writing() -> None:
     with pytest.raises(UsageError, match="bad value"):
         config.set_config_value("max_tokens", "many")
     assert not config.config_path().exists()
+
+
+def test_set_checks_word_settings_and_keeps_sandbox_none() -> None:
+    for key, value in (("sandbox", "weird"), ("mode", "nope")):
+        with pytest.raises(UsageError, match="use one of"):
+            config.set_config_value(key, value)
+    assert not config.config_path().exists()
+    config.set_config_value("sandbox", "none")  # a real level, not "remove the key"
+    assert tomllib.loads(config.config_path().read_text()) == {"sandbox": "none"}
+    assert config.resolve({}, env={}).sandbox == "none"
+
+
+def test_bad_env_mode_fails_before_any_work(tmp_path: Path, isolated_dirs: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", "--model", "openai/root", "--api-base",
+                  "http://127.0.0.1:9/v1", env={"RLM_MODE": "nope"})
+    assert res.code == 2, res.stderr
+    assert "bad value 'nope' (from env RLM_MODE)" in res.stderr
+    assert not isolated_dirs.exists() or not any(p.is_file() for p in isolated_dirs.rglob("*"))
+
+
+def test_bad_input_leaves_no_trajectory_or_cache(tmp_path: Path, isolated_dirs: Path, llm: FakeLLM) -> None:
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "missing", tmp_path / "empty"):
+        res = run_rlm("ask", str(target), "q?", "--model", "openai/root", "--api-base", llm.url)
+        assert res.code == 2, res.stderr
+    assert llm.requests == []
+    assert not isolated_dirs.exists() or not any(p.is_file() for p in isolated_dirs.rglob("*"))
 
 
 def test_strings_with_quotes_and_unicode_round_trip() -> None:

@@ -135,6 +135,10 @@ def test_trace_commands_list_show_and_export(tmp_path: Path, llm: FakeLLM, monke
     res = cli.invoke(app, ["trace", "export", "last", "--html"])
     assert res.exit_code == 0, res.output
     page = (tmp_path / f"{path.stem}.html").read_text()
+    assert (tmp_path / f"{path.stem}.html").stat().st_mode & 0o777 == 0o600  # private like the trace
+    res = cli.invoke(app, ["trace", "export", "last", "--html", "-o", str(tmp_path / "no" / "such" / "x.html")])
+    assert isinstance(res.exception, UsageError) and "cannot write" in str(res.exception)
+    assert not (tmp_path / "no").exists()
     assert page.startswith("<!doctype html>") and "</html>" in page
     assert "src=" not in page and "href=" not in page and "<script" not in page  # self-contained, escaped
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page

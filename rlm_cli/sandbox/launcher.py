@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import protocol
+from rlm_cli.config import CHOICES
 from rlm_cli.errors import SandboxError, UsageError
 
-LEVELS = ("auto", "bwrap", "sandbox-exec", "process", "none")
+LEVELS = CHOICES["sandbox"]
 #: Environment variables passed to the worker (everything else, keys included, is dropped).
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 #: Seconds the worker gets to start and load the corpus.
