@@ -510,8 +510,14 @@ class ModelClient:
                 free = False
             if not free and retries_used >= s.retries:
                 self.usage.count("failed_calls")
+                # litellm reports a refused connection as InternalServerError (500) "Connection error."
+                unreachable = ("APIConnectionError" in {c.__name__ for c in type(error).__mro__}
+                               or "connection error" in str(error).lower())
+                hint = (f"could not connect to {s.api_base or 'the provider'}: check --api-base and that the "
+                        "server is running" if unreachable else
+                        "the provider kept failing; try again later or raise --retries")
                 raise CallFailed(f"{message} (after {attempts} attempts)", fatal=False, status=status,
-                                 hint="the provider kept failing; try again later or raise --retries") from None
+                                 hint=hint) from None
             if free:
                 free_rate_limits += 1
             else:

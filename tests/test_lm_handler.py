@@ -193,6 +193,20 @@ def test_401_on_a_root_call_raises_provider_error_once(llm: FakeLLM) -> None:
     assert len(llm.requests) == 1
 
 
+def test_unreachable_api_base_says_to_check_it() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port with no listener: bind, note it, close
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}/v1"
+    client = ModelClient(Settings(model="openai/root", api_base=base, retries=1))
+    with pytest.raises(CallFailed) as info:
+        client.complete([{"role": "user", "content": "hi"}], model="openai/root", role="root")
+    assert info.value.exit_code == ExitCode.PROVIDER
+    assert info.value.hint is not None and f"could not connect to {base}" in info.value.hint
+
+
 # -- windows and models --------------------------------------------------------------------------
 
 def test_oversized_prompt_is_refused_before_sending(llm: FakeLLM, rig_factory: Any) -> None:
