@@ -23,6 +23,9 @@ app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_
                   help="Answer questions about huge local corpora with Recursive Language Models.")
 
 _debug = False
+#: Set by ``ask --json``: errors then also print a JSON document on stdout, so ``| jq`` never
+#: gets empty input.
+_json_errors = False
 
 
 def _version(value: bool) -> None:
@@ -112,6 +115,8 @@ def ask(
     """Answer QUESTION about the corpus at PATH... (the last argument is the question)."""
     from rlm_cli import config, render, runner
 
+    global _json_errors
+    _json_errors = json_out
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
     if len(args) < 2:
         raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
@@ -517,6 +522,7 @@ def main() -> None:
         note = "; the answer on stdout is PARTIAL" if exc.partial else "; no answer was produced"
         _fail(exc, exc.exit_code, exc.message + note + (f" ({exc.hint})" if exc.hint else ""))
     except RLMError as exc:
+        _json_error(str(exc), exc.exit_code)
         _fail(exc, exc.exit_code, str(exc))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -531,9 +537,17 @@ def main() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(_EC.OK)
     except Exception as exc:  # noqa: BLE001 - a bug: one line, traceback only with --debug
+        _json_error(f"internal error: {type(exc).__name__}: {exc}", _EC.INTERNAL)
         _fail(exc, _EC.INTERNAL, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and "
                                  "report it)")
     sys.exit(_EC.OK)
+
+
+def _json_error(message: str, code: int) -> None:
+    if _json_errors:
+        from rlm_cli.render import write_json
+
+        write_json({"status": "error", "error": message, "exit_code": int(code), "answer": None})
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

@@ -110,6 +110,14 @@ def test_missing_path_is_usage_error(tmp_path: Path, llm: FakeLLM) -> None:
     assert llm.requests == []
 
 
+def test_json_errors_are_a_json_document_too(tmp_path: Path, llm: FakeLLM) -> None:
+    res = run_rlm("ask", str(tmp_path / "nope"), "q?", *model_flags(llm), "--json")
+    assert res.code == 2
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "error" and doc["exit_code"] == 2 and doc["answer"] is None
+    assert "no such file or directory" in doc["error"] and "no such file or directory" in res.stderr
+
+
 def test_no_model_configured_exits_3(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
     res = run_rlm("ask", str(tmp_path), "q?")
