@@ -125,7 +125,7 @@ def ask(
         raise UsageError("the question is empty")
     flags: dict[str, Any] = dict(model=model, sub_model=sub_model, api_base=api_base, api_key=api_key,
                                  max_iterations=max_iterations, max_depth=max_depth, sandbox=sandbox,
-                                 mode=_check_mode(mode), direct_max_tokens=direct_max_tokens,
+                                 mode=mode, direct_max_tokens=direct_max_tokens,
                                  root_model_window=root_model_window, trace=trace,
                                  cell_timeout=cell_timeout,
                                  memory_limit=parse_size(memory_limit, "--memory-limit") if memory_limit else None,
@@ -190,14 +190,6 @@ def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: An
         render.write_json(doc)
     elif exc.partial:
         render.write_answer(exc.partial)
-
-
-def _check_mode(mode: str | None) -> str | None:
-    from rlm_cli.config import CHOICES
-
-    if mode is not None and mode not in CHOICES["mode"]:
-        raise UsageError(f"--mode: {mode!r} is not one of {', '.join(CHOICES['mode'])}")
-    return mode
 
 
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectories (JSONL, one per run).")
@@ -575,5 +567,3 @@ def _fail(exc: BaseException | None, code: int, message: str) -> None:
     sys.stderr.flush()
     sys.exit(int(code))
 
-
-_ = Path  # re-exported for subcommand modules

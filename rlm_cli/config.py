@@ -242,6 +242,8 @@ def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None
             sources[key] = f"env {var}"
     for key, value in flags.items():
         if value is not None:
+            if key in CHOICES:
+                value = check_choice(key, value, f"--{key}")
             setattr(settings, key, value)
             sources[key] = "flag"
     return settings, sources
@@ -387,15 +389,25 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+def check_choice(key: str, value: Any, source: str = "") -> str:
+    """``value`` as one of the words ``CHOICES[key]`` allows (lower-cased).
+
+    Raises:
+        UsageError: another word; the message names ``source`` (a flag, env var or the file).
+    """
+    word = str(value).strip().lower()
+    if word not in CHOICES[key]:
+        where = f" (from {source})" if source else ""
+        raise UsageError(f"setting {key!r} has a bad value {value!r}{where}",
+                         hint=f"use one of {', '.join(CHOICES[key])}")
+    return word
+
+
 def _coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
     text = str(annotation)
     where = f" (from {source})" if source else ""
     if key in CHOICES:
-        word = str(value).strip().lower()
-        if word not in CHOICES[key]:
-            raise UsageError(f"setting {key!r} has a bad value {value!r}{where}",
-                             hint=f"use one of {', '.join(CHOICES[key])}")
-        return word
+        return check_choice(key, value, source)
     try:
         if "bool" in text:
             if isinstance(value, bool):

@@ -28,7 +28,7 @@ import select
 import socket
 import struct
 import time
-from typing import Any, BinaryIO
+from typing import Any
 
 HEADER = struct.Struct(">I")
 #: Layout version of the corpus bundle (index.json) written by ``rlm_cli.corpus.store`` and read by
@@ -167,9 +167,3 @@ def read_message_fd(fd: int, max_bytes: int = MAX_FRAME_BYTES, deadline: float |
     if size > max_bytes:
         raise ProtocolError(f"frame of {size} bytes exceeds the {max_bytes}-byte limit")
     return decode_body(_read_exact_fd(fd, size, deadline))
-
-
-def write_message_stream(stream: BinaryIO, message: dict[str, Any]) -> None:
-    """Write one frame to a binary stream and flush it."""
-    stream.write(encode_frame(message))
-    stream.flush()
