@@ -118,6 +118,23 @@ def test_json_errors_are_a_json_document_too(tmp_path: Path, llm: FakeLLM) -> No
     assert "no such file or directory" in doc["error"] and "no such file or directory" in res.stderr
 
 
+def test_a_memory_limit_too_small_for_the_loaded_corpus_exits_2_before_any_model_call(tmp_path: Path,
+                                                                                      llm: FakeLLM) -> None:
+    """Below what the worker holds once the corpus is loaded, every allocation of model code would
+    fail: say so and how much to give, instead of a REPL that answers MemoryError to everything."""
+    (tmp_path / "a.txt").write_text("hello\n")
+    res = run_rlm("ask", str(tmp_path), "q?", "--mode", "rlm", "--memory-limit", "40M", *model_flags(llm))
+    assert res.code == 2, res.stderr
+    assert res.stdout == ""
+    m = re.search(r"error: --memory-limit 40M is too small: the REPL worker already uses (\d+) MiB of address "
+                  r"space after loading the corpus \([\d,]+ characters of context\); use --memory-limit (\d+)M or more",
+                  res.stderr)
+    assert m, res.stderr
+    assert int(m[2]) >= int(m[1]) + 64  # the advice leaves the room the check asks for
+    assert "Traceback" not in res.stderr
+    assert llm.chat_requests("root") == []
+
+
 def test_no_model_configured_exits_3(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
     res = run_rlm("ask", str(tmp_path), "q?")

@@ -281,6 +281,17 @@ def test_process_limit_counts_what_the_user_already_runs() -> None:
             p.wait()
 
 
+@pytest.mark.skipif(not LINUX, reason="the worker reads its address space from /proc")
+def test_memory_limit_is_checked_against_the_loaded_corpus_then_enforced() -> None:
+    big = "x" * (40 * 1024**2)  # the worker holds at least these 40 MiB once loaded
+    with pytest.raises(UsageError, match=r"--memory-limit 96M is too small: the REPL worker already uses (\d+) MiB"):
+        with sandbox("process", context=big, limits=Limits(memory_bytes=96 * 1024**2)):
+            pass
+    with sandbox("process", context=big, limits=Limits(memory_bytes=512 * 1024**2)) as sb:
+        assert "MemoryError" in sb.execute("y = 'y' * (600 * 1024**2)").output  # the limit is in force
+        assert sb.execute("print(len(context))").output == f"{len(big)}\n"
+
+
 def test_worker_that_cannot_start_is_a_sandbox_error(tmp_path: Path) -> None:
     from rlm_cli.errors import SandboxError
     from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec

@@ -329,6 +329,8 @@ class Sandbox:
                                + (f": {' / '.join(detail)}" if detail else "")) from None
         if reply.get("type") != "ready":
             self._kill()
+            if reply.get("kind") == "memory_limit":
+                raise UsageError(str(reply.get("error")))
             raise SandboxError(f"the REPL worker ({self.level}) failed to start: {reply.get('error', reply)}")
         self.notes += [str(n) for n in reply.get("notes", [])]
 

@@ -295,6 +295,38 @@ def apply_limits(limits: dict[str, int]) -> list[str]:
     return notes
 
 
+#: Address space the REPL must have free after loading the corpus for model code to do anything.
+MIN_FREE_MEMORY = 64 * 1024**2
+
+
+def address_space() -> int | None:
+    """Bytes of address space this process uses now (``VmSize``, what ``RLIMIT_AS`` limits), or
+    None where ``/proc`` is missing (macOS)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_problem(limits: dict[str, int], chars: int) -> str | None:
+    """A one-line error when ``RLIMIT_AS`` in ``limits`` would leave the loaded worker less than
+    :data:`MIN_FREE_MEMORY` to work in (every allocation of model code would fail), else None.
+
+    Checked after the corpus is loaded and before the limit is applied: the limit cannot be set
+    earlier, since the loaded corpus alone may exceed it.
+    """
+    limit = limits.get("RLIMIT_AS")
+    used = address_space()
+    if not limit or used is None or limit - used >= MIN_FREE_MEMORY:
+        return None
+    mib = 1024**2
+    advise = -(-max(2 * used, used + MIN_FREE_MEMORY) // (64 * mib)) * 64  # rounded up to 64 MiB
+    return (f"--memory-limit {limit // mib:,}M is too small: the REPL worker already uses {used // mib:,} MiB "
+            f"of address space after loading the corpus ({chars:,} characters of context); use "
+            f"--memory-limit {advise:,}M or more, or narrow the corpus (`rlm stats` shows what takes the room)")
+
+
 def _libc() -> Any:
     import ctypes
 
@@ -522,6 +554,10 @@ def main(argv: list[str] | None = None) -> None:
             notes += harden(parent_pid)
     except OSError as exc:
         protocol.write_message_fd(wfd, {"type": "error", "error": f"cannot drop privileges: {exc}"})
+        return
+    problem = memory_problem(config.get("limits", {}), len(worker.context))
+    if problem:
+        protocol.write_message_fd(wfd, {"type": "error", "kind": "memory_limit", "error": problem})
         return
     notes += apply_limits(config.get("limits", {}))
     protocol.write_message_fd(wfd, {"type": "ready", "notes": notes, "pid": os.getpid(),
