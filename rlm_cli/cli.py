@@ -197,11 +197,14 @@ app.add_typer(trace_app, name="trace")
 
 
 @trace_app.command("list")
-def trace_list() -> None:
+def trace_list(json_out: JsonOpt = False) -> None:
     """List the recorded trajectories, newest first."""
     from rlm_cli import render, trace
 
     infos = trace.list_traces()
+    if json_out:
+        render.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
+        return
     if not infos:
         render.Renderer().info(f"no trajectories in {trace.traces_dir()}")
         return
@@ -429,6 +432,19 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     if doc["largest"]:
         ui.table("Largest files", ["path", "lines", "tokens", "chunks"],
                  [[r["path"], f"{r['lines']:,}", f"{r['tokens']:,}", f"{r['chunks']:,}"] for r in doc["largest"]])
+    ctx = doc["context"]
+    width = ctx["bytes_per_char"]
+    memory = ctx["memory_bytes"]
+    ui.table("context in the REPL worker", ["characters", "bytes per character", "memory"],
+             [[f"{ctx['chars']:,}", str(width),
+               f"{memory / 2**20:,.1f} MiB" if memory >= 2**20 else f"{memory / 1024:,.1f} KiB"]])
+    if ctx["widest_files"]:
+        beyond = "U+FFFF" if width == 4 else "U+00FF"
+        ui.info(f"Python stores a string at the width of its widest character: {ctx['widest_files_count']:,} "
+                f"file(s) with characters beyond {beyond} make all of context {width} bytes per character "
+                "(--exclude them to shrink it)")
+        ui.table(f"Files with characters beyond {beyond}",
+                 ["path", "characters"], [[r["path"], f"{r['chars']:,}"] for r in ctx["widest_files"]])
 
 
 cache_app = typer.Typer(no_args_is_help=True, help="Show or clear the cache (corpus indexes, model responses).")

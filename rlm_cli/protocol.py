@@ -33,7 +33,7 @@ from typing import Any
 HEADER = struct.Struct(">I")
 #: Layout version of the corpus bundle (index.json) written by ``rlm_cli.corpus.store`` and read by
 #: the worker's ``corpus_helpers``; bump it when the layout changes (older bundles are rebuilt).
-BUNDLE_VERSION = 3
+BUNDLE_VERSION = 4
 #: Largest frame accepted by default: 256 MiB (an answer or output far beyond any real use).
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 #: Largest control frame (worker -> parent result) the parent accepts: 64 MiB. The worker keeps

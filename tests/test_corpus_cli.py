@@ -75,6 +75,26 @@ def test_stats_json_and_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert "loaded 2 files" in err
 
 
+def test_stats_says_what_context_takes_in_the_repl_and_which_files_widen_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = make_tree(tmp_path / "repo", {**REPO, "docs/emoji.md": "# Launch 🚀\n", "docs/ru.md": "# Сервер\n"})
+    code, out, _ = rlm(monkeypatch, capsys, "stats", str(repo), "--json")
+    ctx = json.loads(out)["context"]
+    assert code == 0
+    assert ctx["bytes_per_char"] == 4 and ctx["memory_bytes"] == ctx["chars"] * 4 + 80
+    assert ctx["widest_files_count"] == 1 and ctx["widest_files"] == [{"path": "docs/emoji.md", "chars": 11}]
+    code, out, err = rlm(monkeypatch, capsys, "stats", str(repo))
+    out = " ".join(out.split())  # rich wraps a table title to the table's width
+    assert "context in the REPL worker" in out and "Files with characters beyond U+FFFF" in out
+    assert "docs/emoji.md" in out
+    assert "1 file(s) with characters beyond U+FFFF make all of context 4 bytes per character" in err
+    code, out, err = rlm(monkeypatch, capsys, "stats", str(repo), "--exclude", "emoji.md", "--json")
+    ctx = json.loads(out)["context"]
+    assert ctx["bytes_per_char"] == 2 and ctx["widest_files"] == [{"path": "docs/ru.md", "chars": 9}]
+    code, out, err = rlm(monkeypatch, capsys, "stats", str(repo), "--exclude", "*.md")
+    assert "Files with characters beyond" not in out and "characters beyond" not in err
+
+
 def test_cache_info_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                               capsys: pytest.CaptureFixture[str]) -> None:
     repo = make_tree(tmp_path / "repo", REPO)

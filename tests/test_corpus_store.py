@@ -79,6 +79,48 @@ def test_context_layout_and_records(tmp_path: Path) -> None:
     assert corpus.summary().startswith(f"loaded 4 files, {corpus.total_bytes:,} bytes, {corpus.total_tokens:,} tokens")
 
 
+@pytest.mark.parametrize(("text", "width"), [("", 1), ("plain", 1), ("café ÿ\x00", 1), ("Ā", 2), ("жук", 2),
+                                             ("\uffff", 2), ("ok 😀", 4), ("\U0010ffff", 4)])
+def test_char_width_is_what_cpython_stores_per_character(text: str, width: int) -> None:
+    assert store.char_width(text) == width
+    if text:  # CPython agrees: 1,000 more copies take 1,000 * len * width more bytes
+        assert sys.getsizeof(text * 2000) - sys.getsizeof(text * 1000) == 1000 * len(text) * width
+
+
+def test_each_file_records_the_width_context_needs_and_the_cache_keeps_it(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "repo", {"a.py": "x = 1\n", "b.txt": "naïve café\n", "c.md": "# Москва\n",
+                                         "d.txt": "ok 😀\n", "ж.txt": "ascii only\n"})
+    first = load_corpus([str(root)], opts())
+    widths = {"a.py": 1, "b.txt": 1, "c.md": 2, "d.txt": 4, "ж.txt": 2}  # a header line counts too
+    assert {f.path: f.width for f in first.files} == widths
+    assert first.char_width == 4
+    assert abs(sys.getsizeof(first.context) - first.context_memory) < 100
+    again = load_corpus([str(root)], opts())
+    assert again.from_cache == 5 and {f.path: f.width for f in again.files} == widths
+    (root / "d.txt").unlink()
+    third = load_corpus([str(root)], opts())
+    assert third.char_width == 2 and abs(sys.getsizeof(third.context) - third.context_memory) < 100
+
+
+def test_bundles_of_another_layout_version_are_removed_unless_in_use(tmp_path: Path) -> None:
+    first = load_corpus([str(sample(tmp_path))], opts())
+    root = first.bundle_dir.parent
+    m = store._VERSION_HEAD.match(first.index_file.read_bytes())
+    assert m is not None and int(m[1]) == store.INDEX_VERSION  # the sweep reads real indexes right
+    stale, busy = root / ("a" * 24), root / ("b" * 24)
+    for d in (stale, busy):
+        d.mkdir()
+        (d / "index.json").write_text('{"version": 1, "files": {}}')
+        (d / "context-0123.txt").write_text("old")
+    holder = store._pin(busy / "context-0123.txt")  # a run of the old version still uses it
+    other = make_tree(tmp_path / "other", {"x.txt": "x\n"})
+    load_corpus([str(other)], opts())  # a new bundle folder: old versions are swept
+    assert not stale.exists() and busy.exists() and first.bundle_dir.exists()
+    assert holder is not None
+    os.close(holder)
+    assert store.remove_old_versions(root) == 1 and not busy.exists() and first.bundle_dir.exists()
+
+
 def test_cached_bundle_is_private_to_the_user(tmp_path: Path) -> None:
     """The cache holds a copy of possibly private files: nobody else may read it."""
     corpus = load_corpus([str(sample(tmp_path))], opts())

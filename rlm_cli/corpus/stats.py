@@ -31,7 +31,11 @@ def index_summary(corpus: Corpus, elapsed_s: float) -> dict[str, Any]:
 
 def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
     """The ``rlm stats`` document: totals, ``by_type`` (files, bytes, tokens, chunks per extension,
-    most tokens first), ``largest`` (the ``top`` files by tokens) and ``skipped``."""
+    most tokens first), ``largest`` (the ``top`` files by tokens), ``skipped`` and ``context``:
+    the memory the ``context`` string takes in the REPL worker (``memory_bytes``, which is
+    ``chars * bytes_per_char``) and, when that is 2 or 4 bytes per character, ``widest_files``:
+    the files (largest first, at most ``top``) holding the characters that set it (see
+    :func:`rlm_cli.corpus.store.char_width`)."""
     by: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for f in corpus.files:
         row = by[file_type(f.path)]
@@ -42,6 +46,8 @@ def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
     by_type = [{"type": t, "files": r[0], "bytes": r[1], "tokens": r[2], "chunks": r[3]}
                for t, r in sorted(by.items(), key=lambda kv: (-kv[1][2], kv[0]))]
     largest = sorted(corpus.files, key=lambda f: (-f.tokens, f.path))[:max(0, top)]
+    width = corpus.char_width
+    widest = sorted((f for f in corpus.files if f.width == width > 1), key=lambda f: (-f.chars, f.path))
     return {
         "files": len(corpus.files), "bytes": corpus.total_bytes, "tokens": corpus.total_tokens,
         "chunks": len(corpus.chunks), "encoding": corpus.encoding, "chunk_tokens": corpus.chunk_tokens,
@@ -49,4 +55,7 @@ def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
         "largest": [{"path": f.path, "bytes": f.size, "lines": f.lines, "tokens": f.tokens, "chunks": f.n_chunks}
                     for f in largest],
         "skipped": dict(sorted(corpus.report.skipped.items())),
+        "context": {"chars": corpus.chars, "bytes_per_char": width, "memory_bytes": corpus.context_memory,
+                    "widest_files_count": len(widest),
+                    "widest_files": [{"path": f.path, "chars": f.chars} for f in widest[:max(0, top)]]},
     }

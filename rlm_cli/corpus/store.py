@@ -29,6 +29,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -59,7 +60,7 @@ RACY_NS = 2_000_000_000
 #: A chunk whose exact token count exceeds the target by this factor is split again.
 OVERSIZE = 1.5
 FILE_FIELDS = ("path", "size", "mtime_ns", "chars", "lines", "tokens", "start", "end", "bstart", "bend", "sha1",
-               "first_chunk", "n_chunks")
+               "first_chunk", "n_chunks", "width")
 CHUNK_FIELDS = ("file", "start_line", "end_line", "start", "end", "tokens", "sha1")
 SKIP_FIELDS = ("path", "size", "mtime_ns", "reason")
 #: Skip reasons decided by a file's content: remembered in the index so that an unchanged binary
@@ -70,6 +71,26 @@ CACHED_SKIPS = ("binary", "empty")
 def header_line(path: str) -> str:
     """The line that precedes each file's text in ``context``."""
     return f"==> {path} <==\n"
+
+
+#: Characters beyond U+00FF (stored at 2 or 4 bytes each) and beyond U+FFFF (4 bytes each).
+_WIDE = re.compile("[\u0100-\U0010ffff]")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def char_width(text: str) -> int:
+    """Bytes per character CPython needs to hold ``text`` (PEP 393 "flexible string
+    representation"): 1 when every character is at most U+00FF, 2 up to U+FFFF, 4 beyond.
+
+    A ``str`` takes the width of its widest character, so ``context`` in the REPL worker takes
+    ``chars * max(width of every file)`` bytes: one emoji anywhere makes the whole corpus 4 bytes
+    per character. About 10 ms per MB of non-ASCII text; ASCII text is answered at once.
+    """
+    if text.isascii():
+        return 1
+    if _ASTRAL.search(text):
+        return 4
+    return 2 if _WIDE.search(text) else 1
 
 
 def _sha1(data: bytes | memoryview) -> str:
@@ -83,7 +104,9 @@ class FileEntry:
 
     ``size`` is in bytes on disk, ``chars`` in characters, ``lines`` counts lines (a last line
     without a newline counts), ``tokens`` is the sum of its chunks' tokens, ``sha1`` is the
-    SHA-1 of its UTF-8 text; its chunks are ``chunks[first_chunk:first_chunk + n_chunks]``.
+    SHA-1 of its UTF-8 text; its chunks are ``chunks[first_chunk:first_chunk + n_chunks]``;
+    ``width`` is the bytes per character its text and header line need in a ``str`` (1, 2 or 4:
+    see :func:`char_width`).
     """
 
     path: str
@@ -99,6 +122,7 @@ class FileEntry:
     sha1: str
     first_chunk: int
     n_chunks: int
+    width: int = 1
 
 
 @dataclass(slots=True)
@@ -176,6 +200,17 @@ class Corpus:
         return sum(f.tokens for f in self.files)
 
     @property
+    def char_width(self) -> int:
+        """Bytes per character of ``context`` as a Python ``str`` (1, 2 or 4; see :func:`char_width`)."""
+        return max((f.width for f in self.files), default=1)
+
+    @property
+    def context_memory(self) -> int:
+        """Bytes the ``context`` string takes in a Python process (``chars * char_width``, plus
+        the object header); the REPL worker holds exactly one such string."""
+        return self.chars * self.char_width + 80
+
+    @property
     def total_bytes(self) -> int:
         """Bytes of all files on disk."""
         return sum(f.size for f in self.files)
@@ -213,9 +248,16 @@ class Corpus:
 
 
 def read_context(path: Path) -> str:
-    """Decode a context file (UTF-8) into one string."""
+    """Decode a context file (UTF-8) into one string.
+
+    The file is mapped, not read: its bytes stay in the page cache (which the kernel can drop)
+    instead of a private copy, so the process's own memory peaks at the string alone.
+    """
     with open(path, "rb") as fh:
-        return fh.read().decode("utf-8")
+        if os.fstat(fh.fileno()).st_size == 0:
+            return ""
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return str(mm, "utf-8")
 
 
 class CorruptCache(Exception):
@@ -380,9 +422,10 @@ class _Writer:
         self.chars += chars
         self.nbytes += len(data)
 
-    def add(self, sf: SourceFile, data: bytes | memoryview, chars: int, lines: int, sha1: str,
+    def add(self, sf: SourceFile, data: bytes | memoryview, chars: int, lines: int, sha1: str, width: int,
             old_i: int = -1, text: str | None = None) -> None:
-        """Append one file: reused (``old_i`` >= 0) or to be chunked from ``text``."""
+        """Append one file: reused (``old_i`` >= 0) or to be chunked from ``text``; ``width`` is
+        :func:`char_width` of its text."""
         head = header_line(sf.display)
         hb = head.encode("utf-8")
         self._put(hb, len(head))
@@ -391,7 +434,8 @@ class _Writer:
         end, bend = self.chars, self.nbytes
         ends_nl = bool(len(data)) and data[-1:] == b"\n"
         self._put(b"\n" if ends_nl else b"\n\n", 1 if ends_nl else 2)
-        entry = FileEntry(sf.display, sf.size, sf.mtime_ns, chars, lines, 0, start, end, bstart, bend, sha1, 0, 0)
+        entry = FileEntry(sf.display, sf.size, sf.mtime_ns, chars, lines, 0, start, end, bstart, bend, sha1, 0, 0,
+                          max(width, char_width(head)))
         pending = _Pending(entry, old_i)
         if old_i < 0:
             assert text is not None
@@ -505,6 +549,45 @@ def collect_garbage(directory: Path, keep: Path | None) -> int:
     return removed
 
 
+#: The start of every ``index.json`` (``version`` is its first key), read without parsing the rest.
+_VERSION_HEAD = re.compile(rb'^\{\s*"version"\s*:\s*(\d+)\s*,')
+
+
+def remove_old_versions(root: Path, *, keep: Path | None = None) -> int:
+    """Delete bundle folders under ``root`` written with another :data:`INDEX_VERSION` (no run of
+    this version can use them) unless a process still holds one of their context files. Returns
+    the number of folders removed. Never raises."""
+    removed = 0
+    try:
+        folders = [d for d in root.iterdir() if d.is_dir() and not d.is_symlink() and d != keep]
+    except OSError:
+        return 0
+    for d in folders:
+        try:
+            with open(d / "index.json", "rb") as fh:
+                m = _VERSION_HEAD.match(fh.read(32))
+        except OSError:
+            continue  # no index: a bundle being written, or not ours
+        if m is None or int(m[1]) == INDEX_VERSION:
+            continue
+        fds: list[int] = []
+        try:
+            for path in d.iterdir():
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                fds.append(fd)
+                if path.name.startswith((".context-", "context-")) and not _lock(fd, exclusive=True, wait=False):
+                    break  # in use by a run of the other version
+            else:
+                shutil.rmtree(d)
+                removed += 1
+        except OSError:
+            pass
+        finally:
+            for fd in fds:
+                os.close(fd)
+    return removed
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
     try:
@@ -542,7 +625,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
             if state == "same" and mm is not None:
                 of = old.files  # type: ignore[union-attr]
                 writer.add(sf, mm[of["bstart"][i]:of["bend"][i]], of["chars"][i], of["lines"][i],
-                           of["sha1"][i], old_i=i)
+                           of["sha1"][i], of["width"][i], old_i=i)
                 from_cache += 1
                 continue
             decoded = prefetched.pop(sf.display, None) or read_source(sf, options, report)
@@ -553,11 +636,12 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                 continue
             sha1 = _sha1(decoded.data)
             lines = decoded.text.count("\n") + (0 if decoded.text.endswith("\n") else 1)
+            width = char_width(decoded.text)
             if i >= 0 and old is not None and old.files["sha1"][i] == sha1:
-                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, old_i=i)  # touched, not changed
+                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, old_i=i)  # touched, not changed
                 from_cache += 1
             else:
-                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, text=decoded.text)
+                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, text=decoded.text)
         if stdin is not None and stdin_bytes is not None:
             if is_binary(stdin_bytes[:8192]):
                 report.skip("binary", "skipped <stdin>: binary data")
@@ -565,7 +649,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                 d = decode_bytes(stdin_bytes)
                 if d.text:
                     lines = d.text.count("\n") + (0 if d.text.endswith("\n") else 1)
-                    writer.add(stdin, d.data, len(d.text), lines, _sha1(d.data), text=d.text)
+                    writer.add(stdin, d.data, len(d.text), lines, _sha1(d.data), char_width(d.text), text=d.text)
                 else:
                     report.skip("empty")
         if not writer.files:
@@ -653,6 +737,8 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
             return corpus
         _write_index(corpus, scan_ns, file_paths, options, report)
         collect_garbage(directory, corpus.context_file)
+        if old is None:  # a new bundle folder: maybe the first run after an upgrade of the layout
+            remove_old_versions(directory.parent, keep=directory)
         return corpus
     finally:
         if on_warning:

@@ -67,12 +67,14 @@ class TokenPool:
     ``submit(fn, text, *args)`` runs ``fn(encoding, text, *args)`` in a thread and returns its
     future; jobs should spend their time in tiktoken (which releases the GIL). At most
     ``max_pending_chars`` characters of ``text`` wait in the queue: ``submit`` blocks beyond that,
-    which bounds memory on huge corpora. Loading the encoding starts at construction. Use as a
+    which bounds memory on huge corpora (8M characters: 8 to 32 MB; reading is about 30 times
+    faster than counting, so a small queue keeps every thread busy: on the stdlib a 64M queue
+    gave the same load time and 20 MB more peak memory). Loading the encoding starts at construction. Use as a
     context manager (leaving it waits for the queued jobs).
     """
 
     def __init__(self, name: str = DEFAULT_ENCODING, *, threads: int | None = None,
-                 max_pending_chars: int = 64_000_000) -> None:
+                 max_pending_chars: int = 8_000_000) -> None:
         self.name = name
         self._pool = ThreadPoolExecutor(max_workers=threads or default_threads(), thread_name_prefix="tokens")
         self._max_pending = max_pending_chars

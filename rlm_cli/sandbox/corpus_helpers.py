@@ -15,6 +15,8 @@ import fnmatch
 import heapq
 import json
 import math
+import mmap
+import os
 import re
 from array import array
 from collections import Counter
@@ -62,8 +64,12 @@ class CorpusView:
             index = json.loads(fh.read())
         if index.get("version") != BUNDLE_VERSION:
             raise ValueError(f"corpus bundle version {index.get('version')!r} is not {BUNDLE_VERSION}")
-        with open(context_file, "rb") as fh:
-            context = fh.read().decode("utf-8")
+        with open(context_file, "rb") as fh:  # mapped: no private copy of the bytes (see store.read_context)
+            size = os.fstat(fh.fileno()).st_size
+            context = ""
+            if size:
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                    context = str(mm, "utf-8")
         if len(context) != index["context_chars"]:
             raise ValueError("the context file does not match the index")
         fcols, ccols = index["files"], index["chunks"]
