@@ -111,6 +111,7 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     run_id = new_run_id()
     trace_path = (settings.trace or traces_dir() / f"{run_id}.jsonl") if record else None
     created = trace_path is not None and not trace_path.exists()
+    new_dirs = _missing_parents(trace_path) if created and trace_path is not None else []
     writer = TraceWriter(trace_path) if trace_path is not None else None
     sink = TraceSink(writer, emit, totals=lambda: (client.usage.total_tokens, client.usage.cost_usd))
     started = time.monotonic()
@@ -136,6 +137,11 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
             writer.close()
             assert trace_path is not None
             trace_path.unlink(missing_ok=True)
+            for folder in new_dirs:  # deepest first; a folder another run wrote into stays
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
             exc.trace_path = None  # type: ignore[attr-defined]
         raise
     finally:
@@ -143,6 +149,16 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
             writer.close()
     outcome.run_id, outcome.trace_path = run_id, trace_path
     return outcome
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The folders above ``path`` that do not exist yet, deepest first."""
+    out = []
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        out.append(parent)
+        parent = parent.parent
+    return out
 
 
 def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,

@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -184,6 +185,16 @@ class TraceInfo:
     tokens: int
     cost_usd: float | None
     elapsed_s: float | None
+
+
+def info_dict(info: TraceInfo) -> dict[str, Any]:
+    """One entry of ``rlm trace list --json``: ``run_id``, ``path``, ``started`` (ISO 8601, UTC),
+    ``question``, ``status``, ``mode``, ``tokens``, ``cost_usd`` (None when unknown) and
+    ``elapsed_s`` (seconds; None for an incomplete run). The answer is in the file itself."""
+    started = datetime.fromtimestamp(info.started, UTC).isoformat(timespec="seconds")
+    return {"run_id": info.run_id, "path": str(info.path), "started": started, "question": info.question,
+            "status": info.status, "mode": info.mode, "tokens": info.tokens, "cost_usd": info.cost_usd,
+            "elapsed_s": info.elapsed_s}
 
 
 def summarize(path: Path) -> TraceInfo:

@@ -101,6 +101,12 @@ def test_bad_input_leaves_no_trajectory_or_cache(tmp_path: Path, isolated_dirs: 
         assert res.code == 2, res.stderr
     assert llm.requests == []
     assert not isolated_dirs.exists() or not any(p.is_file() for p in isolated_dirs.rglob("*"))
+    (tmp_path / "small").mkdir()
+    (tmp_path / "small" / "a.txt").write_text("hello\n")
+    res = run_rlm("ask", str(tmp_path / "small"), "q?", "--model", "openai/root", "--api-base", llm.url,
+                  "--memory-limit", "40M")  # the worker starts, then refuses the limit
+    assert res.code == 2 and "--memory-limit 40M is too small" in res.stderr, res.stderr
+    assert not (isolated_dirs / "data").exists()  # not even an empty traces folder
 
 
 def test_strings_with_quotes_and_unicode_round_trip() -> None:

@@ -125,6 +125,14 @@ def test_trace_commands_list_show_and_export(tmp_path: Path, llm: FakeLLM, monke
     res = cli.invoke(app, ["trace", "list"])
     assert res.exit_code == 0, res.output
     assert path.stem in res.stdout and "final" in res.stdout and "Summarise" in res.stdout
+    res = cli.invoke(app, ["trace", "list", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["traces_dir"] == str(traces_dir()) and len(doc["traces"]) == 1
+    entry = doc["traces"][0]
+    assert entry["run_id"] == path.stem and entry["path"] == str(path) and entry["status"] == "final"
+    assert entry["question"] == "Summarise" and entry["mode"] == "rlm" and entry["tokens"] > 0
+    assert entry["started"].endswith("+00:00") and entry["elapsed_s"] > 0
     res = cli.invoke(app, ["trace", "show", path.stem[:15]])
     assert res.exit_code == 0, res.output
     out = res.stdout
