@@ -489,9 +489,12 @@ def test_ctrl_c_leaves_no_worker_socket_scratch_or_bundle(level: str, sig: int, 
     tmp.mkdir()
     llm.script("root", repl("import time\nprint('sleeping')\ntime.sleep(120)"))
     env = dict(os.environ, TMPDIR=str(tmp))
+    # As from a terminal: a suite started in the background of a non-interactive shell inherits
+    # SIGINT ignored, and rlm (like every Unix tool) keeps ignoring it then.
     proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "corpus"), "q?",
                              *model_flags(llm), "--mode", "rlm", "--sandbox", level, "--no-cache"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         def worker_running() -> bool:
             if not llm.requests:
