@@ -69,8 +69,8 @@ class TokenPool:
     ``max_pending_chars`` characters of ``text`` wait in the queue: ``submit`` blocks beyond that,
     which bounds memory on huge corpora (8M characters: 8 to 32 MB; reading is about 30 times
     faster than counting, so a small queue keeps every thread busy: on the stdlib a 64M queue
-    gave the same load time and 20 MB more peak memory). Loading the encoding starts at construction. Use as a
-    context manager (leaving it waits for the queued jobs).
+    gave the same load time and 20 MB more peak memory). Loading the encoding starts at
+    construction. Use as a context manager (leaving it waits for the queued jobs).
     """
 
     def __init__(self, name: str = DEFAULT_ENCODING, *, threads: int | None = None,
