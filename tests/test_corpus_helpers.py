@@ -3,8 +3,11 @@ written by the store, as the worker loads it."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +144,44 @@ def test_search_ranks_the_chunk_with_a_planted_phrase_first(tmp_path: Path) -> N
     assert top[0]["start_line"] <= 7 <= top[0]["end_line"]
     assert all(top[0]["score"] > r["score"] for r in top[1:])
     assert view.search("nothing_matches_this_zz") == []
+
+
+def _haystack(n_lines: int = 3000) -> str:
+    """Random words, and "needle" at the end of line 1235 (or of the last line)."""
+    rng = random.Random(5)
+    vocab = [f"w{i}" for i in range(300)]
+    return "".join(" ".join(rng.choice(vocab) for _ in range(10)) + (" needle\n" if i == min(1234, n_lines - 1) else "\n")
+                   for i in range(n_lines))
+
+
+def test_a_background_index_build_gives_the_same_results_and_search_waits_for_it() -> None:
+    text = _haystack()
+    built_inline = CorpusView(text).search("needle w7 w42", k=5)
+    view = CorpusView(text)
+    thread = view.start_index_build()
+    assert view.search("needle w7 w42", k=5) == built_inline  # called mid-build: waits, same answer
+    thread.join(10)
+    assert not thread.is_alive() and view.search("needle", k=1)[0]["chunk"] == built_inline[0]["chunk"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_search_in_a_child_forked_while_the_index_was_being_built_does_not_hang() -> None:
+    view = CorpusView(_haystack(300))
+    with view._bm25_lock:  # what the builder thread holds while it builds
+        pid = os.fork()
+        if pid == 0:  # the child has no builder thread: it must build the index itself
+            os._exit(0 if view.search("needle", k=1) else 1)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("search() in the forked child hung on the parent's lock")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_search_scores_match_bm25s(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ import math
 import mmap
 import os
 import re
+import threading
+import weakref
 from array import array
 from collections import Counter
 from collections.abc import Callable
@@ -51,6 +53,8 @@ class CorpusView:
         self.chunks: list[dict[str, Any]] = chunks or []
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
         self._bm25: _BM25 | None = None
+        self._bm25_lock = threading.Lock()
+        _VIEWS.add(self)
 
     @classmethod
     def from_bundle(cls, index_file: str, context_file: str) -> CorpusView:
@@ -176,17 +180,51 @@ class CorpusView:
 
         Terms are runs of letters or digits, compared lowercased (``parse_config`` is ``parse``
         and ``config``). Returns ``[{"chunk", "file", "start_line", "end_line", "score"}]``, best
-        first; chunks sharing no term with the query are left out. The first call builds the
-        index (about 3 s per 30 MB of text).
+        first; chunks sharing no term with the query are left out. The index takes about 3 s per
+        30 MB of text to build: :meth:`start_index_build` starts it in the background, otherwise
+        the first call builds it (a call during the build waits for it).
         """
-        if self._bm25 is None:
-            self._bm25 = _BM25(self.context, [(c["start"], c["end"]) for c in self.chunks])
         out = []
-        for i, score in self._bm25.top(query, k):
+        for i, score in self._index().top(query, k):
             c = self.chunks[i]
             out.append({"chunk": i, "file": c["path"], "start_line": c["start_line"],
                         "end_line": c["end_line"], "score": round(score, 4)})
         return out
+
+
+    def start_index_build(self) -> threading.Thread:
+        """Build the ``search`` index in a daemon thread (while the REPL waits for code). A failure
+        there (MemoryError under ``--memory-limit``) is left for ``search`` to meet and report."""
+        def build() -> None:
+            try:
+                self._index()
+            except Exception:  # noqa: BLE001, S110 - search() builds again and raises it to the caller
+                pass
+
+        thread = threading.Thread(target=build, name="search-index", daemon=True)
+        thread.start()
+        return thread
+
+    def _index(self) -> _BM25:
+        with self._bm25_lock:
+            if self._bm25 is None:
+                self._bm25 = _BM25(self.context, [(c["start"], c["end"]) for c in self.chunks])
+            return self._bm25
+
+
+
+#: Live views, so that a child forked by model code gets fresh locks: it has no builder thread,
+#: and a lock held by the parent's would never be released there.
+_VIEWS: weakref.WeakSet[CorpusView] = weakref.WeakSet()
+
+
+def _fresh_locks_after_fork() -> None:
+    for view in list(_VIEWS):
+        view._bm25_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def _raw_layout(context: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

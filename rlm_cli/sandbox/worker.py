@@ -563,6 +563,9 @@ def main(argv: list[str] | None = None) -> None:
     protocol.write_message_fd(wfd, {"type": "ready", "notes": notes, "pid": os.getpid(),
                                     "context_chars": len(worker.context)})
     del config
+    # Limited and hardened now: the thread inherits all of it. The root model's first call
+    # usually outlasts the build, so the first search() does not wait.
+    worker.corpus.start_index_build()
     while True:
         try:
             msg = protocol.read_message_fd(rfd)
