@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from rlm_cli import __version__
+from rlm_cli.config import parse_size
 from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError, UsageError
 
 app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -128,7 +129,7 @@ def ask(
                                  mode=mode, direct_max_tokens=direct_max_tokens,
                                  root_model_window=root_model_window, trace=trace,
                                  cell_timeout=cell_timeout,
-                                 memory_limit=parse_size(memory_limit, "--memory-limit") if memory_limit else None,
+                                 memory_limit=None if memory_limit is None else parse_size(memory_limit, "--memory-limit"),
                                  max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout,
                                  max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
                                  timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
@@ -438,13 +439,16 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     ui.table("context in the REPL worker", ["characters", "bytes per character", "memory"],
              [[f"{ctx['chars']:,}", str(width),
                f"{memory / 2**20:,.1f} MiB" if memory >= 2**20 else f"{memory / 1024:,.1f} KiB"]])
-    if ctx["widest_files"]:
-        beyond = "U+FFFF" if width == 4 else "U+00FF"
-        ui.info(f"Python stores a string at the width of its widest character: {ctx['widest_files_count']:,} "
-                f"file(s) with characters beyond {beyond} make all of context {width} bytes per character "
-                "(--exclude them to shrink it)")
-        ui.table(f"Files with characters beyond {beyond}",
-                 ["path", "characters"], [[r["path"], f"{r['chars']:,}"] for r in ctx["widest_files"]])
+    if ctx["wide_files"]:
+        astral = ctx["astral_files_count"]
+        beyond = f"{ctx['wide_files_count']:,} file(s) hold characters beyond U+00FF" + (
+            f", {astral:,} of them beyond U+FFFF" if astral else "")
+        ui.info(f"Python stores a string at the width of its widest character: {beyond}, so all of context takes "
+                f"{width} bytes per character (--exclude them to shrink it; a file's name counts too)")
+        more = ctx["wide_files_count"] - len(ctx["wide_files"])
+        ui.table("Files with characters beyond U+00FF" + (f" ({more:,} more: raise --top)" if more else ""),
+                 ["path", "bytes per character", "characters"],
+                 [[r["path"], str(r["bytes_per_char"]), f"{r['chars']:,}"] for r in ctx["wide_files"]])
 
 
 cache_app = typer.Typer(no_args_is_help=True, help="Show or clear the cache (corpus indexes, model responses).")
@@ -491,30 +495,11 @@ def cache_clear(
                                                    for r in doc["removed"]) + f" from {doc['path']}")
 
 
-_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
-               "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
-
-
-def parse_size(text: str, flag: str) -> int:
-    """Parse ``4G``, ``512M``, ``10MB``, ``123`` (bytes) into bytes.
-
-    Raises:
-        UsageError: not a size.
-    """
-    raw = text.strip().upper()
-    num = raw.rstrip("KMGIB")
-    unit = raw[len(num):]
-    try:
-        value = float(num)
-    except ValueError:
-        value = -1
-    if value <= 0 or unit not in _SIZE_UNITS:
-        raise UsageError(f"{flag}: {text!r} is not a size", hint="use a number with K, M or G, e.g. 4G")
-    return int(value * _SIZE_UNITS[unit])
 
 
 def main() -> None:
     """Console-script entry point: run the app and map every error to its exit code."""
+    global _json_errors
     from rlm_cli.errors import ExitCode as _EC
 
     # SIGTERM unwinds like Ctrl-C, so the worker, socket and scratch folders are cleaned up.
@@ -537,7 +522,11 @@ def main() -> None:
     except typer.Abort:
         _fail(None, _EC.INTERRUPTED, "interrupted")
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
-        _fail(exc, _EC.USAGE, exc.format_message() + _usage_hint(exc))
+        message = exc.format_message() + _usage_hint(exc)
+        if "--json" in sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]:
+            _json_errors = True  # the flag was given, but parsing stopped before the command ran
+        _json_error(message, _EC.USAGE)
+        _fail(exc, _EC.USAGE, message)
     except KeyboardInterrupt:
         _fail(None, _EC.INTERRUPTED, "interrupted")
     except BrokenPipeError:

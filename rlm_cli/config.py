@@ -244,6 +244,8 @@ def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None
         if value is not None:
             if key in CHOICES:
                 value = check_choice(key, value, f"--{key}")
+            if key == "memory_limit":
+                value = check_memory_limit(int(value))
             setattr(settings, key, value)
             sources[key] = "flag"
     return settings, sources
@@ -403,11 +405,63 @@ def check_choice(key: str, value: Any, source: str = "") -> str:
     return word
 
 
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+               "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
+#: Settings given in bytes, which also take sizes such as ``4G`` (in flags, env and config file).
+SIZE_KEYS = frozenset({"memory_limit"})
+
+
+def parse_size(text: str, flag: str) -> int:
+    """Parse ``4G``, ``512M``, ``10MB``, ``1.5g``, ``123`` (bytes) into bytes (units of 1024).
+
+    Raises:
+        UsageError: not a positive size; the message names ``flag``.
+    """
+    raw = str(text).strip().upper()
+    num = raw.rstrip("KMGTIB")
+    unit = raw[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1
+    if not value > 0 or value == float("inf") or unit not in _SIZE_UNITS:
+        raise UsageError(f"{flag}: {text!r} is not a size", hint="use a number with K, M, G or T, e.g. 4G")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def format_size(value: float) -> str:
+    """Bytes the way sizes are typed: ``4G``, ``40M``, ``1.5G``, ``512K``, ``100`` (units of 1024)."""
+    for unit, size in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if value >= size:
+            return f"{value / size:,.4g}{unit}"
+    return f"{value:,.0f}"
+
+
+def check_memory_limit(value: int, source: str = "--memory-limit") -> int:
+    """``value`` (bytes) if it can be a worker's address-space limit.
+
+    Raises:
+        UsageError: at most the 64 MiB the worker needs free once loaded
+            (``protocol.MIN_FREE_MEMORY``), or beyond what ``setrlimit`` takes (2**62 here).
+    """
+    from rlm_cli.protocol import MIN_FREE_MEMORY
+
+    shown = format_size(value)
+    if value <= MIN_FREE_MEMORY:
+        raise UsageError(f"{source} {shown} is too small: the REPL worker needs 64 MiB free beyond what the "
+                         "loaded corpus takes", hint="give 256M or more; the default is 4G")
+    if value >= 2**62:
+        raise UsageError(f"{source} {shown} is too large", hint="give a size such as 16G")
+    return value
+
+
 def _coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
     text = str(annotation)
     where = f" (from {source})" if source else ""
     if key in CHOICES:
         return check_choice(key, value, source)
+    if key in SIZE_KEYS and isinstance(value, str):
+        return check_memory_limit(parse_size(value, f"setting {key!r}{where}"), f"setting {key!r}{where}")
     try:
         if "bool" in text:
             if isinstance(value, bool):
@@ -433,6 +487,8 @@ def _coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
     if number < 0 or (number == 0 and key in _POSITIVE):
         raise UsageError(f"setting {key!r} must be {'positive' if key in _POSITIVE else 'zero or more'}, "
                          f"not {value!r}")
+    if key == "memory_limit":
+        check_memory_limit(int(number), f"setting {key!r}{where}")
     return number
 
 

@@ -34,6 +34,9 @@ HEADER = struct.Struct(">I")
 #: Layout version of the corpus bundle (index.json) written by ``rlm_cli.corpus.store`` and read by
 #: the worker's ``corpus_helpers``; bump it when the layout changes (older bundles are rebuilt).
 BUNDLE_VERSION = 4
+#: Address space the REPL worker must have free under ``--memory-limit`` once the corpus is
+#: loaded (below it every allocation of model code would fail): checked by the CLI and the worker.
+MIN_FREE_MEMORY = 64 * 1024**2
 #: Largest frame accepted by default: 256 MiB (an answer or output far beyond any real use).
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 #: Largest control frame (worker -> parent result) the parent accepts: 64 MiB. The worker keeps

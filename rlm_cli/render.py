@@ -197,7 +197,10 @@ def print_trace_list(infos: list[Any]) -> None:
 
     table = Table(box=None, pad_edge=False)
     for col in ("id", "started", "status", "mode", "tokens", "cost", "question"):
-        table.add_column(col, overflow="fold" if col == "question" else "ellipsis")
+        if col == "question":  # the only column that gives way on a narrow terminal
+            table.add_column(col, overflow="ellipsis", no_wrap=True, ratio=1)
+        else:  # ids are what `trace show` takes: never cut
+            table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 16}.get(col, len(col)))
     for i in infos:
         started = _dt.datetime.fromtimestamp(i.started).strftime("%Y-%m-%d %H:%M")
         table.add_row(i.run_id, started, i.status, i.mode, f"{i.tokens:,}",

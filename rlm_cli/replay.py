@@ -11,6 +11,7 @@ read stdin needs the same stdin again).
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from typing import Any
 from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.errors import ProviderError, UsageError
 from rlm_cli.lm_handler import CallRecord, Completion, ModelClient
-from rlm_cli.trace import read_trace, request_key
+from rlm_cli.trace import event, read_trace, request_key
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -120,6 +121,8 @@ class ReplayPlan:
     recorded_answer: str | None
     recorded_status: str | None
     responses: list[Recorded]
+    #: The folder the run started in: file and glob paths are shown in ``context`` relative to it.
+    cwd: str | None = None
 
 
 def plan(path: Path, *, sandbox: str | None = None) -> ReplayPlan:
@@ -140,7 +143,8 @@ def plan(path: Path, *, sandbox: str | None = None) -> ReplayPlan:
         raise UsageError(f"{path} recorded no model response; nothing to replay")
     return ReplayPlan(path, settings, list(header.get("paths") or []), str(header.get("question", "")),
                       None if summary is None else str(summary.get("answer", "")),
-                      None if summary is None else str(summary.get("status", "")), responses)
+                      None if summary is None else str(summary.get("status", "")), responses,
+                      str(header["cwd"]) if header.get("cwd") else None)
 
 
 def replay(p: ReplayPlan, *, emit: Emit, stdin_bytes: bytes | None = None) -> Any:
@@ -156,7 +160,17 @@ def replay(p: ReplayPlan, *, emit: Emit, stdin_bytes: bytes | None = None) -> An
         raise UsageError("the recorded run read its corpus from stdin", hint="pipe the same input into rlm replay")
     client = ReplayClient(p.settings, p.responses)
     started = time.monotonic()
-    outcome = runner.ask(p.settings, p.paths, p.question, emit=emit, stdin_bytes=stdin_bytes, client=client,
-                         record=False)
+    here = os.getcwd()
+    if p.cwd and p.cwd != here:  # the same folder as the recorded run, so context's paths are the same
+        try:
+            os.chdir(p.cwd)
+        except OSError:
+            emit(event("notice", 0, level="warning", message=f"the recorded run's folder {p.cwd} is gone: paths "
+                                                               "in context may differ, and so may the answer"))
+    try:
+        outcome = runner.ask(p.settings, p.paths, p.question, emit=emit, stdin_bytes=stdin_bytes, client=client,
+                             record=False)
+    finally:
+        os.chdir(here)
     outcome.usage["replay_s"] = round(time.monotonic() - started, 3)
     return outcome

@@ -104,9 +104,28 @@ def test_bad_input_leaves_no_trajectory_or_cache(tmp_path: Path, isolated_dirs: 
     (tmp_path / "small").mkdir()
     (tmp_path / "small" / "a.txt").write_text("hello\n")
     res = run_rlm("ask", str(tmp_path / "small"), "q?", "--model", "openai/root", "--api-base", llm.url,
-                  "--memory-limit", "40M")  # the worker starts, then refuses the limit
-    assert res.code == 2 and "--memory-limit 40M is too small" in res.stderr, res.stderr
+                  "--memory-limit", "70M")  # the worker starts, then refuses the limit
+    assert res.code == 2 and "--memory-limit 70M is too small: the REPL worker already uses" in res.stderr, res.stderr
     assert not (isolated_dirs / "data").exists()  # not even an empty traces folder
+
+
+def test_memory_limit_takes_sizes_everywhere_and_is_checked_before_any_work(tmp_path: Path, isolated_dirs: Path,
+                                                                             llm: FakeLLM) -> None:
+    assert config.set_config_value("memory-limit", "1.5G")[1] == 1536 * 1024**2
+    assert config.resolve({}).memory_limit == 1536 * 1024**2
+    (config.config_path()).write_text('memory_limit = "2g"\n')
+    assert config.resolve({}).memory_limit == 2 * 1024**3
+    with pytest.raises(UsageError, match=r"setting 'memory_limit' 10M is too small: .* needs 64 MiB free"):
+        config.set_config_value("memory_limit", "10M")
+    (tmp_path / "a.txt").write_text("hello\n")
+    for value, message in (("40M", "--memory-limit 40M is too small"), ("512K", "--memory-limit 512K is too small"),
+                           ("", "'' is not a size"), ("10X", "'10X' is not a size"),
+                           ("9" * 22, "is too large")):
+        res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", "--model", "openai/root", "--api-base", llm.url,
+                      "--memory-limit", value, "--json")
+        assert res.code == 2 and message in res.stderr, (value, res.stderr)
+        assert json.loads(res.stdout)["exit_code"] == 2 and "Traceback" not in res.stderr
+    assert llm.requests == []
 
 
 def test_strings_with_quotes_and_unicode_round_trip() -> None:

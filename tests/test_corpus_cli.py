@@ -82,15 +82,18 @@ def test_stats_says_what_context_takes_in_the_repl_and_which_files_widen_it(
     ctx = json.loads(out)["context"]
     assert code == 0
     assert ctx["bytes_per_char"] == 4 and ctx["memory_bytes"] == ctx["chars"] * 4 + 80
-    assert ctx["widest_files_count"] == 1 and ctx["widest_files"] == [{"path": "docs/emoji.md", "chars": 11}]
-    code, out, err = rlm(monkeypatch, capsys, "stats", str(repo))
+    assert ctx["wide_files_count"] == 2 and ctx["astral_files_count"] == 1
+    assert ctx["wide_files"] == [{"path": "docs/emoji.md", "bytes_per_char": 4, "chars": 11},
+                                 {"path": "docs/ru.md", "bytes_per_char": 2, "chars": 9}]
+    code, out, err = rlm(monkeypatch, capsys, "stats", str(repo), "--top", "1")
     out = " ".join(out.split())  # rich wraps a table title to the table's width
-    assert "context in the REPL worker" in out and "Files with characters beyond U+FFFF" in out
-    assert "docs/emoji.md" in out
-    assert "1 file(s) with characters beyond U+FFFF make all of context 4 bytes per character" in err
+    assert "context in the REPL worker" in out and "Files with characters beyond U+00FF (1 more: raise --top)" in out
+    assert "docs/emoji.md" in out and "docs/ru.md" not in out
+    assert ("2 file(s) hold characters beyond U+00FF, 1 of them beyond U+FFFF, so all of context takes 4 bytes "
+            "per character") in err
     code, out, err = rlm(monkeypatch, capsys, "stats", str(repo), "--exclude", "emoji.md", "--json")
     ctx = json.loads(out)["context"]
-    assert ctx["bytes_per_char"] == 2 and ctx["widest_files"] == [{"path": "docs/ru.md", "chars": 9}]
+    assert ctx["bytes_per_char"] == 2 and [r["path"] for r in ctx["wide_files"]] == ["docs/ru.md"]
     code, out, err = rlm(monkeypatch, capsys, "stats", str(repo), "--exclude", "*.md")
     assert "Files with characters beyond" not in out and "characters beyond" not in err
 

@@ -108,8 +108,10 @@ def test_glob_arguments_and_several_roots_show_paths_relative_to_cwd(tmp_path: P
     report = LoadReport()
     found = discover(["p/src/**/*.py", "q"], CorpusOptions(), report)
     assert [sf.display for sf in found] == ["p/src/a.py", "p/src/deep/b.py", "q/d.md"]
-    with pytest.raises(UsageError, match="no such file or directory: nope"):
+    with pytest.raises(UsageError, match=r"no file matches the glob nope/\*\.zzz .*dotfiles need --hidden"):
         discover(["nope/*.zzz"], CorpusOptions(), LoadReport())
+    with pytest.raises(UsageError, match="no such file or directory: nope"):
+        discover(["nope"], CorpusOptions(), LoadReport())
 
 
 def test_explicit_file_bypasses_ignore_files_but_not_exclude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

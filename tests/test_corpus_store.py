@@ -16,6 +16,7 @@ from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import store
 from rlm_cli.corpus.store import Corpus, cache_key, index_root, load_corpus, read_context
 from rlm_cli.corpus.tokens import count_tokens
+from rlm_cli.errors import EmptyCorpusError
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD = time.time() - 3600  # an mtime the cache trusts without re-reading (not "racy")
@@ -119,6 +120,26 @@ def test_bundles_of_another_layout_version_are_removed_unless_in_use(tmp_path: P
     assert holder is not None
     os.close(holder)
     assert store.remove_old_versions(root) == 1 and not busy.exists() and first.bundle_dir.exists()
+
+
+def test_a_load_that_fails_leaves_no_cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = make_tree(tmp_path / "bin", {"a.png": b"\x89PNG\x00\x00", "b.bin": b"\x00\x01" * 100})
+    with pytest.raises(EmptyCorpusError, match="binary"):
+        load_corpus([str(binary)], opts())
+    assert not index_root().exists()
+    real = store.read_source
+    calls: list[str] = []
+
+    def interrupted(sf: object, o: object, r: object) -> object:
+        calls.append("x")
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(sf, o, r)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "read_source", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_corpus([str(sample(tmp_path))], opts())
+    assert not index_root().exists()  # Ctrl-C during a first index: no folder, no temp file
 
 
 def test_cached_bundle_is_private_to_the_user(tmp_path: Path) -> None:

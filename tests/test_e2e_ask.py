@@ -116,6 +116,9 @@ def test_json_errors_are_a_json_document_too(tmp_path: Path, llm: FakeLLM) -> No
     doc = json.loads(res.stdout)
     assert doc["status"] == "error" and doc["exit_code"] == 2 and doc["answer"] is None
     assert "no such file or directory" in doc["error"] and "no such file or directory" in res.stderr
+    res = run_rlm("ask", str(tmp_path), "q?", "--max-iterations", "abc", "--json", *model_flags(llm))
+    doc = json.loads(res.stdout)  # a flag the parser rejects: the command never ran, --json still holds
+    assert res.code == 2 and doc["exit_code"] == 2 and "--max-iterations" in doc["error"]
 
 
 def test_a_memory_limit_too_small_for_the_loaded_corpus_exits_2_before_any_model_call(tmp_path: Path,
@@ -123,10 +126,10 @@ def test_a_memory_limit_too_small_for_the_loaded_corpus_exits_2_before_any_model
     """Below what the worker holds once the corpus is loaded, every allocation of model code would
     fail: say so and how much to give, instead of a REPL that answers MemoryError to everything."""
     (tmp_path / "a.txt").write_text("hello\n")
-    res = run_rlm("ask", str(tmp_path), "q?", "--mode", "rlm", "--memory-limit", "40M", *model_flags(llm))
+    res = run_rlm("ask", str(tmp_path), "q?", "--mode", "rlm", "--memory-limit", "70M", *model_flags(llm))
     assert res.code == 2, res.stderr
     assert res.stdout == ""
-    m = re.search(r"error: --memory-limit 40M is too small: the REPL worker already uses (\d+) MiB of address "
+    m = re.search(r"error: --memory-limit 70M is too small: the REPL worker already uses (\d+) MiB of address "
                   r"space after loading the corpus \([\d,]+ characters of context\); use --memory-limit (\d+)M or more",
                   res.stderr)
     assert m, res.stderr

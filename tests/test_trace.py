@@ -184,6 +184,24 @@ def test_replay_command_end_to_end(tmp_path: Path, llm: FakeLLM) -> None:
     assert res.code == 2 and "no trajectory" in res.stderr
 
 
+def test_replay_from_another_folder_sees_the_same_context(tmp_path: Path, llm: FakeLLM,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """File and glob paths are shown relative to the folder the run started in."""
+    corpus(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    llm.script("root", repl("head = context.splitlines()[0]\nprint(head)"), repl("FINAL(head)"))
+    r = run(llm, ["corpus/*.txt"], "First line?")
+    assert r.answer == "==> corpus/notes.txt <=="
+    llm.close()
+    assert r.outcome is not None and r.outcome.trace_path is not None
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    outcome = replay.replay(replay.plan(r.outcome.trace_path), emit=lambda e: None)
+    assert outcome.result.answer == r.answer
+    assert os.getcwd() == str(elsewhere)  # back where it was
+
+
 def test_direct_mode_run_is_recorded_and_replayed(tmp_path: Path, llm: FakeLLM) -> None:
     llm.script("root", "Four words.")
     r = run(llm, [corpus(tmp_path)], "How many words?", mode="auto")

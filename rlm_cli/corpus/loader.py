@@ -296,7 +296,11 @@ def discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> li
             continue
         matches = sorted(glob.glob(raw, recursive=True, include_hidden=options.hidden))
         if not matches:
-            raise UsageError(f"no such file or directory: {raw}", hint="check the path or quote the glob")
+            if any(c in raw for c in "*?["):
+                hidden = "" if options.hidden else ", and dotfiles need --hidden"
+                raise UsageError(f"no file matches the glob {raw}",
+                                 hint=f"check the pattern: ** crosses folders{hidden}")
+            raise UsageError(f"no such file or directory: {raw}", hint="check the path")
         roots.extend(m for m in matches if os.path.basename(m) != ".git" and "/.git/" not in m)
     walker = _Walker(options, report)
     single_dir = len(roots) == 1 and os.path.isdir(roots[0])

@@ -33,8 +33,10 @@ def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
     """The ``rlm stats`` document: totals, ``by_type`` (files, bytes, tokens, chunks per extension,
     most tokens first), ``largest`` (the ``top`` files by tokens), ``skipped`` and ``context``:
     the memory the ``context`` string takes in the REPL worker (``memory_bytes``, which is
-    ``chars * bytes_per_char``) and, when that is 2 or 4 bytes per character, ``widest_files``:
-    the files (largest first, at most ``top``) holding the characters that set it (see
+    ``chars * bytes_per_char``) and ``wide_files``: the files (at most ``top``; widest, then
+    largest first) whose text or name holds characters beyond U+00FF, each with the bytes per
+    character it alone needs (``wide_files_count`` counts them all, ``astral_files_count`` those
+    beyond U+FFFF; see
     :func:`rlm_cli.corpus.store.char_width`)."""
     by: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for f in corpus.files:
@@ -46,8 +48,7 @@ def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
     by_type = [{"type": t, "files": r[0], "bytes": r[1], "tokens": r[2], "chunks": r[3]}
                for t, r in sorted(by.items(), key=lambda kv: (-kv[1][2], kv[0]))]
     largest = sorted(corpus.files, key=lambda f: (-f.tokens, f.path))[:max(0, top)]
-    width = corpus.char_width
-    widest = sorted((f for f in corpus.files if f.width == width > 1), key=lambda f: (-f.chars, f.path))
+    wide = sorted((f for f in corpus.files if f.width > 1), key=lambda f: (-f.width, -f.chars, f.path))
     return {
         "files": len(corpus.files), "bytes": corpus.total_bytes, "tokens": corpus.total_tokens,
         "chunks": len(corpus.chunks), "encoding": corpus.encoding, "chunk_tokens": corpus.chunk_tokens,
@@ -55,7 +56,8 @@ def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
         "largest": [{"path": f.path, "bytes": f.size, "lines": f.lines, "tokens": f.tokens, "chunks": f.n_chunks}
                     for f in largest],
         "skipped": dict(sorted(corpus.report.skipped.items())),
-        "context": {"chars": corpus.chars, "bytes_per_char": width, "memory_bytes": corpus.context_memory,
-                    "widest_files_count": len(widest),
-                    "widest_files": [{"path": f.path, "chars": f.chars} for f in widest[:max(0, top)]]},
+        "context": {"chars": corpus.chars, "bytes_per_char": corpus.char_width, "memory_bytes": corpus.context_memory,
+                    "wide_files_count": len(wide), "astral_files_count": sum(f.width == 4 for f in wide),
+                    "wide_files": [{"path": f.path, "bytes_per_char": f.width, "chars": f.chars}
+                                   for f in wide[:max(0, top)]]},
     }

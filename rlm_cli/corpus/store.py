@@ -25,6 +25,7 @@ loses its bundle. An unreadable or inconsistent bundle is rebuilt with a warning
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import mmap
@@ -716,11 +717,17 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
         if pin is not None:
             os.close(pin)
         if directory is not None:
+            fresh = [d for d in (directory, *directory.parents) if not d.exists()]  # deepest first
             try:
                 directory.mkdir(mode=0o700, parents=True, exist_ok=True)
                 corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, old, options,
                                 report, directory, prefetched)
-            except OSError as exc:
+            except BaseException as exc:
+                with contextlib.suppress(OSError):  # nothing usable was written (an empty corpus,
+                    for folder in fresh:                # Ctrl-C): leave no folder it made behind
+                        folder.rmdir()
+                if not isinstance(exc, OSError):
+                    raise
                 report.warnings.append(f"cannot write the corpus cache in {directory} ({exc.strerror or exc}); "
                                        "using a temporary copy")
                 directory = None

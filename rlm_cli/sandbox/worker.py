@@ -295,8 +295,7 @@ def apply_limits(limits: dict[str, int]) -> list[str]:
     return notes
 
 
-#: Address space the REPL must have free after loading the corpus for model code to do anything.
-MIN_FREE_MEMORY = 64 * 1024**2
+MIN_FREE_MEMORY = protocol.MIN_FREE_MEMORY
 
 
 def address_space() -> int | None:
@@ -322,7 +321,7 @@ def memory_problem(limits: dict[str, int], chars: int) -> str | None:
         return None
     mib = 1024**2
     advise = -(-max(2 * used, used + MIN_FREE_MEMORY) // (64 * mib)) * 64  # rounded up to 64 MiB
-    return (f"--memory-limit {limit // mib:,}M is too small: the REPL worker already uses {used // mib:,} MiB "
+    return (f"--memory-limit {limit / mib:,.4g}M is too small: the REPL worker already uses {used // mib:,} MiB "
             f"of address space after loading the corpus ({chars:,} characters of context); use "
             f"--memory-limit {advise:,}M or more, or narrow the corpus (`rlm stats` shows what takes the room)")
 
