@@ -495,8 +495,6 @@ def cache_clear(
                                                    for r in doc["removed"]) + f" from {doc['path']}")
 
 
-
-
 def main() -> None:
     """Console-script entry point: run the app and map every error to its exit code."""
     global _json_errors

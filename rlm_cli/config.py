@@ -449,7 +449,7 @@ def check_memory_limit(value: int, source: str = "--memory-limit") -> int:
     shown = format_size(value)
     if value <= MIN_FREE_MEMORY:
         raise UsageError(f"{source} {shown} is too small: the REPL worker needs 64 MiB free beyond what the "
-                         "loaded corpus takes", hint="give 256M or more; the default is 4G")
+                         "loaded corpus takes", hint=f"give 256M or more; the default is {format_size(Settings.memory_limit)}")
     if value >= 2**62:
         raise UsageError(f"{source} {shown} is too large", hint="give a size such as 16G")
     return value
