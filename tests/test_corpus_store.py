@@ -142,6 +142,21 @@ def test_a_load_that_fails_leaves_no_cache_folder(tmp_path: Path, monkeypatch: p
     assert not index_root().exists()  # Ctrl-C during a first index: no folder, no temp file
 
 
+def test_decoding_notes_are_the_same_whether_files_are_read_or_cached(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "repo", {"a.txt": "plain\n", "b.txt": "caf\xe9 cr\xe8me\n".encode("latin-1"),
+                                         "c.txt": "x" * 5000 + "\n", "d.txt": "other\n"})
+    o = opts(max_file_size=1000, truncate_large=True)
+    first = load_corpus([str(root)], o)
+    assert "decoded 1 latin-1, 1 truncated" in first.summary()
+    assert {f.path: f.notes for f in first.files} == {"a.txt": "", "b.txt": "latin-1", "c.txt": "truncated",
+                                                      "d.txt": ""}
+    cached = load_corpus([str(root)], o)
+    assert cached.from_cache == 4 and "decoded 1 latin-1, 1 truncated" in cached.summary()
+    (root / "d.txt").write_text("edited\n")
+    partly = load_corpus([str(root)], o)
+    assert (partly.from_cache, partly.reindexed) == (3, 1) and "decoded 1 latin-1, 1 truncated" in partly.summary()
+
+
 def test_cached_bundle_is_private_to_the_user(tmp_path: Path) -> None:
     """The cache holds a copy of possibly private files: nobody else may read it."""
     corpus = load_corpus([str(sample(tmp_path))], opts())

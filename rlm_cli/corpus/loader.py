@@ -76,6 +76,11 @@ class LoadReport:
     decoded: Counter[str] = field(default_factory=Counter)
     last_skip: tuple[str, str] | None = None
 
+    def count_decoded(self, notes: str) -> None:
+        """Count a loaded file's decoding notes (:attr:`Decoded.notes`, also kept in the index)."""
+        for tag in filter(None, notes.split(",")):
+            self.decoded[tag] += 1
+
     def skip(self, reason: str, warning: str | None = None, *, path: str | None = None) -> None:
         """Count one skipped file under ``reason``; keep ``warning`` (at most 20 per reason)."""
         self.skipped[reason] += 1
@@ -91,11 +96,20 @@ class LoadReport:
 
 @dataclass(slots=True)
 class Decoded:
-    """A file's text, the UTF-8 bytes of that text, and how it was decoded."""
+    """A file's text, the UTF-8 bytes of that text, how it was decoded, and whether only its
+    head was kept (``--truncate-large``)."""
 
     text: str
     data: bytes
     encoding: str
+    truncated: bool = False
+
+    @property
+    def notes(self) -> str:
+        """What the summary's "decoded" counts for this file: ``""`` for plain UTF-8, else the
+        decoding and/or ``truncated``, comma-separated (kept in the index for cached files)."""
+        tags = [] if self.encoding in ("utf-8", "utf-8-sig") else [self.encoding]
+        return ",".join((["truncated"] if self.truncated else []) + tags)
 
 
 class _Spec:
@@ -418,17 +432,17 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
     except OSError as exc:
         report.skip("unreadable", f"skipped {sf.display}: {exc.strerror or exc}", path=sf.display)
         return None
-    if 0 <= limit < len(data):
+    cut = 0 <= limit < len(data)
+    if cut:
         data = trim_partial_utf8(data[:limit])
         report.warnings.append(f"truncated {sf.display} to its first {len(data):,} of {sf.size:,} bytes "
                                "(--truncate-large)")
-        report.decoded["truncated"] += 1
     decoded = decode_bytes(data)
+    decoded.truncated = cut
     if not decoded.text:
         report.skip("empty", path=sf.display)
         return None
-    if decoded.encoding not in ("utf-8", "utf-8-sig"):
-        report.decoded[decoded.encoding] += 1
+    report.count_decoded(decoded.notes)
     return decoded
 
 

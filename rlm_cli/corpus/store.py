@@ -61,7 +61,7 @@ RACY_NS = 2_000_000_000
 #: A chunk whose exact token count exceeds the target by this factor is split again.
 OVERSIZE = 1.5
 FILE_FIELDS = ("path", "size", "mtime_ns", "chars", "lines", "tokens", "start", "end", "bstart", "bend", "sha1",
-               "first_chunk", "n_chunks", "width")
+               "first_chunk", "n_chunks", "width", "notes")
 CHUNK_FIELDS = ("file", "start_line", "end_line", "start", "end", "tokens", "sha1")
 SKIP_FIELDS = ("path", "size", "mtime_ns", "reason")
 #: Skip reasons decided by a file's content: remembered in the index so that an unchanged binary
@@ -107,7 +107,8 @@ class FileEntry:
     without a newline counts), ``tokens`` is the sum of its chunks' tokens, ``sha1`` is the
     SHA-1 of its UTF-8 text; its chunks are ``chunks[first_chunk:first_chunk + n_chunks]``;
     ``width`` is the bytes per character its text and header line need in a ``str`` (1, 2 or 4:
-    see :func:`char_width`).
+    see :func:`char_width`); ``notes`` says how it was decoded when not plain UTF-8
+    (``latin-1``, ``truncated``...: :attr:`Decoded.notes`).
     """
 
     path: str
@@ -124,6 +125,7 @@ class FileEntry:
     first_chunk: int
     n_chunks: int
     width: int = 1
+    notes: str = ""
 
 
 @dataclass(slots=True)
@@ -359,6 +361,8 @@ def _corpus_from_index(cached: _Cached, report: LoadReport) -> Corpus:
     files = [FileEntry(*row) for row in zip(*(f[k] for k in FILE_FIELDS), strict=True)]
     chunks = [Chunk(i, paths[fi], sl, el, s, e, t, h) for i, (fi, sl, el, s, e, t, h)
               in enumerate(zip(*(c[k] for k in CHUNK_FIELDS), strict=True))]
+    for notes in f["notes"]:
+        report.count_decoded(notes)
     sk = idx["skipped"]
     return Corpus(files, chunks, cached.context_file, idx["context_chars"], idx["context_bytes"], idx["digest"],
                   report, idx["encoding"], idx["chunk_tokens"], from_cache=len(files),
@@ -424,9 +428,9 @@ class _Writer:
         self.nbytes += len(data)
 
     def add(self, sf: SourceFile, data: bytes | memoryview, chars: int, lines: int, sha1: str, width: int,
-            old_i: int = -1, text: str | None = None) -> None:
+            notes: str, old_i: int = -1, text: str | None = None) -> None:
         """Append one file: reused (``old_i`` >= 0) or to be chunked from ``text``; ``width`` is
-        :func:`char_width` of its text."""
+        :func:`char_width` of its text, ``notes`` its decoding notes."""
         head = header_line(sf.display)
         hb = head.encode("utf-8")
         self._put(hb, len(head))
@@ -436,7 +440,7 @@ class _Writer:
         ends_nl = bool(len(data)) and data[-1:] == b"\n"
         self._put(b"\n" if ends_nl else b"\n\n", 1 if ends_nl else 2)
         entry = FileEntry(sf.display, sf.size, sf.mtime_ns, chars, lines, 0, start, end, bstart, bend, sha1, 0, 0,
-                          max(width, char_width(head)))
+                          max(width, char_width(head)), notes)
         pending = _Pending(entry, old_i)
         if old_i < 0:
             assert text is not None
@@ -626,10 +630,15 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
             if state == "same" and mm is not None:
                 of = old.files  # type: ignore[union-attr]
                 writer.add(sf, mm[of["bstart"][i]:of["bend"][i]], of["chars"][i], of["lines"][i],
-                           of["sha1"][i], of["width"][i], old_i=i)
+                           of["sha1"][i], of["width"][i], of["notes"][i], old_i=i)
+                report.count_decoded(of["notes"][i])
                 from_cache += 1
                 continue
-            decoded = prefetched.pop(sf.display, None) or read_source(sf, options, report)
+            decoded = prefetched.pop(sf.display, None)
+            if decoded is not None:  # read while checking the cache, with a report of its own
+                report.count_decoded(decoded.notes)
+            else:
+                decoded = read_source(sf, options, report)
             if decoded is None:
                 if report.last_skip is not None and report.last_skip[0] == sf.display \
                         and report.last_skip[1] in CACHED_SKIPS:
@@ -639,10 +648,11 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
             lines = decoded.text.count("\n") + (0 if decoded.text.endswith("\n") else 1)
             width = char_width(decoded.text)
             if i >= 0 and old is not None and old.files["sha1"][i] == sha1:
-                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, old_i=i)  # touched, not changed
+                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes,
+                           old_i=i)  # touched, not changed
                 from_cache += 1
             else:
-                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, text=decoded.text)
+                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes, text=decoded.text)
         if stdin is not None and stdin_bytes is not None:
             if is_binary(stdin_bytes[:8192]):
                 report.skip("binary", "skipped <stdin>: binary data")
@@ -650,7 +660,9 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                 d = decode_bytes(stdin_bytes)
                 if d.text:
                     lines = d.text.count("\n") + (0 if d.text.endswith("\n") else 1)
-                    writer.add(stdin, d.data, len(d.text), lines, _sha1(d.data), char_width(d.text), text=d.text)
+                    report.count_decoded(d.notes)
+                    writer.add(stdin, d.data, len(d.text), lines, _sha1(d.data), char_width(d.text), d.notes,
+                               text=d.text)
                 else:
                     report.skip("empty")
         if not writer.files:
