@@ -285,8 +285,9 @@ def config_show(json_out: Annotated[bool, Opt("--json", help="Print one JSON doc
     """Show every setting: its value (secrets redacted) and where it comes from."""
     from rlm_cli import config, models, render
 
-    entries = config.config_entries()
-    settings = config.resolve({})
+    problems: list[str] = []  # shown after the settings, so a bad entry can be seen in context
+    entries = config.config_entries(problems=problems)
+    settings = config.resolve_with_sources({}, problems=[])[0]
     if not settings.model:
         found = models.detect(settings)
         model = next(e for e in entries if e["key"] == "model")
@@ -301,11 +302,15 @@ def config_show(json_out: Annotated[bool, Opt("--json", help="Print one JSON doc
             model["source"] = "not set and nothing detected"
     path = config.config_path()
     if json_out:
-        render.write_json({"path": str(path), "exists": path.exists(), "settings": entries})
-        return
-    lines = [f"# {path}" + ("" if path.exists() else " (not created yet)")]
-    lines += [f"{e['key']} = {_show_value(e['value'])}  # {e['source']}" for e in entries]
-    render.write_answer("\n".join(lines))
+        render.write_json({"path": str(path), "exists": path.exists(), "settings": entries,
+                           "problems": list(dict.fromkeys(problems))})
+    else:
+        lines = [f"# {path}" + ("" if path.exists() else " (not created yet)")]
+        lines += [f"{e['key']} = {_show_value(e['value'])}  # {e['source']}" for e in entries]
+        render.write_answer("\n".join(lines))
+    if problems:
+        raise UsageError("; ".join(dict.fromkeys(problems)),
+                         hint="`rlm config set KEY none` removes a known key; `rlm config path` shows the file")
 
 
 def _show_value(value: Any) -> str:

@@ -218,28 +218,42 @@ def resolve(flags: dict[str, Any], *, env: Mapping[str, str] | None = None,
 
 
 def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None = None,
-                         file_values: dict[str, Any] | None = None) -> tuple[Settings, dict[str, str]]:
+                         file_values: dict[str, Any] | None = None,
+                         problems: list[str] | None = None) -> tuple[Settings, dict[str, str]]:
     """Like :func:`resolve`, plus where each setting came from: ``{key: source}`` with source
     ``"flag"``, ``"env RLM_..."``, ``"config file"`` or ``"default"``.
 
+    With a ``problems`` list, a bad key or value in the config file or the environment is
+    appended there (and left out, its source marked) instead of raised: for ``rlm config show``.
+
     Raises:
-        UsageError: an unknown or mistyped key in the config file.
+        UsageError: an unknown or mistyped key in the config file (without ``problems``).
     """
     env_map: Mapping[str, str] = os.environ if env is None else env
     file_values = read_config_file() if file_values is None else file_values
     settings = Settings()
     fields_ = settable_fields()
     sources = {name: "default" for name in fields_}
+
+    def take(key: str, value: Any, source: str, label: str) -> None:
+        try:
+            if key not in fields_:
+                raise UsageError(f"unknown key {key!r} in config file {config_path()}",
+                                 hint="see `rlm config show` for the known keys")
+            setattr(settings, key, _coerce(key, value, fields_[key].type, source))
+            sources[key] = label
+        except UsageError as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
+            if key in sources:
+                sources[key] += f" ({label} has a bad value)"
+
     for key, value in file_values.items():
-        if key not in fields_:
-            raise UsageError(f"unknown key {key!r} in config file {config_path()}",
-                             hint="see `rlm config show` for the known keys")
-        setattr(settings, key, _coerce(key, value, fields_[key].type, f"config file {config_path()}"))
-        sources[key] = "config file"
+        take(key, value, f"config file {config_path()}", "config file")
     for key, var in ENV_VARS.items():
         if env_map.get(var):
-            setattr(settings, key, _coerce(key, env_map[var], fields_[key].type, f"env {var}"))
-            sources[key] = f"env {var}"
+            take(key, env_map[var], f"env {var}", f"env {var}")
     for key, value in flags.items():
         if value is not None:
             if key in CHOICES:
@@ -274,15 +288,16 @@ def normalize_key(key: str) -> str:
 SECRET_KEYS = frozenset({"api_key"})
 
 
-def config_entries(*, env: Mapping[str, str] | None = None,
-                   file_values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def config_entries(*, env: Mapping[str, str] | None = None, file_values: dict[str, Any] | None = None,
+                   problems: list[str] | None = None) -> list[dict[str, Any]]:
     """The effective configuration for ``rlm config show``: one ``{"key", "value", "source"}``
-    per setting, secrets redacted (see :meth:`Settings.redacted`).
+    per setting, secrets redacted (see :meth:`Settings.redacted`). With ``problems``, bad keys
+    and values are collected there instead of raised (see :func:`resolve_with_sources`).
 
     Raises:
-        UsageError: the config file is unreadable or has an unknown key.
+        UsageError: the config file is unreadable (or, without ``problems``, has a bad entry).
     """
-    settings, sources = resolve_with_sources({}, env=env, file_values=file_values)
+    settings, sources = resolve_with_sources({}, env=env, file_values=file_values, problems=problems)
     values = settings.redacted()
     return [{"key": key, "value": values[key], "source": sources[key]} for key in settable_fields()]
 

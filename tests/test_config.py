@@ -165,6 +165,22 @@ def test_cli_config_set_show_path(tmp_path: Path) -> None:
     assert res.code == 2 and "unknown setting 'nope'" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_config_show_shows_everything_then_names_each_bad_entry(tmp_path: Path) -> None:
+    config.config_path().parent.mkdir(parents=True, exist_ok=True)
+    config.config_path().write_text('memory_limit = "2X"\nmax_cost = 1.5\nbogus = 1\n')
+    res = run_rlm("config", "show", env={"RLM_MODE": "sideways"})
+    assert res.code == 2 and "Traceback" not in res.stderr
+    assert "max_cost = 1.5  # config file" in res.stdout  # the good entries are still shown
+    assert "memory_limit = 4294967296  # default (config file has a bad value)" in res.stdout
+    assert 'mode = "auto"  # default (env RLM_MODE has a bad value)' in res.stdout
+    for piece in ("'2X' is not a size", "unknown key 'bogus'", "bad value 'sideways' (from env RLM_MODE)"):
+        assert piece in res.stderr, piece
+    doc = json.loads(run_rlm("config", "show", "--json").stdout)
+    assert len(doc["problems"]) == 2 and {"key": "max_cost", "value": 1.5, "source": "config file"} in doc["settings"]
+    res = run_rlm("ask", str(tmp_path), "q?", "--model", "openai/x")  # a run still refuses the bad file
+    assert res.code == 2 and "'2X' is not a size" in res.stderr
+
+
 def test_keys_never_reach_the_worker_the_model_the_trajectory_or_the_output(tmp_path: Path, llm: FakeLLM,
                                                                             isolated_dirs: Path) -> None:
     env_key = "sk-rlmenv-SECRETENVKEY-0123456789"
