@@ -191,7 +191,6 @@ class CorpusView:
                         "end_line": c["end_line"], "score": round(score, 4)})
         return out
 
-
     def start_index_build(self) -> threading.Thread:
         """Build the ``search`` index in a daemon thread (while the REPL waits for code). A failure
         there (MemoryError under ``--memory-limit``) is left for ``search`` to meet and report."""
@@ -210,7 +209,6 @@ class CorpusView:
             if self._bm25 is None:
                 self._bm25 = _BM25(self.context, [(c["start"], c["end"]) for c in self.chunks])
             return self._bm25
-
 
 
 #: Live views, so that a child forked by model code gets fresh locks: it has no builder thread,

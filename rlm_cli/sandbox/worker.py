@@ -295,6 +295,7 @@ def apply_limits(limits: dict[str, int]) -> list[str]:
     return notes
 
 
+#: Address space model code must have free once the corpus is loaded (shared with the CLI's check).
 MIN_FREE_MEMORY = protocol.MIN_FREE_MEMORY
 
 
