@@ -170,7 +170,11 @@ def test_search_in_a_child_forked_while_the_index_was_being_built_does_not_hang(
     with view._bm25_lock:  # what the builder thread holds while it builds
         pid = os.fork()
         if pid == 0:  # the child has no builder thread: it must build the index itself
-            os._exit(0 if view.search("needle", k=1) else 1)
+            code = 2
+            try:
+                code = 0 if view.search("needle", k=1) else 1
+            finally:
+                os._exit(code)  # never return into pytest from the child
     deadline = time.monotonic() + 20
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
