@@ -306,19 +306,26 @@ def config_show(json_out: Annotated[bool, Opt("--json", help="Print one JSON doc
                            "problems": list(dict.fromkeys(problems))})
     else:
         lines = [f"# {path}" + ("" if path.exists() else " (not created yet)")]
-        lines += [f"{e['key']} = {_show_value(e['value'])}  # {e['source']}" for e in entries]
+        lines += [f"{e['key']} = {_show_value(e['value'], e['key'])}  # {e['source']}" for e in entries]
         render.write_answer("\n".join(lines))
-    if problems:
-        raise UsageError("; ".join(dict.fromkeys(problems)),
-                         hint="`rlm config set KEY none` removes a known key; `rlm config path` shows the file")
+    if problems:  # after the document (no second one on stdout), like any error: exit 2
+        ui = render.Renderer()
+        for problem in dict.fromkeys(problems):
+            ui.error(problem)
+        ui.info("`rlm config set KEY VALUE` fixes a known key (`none` removes it); `rlm config path` shows the file")
+        raise typer.Exit(int(ExitCode.USAGE))
 
 
-def _show_value(value: Any) -> str:
-    """A setting's value as in the TOML file (``(unset)`` for none)."""
+def _show_value(value: Any, key: str = "") -> str:
+    """A setting's value as in the TOML file (``(unset)`` for none; sizes as ``"4G"``)."""
+    from rlm_cli.config import SIZE_KEYS, format_size
+
     if value is None:
         return "(unset)"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if key in SIZE_KEYS and isinstance(value, int):
+        return json.dumps(format_size(value))
     return json.dumps(value) if isinstance(value, str) else str(value)
 
 
@@ -444,16 +451,17 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     ui.table("context in the REPL worker", ["characters", "bytes per character", "memory"],
              [[f"{ctx['chars']:,}", str(width),
                f"{memory / 2**20:,.1f} MiB" if memory >= 2**20 else f"{memory / 1024:,.1f} KiB"]])
-    if ctx["wide_files"]:
+    if ctx["wide_files_count"]:
         astral = ctx["astral_files_count"]
         beyond = f"{ctx['wide_files_count']:,} file(s) hold characters beyond U+00FF" + (
             f", {astral:,} of them beyond U+FFFF" if astral else "")
         ui.info(f"Python stores a string at the width of its widest character: {beyond}, so all of context takes "
                 f"{width} bytes per character (--exclude them to shrink it; a file's name counts too)")
         more = ctx["wide_files_count"] - len(ctx["wide_files"])
-        ui.table("Files with characters beyond U+00FF" + (f" ({more:,} more: raise --top)" if more else ""),
-                 ["path", "bytes per character", "characters"],
-                 [[r["path"], str(r["bytes_per_char"]), f"{r['chars']:,}"] for r in ctx["wide_files"]])
+        if ctx["wide_files"]:
+            ui.table("Files with characters beyond U+00FF" + (f" ({more:,} more: raise --top)" if more else ""),
+                     ["path", "bytes per character", "characters"],
+                     [[r["path"], str(r["bytes_per_char"]), f"{r['chars']:,}"] for r in ctx["wide_files"]])
 
 
 cache_app = typer.Typer(no_args_is_help=True, help="Show or clear the cache (corpus indexes, model responses).")
@@ -507,6 +515,9 @@ def main() -> None:
 
     # SIGTERM unwinds like Ctrl-C, so the worker, socket and scratch folders are cleaned up.
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # With --json, an error is a JSON document on stdout too (so `| jq` never reads nothing),
+    # even one met before the command runs (a flag the parser rejects).
+    _json_errors = "--json" in sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]
     try:
         rv = app(standalone_mode=False)
         # Non-standalone typer turns Ctrl-C into a returned 130 (and typer.Exit into its code).
@@ -526,8 +537,8 @@ def main() -> None:
         _fail(None, _EC.INTERRUPTED, "interrupted")
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
         message = exc.format_message() + _usage_hint(exc)
-        if "--json" in sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]:
-            _json_errors = True  # the flag was given, but parsing stopped before the command ran
+        if "--json" in message:  # a command without --json: no JSON promised
+            _json_errors = False
         _json_error(message, _EC.USAGE)
         _fail(exc, _EC.USAGE, message)
     except KeyboardInterrupt:

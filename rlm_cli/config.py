@@ -323,6 +323,8 @@ def set_config_value(key: str, value: str, path: Path | None = None) -> tuple[st
     typed = None if remove else _coerce(name, value, settable_fields()[name].type)
     if isinstance(typed, Path):
         typed = str(typed)
+    if typed is not None and name in SIZE_KEYS:
+        typed = value.strip()  # checked above; kept as typed ("4G"), not as a byte count
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -448,8 +450,9 @@ def format_size(value: float) -> str:
     """Bytes the way sizes are typed: ``4G``, ``40M``, ``1.5G``, ``512K``, ``100`` (units of 1024)."""
     for unit, size in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
         if value >= size:
-            return f"{value / size:,.4g}{unit}"
-    return f"{value:,.0f}"
+            n = value / size
+            return f"{n:.4g}{unit}" if n < 10_000 else f"{n:,.0f}{unit}"
+    return f"{value:.0f}"
 
 
 def check_memory_limit(value: int, source: str = "--memory-limit") -> int:
@@ -464,7 +467,8 @@ def check_memory_limit(value: int, source: str = "--memory-limit") -> int:
     shown = format_size(value)
     if value <= MIN_FREE_MEMORY:
         raise UsageError(f"{source} {shown} is too small: the REPL worker needs 64 MiB free beyond what the "
-                         "loaded corpus takes", hint=f"give 256M or more; the default is {format_size(Settings.memory_limit)}")
+                         "loaded corpus takes", hint=f"the default is {format_size(Settings.memory_limit)}; "
+                                                  "`rlm stats` shows what context takes")
     if value >= 2**62:
         raise UsageError(f"{source} {shown} is too large", hint="give a size such as 16G")
     return value

@@ -111,7 +111,8 @@ def test_bad_input_leaves_no_trajectory_or_cache(tmp_path: Path, isolated_dirs: 
 
 def test_memory_limit_takes_sizes_everywhere_and_is_checked_before_any_work(tmp_path: Path, isolated_dirs: Path,
                                                                              llm: FakeLLM) -> None:
-    assert config.set_config_value("memory-limit", "1.5G")[1] == 1536 * 1024**2
+    assert config.set_config_value("memory-limit", "1.5G")[1] == "1.5G"  # kept as typed
+    assert 'memory_limit = "1.5G"' in config.config_path().read_text()
     assert config.resolve({}).memory_limit == 1536 * 1024**2
     (config.config_path()).write_text('memory_limit = "2g"\n')
     assert config.resolve({}).memory_limit == 2 * 1024**3
@@ -171,7 +172,7 @@ def test_config_show_shows_everything_then_names_each_bad_entry(tmp_path: Path) 
     res = run_rlm("config", "show", env={"RLM_MODE": "sideways"})
     assert res.code == 2 and "Traceback" not in res.stderr
     assert "max_cost = 1.5  # config file" in res.stdout  # the good entries are still shown
-    assert "memory_limit = 4294967296  # default (config file has a bad value)" in res.stdout
+    assert 'memory_limit = "4G"  # default (config file has a bad value)' in res.stdout
     assert 'mode = "auto"  # default (env RLM_MODE has a bad value)' in res.stdout
     for piece in ("'2X' is not a size", "unknown key 'bogus'", "bad value 'sideways' (from env RLM_MODE)"):
         assert piece in res.stderr, piece

@@ -91,6 +91,10 @@ def test_stats_says_what_context_takes_in_the_repl_and_which_files_widen_it(
     assert "docs/emoji.md" in out and "docs/ru.md" not in out
     assert ("2 file(s) hold characters beyond U+00FF, 1 of them beyond U+FFFF, so all of context takes 4 bytes "
             "per character") in err
+    code, out, err = rlm(monkeypatch, capsys, "stats", str(repo), "--top", "0")
+    assert "2 file(s) hold characters beyond U+00FF" in err and "Files with characters beyond" not in out
+    code, out, err = rlm(monkeypatch, capsys, "stats", str(repo / "missing"), "--json")
+    assert code == 2 and json.loads(out)["exit_code"] == 2 and "no such file" in json.loads(out)["error"]
     code, out, err = rlm(monkeypatch, capsys, "stats", str(repo), "--exclude", "emoji.md", "--json")
     ctx = json.loads(out)["context"]
     assert ctx["bytes_per_char"] == 2 and [r["path"] for r in ctx["wide_files"]] == ["docs/ru.md"]
