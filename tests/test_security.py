@@ -66,7 +66,7 @@ def test_api_keys_are_not_in_the_worker_environment(level: str) -> None:
         assert SECRET not in r.output and r.ok
         names = eval(r.output.splitlines()[0])  # noqa: S307 - our own repr of a list of names
         assert set(names) <= {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "TMPDIR", "PWD",
-                              "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING"}
+                              "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "MALLOC_ARENA_MAX"}
 
 
 @pytest.mark.parametrize("level", all_levels())
