@@ -48,6 +48,20 @@ def _root(
 
 Opt = typer.Option
 
+#: Options shared by several commands (the corpus flags are the same for ask, index and stats).
+PathsArg = Annotated[list[str], typer.Argument(metavar="PATH...", help="Files, folders or globs.")]
+IncludeOpt = Annotated[list[str] | None, Opt("--include", help="Only files matching this glob (repeatable).")]
+ExcludeOpt = Annotated[list[str] | None, Opt("--exclude", help="Skip files matching this glob (repeatable).")]
+HiddenOpt = Annotated[bool, Opt("--hidden", help="Include dotfiles and dot-folders.")]
+NoIgnoreOpt = Annotated[bool, Opt("--no-ignore", help="Do not honour .gitignore/.ignore/.rlmignore.")]
+MaxSizeOpt = Annotated[str | None, Opt("--max-file-size", help="Skip larger files (default 10M).")]
+TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of files over --max-file-size "
+                                                        "instead of skipping them.")]
+NoCacheOpt = Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")]
+ChunkOpt = Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens (default 2000).")]
+JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")]
+QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")]
+
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def ask(
@@ -78,16 +92,14 @@ def ask(
                                               "(default 120).")] = None,
     memory_limit: Annotated[str | None, Opt("--memory-limit", help="Worker address-space limit, "
                                             "e.g. 4G, 512M (default 4G).")] = None,
-    include: Annotated[list[str] | None, Opt("--include", help="Only files matching this glob (repeatable).")] = None,
-    exclude: Annotated[list[str] | None, Opt("--exclude", help="Skip files matching this glob (repeatable).")] = None,
-    hidden: Annotated[bool, Opt("--hidden", help="Include dotfiles and dot-folders.")] = False,
-    no_ignore: Annotated[bool, Opt("--no-ignore", help="Do not honour .gitignore/.ignore/.rlmignore.")] = False,
-    max_file_size: Annotated[str | None, Opt("--max-file-size", help="Skip larger files (default 10M).")] = None,
-    truncate_large: Annotated[bool, Opt("--truncate-large", help="Keep the head of files over "
-                                        "--max-file-size instead of skipping them.")] = False,
-    no_cache: Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")] = False,
-    chunk_tokens: Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens "
-                                            "(default 2000).")] = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    hidden: HiddenOpt = False,
+    no_ignore: NoIgnoreOpt = False,
+    max_file_size: MaxSizeOpt = None,
+    truncate_large: TruncateOpt = False,
+    no_cache: NoCacheOpt = False,
+    chunk_tokens: ChunkOpt = None,
     max_concurrency: Annotated[int | None, Opt("--max-concurrency", min=1, help="Sub-calls in flight at once "
                                                "(default 16; lowered for the run on HTTP 429).")] = None,
     retries: Annotated[int | None, Opt("--retries", min=0, help="Retries of a failed request on 429, 5xx, "
@@ -109,15 +121,13 @@ def ask(
                                               "several deployments.")] = None,
     no_llm_cache: Annotated[bool, Opt("--no-llm-cache", help="Do not read or write the model-response "
                                       "cache.")] = False,
-    json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
-    quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
     verbose: Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")] = False,
 ) -> None:
     """Answer QUESTION about the corpus at PATH... (the last argument is the question)."""
     from rlm_cli import config, render, runner
 
-    global _json_errors
-    _json_errors = json_out
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
     if len(args) < 2:
         raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
@@ -135,12 +145,8 @@ def ask(
                                  timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
                                  llm_cache=False if no_llm_cache else None)
     settings = config.resolve(flags)
-    c = settings.corpus
-    c.include, c.exclude, c.hidden, c.no_ignore = include or [], exclude or [], hidden, no_ignore
-    c.truncate_large, c.use_cache = truncate_large, not no_cache
-    c.chunk_tokens = chunk_tokens or c.chunk_tokens
-    if max_file_size:
-        c.max_file_size = parse_size(max_file_size, "--max-file-size")
+    settings.corpus = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                                      chunk_tokens)
     if "-" in paths and sys.stdin.isatty():
         raise UsageError("'-' reads the corpus from standard input, but nothing is piped in",
                          hint='e.g. cat big.txt | rlm ask - "question"')
@@ -250,8 +256,8 @@ def trace_export(
 def replay(
     ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a .jsonl path.")],
     sandbox: Annotated[str | None, Opt("--sandbox", help="Override the recorded sandbox level.")] = None,
-    json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
-    quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Re-run a recorded run from its recorded model responses, without calling any provider."""
     from rlm_cli import render, trace
@@ -281,7 +287,7 @@ app.add_typer(config_app, name="config")
 
 
 @config_app.command("show")
-def config_show(json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False) -> None:
+def config_show(json_out: JsonOpt = False) -> None:
     """Show every setting: its value (secrets redacted) and where it comes from."""
     from rlm_cli import config, models, render
 
@@ -351,7 +357,7 @@ def config_path_cmd() -> None:
 
 
 @app.command()
-def doctor(json_out: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False) -> None:
+def doctor(json_out: JsonOpt = False) -> None:
     """Report the sandbox level a run would use and what it protects, bwrap, Python, litellm, paths."""
     from rlm_cli import doctor as checkup
     from rlm_cli import render
@@ -362,17 +368,6 @@ def doctor(json_out: Annotated[bool, Opt("--json", help="Print one JSON document
 
 # -- corpus commands: rlm index, rlm stats, rlm cache -----------------------------------------------
 
-PathsArg = Annotated[list[str], typer.Argument(metavar="PATH...", help="Files, folders or globs.")]
-IncludeOpt = Annotated[list[str] | None, Opt("--include", help="Only files matching this glob (repeatable).")]
-ExcludeOpt = Annotated[list[str] | None, Opt("--exclude", help="Skip files matching this glob (repeatable).")]
-HiddenOpt = Annotated[bool, Opt("--hidden", help="Include dotfiles and dot-folders.")]
-NoIgnoreOpt = Annotated[bool, Opt("--no-ignore", help="Do not honour .gitignore/.ignore/.rlmignore.")]
-MaxSizeOpt = Annotated[str | None, Opt("--max-file-size", help="Skip larger files (default 10M).")]
-TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of files over --max-file-size.")]
-NoCacheOpt = Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")]
-ChunkOpt = Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens (default 2000).")]
-JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")]
-QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")]
 
 
 def _corpus_options(include: list[str] | None, exclude: list[str] | None, hidden: bool, no_ignore: bool,

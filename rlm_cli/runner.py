@@ -111,7 +111,7 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     run_id = new_run_id()
     trace_path = (settings.trace or traces_dir() / f"{run_id}.jsonl") if record else None
     created = trace_path is not None and not trace_path.exists()
-    new_dirs = _missing_parents(trace_path) if created and trace_path is not None else []
+    new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
     writer = TraceWriter(trace_path) if trace_path is not None else None
     sink = TraceSink(writer, emit, totals=lambda: (client.usage.total_tokens, client.usage.cost_usd))
     started = time.monotonic()
@@ -149,16 +149,6 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
             writer.close()
     outcome.run_id, outcome.trace_path = run_id, trace_path
     return outcome
-
-
-def _missing_parents(path: Path) -> list[Path]:
-    """The folders above ``path`` that do not exist yet, deepest first."""
-    out = []
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        out.append(parent)
-        parent = parent.parent
-    return out
 
 
 def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,
