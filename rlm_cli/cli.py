@@ -63,35 +63,85 @@ JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.
 QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")]
 
 
+#: Options of the model, the loop, budgets and the sandbox, shared by ``ask`` and ``eval``.
+ModelOpt = Annotated[str | None, Opt("--model", "-m", help="Root model, a litellm model string "
+                                     "(e.g. openai/gpt-5-mini). Env: RLM_MODEL.")]
+SubModelOpt = Annotated[str | None, Opt("--sub-model", help="Model for llm_query sub-calls (default: --model). "
+                                        "Env: RLM_SUB_MODEL.")]
+ApiBaseOpt = Annotated[str | None, Opt("--api-base", help="Provider base URL. Env: RLM_API_BASE.")]
+ApiKeyOpt = Annotated[str | None, Opt("--api-key", help="Provider API key. Env: RLM_API_KEY.")]
+MaxIterOpt = Annotated[int | None, Opt("--max-iterations", min=1, help="Root-model turns before "
+                                       "stopping (default 20).")]
+MaxDepthOpt = Annotated[int | None, Opt("--max-depth", min=1, help="Recursion depth; 1 = sub-calls are "
+                                        "plain model calls (default 1).")]
+RootWindowOpt = Annotated[int | None, Opt("--root-model-window", min=256, help="Root model's input window "
+                                          "in tokens (default: litellm's model info, else 32768).")]
+SandboxOpt = Annotated[str | None, Opt("--sandbox", help="auto|bwrap|sandbox-exec|process|none "
+                                       "(default auto). Env: RLM_SANDBOX.")]
+CellTimeoutOpt = Annotated[float | None, Opt("--cell-timeout", min=1, help="Seconds per code block "
+                                             "(default 120).")]
+MemoryOpt = Annotated[str | None, Opt("--memory-limit", help="Worker address-space limit, "
+                                      "e.g. 4G, 512M (default 4G).")]
+ConcurrencyOpt = Annotated[int | None, Opt("--max-concurrency", min=1, help="Sub-calls in flight at once "
+                                           "(default 16; lowered for the run on HTTP 429).")]
+RetriesOpt = Annotated[int | None, Opt("--retries", min=0, help="Retries of a failed request on 429, 5xx, "
+                                       "timeouts and dropped connections (default 3).")]
+RequestTimeoutOpt = Annotated[float | None, Opt("--request-timeout", min=0.1, help="Seconds per model request "
+                                                "(default 300).")]
+MaxCostOpt = Annotated[float | None, Opt("--max-cost", min=0, help="Stop (exit 6) once the run has cost this "
+                                         "many USD (priced models only).")]
+MaxTokensOpt = Annotated[int | None, Opt("--max-tokens", min=1, help="Stop (exit 6) once this many tokens "
+                                         "(input + output, all models) are used.")]
+MaxSubCallsOpt = Annotated[int | None, Opt("--max-sub-calls", min=0, help="Stop (exit 6) when code asks for "
+                                           "more sub-calls than this.")]
+TimeoutOpt = Annotated[float | None, Opt("--timeout", min=0.1, help="Stop (exit 6) after this many seconds "
+                                         "of wall-clock time.")]
+SubWindowOpt = Annotated[int | None, Opt("--sub-model-window", min=256, help="Sub-model's input window "
+                                         "in tokens (default: litellm's model info, else 32768).")]
+RouterOpt = Annotated[Path | None, Opt("--router-config", exists=True, dir_okay=False, help="litellm "
+                                       "Router config (YAML/JSON model_list) to spread calls over "
+                                       "several deployments.")]
+NoLlmCacheOpt = Annotated[bool, Opt("--no-llm-cache", help="Do not read or write the model-response cache.")]
+VerboseOpt = Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")]
+
+
+def _run_settings(*, memory_limit: str | None, no_llm_cache: bool, corpus: Any, **flags: Any) -> Any:
+    """Settings from the run flags shared by ``ask`` and ``eval`` (``None`` = not given), the
+    environment and the config file; ``corpus`` is the ``CorpusOptions`` to use.
+
+    Raises:
+        UsageError: a bad value (a size, a word setting) in the flags, env or config file.
+    """
+    from rlm_cli import config
+
+    flags["memory_limit"] = None if memory_limit is None else parse_size(memory_limit, "--memory-limit")
+    flags["llm_cache"] = False if no_llm_cache else None
+    settings = config.resolve(flags)
+    settings.corpus = corpus
+    return settings
+
+
 @app.command(context_settings={"allow_interspersed_args": True})
 def ask(
     args: Annotated[list[str], typer.Argument(metavar="PATH... QUESTION",
                                               help="Files, folders, globs or '-' (stdin), then the question.")],
-    model: Annotated[str | None, Opt("--model", "-m", help="Root model, a litellm model string "
-                                     "(e.g. openai/gpt-5-mini). Env: RLM_MODEL.")] = None,
-    sub_model: Annotated[str | None, Opt("--sub-model", help="Model for llm_query sub-calls (default: --model). "
-                                         "Env: RLM_SUB_MODEL.")] = None,
-    api_base: Annotated[str | None, Opt("--api-base", help="Provider base URL. Env: RLM_API_BASE.")] = None,
-    api_key: Annotated[str | None, Opt("--api-key", help="Provider API key. Env: RLM_API_KEY.")] = None,
-    max_iterations: Annotated[int | None, Opt("--max-iterations", min=1, help="Root-model turns before "
-                                              "stopping (default 20).")] = None,
-    max_depth: Annotated[int | None, Opt("--max-depth", min=1, help="Recursion depth; 1 = sub-calls are "
-                                         "plain model calls (default 1).")] = None,
+    model: ModelOpt = None,
+    sub_model: SubModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    api_key: ApiKeyOpt = None,
+    max_iterations: MaxIterOpt = None,
+    max_depth: MaxDepthOpt = None,
     mode: Annotated[str | None, Opt("--mode", help="auto|rlm|direct: direct sends the whole corpus in one call; "
                                     "auto (default) does so when it fits comfortably. Env: RLM_MODE.")] = None,
     direct_max_tokens: Annotated[int | None, Opt("--direct-max-tokens", min=0, help="Auto mode goes direct only "
                                                  "under this many corpus tokens (default 30000) and under "
                                                  "1/4 of the root model's window.")] = None,
-    root_model_window: Annotated[int | None, Opt("--root-model-window", min=256, help="Root model's input window "
-                                                 "in tokens (default: litellm's model info, else 32768).")] = None,
+    root_model_window: RootWindowOpt = None,
     trace: Annotated[Path | None, Opt("--trace", help="Write the trajectory (JSONL) to FILE instead of the "
                                       "user data dir.")] = None,
-    sandbox: Annotated[str | None, Opt("--sandbox", help="auto|bwrap|sandbox-exec|process|none "
-                                       "(default auto). Env: RLM_SANDBOX.")] = None,
-    cell_timeout: Annotated[float | None, Opt("--cell-timeout", min=1, help="Seconds per code block "
-                                              "(default 120).")] = None,
-    memory_limit: Annotated[str | None, Opt("--memory-limit", help="Worker address-space limit, "
-                                            "e.g. 4G, 512M (default 4G).")] = None,
+    sandbox: SandboxOpt = None,
+    cell_timeout: CellTimeoutOpt = None,
+    memory_limit: MemoryOpt = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
@@ -100,33 +150,22 @@ def ask(
     truncate_large: TruncateOpt = False,
     no_cache: NoCacheOpt = False,
     chunk_tokens: ChunkOpt = None,
-    max_concurrency: Annotated[int | None, Opt("--max-concurrency", min=1, help="Sub-calls in flight at once "
-                                               "(default 16; lowered for the run on HTTP 429).")] = None,
-    retries: Annotated[int | None, Opt("--retries", min=0, help="Retries of a failed request on 429, 5xx, "
-                                       "timeouts and dropped connections (default 3).")] = None,
-    request_timeout: Annotated[float | None, Opt("--request-timeout", min=0.1, help="Seconds per model request "
-                                                 "(default 300).")] = None,
-    max_cost: Annotated[float | None, Opt("--max-cost", min=0, help="Stop (exit 6) once the run has cost this "
-                                          "many USD (priced models only).")] = None,
-    max_tokens: Annotated[int | None, Opt("--max-tokens", min=1, help="Stop (exit 6) once this many tokens "
-                                          "(input + output, all models) are used.")] = None,
-    max_sub_calls: Annotated[int | None, Opt("--max-sub-calls", min=0, help="Stop (exit 6) when code asks for "
-                                             "more sub-calls than this.")] = None,
-    timeout: Annotated[float | None, Opt("--timeout", min=0.1, help="Stop (exit 6) after this many seconds "
-                                         "of wall-clock time.")] = None,
-    sub_model_window: Annotated[int | None, Opt("--sub-model-window", min=256, help="Sub-model's input window "
-                                                "in tokens (default: litellm's model info, else 32768).")] = None,
-    router_config: Annotated[Path | None, Opt("--router-config", exists=True, dir_okay=False, help="litellm "
-                                              "Router config (YAML/JSON model_list) to spread calls over "
-                                              "several deployments.")] = None,
-    no_llm_cache: Annotated[bool, Opt("--no-llm-cache", help="Do not read or write the model-response "
-                                      "cache.")] = False,
+    max_concurrency: ConcurrencyOpt = None,
+    retries: RetriesOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    max_sub_calls: MaxSubCallsOpt = None,
+    timeout: TimeoutOpt = None,
+    sub_model_window: SubWindowOpt = None,
+    router_config: RouterOpt = None,
+    no_llm_cache: NoLlmCacheOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    verbose: Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Answer QUESTION about the corpus at PATH... (the last argument is the question)."""
-    from rlm_cli import config, render, runner
+    from rlm_cli import render, runner
 
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
     if len(args) < 2:
@@ -134,19 +173,15 @@ def ask(
     paths, question = args[:-1], args[-1]
     if not question.strip():
         raise UsageError("the question is empty")
-    flags: dict[str, Any] = dict(model=model, sub_model=sub_model, api_base=api_base, api_key=api_key,
-                                 max_iterations=max_iterations, max_depth=max_depth, sandbox=sandbox,
-                                 mode=mode, direct_max_tokens=direct_max_tokens,
-                                 root_model_window=root_model_window, trace=trace,
-                                 cell_timeout=cell_timeout,
-                                 memory_limit=None if memory_limit is None else parse_size(memory_limit, "--memory-limit"),
-                                 max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout,
-                                 max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
-                                 timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
-                                 llm_cache=False if no_llm_cache else None)
-    settings = config.resolve(flags)
-    settings.corpus = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                      chunk_tokens)
+    settings = _run_settings(
+        model=model, sub_model=sub_model, api_base=api_base, api_key=api_key, max_iterations=max_iterations,
+        max_depth=max_depth, sandbox=sandbox, mode=mode, direct_max_tokens=direct_max_tokens,
+        root_model_window=root_model_window, trace=trace, cell_timeout=cell_timeout, memory_limit=memory_limit,
+        max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout, max_cost=max_cost,
+        max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
+        router_config=router_config, no_llm_cache=no_llm_cache,
+        corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                               chunk_tokens))
     if "-" in paths and sys.stdin.isatty():
         raise UsageError("'-' reads the corpus from standard input, but nothing is piped in",
                          hint='e.g. cat big.txt | rlm ask - "question"')
@@ -167,6 +202,90 @@ def ask(
     doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
     ui.summary(doc)
     render.write_json(doc) if json_out else render.write_answer(outcome.result.answer)
+
+
+@app.command(name="eval")
+def eval_cmd(
+    paths: PathsArg,
+    families: Annotated[str, Opt("--families", help="Comma-separated task families: needle, code, aggregate, "
+                                 "pairs.")] = "needle,code,aggregate,pairs",
+    limit: Annotated[int, Opt("--limit", min=1, help="Questions per family.")] = 10,
+    seed: Annotated[int, Opt("--seed", help="Same seed and corpus, same questions.")] = 0,
+    modes: Annotated[str, Opt("--modes", help="Comma-separated: rlm, direct (direct only where the corpus fits "
+                              "the root model's window).")] = "rlm",
+    jobs: Annotated[int, Opt("--jobs", min=1, help="Questions run at once.")] = 1,
+    records: Annotated[int, Opt("--records", min=20, help="Lines of the generated log (aggregate) and, a "
+                                "quarter of it, of each ticket list (pairs).")] = 1000,
+    report: Annotated[Path | None, Opt("--report", help="Also write a Markdown report to FILE.")] = None,
+    model: ModelOpt = None,
+    sub_model: SubModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    api_key: ApiKeyOpt = None,
+    max_iterations: MaxIterOpt = None,
+    max_depth: MaxDepthOpt = None,
+    root_model_window: RootWindowOpt = None,
+    sandbox: SandboxOpt = None,
+    cell_timeout: CellTimeoutOpt = None,
+    memory_limit: MemoryOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    hidden: HiddenOpt = False,
+    no_ignore: NoIgnoreOpt = False,
+    max_file_size: MaxSizeOpt = None,
+    truncate_large: TruncateOpt = False,
+    no_cache: NoCacheOpt = False,
+    chunk_tokens: ChunkOpt = None,
+    max_concurrency: ConcurrencyOpt = None,
+    retries: RetriesOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    max_sub_calls: MaxSubCallsOpt = None,
+    timeout: TimeoutOpt = None,
+    sub_model_window: SubWindowOpt = None,
+    router_config: RouterOpt = None,
+    no_llm_cache: NoLlmCacheOpt = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Measure answer quality on your own corpus: generated questions with exact answers, run like
+    `rlm ask` and scored. Budgets (--timeout, --max-cost...) apply to each question."""
+    from rlm_cli import render
+    from rlm_cli.evaluation import cli_run
+
+    settings = _run_settings(
+        model=model, sub_model=sub_model, api_base=api_base, api_key=api_key, max_iterations=max_iterations,
+        max_depth=max_depth, sandbox=sandbox, root_model_window=root_model_window, cell_timeout=cell_timeout,
+        memory_limit=memory_limit, max_concurrency=max_concurrency, retries=retries,
+        request_timeout=request_timeout, max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
+        timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache,
+        corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                               chunk_tokens))
+    ui = render.Renderer(quiet=quiet, verbose=verbose)
+    doc, markdown = cli_run.evaluate(settings, paths, families=_words(families, "--families"),
+                                     modes=_words(modes, "--modes"), limit=limit, seed=seed, jobs=jobs,
+                                     records=records, ui=ui, command=_command_line())
+    if report is not None:
+        cli_run.write_atomic(report, markdown)
+        ui.info(f"report written to {report}")
+    render.write_json(doc) if json_out else render.write_answer(cli_run.summary_text(doc))
+
+
+def _words(value: str, flag: str) -> list[str]:
+    words = [w.strip() for w in value.split(",") if w.strip()]
+    if not words:
+        raise UsageError(f"{flag} is empty")
+    return list(dict.fromkeys(words))
+
+
+def _command_line() -> str:
+    import shlex
+
+    args = [a if not a.startswith("sk-") else "***" for a in sys.argv[1:]]
+    if "--api-key" in args and args.index("--api-key") + 1 < len(args):
+        args[args.index("--api-key") + 1] = "***"
+    return "rlm " + " ".join(shlex.quote(a) for a in args)
 
 
 def _doc(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,

@@ -47,6 +47,10 @@ class EmptyCorpusError(UsageError):
     """Every candidate file was ignored, binary, too large or unreadable (exit 2)."""
 
 
+class DoesNotFitError(UsageError):
+    """``--mode direct`` on a corpus larger than the root model's input window."""
+
+
 class NoModelError(RLMError):
     """No model is configured and none could be detected (exit 3)."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -99,6 +100,10 @@ class Renderer:
                        f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
                        f"(root {cost(root.get('cost_usd'))}, sub {cost(sub.get('cost_usd'))}){extra}; "
                        f"{data.get('elapsed_s', 0):.1f} s[/]")
+
+    def eval_progress(self, total: int) -> _EvalProgress:
+        """Progress of ``rlm eval`` over ``total`` questions (see :func:`eval_progress`)."""
+        return eval_progress(self, total)
 
     def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
         """A table on stdout (for stats-like commands on a terminal)."""
@@ -273,3 +278,39 @@ table {{ border-collapse: collapse; font-size: 12px; }} th, td {{ text-align: le
 <ul>{body}</ul>
 </body></html>
 """
+
+
+class _EvalProgress:
+    """Progress of ``rlm eval``: a rich progress bar on a terminal, else one line per question."""
+
+    def __init__(self, renderer: Renderer, total: int) -> None:
+        self.r = renderer
+        self.total = total
+        self.done = 0
+        self.bar: Any = None
+
+    def __enter__(self) -> Callable[[str], None]:
+        if not self.r.quiet and self.r.err.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=self.r.err, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("eval", total=self.total)
+        return self.step
+
+    def step(self, line: str) -> None:
+        self.done += 1
+        if not self.r.quiet:
+            self.r.err.print(f"[dim][{self.done}/{self.total}][/] {escape(line)}")
+        if self.bar is not None:
+            self.bar.advance(self.task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def eval_progress(renderer: Renderer, total: int) -> _EvalProgress:
+    """A context manager yielding ``step(line)``: call it once per finished question."""
+    return _EvalProgress(renderer, total)

@@ -20,7 +20,15 @@ from typing import Any
 from rlm_cli import __version__
 from rlm_cli.config import CHOICES, Settings
 from rlm_cli.corpus import Corpus, load_corpus
-from rlm_cli.errors import ExitCode, MaxIterationsError, NoModelError, PartialAnswerError, RLMError, UsageError
+from rlm_cli.errors import (
+    DoesNotFitError,
+    ExitCode,
+    MaxIterationsError,
+    NoModelError,
+    PartialAnswerError,
+    RLMError,
+    UsageError,
+)
 from rlm_cli.history import request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import ensure_model
@@ -90,12 +98,20 @@ def choose_mode(settings: Settings, corpus_tokens: int, root_window: int) -> tup
     return "rlm", f"the corpus ({corpus_tokens:,} tokens) is over {limit:,} tokens, so it stays in the REPL"
 
 
+def direct_tokens(corpus: Corpus, question: str) -> int:
+    """Tokens a direct-mode request for ``question`` over ``corpus`` needs: the corpus, the
+    prompt around it and about 12 tokens per file for its ``==> path <==`` header."""
+    return corpus.total_tokens + request_tokens(direct_prompt(question, "")) + len(corpus.files) * 12
+
+
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,
-        client: ModelClient | None = None, record: bool = True) -> AskOutcome:
+        client: ModelClient | None = None, record: bool = True, corpus: Corpus | None = None) -> AskOutcome:
     """Load the corpus at ``paths`` and answer ``question`` (RLM loop or direct, per ``settings.mode``).
 
     ``client`` replaces the litellm client (replay passes one that answers from a trajectory);
-    ``record`` writes the trajectory to ``settings.trace`` or a new file under ``traces_dir()``.
+    ``record`` writes the trajectory to ``settings.trace`` or a new file under ``traces_dir()``;
+    ``corpus`` is an already loaded corpus for ``paths`` (``rlm eval`` passes derived ones), which
+    the caller keeps and deletes.
 
     Raises:
         UsageError / EmptyCorpusError: bad paths or nothing to read.
@@ -118,7 +134,7 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
                paths=[p if p == "-" else os.path.abspath(p) for p in paths], config=settings.redacted()))
     try:
-        outcome = _ask(settings, paths, question, sink, stdin_bytes, client)
+        outcome = _ask(settings, paths, question, sink, stdin_bytes, client, corpus)
         res = outcome.result
         sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
                    sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3)))
@@ -152,20 +168,20 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
 
 
 def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,
-         client: ModelClient) -> AskOutcome:
+         client: ModelClient, given: Corpus | None = None) -> AskOutcome:
     level, warning = resolve_level(settings.sandbox)
     if warning:
         emit(event("notice", 0, message=warning, level="warning"))
     started = time.monotonic()
-    corpus = load_corpus(paths, settings.corpus, stdin_bytes=stdin_bytes,
-                         on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")))
+    corpus = given or load_corpus(paths, settings.corpus, stdin_bytes=stdin_bytes,
+                                  on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")))
     emit(event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
                tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(time.monotonic() - started, 3),
                sandbox=level))
     try:
         return _answer(settings, paths, question, emit, client, corpus, level)
     finally:
-        if corpus.temporary:
+        if corpus.temporary and given is None:
             shutil.rmtree(corpus.bundle_dir, ignore_errors=True)
 
 
@@ -180,10 +196,10 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
     emit(event("mode", 0, mode=mode, reason=reason, root_window=root_window, root_window_source=root_src,
                sub_window=sub_window, sub_window_source=sub_src))
     if mode == "direct":
-        needed = corpus.total_tokens + request_tokens(direct_prompt(question, "")) + len(corpus.files) * 12
+        needed = direct_tokens(corpus, question)
         if needed > root_window:
-            raise UsageError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input window "
-                             f"is {root_window:,}", hint="use --mode rlm (or auto)")
+            raise DoesNotFitError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input "
+                                  f"window is {root_window:,}", hint="use --mode rlm (or auto)")
         try:
             result = run_direct(settings, client, question, corpus.context, emit=emit)
         except PartialAnswerError as exc:

@@ -858,3 +858,68 @@ def _empty_message(report: LoadReport) -> tuple[str, str]:
     listed = ", ".join(f"{n:,} {r}" for r, n in reasons)
     hints = "; ".join(_HINTS[r] for r, _ in reasons if r in _HINTS) or "see rlm ask --help"
     return f"the corpus is empty: every file was skipped ({listed})", hints
+
+
+def derive_corpus(base: Corpus, *, replace: dict[str, str] | None = None,
+                  add: list[tuple[str, str]] | None = None) -> Corpus:
+    """A temporary corpus equal to ``base`` with some files' text replaced and files appended,
+    built in memory from ``base``'s bundle: the files on disk are never read or changed.
+
+    ``replace`` maps a path of ``base`` to its new text; ``add`` lists ``(path, text)`` files
+    appended after ``base``'s files (a path already in ``base`` is refused). Unchanged files keep
+    their bytes and chunks; only replaced and added files are chunked and tokenized. The bundle
+    lives in a private temporary folder (``temporary``), deleted at exit. ``rlm eval`` uses this
+    to plant needles and generated records without touching the user's files.
+
+    Raises:
+        KeyError: a path in ``replace`` is not in ``base``.
+        ValueError: a path in ``add`` is already in ``base``.
+        CorruptCache: ``base``'s bundle cannot be read back.
+    """
+    replace = dict(replace or {})
+    add = list(add or [])
+    old = read_index(base.bundle_dir, verify=False)
+    if old is None:
+        raise CorruptCache(f"the bundle in {base.bundle_dir} is gone or of another version")
+    known = set(old.files["path"])
+    missing = [p for p in replace if p not in known]
+    if missing:
+        raise KeyError(f"not in the corpus: {missing[:3]}")
+    if any(p in known for p, _ in add):
+        raise ValueError("an added path is already in the corpus")
+    tmp = Path(tempfile.mkdtemp(prefix="rlm-corpus-"))
+    os.chmod(tmp, 0o700)
+    atexit.register(shutil.rmtree, tmp, True)
+    options = CorpusOptions(chunk_tokens=base.chunk_tokens, use_cache=False)
+    report = LoadReport()
+    writer = _Writer(tmp, options, report)
+    of = old.files
+    try:
+        with open(old.context_file, "rb") as fh, \
+                (mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if old.index["context_bytes"]
+                 else contextlib.nullcontext(b"")) as mm:  # type: ignore[attr-defined]
+            for i, path in enumerate(of["path"]):
+                sf = SourceFile(path, None, of["size"][i], of["mtime_ns"][i])
+                if path in replace:
+                    _add_text(writer, sf, replace[path])
+                else:
+                    writer.add(sf, mm[of["bstart"][i]:of["bend"][i]], of["chars"][i], of["lines"][i],
+                               of["sha1"][i], of["width"][i], of["notes"][i], old_i=i)
+            for path, text in add:
+                _add_text(writer, SourceFile(path, None, len(text.encode("utf-8")), time.time_ns()), text)
+            files, chunks, final, digest = writer.finish(old)
+    except BaseException:
+        writer.abort()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    corpus = Corpus(files, chunks, final, writer.chars, writer.nbytes, digest, report, DEFAULT_ENCODING,
+                    base.chunk_tokens, reindexed=len(replace) + len(add), temporary=True)
+    corpus._pin = writer.keep_open()
+    _write_index(corpus, time.time_ns(), [], options, report)
+    return corpus
+
+
+def _add_text(writer: _Writer, sf: SourceFile, text: str) -> None:
+    data = text.encode("utf-8")
+    lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    writer.add(sf, data, len(text), lines, _sha1(data), char_width(text), "", text=text)

@@ -1,0 +1,69 @@
+"""Text of ``rlm eval``'s results: the JSON document and the Markdown report (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlm_cli.evaluation.harness import GroupSummary, QuestionResult
+
+#: Version of the ``rlm eval --json`` document.
+EVAL_SCHEMA = 1
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _cost(x: float | None) -> str:
+    return "unknown" if x is None else f"${x:.4f}"
+
+
+def summary_table(groups: list[GroupSummary]) -> str:
+    """A Markdown table: one row per family and mode."""
+    rows = ["| family | mode | correct | accuracy | median iterations | sub-calls | tokens | cost | median s |"
+            " not run |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for g in groups:
+        med_it = "n/a" if g.median_iterations is None else f"{g.median_iterations:g}"
+        med_s = "n/a" if g.median_s is None else f"{g.median_s:.1f}"
+        not_run = f"{g.does_not_fit} does not fit" if g.does_not_fit else ""
+        rows.append(f"| {g.family} | {g.mode} | {g.correct}/{g.ran} | {_pct(g.accuracy)} | {med_it} | {g.sub_calls:,} "
+                    f"| {g.tokens:,} | {_cost(g.cost_usd)} | {med_s} | {not_run} |")
+    return "\n".join(rows)
+
+
+def _cell(text: Any, n: int = 80) -> str:
+    s = " ".join(str(text).split())
+    s = s if len(s) <= n else s[: n - 1] + "…"
+    return s.replace("|", "\\|")
+
+
+def markdown(meta: dict[str, Any], groups: list[GroupSummary], results: list[QuestionResult]) -> str:
+    """The whole report: what was run (model, corpus, seed, command), the summary table, the
+    failure kinds by status, and one row per question with its trajectory id."""
+    lines = ["# rlm eval report", ""]
+    for key in ("date", "model", "sub_model", "corpus", "seed", "families", "modes", "limit", "records",
+                "sandbox", "command"):
+        if meta.get(key) not in (None, ""):
+            value = meta[key]
+            if isinstance(value, dict):
+                value = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in value.items())
+            elif isinstance(value, list):
+                value = ", ".join(map(str, value))
+            lines.append(f"- **{key.replace('_', ' ')}**: `{value}`" if key == "command" else
+                         f"- **{key.replace('_', ' ')}**: {value}")
+    lines += ["", "## Summary", "", summary_table(groups), "", "## Questions", "",
+              "| id | kind | mode | status | correct | gold | answer | iterations | s | trace |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        mark = "n/a" if r.correct is None else ("yes" if r.correct else "**no**")
+        lines.append(f"| {r.task.id} | {r.task.kind} | {r.mode} | {r.status} | {mark} | {_cell(r.task.gold, 40)} | "
+                     f"{_cell(r.answer or r.error or '')} | {r.iterations} | {r.elapsed_s:.1f} | {r.run_id or ''} |")
+    lines += ["", "A failure is one `rlm trace show ID` away."]
+    return "\n".join(lines) + "\n"
+
+
+def document(meta: dict[str, Any], groups: list[GroupSummary], results: list[QuestionResult]) -> dict[str, Any]:
+    """The ``--json`` document: ``schema``, ``meta``, ``summary`` (per family and mode) and
+    ``results`` (per question)."""
+    return {"schema": EVAL_SCHEMA, "status": "done", "meta": meta, "summary": [g.to_dict() for g in groups],
+            "results": [r.to_dict() for r in results]}
