@@ -1,20 +1,31 @@
 """The RLM loop: root model turns, code blocks run in the REPL worker, FINAL ends it.
 
 The orchestrator never prints; it reports everything through ``emit`` (trajectory events, see
-``rlm_cli.trace``), which the runner sends to the renderer and the trajectory file.
+``rlm_cli.trace``), which the runner sends to the renderer and the trajectory file. Reading a
+reply (its blocks, text that claims their output, a FINAL written as text) is ``rlm_cli.reply``.
 
 Finishing rules (each has a test in ``tests/test_orchestrator.py``):
 
 * ``FINAL(value)`` / ``FINAL_VAR(name)`` called in a code block end the run; the first one wins,
   and code after it in the same block cannot change the answer (the worker freezes the text).
-* A line ``FINAL(...)`` or ``FINAL_VAR(...)`` in the reply's text, outside code blocks, also
-  ends it. ``FINAL_VAR`` of an undefined name, or FINAL only mentioned in prose, does not: the
-  model is told what went wrong and continues. A literal ``FINAL(...)`` line written next to code
-  whose output the model has not seen is refused (it was written before the evidence).
+* Evidence first: a reply's blocks run in order until one fails, or until the text after a block
+  claims that block's output ("Output: ...", a result written out): later blocks were written on
+  imagined output and do not run, and that text is cut from the history (the model is told).
+  A FINAL in a later block of a reply, after an earlier block printed output the model has not
+  seen, is refused.
+* A line ``FINAL(...)`` or ``FINAL_VAR(...)`` in the reply's text, outside code blocks, ends the
+  run with the same value the call gives in a block (``FINAL(x)`` of a variable ``x`` is its value;
+  text that is not Python is taken as written). A FINAL written after claimed output never ends
+  the run; an answer written out by the model (a literal) next to code whose output it has not
+  seen is refused. ``FINAL_VAR`` of an undefined name, or FINAL only mentioned in prose, does not
+  end it either: the model is told what went wrong and continues.
 * The first turn cannot finish without having run code: a text FINAL on turn 1, or a turn-1 block
   that does nothing but call FINAL with literal values, is refused.
-* A reply with neither code nor FINAL gets one format reminder; a second one in a row (once code
-  has run) is taken as the final answer (small local models answer in plain text).
+* A reply with neither code nor FINAL gets one format reminder; a second one in a row is taken as
+  the final answer when it reads as an answer (not a plan, a refusal or a question: see
+  ``reply.looks_like_answer``); otherwise the model is told it has not answered.
+* Every feedback message says how many iterations are left; an error repeated from the previous
+  turn, or code run before, is pointed out with what to change.
 * At ``max_iterations`` one last call without the REPL asks for the best answer
   (:class:`MaxIterationsError`, status ``max_iterations``).
 """
@@ -29,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli import prompts
+from rlm_cli import prompts, reply
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
@@ -41,57 +52,8 @@ from rlm_cli.trace import event, request_key
 
 Emit = Callable[[dict[str, Any]], None]
 
-
-_CODE_BLOCK = re.compile(r"```(?:repl|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
-_ANY_FENCE = re.compile(r"```.*?```", re.DOTALL)
-_FINAL_START = re.compile(r"^[ \t]*(FINAL_VAR|FINAL)\(", re.MULTILINE)
-_IDENT = re.compile(r"^[ \t]*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?[ \t]*$")
-_PROSE_FINAL = re.compile(r"\bFINAL(?:_VAR)?\s*\(")
 _FINISHERS = ("FINAL", "FINAL_VAR")
-
-
-def find_code_blocks(text: str) -> list[str]:
-    """The code of every ```repl / ```python block in ``text``, in order."""
-    return [m.group(1) for m in _CODE_BLOCK.finditer(text)]
-
-
-def _outside_code(text: str) -> str:
-    return _ANY_FENCE.sub("", text)
-
-
-def find_text_final(text: str) -> tuple[str, str] | None:
-    """A FINAL written as a line of the model's text outside code blocks.
-
-    Returns ``("value", answer)`` for ``FINAL(answer)``, ``("var", name)`` for ``FINAL_VAR(name)``
-    (name quoted or bare), or ``None``. Mentions inside prose ("I will call FINAL() later") do not
-    count: the call must start its own line. A one-line call ends at its last ``)``; a call whose
-    first line does not close runs to the last ``)`` of the reply (a multi-line answer).
-    """
-    outside = _outside_code(text)
-    m = _FINAL_START.search(outside)
-    if m is None:
-        return None
-    rest = outside[m.end():]
-    first_line = rest.split("\n", 1)[0].rstrip()
-    if first_line.endswith(")"):
-        inner = first_line[:-1]
-    else:
-        whole = rest.rstrip()
-        if not whole.endswith(")"):
-            return None
-        inner = whole[:-1]
-    if m.group(1) == "FINAL_VAR":
-        ident = _IDENT.match(inner)
-        return ("var", ident.group(1)) if ident else None
-    value = inner.strip()
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        value = value[1:-1]
-    return ("value", value) if value else None
-
-
-def mentions_final(text: str) -> bool:
-    """Whether the text outside code blocks mentions a FINAL call (e.g. "I will call FINAL() once done")."""
-    return bool(_PROSE_FINAL.search(_outside_code(text)))
+_SPACE = re.compile(r"\s+")
 
 
 def only_finishes(code: str) -> bool:
@@ -177,6 +139,7 @@ class Orchestrator:
         self.emit = emit
         self.depth = depth
         self.hide_paths = hide_paths
+        self._last_output = ""
 
     def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any]) -> RunResult:
         """Answer ``question`` over the corpus described by ``spec``/``meta``.
@@ -225,15 +188,19 @@ class Orchestrator:
 
         Returns the final answer, or ``None`` to go on.
         """
-        blocks = find_code_blocks(text)
-        text_final = find_text_final(text)
-        if not blocks:
+        plan = reply.plan(text)
+        text_final = reply.find_text_final(text)
+        if not plan.blocks:
             return self._turn_without_code(iteration, text, text_final, history, sandbox, loop)
         loop.no_code_streak = 0
         outputs: list[tuple[str, str]] = []
         notes: list[str] = []
         final: str | None = None
-        for n, code in enumerate(blocks, 1):
+        unseen = 0  # characters earlier blocks of this reply printed (the model has not seen them)
+        ran = 0
+        for n, block in enumerate(plan.blocks[:plan.runnable], 1):
+            code = block.code
+            ran = n
             self.emit(event("code", self.depth, iteration=iteration, block=n, code=code))
             calls0 = self.client.usage.sub_calls
             # A cell never outlives the run's --timeout: the wall-clock budget bounds it too.
@@ -250,37 +217,67 @@ class Orchestrator:
                             output_chars=result.output_chars, elapsed_s=round(result.elapsed_s, 3),
                             sub_calls=self.client.usage.sub_calls - calls0, lost=result.lost))
             outputs.append((code, shown))
+            self._last_output = shown
             if self.client.fatal is not None:  # e.g. a 401 on a sub-call: stop now, exit 4
                 raise self.client.fatal
             if self.client.budget.exceeded is not None:
                 raise self._with_partial(self.client.budget.exceeded, loop.last_text)
             if result.final is not None:
-                if not loop.ran_code and only_finishes(code):
+                if not loop.ran_code and only_finishes(code) and n == 1:
                     # A literal answer on the first turn is a guess: nothing it saw came from the corpus.
-                    if n > 1:
-                        notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
-                        self._notice("FINAL with a literal answer next to code whose output was not seen; refused")
-                    else:
-                        notes.append(prompts.FIRST_TURN_FINAL)
-                        self._notice("FINAL before any exploration; refused")
+                    notes.append(prompts.FIRST_TURN_FINAL)
+                    self._notice("FINAL before any exploration; refused")
+                elif unseen:
+                    notes.append(prompts.final_after_unseen(n))
+                    self._notice(f"FINAL in block {n}, after output the model had not seen; refused")
                 else:
                     final = result.final
                 break  # the first FINAL wins; later blocks do not run
+            if not result.ok or result.lost:
+                break  # later blocks were written assuming this one worked
+            unseen += result.output_chars
         loop.ran_code = True
         if final is None and text_final is not None and not notes:
-            kind, value = text_final
-            if kind == "var":
-                final = self._resolve_var(sandbox, value, notes)
-            else:
-                notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
-                self._notice("FINAL(...) line next to unseen code output; refused")
+            final = self._text_final_next_to_code(text_final, plan, ran, sandbox, notes)
         if final is not None:
             return final
-        history.add(Turn(iteration, text, prompts.output_message(outputs, notes=notes),
-                         codes=[c for c, _ in outputs], outputs=[o for _, o in outputs]))
+        kept = text
+        if ran < len(plan.blocks) or plan.claimed:
+            kept = text[:plan.blocks[ran - 1].end]
+            if plan.claimed:
+                notes.append(prompts.CLAIMED_OUTPUT)
+                self._notice(f"text after block {ran} claimed its output; cut from the history"
+                             + (f", {len(plan.blocks) - ran} later block(s) not run" if ran < len(plan.blocks) else ""))
+            elif ran < len(plan.blocks):
+                notes.append(prompts.later_blocks_skipped(len(plan.blocks) - ran))
+        codes = [c for c, _ in outputs]
+        notes += self._repetition_notes(loop, codes, [o for _, o in outputs])
+        history.add(Turn(iteration, kept, prompts.output_message(
+            outputs, notes=notes, left=self.settings.max_iterations - iteration), codes=codes,
+            outputs=[o for _, o in outputs]))
         return None
 
-    def _turn_without_code(self, iteration: int, text: str, text_final: tuple[str, str] | None,
+    def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, ran: int, sandbox: Sandbox,
+                                 notes: list[str]) -> str | None:
+        """A FINAL line written in the text of a reply that also ran code: refused after claimed
+        output or when it is a written-out answer (literal); a variable or expression is taken
+        from the REPL."""
+        if plan.claimed and tf.offset >= plan.cut:
+            self._notice("FINAL written after text that claimed output; refused")
+            notes.append(prompts.FINAL_AFTER_CLAIM)
+            return None
+        if tf.literal() is not None:
+            notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
+            self._notice("FINAL(...) line next to unseen code output; refused")
+            return None
+        value, literal = self._text_final_value(sandbox, tf, notes)
+        if literal:  # not Python after all (e.g. a path): a written-out answer
+            notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
+            self._notice("FINAL(...) line next to unseen code output; refused")
+            return None
+        return value
+
+    def _turn_without_code(self, iteration: int, text: str, text_final: reply.TextFinal | None,
                            history: History, sandbox: Sandbox, loop: _LoopState) -> str | None:
         feedback: str
         if text_final is not None:
@@ -289,39 +286,72 @@ class Orchestrator:
                 self._notice("FINAL before any code; refused")
                 feedback = prompts.FIRST_TURN_FINAL
             else:
-                kind, value = text_final
-                if kind == "value":
-                    return value
                 notes: list[str] = []
-                answer = self._resolve_var(sandbox, value, notes)
+                answer, _ = self._text_final_value(sandbox, text_final, notes)
                 if answer is not None:
                     return answer
                 feedback = f"{notes[0]} Continue."
-        elif mentions_final(text):
+        elif reply.mentions_final(text):
             loop.no_code_streak = 0
             self._notice("FINAL mentioned in prose only; the model was told")
             feedback = prompts.PROSE_FINAL
         else:
             loop.no_code_streak += 1
             # Small models often answer in prose; after one reminder, the second such reply in a row
-            # is the answer (issue #6). The first turn alone can never finish this way.
-            if loop.no_code_streak >= 2 and text.strip():
+            # is the answer (issue #6), unless it plans or declines instead of answering (issue #10).
+            if loop.no_code_streak >= 2 and reply.looks_like_answer(text):
                 self._notice("two replies without code in a row: taking the reply as the final answer")
                 return text.strip()
-            self._notice("reply had no code block; reminded the model of the format")
-            feedback = prompts.FORMAT_REMINDER
-        history.add(Turn(iteration, text, feedback))
+            if loop.no_code_streak >= 2:
+                self._notice("reply without code does not answer the question; the model was told")
+                feedback = prompts.NOT_AN_ANSWER
+            else:
+                self._notice("reply had no code block; reminded the model of the format")
+                feedback = prompts.FORMAT_REMINDER
+        history.add(Turn(iteration, text, f"{feedback}\n\n{prompts.iterations_left(self.settings.max_iterations - iteration)}"))
         return None
 
-    def _resolve_var(self, sandbox: Sandbox, name: str, notes: list[str]) -> str | None:
-        """The value of REPL variable ``name`` as answer text, or ``None`` with the reason in ``notes``."""
-        result = sandbox.execute(f"FINAL_VAR({name!r})", cell=0)
+    def _text_final_value(self, sandbox: Sandbox, tf: reply.TextFinal, notes: list[str]) -> tuple[str | None, bool]:
+        """The answer a FINAL line of the text gives, as the same call in a code block would:
+        ``(answer, written_out)``. A literal is taken as written; a variable or expression is
+        evaluated in the REPL (``FINAL(x)`` gives the value of ``x``); a ``FINAL(...)`` whose
+        argument is not valid, defined Python is taken as the text written (``written_out``).
+        ``(None, False)`` with the reason in ``notes`` when ``FINAL_VAR`` names no variable or
+        the expression fails."""
+        literal = tf.literal()
+        if literal is not None:
+            return literal, True
+        result = sandbox.execute(tf.call, cell=0)
         if result.final is not None:
-            return result.final
-        problem = result.final_error or result.lost or f"FINAL_VAR({name!r}) failed: {result.output.strip()[:300]}"
+            return result.final, False
+        if tf.func == "FINAL" and not result.final_error and not result.lost:
+            err = reply.error_signature(result.output) or ""
+            if err.startswith(("NameError", "SyntaxError", "AttributeError")):
+                return tf.source, True  # e.g. FINAL(urllib/parse.py): prose that parses as Python
+        problem = (result.final_error or result.lost
+                   or f"{tf.call[:80]} failed: {(reply.error_signature(result.output) or result.output.strip())[:300]}")
         notes.append(problem)
         self._notice(problem)
-        return None
+        return None, False
+
+    def _repetition_notes(self, loop: _LoopState, codes: list[str], outputs: list[str]) -> list[str]:
+        """Notes when this turn repeats code that already ran, or the error of the previous turn."""
+        notes = []
+        norm = [_SPACE.sub(" ", c).strip() for c in codes]
+        if norm and all(c in loop.seen_code for c in norm):
+            notes.append(prompts.REPEATED_CODE)
+            self._notice("the model repeated code it had already run; told")
+        loop.seen_code.update(norm)
+        errors = [e for e in (reply.error_signature(o) for o in outputs) if e]
+        repeated = [e for e in errors if e in loop.last_errors]
+        if repeated:
+            notes.append(prompts.repeated_error(repeated[0], loop.error_streak + 1))
+            self._notice(f"the same error as the previous turn: {repeated[0][:120]}")
+            loop.error_streak += 1
+        else:
+            loop.error_streak = 0
+        loop.last_errors = set(errors)
+        return notes
 
     # -- calls and endings ---------------------------------------------------------------------------
     def _root_call(self, history: History, model: str, last_text: str) -> str:
@@ -349,16 +379,26 @@ class Orchestrator:
             best = self._root_call(history, model, loop.last_text)
         except BudgetExceededError:
             best = loop.last_text
-        found = find_text_final(best)
-        answer = _outside_code(best).strip() or best.strip()
-        if found is not None:
-            kind, value = found
-            answer = value if kind == "value" else (self._resolve_var(sandbox, value, []) or answer)
+        answer = self._best_text(best, sandbox)
         result = self._done(answer, "max_iterations", s.max_iterations, sub_calls_before, started)
         err = MaxIterationsError(f"no final answer after {s.max_iterations} iterations",
                                  partial=result.answer, hint="raise --max-iterations or narrow the question")
         err.result = result  # type: ignore[attr-defined]
         raise err
+
+    def _best_text(self, best: str, sandbox: Sandbox) -> str:
+        """The answer in the reply to the last request at the iteration limit: a FINAL in it (its
+        value), else its text without code when it reads as an answer, else "no answer" with the
+        head of the last output; never raw code."""
+        found = reply.find_text_final(best)
+        if found is not None:
+            value, _ = self._text_final_value(sandbox, found, [])
+            if value is not None:
+                return value
+        prose = reply.outside_code(best).strip()
+        if prose and reply.looks_like_answer(prose):
+            return prose
+        return prompts.no_answer(self._last_output)
 
     def _notice(self, message: str) -> None:
         self.emit(event("notice", self.depth, message=message))
@@ -382,6 +422,9 @@ class _LoopState:
     last_text: str = ""
     no_code_streak: int = 0
     ran_code: bool = False
+    seen_code: set[str] = field(default_factory=set)
+    last_errors: set[str] = field(default_factory=set)
+    error_streak: int = 0
 
 
 def run_direct(settings: Settings, client: ModelClient, question: str, context: str, *, emit: Emit) -> RunResult:
@@ -400,8 +443,9 @@ def run_direct(settings: Settings, client: ModelClient, question: str, context: 
     emit(event("root_call", 0, model=model, response=completion.text, request_key=request_key(model, messages),
                request_tokens=request_tokens(messages), direct=True, input_tokens=r.input_tokens,
                output_tokens=r.output_tokens, cost_usd=r.cost_usd, latency_s=round(r.latency_s, 3)))
-    found = find_text_final(completion.text)
-    answer = found[1] if found is not None and found[0] == "value" else completion.text.strip()
+    found = reply.find_text_final(completion.text)
+    literal = found.literal() if found is not None else None
+    answer = literal if literal is not None else completion.text.strip()
     emit(event("final", 0, status="final", iterations=1, answer=answer, answer_chars=len(answer)))
     return RunResult(answer=answer, status="final", iterations=1, sub_calls=0,
                      elapsed_s=round(time.monotonic() - started, 3), mode="direct")

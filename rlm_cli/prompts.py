@@ -69,16 +69,21 @@ How to work:
 4. Aggregate in Python: keep sub-answers in variables (they persist between turns) and combine them with code.
 5. Finish: when the printed output supports your answer, call FINAL(answer) in a ```repl block, or FINAL_VAR(name) for a long answer built in a variable. Cite file paths and line numbers.
 
-Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characters: print counts, summaries and short excerpts, never whole files. Do not reassign `context`, `files`, `chunks` or the helpers.
-Write code in ```repl blocks; every block is run and you see its output in the next message.
+Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characters: print counts, summaries and short excerpts, never whole files. Do not reassign `context`, `files`, `chunks` or the helpers. A grep for a name also finds its imports and calls: to find where something is defined, grep for `def name` or `class name`.
+
+Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message.
 
 Example.
 Question: Where is the function `parse_config` defined?
+Your reply:
 ```repl
 hits = grep(r"def parse_config\\b")
 print(len(hits), hits[:5])
 ```
-Output: 1 [{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
+The next message, from the REPL:
+Output:
+1 [{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
+Your next reply:
 ```repl
 FINAL("`parse_config` is defined in app/config.py at line 42.")
 ```"""
@@ -89,11 +94,15 @@ COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
 `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
 Explore with code first, filter with grep, send big pieces to sub-calls. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
-Example:
+Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message.
+Example. Your reply:
 ```repl
 print(grep(r"def parse_config\\b")[:5])
 ```
-Output: [{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
+The next message, from the REPL:
+Output:
+[{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
+Your next reply:
 ```repl
 FINAL("parse_config is defined in app/config.py at line 42.")
 ```"""
@@ -152,16 +161,26 @@ def first_user_prompt(question: str, metadata: str) -> str:
             "Start by exploring `context` with code in a ```repl block. Do not answer before running code.")
 
 
-def output_message(blocks: list[tuple[str, str]], *, notes: list[str] | None = None) -> str:
+def output_message(blocks: list[tuple[str, str]], *, notes: list[str] | None = None, left: int | None = None) -> str:
     """The user message feeding back each block's ``(code, shown output)``, then any ``notes``
-    (e.g. why a FINAL was not accepted)."""
+    (e.g. why a FINAL was not accepted) and, when ``left`` is given, the iterations left."""
     parts = []
     for i, (_, out) in enumerate(blocks, 1):
         label = f"Output of block {i}:" if len(blocks) > 1 else "Output:"
         parts.append(f"{label}\n{out if out.strip() else '(no output)'}")
     parts.extend(f"[{n}]" for n in notes or [])
-    parts.append("Continue. Call FINAL(answer) or FINAL_VAR(name) in a ```repl block when you have the answer.")
+    parts.append("Continue. Call FINAL(answer) or FINAL_VAR(name) in a ```repl block when you have the answer."
+                 + (f" {iterations_left(left)}" if left is not None else ""))
     return "\n\n".join(parts)
+
+
+def iterations_left(left: int) -> str:
+    """How many root-model turns remain (``left`` counts the turns after this one)."""
+    if left <= 0:
+        return "This was your last iteration."
+    if left <= 3:
+        return f"Only {left} iteration{'s' if left > 1 else ''} left: finish with FINAL soon."
+    return f"({left} iterations left.)"
 
 
 def truncate_output(text: str, total_chars: int, limit: int) -> str:
@@ -224,6 +243,65 @@ PROSE_FINAL = ("You mentioned FINAL in your text, but that does not finish the r
 FINAL_WITH_UNSEEN_CODE = ("Your FINAL with a written-out answer came next to code whose output you had not "
                           "seen yet, so it was not accepted. Check the output above; then finish with FINAL "
                           "in a ```repl block.")
+
+CLAIMED_OUTPUT = ("Your reply went on after the code block as if you knew its output. You cannot know it: "
+                  "the REPL runs your code after your reply ends, and the real output is the one shown above. "
+                  "That text was removed. End each reply right after its ```repl block.")
+
+FINAL_AFTER_CLAIM = ("Your FINAL came after text that guessed the code's output, so it was not accepted. "
+                     "Read the real output above, then finish.")
+
+NOT_AN_ANSWER = ("That reply does not answer the question. Run code in a ```repl block to find the answer in "
+                 "`context`, or, if the output above already shows it, call FINAL(answer).")
+
+REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
+                 "different, or finish with FINAL if you have the answer.")
+
+NO_ANSWER_AT_LIMIT = "No answer was found within the iteration limit."
+
+
+def no_answer(last_output: str, head_chars: int = 600) -> str:
+    """The partial answer when the model gave none: :data:`NO_ANSWER_AT_LIMIT` and the head of
+    the last output the code produced (what was learned), if any."""
+    out = last_output.strip()
+    if not out:
+        return NO_ANSWER_AT_LIMIT
+    more = " [...]" if len(out) > head_chars else ""
+    return f"{NO_ANSWER_AT_LIMIT} The last output of the code was:\n{out[:head_chars]}{more}"
+
+#: How each helper is called, quoted when the model calls it wrongly.
+HELPER_USAGE = {
+    "grep": "grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches all of `context` "
+            "(no need to pass it) and returns [{'file', 'line', 'text'}]",
+    "read_file": "read_file(path, start_line=None, end_line=None) returns numbered lines of one file",
+    "search": "search(query, k=10) returns the best chunks: [{'chunk', 'file', 'start_line', 'end_line', 'score'}]",
+    "chunk_text": "chunk_text(i) returns the text of chunk i",
+    "llm_query": "llm_query(prompt) sends one string to the sub-model and returns its answer",
+    "llm_query_batched": "llm_query_batched([prompt1, prompt2, ...]) returns a list of answers",
+    "FINAL_VAR": "FINAL_VAR('name') finishes with the value of the variable called name",
+}
+
+
+def final_after_unseen(block: int) -> str:
+    """Why a FINAL in a later block of a reply was refused."""
+    return (f"Your FINAL in block {block} came after earlier blocks printed output you had not seen yet, so it "
+            "was not accepted. Read the output above; then finish with FINAL.")
+
+
+def later_blocks_skipped(n: int) -> str:
+    """Why the last ``n`` blocks of a reply did not run."""
+    return (f"{n} later block{'s' if n > 1 else ''} of your reply did not run: blocks stop at the first error or "
+            "FINAL. Check the output above, then continue.")
+
+
+def repeated_error(error: str, times: int) -> str:
+    """The note for an error that came back in consecutive turns (``times`` in a row), with the
+    right call when it is about a helper."""
+    helper = next((usage for name, usage in HELPER_USAGE.items() if f"{name}(" in error or f"'{name}'" in error
+                   or f" {name}" in error), None)
+    fix = f" The right call: {helper}." if helper else ""
+    return (f"This is the same error as in your previous turn{f' ({times + 1} turns in a row)' if times > 1 else ''}: "
+            f"{error[:200]}. Repeating the code will fail again: change it.{fix}")
 
 
 def best_answer_prompt() -> str:

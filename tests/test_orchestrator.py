@@ -10,8 +10,9 @@ import pytest
 
 from rlm_cli.errors import MaxIterationsError
 from rlm_cli.history import request_tokens
-from rlm_cli.orchestrator import find_code_blocks, find_text_final, mentions_final, only_finishes
-from rlm_cli.prompts import FINAL_WITH_UNSEEN_CODE, FIRST_TURN_FINAL, FORMAT_REMINDER, PROSE_FINAL
+from rlm_cli.orchestrator import only_finishes
+from rlm_cli.reply import code_blocks, find_text_final, mentions_final
+from rlm_cli.prompts import FINAL_WITH_UNSEEN_CODE, FIRST_TURN_FINAL, FORMAT_REMINDER, PROSE_FINAL, final_after_unseen
 from tests.fake_llm import FakeLLM, last_user, repl
 from tests.inproc import corpus, run
 
@@ -19,22 +20,26 @@ from tests.inproc import corpus, run
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("FINAL(42)", ("value", "42")),
-    ("Done.\nFINAL(\"Paris is the capital\")\n", ("value", "Paris is the capital")),
-    ("  FINAL('single quotes')", ("value", "single quotes")),
-    ("FINAL(the answer (with parens))\nThanks!", ("value", "the answer (with parens)")),
-    ("FINAL(first line\nsecond line)", ("value", "first line\nsecond line")),
-    ("FINAL_VAR(result)", ("var", "result")),
-    ("FINAL_VAR('result')", ("var", "result")),
-    ('FINAL_VAR("result")', ("var", "result")),
+    ("FINAL(42)", ("FINAL", "42", "42")),
+    ("Done.\nFINAL(\"Paris is the capital\")\n", ("FINAL", '"Paris is the capital"', "Paris is the capital")),
+    ("  FINAL('single quotes')", ("FINAL", "'single quotes'", "single quotes")),
+    ("FINAL(the answer (with parens))\nThanks!", ("FINAL", "the answer (with parens)", "the answer (with parens)")),
+    ("FINAL(first line\nsecond line)", ("FINAL", "first line\nsecond line", "first line\nsecond line")),
+    ("**FINAL(urllib/parse.py)**", ("FINAL", "urllib/parse.py", None)),  # parses as Python: the REPL decides
+    ("FINAL(x)", ("FINAL", "x", None)),  # a variable: its value comes from the REPL
+    ("FINAL(f'{n} files')", ("FINAL", "f'{n} files'", None)),
+    ("FINAL_VAR(result)", ("FINAL_VAR", "result", None)),
+    ("FINAL_VAR('result')", ("FINAL_VAR", "'result'", None)),
+    ('FINAL_VAR("result")', ("FINAL_VAR", '"result"', None)),
+    ('FINAL_VAR("a whole sentence.")', ("FINAL_VAR", '"a whole sentence."', "a whole sentence.")),
     ("I will call FINAL() once done.", None),
     ("When ready I'll use FINAL(answer) to finish", None),
     ("```repl\nFINAL('inside code')\n```", None),
     ("FINAL()", None),
-    ("FINAL_VAR(not a name)", None),
 ])
-def test_find_text_final(text: str, expected: tuple[str, str] | None) -> None:
-    assert find_text_final(text) == expected
+def test_find_text_final(text: str, expected: tuple[str, str, str | None] | None) -> None:
+    found = find_text_final(text)
+    assert (found if found is None else (found.func, found.source, found.literal())) == expected
 
 
 def test_mentions_and_only_finishes() -> None:
@@ -48,7 +53,7 @@ def test_mentions_and_only_finishes() -> None:
     assert not only_finishes("x = 1\nFINAL(x)")
     assert not only_finishes("print(1)")
     assert not only_finishes("FINAL(")
-    assert find_code_blocks("a\n```python\nx=1\n```\nb\n```repl\ny=2\n```") == ["x=1\n", "y=2\n"]
+    assert [b.code for b in code_blocks("a\n```python\nx=1\n```\nb\n```repl\ny=2\n```")] == ["x=1\n", "y=2\n"]
 
 
 # -- finishing in code -----------------------------------------------------------------------------
@@ -162,7 +167,7 @@ def test_first_turn_literal_final_in_a_second_block_is_refused_as_unseen(tmp_pat
     r = run(llm, [corpus(tmp_path)])
     assert r.answer == "alpha, seen"
     second = last_user(llm.chat_requests("root")[1])
-    assert FINAL_WITH_UNSEEN_CODE in second and FIRST_TURN_FINAL not in second
+    assert final_after_unseen(2) in second and FIRST_TURN_FINAL not in second
     assert "'file': 'notes.txt'" in second  # the grep output was shown
 
 

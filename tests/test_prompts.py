@@ -26,7 +26,9 @@ def test_full_system_prompt_teaches_the_method() -> None:
         assert idea in text, idea
     assert "<" + "SUB_" not in text and "<MAX_OUTPUT_CHARS>" not in text  # every placeholder filled
     # The worked example: a question, a grep block, its output, and the FINAL line.
-    assert 'grep(r"def parse_config\\b")' in text and "Output: 1 [{'file': 'app/config.py'" in text
+    assert 'grep(r"def parse_config\\b")' in text and "Output:\n1 [{'file': 'app/config.py'" in text
+    # ...and the output arrives as the next message, never written by the model (issue #10)
+    assert "Never write the output yourself" in text and "The next message, from the REPL:" in text
     assert text.rstrip().endswith('```') and 'FINAL("`parse_config` is defined' in text
 
 

@@ -10,6 +10,7 @@ the chunker uses for ``chunks[i]["start_line"]``, so ``grep``, ``read_file`` and
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import fnmatch
 import heapq
@@ -31,6 +32,9 @@ from rlm_cli.protocol import BUNDLE_VERSION
 MAX_LINE_CHARS = 500
 #: Size of the pseudo-chunks made for a raw context (``rlm_query`` with a string).
 RAW_CHUNK_CHARS = 8000
+GREP_USAGE = ("Usage: grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches every file of "
+              "`context` and returns [{'file', 'line', 'text'}]; e.g. grep(r'def main\\b', '*.py')")
+READ_USAGE = "Usage: read_file(path, start_line=None, end_line=None), e.g. read_file('src/app.py', 10, 40)"
 _FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks")
 _CHUNK_KEYS = ("start_line", "end_line", "start", "end", "tokens", "sha1")
 #: A search term: a run of letters or digits (``parse_config`` is two terms), compared lowercased.
@@ -52,6 +56,7 @@ class CorpusView:
         self.files: list[dict[str, Any]] = files
         self.chunks: list[dict[str, Any]] = chunks or []
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
+        self._starts = [f["start"] for f in self.files]
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
         _VIEWS.add(self)
@@ -84,31 +89,45 @@ class CorpusView:
         return cls(context, files, chunks)
 
     # -- grep ----------------------------------------------------------------------------------
-    def grep(self, pattern: str | re.Pattern[str], *, path_glob: str | None = None, ignore_case: bool = False,
-             max_results: int = 200) -> list[dict[str, Any]]:
+    def grep(self, pattern: str | re.Pattern[str] | None = None, where: Any = None, *more: Any,
+             path_glob: str | None = None, ignore_case: bool = False, max_results: int = 200,
+             **aliases: Any) -> list[dict[str, Any]]:
         """Lines matching the regex ``pattern`` in every file (or those matching ``path_glob``).
 
         Returns at most ``max_results`` dicts ``{"file", "line", "text"}`` in corpus order, one
         per matching line (``line`` is 1-based; ``text`` is the line, cut at 500 characters).
         ``^`` and ``$`` match at line boundaries. ``path_glob`` is an fnmatch pattern tried on the
         whole path and, when it has no ``/``, on the file name (``"*.py"``, ``"src/*"``).
+
+        The calls a Python programmer writes by habit also work (see :meth:`_where`): a second
+        argument may be the glob, a file dict or grep hit, a list of them, or a text to search
+        (``grep(pattern, context)``, ``grep(pattern, read_file_text)``, like ``re.findall``);
+        ``grep(context, pattern)`` is read the right way round; ``flags=re.I``, ``glob=``,
+        ``file=``/``path=``, ``limit=`` are accepted.
+
+        Raises:
+            TypeError: the arguments cannot be read as a grep call (the message shows the call).
+            re.error: ``pattern`` is not a valid regular expression.
         """
+        pattern, spans, path_glob, ignore_case, max_results = self._grep_args(
+            pattern, where, more, path_glob, ignore_case, max_results, aliases)
         flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
         if isinstance(pattern, re.Pattern):
             rx = re.compile(pattern.pattern, pattern.flags | flags)
         else:
             rx = re.compile(pattern, flags)
+        if isinstance(spans, str):  # a text that is not part of `context`: its own lines
+            return CorpusView(spans).grep(rx, max_results=max_results)
         keep = _glob_matcher(path_glob) if path_glob else None
         ctx = self.context
         search, count, rfind, find = rx.search, ctx.count, ctx.rfind, ctx.find
         out: list[dict[str, Any]] = []
-        for f in self.files:
+        for f, (fs, fe, line0) in self._spans(spans):
             if len(out) >= max_results:
                 break
             if keep is not None and not keep(f["path"]):
                 continue
-            fs, fe = f["start"], f["end"]
-            pos, counted, line = fs, fs, 1
+            pos, counted, line = fs, fs, line0
             while pos < fe:
                 m = search(ctx, pos, fe)
                 if m is None:
@@ -116,16 +135,109 @@ class CorpusView:
                 ms = m.start()
                 line += count("\n", counted, ms)
                 counted = ms
-                ls = rfind("\n", fs, ms) + 1 or fs
-                le = find("\n", ms, fe)
+                ls = max(rfind("\n", f["start"], ms) + 1, f["start"])
+                le = find("\n", ms, f["end"])
                 if le < 0:
-                    le = fe
+                    le = f["end"]
                 text = ctx[ls:min(le, ls + MAX_LINE_CHARS)]
                 out.append({"file": f["path"], "line": line, "text": text[:-1] if text.endswith("\r") else text})
                 if len(out) >= max_results:
                     break
                 pos = le + 1
         return out
+
+    def _grep_args(self, pattern: Any, where: Any, more: tuple[Any, ...], path_glob: str | None, ignore_case: bool,
+                   max_results: int, aliases: dict[str, Any]) -> tuple[Any, Any, str | None, bool, int]:
+        """Read a grep call however it was written: ``(pattern, spans, path_glob, ignore_case,
+        max_results)``; ``spans`` is ``None`` (every file), a list of ``(file, start, end, first
+        line)`` or a text of its own (a ``str``)."""
+        for key in ("glob", "file", "path", "files", "path_pattern", "pattern_glob"):
+            if key in aliases and path_glob is None:
+                path_glob = aliases.pop(key)
+        for key in ("limit", "n", "max_hits", "max_matches", "k", "max_count"):
+            if key in aliases:
+                max_results = int(aliases.pop(key))
+        if "flags" in aliases:
+            ignore_case = ignore_case or bool(int(aliases.pop("flags")) & re.IGNORECASE)
+        if "case_sensitive" in aliases:
+            ignore_case = not aliases.pop("case_sensitive")
+        for key in ("text", "string", "source", "content", "in_text"):
+            if key in aliases and where is None:
+                where = aliases.pop(key)
+        if "regex" in aliases and pattern is None:
+            pattern = aliases.pop("regex")
+        if aliases:
+            raise TypeError(f"grep() got unexpected keyword argument(s) {sorted(aliases)}. {GREP_USAGE}")
+        for extra in more:  # grep(p, where, True) / grep(p, where, 50)
+            if isinstance(extra, bool):
+                ignore_case = extra
+            elif isinstance(extra, int):
+                max_results = extra
+            else:
+                raise TypeError(f"grep() takes at most 2 positional arguments plus flags. {GREP_USAGE}")
+        if isinstance(where, (str, re.Pattern)) and isinstance(pattern, str) and (
+                pattern is self.context or len(pattern) > 1000 >= len(str(where))):
+            pattern, where = where, pattern  # grep(context, "def main")
+        if not isinstance(pattern, (str, re.Pattern)):
+            raise TypeError(f"grep() needs a regex pattern (a str) first, got {type(pattern).__name__}. {GREP_USAGE}")
+        if isinstance(where, bool):
+            return pattern, None, path_glob, where, max_results
+        if isinstance(where, int):
+            return pattern, None, path_glob, ignore_case, where
+        spans: Any = None
+        if where is not None:
+            spans, glob = self._where(where)
+            path_glob = path_glob or glob
+        return pattern, spans, path_glob, ignore_case, max_results
+
+    def _where(self, where: Any) -> tuple[Any, str | None]:
+        """``(spans, glob)`` for grep's second argument: ``context`` or a slice of it (its own
+        place in the corpus), another text (its own lines), a glob or path, a file dict or grep
+        hit, or a list of any of these."""
+        if isinstance(where, str):
+            if where is self.context or (len(where) == len(self.context) and where == self.context):
+                return None, None
+            if "\n" not in where and len(where) <= 300:
+                f = self._file_by_path.get(where)
+                if f is not None:
+                    return [(f, f["start"], f["end"], 1)], None
+                return None, where  # a glob
+            return self._locate(where), None
+        if isinstance(where, dict):
+            path = where.get("file") or where.get("path")
+            if isinstance(path, str):
+                f = self._resolve(path)
+                return [(f, f["start"], f["end"], 1)], None
+        if isinstance(where, (list, tuple, set)):
+            spans: list[tuple[dict[str, Any], int, int, int]] = []
+            for item in where:
+                part, glob = self._where(item)
+                if glob is not None:
+                    spans += [(f, f["start"], f["end"], 1) for f in self.files if _glob_matcher(glob)(f["path"])]
+                elif isinstance(part, str):
+                    return "\n".join(str(x) for x in where), None
+                elif part is not None:
+                    spans += part
+            seen: set[tuple[int, int]] = set()
+            return [s for s in spans if (s[1], s[2]) not in seen and not seen.add((s[1], s[2]))], None  # type: ignore[func-returns-value]
+        raise TypeError(f"grep(): cannot search in a {type(where).__name__}. {GREP_USAGE}")
+
+    def _locate(self, text: str) -> Any:
+        """Spans of ``context`` equal to ``text`` when it is a slice of one file (so hits keep
+        their real file and line), else ``text`` itself."""
+        pos = self.context.find(text) if text else -1
+        if pos < 0:
+            return text
+        i = bisect.bisect_right(self._starts, pos) - 1
+        f = self.files[i] if i >= 0 else None
+        if f is None or pos + len(text) > f["end"] + 1:
+            return text  # spans several files: search it as a text of its own
+        return [(f, pos, min(pos + len(text), f["end"]), 1 + self.context.count("\n", f["start"], pos))]
+
+    def _spans(self, spans: Any) -> list[tuple[dict[str, Any], tuple[int, int, int]]]:
+        if spans is None:
+            return [(f, (f["start"], f["end"], 1)) for f in self.files]
+        return [(f, (a, b, line)) for f, a, b, line in spans]
 
     # -- reading -------------------------------------------------------------------------------
     def _resolve(self, path: str) -> dict[str, Any]:
@@ -142,14 +254,52 @@ class CorpusView:
         hint = f"; did you mean one of {close}" if close else "; see `files` for the paths"
         raise FileNotFoundError(f"no file {path!r} in the corpus{hint}")
 
-    def read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+    def read_file(self, path: Any = None, start_line: int | None = None, end_line: int | None = None,
+                  **aliases: Any) -> str:
         """Lines ``start_line..end_line`` (1-based, inclusive; default the whole file) of ``path``,
         each prefixed with its number: ``"12: text"``. ``path`` may be a unique path suffix.
+
+        Also accepted: a grep hit or search result (``read_file(hit)`` shows lines around its
+        line, or the result's chunk), ``"path:120"`` / ``"path:100-140"``, and ``start=``,
+        ``end=``, ``line=``, ``lines=(a, b)``.
 
         Raises:
             FileNotFoundError: no such file (the message suggests close paths).
             ValueError: ``start_line`` is past the end of the file.
+            TypeError: the arguments cannot be read as a read_file call (the message shows the call).
         """
+        for key in ("file", "filename", "file_path", "filepath", "name"):
+            if key in aliases and path is None:
+                path = aliases.pop(key)
+        for key in ("start", "first_line", "from_line", "begin"):
+            if key in aliases and start_line is None:
+                start_line = aliases.pop(key)
+        for key in ("end", "last_line", "to_line", "stop"):
+            if key in aliases and end_line is None:
+                end_line = aliases.pop(key)
+        around = aliases.pop("line", None)
+        if "lines" in aliases:
+            start_line, end_line = aliases.pop("lines")
+        if aliases:
+            raise TypeError(f"read_file() got unexpected keyword argument(s) {sorted(aliases)}. {READ_USAGE}")
+        if isinstance(path, dict):
+            hit = path
+            path = hit.get("file") or hit.get("path")
+            if start_line is None and "start_line" in hit:
+                start_line, end_line = hit["start_line"], hit.get("end_line")
+            elif start_line is None and "line" in hit:
+                around = hit["line"]
+        if isinstance(path, str) and path not in self._file_by_path:
+            m = re.fullmatch(r"(.+?):(\d+)(?:-(\d+))?", path)
+            if m and start_line is None:
+                path, start_line = m.group(1), int(m.group(2))
+                end_line = int(m.group(3)) if m.group(3) else None
+                if end_line is None:
+                    around, start_line = start_line, None
+        if not isinstance(path, str):
+            raise TypeError(f"read_file() needs a path (a str), got {type(path).__name__}. {READ_USAGE}")
+        if around is not None and start_line is None:
+            start_line, end_line = max(1, int(around) - 10), int(around) + 30
         f = self._resolve(path)
         n = int(f["lines"])
         a = 1 if start_line is None else max(1, int(start_line))
@@ -162,12 +312,15 @@ class CorpusView:
         width = len(str(b))
         return "\n".join(f"{i:>{width}}: {lines[i - 1].removesuffix(chr(13))}" for i in range(a, b + 1))
 
-    def chunk_text(self, i: int) -> str:
-        """The text of chunk ``i`` (see ``chunks[i]`` for its file and lines).
+    def chunk_text(self, i: Any) -> str:
+        """The text of chunk ``i`` (see ``chunks[i]`` for its file and lines); a search result or
+        a chunk dict works too.
 
         Raises:
             IndexError: no such chunk.
         """
+        if isinstance(i, dict):
+            i = i.get("chunk", i.get("id"))
         try:
             c = self.chunks[i]
         except IndexError:
@@ -175,7 +328,7 @@ class CorpusView:
         return self.context[c["start"]:c["end"]]
 
     # -- search --------------------------------------------------------------------------------
-    def search(self, query: str, k: int = 10) -> list[dict[str, Any]]:
+    def search(self, query: str, k: Any = 10, path_glob: str | None = None, **aliases: Any) -> list[dict[str, Any]]:
         """The ``k`` chunks most relevant to ``query`` by BM25 (Okapi, k1=1.5, b=0.75, Lucene idf).
 
         Terms are runs of letters or digits, compared lowercased (``parse_config`` is ``parse``
@@ -184,8 +337,22 @@ class CorpusView:
         30 MB of text to build: :meth:`start_index_build` starts it in the background, otherwise
         the first call builds it (a call during the build waits for it).
         """
-        out = []
-        for i, score in self._index().top(query, k):
+        for key in ("top_k", "n", "limit", "max_results"):
+            if key in aliases:
+                k = aliases.pop(key)
+        path_glob = path_glob or aliases.pop("glob", None) or aliases.pop("file", None)
+        if aliases:
+            raise TypeError(f"search() got unexpected keyword argument(s) {sorted(aliases)}. "
+                            "Usage: search(query, k=10) -> [{'chunk', 'file', 'start_line', 'end_line', 'score'}]")
+        if isinstance(k, str):  # search(query, "*.py")
+            k, path_glob = 10, k
+        keep = _glob_matcher(path_glob) if path_glob else None
+        out: list[dict[str, Any]] = []
+        for i, score in self._index().top(str(query), int(k) if keep is None else len(self.chunks)):
+            if keep is not None and not keep(self.chunks[i]["path"]):
+                continue
+            if len(out) >= int(k):
+                break
             c = self.chunks[i]
             out.append({"chunk": i, "file": c["path"], "start_line": c["start_line"],
                         "end_line": c["end_line"], "score": round(score, 4)})

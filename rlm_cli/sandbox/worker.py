@@ -18,6 +18,7 @@ import builtins
 import io
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -133,20 +134,47 @@ class Worker:
             return str(reply.get("text", ""))
         return f"Error: {reply.get('error', 'unknown error')}"
 
-    def llm_query(self, prompt: Any, model: str | None = None) -> str:
-        """One sub-call: send ``prompt`` to the sub-model and return its text (or ``'Error: ...'``)."""
+    def llm_query(self, prompt: Any, *context: Any, model: str | None = None) -> str:
+        """One sub-call: send ``prompt`` to the sub-model and return its text (or ``'Error: ...'``).
+
+        Extra positional arguments are text to read, appended to the prompt
+        (``llm_query("Summarise:", chunk)``); a short one without spaces that looks like a model
+        name (``provider/model``) names the model instead, as in earlier releases.
+        """
+        parts = []
+        for extra in context:
+            if model is None and isinstance(extra, str) and _MODEL_NAME.fullmatch(extra):
+                model = extra
+            else:
+                parts.append(to_text(extra))
+        if parts:
+            prompt = "\n\n".join([to_text(prompt), *parts])
         return self._request({"type": "completion", "prompt": _prompt_payload(prompt), "model": model})
 
-    def llm_query_batched(self, prompts: list[Any], model: str | None = None) -> list[str]:
+    def llm_query_batched(self, prompts: Any, *texts: Any, model: str | None = None) -> list[str]:
         """Many sub-calls at once (the parent caps concurrency); answers in input order.
 
-        A failed prompt yields an ``'Error: ...'`` string at its position.
+        A failed prompt yields an ``'Error: ...'`` string at its position. ``prompts`` is a list;
+        ``llm_query_batched(instruction, pieces)`` sends the instruction with each piece, and
+        ``llm_query_batched(prompts, pieces)`` pairs them one to one.
+
+        Raises:
+            TypeError: a list of prompts and a list of pieces of different lengths.
         """
-        prompts = list(prompts)
+        if isinstance(prompts, str):
+            prompts = [prompts] if not texts else [f"{prompts}\n\n{to_text(t)}" for t in _as_list(texts[0])]
+        else:
+            prompts = list(prompts)
+            if texts:
+                pieces = _as_list(texts[0])
+                if len(pieces) != len(prompts):
+                    raise TypeError(f"llm_query_batched(prompts, pieces): {len(prompts)} prompts but {len(pieces)} "
+                                    "pieces; give one list of prompts, or an instruction and a list of pieces")
+                prompts = [f"{to_text(p)}\n\n{to_text(t)}" for p, t in zip(prompts, pieces, strict=True)]
         if not prompts:
             return []
         with ThreadPoolExecutor(max_workers=min(32, len(prompts))) as pool:
-            return list(pool.map(lambda p: self.llm_query(p, model), prompts))
+            return list(pool.map(lambda p: self.llm_query(p, model=model), prompts))
 
     def rlm_query(self, prompt: str, context: Any = None) -> str:
         """A recursive sub-RLM over ``context`` (default: this REPL's ``context``) at depth + 1.
@@ -157,10 +185,17 @@ class Worker:
         return self._request({"type": "rlm_query", "prompt": str(prompt), "context": payload})
 
     # -- finishing -----------------------------------------------------------------------------
-    def FINAL(self, value: Any) -> None:
-        """End the run with ``value`` as the answer (the first FINAL of a run wins)."""
+    def FINAL(self, *values: Any) -> None:
+        """End the run with ``value`` as the answer (the first FINAL of a run wins); several
+        values are joined with spaces, like ``print``.
+
+        Raises:
+            TypeError: no value given.
+        """
+        if not values:
+            raise TypeError("FINAL() needs the answer: FINAL(answer), or FINAL_VAR('name') for a variable")
         if self.final.value is None:
-            self.final.value = to_text(value)
+            self.final.value = " ".join(to_text(v) for v in values)
 
     def FINAL_VAR(self, name: Any) -> None:
         """End the run with the variable called ``name`` (a string, or the variable itself)."""
@@ -252,6 +287,18 @@ def _format_error(info: Any) -> str:
         return text + "".join(traceback.format_exception_only(etype, evalue))
     except BaseException:  # noqa: BLE001 - a hostile __str__ must not take the worker down
         return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
+
+
+#: A model name as given to llm_query (``openai/gpt-5-mini``): no spaces, one slash or more.
+_MODEL_NAME = re.compile(r"[\w.\-]+/[\w.:\-/]+")
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str):
+        return [value]
+    return list(value)
 
 
 def _prompt_payload(prompt: Any) -> Any:

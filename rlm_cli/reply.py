@@ -1,0 +1,179 @@
+"""Reading a root-model reply: its code blocks, text that claims their output, a FINAL written
+as text, and whether prose is an answer at all. Pure functions (no I/O), tested in
+``tests/test_reply.py``.
+
+Why this exists: models, small ones above all, write a ```repl block and then go on to write
+what they imagine its output to be ("Output: ..."), more blocks built on that imagined output,
+and a FINAL based on it, all in one reply. rlm runs the real code; this module finds where the
+real evidence ends so that the orchestrator runs nothing written on imagined output, keeps that
+text out of the history and never lets it end the run.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+_CODE_BLOCK = re.compile(r"```(?:repl|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
+_ANY_FENCE = re.compile(r"```.*?```", re.DOTALL)
+_FINAL_START = re.compile(r"^[ \t>*_`]*(FINAL_VAR|FINAL)\(", re.MULTILINE)
+_PROSE_FINAL = re.compile(r"\bFINAL(?:_VAR)?\s*\(")
+#: A line that presents output or a result: "Output:", "**Result**:", "The output is:", "This prints",
+#: "Expected output:", "# Output", or a fence that is not code (```output, ```text, ```json, a bare ```).
+_CLAIM = re.compile(
+    r"^[ \t>#*_]*(?:(?:the |expected |sample |example |this |which |it |that )?(?:output|result|results|prints?|"
+    r"returns?|outputs|gives|shows|yields)\b[^\n]{0,40}?[:=]|(?:this|it|that|which) (?:will )?(?:print|output|"
+    r"return|show|give|yield)s?\b|```(?!repl\b|python3?\b|py\b)\w*[ \t]*$)",
+    re.IGNORECASE | re.MULTILINE)
+#: Phrases of a reply that plans or declines instead of answering.
+_NON_ANSWER = re.compile(
+    r"\b(?:I(?:'ll| will| need to| am going to| would need| cannot| can't| can ?not| don't have| do not have)|"
+    r"let me|let's|let us|we need to|we can|we will|we'll|to answer (?:this|the question)|first,? (?:I|we)|"
+    r"next,? (?:I|we)|unable to|not possible|too (?:large|big|long)|please provide|you (?:can|could|need to|should)|"
+    r"no (?:information|answer) (?:was |is )?(?:found|available)|need more (?:information|context))\b",
+    re.IGNORECASE)
+_ERROR_LINE = re.compile(r"^([A-Z][A-Za-z]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A code block: its code and where the whole fenced block starts and ends in the reply."""
+
+    code: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TextFinal:
+    """A ``FINAL(...)`` / ``FINAL_VAR(...)`` call written as a line of the reply's text.
+
+    ``source`` is the text between the parentheses; ``offset`` where the call starts.
+    """
+
+    func: str
+    source: str
+    offset: int
+
+    @property
+    def call(self) -> str:
+        """The call as Python source (run in the REPL to get its value); ``FINAL_VAR(name)`` of a
+        bare name is quoted, so an undefined name is reported as such, as in a code block."""
+        if self.func == "FINAL_VAR" and self.source.strip().isidentifier():
+            return f"FINAL_VAR({self.source.strip()!r})"
+        return f"{self.func}({self.source})"
+
+    def literal(self) -> str | None:
+        """The answer text when the argument is written out by the model (a string or number
+        literal, or text that is not Python at all); ``None`` when it names a variable or is an
+        expression, whose value must come from the REPL. A ``FINAL_VAR`` of a quoted identifier
+        names a variable; of any other quoted text it is that text (as in a code block)."""
+        src = self.source.strip()
+        try:
+            node = ast.parse(src, mode="eval").body
+        except SyntaxError:
+            if self.func == "FINAL_VAR" and src.isidentifier():
+                return None
+            if len(src) >= 2 and src[0] == src[-1] and src[0] in "\"'":
+                return src[1:-1]
+            return src
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float)):
+            value = str(node.value)
+            if self.func == "FINAL_VAR" and value.isidentifier():
+                return None
+            return value
+        return None
+
+
+def code_blocks(text: str) -> list[Block]:
+    """Every ```repl / ```python block of ``text``, in order."""
+    return [Block(m.group(1), m.start(), m.end()) for m in _CODE_BLOCK.finditer(text)]
+
+
+def outside_code(text: str) -> str:
+    """``text`` without its fenced blocks."""
+    return _ANY_FENCE.sub("", text)
+
+
+def claims_output(segment: str) -> bool:
+    """Whether text written after a code block presents that code's output or result (which the
+    model cannot have seen: the REPL's output only arrives in the next message)."""
+    return bool(_CLAIM.search(segment))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do with a reply: run ``blocks[:runnable]``; the evidence ends at ``cut`` (the reply
+    is kept only up to there in the history); ``claimed`` says text claimed output after block
+    ``runnable`` (so later blocks and any text FINAL were written on imagined output)."""
+
+    blocks: list[Block]
+    runnable: int
+    cut: int
+    claimed: bool
+
+    @property
+    def dropped(self) -> int:
+        """Blocks not run because they follow claimed output."""
+        return len(self.blocks) - self.runnable
+
+
+def plan(text: str) -> Plan:
+    """Split a reply at the first code block followed by text that claims its output."""
+    blocks = code_blocks(text)
+    for i, b in enumerate(blocks):
+        nxt = blocks[i + 1].start if i + 1 < len(blocks) else len(text)
+        if claims_output(text[b.end:nxt]):
+            return Plan(blocks, i + 1, b.end, True)
+    return Plan(blocks, len(blocks), len(text), False)
+
+
+def find_text_final(text: str) -> TextFinal | None:
+    """The first FINAL/FINAL_VAR call that starts a line of ``text`` outside code blocks.
+
+    Mentions inside prose ("I will call FINAL() later") do not count: the call must start its
+    own line. A one-line call ends at its last ``)``; a call whose first line does not close
+    runs to the last ``)`` of the reply (a multi-line answer). ``FINAL()`` with nothing inside
+    is not a call.
+    """
+    fences = [(f.start(), f.end()) for f in _ANY_FENCE.finditer(text)]
+    m = next((c for c in _FINAL_START.finditer(text) if not any(a <= c.start() < b for a, b in fences)), None)
+    if m is None:
+        return None
+    rest = outside_code(text[m.end():])
+    first_line = rest.split("\n", 1)[0].rstrip().rstrip("`*_ .")
+    if first_line.endswith(")"):
+        inner = first_line[:-1]
+    else:
+        whole = rest.rstrip().rstrip("`*_ .")
+        if not whole.endswith(")"):
+            return None
+        inner = whole[:-1]
+    if not inner.strip():
+        return None
+    return TextFinal(m.group(1), inner.strip(), m.start())
+
+
+def mentions_final(text: str) -> bool:
+    """Whether the text outside code blocks mentions a FINAL call (e.g. "I will call FINAL() once done")."""
+    return bool(_PROSE_FINAL.search(outside_code(text)))
+
+
+def looks_like_answer(text: str) -> bool:
+    """Whether a prose reply (no code, no FINAL) can stand as the answer: not empty, not a plan
+    ("Let me search...", "I will..."), not a refusal ("The corpus is too large to read"), not a
+    question back to the user. Judged on its first 400 characters."""
+    head = outside_code(text).strip()[:400]
+    if not head:
+        return False
+    if head.rstrip().endswith("?"):
+        return False
+    return _NON_ANSWER.search(head) is None
+
+
+def error_signature(output: str) -> str | None:
+    """The last exception line of a block's output (``TypeError: ...``), with numbers and quoted
+    text kept (two errors are the same only when they read the same), or ``None``."""
+    found = _ERROR_LINE.findall(output or "")
+    return found[-1].strip()[:300] if found else None

@@ -1,0 +1,143 @@
+"""The loop survives what weak models do (issue #10, and #15 items 3 and 4): invented output,
+blocks built on it, helpers called like Python's own functions, repeated errors, prose that does
+not answer, FINAL written as text, and the iteration limit. Scripted replies reproduce each
+pattern seen with a real small model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlm_cli import prompts
+from tests.conftest import model_flags, run_rlm
+from tests.fake_llm import FakeLLM, last_user, repl
+from tests.inproc import corpus, run
+
+CODE = {"urllib/parse.py": "import re\n\n\ndef urlparse(url, scheme='', allow_fragments=True):\n    return url\n",
+        "distutils/command/upload.py": "from urllib.parse import urlparse\n\n\ndef upload():\n    urlparse('x')\n"}
+
+
+def code_corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "lib"
+    for rel, text in CODE.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def assistant_turns(req: dict) -> list[str]:
+    return [str(m["content"]) for m in req["messages"] if m["role"] == "assistant"]
+
+
+def test_invented_output_and_its_final_never_end_the_run_nor_reach_the_history(tmp_path: Path, llm: FakeLLM) -> None:
+    invented = ("```repl\nhits = grep(r'urlparse')\nprint(hits[:3])\n```\n"
+                "Output: [{'file': 'distutils/command/upload.py', 'line': 1, 'text': 'from urllib.parse import urlparse'}]\n"
+                "FINAL(distutils/command/upload.py)")
+    llm.script("root", invented, repl("hits = grep(r'def urlparse')\nprint(hits)"),
+               repl("FINAL(hits[0]['file'])"))
+    r = run(llm, [code_corpus(tmp_path)], "Which file defines urlparse?")
+    assert r.error is None and r.answer == "urllib/parse.py"
+    second = llm.chat_requests("root")[1]
+    told = last_user(second)
+    assert prompts.CLAIMED_OUTPUT in told
+    assert "'file': 'distutils/command/upload.py'" in told  # the real grep output is what it sees...
+    (mine,) = assistant_turns(second)
+    assert "Output:" not in mine and "FINAL(" not in mine  # ...and its invented text is gone
+    assert any("claimed its output" in n for n in r.notices())
+
+
+def test_blocks_written_after_claimed_output_do_not_run(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", "```repl\nprint(len(files))\n```\nOutput: 7\n```repl\nseven = 7\nprint('ran')\n```",
+               repl("print('seven' in globals())"), repl("FINAL('done')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "done"
+    assert [e["block"] for e in r.of("code")][:1] == [1] and len(r.of("code")) == 3  # block 2 never ran
+    assert "False" in last_user(llm.chat_requests("root")[2])
+
+
+def test_helpers_take_the_calls_python_programmers_write(tmp_path: Path, llm: FakeLLM) -> None:
+    code = (
+        "a = grep(r'def urlparse', context)\n"            # like re.findall(pattern, string)
+        "b = grep(context, r'def urlparse')\n"            # the wrong way round
+        "c = grep('urlparse', '*.py', True)\n"            # glob and ignore_case positionally
+        "f0 = [f for f in files if f['path'] == 'urllib/parse.py'][0]\n"
+        "d = grep('def', context[f0['start']:f0['end']])\n"  # a file's text keeps its real file and lines
+        "e = read_file(a[0])\n"                           # a grep hit
+        "f = read_file('urllib/parse.py:4')\n"            # path:line
+        "g = grep('urlparse', file='distutils/command/upload.py', flags=2)\n"
+        "print(a == b, a[0]['file'], a[0]['line'], len(c), d[0]['file'], d[0]['line'], '4: def urlparse' in e,"
+        " '4: def urlparse' in f, len(g))\n"
+        "FINAL('ok', 'then')")
+    llm.script("root", repl("print(1)"), repl(code))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.error is None and r.answer == "ok then"
+    assert r.of("output")[-1]["output"].strip() == "True urllib/parse.py 4 3 urllib/parse.py 4 True True 2"
+
+
+def test_a_wrong_helper_call_says_how_to_call_it(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("grep(r'x', object())"), repl("grep(r'x', object())"), repl("FINAL(len(files))"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "2"
+    first = last_user(llm.chat_requests("root")[1])
+    assert "Usage: grep(pattern, path_glob=None" in first
+    second = last_user(llm.chat_requests("root")[2])
+    assert "This is the same error as in your previous turn" in second and "The right call: grep(" in second
+
+
+def test_llm_query_reads_extra_arguments_as_text(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("sub", lambda req: f"got {len(last_user(req))} chars: {last_user(req)[:9]}")
+    llm.script("root", repl("print(1)"), repl(
+        "x = llm_query('Summarise:', read_file('urllib/parse.py'))\n"
+        "ys = llm_query_batched('Count:', ['aa', 'bbbb'])\nFINAL(x + ' | ' + ' | '.join(ys))"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer.startswith("got ") and "Summarise" in r.answer and "Count:\n\naa" not in r.answer
+    subs = [last_user(q) for q in llm.chat_requests("sub")]
+    assert any(s.startswith("Summarise:\n\n1: import re") for s in subs)
+    assert "Count:\n\naa" in subs and "Count:\n\nbbbb" in subs
+
+
+def test_repeated_code_and_iterations_left_are_told(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(len(context))"), repl("print(len(context))"), repl("print(2)"),
+               repl("FINAL('x')"))
+    r = run(llm, [code_corpus(tmp_path)], max_iterations=5)
+    assert r.answer == "x"
+    reqs = llm.chat_requests("root")
+    assert "(4 iterations left.)" in last_user(reqs[1])
+    assert prompts.REPEATED_CODE in last_user(reqs[2]) and "Only 3 iterations left" in last_user(reqs[2])
+    assert prompts.REPEATED_CODE not in last_user(reqs[3])
+
+
+def test_prose_that_does_not_answer_is_not_taken_as_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(len(context))"), "The corpus is too large to read at once.",
+               "I will need to search it first.", repl("FINAL('found it')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.error is None and r.answer == "found it"
+    reqs = llm.chat_requests("root")
+    assert prompts.FORMAT_REMINDER in last_user(reqs[2]) and prompts.NOT_AN_ANSWER in last_user(reqs[3])
+
+
+# -- through the real command (issue #15 items 3 and 4) ---------------------------------------------
+
+def test_text_final_of_a_variable_gives_its_value(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("x = 'forty-two'\nprint(x)"), "The value is in x.\nFINAL(x)")
+    res = run_rlm("ask", str(corpus(tmp_path)), "What is x?", *model_flags(llm))
+    assert res.code == 0, res.stderr
+    assert res.stdout == "forty-two\n"
+
+
+def test_bare_final_var_of_a_sentence_is_that_sentence(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(context[:30])"), 'FINAL_VAR("The notes list four Greek letters.")',
+               repl("FINAL('should not be needed')"))
+    res = run_rlm("ask", str(corpus(tmp_path)), "What do the notes list?", *model_flags(llm), "--json")
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["answer"] == "The notes list four Greek letters." and doc["iterations"] == 2
+    assert "FINAL in prose" not in res.stderr
+
+
+def test_iteration_limit_never_prints_raw_code_as_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(1)"), repl("print(2)"), repl("print('still exploring')"))
+    res = run_rlm("ask", str(corpus(tmp_path)), "What is it?", *model_flags(llm), "--max-iterations", "2")
+    assert res.code == 5, res.stderr
+    assert "```" not in res.stdout and "print(" not in res.stdout
+    assert res.stdout.startswith(prompts.NO_ANSWER_AT_LIMIT) and res.stdout.rstrip().endswith("\n2")

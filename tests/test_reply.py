@@ -1,0 +1,68 @@
+"""Reading replies (pure): claimed output, the evidence cut, prose that is not an answer, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlm_cli.reply import claims_output, error_signature, looks_like_answer, plan
+
+INVENTED = ("Let me search.\n```repl\nhits = grep(r'def urlparse')\nprint(hits[:3])\n```\n"
+            "Output: [{'file': 'distutils/command/upload.py', 'line': 14}]\n"
+            "So the answer is:\n```repl\nFINAL('distutils/command/upload.py')\n```")
+
+
+@pytest.mark.parametrize("segment", [
+    "\nOutput: [{'file': 'a.py'}]\n",
+    "\n**Output:**\n```\n3\n```\n",
+    "\nThe output of this code is:\n42\n",
+    "\nResult: 17 files\n",
+    "\n```output\n17\n```\n",
+    "\n```json\n{\"a\": 1}\n```\n",
+    "\nThis will print the number of files.\n",
+    "\n# Expected output: 12\n",
+])
+def test_claimed_output_is_recognised(segment: str) -> None:
+    assert claims_output(segment)
+
+
+@pytest.mark.parametrize("segment", [
+    "\n",
+    "\nThen I will look at the results in the next step.\n",
+    "\nFINAL_VAR(answer)\n",
+    "\nNow define a helper:\n",
+])
+def test_ordinary_text_between_blocks_is_not_a_claim(segment: str) -> None:
+    assert not claims_output(segment)
+
+
+def test_plan_stops_at_the_first_block_followed_by_claimed_output() -> None:
+    p = plan(INVENTED)
+    assert len(p.blocks) == 2 and p.runnable == 1 and p.claimed and p.dropped == 1
+    assert INVENTED[:p.cut].endswith("print(hits[:3])\n```")
+    assert "distutils" not in INVENTED[:p.cut]
+    ok = plan("```repl\nx = 1\n```\nNow use it:\n```repl\nprint(x)\n```\nFINAL_VAR(x)")
+    assert ok.runnable == 2 and not ok.claimed and ok.cut == len("```repl\nx = 1\n```\nNow use it:\n```repl\n"
+                                                                 "print(x)\n```\nFINAL_VAR(x)")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The function is defined in urllib/parse.py at line 374.", True),
+    ("42", True),
+    ("It has three parameters: a, b and c.", True),
+    ("The corpus is too large to read at once.", False),
+    ("I will search for the definition next.", False),
+    ("Let me look at the files first.", False),
+    ("To answer this, we need to read every file.", False),
+    ("Which file do you mean?", False),
+    ("", False),
+    ("```repl\nprint(1)\n```", False),
+])
+def test_looks_like_answer(text: str, expected: bool) -> None:
+    assert looks_like_answer(text) is expected
+
+
+def test_error_signature_is_the_last_exception_line() -> None:
+    out = ("Traceback (most recent call last):\n  File \"<cell 3>\", line 1, in <module>\n"
+           "TypeError: grep() takes at most 2 positional arguments plus flags.\n")
+    assert error_signature(out) == "TypeError: grep() takes at most 2 positional arguments plus flags."
+    assert error_signature("3 files\n") is None
