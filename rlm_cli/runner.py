@@ -26,7 +26,7 @@ from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import ensure_model
 from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, run_direct, text_meta
 from rlm_cli.prompts import direct_prompt
-from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level
+from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level, run_notes
 from rlm_cli.trace import PROMPT_HEAD_CHARS, TraceSink, TraceWriter, event, new_run_id, request_key, traces_dir
 
 Emit = Callable[[dict[str, Any]], None]
@@ -156,6 +156,8 @@ def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_
     level, warning = resolve_level(settings.sandbox)
     if warning:
         emit(event("notice", 0, message=warning, level="warning"))
+    for note in run_notes(level):  # once per run, not once per sub-RLM worker
+        emit(event("notice", 0, message=note))
     started = time.monotonic()
     corpus = load_corpus(paths, settings.corpus, stdin_bytes=stdin_bytes,
                          on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")))
