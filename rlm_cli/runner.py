@@ -156,8 +156,6 @@ def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_
     level, warning = resolve_level(settings.sandbox)
     if warning:
         emit(event("notice", 0, message=warning, level="warning"))
-    for note in run_notes(level):  # once per run, not once per sub-RLM worker
-        emit(event("notice", 0, message=note))
     started = time.monotonic()
     corpus = load_corpus(paths, settings.corpus, stdin_bytes=stdin_bytes,
                          on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")))
@@ -192,6 +190,8 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
             _attach(exc, client, corpus, "direct")
             raise
         return AskOutcome(result, corpus, client.usage.summary(), level)
+    for note in run_notes(level):  # once per run, not once per sub-RLM worker
+        emit(event("notice", 0, message=note))
     hide = tuple(os.path.abspath(p) for p in paths if p != "-")
     handler = LMHandler(client, on_sub_call=lambda info: emit(sub_call_event(info)))
     try:
