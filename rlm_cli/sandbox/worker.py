@@ -548,7 +548,9 @@ def apply_landlock(policy: dict[str, Any]) -> int:
     denied (UDP too from ABI 10); from ABI 6 signals and abstract Unix sockets are scoped to the
     worker's own processes. A missing path is skipped.
 
-    Returns the ABI version used. Raises:
+    Returns the ABI version used.
+
+    Raises:
         OSError: Landlock is unavailable (no kernel support, no ``landlockpy``) or a step failed;
             the worker must then refuse to run model code, since the parent reported it present.
     """
