@@ -221,7 +221,7 @@ _MISSING = {
 
 def missing(level: str) -> list[str]:
     """What ``level`` leaves open on this machine, one phrase per missing protection."""
-    return [f"{_MISSING[p.name]} ({p.detail})" for p in protections(level) if not p.present]
+    return [f"{_MISSING[p.name]}: {p.detail}" for p in protections(level) if not p.present]
 
 
 def _bwrap_ns_flags() -> list[str]:
@@ -249,8 +249,8 @@ def resolve_level(requested: str) -> tuple[str, str | None]:
         how = (f"a confined process ({summary})" if summary != "resource limits only" else
                "a plain process with resource limits and no API keys in its environment")
         return "process", (f"sandbox: bubblewrap is not available, so model code runs as {how}; "
-                           + (", ".join(gaps) if gaps else "other processes stay visible")
-                           + " (install bubblewrap for full isolation: apt-get install bubblewrap)")
+                           + ("; ".join(gaps) if gaps else "other processes stay visible")
+                           + "; install bubblewrap for full isolation (apt-get install bubblewrap)")
     if requested == "bwrap" and not bwrap_available():
         raise UsageError(f"--sandbox bwrap: {bwrap_status()[1]}",
                          hint="install bubblewrap or use --sandbox process")
