@@ -33,12 +33,16 @@ def _worker_user(level: str | None) -> str:
     drop, _ = plan_drop(level)
     if drop is None:
         return "your user (rlm's own)" if os.geteuid() != 0 else "root (this level does not drop privileges)"
+    if drop.uid == 0:
+        return "root with every capability dropped (rlm cannot switch it to nobody here)"
     keep = f", keeping {', '.join(drop.keep_caps)} (Python is not world-readable)" if drop.keep_caps else ""
     return f"nobody (uid {drop.uid}){keep}"
 
 
 def sandbox_report(requested: str) -> dict[str, Any]:
-    """``{"requested", "level", "warning", "protects", "exposes", "error"}`` for a level name.
+    """``{"requested", "level", "warning", "protects", "exposes", "protections", "error"}`` for a
+    level name; ``protections`` lists ``{"name", "present", "detail"}`` per protection of that
+    level on this machine (``launcher.protections``).
 
     ``level`` is ``None`` (and ``error`` set) when ``requested`` is unknown or not available here.
     """
@@ -48,10 +52,21 @@ def sandbox_report(requested: str) -> dict[str, Any]:
         level, warning = launcher.resolve_level(requested)
     except UsageError as exc:
         return {"requested": requested, "level": None, "warning": None, "protects": None, "exposes": None,
-                "error": str(exc)}
+                "protections": [], "error": str(exc)}
     return {"requested": requested, "level": level, "warning": warning,
-            "protects": launcher.LEVEL_PROTECTS.get(level), "exposes": launcher.LEVEL_EXPOSES.get(level),
-            "error": None}
+            "protects": launcher.level_protects(level), "exposes": launcher.level_exposes(level),
+            "protections": [vars(p) for p in launcher.protections(level)], "error": None}
+
+
+def kernel_report() -> dict[str, Any]:
+    """What the kernel gives the ``process`` level: ``{"landlock_abi", "landlock", "seccomp",
+    "seccomp_detail", "process_level": [protections]}`` (reported whatever level a run uses)."""
+    from rlm_cli.sandbox import launcher
+
+    c = launcher.confinement()
+    return {"landlock_abi": c.landlock_abi, "landlock": c.landlock_detail, "seccomp": c.seccomp,
+            "seccomp_detail": c.seccomp_detail,
+            "process_level": [vars(p) for p in launcher.protections("process")]}
 
 
 def sandbox_line(requested: str) -> str:
@@ -63,7 +78,7 @@ def sandbox_line(requested: str) -> str:
     from rlm_cli.sandbox import launcher
 
     level, _ = launcher.resolve_level(requested)
-    return f"sandbox: {launcher.describe(level)}; not protected: {launcher.LEVEL_EXPOSES.get(level, '?')}"
+    return f"sandbox: {launcher.describe(level)}; not protected: {launcher.level_exposes(level)}"
 
 
 def collect() -> dict[str, Any]:
@@ -94,6 +109,7 @@ def collect() -> dict[str, Any]:
         "sandbox": sandbox,
         "bwrap": {"usable": bwrap_ok, "detail": bwrap_detail, "path": shutil.which("bwrap")},
         "sandbox_exec": shutil.which("sandbox-exec") if sys.platform == "darwin" else None,
+        "kernel": kernel_report(),
         "worker_user": _worker_user(sandbox["level"]),
         "litellm": litellm,
         "paths": paths,
@@ -103,7 +119,7 @@ def collect() -> dict[str, Any]:
 
 def lines(report: dict[str, Any]) -> list[str]:
     """``collect()``'s report as ``name: value`` lines for a terminal."""
-    sb, bw, paths = report["sandbox"], report["bwrap"], report["paths"]
+    sb, bw, paths, kernel = report["sandbox"], report["bwrap"], report["paths"], report["kernel"]
     if sb["level"]:
         level = f"{sb['level']} (requested: {sb['requested']})"
     else:
@@ -120,6 +136,11 @@ def lines(report: dict[str, Any]) -> list[str]:
         out.append(f"  warning:      {sb['warning']}")
     out += [
         f"bwrap:          {'usable' if bw['usable'] else 'not usable'}: {bw['detail']}",
+        f"landlock:       {kernel['landlock']}",
+        f"seccomp:        {'yes' if kernel['seccomp'] else 'no'}: {kernel['seccomp_detail']}",
+        "process level:  what --sandbox process (auto without bwrap) confines on this kernel",
+        *[f"  {p['name'].replace('_', ' ')}: {'present' if p['present'] else 'MISSING'} ({p['detail']})"
+          for p in kernel["process_level"]],
         f"worker user:    {report['worker_user']}",
         f"litellm:        {report['litellm'] or 'not installed'}",
         f"config file:    {paths['config_file']}{'' if paths['config_file_exists'] else ' (not created yet)'}",

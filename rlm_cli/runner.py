@@ -34,7 +34,7 @@ from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import ensure_model
 from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, run_direct, text_meta
 from rlm_cli.prompts import direct_prompt
-from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level
+from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level, run_notes
 from rlm_cli.trace import PROMPT_HEAD_CHARS, TraceSink, TraceWriter, event, new_run_id, request_key, traces_dir
 
 Emit = Callable[[dict[str, Any]], None]
@@ -206,6 +206,8 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
             _attach(exc, client, corpus, "direct")
             raise
         return AskOutcome(result, corpus, client.usage.summary(), level)
+    for note in run_notes(level):  # once per run, not once per sub-RLM worker
+        emit(event("notice", 0, message=note))
     hide = tuple(os.path.abspath(p) for p in paths if p != "-")
     handler = LMHandler(client, on_sub_call=lambda info: emit(sub_call_event(info)))
     try:

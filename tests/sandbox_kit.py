@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, bwrap_status
+from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, bwrap_status, protections
 
 BWRAP_OK, BWRAP_DETAIL = bwrap_status()
 IS_ROOT = os.geteuid() == 0
@@ -33,6 +33,15 @@ def all_levels() -> list[object]:
     """``bwrap`` and ``process`` as parameters; ``bwrap`` is skipped with the reason where missing."""
     marks = [] if BWRAP_OK else [pytest.mark.skip(reason=f"bubblewrap unavailable ({BWRAP_DETAIL})")]
     return [pytest.param("bwrap", marks=marks), "process"]
+
+
+def expect_protected(level: str, name: str) -> None:
+    """Skip (never pass) an attack on ``name`` (a ``launcher.protections`` name: ``network``,
+    ``files``, ``signals``, ``abstract_unix_sockets``, ``unix_socket_paths``) where ``level`` does
+    not protect it on this machine, as the README's table says; otherwise the attack must fail."""
+    for p in protections(level):
+        if p.name == name and not p.present:
+            pytest.skip(f"{level} does not protect {name.replace('_', ' ')} here: {p.detail} (the README's table)")
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import pytest
 from rlm_cli import config
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
-from rlm_cli.sandbox.launcher import resolve_level
+from rlm_cli.sandbox.launcher import protections, resolve_level
 from tests.conftest import run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl
 
@@ -189,10 +189,12 @@ def test_keys_never_reach_the_worker_the_model_the_trajectory_or_the_output(tmp_
     provider_key = "sk-openai-SECRETPROVIDER-0123456789"
     config.set_config_value("api_key", file_key)
     (tmp_path / "a.txt").write_text("hello\n")
-    # Under bwrap the parent process is out of sight too; a plain process sandbox can read the
-    # parent's /proc entries (the README says so), so only the worker's own environment is checked.
-    procs = "'/proc/self/environ'" + (", f'/proc/{os.getppid()}/environ', '/proc/1/environ'"
-                                      if resolve_level("auto")[0] == "bwrap" else "")
+    # Under bwrap, and at the process level confined by Landlock, the parent's /proc entries are out
+    # of reach too; a process level without Landlock can read them (the README says so), so only the
+    # worker's own environment is checked there.
+    level = resolve_level("auto")[0]
+    confined = level == "bwrap" or any(p.name == "files" and p.present for p in protections(level))
+    procs = "'/proc/self/environ'" + (", f'/proc/{os.getppid()}/environ', '/proc/1/environ'" if confined else "")
     probe = ("import os\n"
              "print(sorted(os.environ.items()))\n"
              f"for p in ({procs},):\n"

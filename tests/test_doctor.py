@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli import doctor
-from rlm_cli.sandbox.launcher import LEVEL_EXPOSES, LEVEL_PROTECTS, bwrap_status
+from rlm_cli.sandbox.launcher import bwrap_status, level_exposes, level_protects, protections
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, repl
 
@@ -20,8 +20,9 @@ def test_collect_reports_level_paths_and_litellm(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("RLM_SANDBOX", "process")
     report = doctor.collect()
     assert report["sandbox"]["level"] == "process" and report["sandbox"]["requested"] == "process"
-    assert report["sandbox"]["protects"] == LEVEL_PROTECTS["process"]
-    assert report["sandbox"]["exposes"] == LEVEL_EXPOSES["process"]
+    assert report["sandbox"]["protects"] == level_protects("process")
+    assert report["sandbox"]["exposes"] == level_exposes("process")
+    assert report["sandbox"]["protections"] == [vars(p) for p in protections("process")]
     assert report["bwrap"]["usable"] is bwrap_status()[0]
     assert report["paths"]["config_dir"] == os.environ["RLM_CONFIG_DIR"]
     assert report["paths"]["cache_dir"] == os.environ["RLM_CACHE_DIR"]
@@ -31,6 +32,28 @@ def test_collect_reports_level_paths_and_litellm(monkeypatch: pytest.MonkeyPatch
     assert report["worker_user"].startswith("nobody" if os.geteuid() == 0 else "your user")
     text = "\n".join(doctor.lines(report))
     assert "sandbox:        process (requested: process)" in text and "not protected:" in text
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Landlock and seccomp are Linux-only")
+def test_doctor_reports_each_process_level_protection_as_present_or_missing() -> None:
+    """Landlock's ABI comes from the kernel (probed here independently through /proc and the
+    landlockpy package), seccomp from prctl; each protection is present or missing accordingly."""
+    import landlockpy
+
+    abi = landlockpy.abi_version()
+    report = doctor.collect()
+    kernel = report["kernel"]
+    assert kernel["landlock_abi"] == abi
+    seccomp = "Seccomp:" in Path("/proc/self/status").read_text()
+    assert kernel["seccomp"] == seccomp
+    present = {p["name"]: p["present"] for p in kernel["process_level"]}
+    assert present["files"] == (abi >= 1) and present["network"] == seccomp
+    assert present["abstract_unix_sockets"] == (abi >= 6) and present["unix_socket_paths"] == (abi >= 9)
+    assert present["signals"] == (abi >= 6 or os.geteuid() == 0)
+    text = "\n".join(doctor.lines(report))
+    assert f"landlock:       {'ABI ' + str(abi) if abi else ''}" in text
+    for p in kernel["process_level"]:
+        assert f"  {p['name'].replace('_', ' ')}: {'present' if p['present'] else 'MISSING'} ({p['detail']})" in text
 
 
 def test_unavailable_or_unknown_level_is_a_reported_problem(monkeypatch: pytest.MonkeyPatch) -> None:

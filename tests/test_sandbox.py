@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +18,8 @@ from rlm_cli.errors import UsageError
 from rlm_cli.sandbox import launcher
 from rlm_cli.sandbox.launcher import Limits, resolve_level
 from rlm_cli.sandbox.worker import KEEP_HEAD, KEEP_TAIL, CappedWriter
+from tests.conftest import model_flags, run_rlm
+from tests.fake_llm import FakeLLM, last_user, repl
 from tests.sandbox_kit import BWRAP_OK, IS_ROOT, LINUX, all_levels, need_bwrap, procs_named, sandbox, set_comm
 
 # -- level resolution --------------------------------------------------------------------------
@@ -28,7 +32,45 @@ def test_auto_picks_the_strongest_level_and_warns_only_on_fallback() -> None:
     else:
         assert level in ("process", "sandbox-exec")
         if level == "process":
-            assert warning is not None and "CAN reach the network" in warning
+            assert warning is not None and "bubblewrap is not available" in warning
+
+
+def _missing_words(warning: str) -> dict[str, bool]:
+    return {name: phrase in warning for name, phrase in launcher._MISSING.items()}
+
+
+@pytest.mark.skipif(not LINUX, reason="the process level's confinement is Linux-only")
+def test_the_fallback_warning_names_only_what_this_kernel_leaves_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without bubblewrap, `auto` falls back to the confined process level; its warning names each
+    missing protection and nothing that is present (with Landlock and seccomp: no "CAN reach the
+    network", no "CAN read your files")."""
+    monkeypatch.setattr(launcher, "_bwrap_probe", (False, "hidden for this test"))
+    level, warning = resolve_level("auto")
+    assert level == "process" and warning is not None
+    present = {p.name: p.present for p in launcher.protections("process")}
+    assert _missing_words(warning) == {name: not ok for name, ok in present.items()}, warning
+    assert f"a confined process ({launcher.process_summary()})" in warning
+
+
+@pytest.mark.skipif(not LINUX, reason="the process level's confinement is Linux-only")
+def test_a_kernel_without_landlock_or_seccomp_runs_as_before_with_the_warning(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the kernel lacks both, the worker still starts (no Landlock asked for, the filter not
+    required) and the warning says it CAN reach the network and read your files."""
+    monkeypatch.setattr(launcher, "_bwrap_probe", (False, "hidden for this test"))
+    monkeypatch.setattr(launcher, "_confinement", launcher.Confinement(0, "not in this kernel", False, "no seccomp"))
+    level, warning = resolve_level("auto")
+    assert level == "process" and warning is not None
+    words = _missing_words(warning)
+    assert words.pop("signals") == (launcher.plan_drop("process")[0] is None)  # as root: runs as nobody
+    assert all(words.values()) and "a plain process with resource limits" in warning, warning
+    assert "CAN read your files" in launcher.level_exposes("process")
+    (tmp_path / "readable.txt").write_text("plain file")
+    (tmp_path / "readable.txt").chmod(0o644)
+    tmp_path.chmod(0o755)
+    with sandbox("process") as sb:  # (this kernel still loads the seccomp filter: it cannot be faked away)
+        r = sb.execute(f"print(open({str(tmp_path / 'readable.txt')!r}).read())")
+        assert r.output == "plain file\n", r.output
 
 
 def test_unknown_or_unavailable_levels_are_usage_errors() -> None:
@@ -45,7 +87,12 @@ def test_unknown_or_unavailable_levels_are_usage_errors() -> None:
 def test_describe_says_what_each_level_protects() -> None:
     assert "no network" in launcher.describe("bwrap")
     assert "untested" in launcher.describe("sandbox-exec")
-    assert "nothing" not in launcher.LEVEL_PROTECTS["process"] and "network" in launcher.LEVEL_EXPOSES["process"]
+    present = {p.name for p in launcher.protections("process") if p.present}
+    assert ("no network" in launcher.describe("process")) == ("network" in present)
+    assert ("CAN reach the network" in launcher.level_exposes("process")) == ("network" not in present)
+    assert ("CAN read your files" in launcher.level_exposes("process")) == ("files" not in present)
+    assert all(p.present for p in launcher.protections("bwrap"))
+    assert not any(p.present for p in launcher.protections("none"))
 
 
 # -- cells -------------------------------------------------------------------------------------
@@ -71,13 +118,19 @@ def test_cells_share_state_and_show_the_last_expression(level: str) -> None:
 
 @pytest.mark.parametrize("level", all_levels())
 def test_threads_subprocesses_and_multiprocessing_work(level: str) -> None:
+    """Threads, fork and subprocess work everywhere; multiprocessing's locks need /dev/shm, which
+    Landlock keeps out of reach at the process level (bwrap gives a private one)."""
+    landlocked = level == "process" and any(p.name == "files" and p.present for p in launcher.protections(level))
     with sandbox(level) as sb:
-        r = sb.execute("import multiprocessing as mp, subprocess\nfrom concurrent.futures import ThreadPoolExecutor\n"
-                       "with mp.Pool(2) as pool:\n    print(pool.map(abs, [-1, -2]))\n"
+        r = sb.execute("import multiprocessing as mp, os, subprocess\nfrom concurrent.futures import ThreadPoolExecutor\n"
+                       "try:\n    with mp.Pool(2) as pool:\n        print(pool.map(abs, [-1, -2]))\n"
+                       "except OSError as e:\n    print('pool', type(e).__name__)\n"
                        "print(list(ThreadPoolExecutor(8).map(lambda x: x * 2, range(4))))\n"
+                       "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nprint('fork', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
                        "print(subprocess.run(['sh', '-c', 'echo $HOME'], capture_output=True, text=True).stdout.strip()"
                        " == str(__import__('os').getcwd()))")
-        assert r.output == "[1, 2]\n[0, 2, 4, 6]\nTrue\n", r.output
+        pool = "pool PermissionError\n" if landlocked else "[1, 2]\n"
+        assert r.output == pool + "[0, 2, 4, 6]\nfork 7\nTrue\n", r.output
 
 
 def test_rebound_helpers_and_builtins_are_restored_for_the_next_cell() -> None:
@@ -310,3 +363,85 @@ def test_worker_that_cannot_start_is_a_sandbox_error(tmp_path: Path) -> None:
         sb.start()
     sb.close()
     assert sb.scratch is None
+
+
+# -- root without the capabilities to read other users' files (a hardened container) ------------
+
+
+def _without_dac(argv: list[str]) -> list[str]:
+    """``argv`` run as root without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (util-linux setpriv,
+    else libcap's capsh): root that may not read other users' files."""
+    if shutil.which("setpriv"):
+        return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--", *argv]
+    if shutil.which("capsh"):
+        return ["capsh", "--drop=cap_dac_override,cap_dac_read_search", "--", "-c", shlex.join(argv)]
+    pytest.skip("neither setpriv nor capsh is installed: cannot drop capabilities for the test")
+
+
+@pytest.mark.skipif(not (IS_ROOT and LINUX), reason="needs root to drop its own capabilities")
+@pytest.mark.parametrize("level", all_levels())
+def test_root_without_dac_capabilities_runs_and_leaves_nothing_behind(level: str, tmp_path: Path,
+                                                                      llm: FakeLLM) -> None:
+    """It failed with `cannot start the REPL worker: Permission denied: .../rlm-scratch-...` and
+    left the scratch folder behind each time."""
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("alpha\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    llm.script("root", repl("import os, re\nopen('note.txt', 'w').write('scratch works')\n"
+                            "caps = re.search(r'CapEff:\\s+(\\w+)', open('/proc/self/status').read())[1]\n"
+                            "print(open('note.txt').read(), int(caps, 16))"),
+               repl("FINAL('done: ' + open('note.txt').read())"))
+    argv = [sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "corpus"), "q?", *model_flags(llm),
+            "--mode", "rlm", "--sandbox", level]
+    proc = subprocess.run(_without_dac(argv), capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TMPDIR=str(tmp)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "done: scratch works"
+    assert "scratch works 0\n" in last_user(llm.chat_requests("root")[1])  # the worker holds no capability
+    assert sorted(os.listdir(tmp)) == []  # no rlm-scratch-*, rlm-lm-*, rlm-corpus-*
+    drop_note = launcher.plan_drop(level)[1]
+    assert proc.stderr.count("sandbox: ") <= 1 + (drop_note is not None)
+
+
+@pytest.mark.skipif(not (IS_ROOT and LINUX), reason="needs root to make files as nobody")
+def test_a_scratch_folder_filled_by_nobody_is_removed_by_root_without_dac() -> None:
+    """Where Python is world-readable the worker runs as nobody in a scratch folder it owns; rlm,
+    root without CAP_DAC_OVERRIDE, cannot list or delete what it left: it takes it back first."""
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="rlm-scratch-test-"))
+    try:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(scratch, nobody.pw_uid, nobody.pw_gid)
+        subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "sh",
+                        "-c", "mkdir -p a/b && echo x > a/b/f && echo y > g && ln -s /etc/passwd l && "
+                        "chmod 700 a/b a . && chmod 600 g"], cwd=scratch, check=True, timeout=30)
+        code = ("import shutil, sys\nfrom pathlib import Path\nfrom rlm_cli.sandbox.launcher import _remove_tree\n"
+                "p = Path(sys.argv[2])\nif sys.argv[1] == 'plain':\n    shutil.rmtree(p, ignore_errors=True)\n"
+                "else:\n    _remove_tree(p)\nprint(p.exists())")
+        plain = subprocess.run(_without_dac([sys.executable, "-c", code, "plain", str(scratch)]),
+                               capture_output=True, text=True, timeout=60)
+        assert plain.stdout == "True\n", plain.stderr  # what rlm did before: the folder stayed
+        ours = subprocess.run(_without_dac([sys.executable, "-c", code, "ours", str(scratch)]),
+                              capture_output=True, text=True, timeout=60)
+        assert ours.stdout == "False\n", ours.stderr
+        assert Path("/etc/passwd").exists()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.mark.skipif(not (IS_ROOT and LINUX), reason="the note is about the user a root rlm gives the worker")
+def test_the_worker_user_note_is_printed_once_per_run_not_per_child(tmp_path: Path, llm: FakeLLM) -> None:
+    note = launcher.plan_drop("process")[1]
+    if note is None:
+        pytest.skip("Python is world-readable here: the worker runs as nobody with no note to print")
+    (tmp_path / "a.txt").write_text("alpha\n")
+    children = [r for i in range(3) for r in (repl("print(context)"), repl(f"FINAL('child {i}')"))]
+    llm.script("root", repl("answers = [rlm_query(f'part {i}', context='x') for i in range(3)]\nprint(answers)"),
+               *children, repl("FINAL(' '.join(answers))"))
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm", "--sandbox", "process",
+                  "--max-depth", "2")
+    assert res.code == 0, res.stderr
+    assert res.stdout.strip() == "child 0 child 1 child 2"
+    assert res.stderr.count(note) == 1, res.stderr

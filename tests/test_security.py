@@ -1,9 +1,12 @@
 """Hostile code blocks against the real worker, with API keys in the parent's environment.
 
 Each test runs code the way a scripted root model would send it (``Sandbox.execute`` directly,
-for speed; a few through ``rlm ask`` with FakeLLM) and asserts the attack FAILS. Network and
-filesystem attacks need bubblewrap: where it is missing they are skipped with the reason, never
-passed. The README's Sandbox table states what these tests prove.
+for speed; a few through ``rlm ask`` with FakeLLM) and asserts the attack FAILS, at every level
+this machine has (``bwrap`` and ``process``). Where a level does not protect something here (the
+``process`` level on a kernel without Landlock or seccomp, as ``rlm doctor`` reports), the attack
+is skipped with the reason, never passed. CI runs this file twice: with bubblewrap, and with it
+hidden from rlm (the fresh-machine default, ``auto`` = ``process``). The README's Sandbox table
+states what these tests prove.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import pwd
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +30,7 @@ import pytest
 
 from rlm_cli.config import Settings
 from rlm_cli.lm_handler import LMHandler, ModelClient
-from rlm_cli.sandbox.launcher import BWRAP_SYSTEM_DIRS, Limits, _python_roots
+from rlm_cli.sandbox.launcher import BWRAP_SYSTEM_DIRS, Limits, _python_roots, plan_drop
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl
 from tests.sandbox_kit import (
@@ -33,6 +38,7 @@ from tests.sandbox_kit import (
     SECRET,
     all_levels,
     descendants,
+    expect_protected,
     need_bwrap,
     procs_named,
     sandbox,
@@ -55,6 +61,20 @@ def _skip_process_unless_root(level: str) -> None:
         pytest.skip("process level as a non-root user: the worker runs as you (see the README)")
 
 
+def _as_nobody(argv: list[str]) -> list[str]:
+    """``argv`` run as ``nobody``, the user a root rlm gives the worker (util-linux setpriv)."""
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) is missing: cannot start a process as nobody")
+    nobody = pwd.getpwnam("nobody")
+    return ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", *argv]
+
+
+def _unless_confined(level: str, name: str) -> None:
+    """Skip where ``level`` leaves ``name`` open here; as root the process level runs as nobody."""
+    if not (level == "process" and IS_ROOT):
+        expect_protected(level, name)
+
+
 # -- keys ----------------------------------------------------------------------------------------
 
 
@@ -71,31 +91,46 @@ def test_api_keys_are_not_in_the_worker_environment(level: str) -> None:
 
 @pytest.mark.parametrize("level", all_levels())
 def test_api_keys_are_not_readable_from_any_visible_process(level: str) -> None:
-    """Nor from the parent's /proc entries (environ, cmdline, memory) or any other process."""
-    _skip_process_unless_root(level)
-    with sandbox(level) as sb:
-        r = sb.execute(
-            "import os\nleaks, denied, read = [], 0, 0\n"
-            "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
-            "    for part in ('environ', 'cmdline', 'mem'):\n"
-            "        try:\n"
-            "            with open(f'/proc/{pid}/{part}', 'rb') as fh:\n"
-            "                data = fh.read(1 << 20)\n"
-            "            read += 1\n"
-            f"            if {SECRET.encode()!r} in data:\n"
-            "                leaks.append((pid, part))\n"
-            "        except OSError:\n"
-            "            denied += 1\n"
-            "print('leaks', leaks, 'read', read, 'denied', denied, 'ppid', os.getppid())")
-        assert r.output.startswith("leaks [] "), r.output
-        if level == "process":  # the parent is visible at this level, but its environ is not readable
-            assert f"ppid {os.getpid()}" in r.output and int(r.output.split("denied ")[1].split()[0]) > 0
+    """Nor from /proc (environ, cmdline, memory) of rlm, of a process started with the keys in its
+    environment (a shell that exported OPENAI_API_KEY), or of any other process."""
+    _unless_confined(level, "files")
+    holders = [subprocess.Popen(["sleep", "60"], env=dict(os.environ, OPENAI_API_KEY=SECRET))]
+    if IS_ROOT:  # and one of the worker's own user (nobody): only Landlock stands between them
+        holders.append(subprocess.Popen(_as_nobody(["sleep", "60"]), env=dict(os.environ, OPENAI_API_KEY=SECRET)))
+    try:
+        for h in holders:  # real bait
+            assert wait_until(lambda h=h: SECRET.encode() in Path(f"/proc/{h.pid}/environ").read_bytes())
+        with sandbox(level) as sb:
+            r = sb.execute(
+                f"import os\nleaks, denied, read = [], 0, 0\npids = {[str(h.pid) for h in holders]!r} + "
+                f"['{os.getpid()}', str(os.getppid()), '1']\n"
+                "try:\n    pids += [p for p in os.listdir('/proc') if p.isdigit()]\nexcept OSError:\n    pass\n"
+                "for pid in pids:\n"
+                "    for part in ('environ', 'cmdline', 'mem'):\n"
+                "        try:\n"
+                "            with open(f'/proc/{pid}/{part}', 'rb') as fh:\n"
+                "                data = fh.read(1 << 20)\n"
+                "            read += 1\n"
+                f"            if {SECRET.encode()!r} in data:\n"
+                "                leaks.append((pid, part))\n"
+                "        except OSError:\n"
+                "            denied += 1\n"
+                "print('leaks', leaks, 'read', read, 'denied', denied)")
+    finally:
+        for h in holders:
+            h.kill()
+            h.wait()
+    assert r.output.startswith("leaks [] "), r.output
+    assert int(r.output.split("denied ")[1].split()[0]) >= 3 * (len(holders) + 2)  # at least the pids named above
 
 
 # -- files ---------------------------------------------------------------------------------------
 
 
-def _secret_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+@pytest.fixture
+def secret_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
+    """rlm's config file, a key under home (world-readable, even), a ``.env`` in the corpus and,
+    as root, a private file under /root; all hold SECRET."""
     config = Path(os.environ["RLM_CONFIG_DIR"])
     config.mkdir(parents=True, exist_ok=True)
     (config / "config.toml").write_text(f'api_key = "{SECRET}"\n')
@@ -107,21 +142,57 @@ def _secret_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / ".env").write_text(f"OPENAI_API_KEY={SECRET}\n")
-    return [config / "config.toml", home / ".ssh" / "id_rsa", repo / ".env"]
+    files = [config / "config.toml", home / ".ssh" / "id_rsa", repo / ".env"]
+    root_secret = Path(f"/root/.rlm-test-secret-{os.getpid()}")
+    if IS_ROOT:
+        root_secret.write_text(f"{SECRET}\n")
+        root_secret.chmod(0o600)
+        files.append(root_secret)
+    try:
+        yield files
+    finally:
+        root_secret.unlink(missing_ok=True)
 
 
-def test_secret_files_in_config_home_and_corpus_are_unreadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    need_bwrap()
-    files = _secret_files(tmp_path, monkeypatch)
+@pytest.mark.parametrize("level", all_levels())
+def test_secret_files_in_config_home_root_and_corpus_are_unreadable(level: str, secret_files: list[Path],
+                                                                    tmp_path: Path) -> None:
+    expect_protected(level, "files")
     assert Path.home() == tmp_path / "home"
-    with sandbox("bwrap", hide=(str(tmp_path / "repo"),)) as sb:
-        r = sb.execute(f"import os\npaths = {[str(f) for f in files]!r} + [os.path.expanduser('~/.ssh/id_rsa'), "
-                       "'/root/.ssh/id_rsa', '/etc/ssh/ssh_host_rsa_key', '/etc/shadow']\n"
+    with sandbox(level, hide=(str(tmp_path / "repo"),)) as sb:
+        r = sb.execute(f"import os\npaths = {[str(f) for f in secret_files]!r} + ["
+                       f"{str(tmp_path / 'home' / '.ssh' / 'id_rsa')!r}, '/root/.ssh/id_rsa', "
+                       "'/etc/ssh/ssh_host_rsa_key', '/etc/shadow']\n"
                        "for p in paths:\n    try:\n        print(p, open(p).read())\n"
-                       "    except OSError as e:\n        print(p, type(e).__name__)")
-        assert SECRET not in r.output
+                       "    except OSError as e:\n        print(p, type(e).__name__)\n"
+                       f"for d in ({str(tmp_path)!r}, {str(tmp_path / 'home')!r}, '/root', '/tmp', '/home'):\n"
+                       "    try:\n        print(d, 'LISTED', os.listdir(d))\n"
+                       "    except OSError as e:\n        print(d, type(e).__name__)")
         lines = r.output.splitlines()
-        assert len(lines) == 7 and all(line.endswith(("FileNotFoundError", "PermissionError")) for line in lines)
+        assert SECRET not in r.output and not any(".rlm-test-secret" in line or "pytest-of" in line
+                                                  for line in lines if " LISTED " in line), r.output
+        assert len(lines) == len(secret_files) + 4 + 5
+        # bwrap shows its own skeleton of /root and /tmp (the folders leading to Python, its tmpfs)
+        assert all(line.endswith(("FileNotFoundError", "PermissionError")) for line in lines
+                   if not (level == "bwrap" and line.startswith(("/root LISTED", "/tmp LISTED")))), r.output
+
+
+def test_the_process_level_reads_python_and_rlm_but_nothing_else() -> None:
+    """Python, rlm and the system folders stay readable (imports work), the rest of the disk not."""
+    expect_protected("process", "files")
+    import rlm_cli
+
+    with sandbox("process") as sb:
+        r = sb.execute("import os, sys, json, sqlite3, decimal, email.mime.text, ctypes\n"
+                       f"print(len(os.listdir({str(Path(rlm_cli.__file__).parent)!r})) > 5)\n"
+                       "print(os.path.isfile(os.path.join(os.path.dirname(os.__file__), 'os.py')))\n"
+                       "print(open('/etc/passwd').readline().startswith('root:'))\n"
+                       "for d in ('/', '/etc', '/var', '/proc', '/sys', '/dev', '/run', '/opt', '/srv', '/mnt'):\n"
+                       "    try:\n        os.listdir(d)\n        print(d, 'LISTED')\n"
+                       "    except OSError as e:\n        print(d, type(e).__name__)")
+        lines = r.output.splitlines()
+        assert lines[:3] == ["True", "True", "True"], r.output
+        assert "LISTED" not in r.output and len(lines) == 13, r.output
 
 
 def test_the_host_filesystem_is_absent_except_system_folders_and_python() -> None:
@@ -147,26 +218,31 @@ def test_the_host_filesystem_is_absent_except_system_folders_and_python() -> Non
                        for n in siblings), (root, siblings)
 
 
-def test_writes_outside_the_scratch_folder_fail(tmp_path: Path) -> None:
-    need_bwrap()
+@pytest.mark.parametrize("level", all_levels())
+def test_writes_outside_the_scratch_folder_fail(level: str, tmp_path: Path) -> None:
+    expect_protected(level, "files")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
+    corpus.chmod(0o777)  # even a folder anyone may write to
     import rlm_cli
 
     pkg = Path(rlm_cli.__file__).parent
-    with sandbox("bwrap", hide=(str(corpus),)) as sb:
+    with sandbox(level, hide=(str(corpus),)) as sb:
         assert sb.scratch is not None
-        targets = ["/tmp", "/etc", "/usr", "/dev", "/tmp/rlm/pkg/rlm_cli", "/tmp/rlm/sock", str(corpus),
-                   str(pkg), sys.prefix, str(Path(sb.socket_path).parent), "/proc/1"]
+        targets = ["/tmp", "/etc", "/usr", "/var/tmp", str(corpus), str(pkg), sys.prefix,
+                   str(Path(sb.socket_path).parent), "/proc/1"]
+        targets += ["/tmp/rlm/pkg/rlm_cli", "/tmp/rlm/sock"] if level == "bwrap" else ["/dev/shm"]
         r = sb.execute(f"import os\nfor d in {targets!r}:\n    try:\n"
                        "        open(os.path.join(d, 'pwned.txt'), 'w').write('x')\n        print(d, 'WROTE')\n"
                        "    except OSError as e:\n        print(d, type(e).__name__)\n"
                        "open('inside.txt', 'w').write('ok')\nprint('scratch ok')\n"
-                       "open('/dev/shm/pwned.txt', 'w').write('private')\nprint('shm ok')")
-        assert "WROTE" not in r.output and r.output.endswith("scratch ok\nshm ok\n"), r.output
-        # /dev/shm inside is the sandbox's own small tmpfs: nothing reaches the host's.
+                       "os.mkdir('sub')\nos.rename('inside.txt', 'sub/moved.txt')\nprint('rename ok')")
+        assert "WROTE" not in r.output and r.output.endswith("scratch ok\nrename ok\n"), r.output
         for d in (corpus, pkg, Path(sys.prefix), Path(sb.socket_path).parent, Path("/tmp"), Path("/dev/shm")):
             assert not (d / "pwned.txt").exists()
+        if level == "bwrap":  # /dev/shm inside is the sandbox's own small tmpfs: nothing reaches the host's
+            r = sb.execute("open('/dev/shm/pwned.txt', 'w').write('private')\nprint('shm ok')")
+            assert r.output == "shm ok\n" and not Path("/dev/shm/pwned.txt").exists()
 
 
 # -- network -------------------------------------------------------------------------------------
@@ -201,6 +277,13 @@ def listeners() -> Iterator[dict[str, object]]:
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
+    # The listeners work from outside the sandbox (so an empty record below means something).
+    socket.create_connection(("127.0.0.1", seen["tcp_port"]), timeout=2).close()  # type: ignore[arg-type]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.sendto(b"probe", ("127.0.0.1", seen["udp_port"]))  # type: ignore[arg-type]
+    assert wait_until(lambda: len(seen["tcp"]) == 1 and len(seen["udp"]) == 1, 5)  # type: ignore[arg-type]
+    seen["tcp"].clear()  # type: ignore[attr-defined]
+    seen["udp"].clear()  # type: ignore[attr-defined]
     yield seen
     stop.set()
     t.join()
@@ -219,30 +302,80 @@ def _host_address() -> str:
         probe.close()
 
 
-def test_no_tcp_or_udp_reaches_the_host(listeners: dict[str, object]) -> None:
-    need_bwrap()
-    # The listeners work from outside the sandbox (so an empty record below means something).
-    socket.create_connection(("127.0.0.1", listeners["tcp_port"]), timeout=2).close()  # type: ignore[arg-type]
-    assert wait_until(lambda: len(listeners["tcp"]) == 1, 5)  # type: ignore[arg-type]
-    listeners["tcp"].clear()  # type: ignore[attr-defined]
+@pytest.mark.parametrize("level", all_levels())
+def test_no_tcp_or_udp_reaches_the_host(level: str, listeners: dict[str, object]) -> None:
+    expect_protected(level, "network")
     host = _host_address()
-    with sandbox("bwrap") as sb:
+    with sandbox(level) as sb:
         r = sb.execute(
             "import socket\n"
             f"for addr in [('127.0.0.1', {listeners['tcp_port']}), ('{host}', {listeners['tcp_port']}), "
             "('1.1.1.1', 443)]:\n"
             "    try:\n        socket.create_connection(addr, timeout=2)\n        print(addr, 'CONNECTED')\n"
             "    except OSError as e:\n        print(addr, type(e).__name__)\n"
-            "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
             f"for addr in [('127.0.0.1', {listeners['udp_port']}), ('{host}', {listeners['udp_port']})]:\n"
-            "    try:\n        u.sendto(b'leak', addr)\n        print(addr, 'udp sent into the void')\n"
+            "    try:\n        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n        u.sendto(b'leak', addr)\n"
+            "        print(addr, 'udp sent')\n"
             "    except OSError as e:\n        print(addr, type(e).__name__)\n"
             "try:\n    socket.getaddrinfo('example.com', 443)\n    print('DNS RESOLVED')\n"
-            "except OSError as e:\n    print('dns', type(e).__name__)\n"
-            "import os\nprint(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'no sysfs')")
+            "except OSError as e:\n    print('dns', type(e).__name__)")
         assert "CONNECTED" not in r.output and "DNS RESOLVED" not in r.output, r.output
     time.sleep(0.5)
     assert listeners["tcp"] == [] and listeners["udp"] == []
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_no_ip_raw_packet_or_netlink_socket_can_be_created(level: str) -> None:
+    """The seccomp filter allows socket() and socketpair() for AF_UNIX only (the relay's family)."""
+    expect_protected(level, "network")
+    with sandbox(level) as sb:
+        r = sb.execute("import socket\n"
+                       "for fam, kind in [(socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET, socket.SOCK_DGRAM),"
+                       " (socket.AF_INET6, socket.SOCK_STREAM), (socket.AF_INET6, socket.SOCK_DGRAM),"
+                       " (socket.AF_INET, socket.SOCK_RAW), (socket.AF_PACKET, socket.SOCK_RAW),"
+                       " (socket.AF_NETLINK, socket.SOCK_RAW)]:\n"
+                       "    try:\n        socket.socket(fam, kind).close()\n        print(fam.name, 'CREATED')\n"
+                       "    except OSError as e:\n        print(fam.name, e.strerror)\n"
+                       "try:\n    socket.socketpair(socket.AF_INET)\n    print('pair CREATED')\n"
+                       "except OSError as e:\n    print('pair', e.strerror)\n"
+                       "a, b = socket.socketpair()\na.send(b'unix ok')\nprint(b.recv(10).decode())")
+        assert "CREATED" not in r.output, r.output
+        assert r.output.count("Operation not permitted") == 8 and r.output.endswith("unix ok\n"), r.output
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_abstract_unix_sockets_outside_the_worker_are_unreachable(level: str) -> None:
+    expect_protected(level, "abstract_unix_sockets")
+    name = f"\0rlm-test-abstract-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+        srv.bind(name)
+        srv.listen(1)
+        srv.settimeout(0.5)
+        with sandbox(level) as sb:
+            r = sb.execute(f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({name!r})\n"
+                           "    print('CONNECTED')\nexcept OSError as e:\n    print(type(e).__name__)")
+        assert "CONNECTED" not in r.output, r.output
+        with pytest.raises(TimeoutError):
+            srv.accept()
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_unix_sockets_by_path_outside_the_relay_are_unreachable(level: str, tmp_path: Path) -> None:
+    """An ssh-agent or D-Bus socket of the user: reachable by path unless the level confines it."""
+    expect_protected(level, "unix_socket_paths")
+    path = str(tmp_path / "agent.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+        srv.bind(path)
+        os.chmod(path, 0o777)
+        tmp_path.chmod(0o755)
+        srv.listen(1)
+        srv.settimeout(0.5)
+        with sandbox(level) as sb:
+            r = sb.execute(f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({path!r})\n"
+                           "    print('CONNECTED')\nexcept OSError as e:\n    print(type(e).__name__)")
+        assert "CONNECTED" not in r.output, r.output
+        with pytest.raises(TimeoutError):
+            srv.accept()
 
 
 # -- resources -----------------------------------------------------------------------------------
@@ -309,14 +442,26 @@ def test_an_infinite_loop_times_out_and_the_next_cell_runs(level: str) -> None:
 
 @pytest.mark.parametrize("level", all_levels())
 def test_the_worker_cannot_kill_the_parent(level: str) -> None:
-    _skip_process_unless_root(level)
-    with sandbox(level) as sb:
-        r = sb.execute("import os, signal\n"
-                       f"for pid in (os.getppid(), {os.getpid()}, 1):\n    try:\n"
-                       "        os.kill(pid, signal.SIGKILL)\n        print(pid, 'KILLED')\n"
-                       "    except OSError as e:\n        print(pid, type(e).__name__)")
-        assert "KILLED" not in r.output and r.lost is None, r.output
-        assert sb.execute("print('worker intact')").output == "worker intact\n"
+    _unless_confined(level, "signals")
+    bystanders = [subprocess.Popen(["sleep", "60"])]  # another process of rlm's user
+    if IS_ROOT:  # and one of the worker's own user (nobody): only Landlock's signal scope stops that
+        bystanders.append(subprocess.Popen(_as_nobody(["sleep", "60"])))
+    try:
+        pids = [os.getpid(), *(b.pid for b in bystanders), 1]
+        # (processes of nobody re-parented to rlm after a worker started count as its strays)
+        time.sleep(0.1)
+        with sandbox(level) as sb:
+            r = sb.execute("import os, signal\n"
+                           f"for pid in [os.getppid(), *{pids!r}]:\n    try:\n"
+                           "        os.kill(pid, signal.SIGKILL)\n        print(pid, 'KILLED')\n"
+                           "    except OSError as e:\n        print(pid, type(e).__name__)")
+            assert "KILLED" not in r.output and r.lost is None, r.output
+            assert sb.execute("print('worker intact')").output == "worker intact\n"
+        assert all(b.poll() is None for b in bystanders)
+    finally:
+        for b in bystanders:
+            b.kill()
+            b.wait()
     # (and this test process is evidently still alive)
 
 
@@ -329,7 +474,9 @@ def test_capabilities_are_gone_after_the_drop_to_nobody(level: str) -> None:
                        "open('/proc/self/status').read())))")
         status = eval(r.output)  # noqa: S307 - a dict of strings we printed
         assert status["Uid"] != "0" and status["NoNewPrivs"] == "1"
-        keep = 0x4 if any("CAP_DAC_READ_SEARCH" in n for n in sb.notes) else 0  # interpreter unreadable
+        drop = plan_drop(level)[0]
+        assert drop is not None and sb.drop == drop
+        keep = 0x4 if drop.keep_caps == ("CAP_DAC_READ_SEARCH",) else 0  # interpreter unreadable by nobody
         for name in ("CapInh", "CapAmb"):
             assert int(status[name], 16) == 0, status
         for name in ("CapPrm", "CapEff", "CapBnd"):
@@ -459,6 +606,39 @@ def test_rlm_query_past_the_depth_limit_becomes_a_plain_call(llm: FakeLLM, tmp_p
 
 
 # -- through `rlm ask` -------------------------------------------------------------------------
+
+
+def test_rlm_ask_at_the_default_level_blocks_files_network_and_signals(
+        tmp_path: Path, llm: FakeLLM, secret_files: list[Path], listeners: dict[str, object]) -> None:
+    """The fresh-machine path: `rlm ask` with the default sandbox (`auto`: bwrap where it works,
+    else the confined process level), model code going for keys, files, the network and rlm."""
+    from rlm_cli.sandbox.launcher import resolve_level
+
+    level = resolve_level("auto")[0]
+    for name in ("files", "network", "signals"):
+        _unless_confined(level, name)
+    (tmp_path / "repo" / "notes.txt").write_text("alpha beta gamma\n")
+    paths = [str(p) for p in secret_files]
+    attack = (f"import os, signal, socket\nout = []\nfor p in {paths!r}:\n    try:\n        out.append(open(p).read())\n"
+              "    except OSError as e:\n        out.append(type(e).__name__)\n"
+              "for fam in (socket.AF_INET, socket.AF_INET6):\n    try:\n"
+              f"        s = socket.socket(fam)\n        s.connect(('127.0.0.1' if fam == socket.AF_INET else '::1', "
+              f"{listeners['tcp_port']}))\n        out.append('CONNECTED')\n"
+              "    except OSError as e:\n        out.append(type(e).__name__)\n"
+              "try:\n    os.kill(os.getppid(), signal.SIGTERM)\n    out.append('SIGNALLED')\n"
+              "except OSError as e:\n    out.append(type(e).__name__)\n"
+              "out.append(str(sorted(k for k in os.environ if 'KEY' in k or 'TOKEN' in k)))\n"
+              "FINAL(' | '.join(out))")
+    llm.script("root", repl(attack))
+    res = run_rlm("ask", str(tmp_path / "repo"), "What is it?", *model_flags(llm), "--mode", "rlm", "-v",
+                  env={"RLM_SANDBOX": "auto"})
+    assert res.code == 0, res.stderr
+    assert res.stderr.startswith(f"sandbox: {level} ")
+    assert SECRET not in res.stdout and "CONNECTED" not in res.stdout and "SIGNALLED" not in res.stdout, res.stdout
+    assert res.stdout.strip().endswith("| []"), res.stdout
+    assert res.stdout.count("PermissionError") + res.stdout.count("FileNotFoundError") >= len(paths) + 2
+    time.sleep(0.3)
+    assert listeners["tcp"] == []
 
 
 def test_rlm_ask_survives_rebinding_a_200_mb_print_and_a_segfault(tmp_path: Path, llm: FakeLLM) -> None:

@@ -60,6 +60,18 @@ BWRAP_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx
 SHM_BYTES = 64 * 1024**2
 #: Host paths hidden even inside the bound system folders.
 BWRAP_ALWAYS_HIDDEN = ("/etc/ssh", "/etc/ssl/private")
+#: Folders the ``process`` level lets the worker read and execute under Landlock (when they
+#: exist), besides the Python installation and rlm's package: bwrap's system folders without /etc.
+LANDLOCK_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/nix/store", "/gnu/store")
+#: The only entries of /etc readable under Landlock: what the C library and Python read (the
+#: dynamic linker's cache, the time zone, user, group, host and service names, MIME types, locale
+#: aliases, the host name). Nothing secret: /etc/shadow, /etc/ssh and /etc/ssl/private stay out of reach.
+LANDLOCK_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "localtime", "timezone", "passwd",
+                "group", "hostname", "nsswitch.conf", "hosts", "host.conf", "gai.conf", "protocols", "services", "mime.types",
+                "locale.alias", "os-release")
+#: Device files readable and writable under Landlock (``/dev/shm`` is not: multiprocessing's locks
+#: fail at the ``process`` level, while threads, fork and subprocess work).
+LANDLOCK_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _PKG_DIR = Path(__file__).resolve().parent.parent  # .../rlm_cli
 _PR_SET_CHILD_SUBREAPER = 36
 _bwrap_probe: tuple[bool, str] | None = None
@@ -97,6 +109,121 @@ def bwrap_available() -> bool:
     return bwrap_status()[0]
 
 
+@dataclass(frozen=True)
+class Confinement:
+    """What this kernel gives the ``process`` level: the Landlock ABI version (0: none) and
+    whether the seccomp filter can be loaded, each with a one-line explanation."""
+
+    landlock_abi: int
+    landlock_detail: str
+    seccomp: bool
+    seccomp_detail: str
+
+
+_confinement: Confinement | None = None
+
+
+def confinement() -> Confinement:
+    """Probe Landlock (``landlock_create_ruleset`` with the VERSION flag returns the ABI, through
+    ``landlockpy``) and seccomp (``prctl(PR_GET_SECCOMP)``, and a filter table for this CPU) once
+    per process: two system calls, no subprocess."""
+    global _confinement
+    if _confinement is not None:
+        return _confinement
+    if not sys.platform.startswith("linux"):
+        _confinement = Confinement(0, "Landlock is Linux-only", False, "seccomp is Linux-only")
+        return _confinement
+    abi = 0
+    try:
+        import landlockpy
+
+        abi = landlockpy.abi_version()
+        ll_detail = f"ABI {abi}" if abi else ("not available in this kernel (needs Linux 5.13+ with landlock "
+                                              "in the lsm= boot list)")
+    except ImportError:
+        ll_detail = "the landlockpy package is not installed (pip install landlockpy)"
+    except OSError as exc:
+        ll_detail = f"refused here ({exc.strerror or exc}): a container's seccomp profile may block it"
+    import ctypes
+
+    from rlm_cli.sandbox.worker import seccomp_program
+
+    machine = platform.machine()
+    if seccomp_program(machine) is None:
+        sc, sc_detail = False, f"no filter table for {machine}"
+    elif ctypes.CDLL(None, use_errno=True).prctl(21, 0, 0, 0, 0) < 0:  # PR_GET_SECCOMP
+        sc, sc_detail = False, "this kernel has no seccomp"
+    else:
+        sc, sc_detail = True, f"filter for {machine}"
+    _confinement = Confinement(abi, ll_detail, sc, sc_detail)
+    return _confinement
+
+
+@dataclass(frozen=True)
+class Protection:
+    """One protection of a sandbox level on this machine: ``name`` (``network``, ``files``,
+    ``signals``, ``abstract_unix_sockets``, ``unix_socket_paths``), whether it is ``present``
+    here, and how it is enforced (or what it would need)."""
+
+    name: str
+    present: bool
+    detail: str
+
+
+def protections(level: str) -> list[Protection]:
+    """The protections of ``level`` on this machine (kernel features probed by :func:`confinement`).
+
+    Landlock ABI versions used at the ``process`` level: 1 files, 4 TCP, 6 signals and abstract
+    Unix sockets, 9 connecting to Unix sockets by path, 10 UDP (see ``worker.apply_landlock``).
+    """
+    names = ("network", "files", "signals", "abstract_unix_sockets", "unix_socket_paths")
+    if level == "bwrap":
+        how = ("own network namespace", "own mount namespace: system folders and Python only",
+               "own PID namespace", "own network namespace", "own mount namespace")
+        return [Protection(n, True, h) for n, h in zip(names, how, strict=True)]
+    if level == "sandbox-exec":
+        return [Protection("network", True, "sandbox-exec profile (untested)"),
+                *[Protection(n, False, "not confined by sandbox-exec") for n in names[1:]]]
+    if level != "process" or not sys.platform.startswith("linux"):
+        return [Protection(n, False, f"not confined at the {level} level") for n in names]
+    c = confinement()
+    abi = c.landlock_abi
+    have = f"this kernel has {'ABI ' + str(abi) if abi else 'no Landlock'}"
+    net = "seccomp: socket() only for AF_UNIX" if c.seccomp else f"needs seccomp ({c.seccomp_detail})"
+    if c.seccomp and abi >= 4:
+        net += "; Landlock: no TCP" + (" or UDP" if abi >= 10 else "") + " bind/connect"
+    dropped = plan_drop(level)[0]
+    as_nobody = dropped is not None and dropped.uid != 0
+    signals = (Protection("signals", True, f"Landlock ABI {abi}: signals only to its own processes") if abi >= 6
+               else Protection("signals", True, "runs as nobody") if as_nobody
+               else Protection("signals", False, f"needs Landlock ABI 6 ({have})"))
+    return [
+        Protection("network", c.seccomp, net),
+        Protection("files", abi >= 1, f"Landlock ABI {abi}: reads only Python, rlm and system folders, writes only "
+                                      "its scratch folder" if abi >= 1 else f"needs Landlock ({c.landlock_detail})"),
+        signals,
+        Protection("abstract_unix_sockets", abi >= 6, f"Landlock ABI {abi}: only its own" if abi >= 6
+                   else f"needs Landlock ABI 6 ({have})"),
+        Protection("unix_socket_paths", abi >= 9, f"Landlock ABI {abi}: only the model relay's" if abi >= 9
+                   else f"needs Landlock ABI 9 ({have})"),
+    ]
+
+
+#: What a missing protection leaves open, in the words of the warnings and ``rlm doctor``.
+_MISSING = {
+    "network": "it CAN reach the network",
+    "files": "it CAN read your files",
+    "signals": "it can signal rlm and your other processes",
+    "abstract_unix_sockets": "it can connect to abstract Unix sockets (D-Bus, X11)",
+    "unix_socket_paths": "it can connect to Unix sockets its user may open by path (an ssh-agent, D-Bus)",
+}
+
+
+def missing(level: str) -> list[str]:
+    """What ``level`` leaves open on this machine, one phrase per missing protection."""
+    return [f"{_MISSING[p.name]}: {p.detail}" for p in protections(level) if not p.present]
+
+
 def _bwrap_ns_flags() -> list[str]:
     flags = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if os.geteuid() != 0:
@@ -118,9 +245,12 @@ def resolve_level(requested: str) -> tuple[str, str | None]:
             return "bwrap", None
         if has_sbx:
             return "sandbox-exec", None
-        return "process", ("sandbox: bubblewrap is not available, so model code runs as a plain process "
-                           "with resource limits and no API keys in its environment, but it CAN reach the "
-                           "network and read your files (install bubblewrap: apt-get install bubblewrap)")
+        gaps, summary = missing("process"), process_summary()
+        how = (f"a confined process ({summary})" if summary != "resource limits only" else
+               "a plain process with resource limits and no API keys in its environment")
+        return "process", (f"sandbox: bubblewrap is not available, so model code runs as {how}; "
+                           + ("; ".join(gaps) if gaps else "other processes stay visible")
+                           + "; install bubblewrap for full isolation (apt-get install bubblewrap)")
     if requested == "bwrap" and not bwrap_available():
         raise UsageError(f"--sandbox bwrap: {bwrap_status()[1]}",
                          hint="install bubblewrap or use --sandbox process")
@@ -198,11 +328,32 @@ class Drop:
     keep_caps: tuple[str, ...] = ()
 
 
-def plan_drop(level: str) -> tuple[Drop | None, str | None]:
-    """The user a worker at ``level`` becomes (``None``: it keeps rlm's user) and a note to show.
+#: Capability numbers (linux/capability.h) rlm needs to lend the worker another user.
+_CAP_CHOWN, _CAP_DAC_READ_SEARCH, _CAP_SETGID, _CAP_SETUID, _CAP_SETPCAP = 0, 2, 6, 7, 8
 
-    Only a root parent drops (to ``nobody``), at the ``process`` and ``bwrap`` levels; when
+
+def _effective_caps() -> int:
+    """This process's effective capability mask (``CapEff`` in ``/proc/self/status``); every bit
+    set where that cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return (1 << 64) - 1
+
+
+def plan_drop(level: str) -> tuple[Drop | None, str | None]:
+    """The user a worker at ``level`` becomes (``None``: it keeps rlm's user) and a note to show
+    once per run.
+
+    Only a root parent drops, at the ``process`` and ``bwrap`` levels: to ``nobody``; when
     ``nobody`` cannot read the interpreter or the package, the worker keeps CAP_DAC_READ_SEARCH.
+    When rlm itself lacks what that takes (a hardened container: root without CAP_SETUID,
+    CAP_SETGID or CAP_CHOWN, or without CAP_DAC_READ_SEARCH to lend), the worker stays root with
+    every capability dropped (``Drop(0, 0)``); the process limit then does not apply to it.
     """
     if level not in ("process", "bwrap") or os.geteuid() != 0:
         return None, None
@@ -211,15 +362,34 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
         uid, gid = pw.pw_uid, pw.pw_gid
     except KeyError:
         uid, gid = 65534, 65534
+    caps = _effective_caps()
+    confined = ("; Landlock still confines what it can read and write" if level == "process"
+                and confinement().landlock_abi >= 1 else "")
+    needed_caps = (_CAP_SETUID, _CAP_SETGID) + ((_CAP_CHOWN,) if level == "process" else ())
+    if not all(caps & (1 << c) for c in needed_caps):
+        return Drop(0, 0), ("rlm runs as root without the capabilities to switch users (CAP_SETUID, CAP_SETGID, "
+                            "CAP_CHOWN), so the worker stays root with every capability dropped: the process limit "
+                            "does not apply to it" + confined)
     needed = [*_python_roots(), str(_PKG_DIR)]
     readable = (all(_mode_allows_others(p) for p in needed) if level == "bwrap"
                 else all(_world_readable(p) for p in needed))
     if readable:
         return Drop(uid, gid), None
+    if not caps & (1 << _CAP_DAC_READ_SEARCH):
+        return Drop(0, 0), ("the Python installation is not readable by other users and rlm lacks CAP_DAC_READ_SEARCH "
+                            "to lend the worker, so it stays root with every capability dropped: the process limit "
+                            "does not apply to it" + confined + "; install Python in a world-readable place to run it "
+                            "as nobody")
     return Drop(uid, gid, ("CAP_DAC_READ_SEARCH",)), (
         "the Python installation is not readable by other users, so the worker (running as nobody) keeps the "
-        "capability to read every file (CAP_DAC_READ_SEARCH); install Python in a world-readable place to "
-        "remove it")
+        "capability to read every file (CAP_DAC_READ_SEARCH)" + confined + "; install Python in a world-readable "
+        "place to remove it")
+
+
+def run_notes(level: str) -> list[str]:
+    """Notes about the worker's user to show once per run (not once per sub-RLM worker)."""
+    note = plan_drop(level)[1]
+    return [f"sandbox: {note}"] if note else []
 
 
 class Sandbox:
@@ -263,12 +433,6 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drop_to(self) -> Drop | None:
-        drop, note = plan_drop(self.level)
-        if note:
-            self.notes.append(note)
-        return drop
-
     def start(self) -> None:
         """Start the worker and wait until it has loaded the corpus.
 
@@ -276,10 +440,17 @@ class Sandbox:
             SandboxError: the worker failed to start or load within ``START_TIMEOUT`` seconds.
         """
         self.notes = []
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # a failed start leaves no worker and no scratch folder
+            raise
+
+    def _start(self) -> None:
         if self.scratch is None:
             self.scratch = Path(tempfile.mkdtemp(prefix="rlm-scratch-"))
-        self.drop = drop = self._drop_to()
-        if drop:
+        self.drop = drop = plan_drop(self.level)[0]
+        if drop and drop.uid != os.geteuid() and self.level != "bwrap":  # bwrap's scratch is its own tmpfs
             os.chown(self.scratch, drop.uid, drop.gid)
         if self.level in ("process", "none"):
             _become_subreaper()
@@ -297,7 +468,7 @@ class Sandbox:
             with _LIVE_LOCK:
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.PIPE, pass_fds=(c_read, c_write),
-                                             cwd=self.scratch, env=env, start_new_session=True)
+                                             cwd="/", env=env, start_new_session=True)
                 _LIVE.add(self.proc.pid)
         except OSError as exc:
             for fd in (p_read, c_write, c_read, p_write):
@@ -318,7 +489,9 @@ class Sandbox:
             "type": "load", "socket": inside["socket"], "token": self.token,
             "limits": self.limits.rlimits(drop.uid if drop else os.geteuid()) if self.level != "none" else {},
             "drop_to": [drop.uid, drop.gid] if drop else None, "keep_caps": list(drop.keep_caps) if drop else [],
-            "harden": self.level != "none",
+            "harden": self.level != "none", "cwd": None if self.level == "bwrap" else str(self.scratch),
+            "seccomp": self.level in ("process", "bwrap") and confinement().seccomp,
+            "landlock": self._landlock_policy(),
             "index_file": inside.get("index"), "context_file": inside.get("context"),
             "context_text": self.spec.context_text,
         }
@@ -348,7 +521,7 @@ class Sandbox:
                 pass
         self._kill()
         if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            _remove_tree(self.scratch)
             self.scratch = None
 
     def _kill(self) -> None:
@@ -385,7 +558,7 @@ class Sandbox:
         """
         self._kill()
         if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            _remove_tree(self.scratch)
             self.scratch = None
         self.restarts += 1
         self.start()
@@ -480,6 +653,21 @@ class Sandbox:
                 paths["context"] = "/tmp/rlm/corpus/context.txt"
         return paths
 
+    def _landlock_policy(self) -> dict[str, Any] | None:
+        """The Landlock policy for ``worker.apply_landlock`` (``None``: none is applied). At the
+        ``process`` level: read-only the system folders, Python and rlm (:func:`landlock_read_paths`)
+        and the worker's own ``/proc`` entry; read-write only the scratch folder and a few device
+        files; Unix sockets (ABI 9+) only in the relay's folder. Under bwrap (its mounts already
+        confine the files): only the network rules and scopes, as defence in depth."""
+        abi = confinement().landlock_abi
+        if self.level == "process" and abi >= 1:
+            return {"files": True, "read": [*landlock_read_paths(self.hide_paths), "/proc/self"],
+                    "write": [str(self.scratch)], "devices": [d for d in LANDLOCK_DEVICES if os.path.exists(d)],
+                    "unix": [os.path.dirname(self.socket_path)]}
+        if self.level == "bwrap" and abi >= 4:
+            return {"files": False}
+        return None
+
     def _python_argv(self, pkg_parent: str, rfd: int, wfd: int) -> list[str]:
         boot = (f"import sys; sys.path.insert(0, {pkg_parent!r}); "
                 "from rlm_cli.sandbox.worker import main; main()")
@@ -538,9 +726,11 @@ class Sandbox:
         if self.spec.index_file and self.spec.context_file:
             args += ["--ro-bind", str(self.spec.index_file), "/tmp/rlm/corpus/index.json",
                      "--ro-bind", str(self.spec.context_file), "/tmp/rlm/corpus/context.txt"]
-        if os.geteuid() == 0:
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-            if self.drop and self.drop.keep_caps:
+        if os.geteuid() == 0 and self.drop and self.drop.uid != 0:
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            if _effective_caps() & (1 << _CAP_SETPCAP):
+                args += ["--cap-add", "CAP_SETPCAP"]
+            if self.drop.keep_caps:
                 args += ["--cap-add", "CAP_DAC_READ_SEARCH"]
         return [*args, *self._python_argv("/tmp/rlm/pkg", rfd, wfd)]
 
@@ -660,6 +850,29 @@ def _python_roots() -> list[str]:
                                                   os.path.dirname(os.path.realpath(sys.executable)))})
 
 
+def landlock_read_paths(hide: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """Paths the ``process`` level's worker may read and execute under Landlock: the system
+    folders (:data:`LANDLOCK_SYSTEM_DIRS`), a few files of /etc (:data:`LANDLOCK_ETC`), the
+    Python installation (its prefixes, the ``sys.path`` folders a ``python -I`` worker also has,
+    shared libraries mapped from elsewhere) and rlm's package. ``sys.path[0]`` (the script's or
+    working folder, absent from the worker's path) is left out, and so is any entry that is or
+    holds the working folder, the temporary folder, home, rlm's config, cache or data folder or
+    a corpus root (``hide``)."""
+    from rlm_cli.config import cache_dir, config_dir, data_dir
+
+    private = [os.path.realpath(p) for p in (str(Path.home()), str(config_dir()), str(cache_dir()),
+                                             str(data_dir()), os.getcwd(), tempfile.gettempdir(), *hide)]
+    paths = [d for d in LANDLOCK_SYSTEM_DIRS if os.path.isdir(d)]
+    paths += [f"/etc/{n}" for n in LANDLOCK_ETC if os.path.exists(f"/etc/{n}")]
+    roots = [*_python_roots(), str(_PKG_DIR)]
+    for entry in sys.path[1:]:
+        real = os.path.realpath(entry) if entry else ""
+        if (real and os.path.exists(real) and real != "/" and not any(_under(real, r) for r in roots)
+                and not any(_under(p, real) for p in private)):
+            roots.append(real)
+    return paths + roots + _outside_libs([os.path.realpath(p) for p in paths] + roots)
+
+
 def _outside_libs(roots: list[str]) -> list[str]:
     """Shared libraries this interpreter has mapped that lie outside ``roots`` (bound one by one,
     so an interpreter linked against libraries elsewhere still starts in the sandbox)."""
@@ -698,6 +911,30 @@ def _mode_allows_others(path: str) -> bool:
         return False
 
 
+def _remove_tree(path: Path) -> None:
+    """Delete ``path`` and everything in it. When a worker that ran as another user left entries
+    that rlm, root without CAP_DAC_OVERRIDE (a hardened container), can neither list nor delete,
+    take them back first (CAP_CHOWN, which rlm had to lend them) and delete again."""
+    shutil.rmtree(path, ignore_errors=True)
+    if not os.path.lexists(path) or os.geteuid() != 0:
+        return
+    uid, gid = os.geteuid(), os.getegid()
+
+    def reclaim(p: str) -> None:
+        try:
+            os.chown(p, uid, gid, follow_symlinks=False)
+            os.chmod(p, 0o700)
+        except OSError:
+            pass
+
+    reclaim(str(path))
+    for top, dirs, _files in os.walk(path):
+        for d in dirs:
+            if not os.path.islink(os.path.join(top, d)):
+                reclaim(os.path.join(top, d))
+    shutil.rmtree(path, ignore_errors=True)
+
+
 LEVEL_PROTECTS = {
     "bwrap": ("no API keys in its environment; no network (only the model relay's Unix socket); an empty "
               "filesystem except the system folders and Python, read-only (home, /work, /srv, /mnt, /opt, "
@@ -706,8 +943,6 @@ LEVEL_PROTECTS = {
               "per-cell timeout; every process it starts dies with it"),
     "sandbox-exec": ("no API keys in its environment; no network except Unix sockets; resource limits; "
                      "per-cell timeout (untested: no macOS in CI)"),
-    "process": ("no API keys in its environment; resource limits; per-cell timeout; as root it runs as "
-                "nobody (cannot signal rlm, process limit applies)"),
     "none": "no API keys in its environment; per-cell timeout",
 }
 LEVEL_EXPOSES = {
@@ -715,12 +950,52 @@ LEVEL_EXPOSES = {
              "time up to the cell timeout; total memory (the limits are per process: each of its processes may use "
              "--memory-limit)",
     "sandbox-exec": "your files stay readable (and writable where you can write); processes it detaches may survive",
-    "process": "the network; your files (and other processes' environments, where your exported keys live) "
-               "unless run as root; the disk (files up to the size limit each)",
     "none": "everything: network, files, memory, processes",
 }
 
 
+def process_summary() -> str:
+    """The kernel features confining the ``process`` level here, e.g. ``Landlock ABI 7 and seccomp``."""
+    c = confinement()
+    parts = ([f"Landlock ABI {c.landlock_abi}"] if c.landlock_abi else []) + (["seccomp"] if c.seccomp else [])
+    return " and ".join(parts) or "resource limits only"
+
+
+def level_protects(level: str) -> str:
+    """What ``level`` protects on this machine, in one sentence (``rlm doctor``, ``-v``)."""
+    if level != "process":
+        return LEVEL_PROTECTS.get(level, "unknown level")
+    present = {p.name: p for p in protections(level) if p.present}
+    parts = ["no API keys in its environment"]
+    if "network" in present:
+        parts.append(f"no network ({present['network'].detail})")
+    if "files" in present:
+        parts.append(f"files: {present['files'].detail} (home, /root, /tmp, rlm's folders and the corpus folders are "
+                     "out of reach; the corpus arrives as data)")
+    scoped = [n.replace("_", " ") for n in ("signals", "abstract_unix_sockets", "unix_socket_paths") if n in present]
+    if scoped:
+        parts.append(f"{', '.join(scoped)}: only its own or the relay's")
+    parts.append("memory, CPU, process, file-size and open-file limits; per-cell timeout; processes it detaches are "
+                 "killed with it")
+    drop = plan_drop(level)[0]
+    if drop is not None:
+        parts.append("as root it runs as nobody (the process limit applies)" if drop.uid != 0 else
+                     "as root it keeps uid 0 with every capability dropped (the process limit does not apply)")
+    return "; ".join(parts)
+
+
+def level_exposes(level: str) -> str:
+    """What ``level`` does not protect on this machine, in one sentence (``rlm doctor``, ``-v``)."""
+    if level != "process":
+        return LEVEL_EXPOSES.get(level, "?")
+    gaps = missing(level)
+    if os.geteuid() != 0 and any(p.name == "files" and not p.present for p in protections(level)):
+        gaps.append("other processes' environments, where your exported keys live")
+    return "; ".join([*gaps, "world-readable system files (/usr) and the Python installation; the ids of other "
+                      "processes; kernel exploits through the syscalls left open; CPU time up to the cell timeout; "
+                      "total memory (the limits are per process)"])
+
+
 def describe(level: str) -> str:
     """One line saying what ``level`` protects, for ``rlm doctor`` and ``-v``."""
-    return f"{level} ({platform.system()}): " + LEVEL_PROTECTS.get(level, "unknown level")
+    return f"{level} ({platform.system()}): " + level_protects(level)

@@ -438,6 +438,8 @@ def drop_privileges(uid: int, gid: int, keep_caps: list[str] | tuple[str, ...] =
     parent cannot be signalled), keeping only the capabilities named in ``keep_caps``
     (``CAP_DAC_READ_SEARCH`` when the interpreter is not readable by ``uid``); every other
     capability set, the inheritable, ambient and bounding ones included, ends up empty.
+    ``uid``/``gid`` equal to the current ones (0) keep the user and only drop the capabilities
+    (rlm lacks what becoming ``nobody`` would need: see ``launcher.plan_drop``).
 
     Raises:
         OSError: a step failed (the worker must then refuse to run model code).
@@ -452,9 +454,10 @@ def drop_privileges(uid: int, gid: int, keep_caps: list[str] | tuple[str, ...] =
         _drop_bounding_set(mask)
         if mask:
             _prctl(_PR_SET_KEEPCAPS, 1)
-    os.setgroups([])
-    os.setgid(gid)
-    os.setuid(uid)
+    if (uid, gid) != (os.getuid(), os.getgid()):  # equal: stay root, with every capability dropped
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
     if linux:
         _set_caps(mask)
         _prctl(_PR_SET_KEEPCAPS, 0)
@@ -466,15 +469,19 @@ def drop_privileges(uid: int, gid: int, keep_caps: list[str] | tuple[str, ...] =
         raise OSError(f"still uid {os.geteuid()} after setuid({uid})")
 
 
-#: Syscalls refused by the seccomp filter, per architecture: (audit arch, clone, unshare, clone3,
-#: refused outright). New user namespaces (clone/unshare with CLONE_NEWUSER) would hand model code
-#: a full capability set inside them, the usual door to kernel exploits; bpf, userfaultfd,
-#: perf_event_open, the key-ring calls and io_uring are kernel attack surface no REPL needs.
-_SECCOMP_TABLE: dict[str, tuple[int, int, int, int, tuple[int, ...]]] = {
-    "x86_64": (0xC000003E, 56, 272, 435, (321, 323, 298, 250, 248, 249, 425)),
-    "aarch64": (0xC00000B7, 220, 97, 435, (280, 282, 241, 219, 217, 218, 425)),
+#: Syscalls the seccomp filter checks, per architecture: (audit arch, clone, unshare, clone3, socket,
+#: socketpair, refused outright). New user namespaces (clone/unshare with CLONE_NEWUSER) would hand
+#: model code a full capability set inside them, the usual door to kernel exploits; bpf,
+#: userfaultfd, perf_event_open, the key-ring calls and io_uring are kernel attack surface no REPL
+#: needs; ``socket``/``socketpair`` are allowed for AF_UNIX only (the model relay), so no TCP, UDP,
+#: raw, packet or netlink socket can be made. Numbers: the kernel's syscall tables
+#: (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h).
+_SECCOMP_TABLE: dict[str, tuple[int, int, int, int, int, int, tuple[int, ...]]] = {
+    "x86_64": (0xC000003E, 56, 272, 435, 41, 53, (321, 323, 298, 250, 248, 249, 425)),
+    "aarch64": (0xC00000B7, 220, 97, 435, 198, 199, (280, 282, 241, 219, 217, 218, 425)),
 }
 _CLONE_NEWUSER = 0x10000000
+_AF_UNIX = 1
 
 
 def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
@@ -482,27 +489,45 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
     ``(code, jt, jf, k)`` instructions, or ``None`` for an architecture we have no table for.
 
     Syscalls of a foreign ABI (i386 ``int 0x80`` and x32 on x86_64) are refused as a whole, so the
-    numbers below cannot be bypassed; ``clone3`` answers ENOSYS so the C library falls back to
-    ``clone``, whose flags the filter can read.
+    numbers below cannot be bypassed (i386's ``socketcall`` included); ``clone3`` answers ENOSYS so
+    the C library falls back to ``clone``, whose flags the filter can read; ``socket`` and
+    ``socketpair`` pass only when their first argument (the address family, an ``int``: the low
+    32 bits of ``args[0]``) is AF_UNIX, and fail with EPERM otherwise.
     """
     entry = _SECCOMP_TABLE.get(machine)
     if entry is None:
         return None
-    arch, clone, unshare, clone3, refused = entry
+    arch, clone, unshare, clone3, sock, sockpair, refused = entry
     ld_w, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    n = len(refused)
-    prog = [(ld_w, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm),  # foreign ABI: refused
-            (ld_w, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # x32 numbers: refused
-    # Layout from here (index: instruction): 6 clone?, 7 unshare?, 8 clone3?, 9.. refused?,
-    # 9+n ALLOW, 10+n CHECK: load args[0], 11+n NEWUSER set?, 12+n ALLOW, 13+n EPERM, 14+n ENOSYS.
-    # A jump at index i to index t has offset t - i - 1.
-    check, refuse, nosys = 10 + n, 13 + n, 14 + n
-    prog += [(jeq, check - 7, 0, clone), (jeq, check - 8, 0, unshare), (jeq, nosys - 9, 0, clone3)]
-    prog += [(jeq, refuse - (9 + i) - 1, 0, nr) for i, nr in enumerate(refused)]
-    prog += [(ret, 0, 0, allow), (ld_w, 0, 0, 16), (jset, 1, 0, _CLONE_NEWUSER), (ret, 0, 0, allow),
-             (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
-    assert len(prog) == nosys + 1
+    args0 = 16  # offsetof(struct seccomp_data, args[0]); the low word on these little-endian machines
+    # Jump targets are labels (str) or 0 (the next instruction); labels are resolved below.
+    source: list[str | tuple[int, int | str, int | str, int]] = [
+        (ld_w, 0, 0, 4), (jeq, 0, "eperm", arch),  # foreign ABI: refused
+        (ld_w, 0, 0, 0), (jge, "eperm", 0, 0x40000000),  # x32 numbers: refused
+        (jeq, "flags", 0, clone), (jeq, "flags", 0, unshare), (jeq, "enosys", 0, clone3),
+        (jeq, "family", 0, sock), (jeq, "family", 0, sockpair),
+        *[(jeq, "eperm", 0, nr) for nr in refused],
+        (ret, 0, 0, allow),
+        "flags", (ld_w, 0, 0, args0), (jset, "eperm", "allow", _CLONE_NEWUSER),
+        "family", (ld_w, 0, 0, args0), (jeq, "allow", "eperm", _AF_UNIX),
+        "allow", (ret, 0, 0, allow),
+        "eperm", (ret, 0, 0, eperm),
+        "enosys", (ret, 0, 0, enosys),
+    ]
+    labels: dict[str, int] = {}
+    for item in source:
+        if isinstance(item, str):
+            labels[item] = sum(1 for i in source[:source.index(item)] if not isinstance(i, str))
+    prog: list[tuple[int, int, int, int]] = []
+    for item in source:
+        if isinstance(item, str):
+            continue
+        code, jt, jf, k = item
+        at = len(prog)
+        offsets = [labels[j] - at - 1 if isinstance(j, str) else j for j in (jt, jf)]
+        assert all(0 <= o < 256 for o in offsets), (item, offsets)
+        prog.append((code, offsets[0], offsets[1], k))
     return prog
 
 
@@ -533,13 +558,92 @@ def install_seccomp() -> str | None:
     return None
 
 
-def harden(parent_pid: int) -> list[str]:
+#: Landlock filesystem rights (``LANDLOCK_ACCESS_FS_*`` in linux/landlock.h) and the ABI that
+#: introduced each: ABI 1 (Linux 5.13) the basic ones, 2 REFER (5.19), 3 TRUNCATE (6.2),
+#: 5 IOCTL_DEV (6.10), 9 RESOLVE_UNIX (connecting to a named Unix socket).
+_FS_READ = (1 << 0) | (1 << 2) | (1 << 3)  # EXECUTE, READ_FILE, READ_DIR
+_FS_ABI1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
+_FS_BY_ABI = ((1, _FS_ABI1), (2, 1 << 13), (3, 1 << 14), (5, 1 << 15), (9, 1 << 16))
+#: Rights that a rule on a file (not a folder) may carry: EXECUTE, WRITE_FILE, READ_FILE,
+#: TRUNCATE, IOCTL_DEV, RESOLVE_UNIX.
+_FS_FILE = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15) | (1 << 16)
+_FS_DEVICE = (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)  # WRITE_FILE, READ_FILE, TRUNCATE, IOCTL_DEV
+_FS_RESOLVE_UNIX = 1 << 16
+#: Network rights: ABI 4 (Linux 6.7) TCP bind and connect, ABI 10 UDP bind and connect/send.
+_NET_BY_ABI = ((4, (1 << 0) | (1 << 1)), (10, (1 << 2) | (1 << 3)))
+#: Scopes: ABI 6 (Linux 6.12) abstract Unix sockets and signals outside the worker's domain.
+_SCOPE_BY_ABI = ((6, (1 << 0) | (1 << 1)),)
+
+
+def _for_abi(table: tuple[tuple[int, int], ...], abi: int) -> int:
+    mask = 0
+    for since, bits in table:
+        if abi >= since:
+            mask |= bits
+    return mask
+
+
+def apply_landlock(policy: dict[str, Any]) -> int:
+    """Restrict this process (and every process it starts) with Landlock, for good.
+
+    ``policy`` (built by ``launcher.Sandbox``): ``files`` (bool: handle filesystem rights at all;
+    bubblewrap's own mount namespace already does that), ``read`` (paths readable and executable,
+    nothing else), ``write`` (paths with every right: the scratch folder), ``devices`` (device
+    files readable and writable: ``/dev/null``...), ``unix`` (folders holding the Unix sockets the
+    worker may connect to, enforced from ABI 9). Whatever the kernel's ABI handles, every path
+    not listed is denied, ``CAP_DAC_READ_SEARCH`` or not. From ABI 4, TCP bind and connect are
+    denied (UDP too from ABI 10); from ABI 6 signals and abstract Unix sockets are scoped to the
+    worker's own processes. A missing path is skipped.
+
+    Returns the ABI version used.
+
+    Raises:
+        OSError: Landlock is unavailable (no kernel support, no ``landlockpy``) or a step failed;
+            the worker must then refuse to run model code, since the parent reported it present.
+    """
+    try:
+        from landlockpy import AccessFS, AccessNet, Ruleset, Scope, abi_version
+    except ImportError as exc:
+        raise OSError(f"Landlock: the landlockpy package is missing ({exc})") from None
+    abi = abi_version()
+    if abi < 1:
+        raise OSError("Landlock is not available in this kernel")
+    fs = _for_abi(_FS_BY_ABI, abi) if policy.get("files") else 0
+    net, scoped = _for_abi(_NET_BY_ABI, abi), _for_abi(_SCOPE_BY_ABI, abi)
+    if not (fs or net or scoped):
+        return abi
+    with Ruleset(handled_fs=AccessFS(fs), handled_net=AccessNet(net), scoped=Scope(scoped),
+                 best_effort=False) as ruleset:
+        if fs:
+            grants = [(p, _FS_READ) for p in policy.get("read", ())]
+            grants += [(p, fs) for p in policy.get("write", ())]
+            grants += [(p, _FS_DEVICE) for p in policy.get("devices", ())]
+            grants += [(p, _FS_RESOLVE_UNIX) for p in policy.get("unix", ())]
+            for path, rights in grants:
+                try:
+                    is_dir = os.path.isdir(path)
+                    rights &= fs if is_dir else fs & _FS_FILE
+                    if rights:
+                        ruleset.allow_path(path, AccessFS(rights))
+                except FileNotFoundError:
+                    continue
+        ruleset.restrict(no_new_privs=True)
+    return abi
+
+
+def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_seccomp: bool = False) -> list[str]:
     """Linux hardening that needs no privileges: no new privileges through setuid binaries or
-    file capabilities (``PR_SET_NO_NEW_PRIVS``), death with the parent (``PR_SET_PDEATHSIG``) and
-    a seccomp filter refusing new user namespaces and a few kernel interfaces (see
-    :func:`seccomp_program`).
+    file capabilities (``PR_SET_NO_NEW_PRIVS``), death with the parent (``PR_SET_PDEATHSIG``),
+    Landlock with the ``landlock`` policy when given (see :func:`apply_landlock`), and a seccomp
+    filter refusing every socket but AF_UNIX, new user namespaces and a few kernel interfaces
+    (see :func:`seccomp_program`). Both apply to this thread and what it starts: the worker is
+    still single-threaded here (checked).
 
     Returns notes for what could not be done. Exits at once if the parent is already gone.
+
+    Raises:
+        OSError: Landlock (when ``landlock`` is given) or seccomp (when ``require_seccomp``)
+            could not be applied, though the parent found them available and reported them.
     """
     notes: list[str] = []
     if not sys.platform.startswith("linux"):
@@ -552,8 +656,18 @@ def harden(parent_pid: int) -> list[str]:
             _prctl(option, arg)
         except (OSError, AttributeError) as exc:
             notes.append(f"{what} could not be set: {exc}")
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 1
+    if threads > 1 and (landlock is not None or require_seccomp):
+        raise OSError(f"the worker runs {threads} threads; Landlock and seccomp would confine only one")
+    if landlock is not None:
+        apply_landlock(landlock)
     note = install_seccomp()
     if note:
+        if require_seccomp:
+            raise OSError(note)
         notes.append(note)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         os._exit(1)
@@ -593,14 +707,19 @@ def main(argv: list[str] | None = None) -> None:
         protocol.write_message_fd(wfd, {"type": "error", "error": f"{type(exc).__name__}: {exc}"})
         return
     notes: list[str] = []
+    step = "cannot drop privileges"
     try:
         if config.get("drop_to") is not None:
             uid, gid = config["drop_to"]
             drop_privileges(int(uid), int(gid), tuple(config.get("keep_caps") or ()))
+        if config.get("cwd"):  # entered as the dropped user: rlm itself may lack the right to
+            step = "cannot enter the scratch folder"
+            os.chdir(config["cwd"])
         if config.get("harden", True):
-            notes += harden(parent_pid)
+            step = "cannot confine the worker"
+            notes += harden(parent_pid, config.get("landlock"), bool(config.get("seccomp")))
     except OSError as exc:
-        protocol.write_message_fd(wfd, {"type": "error", "error": f"cannot drop privileges: {exc}"})
+        protocol.write_message_fd(wfd, {"type": "error", "error": f"{step}: {exc}"})
         return
     problem = memory_problem(config.get("limits", {}), len(worker.context))
     if problem:

@@ -1,0 +1,60 @@
+"""``scripts/check_supply_chain.py``: CI fails when a known-compromised release is installed, and
+rlm's own requirement never resolves to one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "check_supply_chain.py"
+sys.path.insert(0, str(SCRIPT.parent))
+from check_supply_chain import KNOWN_BAD  # noqa: E402
+
+
+def _fake_dist(where: Path, name: str, version: str) -> None:
+    info = where / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def _check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_this_environment_holds_no_known_bad_release() -> None:
+    res = _check()
+    assert res.returncode == 0, res.stderr
+    assert "no known-bad release" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["litellm", "LiteLLM"])
+@pytest.mark.parametrize("version", ["1.82.7", "1.82.8"])
+def test_a_compromised_litellm_fails_the_check(tmp_path: Path, name: str, version: str) -> None:
+    _fake_dist(tmp_path, name, version)
+    _fake_dist(tmp_path, "rich", "13.0.0")
+    res = _check("--path", str(tmp_path))
+    assert res.returncode == 1
+    assert f"known-bad release installed: litellm {version}: published with a credential-stealing" in res.stderr
+
+
+def test_neighbouring_releases_pass(tmp_path: Path) -> None:
+    _fake_dist(tmp_path, "litellm", "1.82.6")
+    _fake_dist(tmp_path / "other", "litellm", "1.82.9")
+    res = _check("--path", str(tmp_path), "--path", str(tmp_path / "other"))
+    assert res.returncode == 0, res.stderr
+
+
+def test_rlm_requires_no_known_bad_release() -> None:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    reqs = {Requirement(d).name: Requirement(d) for d in deps}
+    for name, versions in KNOWN_BAD.items():
+        assert name in reqs
+        for version in versions:
+            assert not reqs[name].specifier.contains(version), f"{name} {version} is admitted"
+    assert reqs["litellm"].specifier.contains("1.82.9") and reqs["litellm"].specifier.contains("1.82.6")
