@@ -513,11 +513,11 @@ def _decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: Cor
     decoded = decode_bytes(data)
     decoded.truncated = cut
     if kind == "notebook":
-        text = formats.notebook_text(decoded.text)
-        if text is None:
+        cells = formats.notebook_text(decoded.text)
+        if cells is None:
             tags = []  # not a notebook's JSON: kept as the text it is
         else:
-            decoded = Decoded(text, text.encode("utf-8", "surrogatepass"), decoded.encoding, cut)
+            decoded = Decoded(cells, cells.encode("utf-8", "surrogatepass"), decoded.encoding, cut)
     decoded.kind = ",".join(tags + [comp] * bool(comp))
     return decoded
 

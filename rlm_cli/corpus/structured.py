@@ -133,17 +133,20 @@ def parse_json(text: str) -> dict[str, Any]:
 def _json_array(text: str) -> tuple[list[Any] | None, array[int] | None]:
     """A top-level JSON array decoded element by element (to learn each element's line), or
     ``(None, None)`` when the text is not a valid array (the caller then reports the error)."""
-    ws = _WS.match
-    pos = ws(text, 0).end()
+    def ws(text: str, pos: int) -> int:
+        m = _WS.match(text, pos)  # always matches (possibly empty)
+        return m.end() if m else pos
+
+    pos = ws(text, 0)
     if not text.startswith("[", pos):
         return None, None
     decode = json.JSONDecoder().raw_decode
     out: list[Any] = []
     lines = array("I")
     line, counted = 1, 0
-    pos = ws(text, pos + 1).end()
+    pos = ws(text, pos + 1)
     if text.startswith("]", pos):
-        return (out, lines) if not text[ws(text, pos + 1).end():] else (None, None)
+        return (out, lines) if not text[ws(text, pos + 1):] else (None, None)
     try:
         while True:
             line += text.count("\n", counted, pos)
@@ -151,11 +154,11 @@ def _json_array(text: str) -> tuple[list[Any] | None, array[int] | None]:
             value, pos = decode(text, pos)
             out.append(value)
             lines.append(line)
-            pos = ws(text, pos).end()
+            pos = ws(text, pos)
             if text.startswith(",", pos):
-                pos = ws(text, pos + 1).end()
+                pos = ws(text, pos + 1)
                 continue
-            if text.startswith("]", pos) and ws(text, pos + 1).end() == len(text):
+            if text.startswith("]", pos) and ws(text, pos + 1) == len(text):
                 return out, lines
             return None, None
     except (ValueError, RecursionError):

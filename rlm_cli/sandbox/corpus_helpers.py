@@ -31,7 +31,7 @@ from rlm_cli.protocol import BUNDLE_VERSION
 MAX_LINE_CHARS = 500
 #: Size of the pseudo-chunks made for a raw context (``rlm_query`` with a string).
 RAW_CHUNK_CHARS = 8000
-_FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks")
+_FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks", "kind")
 _CHUNK_KEYS = ("start_line", "end_line", "start", "end", "tokens", "sha1")
 #: A search term: a run of letters or digits (``parse_config`` is two terms), compared lowercased.
 _TERM = re.compile(r"[^\W_]+")
@@ -54,6 +54,8 @@ class CorpusView:
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
+        #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).
+        self.structured: list[tuple[str, int, int, dict[str, Any]]] = []
         _VIEWS.add(self)
 
     @classmethod
@@ -81,7 +83,10 @@ class CorpusView:
         files = [dict(zip(_FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in _FILE_KEYS), strict=True)]
         chunks = [{"id": i, "path": paths[fi], **dict(zip(_CHUNK_KEYS, row, strict=True))}
                   for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in _CHUNK_KEYS), strict=True))]
-        return cls(context, files, chunks)
+        view = cls(context, files, chunks)
+        view.structured = [(p, a, b, m) for p, a, b, m in zip(paths, fcols["dstart"], fcols["dend"], fcols["dmeta"],
+                                                              strict=True) if b > a and m]
+        return view
 
     # -- grep ----------------------------------------------------------------------------------
     def grep(self, pattern: str | re.Pattern[str], *, path_glob: str | None = None, ignore_case: bool = False,
@@ -230,7 +235,7 @@ def _raw_layout(context: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     n = len(context)
     lines = context.count("\n") + (0 if not context or context.endswith("\n") else 1)
     files = [{"path": "<context>", "size": n, "chars": n, "lines": lines, "tokens": None, "start": 0, "end": n,
-              "first_chunk": 0, "n_chunks": 0}]
+              "first_chunk": 0, "n_chunks": 0, "kind": ""}]
     chunks: list[dict[str, Any]] = []
     pos, line = 0, 1
     while pos < n:

@@ -187,6 +187,8 @@ class WorkerSpec:
     index_file: Path | None = None
     context_file: Path | None = None
     context_text: str | None = None
+    #: The bundle's parsed structured files (``data``, ``records()``), when it has any.
+    data_file: Path | None = None
 
 
 @dataclass
@@ -319,7 +321,7 @@ class Sandbox:
             "limits": self.limits.rlimits(drop.uid if drop else os.geteuid()) if self.level != "none" else {},
             "drop_to": [drop.uid, drop.gid] if drop else None, "keep_caps": list(drop.keep_caps) if drop else [],
             "harden": self.level != "none",
-            "index_file": inside.get("index"), "context_file": inside.get("context"),
+            "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
             "context_text": self.spec.context_text,
         }
         deadline = time.monotonic() + START_TIMEOUT
@@ -473,11 +475,15 @@ class Sandbox:
         if self.spec.index_file and self.spec.context_file:
             paths["index"] = str(self.spec.index_file)
             paths["context"] = str(self.spec.context_file)
+            if self.spec.data_file:
+                paths["data"] = str(self.spec.data_file)
         if self.level == "bwrap":
             paths["socket"] = "/tmp/rlm/sock/" + os.path.basename(self.socket_path)
             if "index" in paths:
                 paths["index"] = "/tmp/rlm/corpus/index.json"
                 paths["context"] = "/tmp/rlm/corpus/context.txt"
+                if "data" in paths:
+                    paths["data"] = "/tmp/rlm/corpus/data.bin"
         return paths
 
     def _python_argv(self, pkg_parent: str, rfd: int, wfd: int) -> list[str]:
@@ -538,6 +544,8 @@ class Sandbox:
         if self.spec.index_file and self.spec.context_file:
             args += ["--ro-bind", str(self.spec.index_file), "/tmp/rlm/corpus/index.json",
                      "--ro-bind", str(self.spec.context_file), "/tmp/rlm/corpus/context.txt"]
+            if self.spec.data_file:
+                args += ["--ro-bind", str(self.spec.data_file), "/tmp/rlm/corpus/data.bin"]
         if os.geteuid() == 0:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
             if self.drop and self.drop.keep_caps:
