@@ -31,7 +31,7 @@ from typing import Any
 
 from rlm_cli import prompts
 from rlm_cli.config import Settings
-from rlm_cli.corpus import Corpus
+from rlm_cli.corpus import Corpus, FileEntry
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
@@ -154,8 +154,8 @@ STRUCTURED_SHOWN = 6
 def structured_meta(corpus: Corpus) -> dict[str, Any] | None:
     """The structured files of ``corpus`` for ``prompts.corpus_metadata``, in constant size:
     ``files``, ``rows`` (records), ``by_kind`` (``[(kind, files, rows)]``, at most 8 kinds),
-    ``shown`` (the summaries of the :data:`STRUCTURED_SHOWN` largest files, each with its
-    ``path``) and ``pdf`` (PDF files, whose pages start with a marker line). ``None`` when the
+    ``shown`` (the summaries of :data:`STRUCTURED_SHOWN` files, each with its ``path``: the
+    largest of each kind, then the largest others) and ``pdf`` (PDF files, whose pages start with a marker line). ``None`` when the
     corpus has neither structured files nor PDFs."""
     data = [f for f in corpus.files if f.dmeta]
     pdfs = sum(1 for f in corpus.files if f.kind.split(",")[0] == "pdf")
@@ -167,7 +167,12 @@ def structured_meta(corpus: Corpus) -> dict[str, Any] | None:
         row = kinds.setdefault(str(f.dmeta.get("kind")), [0, 0])
         row[0] += 1
         row[1] += int(f.dmeta.get("rows", 0) or 0)
-    largest = sorted(data, key=lambda f: (-f.size, f.path))[:STRUCTURED_SHOWN]
+    by_size = sorted(data, key=lambda f: (-f.size, f.path))
+    firsts: dict[str, FileEntry] = {}
+    for f in by_size:  # the largest file of each kind, then the largest others
+        firsts.setdefault(str((f.dmeta or {}).get("kind")), f)
+    chosen = list(firsts.values())[:STRUCTURED_SHOWN]
+    largest = chosen + [f for f in by_size if f not in chosen][:STRUCTURED_SHOWN - len(chosen)]
     return {"files": len(data), "rows": sum(r for _, r in kinds.values()),
             "by_kind": [(k, n, r) for k, (n, r) in sorted(kinds.items(), key=lambda kv: -kv[1][0])[:8]],
             "shown": [{"path": f.path, **(f.dmeta or {})} for f in largest], "pdf": pdfs}

@@ -164,7 +164,7 @@ def structured_metadata(s: dict[str, Any]) -> str:
         kinds = ", ".join(f"{n:,} {str(k)[:12]}" + (f" ({r:,} rows)" if r else "")
                           for k, n, r in s.get("by_kind", [])[:8])
         out.append(f"Structured files: {s['files']:,} ({kinds}), parsed in `data[path]`; `records()` holds "
-                   f"their {s.get('rows', 0):,} rows. The largest:")
+                   f"their {s.get('rows', 0):,} rows. The largest of each kind:")
         shown = s.get("shown", [])[:6]
         for m in shown:
             out.append("  " + _describe_structured(m)[:300])
@@ -187,7 +187,7 @@ def _describe_structured(m: dict[str, Any]) -> str:
     if m.get("shape"):
         parts.append(str(m["shape"])[:60])
     elif "rows" in m:
-        parts.append(f"{int(m['rows']):,} rows")
+        parts.append(f"{int(m['rows']):,} row{'' if int(m['rows']) == 1 else 's'}")
     if m.get("sheets"):
         parts.append(f"sheets {', '.join(str(x)[:20] for x in m['sheets'][:4])}")
     if m.get("errors"):

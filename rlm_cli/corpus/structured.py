@@ -293,13 +293,13 @@ def _dialect(text: str, default: str) -> type[csv.Dialect] | csv.Dialect:
     elif len(head) == SNIFF_CHARS and len(parts) > 1:
         head = "\n".join(parts[:-1]) + "\n"  # drop the line the window cut
     fallback: Any = csv.excel_tab if default == "\t" else csv.excel
-    candidates: list[Any] = []
+    candidates: list[Any] = [fallback]
     try:
         candidates.append(csv.Sniffer().sniff(head, delimiters=",\t;|"))
     except csv.Error:
         pass  # ragged lines defeat the sniffer: the candidates below are tried one by one
-    candidates += [fallback] + [type("sniffed", (csv.excel,), {"delimiter": d}) for d in ",\t;|" if d != default]
-    best = max(candidates, key=lambda d: _fit(head, d))  # the first of equals: the sniffer's, then the default
+    candidates += [type("sniffed", (csv.excel,), {"delimiter": d}) for d in ",\t;|" if d != default]
+    best = max(candidates, key=lambda d: _fit(head, d))  # the first of equals: the default, then the sniffer's
     return best if _fit(head, best)[0] >= 0.5 else fallback
 
 
