@@ -3,7 +3,9 @@
 A :class:`Corpus` is the list of :class:`FileEntry`, the list of :class:`Chunk` and one UTF-8
 *context file* holding ``context``: each file's text behind a header line ``==> path <==`` and
 followed by a blank line. Offsets (``start``/``end``) are in characters of ``context``; the
-REPL worker reads the same two files (the *bundle*: ``index.json`` and ``context-<sha1>.txt``).
+REPL worker reads the same files (the *bundle*: ``index.json``, ``context-<sha1>.txt`` and, when
+the corpus has structured files, ``data-<sha1>.bin``: their parsed payloads, written once at
+indexing by ``rlm_cli.corpus.structured`` and reused for unchanged files like their chunks).
 The parent process never needs the whole ``context`` in memory: it is written file by file and
 :attr:`Corpus.context` decodes it only when asked.
 
