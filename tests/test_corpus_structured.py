@@ -29,11 +29,11 @@ def test_jsonl_keeps_a_bad_line_as_an_error_entry_with_its_line_number() -> None
     rows = rows_of(payload)
     assert len(rows) == 5  # the blank line is no row; the bad line is one
     assert list(rows) == [{"id": 1, "s": "open"}, {"id": 2, "s": "closed"},
-                          {"_error": "Expecting value at column 15", "_line": 4, "_text": '{"id": 3, "s":'},
+                          {"_error": "Expecting value at column 16", "_line": 4, "_text": '{"id": 3, "s":'},
                           [1, 2], {"s": "x", "id": 4}]
     assert lines_of(payload["tables"][0]) == [1, 3, 4, 5, 6]  # lines in the file, the blank one counted
     assert summary["rows"] == 5 and summary["errors"] == 1
-    assert summary["first_error"] == [4, "Expecting value at column 15"]
+    assert summary["first_error"] == [4, "Expecting value at column 16"]
     assert summary["keys"] == ["id", "s"] and summary["sample"] == [["id", "1"], ["s", '"open"']]
 
 
@@ -128,3 +128,13 @@ def test_values_marshal_cannot_hold_become_an_error_not_a_crash() -> None:
     _, s = parse("json", "[" * 100_000 + "]" * 100_000)  # deeper than the JSON parser goes
     assert "error" in s
     assert MISSING is ...
+
+
+def test_a_long_field_is_kept_and_an_unreadable_line_is_reported_where_parsing_stopped() -> None:
+    big = "x" * 300_000  # over the csv module's default field limit (131,072)
+    payload, summary = parse("csv", f'id,text\n1,"{big}"\n2,after\n')
+    assert [r["text"] for r in rows_of(payload)] == [big, "after"] and "errors" not in summary
+    payload, summary = parse("csv", 'id,text\n1,ok\n2,"unclosed\n3,lost\n4,lost\n')
+    assert list(rows_of(payload))[1] == {"id": 2, "text": "unclosed\n3,lost\n4,lost\n"}  # what csv reads
+    assert summary["errors"] == 1
+    assert summary["first_error"] == [3, 'an unclosed " makes the row at line 3 run to the end of the file']

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import gc
 import marshal
 import operator
 import os
@@ -311,7 +312,13 @@ class DataView:
         blob = os.pread(self._fd, b - a, a)
         if len(blob) != b - a:
             raise OSError(f"the data file is shorter than the index says (reading {path})")
-        return marshal.loads(blob)  # type: ignore[no-any-return]
+        enabled = gc.isenabled()
+        gc.disable()  # a big JSON file makes millions of containers: no full collections meanwhile
+        try:
+            return marshal.loads(blob)  # type: ignore[no-any-return]
+        finally:
+            if enabled:
+                gc.enable()
 
     def load(self, path: str) -> Any:
         """The value of ``data[path]`` (loaded once, then kept)."""
