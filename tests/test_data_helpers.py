@@ -136,6 +136,12 @@ def test_the_worker_namespace_has_data_records_and_frame(level: str, corpus: Cor
             assert res.output == f"56 {dict(sorted(counts.items()))} Bo\n"
             res = box.execute("print(type(data).__name__, len(records('*.csv')))")  # rebinding is undone
             assert res.output == "DataMap 3\n", res.output
+            try:
+                import pandas  # noqa: F401 - the worker runs the same Python: pandas is there too
+                res = box.execute("df = frame('tickets.jsonl')\nprint(df.shape, int((df.status == 'open').sum()))")
+                assert res.output == f"(50, 6) {counts['open']}\n", res.output
+            except ImportError:
+                pass
             res = box.execute("import sys\nsys.modules['pandas'] = None\nframe('users.csv')")
             assert not res.ok and PANDAS_HINT in res.output
     finally:
