@@ -42,7 +42,7 @@ from typing import Any
 
 from rlm_cli import prompts, reply
 from rlm_cli.config import Settings
-from rlm_cli.corpus import Corpus
+from rlm_cli.corpus import Corpus, FileEntry
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
@@ -100,9 +100,44 @@ def corpus_meta(corpus: Corpus) -> dict[str, Any]:
         name = f.path.rsplit("/", 1)[-1]
         types[name[name.rfind("."):] if "." in name[1:] else "(none)"] += 1
     step = max(1, len(corpus.files) // 8)
-    return {"chars": corpus.chars, "tokens": corpus.total_tokens, "files": len(corpus.files),
+    meta = {"chars": corpus.chars, "tokens": corpus.total_tokens, "files": len(corpus.files),
             "chunks": len(corpus.chunks), "top_dirs": top.most_common(12), "types": types.most_common(12),
             "sample_paths": [f.path for f in corpus.files[::step][:8]], "prefix": corpus.head(300)}
+    structured = structured_meta(corpus)
+    if structured:
+        meta["structured"] = structured
+    return meta
+
+
+#: Structured files described one by one in the root model's metadata (the largest first).
+STRUCTURED_SHOWN = 6
+
+
+def structured_meta(corpus: Corpus) -> dict[str, Any] | None:
+    """The structured files of ``corpus`` for ``prompts.corpus_metadata``, in constant size:
+    ``files``, ``rows`` (records), ``by_kind`` (``[(kind, files, rows)]``, at most 8 kinds),
+    ``shown`` (the summaries of :data:`STRUCTURED_SHOWN` files, each with its ``path``: the
+    largest of each kind, then the largest others) and ``pdf`` (PDF files, whose pages start with a marker line). ``None`` when the
+    corpus has neither structured files nor PDFs."""
+    data = [f for f in corpus.files if f.dmeta]
+    pdfs = sum(1 for f in corpus.files if f.kind.split(",")[0] == "pdf")
+    if not data and not pdfs:
+        return None
+    kinds: dict[str, list[int]] = {}
+    for f in data:
+        assert f.dmeta is not None
+        row = kinds.setdefault(str(f.dmeta.get("kind")), [0, 0])
+        row[0] += 1
+        row[1] += int(f.dmeta.get("rows", 0) or 0)
+    by_size = sorted(data, key=lambda f: (-f.size, f.path))
+    firsts: dict[str, FileEntry] = {}
+    for f in by_size:  # the largest file of each kind, then the largest others
+        firsts.setdefault(str((f.dmeta or {}).get("kind")), f)
+    chosen = list(firsts.values())[:STRUCTURED_SHOWN]
+    largest = chosen + [f for f in by_size if f not in chosen][:STRUCTURED_SHOWN - len(chosen)]
+    return {"files": len(data), "rows": sum(r for _, r in kinds.values()),
+            "by_kind": [(k, n, r) for k, (n, r) in sorted(kinds.items(), key=lambda kv: -kv[1][0])[:8]],
+            "shown": [{"path": f.path, **(f.dmeta or {})} for f in largest], "pdf": pdfs}
 
 
 def text_meta(text: str) -> dict[str, Any]:

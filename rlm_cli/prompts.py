@@ -56,6 +56,7 @@ The REPL holds:
 - `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text"}]: regex per line.
 - `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> the text of chunk i.
 - `search(query, k=10)` -> chunks ranked by keyword relevance (BM25): [{"chunk", "file", "start_line", "end_line", "score"}].
+- `data[path]`: a JSON/JSONL/CSV/TSV file parsed (JSON -> its object; JSONL/CSV -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
 - `llm_query(prompt)` -> str: one call to a sub-model that sees ONLY the prompt string you give it. It holds up to about <SUB_MAX_TOKENS> tokens (about <SUB_MAX_CHARS> characters).
 - `llm_query_batched(prompts)` -> list[str]: many sub-calls run concurrently; answers come back in the same order.
 - `rlm_query(prompt, context=None)` -> str: <RLM_QUERY>
@@ -91,6 +92,7 @@ FINAL("`parse_config` is defined in app/config.py at line 42.")
 COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks. The corpus is not shown to you; it is in the REPL:
 `context` (str: all files, each after a line `==> path <==`), `files` (dicts: path, lines, start, end), `chunks` (dicts: path, start_line, end_line),
 `grep(pattern)` -> [{"file","line","text"}], `read_file(path, start_line, end_line)`, `search(query, k=10)`,
+`data[path]` (parsed JSON/JSONL/CSV), `records(glob=None)` (all rows as dicts with "_file", "_line"), `frame(path)` (pandas),
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
 `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
 Explore with code first, filter with grep, send big pieces to sub-calls. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
@@ -141,7 +143,8 @@ def corpus_metadata(meta: dict[str, Any]) -> str:
     """Constant-size description of the corpus (never its content beyond a short prefix).
 
     ``meta`` keys: ``chars``, ``tokens``, ``files`` (count), ``chunks``, ``top_dirs`` (list of
-    ``(dir, files)``), ``types`` (list of ``(ext, files)``), ``sample_paths``, ``prefix``.
+    ``(dir, files)``), ``types`` (list of ``(ext, files)``), ``sample_paths``, ``prefix``, and
+    ``structured`` when there are structured files (see :func:`structured_metadata`).
     At most 12 folders, 12 types, 8 paths of at most 120 characters and 300 characters of
     prefix are shown, so the text is about the same size for a 1 MB and a 1 GB corpus.
     """
@@ -149,10 +152,65 @@ def corpus_metadata(meta: dict[str, Any]) -> str:
     types = ", ".join(f"{str(e)[:20]} ({n:,})" for e, n in meta.get("types", [])[:12]) or "(none)"
     samples = "\n".join(f"  {str(p)[:120]}" for p in meta.get("sample_paths", [])[:8]) or "  (none)"
     prefix = str(meta.get("prefix", ""))[:300].replace("```", "'''")
+    structured = structured_metadata(meta["structured"]) if meta.get("structured") else ""
     return (f"The corpus: {meta['chars']:,} characters, about {meta['tokens']:,} tokens, "
             f"{meta['files']:,} files in {meta['chunks']:,} chunks.\n"
-            f"Top-level folders: {top}\nFile types: {types}\nSome paths:\n{samples}\n"
+            f"Top-level folders: {top}\nFile types: {types}\nSome paths:\n{samples}\n{structured}"
             f"The first characters of `context`:\n{prefix}")
+
+
+def structured_metadata(s: dict[str, Any]) -> str:
+    """The structured-file part of :func:`corpus_metadata`, in constant size whatever the number
+    of files: totals by kind (at most 8), then at most 6 files of at most 300 characters each
+    (kind, rows, bad lines, keys with a sample value, or a JSON file's shape), and a note on
+    PDF page markers. Ends with a newline; empty when there is nothing to say.
+
+    ``s`` keys: ``files``, ``rows``, ``by_kind`` (``[(kind, files, rows)]``), ``shown`` (file
+    summaries with ``path``; see ``rlm_cli.corpus.structured.summarize``), ``pdf`` (count).
+    """
+    out = []
+    if s.get("files"):
+        kinds = ", ".join(f"{n:,} {str(k)[:12]}" + (f" ({r:,} rows)" if r else "")
+                          for k, n, r in s.get("by_kind", [])[:8])
+        out.append(f"Structured files: {s['files']:,} ({kinds}), parsed in `data[path]`; `records()` holds "
+                   f"their {s.get('rows', 0):,} rows. The largest of each kind:")
+        shown = s.get("shown", [])[:6]
+        for m in shown:
+            out.append("  " + _describe_structured(m)[:300])
+        more = s["files"] - len(shown)
+        if more > 0:
+            out.append(f"  ... and {more:,} more (`data` lists them all)")
+    if s.get("pdf"):
+        out.append(f"PDF files: {s['pdf']:,}; in `context` each page starts with a line `--- page N ---`.")
+    return "".join(line + "\n" for line in out)
+
+
+def _describe_structured(m: dict[str, Any]) -> str:
+    """One line about one structured file: path, kind, size, problems, keys with a sample."""
+    path = str(m.get("path", "?"))
+    path = path if len(path) <= 80 else "..." + path[-77:]
+    kind = str(m.get("kind", "?"))
+    if m.get("error"):
+        return f"{path}: {kind}, invalid ({str(m['error'])[:100]}, line {m.get('line', 1)})"
+    parts = [kind]
+    if m.get("shape"):
+        parts.append(str(m["shape"])[:60])
+    elif "rows" in m:
+        parts.append(f"{int(m['rows']):,} row{'' if int(m['rows']) == 1 else 's'}")
+    if m.get("sheets"):
+        parts.append(f"sheets {', '.join(str(x)[:20] for x in m['sheets'][:4])}")
+    if m.get("errors"):
+        line, msg = (m.get("first_error") or [0, ""])[:2]
+        parts.append(f"{int(m['errors']):,} bad line{'s' * (int(m['errors']) > 1)} (first: line {line}, {str(msg)[:60]})")
+    if m.get("ragged"):
+        parts.append(f"{int(m['ragged']):,} ragged rows")
+    if m.get("delimiter"):
+        parts.append(f"delimiter {m['delimiter']!r}")
+    sample = ", ".join(f"{str(k)[:30]}={str(v)[:40]}" for k, v in (m.get("sample") or [])[:6])
+    nkeys = int(m.get("nkeys", 0) or 0)
+    rest = [str(k)[:30] for k in (m.get("keys") or [])[len(m.get("sample") or []):][:6]]
+    keys = sample + (", " + ", ".join(rest) if rest else "") + (f" ({nkeys:,} keys)" if nkeys > 6 else "")
+    return f"{path}: {'; '.join(parts)}" + (f"; keys: {keys}" if keys else "")
 
 
 def first_user_prompt(question: str, metadata: str) -> str:

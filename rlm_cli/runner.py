@@ -213,7 +213,8 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
     try:
         handler.on_rlm_query = _recursion(settings, client, handler, level, emit, corpus, hide)
         orch = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, hide_paths=hide)
-        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file)
+        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
+                          data_file=corpus.data_file)
         try:
             result = orch.run(question, spec, corpus_meta(corpus))
         except PartialAnswerError as exc:
@@ -272,7 +273,8 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
         child = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, depth=child_depth,
                              hide_paths=hide)
         if context is None:
-            spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file)
+            spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
+                              data_file=corpus.data_file)
             meta = corpus_meta(corpus)
         else:
             spec, meta = WorkerSpec(context_text=context), text_meta(context)

@@ -170,3 +170,17 @@ def test_ask_without_cache_and_with_chunk_tokens(tmp_path: Path, llm: FakeLLM) -
     assert doc["corpus"]["chunks"] > 5
     assert not (cache_dir() / "index").exists()  # --no-cache wrote nothing to the cache
     assert re.search(r"^\d+ \d+$", last_user(llm.chat_requests("root")[1]), re.M)
+
+
+def test_index_and_stats_count_files_by_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
+
+    root = make_tree(tmp_path / "mixed", {"t.csv": "a,b\n1,2\n", "r.jsonl": '{"x": 1}\n', "plain.txt": "hi\n",
+                                          "app.log.gz": gzip.compress(b"boot ok\n")})
+    code, out, err = rlm(monkeypatch, capsys, "index", str(root), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["kinds"] == {"csv": 1, "gz": 1, "jsonl": 1} and "read as 1 csv, 1 gz, 1 jsonl" in doc["summary"]
+    code, out, err = rlm(monkeypatch, capsys, "stats", str(root), "--json")
+    assert code == 0 and json.loads(out)["kinds"] == {"csv": 1, "gz": 1, "jsonl": 1}

@@ -58,7 +58,8 @@ def naive_grep(files: dict[str, str], pattern: str, flags: int = 0) -> list[dict
 def test_bundle_layout_seen_by_the_worker(view: CorpusView) -> None:
     assert [f["path"] for f in view.files] == ["docs/guide.md", "src/app.py", "src/util/net.py", "tail.txt", "win.txt"]
     f = view.files[1]
-    assert set(f) == {"path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks"}
+    assert set(f) == {"path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks", "kind"}
+    assert f["kind"] == ""  # plain text (structured files say "jsonl", "csv"...)
     assert view.context[f["start"]:f["end"]] == FILES["src/app.py"] and f["lines"] == 5
     c = view.chunks[0]
     assert set(c) == {"id", "path", "start_line", "end_line", "start", "end", "tokens", "sha1"}

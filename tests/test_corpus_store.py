@@ -410,3 +410,75 @@ def test_an_unwritable_cache_falls_back_to_a_temporary_bundle(tmp_path: Path, mo
     corpus = load_corpus([str(sample(tmp_path))], opts(), on_warning=warnings.append)
     assert corpus.temporary and len(corpus.files) == 4
     assert any("cannot write the corpus cache" in w for w in warnings)
+
+
+# -- parsed structured data ----------------------------------------------------------------------
+
+def data_tree(tmp_path: Path) -> Path:
+    rows = "".join(json.dumps({"id": i, "tag": "t" + str(i % 3)}) + "\n" for i in range(300))
+    return make_tree(tmp_path / "data", {"a.jsonl": rows, "b.csv": "x,y\n1,2\n3,4\n", "c.json": '{"k": [1, 2]}',
+                                         "notes.txt": "plain\n"})
+
+
+def worker_data(corpus: Corpus) -> dict[str, object]:
+    from rlm_cli.sandbox.corpus_helpers import CorpusView
+    from rlm_cli.sandbox.data_helpers import DataView
+
+    view = CorpusView.from_bundle(str(corpus.index_file), str(corpus.context_file))
+    dv = DataView(view.structured, str(corpus.data_file))
+    return {p: (list(v) if not isinstance(v, dict) else v) for p, v in dv.data.items()}
+
+
+def test_parsed_data_is_cached_and_only_an_edited_file_is_parsed_again(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlm_cli.corpus import structured
+
+    root = data_tree(tmp_path)
+    parsed: list[str] = []
+    real = structured.parse
+    monkeypatch.setattr(structured, "parse", lambda kind, text: parsed.append(kind) or real(kind, text))
+    first = load_corpus([str(root)], opts())
+    assert sorted(parsed) == ["csv", "json", "jsonl"]
+    assert first.data_file is not None and first.data_file.name == store.data_name(first.context_file)
+    expected = worker_data(first)
+    assert expected["b.csv"] == [{"x": 1, "y": 2}, {"x": 3, "y": 4}] and len(expected["a.jsonl"]) == 300  # type: ignore[arg-type]
+    parsed.clear()
+    second = load_corpus([str(root)], opts())
+    assert parsed == [] and second.from_cache == 4 and second.data_file == first.data_file
+    assert [f.dmeta for f in second.files] == [f.dmeta for f in first.files]
+    assert "read as 1 csv, 1 json, 1 jsonl" in second.summary()
+    assert worker_data(second) == expected
+    os.close(first._pin or os.open(os.devnull, os.O_RDONLY))
+    os.close(second._pin or os.open(os.devnull, os.O_RDONLY))
+    (root / "b.csv").write_text("x,y\n5,6\n")
+    third = load_corpus([str(root)], opts())
+    assert parsed == ["csv"] and (third.from_cache, third.reindexed) == (3, 1)
+    assert worker_data(third) == {**expected, "b.csv": [{"x": 5, "y": 6}]}
+    assert not first.context_file.exists() and not first.data_file.exists()  # swept together
+    assert sorted(p.name for p in third.bundle_dir.iterdir()) == sorted(
+        ["index.json", third.context_file.name, store.data_name(third.context_file)])
+
+
+@pytest.mark.parametrize("case", ["flipped byte", "missing", "other python"])
+def test_a_damaged_data_file_or_another_python_rebuilds_the_bundle(tmp_path: Path, case: str) -> None:
+    root = data_tree(tmp_path)
+    first = load_corpus([str(root)], opts())
+    expected = worker_data(first)
+    assert first.data_file is not None
+    if case == "flipped byte":
+        data = bytearray(first.data_file.read_bytes())
+        data[50] ^= 0x01
+        first.data_file.write_bytes(bytes(data))
+    elif case == "missing":
+        first.data_file.unlink()
+    else:
+        doc = json.loads(first.index_file.read_text())
+        doc["python"] = "cpython-2.7"
+        first.index_file.write_text(json.dumps(doc))
+    warnings: list[str] = []
+    second = load_corpus([str(root)], opts(), on_warning=warnings.append)
+    if case == "other python":
+        assert warnings == []  # not corrupt, just not ours: rebuilt quietly
+    else:
+        assert len(warnings) == 1 and "data file" in warnings[0] and "rebuilding it" in warnings[0]
+    assert second.reindexed == 4 and worker_data(second) == expected

@@ -4,6 +4,7 @@ small windows, and stay the same size whatever the corpus size."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from rlm_cli import prompts
@@ -126,3 +127,56 @@ def _meta() -> dict:
     return {"chars": 1_234_567, "tokens": 300_000, "files": 120, "chunks": 800,
             "top_dirs": [("src/", 100), ("docs/", 20)], "types": [(".py", 100), (".md", 20)],
             "sample_paths": ["src/a.py", "docs/b.md"], "prefix": "==> src/a.py <==\nimport os\n"}
+
+
+def _make_structured(root: Path, n: int) -> None:
+    """``n`` small structured files of three kinds, spread over folders."""
+    for i in range(n):
+        d = root / f"part{i % 20:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        kind = i % 3
+        if kind == 0:
+            (d / f"events_{i:05d}.jsonl").write_text(
+                "".join(f'{{"id": {i * 10 + j}, "type": "click", "user": "u{j}"}}\n' for j in range(3)))
+        elif kind == 1:
+            (d / f"table_{i:05d}.csv").write_text(f"id,name,amount\n{i},item {i},{i * 1.5}\n")
+        else:
+            (d / f"config_{i:05d}.json").write_text(f'{{"service": "svc{i}", "replicas": {i % 7}, "tags": ["a"]}}')
+
+
+def test_structured_metadata_is_the_same_size_for_10_and_10000_files(tmp_path: Path) -> None:
+    texts = {}
+    for n in (10, 10_000):
+        root = tmp_path / f"s{n}"
+        _make_structured(root, n)
+        corpus = load_corpus([str(root)], CorpusOptions(use_cache=False))
+        meta = corpus_meta(corpus)
+        assert meta["structured"]["files"] == n
+        texts[n] = prompts.corpus_metadata(meta)
+    small, big = texts[10], texts[10_000]
+    part = {n: t[t.index("Structured files:"):t.index("The first characters")] for n, t in texts.items()}
+    # The same lines; only the digits of counts and sample values differ.
+    assert abs(len(part[10_000]) - len(part[10])) <= 80, (part[10], part[10_000])
+    assert len(part[10_000]) < 2_000
+    assert re.sub(r"[\d,]+", "0", part[10_000]).count("\n") == re.sub(r"[\d,]+", "0", part[10]).count("\n")
+    assert abs(len(big) - len(small)) <= 200, (len(small), len(big))
+    assert part[10_000].count("\n  ") == 7  # six files described, and the "... more" line
+    assert "Structured files: 10,000 (3,334 jsonl (10,002 rows), 3,333 json, 3,333 csv (3,333 rows))" in big
+    assert re.search(r"table_\d+\.csv: csv; 1 row; keys: id=\d+, name=\"item \d+\", amount=[\d.]+", big), big
+    assert re.search(r"events_\d+\.jsonl: jsonl; 3 rows; keys: id=\d+, type=\"click\", user=\"u0\"", big), big
+    assert re.search(r"config_\d+\.json: json; object with 3 keys; keys: service=\"svc\d+\", replicas=\d, "
+                     r"tags=\[\"a\"\]", big), big
+    assert "... and 9,994 more (`data` lists them all)" in big
+
+
+def test_metadata_mentions_pdf_page_markers_and_bounds_each_file_line() -> None:
+    meta = _meta()
+    meta["structured"] = {"files": 1, "rows": 5, "by_kind": [("jsonl", 1, 5)], "pdf": 2,
+                          "shown": [{"path": "x/" * 200 + "f.jsonl", "kind": "jsonl", "rows": 5, "errors": 2,
+                                     "first_error": [3, "E" * 500], "nkeys": 400,
+                                     "keys": ["k" * 100] * 16, "sample": [["k" * 100, "v" * 100]] * 6}]}
+    text = prompts.corpus_metadata(meta)
+    line = next(ln for ln in text.splitlines() if "f.jsonl" in ln)
+    assert len(line) <= 302 and line.startswith("  ...")
+    assert "2 bad lines (first: line 3" in line
+    assert "PDF files: 2; in `context` each page starts with a line `--- page N ---`." in text

@@ -34,10 +34,12 @@ import stat
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pathspec
 
 from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import formats
 from rlm_cli.errors import UsageError
 
 IGNORE_FILES = (".gitignore", ".ignore", ".rlmignore")
@@ -74,12 +76,18 @@ class LoadReport:
     skipped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
     decoded: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
     last_skip: tuple[str, str] | None = None
 
     def count_decoded(self, notes: str) -> None:
         """Count a loaded file's decoding notes (:attr:`Decoded.notes`, also kept in the index)."""
         for tag in filter(None, notes.split(",")):
             self.decoded[tag] += 1
+
+    def count_kind(self, kind: str) -> None:
+        """Count a loaded file's kind tags (:attr:`Decoded.kind`: ``jsonl,gz`` counts a jsonl and a gz)."""
+        for tag in filter(None, kind.split(",")):
+            self.kinds[tag] += 1
 
     def skip(self, reason: str, warning: str | None = None, *, path: str | None = None) -> None:
         """Count one skipped file under ``reason``; keep ``warning`` (at most 20 per reason)."""
@@ -97,12 +105,16 @@ class LoadReport:
 @dataclass(slots=True)
 class Decoded:
     """A file's text, the UTF-8 bytes of that text, how it was decoded, and whether only its
-    head was kept (``--truncate-large``)."""
+    head was kept (``--truncate-large``). ``kind`` is what the file was read as, comma-separated
+    (``""`` plain text; ``pdf``, ``notebook``, ``jsonl``, ``csv,gz``...: see
+    ``rlm_cli.corpus.formats``); ``payload`` the parsed table of a Parquet or Excel file."""
 
     text: str
     data: bytes
     encoding: str
     truncated: bool = False
+    kind: str = ""
+    payload: dict[str, Any] | None = None
 
     @property
     def notes(self) -> str:
@@ -409,10 +421,15 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
 
     The first 8 KiB are read first, so a binary file is never read whole. The file is opened
     non-blocking and checked again to be a regular file, so a path swapped for a FIFO after
-    :func:`discover` cannot hang the run.
+    :func:`discover` cannot hang the run. Compressed files, PDFs, notebooks, Parquet and Excel
+    files are turned into text by ``rlm_cli.corpus.formats`` (their decompressed or rendered
+    size counts against ``--max-file-size``); one that cannot be read is skipped with a warning.
     """
     assert sf.path is not None
-    limit = options.max_file_size if options.truncate_large else -1
+    kind, comp = formats.kind_of(sf.path)
+    cap = options.max_file_size
+    limit = cap if options.truncate_large else -1
+    cut = False
     try:
         fd = os.open(sf.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         with open(fd, "rb", buffering=0) as fh:
@@ -420,29 +437,88 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
                 report.skip("special file", f"skipped {sf.display}: not a regular file", path=sf.display)
                 return None
             head = _read_up_to(fh, SNIFF_BYTES)
-            if is_binary(head):
-                report.skip("binary", path=sf.display)
-                return None
-            if len(head) < SNIFF_BYTES:
-                data = head
-            elif limit < 0:
-                data = head + fh.readall()
+            if comp and formats.magic_matches(comp, head):
+                fh.seek(0)
+                data, cut = formats.decompress(fh, comp, cap, sf.display)
+                if cut and not options.truncate_large:
+                    report.skip("too large", f"skipped {sf.display}: over --max-file-size {cap:,} bytes once "
+                                             "decompressed (raise it, or --truncate-large keeps the start)",
+                                path=sf.display)
+                    return None
+                head = data[:SNIFF_BYTES]
+            elif kind in formats.BINARY_KINDS:
+                comp = ""
+                if sf.size > cap:
+                    report.skip("too large", f"skipped {sf.display}: {sf.size:,} bytes is over --max-file-size "
+                                             f"{cap:,} (a {kind} file cannot be cut)", path=sf.display)
+                    return None
+                data = head + fh.readall() if len(head) == SNIFF_BYTES else head
             else:
-                data = head + _read_up_to(fh, limit + 1 - len(head))
+                comp = ""
+                if is_binary(head):
+                    report.skip("binary", path=sf.display)
+                    return None
+                if len(head) < SNIFF_BYTES:
+                    data = head
+                elif limit < 0:
+                    data = head + fh.readall()
+                else:
+                    data = head + _read_up_to(fh, limit + 1 - len(head))
     except OSError as exc:
         report.skip("unreadable", f"skipped {sf.display}: {exc.strerror or exc}", path=sf.display)
         return None
-    cut = 0 <= limit < len(data)
-    if cut:
-        data = trim_partial_utf8(data[:limit])
-        report.warnings.append(f"truncated {sf.display} to its first {len(data):,} of {sf.size:,} bytes "
-                               "(--truncate-large)")
-    decoded = decode_bytes(data)
-    decoded.truncated = cut
+    except formats.Unreadable as exc:
+        report.skip(exc.reason, str(exc), path=sf.display)
+        return None
+    try:
+        decoded = _decode_kind(data, kind, comp, sf, options, cut)
+    except formats.Unreadable as exc:
+        report.skip(exc.reason, str(exc), path=sf.display)
+        return None
+    if decoded is None:
+        report.skip("binary", path=sf.display)
+        return None
+    if decoded.truncated:
+        report.warnings.append(f"truncated {sf.display} to its first {len(decoded.data):,} of "
+                               f"{'its decompressed bytes' if comp else f'{sf.size:,} bytes'} (--truncate-large)")
     if not decoded.text:
         report.skip("empty", path=sf.display)
         return None
     report.count_decoded(decoded.notes)
+    return decoded
+
+
+def _decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: CorpusOptions,
+                 cut: bool) -> Decoded | None:
+    """Turn a file's (decompressed) bytes into text by its kind; ``None`` when they are binary.
+
+    Raises:
+        formats.Unreadable: the file cannot be read as its kind.
+    """
+    tags = [kind] if kind else []
+    if kind == "pdf":
+        text = formats.pdf_text(data, sf.display)
+        return Decoded(text, text.encode("utf-8", "surrogatepass"), "utf-8", kind=",".join(tags + [comp] * bool(comp)))
+    if kind in ("parquet", "excel"):
+        text, payload = formats.table_file(kind, data, sf.display, options.max_file_size, options.truncate_large)
+        return Decoded(text, text.encode("utf-8", "surrogatepass"), "utf-8", kind=",".join(tags + [comp] * bool(comp)),
+                       payload=payload)
+    if comp and is_binary(data[:SNIFF_BYTES]):
+        return None
+    limit = options.max_file_size if options.truncate_large else -1
+    if not comp and 0 <= limit < len(data):
+        data, cut = data[:limit], True
+    if cut:
+        data = trim_partial_utf8(data)
+    decoded = decode_bytes(data)
+    decoded.truncated = cut
+    if kind == "notebook":
+        cells = formats.notebook_text(decoded.text)
+        if cells is None:
+            tags = []  # not a notebook's JSON: kept as the text it is
+        else:
+            decoded = Decoded(cells, cells.encode("utf-8", "surrogatepass"), decoded.encoding, cut)
+    decoded.kind = ",".join(tags + [comp] * bool(comp))
     return decoded
 
 

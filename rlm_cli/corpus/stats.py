@@ -18,12 +18,14 @@ def file_type(path: str) -> str:
 
 
 def index_summary(corpus: Corpus, elapsed_s: float) -> dict[str, Any]:
-    """The ``rlm index --json`` document: totals, cache use and skipped files by reason."""
+    """The ``rlm index --json`` document: totals, cache use, skipped files by reason and files by
+    kind (``kinds``: ``{"csv": 2, "gz": 1, "pdf": 1}``; plain text files are not counted)."""
     return {
         "files": len(corpus.files), "bytes": corpus.total_bytes, "chars": corpus.chars,
         "tokens": corpus.total_tokens, "chunks": len(corpus.chunks), "encoding": corpus.encoding,
         "chunk_tokens": corpus.chunk_tokens, "from_cache": corpus.from_cache, "reindexed": corpus.reindexed,
         "skipped": dict(sorted(corpus.report.skipped.items())), "decoded": dict(sorted(corpus.report.decoded.items())),
+        "kinds": dict(sorted(corpus.report.kinds.items())),
         "bundle": None if corpus.temporary else str(corpus.bundle_dir), "elapsed_s": round(elapsed_s, 3),
         "summary": corpus.summary(),
     }
@@ -31,7 +33,8 @@ def index_summary(corpus: Corpus, elapsed_s: float) -> dict[str, Any]:
 
 def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
     """The ``rlm stats`` document: totals, ``by_type`` (files, bytes, tokens, chunks per extension,
-    most tokens first), ``largest`` (the ``top`` files by tokens), ``skipped`` and ``context``:
+    most tokens first), ``largest`` (the ``top`` files by tokens), ``skipped``, ``kinds`` (files
+    read as structured data, documents or compressed files, by kind) and ``context``:
     the memory the ``context`` string takes in the REPL worker (``memory_bytes``, which is
     ``chars * bytes_per_char``) and ``wide_files``: the files (at most ``top``; widest, then
     largest first) whose text or name holds characters beyond U+00FF, each with the bytes per
@@ -56,6 +59,7 @@ def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
         "largest": [{"path": f.path, "bytes": f.size, "lines": f.lines, "tokens": f.tokens, "chunks": f.n_chunks}
                     for f in largest],
         "skipped": dict(sorted(corpus.report.skipped.items())),
+        "kinds": dict(sorted(corpus.report.kinds.items())),
         "context": {"chars": corpus.chars, "bytes_per_char": corpus.char_width, "memory_bytes": corpus.context_memory,
                     "wide_files_count": len(wide), "astral_files_count": sum(f.width == 4 for f in wide),
                     "wide_files": [{"path": f.path, "bytes_per_char": f.width, "chars": f.chars}

@@ -3,7 +3,9 @@
 A :class:`Corpus` is the list of :class:`FileEntry`, the list of :class:`Chunk` and one UTF-8
 *context file* holding ``context``: each file's text behind a header line ``==> path <==`` and
 followed by a blank line. Offsets (``start``/``end``) are in characters of ``context``; the
-REPL worker reads the same two files (the *bundle*: ``index.json`` and ``context-<sha1>.txt``).
+REPL worker reads the same files (the *bundle*: ``index.json``, ``context-<sha1>.txt`` and, when
+the corpus has structured files, ``data-<sha1>.bin``: their parsed payloads, written once at
+indexing by ``rlm_cli.corpus.structured`` and reused for unchanged files like their chunks).
 The parent process never needs the whole ``context`` in memory: it is written file by file and
 :attr:`Corpus.context` decodes it only when asked.
 
@@ -32,6 +34,7 @@ import mmap
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rlm_cli.config import CorpusOptions, cache_dir
+from rlm_cli.corpus import structured
 from rlm_cli.corpus.chunker import split_text
 from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, decode_bytes, discover, is_binary, read_source
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING, TokenPool
@@ -55,13 +59,16 @@ except ImportError:  # pragma: no cover - Windows: no pinning; old context files
 
 #: The bundle layout version (shared with the worker through ``protocol``).
 INDEX_VERSION = BUNDLE_VERSION
+#: The data file is written with :mod:`marshal`, whose format may change between Python
+#: versions: a bundle written by another version is rebuilt.
+PYTHON_TAG = f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}"
 STDIN_NAME = "<stdin>"
 #: A file modified less than this long before the index's scan is re-hashed on the next load.
 RACY_NS = 2_000_000_000
 #: A chunk whose exact token count exceeds the target by this factor is split again.
 OVERSIZE = 1.5
 FILE_FIELDS = ("path", "size", "mtime_ns", "chars", "lines", "tokens", "start", "end", "bstart", "bend", "sha1",
-               "first_chunk", "n_chunks", "width", "notes")
+               "first_chunk", "n_chunks", "width", "notes", "kind", "dstart", "dend", "dmeta")
 CHUNK_FIELDS = ("file", "start_line", "end_line", "start", "end", "tokens", "sha1")
 SKIP_FIELDS = ("path", "size", "mtime_ns", "reason")
 #: Skip reasons decided by a file's content: remembered in the index so that an unchanged binary
@@ -108,7 +115,10 @@ class FileEntry:
     SHA-1 of its UTF-8 text; its chunks are ``chunks[first_chunk:first_chunk + n_chunks]``;
     ``width`` is the bytes per character its text and header line need in a ``str`` (1, 2 or 4:
     see :func:`char_width`); ``notes`` says how it was decoded when not plain UTF-8
-    (``latin-1``, ``truncated``...: :attr:`Decoded.notes`).
+    (``latin-1``, ``truncated``...: :attr:`Decoded.notes`); ``kind`` what it was read as
+    (:attr:`Decoded.kind`: ``""``, ``pdf``, ``jsonl,gz``...). A structured file's parsed payload
+    is ``data_file`` bytes ``dstart:dend`` (0, 0 for none) and ``dmeta`` its summary
+    (:func:`rlm_cli.corpus.structured.summarize`).
     """
 
     path: str
@@ -126,6 +136,10 @@ class FileEntry:
     n_chunks: int
     width: int = 1
     notes: str = ""
+    kind: str = ""
+    dstart: int = 0
+    dend: int = 0
+    dmeta: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -149,7 +163,9 @@ class Corpus:
 
     ``report`` says what was skipped and why; ``from_cache`` counts files reused from the cache
     and ``reindexed`` files read and chunked in this load. ``temporary`` bundles (``--no-cache``,
-    stdin) are deleted at exit.
+    stdin) are deleted at exit. ``data_file`` holds the parsed payloads of the structured files
+    (``None`` when there are none), named after the context file's digest: it lives and is
+    deleted with that file, under the same lock.
     """
 
     files: list[FileEntry]
@@ -166,6 +182,9 @@ class Corpus:
     temporary: bool = False
     #: Files read and skipped for a reason in ``CACHED_SKIPS``: ``(path, size, mtime_ns, reason)``.
     skipped_files: list[tuple[str, int, int, str]] = field(default_factory=list, repr=False)
+    data_file: Path | None = None
+    data_bytes: int = 0
+    data_digest: str = ""
     _context: str | None = field(default=None, repr=False)
     _pin: int | None = field(default=None, repr=False)
 
@@ -232,6 +251,9 @@ class Corpus:
         if self.report.decoded:
             parts = ", ".join(f"{n:,} {how}" for how, n in sorted(self.report.decoded.items()))
             line += f"; decoded {parts}"
+        if self.report.kinds:
+            parts = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.report.kinds.items()))
+            line += f"; read as {parts}"
         return line
 
     def index_dict(self, *, scan_ns: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -241,6 +263,8 @@ class Corpus:
             "version": INDEX_VERSION, "encoding": self.encoding, "chunk_tokens": self.chunk_tokens,
             "scan_ns": scan_ns, "context_file": self.context_file.name, "context_chars": self.chars,
             "context_bytes": self.context_bytes, "digest": self.digest, "meta": meta or {},
+            "python": PYTHON_TAG, "data_file": self.data_file.name if self.data_file else None,
+            "data_bytes": self.data_bytes, "data_digest": self.data_digest,
             "totals": {"files": len(self.files), "bytes": self.total_bytes, "tokens": self.total_tokens,
                        "chunks": len(self.chunks)},
             "files": {k: [getattr(f, k) for f in self.files] for k in FILE_FIELDS},
@@ -324,7 +348,7 @@ def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
         index = json.loads(raw)
         if not isinstance(index, dict):
             raise CorruptCache("index.json is not an object")
-        if index.get("version") != INDEX_VERSION:
+        if index.get("version") != INDEX_VERSION or index.get("python") != PYTHON_TAG:
             return None
         files, chunks = index["files"], index["chunks"]
         n_files, n_chunks = len(files["path"]), len(chunks["start"])
@@ -339,6 +363,13 @@ def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
         context_file = directory / str(index["context_file"])
         if os.path.basename(context_file.name) != context_file.name or not context_file.name.startswith("context-"):
             raise CorruptCache("index.json names a bad context file")
+        data_file = None
+        if index["data_file"] is not None:
+            data_file = directory / str(index["data_file"])
+            if data_file.name != data_name(context_file):
+                raise CorruptCache("index.json names a bad data file")
+            if any(e > index["data_bytes"] for e in files["dend"]):
+                raise CorruptCache("index.json does not match its data file")
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise CorruptCache(f"index.json is malformed ({type(exc).__name__}: {exc})") from None
     try:
@@ -352,7 +383,24 @@ def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
             digest = hashlib.file_digest(fh, lambda: hashlib.sha1(usedforsecurity=False)).hexdigest()
         if digest != index["digest"]:
             raise CorruptCache("its context file does not match its checksum")
+    if data_file is not None:
+        try:
+            size = data_file.stat().st_size
+        except OSError as exc:
+            raise CorruptCache(f"its data file is missing ({exc.strerror or exc})") from None
+        if size != index["data_bytes"]:
+            raise CorruptCache(f"its data file has {size:,} bytes instead of {index['data_bytes']:,}")
+        if verify:
+            with open(data_file, "rb") as fh:
+                digest = hashlib.file_digest(fh, lambda: hashlib.sha1(usedforsecurity=False)).hexdigest()
+            if digest != index["data_digest"]:
+                raise CorruptCache("its data file does not match its checksum")
     return _Cached(index, context_file)
+
+
+def data_name(context_file: Path) -> str:
+    """The name of the data file that belongs to ``context_file`` (``context-X.txt`` -> ``data-X.bin``)."""
+    return "data-" + context_file.name.removeprefix("context-").removesuffix(".txt") + ".bin"
 
 
 def _corpus_from_index(cached: _Cached, report: LoadReport) -> Corpus:
@@ -361,11 +409,14 @@ def _corpus_from_index(cached: _Cached, report: LoadReport) -> Corpus:
     files = [FileEntry(*row) for row in zip(*(f[k] for k in FILE_FIELDS), strict=True)]
     chunks = [Chunk(i, paths[fi], sl, el, s, e, t, h) for i, (fi, sl, el, s, e, t, h)
               in enumerate(zip(*(c[k] for k in CHUNK_FIELDS), strict=True))]
-    for notes in f["notes"]:
+    for notes, kind in zip(f["notes"], f["kind"], strict=True):
         report.count_decoded(notes)
+        report.count_kind(kind)
     sk = idx["skipped"]
+    data_file = cached.context_file.parent / idx["data_file"] if idx["data_file"] else None
     return Corpus(files, chunks, cached.context_file, idx["context_chars"], idx["context_bytes"], idx["digest"],
-                  report, idx["encoding"], idx["chunk_tokens"], from_cache=len(files),
+                  report, idx["encoding"], idx["chunk_tokens"], from_cache=len(files), data_file=data_file,
+                  data_bytes=idx["data_bytes"], data_digest=idx["data_digest"],
                   skipped_files=[tuple(row) for row in zip(*(sk[k] for k in SKIP_FIELDS), strict=True)])
 
 
@@ -420,6 +471,23 @@ class _Writer:
         self.nbytes = 0
         self.files: list[_Pending] = []
         self.pool: TokenPool | None = None
+        # The data file (parsed payloads), opened with the first structured file.
+        self.dtmp: Path | None = None
+        self.dfh: IO[bytes] | None = None
+        self.dhasher = hashlib.sha1(usedforsecurity=False)
+        self.dbytes = 0
+        self.data_file: Path | None = None
+
+    def _put_data(self, blob: bytes | memoryview) -> tuple[int, int]:
+        if self.dfh is None:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".data-", suffix=".tmp")
+            self.dtmp = Path(tmp)
+            self.dfh = os.fdopen(fd, "wb", buffering=1 << 20)
+        start = self.dbytes
+        self.dfh.write(blob)
+        self.dhasher.update(blob)
+        self.dbytes += len(blob)
+        return start, self.dbytes
 
     def _put(self, data: bytes | memoryview, chars: int) -> None:
         self.fh.write(data)
@@ -428,9 +496,11 @@ class _Writer:
         self.nbytes += len(data)
 
     def add(self, sf: SourceFile, data: bytes | memoryview, chars: int, lines: int, sha1: str, width: int,
-            notes: str, old_i: int = -1, text: str | None = None) -> None:
+            notes: str, old_i: int = -1, text: str | None = None, kind: str = "",
+            payload: bytes | memoryview | None = None, dmeta: dict[str, Any] | None = None) -> None:
         """Append one file: reused (``old_i`` >= 0) or to be chunked from ``text``; ``width`` is
-        :func:`char_width` of its text, ``notes`` its decoding notes."""
+        :func:`char_width` of its text, ``notes`` its decoding notes, ``kind`` what it was read
+        as; ``payload`` (its encoded parsed data) goes to the data file, ``dmeta`` to the index."""
         head = header_line(sf.display)
         hb = head.encode("utf-8")
         self._put(hb, len(head))
@@ -439,8 +509,9 @@ class _Writer:
         end, bend = self.chars, self.nbytes
         ends_nl = bool(len(data)) and data[-1:] == b"\n"
         self._put(b"\n" if ends_nl else b"\n\n", 1 if ends_nl else 2)
+        dstart, dend = self._put_data(payload) if payload else (0, 0)
         entry = FileEntry(sf.display, sf.size, sf.mtime_ns, chars, lines, 0, start, end, bstart, bend, sha1, 0, 0,
-                          max(width, char_width(head)), notes)
+                          max(width, char_width(head)), notes, kind, dstart, dend, dmeta if payload else None)
         pending = _Pending(entry, old_i)
         if old_i < 0:
             assert text is not None
@@ -478,6 +549,12 @@ class _Writer:
             os.fchmod(self.fh.fileno(), 0o600)  # private: the worker reads it before dropping privileges
             digest = self.hasher.hexdigest()
             final = self.directory / f"context-{digest[:24]}.txt"
+            if self.dfh is not None and self.dtmp is not None:  # the data file first: it dies with the context file
+                self.dfh.flush()
+                os.fchmod(self.dfh.fileno(), 0o600)
+                self.dfh.close()
+                self.data_file = self.directory / data_name(final)
+                os.replace(self.dtmp, self.data_file)
             os.replace(self.tmp, final)
             return files, chunks, final, digest
         except BaseException:
@@ -494,11 +571,15 @@ class _Writer:
         """Drop queued work and remove the temporary file (on any failure, Ctrl-C included)."""
         if self.pool is not None:
             self.pool.close(cancel=True)
-        try:
-            self.fh.close()
-        except OSError:
-            pass
+        for fh in (self.fh, self.dfh):
+            try:
+                if fh is not None:
+                    fh.close()
+            except OSError:
+                pass
         self.tmp.unlink(missing_ok=True)
+        if self.dtmp is not None:
+            self.dtmp.unlink(missing_ok=True)
 
 
 def _lock(fd: int, *, exclusive: bool, wait: bool = True) -> bool:
@@ -525,13 +606,15 @@ def _pin(path: Path) -> int | None:
 
 def collect_garbage(directory: Path, keep: Path | None) -> int:
     """Delete context and temporary files in ``directory`` other than ``keep`` that no process
-    holds (see the module docstring). Returns the number of files deleted."""
+    holds (see the module docstring), each context file with its data file. Returns the number
+    of files deleted."""
     removed = 0
     for path in list(directory.glob("context-*.txt")) + list(directory.glob(".context-*.tmp")) + list(
-            directory.glob(".index-*.tmp")):
-        if keep is not None and path.name == keep.name:
+            directory.glob(".index-*.tmp")) + list(directory.glob(".data-*.tmp")) + [
+            d for d in directory.glob("data-*.bin") if not (directory / ("context-" + d.name[5:-4] + ".txt")).exists()]:
+        if keep is not None and path.name in (keep.name, data_name(keep)):
             continue
-        if path.name.startswith(".index-"):  # not locked while written: only collect old ones
+        if path.name.startswith((".index-", ".data-", "data-")):  # not locked while written: only collect old ones
             try:
                 if time.time() - path.stat().st_mtime < 600:
                     continue
@@ -549,6 +632,8 @@ def collect_garbage(directory: Path, keep: Path | None) -> int:
                 continue  # in use by another run
             path.unlink(missing_ok=True)
             removed += 1
+            if path.name.startswith("context-"):
+                (directory / data_name(path)).unlink(missing_ok=True)
         finally:
             os.close(fd)
     return removed
@@ -615,10 +700,14 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
     old_pos = {p: i for i, p in enumerate(old.files["path"])} if old is not None else {}
     writer = _Writer(directory, options, report)
     mm: mmap.mmap | None = None
+    dmm: mmap.mmap | None = None
     try:
         if old is not None and any(state != "new" for _, state in sources):
             with open(old.context_file, "rb") as fh:
                 mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if old.index["context_bytes"] else None
+            if old.index["data_file"] and old.index["data_bytes"]:
+                with open(old.context_file.parent / old.index["data_file"], "rb") as fh:
+                    dmm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         from_cache = 0
         skipped_files: list[tuple[str, int, int, str]] = []
         for sf, state in sources:
@@ -630,8 +719,10 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
             if state == "same" and mm is not None:
                 of = old.files  # type: ignore[union-attr]
                 writer.add(sf, mm[of["bstart"][i]:of["bend"][i]], of["chars"][i], of["lines"][i],
-                           of["sha1"][i], of["width"][i], of["notes"][i], old_i=i)
+                           of["sha1"][i], of["width"][i], of["notes"][i], old_i=i,
+                           **_old_data(of, i, dmm))
                 report.count_decoded(of["notes"][i])
+                report.count_kind(of["kind"][i])
                 from_cache += 1
                 continue
             decoded = prefetched.pop(sf.display, None)
@@ -647,12 +738,15 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
             sha1 = _sha1(decoded.data)
             lines = decoded.text.count("\n") + (0 if decoded.text.endswith("\n") else 1)
             width = char_width(decoded.text)
-            if i >= 0 and old is not None and old.files["sha1"][i] == sha1:
+            report.count_kind(decoded.kind)
+            if i >= 0 and old is not None and old.files["sha1"][i] == sha1 and old.files["kind"][i] == decoded.kind:
                 writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes,
-                           old_i=i)  # touched, not changed
+                           old_i=i, **_old_data(old.files, i, dmm))  # touched, not changed
                 from_cache += 1
             else:
-                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes, text=decoded.text)
+                payload, dmeta = _parse_data(decoded)
+                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes, text=decoded.text,
+                           kind=decoded.kind, payload=payload, dmeta=dmeta)
         if stdin is not None and stdin_bytes is not None:
             if is_binary(stdin_bytes[:8192]):
                 report.skip("binary", "skipped <stdin>: binary data")
@@ -673,14 +767,37 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
         writer.abort()
         raise
     finally:
-        if mm is not None:
-            mm.close()
+        for m in (mm, dmm):
+            if m is not None:
+                m.close()
     corpus = Corpus(files, chunks, final, writer.chars, writer.nbytes, digest, report, DEFAULT_ENCODING,
                     options.chunk_tokens, from_cache=from_cache, reindexed=len(files) - from_cache,
-                    skipped_files=skipped_files)
+                    skipped_files=skipped_files, data_file=writer.data_file, data_bytes=writer.dbytes,
+                    data_digest=writer.dhasher.hexdigest() if writer.data_file else "")
     corpus._pin = writer.keep_open()
     _lock(corpus._pin, exclusive=False)  # downgrade: readers may share it, cleanup may not delete it
     return corpus
+
+
+def _old_data(of: dict[str, list[Any]], i: int, dmm: mmap.mmap | None) -> dict[str, Any]:
+    """The kind, encoded payload and summary of file ``i`` of an old bundle, for :meth:`_Writer.add`."""
+    a, b = of["dstart"][i], of["dend"][i]
+    payload = dmm[a:b] if dmm is not None and b > a else None
+    return {"kind": of["kind"][i], "payload": payload, "dmeta": of["dmeta"][i] if payload else None}
+
+
+def _parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
+    """The encoded payload and summary of a structured file (``None, None`` for other files):
+    a Parquet/Excel payload read by the loader, or JSON/JSONL/CSV/TSV text parsed now."""
+    kind = decoded.kind.split(",")[0]
+    if decoded.payload is not None:
+        payload = decoded.payload
+        meta = structured.summarize(payload)
+    elif kind in structured.TEXT_DATA_KINDS:
+        payload, meta = structured.parse(kind, decoded.text)
+    else:
+        return None, None
+    return structured.encode(payload), meta
 
 
 def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes | None = None,

@@ -35,7 +35,7 @@ RAW_CHUNK_CHARS = 8000
 GREP_USAGE = ("Usage: grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches every file of "
               "`context` and returns [{'file', 'line', 'text'}]; e.g. grep(r'def main\\b', '*.py')")
 READ_USAGE = "Usage: read_file(path, start_line=None, end_line=None), e.g. read_file('src/app.py', 10, 40)"
-_FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks")
+_FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks", "kind")
 _CHUNK_KEYS = ("start_line", "end_line", "start", "end", "tokens", "sha1")
 #: A search term: a run of letters or digits (``parse_config`` is two terms), compared lowercased.
 _TERM = re.compile(r"[^\W_]+")
@@ -59,6 +59,8 @@ class CorpusView:
         self._starts = [f["start"] for f in self.files]
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
+        #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).
+        self.structured: list[tuple[str, int, int, dict[str, Any]]] = []
         _VIEWS.add(self)
 
     @classmethod
@@ -86,7 +88,10 @@ class CorpusView:
         files = [dict(zip(_FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in _FILE_KEYS), strict=True)]
         chunks = [{"id": i, "path": paths[fi], **dict(zip(_CHUNK_KEYS, row, strict=True))}
                   for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in _CHUNK_KEYS), strict=True))]
-        return cls(context, files, chunks)
+        view = cls(context, files, chunks)
+        view.structured = [(p, a, b, m) for p, a, b, m in zip(paths, fcols["dstart"], fcols["dend"], fcols["dmeta"],
+                                                              strict=True) if b > a and m]
+        return view
 
     # -- grep ----------------------------------------------------------------------------------
     def grep(self, pattern: str | re.Pattern[str] | None = None, where: Any = None, *more: Any,
@@ -397,7 +402,7 @@ def _raw_layout(context: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     n = len(context)
     lines = context.count("\n") + (0 if not context or context.endswith("\n") else 1)
     files = [{"path": "<context>", "size": n, "chars": n, "lines": lines, "tokens": None, "start": 0, "end": n,
-              "first_chunk": 0, "n_chunks": 0}]
+              "first_chunk": 0, "n_chunks": 0, "kind": ""}]
     chunks: list[dict[str, Any]] = []
     pos, line = 0, 1
     while pos < n:

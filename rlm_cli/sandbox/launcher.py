@@ -317,6 +317,8 @@ class WorkerSpec:
     index_file: Path | None = None
     context_file: Path | None = None
     context_text: str | None = None
+    #: The bundle's parsed structured files (``data``, ``records()``), when it has any.
+    data_file: Path | None = None
 
 
 @dataclass
@@ -492,7 +494,7 @@ class Sandbox:
             "harden": self.level != "none", "cwd": None if self.level == "bwrap" else str(self.scratch),
             "seccomp": self.level in ("process", "bwrap") and confinement().seccomp,
             "landlock": self._landlock_policy(),
-            "index_file": inside.get("index"), "context_file": inside.get("context"),
+            "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
             "context_text": self.spec.context_text,
         }
         deadline = time.monotonic() + START_TIMEOUT
@@ -646,11 +648,15 @@ class Sandbox:
         if self.spec.index_file and self.spec.context_file:
             paths["index"] = str(self.spec.index_file)
             paths["context"] = str(self.spec.context_file)
+            if self.spec.data_file:
+                paths["data"] = str(self.spec.data_file)
         if self.level == "bwrap":
             paths["socket"] = "/tmp/rlm/sock/" + os.path.basename(self.socket_path)
             if "index" in paths:
                 paths["index"] = "/tmp/rlm/corpus/index.json"
                 paths["context"] = "/tmp/rlm/corpus/context.txt"
+                if "data" in paths:
+                    paths["data"] = "/tmp/rlm/corpus/data.bin"
         return paths
 
     def _landlock_policy(self) -> dict[str, Any] | None:
@@ -726,6 +732,8 @@ class Sandbox:
         if self.spec.index_file and self.spec.context_file:
             args += ["--ro-bind", str(self.spec.index_file), "/tmp/rlm/corpus/index.json",
                      "--ro-bind", str(self.spec.context_file), "/tmp/rlm/corpus/context.txt"]
+            if self.spec.data_file:
+                args += ["--ro-bind", str(self.spec.data_file), "/tmp/rlm/corpus/data.bin"]
         if os.geteuid() == 0 and self.drop and self.drop.uid != 0:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
             if _effective_caps() & (1 << _CAP_SETPCAP):

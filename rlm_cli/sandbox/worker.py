@@ -6,7 +6,8 @@ on the command line, and reaches the parent's LMHandler over a Unix socket for `
 so it runs the same under bubblewrap, sandbox-exec or as a plain process.
 
 Namespace given to model code: ``context`` (str), ``files``, ``chunks`` (lists of dicts),
-``grep``, ``read_file``, ``chunk_text``, ``search``, ``llm_query``, ``llm_query_batched``,
+``grep``, ``read_file``, ``chunk_text``, ``search``, ``data``, ``records``, ``frame``
+(structured files: ``data_helpers``), ``llm_query``, ``llm_query_batched``,
 ``rlm_query``, ``FINAL``, ``FINAL_VAR``, ``SHOW_VARS``. Helper names are restored before every
 code block, so rebinding them cannot break the loop.
 """
@@ -28,6 +29,7 @@ from typing import Any
 
 from rlm_cli import protocol
 from rlm_cli.sandbox.corpus_helpers import CorpusView
+from rlm_cli.sandbox.data_helpers import DataView
 
 #: Characters of a block's stdout kept in memory: head and tail (the middle is counted only).
 KEEP_HEAD = 200_000
@@ -36,7 +38,7 @@ _BUILTINS = builtins
 #: The builtins as the worker started; restored before every block (``builtins.print = None``
 #: in one block must not break the next).
 _BUILTINS_SNAPSHOT = dict(vars(builtins))
-RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search",
+RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search", "data", "records", "frame",
             "llm_query", "llm_query_batched", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
 
 
@@ -118,6 +120,7 @@ class Worker:
         else:
             self.corpus = CorpusView(str(config.get("context_text") or ""))
         self.context = self.corpus.context
+        self.data = DataView(self.corpus.structured, config.get("data_file"))  # opens the file, loads nothing
         self._helpers = self._make_helpers()
 
     # -- model calls ---------------------------------------------------------------------------
@@ -229,6 +232,7 @@ class Worker:
         c = self.corpus
         return {"context": c.context, "files": c.files, "chunks": c.chunks, "grep": c.grep,
                 "read_file": c.read_file, "chunk_text": c.chunk_text, "search": c.search,
+                "data": self.data.data, "records": self.data.records, "frame": self.data.frame,
                 "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched,
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
                 "SHOW_VARS": self.SHOW_VARS}
