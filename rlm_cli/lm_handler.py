@@ -513,6 +513,9 @@ class ModelClient:
                     response = self._send_streaming(messages, model=model, timeout=timeout, on_delta=on_delta)
                 else:
                     response = self._send(messages, model=model, timeout=timeout)
+            except BudgetExceededError:  # --timeout passed while a stream was read
+                kind = "budget"
+                raise
             except Exception as exc:  # noqa: BLE001 - litellm raises many provider-specific types
                 error = exc
                 kind = classify_error(exc)

@@ -12,6 +12,8 @@ only, never to the trajectory. Nothing here prints.
   ``llm_query_batched`` call (``total`` known), or the single ``llm_query`` calls or the
   ``rlm_query`` calls of one code block (``total`` = started so far). A group is over when its
   batch is done, or when its code block ends (the ``output`` event, seen by wrapping ``emit``).
+  Events are sent at most every :data:`MIN_INTERVAL_S` per group, but always for a group's first
+  request, for each quarter of a batch completed, and for its end.
   Each event carries ``kind`` (``sub_calls`` or ``sub_rlms``), ``group``, ``batch`` (bool),
   ``done``, ``failed``, ``in_flight``, ``total``, ``elapsed_s``, the run's ``tokens`` and
   ``cost_usd`` so far (``None`` when a model is not priced) and ``finished``.
@@ -70,6 +72,11 @@ class _Group:
     def in_flight(self) -> int:
         return self.started - self.done - self.failed
 
+    @property
+    def quarter(self) -> int:
+        """How many quarters of a batch are done (0 to 4; 0 for other groups)."""
+        return 4 * (self.done + self.failed) // self.total if self.batch and self.total else 0
+
 
 class Progress:
     """Sub-call and sub-RLM progress (see the module docstring). Call it as the ``emit`` target
@@ -120,6 +127,7 @@ class Progress:
                 g = self._groups[key] = _Group(next(self._ids), kind, depth, is_batch,
                                                int(size) if is_batch else 0, now)  # type: ignore[arg-type]
                 send = True
+            quarter = g.quarter
             if stage == "start":
                 g.started += 1
                 if not g.batch:
@@ -128,6 +136,7 @@ class Progress:
                 g.done += 1
             else:
                 g.failed += 1
+            send = send or g.quarter != quarter  # every quarter of a batch is reported
             if g.batch and g.done + g.failed >= g.total and g.in_flight == 0:
                 g.finished = True
                 self._groups.pop(key, None)

@@ -9,7 +9,8 @@ A request with ``"stream": true`` is answered as OpenAI does: ``text/event-strea
 transfer encoding), one ``data: {chat.completion.chunk}`` event per piece of the reply, a usage
 chunk when ``stream_options.include_usage`` asks for one, then ``data: [DONE]``. ``Reply`` fields
 make it slow (``stream_delay_s`` between pieces), omit the usage chunk (``stream_usage=False``),
-or answer like a provider that cannot stream (``no_stream=True``: the plain JSON body).
+break it (``stream_cut_after``: the connection drops after that many pieces), or answer like a
+provider that cannot stream (``no_stream=True``: the plain JSON body).
 Setting ``FakeLLM.refuse_stream`` answers every streamed request with a 400 instead.
 """
 
@@ -47,6 +48,8 @@ class Reply:
     stream_delay_s: float = 0.0
     stream_usage: bool = True
     no_stream: bool = False
+    #: Streamed replies: drop the connection after this many text pieces (a broken stream).
+    stream_cut_after: int | None = None
 
 
 class FakeLLM:
@@ -151,6 +154,11 @@ class FakeLLM:
 
     def _answer(self, handler: Any, req: dict[str, Any]) -> None:
         model = str(req.get("model", ""))
+        if req.get("stream") and self.refuse_stream:  # refused before a scripted reply is used
+            body = json.dumps({"error": {"message": "stream is not supported by this server", "type": "error",
+                                         "code": 400}}).encode()
+            handler._send(400, body, {})
+            return
         with self.lock:
             spec = self.queues[model].popleft() if self.queues[model] else self.defaults.get(model)
         if spec is None:
@@ -170,11 +178,6 @@ class FakeLLM:
             body = json.dumps({"error": {"message": f"scripted status {spec.status}", "type": "error",
                                          "code": spec.status}}).encode()
             handler._send(spec.status, body, spec.headers)
-            return
-        if req.get("stream") and self.refuse_stream:
-            body = json.dumps({"error": {"message": "stream is not supported by this server", "type": "error",
-                                         "code": 400}}).encode()
-            handler._send(400, body, spec.headers)
             return
         text = spec.text(req) if callable(spec.text) else spec.text
         prompt_chars = sum(len(str(m.get("content", ""))) for m in req.get("messages", []))
@@ -229,7 +232,11 @@ class FakeLLM:
         step = max(1, spec.stream_chunk_chars)
         pieces = [text[i:i + step] for i in range(0, len(text), step)] or [""]
         event(chunk({"role": "assistant", "content": ""}))
-        for piece in pieces:
+        for n, piece in enumerate(pieces):
+            if spec.stream_cut_after is not None and n >= spec.stream_cut_after:
+                handler.close_connection = True
+                handler.connection.shutdown(2)
+                return
             if spec.stream_delay_s:
                 time.sleep(spec.stream_delay_s)
             with self.lock:
