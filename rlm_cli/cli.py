@@ -340,6 +340,7 @@ def replay(
     r = outcome.result
     doc = _doc(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, round(time.monotonic() - started, 3),
                outcome.corpus, r.mode, outcome.sandbox, outcome.sources, outcome.sources_omitted)
+    doc["trace"] = str(p.path)
     doc["same_answer"] = r.answer == p.recorded_answer
     if not doc["same_answer"]:
         ui.warning("the replayed answer differs from the recorded one")

@@ -442,7 +442,9 @@ class Renderer:
         usage = data.get("usage") or {}
         root, sub = usage.get("root") or {}, usage.get("sub") or {}
 
-        def cost(value: Any) -> str:
+        def cost(value: Any, group: dict[str, Any] | None = None) -> str:
+            if group is not None and not group.get("calls"):
+                return "no calls"
             return f"${value:.4f}" if isinstance(value, (int, float)) else "unknown"
 
         def tokens(group: dict[str, Any]) -> str:
@@ -455,7 +457,7 @@ class Renderer:
             self.close()
             self.err.print(f"[dim]{data.get('iterations', 0)} iterations, {data.get('sub_calls', 0)} sub-calls; "
                            f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
-                           f"(root {cost(root.get('cost_usd'))}, sub {cost(sub.get('cost_usd'))}){extra}; "
+                           f"(root {cost(root.get('cost_usd'), root)}, sub {cost(sub.get('cost_usd'), sub)}){extra}; "
                            f"{data.get('elapsed_s', 0):.1f} s[/]")
 
     def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:

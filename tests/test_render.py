@@ -232,3 +232,31 @@ def test_first_tokens_reach_stderr_before_the_call_ends(tmp_path: Path, llm: Fak
     assert written_when_seen is not None, seen.decode(errors="replace")
     assert written_when_seen < pieces // 2, (written_when_seen, pieces)  # the call was far from over
     assert proc.returncode == 0
+
+
+def test_color_flag_and_environment_in_a_pipe(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("hello\n")
+    llm.default("root", repl("FINAL(len(context) > 0)"))
+    llm.script("root", repl("print(1)"))
+    styled = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--color", "always", "--no-llm-cache")
+    assert styled.code == 0, styled.stderr
+    assert "\x1b[" in styled.stderr and "\x1b[" not in styled.stdout  # the answer is never styled
+    for extra, env in ((["--color", "never"], {}), ([], {"NO_COLOR": "1"}), ([], {"TERM": "dumb"}), ([], {})):
+        llm.script("root", repl("print(1)"))
+        res = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), *extra, "--no-llm-cache", env=env)
+        assert res.code == 0 and "\x1b[" not in res.stderr and "iteration 1: explore" not in res.stderr
+        assert "iteration 1: aggregate" in res.stderr
+    bad = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--color", "sometimes")
+    assert bad.code == 2 and "--color must be one of auto, always, never" in bad.stderr
+
+
+def test_quiet_run_prints_only_errors(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("hello\n")
+    (tmp_path / "c" / "big.txt").write_text("x" * 2000)  # skipped with a warning
+    llm.script("root", repl("print(1)"), repl("FINAL('ok')"))
+    res = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "-q", "--max-file-size", "1K")
+    assert res.code == 0 and res.stdout == "ok\n" and res.stderr == ""
+    res = run_rlm("ask", str(tmp_path / "nope"), "q?", *model_flags(llm), "-q")
+    assert res.code == 2 and res.stderr.startswith("error: no such file or directory")
