@@ -44,7 +44,7 @@ class Reply:
     completion_tokens: int | None = None
     #: Streamed replies: characters per chunk, seconds before each chunk, usage chunk or not,
     #: and ``no_stream`` to ignore ``stream`` and answer with one JSON body.
-    stream_chunk_chars: int = 8
+    stream_chunk_chars: int = 64
     stream_delay_s: float = 0.0
     stream_usage: bool = True
     no_stream: bool = False
