@@ -102,3 +102,25 @@ def test_indexing_reports_files_and_bytes_once_it_takes_a_while(tmp_path: Path) 
     fast = index_callback(quick.append, clock=Clock())
     fast(1, 1, 10, 10)
     assert quick == []  # a corpus that loads in a blink shows no progress at all
+
+
+def test_a_run_reports_its_sub_rlm_and_the_sub_rlms_batch(tmp_path: Path) -> None:
+    from tests.fake_llm import FakeLLM, repl
+    from tests.inproc import corpus, run
+
+    llm = FakeLLM()
+    try:
+        llm.default("sub", "part done")
+        llm.script("root",
+                   repl("print(rlm_query('Count the parts'))"),  # depth 0
+                   repl("print(llm_query_batched(['a', 'b', 'c']))"),  # depth 1, the sub-RLM
+                   repl("FINAL('three parts')"),
+                   repl("FINAL('the sub-RLM says three parts')"))
+        r = run(llm, [corpus(tmp_path)], "Go", max_depth=2)
+    finally:
+        llm.close()
+    assert r.error is None and r.answer == "the sub-RLM says three parts"
+    ends = [(e["depth"], e["kind"], e["done"], e["total"], e["batch"]) for e in r.of("progress") if e["finished"]]
+    assert ends == [(1, "sub_calls", 3, 3, True), (0, "sub_rlms", 1, 1, False)]
+    assert [(e["depth"], e["iteration"], e["phase"]) for e in r.of("phase")] == [
+        (1, 1, "decompose"), (1, 2, "terminate"), (0, 1, "decompose"), (0, 2, "terminate")]

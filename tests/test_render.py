@@ -134,6 +134,17 @@ def test_live_style_draws_a_transient_region_and_keeps_the_prose() -> None:
     assert "```repl" not in plain.split("root model:")[0].split("Let me look.")[-1]  # code shown once, as code
 
 
+def test_live_indexing_line_is_transient_and_its_end_stays() -> None:
+    out = TTY()
+    r = Renderer(color="always", stream=out)
+    for files, finished in ((10, False), (40, True)):
+        r.on_event(event("progress", 0, kind="index", files=files, files_total=40, bytes=files * 1000,
+                         bytes_total=40_000, rate_bps=20_000, elapsed_s=2.0, finished=finished))
+    r.close()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "indexing 40/40 files · 0.0/0.0 MB · 0.0 MB/s · 2.0 s" in plain
+
+
 def test_progress_line_for_indexing() -> None:
     ev = event("progress", 0, kind="index", files=120, files_total=5000, bytes=4_100_000, bytes_total=96_000_000,
                rate_bps=12_300_000, elapsed_s=0.3, finished=False)
