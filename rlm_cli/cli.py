@@ -60,7 +60,29 @@ TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of fil
 NoCacheOpt = Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")]
 ChunkOpt = Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens (default 2000).")]
 JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")]
-QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")]
+QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="Print only errors on stderr.")]
+ColorOpt = Annotated[str, Opt("--color", metavar="WHEN", help="auto|always|never: colours and live progress "
+                              "on stderr (auto: when stderr is a terminal, unless NO_COLOR or TERM=dumb).")]
+
+#: The ``schema`` of the ``rlm ask --json`` document: ``rlm_cli/schemas/ask-result.v1.json``.
+ASK_SCHEMA = "ask-result.v1"
+#: Where ``--output`` sends the answer or document (set by ``ask`` once checked), else stdout.
+_output_path: Path | None = None
+
+
+def _use_color(color: str) -> None:
+    """Check ``--color`` and make it the default of every renderer of this command.
+
+    Raises:
+        UsageError: not auto, always or never.
+    """
+    from rlm_cli import render
+
+    try:
+        render.display_style(color)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    render.default_color = color
 
 
 #: Options of the model, the loop, budgets and the sandbox, shared by ``ask`` and ``eval``.
@@ -161,13 +183,24 @@ def ask(
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
     json_out: JsonOpt = False,
+    cite: Annotated[bool, Opt("--cite", help="After the answer, list the corpus lines it rests on "
+                                             "(Sources: path:start-end).")] = False,
+    output: Annotated[Path | None, Opt("--output", "-o", help="Write the answer (or the --json document) to "
+                                       "FILE, atomically, instead of stdout.")] = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    color: ColorOpt = "auto",
 ) -> None:
     """Answer QUESTION about the corpus at PATH... (the last argument is the question)."""
     from rlm_cli import render, runner
 
+    global _output_path
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
+    _use_color(color)
+    if output is not None:
+        from rlm_cli.outfile import check_writable
+
+        _output_path = check_writable(output)
     if len(args) < 2:
         raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
     paths, question = args[:-1], args[-1]
@@ -194,14 +227,16 @@ def ask(
     try:
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes)
     except PartialAnswerError as exc:
-        _emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3))
+        _emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3), cite=cite)
         raise
+    finally:
+        ui.close()
     doc = _doc(outcome.result.answer, outcome.result.status, outcome.result.iterations, outcome.result.sub_calls,
                outcome.usage, round(time.monotonic() - started, 3), outcome.corpus, outcome.result.mode,
-               outcome.sandbox)
+               outcome.sandbox, outcome.sources, outcome.sources_omitted)
     doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
     ui.summary(doc)
-    render.write_json(doc) if json_out else render.write_answer(outcome.result.answer)
+    _deliver(doc, json_out, cite, ui)
 
 
 @app.command(name="eval")
@@ -289,23 +324,49 @@ def _command_line() -> str:
 
 
 def _doc(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
-         corpus: Any, mode: str, sandbox: str) -> dict[str, Any]:
-    return {"answer": answer, "status": status, "iterations": iterations, "sub_calls": sub_calls,
-            "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
+         corpus: Any, mode: str, sandbox: str, sources: list[dict[str, Any]] | None = None,
+         sources_omitted: int = 0) -> dict[str, Any]:
+    """The ``--json`` document of a run (``rlm_cli/schemas/ask-result.v1.json`` describes it)."""
+    return {"schema": ASK_SCHEMA, "answer": answer, "status": status, "iterations": iterations,
+            "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
             "corpus": {"files": len(corpus.files), "chars": corpus.chars, "tokens": corpus.total_tokens,
-                       "chunks": len(corpus.chunks)} if corpus is not None else None}
+                       "chunks": len(corpus.chunks)} if corpus is not None else None,
+            "sources": sources or [], "sources_omitted": sources_omitted}
 
 
-def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any, elapsed: float) -> None:
+def _deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
+    """The document (``--json``) or the answer (with its sources under ``--cite``) to stdout, or
+    to ``--output`` atomically."""
     from rlm_cli import render
+    from rlm_cli.sources import cite_lines
 
+    if json_out:
+        text = render.json_text(doc)
+    else:
+        text = doc["answer"] if doc["answer"].endswith("\n") else doc["answer"] + "\n"
+        if cite:
+            rows = cite_lines(doc["sources"])
+            text += "\nSources:\n" + ("".join(f"- {r}\n" for r in rows) if rows else "- none: the run read no "
+                                                                                   "corpus lines\n")
+    if _output_path is None:
+        render.write_text(text)
+        return
+    from rlm_cli.outfile import write_atomic
+
+    write_atomic(_output_path, text)
+    ui.info(f"wrote {_output_path}")
+
+
+def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any, elapsed: float, *,
+                  cite: bool = False) -> None:
     result = getattr(exc, "result", None)
     status = result.status if result is not None else getattr(exc, "budget", "stopped")
     if status != "max_iterations":
         status = "budget_exceeded"
     doc = _doc(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
                getattr(exc, "usage", {}), elapsed, getattr(exc, "corpus", None),
-               getattr(exc, "mode", "rlm"), settings.sandbox)
+               getattr(exc, "mode", "rlm"), settings.sandbox, getattr(exc, "sources", None),
+               getattr(exc, "sources_omitted", 0))
     trace_path = getattr(exc, "trace_path", None)
     doc["trace"] = str(trace_path) if trace_path else None
     if status == "budget_exceeded":
@@ -313,9 +374,9 @@ def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: An
     ui.summary(doc)
     if json_out:
         doc["partial"] = True
-        render.write_json(doc)
+        _deliver(doc, True, False, ui)
     elif exc.partial:
-        render.write_answer(exc.partial)
+        _deliver(doc, False, cite, ui)
 
 
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectories (JSONL, one per run).")
@@ -377,12 +438,14 @@ def replay(
     sandbox: Annotated[str | None, Opt("--sandbox", help="Override the recorded sandbox level.")] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    color: ColorOpt = "auto",
 ) -> None:
     """Re-run a recorded run from its recorded model responses, without calling any provider."""
     from rlm_cli import render, trace
     from rlm_cli import replay as replay_mod
 
     started = time.monotonic()
+    _use_color(color)
     p = replay_mod.plan(trace.find_trace(ref), sandbox=sandbox)
     ui = render.Renderer(quiet=quiet)
     stdin_bytes = sys.stdin.buffer.read() if "-" in p.paths else None
@@ -391,9 +454,12 @@ def replay(
     except PartialAnswerError as exc:
         _emit_partial(exc, ui, json_out, p.settings, round(time.monotonic() - started, 3))
         raise
+    finally:
+        ui.close()
     r = outcome.result
     doc = _doc(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, round(time.monotonic() - started, 3),
-               outcome.corpus, r.mode, outcome.sandbox)
+               outcome.corpus, r.mode, outcome.sandbox, outcome.sources, outcome.sources_omitted)
+    doc["trace"] = str(p.path)
     doc["same_answer"] = r.answer == p.recorded_answer
     if not doc["same_answer"]:
         ui.warning("the replayed answer differs from the recorded one")
@@ -506,11 +572,15 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
     import time
 
     from rlm_cli.corpus import load_corpus
+    from rlm_cli.progress import index_callback
 
     if "-" in paths:
         raise UsageError("'-' (stdin) is not cached; give files or folders")
     started = time.monotonic()
-    corpus = load_corpus(paths, options, on_warning=ui.warning)
+    try:
+        corpus = load_corpus(paths, options, on_warning=ui.warning, on_progress=index_callback(ui.on_event))
+    finally:
+        ui.close()
     return corpus, time.monotonic() - started
 
 
@@ -518,11 +588,12 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
 def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
           no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
           no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None, json_out: JsonOpt = False,
-          quiet: QuietOpt = False) -> None:
+          quiet: QuietOpt = False, color: ColorOpt = "auto") -> None:
     """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
     from rlm_cli import render
     from rlm_cli.corpus.stats import index_summary
 
+    _use_color(color)
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                               chunk_tokens)
@@ -669,10 +740,30 @@ def main() -> None:
 
 
 def _json_error(message: str, code: int) -> None:
-    if _json_errors:
-        from rlm_cli.render import write_json
+    """Under ``--json``: the error as a JSON document, on stdout or in ``ask --output``'s file.
+    ``ask`` and ``replay`` documents name their schema (``ask-result.v1``) like a success does."""
+    if not _json_errors:
+        return
+    from rlm_cli.render import json_text, write_text
 
-        write_json({"status": "error", "error": message, "exit_code": int(code), "answer": None})
+    doc: dict[str, Any] = {"status": "error", "error": message, "exit_code": int(code), "answer": None}
+    if _command() in ("ask", "replay"):
+        doc = {"schema": ASK_SCHEMA, **doc}
+    text = json_text(doc)
+    if _output_path is not None:
+        from rlm_cli.outfile import write_atomic
+
+        try:
+            write_atomic(_output_path, text)
+            return
+        except RLMError:
+            pass  # the file cannot take it: stdout then
+    write_text(text)
+
+
+def _command() -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    return next((a for a in sys.argv[1:] if not a.startswith("-")), None)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

@@ -28,6 +28,14 @@ Policy, all enforced here in the parent process (the worker can neither see nor 
 * **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.llm_cache.LLMCache`.
   The n-th identical request of a run is keyed apart from the first, so asking the same prompt
   twice in a run still gets two samples, and a rerun replays both.
+* **Streaming**: a call given ``on_delta`` (root calls) asks the provider to stream
+  (``stream=True`` with ``stream_options.include_usage``) and hands each piece of text to
+  ``on_delta`` as it arrives; ``on_delta(None)`` means "forget what was shown, the request is
+  sent again" (a retry after a stream broke). Usage comes from the provider's usage chunk, else
+  from litellm's count, else from tiktoken; cost from litellm's price map as for any call. A
+  provider that refuses to stream (a 400 naming ``stream``) or answers a streamed request with a
+  plain JSON body is asked again without streaming, and its model is not streamed again in the
+  run; the whole reply then reaches ``on_delta`` at once, as does a cached answer.
 
 litellm is imported lazily, on the first model call.
 """
@@ -313,6 +321,8 @@ class Completion:
 
 
 Notify = Callable[[str], None]
+#: Receives each streamed piece of a reply; ``None`` says the pieces so far are void (retry).
+OnDelta = Callable[["str | None"], None]
 
 
 class ModelClient:
@@ -344,6 +354,8 @@ class ModelClient:
         self._priced: dict[str, bool] = {}
         self._warned: set[str] = set()
         self._seen: dict[str, int] = {}
+        #: Models whose provider could not stream in this run (asked without streaming since).
+        self._no_stream: set[str] = set()
 
     # -- setup -------------------------------------------------------------------------------------
     def litellm(self) -> Any:
@@ -397,8 +409,10 @@ class ModelClient:
             return self._priced[model]
 
     # -- calls -----------------------------------------------------------------------------------
-    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0) -> Completion:
-        """One chat completion (``role`` is ``"root"`` or ``"sub"``).
+    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
+                 on_delta: OnDelta | None = None) -> Completion:
+        """One chat completion (``role`` is ``"root"`` or ``"sub"``); with ``on_delta`` the reply
+        is streamed to it as it is generated (see the module docstring).
 
         Raises:
             CallFailed: a fatal error earlier in the run, or this request failed for good
@@ -424,12 +438,18 @@ class ModelClient:
                 key = LLMCache.key(model, messages, api_base=base, params={**params, "occurrence": seen})
             hit = self.cache.get(key)
             if hit is not None:
-                record = CallRecord(model, role, depth, 0, 0, 0.0, time.monotonic() - started, cached=True)
+                # Nothing was sent, so nothing was spent; but an unpriced model stays unknown.
+                cost_hit = None if hit.get("cost_usd") is None else 0.0
+                record = CallRecord(model, role, depth, 0, 0, cost_hit, time.monotonic() - started, cached=True)
                 self.usage.add(record)
+                if on_delta is not None:
+                    on_delta(hit["text"])
                 return Completion(hit["text"], record)
-        response, attempts = self._send_with_retries(messages, model=model, gated=sub)
+        response, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta)
         text = _response_text(response)
         tin, tout = _response_tokens(response)
+        if on_delta is not None:  # streamed: a provider without a usage chunk is counted here
+            tin, tout = _counted_tokens(messages, text, tin, tout)
         cost = self._cost(response, model)
         record = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started, attempts=attempts)
         self.usage.add(record)
@@ -464,8 +484,10 @@ class ModelClient:
                 f"it was not sent. Split it into pieces of at most about {window * 3 // 4:,} tokens "
                 "(e.g. chunk_text) and query each piece")
 
-    def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool) -> tuple[Any, int]:
-        """Send one request, retrying per the module policy; ``(response, attempts)``."""
+    def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool,
+                           on_delta: OnDelta | None = None) -> tuple[Any, int]:
+        """Send one request, retrying per the module policy; ``(response, attempts)``. With
+        ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring)."""
         s = self.settings
         retries_used = 0
         free_rate_limits = 0
@@ -484,16 +506,34 @@ class ModelClient:
                     continue  # budget.check() raises
             attempts += 1
             kind = "ok"
+            stream = on_delta is not None and model not in self._no_stream
             try:
-                response = self._send(messages, model=model, timeout=timeout)
+                if stream:
+                    assert on_delta is not None
+                    response = self._send_streaming(messages, model=model, timeout=timeout, on_delta=on_delta)
+                else:
+                    response = self._send(messages, model=model, timeout=timeout)
+            except BudgetExceededError:  # --timeout passed while a stream was read
+                kind = "budget"
+                raise
             except Exception as exc:  # noqa: BLE001 - litellm raises many provider-specific types
                 error = exc
                 kind = classify_error(exc)
             finally:
                 if gated:
                     self.limiter.release(epoch, rate_limited=kind == "rate_limit", success=kind == "ok")
+            if kind == "ok" and response is _NOT_STREAMED:
+                self._stop_streaming(model, "answered a streamed request with a plain reply")
+                continue  # asked again, without streaming; not a retry
             if kind == "ok":
+                if on_delta is not None and not stream:
+                    on_delta(_response_text(response))  # the whole reply at once
                 return response, attempts
+            if stream and on_delta is not None:
+                on_delta(None)  # whatever was shown of this attempt is void
+            if stream and kind == "bad_request" and "stream" in str(error).lower():
+                self._stop_streaming(model, "refused to stream")
+                continue
             status = _status(error)
             message = f"model {model}: {_short_error(error)}"
             if kind in ("auth", "not_found"):
@@ -549,11 +589,74 @@ class ModelClient:
             kwargs["api_key"] = key
         return litellm.completion(**kwargs)
 
+    def _send_streaming(self, messages: list[dict[str, Any]], *, model: str, timeout: float,
+                        on_delta: OnDelta) -> Any:
+        """Send one streamed request, hand each text piece to ``on_delta`` and return the whole
+        response rebuilt by ``litellm.stream_chunk_builder`` (usage included when the provider
+        or litellm counted it), or :data:`_NOT_STREAMED` when the provider answered with a plain
+        body. Stops reading once ``--timeout`` has passed (``Budget.check`` then refuses).
+
+        Raises:
+            Exception: whatever litellm raises for the request or a broken stream.
+        """
+        litellm = self.litellm()
+        extra = {"stream": True, "stream_options": {"include_usage": True}}
+        if model in self._router_models:
+            stream = self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0, **extra)
+        else:
+            kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
+                                      "num_retries": 0, "max_retries": 0, **extra}
+            if self.settings.api_base:
+                kwargs["api_base"] = self.settings.api_base
+            key = self.settings.effective_api_key
+            if key:
+                kwargs["api_key"] = key
+            stream = litellm.completion(**kwargs)
+        chunks: list[Any] = []
+        shown = False
+        try:
+            for chunk in stream:
+                chunks.append(chunk)
+                piece = _delta_text(chunk)
+                if piece:
+                    shown = True
+                    on_delta(piece)
+                if self.budget.deadline is not None and time.monotonic() >= self.budget.deadline:
+                    break
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001, S110 - closing a finished stream may complain
+                    pass
+        self.budget.check()  # --timeout passed while reading: refused like any request
+        hidden = getattr(stream, "_hidden_params", None) or {}
+        ctype = str((hidden.get("additional_headers") or {}).get("llm_provider-content-type", ""))
+        if not shown and (ctype and "event-stream" not in ctype or not chunks):
+            return _NOT_STREAMED
+        response = litellm.stream_chunk_builder(chunks, messages=messages)
+        if response is None:
+            return _NOT_STREAMED
+        return response
+
+    def _stop_streaming(self, model: str, why: str) -> None:
+        with self._info_lock:
+            first = model not in self._no_stream
+            self._no_stream.add(model)
+        if first and self.notify:
+            self.notify(f"{model} {why}: its replies are shown once complete")
+
     def _cost(self, response: Any, model: str) -> float | None:
         """Cost in USD from litellm's offline price map; ``None`` when the model is not priced."""
         hidden = getattr(response, "_hidden_params", None) or {}
         priced_as = str(hidden.get("litellm_model_name") or self._router_models.get(model, model))
         cost = hidden.get("response_cost")
+        if cost is None and self.price_known(priced_as):  # a streamed reply, rebuilt: priced here
+            try:
+                cost = self.litellm().completion_cost(completion_response=response, model=priced_as)
+            except Exception:  # noqa: BLE001 - litellm could not price it after all: unknown
+                cost = None
         if cost is None or not self.price_known(priced_as):
             if self.settings.max_cost is not None and model not in self._warned:
                 self._warned.add(model)
@@ -693,6 +796,28 @@ def _response_text(response: Any) -> str:
         return ""
 
 
+#: Returned by ``_send_streaming`` when the provider ignored ``stream`` (a plain JSON body).
+_NOT_STREAMED: Any = object()
+
+
+def _delta_text(chunk: Any) -> str:
+    try:
+        return chunk.choices[0].delta.content or ""
+    except (AttributeError, IndexError, TypeError):
+        return ""
+
+
+def _counted_tokens(messages: list[dict[str, Any]], text: str, tin: int, tout: int) -> tuple[int, int]:
+    """``(input, output)`` tokens of a streamed call: the provider's numbers, or tiktoken's
+    count (``o200k_base``, plus message overhead) where one is missing."""
+    if tin and (tout or not text):
+        return tin, tout
+    from rlm_cli.corpus.tokens import count_tokens
+    from rlm_cli.history import request_tokens
+
+    return tin or request_tokens(messages), tout or (count_tokens(text) if text else 0)
+
+
 def _response_tokens(response: Any) -> tuple[int, int]:
     usage = getattr(response, "usage", None)
     return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
@@ -700,6 +825,9 @@ def _response_tokens(response: Any) -> tuple[int, int]:
 
 RlmQueryHandler = Callable[[str, "str | None", int], str]
 SubCallObserver = Callable[[dict[str, Any]], None]
+#: ``(stage, depth, request, reply)``: ``start`` before an authenticated request is served,
+#: ``end`` with the reply about to be sent (for progress displays; must not raise).
+RequestObserver = Callable[[str, int, dict[str, Any], "dict[str, Any] | None"], None]
 
 
 class LMHandler:
@@ -711,10 +839,11 @@ class LMHandler:
     """
 
     def __init__(self, client: ModelClient, *, on_rlm_query: RlmQueryHandler | None = None,
-                 on_sub_call: SubCallObserver | None = None) -> None:
+                 on_sub_call: SubCallObserver | None = None, on_request: RequestObserver | None = None) -> None:
         self.client = client
         self.on_rlm_query = on_rlm_query
         self.on_sub_call = on_sub_call
+        self.on_request = on_request
         self._tokens: dict[str, int] = {}
         self._lock = threading.Lock()
         self.dir = Path(tempfile.mkdtemp(prefix="rlm-lm-"))
@@ -777,6 +906,7 @@ class LMHandler:
         if depth is None:
             return  # unauthenticated: close without a word
         conn.settimeout(None)
+        self._observe("start", depth, request, None)
         try:
             reply = self._serve(request, depth)
         except BudgetExceededError as exc:
@@ -788,10 +918,18 @@ class LMHandler:
             reply = {"ok": False, "error": exc.message}
         except Exception as exc:  # noqa: BLE001 - never kill the server thread silently
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        self._observe("end", depth, request, reply)
         try:
             protocol.send_message(conn, reply)
         except OSError:
             pass
+
+    def _observe(self, stage: str, depth: int, request: dict[str, Any], reply: dict[str, Any] | None) -> None:
+        if self.on_request is not None:
+            try:
+                self.on_request(stage, depth, request, reply)
+            except Exception:  # noqa: BLE001, S110 - a display problem must not fail a request
+                pass
 
     def _serve(self, request: dict[str, Any], depth: int) -> dict[str, Any]:
         kind = request.get("type")

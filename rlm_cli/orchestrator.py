@@ -47,6 +47,7 @@ from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import DEFAULT_WINDOW
+from rlm_cli.progress import stream_callback
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
 from rlm_cli.trace import event, request_key
 
@@ -250,7 +251,8 @@ class Orchestrator:
                     shown += f"\n[{result.final_error}]"
             self.emit(event("output", self.depth, iteration=iteration, block=n, output=shown,
                             output_chars=result.output_chars, elapsed_s=round(result.elapsed_s, 3),
-                            sub_calls=self.client.usage.sub_calls - calls0, lost=result.lost))
+                            sub_calls=self.client.usage.sub_calls - calls0, lost=result.lost,
+                            helpers=result.helpers, sources=[list(r) for r in result.sources]))
             outputs.append((code, shown))
             self._last_output = shown
             if self.client.fatal is not None:  # e.g. a 401 on a sub-call: stop now, exit 4
@@ -393,7 +395,8 @@ class Orchestrator:
         messages = history.messages()
         fit = history.last_fit
         try:
-            completion = self.client.complete(messages, model=model, role="root", depth=self.depth)
+            completion = self.client.complete(messages, model=model, role="root", depth=self.depth,
+                                              on_delta=stream_callback(self.emit, self.depth, model))
         except BudgetExceededError as exc:
             raise self._with_partial(exc, last_text) from None
         r = completion.record
@@ -473,7 +476,8 @@ def run_direct(settings: Settings, client: ModelClient, question: str, context: 
     started = time.monotonic()
     messages: list[dict[str, Any]] = list(prompts.direct_prompt(question, context))
     emit(event("iteration", 0, iteration=1))
-    completion = client.complete(messages, model=model, role="root", depth=0)
+    completion = client.complete(messages, model=model, role="root", depth=0,
+                                 on_delta=stream_callback(emit, 0, model))
     r = completion.record
     emit(event("root_call", 0, model=model, response=completion.text, request_key=request_key(model, messages),
                request_tokens=request_tokens(messages), direct=True, input_tokens=r.input_tokens,

@@ -1,84 +1,438 @@
 """Terminal output: the only module that imports rich. It draws events on stderr and writes the
-answer (or the JSON document) to stdout; it decides nothing."""
+answer (or the JSON document) to stdout; it decides nothing.
+
+Two styles (see :func:`display_style`): on a terminal, colours and a rich ``Live`` region that
+shows the root model's reply as it streams (a spinner and a timer until the first token), and a
+progress line per batch of sub-calls, sub-RLMs or corpus indexing; the region is transient, and
+what stays on screen is the reply's prose, the code, the outputs and one line per finished group.
+Elsewhere (stderr not a terminal, ``NO_COLOR``, ``TERM=dumb``, ``--color never``) plain lines:
+the reply is written as it arrives, each iteration ends with its phase, and a batch of sub-calls
+prints a line when it starts, at each quarter done and when it ends.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
-from collections.abc import Callable
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.live import Live
 from rich.markup import escape
+from rich.spinner import Spinner
 from rich.syntax import Syntax
+from rich.text import Text
 
 #: Lines of code and output shown per block on the terminal (the trajectory keeps everything).
 SHOW_LINES = 12
+#: Lines of a streaming reply shown in the live region.
+STREAM_TAIL_LINES = 8
+#: Lines of a reply's prose (outside code blocks) kept on screen after its stream.
+PROSE_LINES = 24
+#: Seconds between two plain indexing lines.
+PLAIN_INDEX_INTERVAL_S = 2.0
+COLOR_CHOICES = ("auto", "always", "never")
+#: Used by renderers made without a ``color`` (error lines printed by ``cli.main``).
+default_color = "auto"
+
+
+def display_style(color: str = "auto", stream: IO[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> tuple[bool, bool]:
+    """``(styled, live)`` for ``--color`` ``auto``, ``always`` or ``never``: ``never`` is plain
+    text; ``always`` is colours and the live display even in a pipe; ``auto`` is plain under
+    ``NO_COLOR`` (any value, https://no-color.org), ``TERM=dumb`` or when ``stream`` (stderr) is
+    not a terminal, and styled and live otherwise.
+
+    Raises:
+        ValueError: ``color`` is not one of :data:`COLOR_CHOICES`.
+    """
+    if color not in COLOR_CHOICES:
+        raise ValueError(f"--color must be one of {', '.join(COLOR_CHOICES)}, not {color!r}")
+    if color == "never":
+        return False, False
+    if color == "always":
+        return True, True
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR") or env.get("TERM") == "dumb":
+        return False, False
+    stream = stream if stream is not None else sys.stderr
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    return tty, tty
+
+
+def _cost(value: Any) -> str:
+    return f"${value:.4f}" if isinstance(value, (int, float)) else "cost unknown"
+
+
+def _helpers_text(helpers: dict[str, Any]) -> str:
+    parts = [f"{k} ×{v}" for k, v in sorted(helpers.items(), key=lambda kv: (-int(kv[1]), kv[0])) if v]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def progress_line(ev: dict[str, Any]) -> str:
+    """One progress event as text: ``sub-calls 23/61 · 8 in flight · 1 failed · 45,210 tokens ·
+    $0.0123 · 12.4 s``, or ``indexing 120/5,000 files · 4.1/96.0 MB · 12.3 MB/s``."""
+    if ev.get("kind") == "index":
+        mb = 1_000_000
+        return (f"indexing {ev['files']:,}/{ev['files_total']:,} files · {ev['bytes'] / mb:,.1f}/"
+                f"{ev['bytes_total'] / mb:,.1f} MB · {ev['rate_bps'] / mb:,.1f} MB/s · {ev['elapsed_s']:.1f} s")
+    label = "sub-RLMs" if ev.get("kind") == "sub_rlms" else "sub-calls"
+    finished = int(ev.get("done", 0)) + int(ev.get("failed", 0))
+    return (f"{label} {finished}/{ev.get('total', 0)} · {ev.get('in_flight', 0)} in flight · "
+            f"{ev.get('failed', 0)} failed · {int(ev.get('tokens') or 0):,} tokens · {_cost(ev.get('cost_usd'))} · "
+            f"{float(ev.get('elapsed_s') or 0):.1f} s")
+
+
+@dataclass
+class _Stream:
+    depth: int
+    model: str
+    started: float
+    text: str = ""
+    first_at: float | None = None
+    at_line_start: bool = True
+
+
+@dataclass
+class _Plain:
+    """What plain output has printed for a progress group."""
+
+    quarter: int = 0
+    started: bool = False
+
+
+@dataclass
+class _State:
+    stream: _Stream | None = None
+    groups: dict[int, dict[str, Any]] = field(default_factory=dict)
+    index: dict[str, Any] | None = None
+    received: dict[int, float] = field(default_factory=dict)  # group id -> monotonic time of the event
+
+
+class _LiveView:
+    """The live region, rendered from the renderer's state at every refresh (so timers move)."""
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.r = renderer
+        self.spinner = Spinner("dots", style="cyan")
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        st = self.r._state
+        now = time.monotonic()
+        parts: list[Any] = []
+        stream = st.stream
+        if stream is not None:
+            indent = "  " * stream.depth
+            if stream.first_at is None:
+                head = Text(f"{indent}{stream.model}: waiting for the first token · {now - stream.started:.1f} s",
+                            style="dim")
+            else:
+                head = Text(f"{indent}{stream.model} · {now - stream.started:.1f} s · {len(stream.text):,} chars",
+                            style="dim")
+            parts.append(_SpinLine(self.spinner, head))
+            if stream.text:
+                tail = stream.text.splitlines()[-STREAM_TAIL_LINES:]
+                for line in tail:
+                    parts.append(Text(indent + line, style="dim", no_wrap=True, overflow="ellipsis"))
+        for gid, ev in list(st.groups.items()):
+            shown = dict(ev, elapsed_s=float(ev.get("elapsed_s") or 0) + now - st.received.get(gid, now))
+            parts.append(_SpinLine(self.spinner, Text("  " * int(ev.get("depth", 0)) + progress_line(shown),
+                                                      style="magenta")))
+        if st.index is not None:
+            parts.append(_SpinLine(self.spinner, Text(progress_line(st.index), style="cyan")))
+        yield Group(*parts)
+
+
+class _SpinLine:
+    def __init__(self, spinner: Spinner, text: Text) -> None:
+        self.spinner, self.text = spinner, text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        frame = self.spinner.render(time.monotonic())
+        line = Text.assemble(frame if isinstance(frame, Text) else Text(str(frame)), " ", self.text)
+        line.no_wrap, line.overflow = True, "ellipsis"
+        yield line
+
+
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 
 
 class Renderer:
-    """Draws trajectory events on stderr as they happen. ``quiet`` shows only warnings/errors."""
+    """Draws trajectory events on stderr as they happen (thread-safe). ``quiet`` shows only
+    errors; ``verbose`` adds sub-calls; ``color`` is ``--color`` (see :func:`display_style`)."""
 
-    def __init__(self, *, quiet: bool = False, verbose: bool = False) -> None:
+    def __init__(self, *, quiet: bool = False, verbose: bool = False, color: str | None = None,
+                 stream: IO[str] | None = None) -> None:
         self.quiet = quiet
         self.verbose = verbose
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        color = color or default_color
+        self.styled, self.live = display_style(color, stream)
+        self.file = stream if stream is not None else sys.stderr
+        if self.styled:
+            self.err = Console(file=self.file, highlight=False, soft_wrap=True,
+                               force_terminal=True if color == "always" else None)
+        else:
+            self.err = Console(file=self.file, highlight=False, soft_wrap=True, color_system=None,
+                               force_terminal=False, no_color=True, emoji=False)
+        self._lock = threading.RLock()
+        self._state = _State()
+        self._live: Live | None = None
+        self._plain_groups: dict[int, _Plain] = {}
+        self._plain_index_at = 0.0
+        self._streamed: set[int] = set()  # depths whose last reply was streamed (plain: code shown)
+        self._first_token: dict[int, float] = {}
 
+    # -- events ------------------------------------------------------------------------------------
     def on_event(self, ev: dict[str, Any]) -> None:
         """Render one event (see ``rlm_cli.trace`` for the types)."""
+        with self._lock:
+            try:
+                self._on_event(ev)
+            except BrokenPipeError:  # stderr went away: nothing more to show
+                self.quiet = True
+
+    def _on_event(self, ev: dict[str, Any]) -> None:
         kind = ev.get("type")
         indent = "  " * int(ev.get("depth", 0))
         if kind == "notice":
+            if self.quiet:
+                return
+            self._end_stream_text()
             if ev.get("level") == "warning":
                 self.err.print(f"{indent}[yellow]warning:[/] {escape(str(ev['message']))}")
-            elif not self.quiet:
+            else:
                 self.err.print(f"{indent}[dim]{escape(str(ev['message']))}[/]")
             return
         if self.quiet:
             return
+        if kind == "stream":
+            self._on_stream(ev)
+            return
+        if kind == "progress":
+            self._on_progress(ev)
+            return
+        if kind not in ("sub_call",):
+            self._end_stream_text()
         if kind == "corpus":
+            self._state.index = None
+            self._refresh_live()
             self.err.print(f"[bold]corpus[/] {escape(ev['summary'])} [dim]({ev['load_s']:.2f} s, "
                            f"sandbox {ev['sandbox']})[/]")
         elif kind == "iteration":
-            self.err.rule(f"{indent}iteration {ev['iteration']}" + (f" (depth {ev['depth']})" if ev["depth"] else ""),
-                          style="cyan", align="left")
+            title = f"iteration {ev['iteration']}" + (f" (depth {ev['depth']})" if ev["depth"] else "")
+            if self.styled:
+                self.err.rule(f"{indent}{title}", style="cyan", align="left")
+            else:
+                self.err.print(f"{indent}── {title} ──")
         elif kind == "root_call":
-            cost = ev.get("cost_usd")
-            cost_s = f", ${cost:.4f}" if isinstance(cost, (int, float)) else ""
-            self.err.print(f"{indent}[dim]root model: {ev['input_tokens']:,} in / {ev['output_tokens']:,} out "
-                           f"tokens, {ev['latency_s']:.1f} s{cost_s}[/]")
-            if self.verbose:
-                self.err.print(escape(_clip(ev.get("response", ""), 40)))
+            self._on_root_call(ev, indent)
         elif kind == "code":
-            self.err.print(Syntax(_clip(ev["code"], SHOW_LINES), "python", theme="ansi_dark",
-                                  line_numbers=False, word_wrap=True))
+            if self.styled:
+                self.err.print(Syntax(_clip(ev["code"], SHOW_LINES), "python", theme="ansi_dark",
+                                      line_numbers=False, word_wrap=True))
+            elif int(ev.get("depth", 0)) not in self._streamed:  # plain: the stream showed it already
+                self.err.print(escape(_indent(_clip(ev["code"], SHOW_LINES), indent + "  ")))
         elif kind == "output":
             out = ev.get("output") or "(no output)"
             sub = f" · {ev['sub_calls']} sub-calls" if ev.get("sub_calls") else ""
             self.err.print(f"{indent}[dim]→ {ev['output_chars']:,} chars, {ev['elapsed_s']:.2f} s{sub}[/]")
             self.err.print(escape(_indent(_clip(out, SHOW_LINES), indent + "  ")), style="green")
+        elif kind == "phase":
+            self.err.print(f"{indent}[bold cyan]iteration {ev['iteration']}: {ev['phase']}[/]"
+                           f"[dim]{escape(_helpers_text(ev.get('helpers') or {}))}[/]")
         elif kind == "recursion":
             self.err.print(f"{indent}[magenta]rlm_query → depth {ev['depth']} ({ev['mode']})[/]")
         elif kind == "mode":
             self.err.print(f"[bold]mode[/] {ev['mode']} [dim]({escape(str(ev.get('reason', '')))})[/]")
         elif kind == "sub_call" and self.verbose:
             self.err.print(f"{indent}[dim]sub-call {ev.get('model')}: {ev.get('input_tokens', 0):,} in / "
-                           f"{ev.get('output_tokens', 0):,} out tokens, {ev.get('latency_s', 0):.1f} s[/]")
+                           f"{ev.get('output_tokens', 0):,} out tokens, {ev.get('latency_s', 0):.1f} s, "
+                           f"{_cost(ev.get('cost_usd'))}[/]")
         elif kind == "final":
             self.err.print(f"{indent}[bold green]{ev['status']}[/] after {ev['iterations']} iteration(s)")
 
+    # -- the streaming reply -----------------------------------------------------------------------
+    def _on_stream(self, ev: dict[str, Any]) -> None:
+        depth = int(ev.get("depth", 0))
+        state = ev.get("state")
+        if state == "start":
+            self._end_stream_text()
+            self._state.stream = _Stream(depth, str(ev.get("model", "")), time.monotonic())
+            self._streamed.discard(depth)
+            self._refresh_live()
+            return
+        st = self._state.stream
+        if st is None or st.depth != depth:
+            return  # another loop's stream (a concurrent sub-RLM): its events show it
+        if state == "restart":
+            st.text = ""
+            if not self.live:
+                self._write_raw("\n" + "  " * depth + "[the stream broke; the request is sent again]\n")
+                st.at_line_start = True
+            self._refresh_live()
+            return
+        text = str(ev.get("text", ""))
+        if st.first_at is None:
+            st.first_at = time.monotonic()
+            self._first_token[depth] = st.first_at - st.started
+            if not self.live:
+                self._write_raw("  " * depth + f"{st.model}:\n")
+        st.text += text
+        self._streamed.add(depth)
+        if self.live:
+            self._refresh_live()
+        else:
+            self._write_stream_text(st, text)
+
+    def _write_stream_text(self, st: _Stream, text: str) -> None:
+        indent = "  " * st.depth
+        if indent:
+            pieces = text.split("\n")
+            out = []
+            for i, piece in enumerate(pieces):
+                if i:
+                    out.append("\n")
+                    st.at_line_start = True
+                if piece:
+                    if st.at_line_start:
+                        out.append(indent)
+                    out.append(piece)
+                    st.at_line_start = False
+            self._write_raw("".join(out))
+        else:
+            self._write_raw(text)
+            if text:
+                st.at_line_start = text.endswith("\n")
+
+    def _end_stream_text(self) -> None:
+        """Plain output: end a streamed reply's last line before anything else is printed."""
+        st = self._state.stream
+        if st is not None and not self.live and st.text and not st.at_line_start:
+            self._write_raw("\n")
+            st.at_line_start = True
+
+    def _on_root_call(self, ev: dict[str, Any], indent: str) -> None:
+        depth = int(ev.get("depth", 0))
+        st = self._state.stream
+        if st is not None and st.depth == depth:
+            self._state.stream = None
+            self._refresh_live()
+        streamed = depth in self._streamed
+        response = str(ev.get("response", ""))
+        if self.live and streamed:  # the live region is gone: keep the prose, the code follows
+            prose = _FENCE.sub("", response).strip()
+            if prose:
+                self.err.print(escape(_indent(_clip(prose, PROSE_LINES), indent)), style="dim")
+        elif not streamed and self.verbose:
+            self.err.print(escape(_clip(response, 40)))
+        first = self._first_token.pop(depth, None)
+        first_s = f", first token {first:.1f} s" if first is not None and streamed else ""
+        self.err.print(f"{indent}[dim]root model: {ev['input_tokens']:,} in / {ev['output_tokens']:,} out "
+                       f"tokens, {ev['latency_s']:.1f} s{first_s}, {_cost(ev.get('cost_usd'))}[/]")
+
+    # -- progress ---------------------------------------------------------------------------------
+    def _on_progress(self, ev: dict[str, Any]) -> None:
+        indent = "  " * int(ev.get("depth", 0))
+        if ev.get("kind") == "index":
+            self._on_index(ev)
+            return
+        gid = int(ev.get("group", 0))
+        if self.live:
+            if ev.get("finished"):
+                self._state.groups.pop(gid, None)
+                self._state.received.pop(gid, None)
+                self._refresh_live()
+                self.err.print(f"{indent}[magenta]{escape(progress_line(ev))}[/]")
+            else:
+                self._state.groups[gid] = ev
+                self._state.received[gid] = time.monotonic()
+                self._refresh_live()
+            return
+        self._end_stream_text()
+        plain = self._plain_groups.setdefault(gid, _Plain())
+        total = int(ev.get("total") or 0)
+        if ev.get("batch") and not plain.started:
+            plain.started = True
+            label = "sub-RLMs" if ev.get("kind") == "sub_rlms" else "sub-calls"
+            self.err.print(f"{indent}batch of {total:,} {label} started")
+        if ev.get("finished"):
+            self._plain_groups.pop(gid, None)
+            self.err.print(indent + escape(progress_line(ev)))
+            return
+        if ev.get("batch") and total:
+            quarter = 4 * (int(ev.get("done", 0)) + int(ev.get("failed", 0))) // total
+            if 0 < quarter < 4 and quarter > plain.quarter:
+                plain.quarter = quarter
+                self.err.print(indent + escape(progress_line(ev)))
+
+    def _on_index(self, ev: dict[str, Any]) -> None:
+        if self.live:
+            self._state.index = None if ev.get("finished") else ev
+            self._refresh_live()
+            if ev.get("finished"):
+                self.err.print(f"[cyan]{escape(progress_line(ev))}[/]")
+            return
+        now = time.monotonic()
+        if ev.get("finished") or now - self._plain_index_at >= PLAIN_INDEX_INTERVAL_S:
+            self._plain_index_at = now
+            self.err.print(escape(progress_line(ev)))
+
+    # -- the live region ----------------------------------------------------------------------------
+    def _refresh_live(self) -> None:
+        if not self.live:
+            return
+        st = self._state
+        active = st.stream is not None or bool(st.groups) or st.index is not None
+        if active and self._live is None:
+            self._live = Live(_LiveView(self), console=self.err, transient=True, refresh_per_second=10,
+                              redirect_stdout=False, redirect_stderr=False)
+            self._live.start()
+        elif not active and self._live is not None:
+            self._live.stop()
+            self._live = None
+        elif self._live is not None:
+            self._live.refresh()
+
+    def _write_raw(self, text: str) -> None:
+        self.file.write(text)
+        self.file.flush()
+
+    def close(self) -> None:
+        """Stop the live region (if any) and end a streamed line; call once the run is over."""
+        with self._lock:
+            self._state = _State()
+            if self._live is not None:
+                try:
+                    self._live.stop()
+                except Exception:  # noqa: BLE001, S110 - the terminal may be gone already
+                    pass
+                self._live = None
+
     def error(self, message: str) -> None:
         """One error line on stderr."""
-        self.err.print(f"[bold red]error:[/] {escape(message)}")
+        with self._lock:
+            self._end_stream_text()
+            self.close()
+            self.err.print(f"[bold red]error:[/] {escape(message)}")
 
     def warning(self, message: str) -> None:
-        """One warning line on stderr."""
-        self.err.print(f"[yellow]warning:[/] {escape(message)}")
+        """One warning line on stderr (hidden with --quiet)."""
+        if self.quiet:
+            return
+        with self._lock:
+            self.err.print(f"[yellow]warning:[/] {escape(message)}")
 
     def info(self, message: str) -> None:
         """A progress line on stderr (hidden with --quiet)."""
         if not self.quiet:
-            self.err.print(escape(message))
+            with self._lock:
+                self.err.print(escape(message))
 
     def summary(self, data: dict[str, Any]) -> None:
         """The run's closing line: iterations, sub-calls, tokens and cost split between the root
@@ -88,7 +442,9 @@ class Renderer:
         usage = data.get("usage") or {}
         root, sub = usage.get("root") or {}, usage.get("sub") or {}
 
-        def cost(value: Any) -> str:
+        def cost(value: Any, group: dict[str, Any] | None = None) -> str:
+            if group is not None and not group.get("calls"):
+                return "no calls"
             return f"${value:.4f}" if isinstance(value, (int, float)) else "unknown"
 
         def tokens(group: dict[str, Any]) -> str:
@@ -96,10 +452,13 @@ class Renderer:
 
         extra = "".join(f", {usage[k]} {label}" for k, label in (("cached_calls", "cached"), ("retries", "retries"))
                         if usage.get(k))
-        self.err.print(f"[dim]{data.get('iterations', 0)} iterations, {data.get('sub_calls', 0)} sub-calls; "
-                       f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
-                       f"(root {cost(root.get('cost_usd'))}, sub {cost(sub.get('cost_usd'))}){extra}; "
-                       f"{data.get('elapsed_s', 0):.1f} s[/]")
+        with self._lock:
+            self._end_stream_text()
+            self.close()
+            self.err.print(f"[dim]{data.get('iterations', 0)} iterations, {data.get('sub_calls', 0)} sub-calls; "
+                           f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
+                           f"(root {cost(root.get('cost_usd'), root)}, sub {cost(sub.get('cost_usd'), sub)}){extra}; "
+                           f"{data.get('elapsed_s', 0):.1f} s[/]")
 
     def eval_progress(self, total: int) -> _EvalProgress:
         """Progress of ``rlm eval`` over ``total`` questions (see :func:`eval_progress`)."""
@@ -123,9 +482,19 @@ def write_answer(text: str) -> None:
     sys.stdout.flush()
 
 
+def json_text(doc: dict[str, Any]) -> str:
+    """A JSON document as printed (indented, UTF-8 characters kept, newline-terminated)."""
+    return json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n"
+
+
 def write_json(doc: dict[str, Any]) -> None:
     """One JSON document on stdout."""
-    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
+    write_text(json_text(doc))
+
+
+def write_text(text: str) -> None:
+    """Text on stdout as is (the answer, a document)."""
+    sys.stdout.write(text)
     sys.stdout.flush()
 
 
@@ -161,7 +530,8 @@ def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
 
     tokens = f"{ev.get('input_tokens', 0) or 0:,} in / {ev.get('output_tokens', 0) or 0:,} out tokens"
     if kind == "iteration":
-        return kind, f"iteration {ev.get('iteration')}" + (f" (depth {ev['depth']})" if ev.get("depth") else ""), ""
+        phase = f" · {ev['phase']}{_helpers_text(ev.get('helpers') or {})}" if ev.get("phase") else ""
+        return kind, f"iteration {ev.get('iteration')}" + (f" (depth {ev['depth']})" if ev.get("depth") else "") + phase, ""
     if kind == "root_call":
         hist = ev.get("history") or {}
         shrunk = f", history: {hist.get('compacted', 0)} compacted, {hist.get('omitted', 0)} omitted" if (
@@ -205,11 +575,13 @@ def print_trace_list(infos: list[Any]) -> None:
         if col == "question":  # the only column that gives way on a narrow terminal
             table.add_column(col, overflow="ellipsis", no_wrap=True, ratio=1)
         else:  # ids are what `trace show` takes: never cut
-            table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 16}.get(col, len(col)))
+            table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 11}.get(col, len(col)))
+    this_year = _dt.datetime.now().year
     for i in infos:
-        started = _dt.datetime.fromtimestamp(i.started).strftime("%Y-%m-%d %H:%M")
+        when = _dt.datetime.fromtimestamp(i.started)  # like ls -l: the year only when it is not this one
+        started = when.strftime("%m-%d %H:%M" if when.year == this_year else "%Y-%m-%d %H:%M")
         table.add_row(i.run_id, started, i.status, i.mode, f"{i.tokens:,}",
-                      _money(i.cost_usd) if i.cost_usd is not None else "?", escape(i.question[:80]))
+                      _money(i.cost_usd).removeprefix("cost "), escape(i.question[:80]))
     Console(soft_wrap=False).print(table)
 
 

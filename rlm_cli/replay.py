@@ -21,7 +21,7 @@ from typing import Any
 
 from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.errors import ProviderError, UsageError
-from rlm_cli.lm_handler import CallRecord, Completion, ModelClient
+from rlm_cli.lm_handler import CallRecord, Completion, ModelClient, OnDelta
 from rlm_cli.trace import event, read_trace, request_key
 
 Emit = Callable[[dict[str, Any]], None]
@@ -71,8 +71,9 @@ class ReplayClient(ModelClient):
     def litellm(self) -> Any:  # noqa: D401 - never needed on replay
         raise ProviderError("replay does not call the provider")
 
-    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0) -> Completion:
-        """The recorded response for this request.
+    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
+                 on_delta: OnDelta | None = None) -> Completion:
+        """The recorded response for this request (handed whole to ``on_delta`` when given).
 
         Raises:
             BudgetExceededError: a budget of the recorded settings is spent.
@@ -91,6 +92,8 @@ class ReplayClient(ModelClient):
             hit.used = True
         record = CallRecord(model, role, depth, hit.input_tokens, hit.output_tokens, hit.cost_usd, 0.0)
         self.usage.add(record)
+        if on_delta is not None:
+            on_delta(hit.text)
         return Completion(hit.text, record)
 
 

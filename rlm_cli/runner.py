@@ -33,8 +33,11 @@ from rlm_cli.history import request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import ensure_model
 from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, run_direct, text_meta
+from rlm_cli.phases import PhaseTagger
+from rlm_cli.progress import Progress, index_callback
 from rlm_cli.prompts import direct_prompt
 from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level, run_notes
+from rlm_cli.sources import SourceCollector, build_sources, direct_rows
 from rlm_cli.trace import PROMPT_HEAD_CHARS, TraceSink, TraceWriter, event, new_run_id, request_key, traces_dir
 
 Emit = Callable[[dict[str, Any]], None]
@@ -54,6 +57,9 @@ class AskOutcome:
     sandbox: str
     run_id: str = ""
     trace_path: Path | None = None
+    #: What the run looked at (``rlm_cli.sources``) and how many ranges were left out of the list.
+    sources: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    sources_omitted: int = 0
 
 
 def require_model(settings: Settings) -> str:
@@ -129,23 +135,33 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     created = trace_path is not None and not trace_path.exists()
     new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
     writer = TraceWriter(trace_path) if trace_path is not None else None
-    sink = TraceSink(writer, emit, totals=lambda: (client.usage.total_tokens, client.usage.cost_usd))
+    totals = lambda: (client.usage.total_tokens, client.usage.cost_usd)  # noqa: E731
+    # Events flow: phases added -> progress groups closed -> sources kept -> trajectory + terminal.
+    progress = Progress(TraceSink(writer, emit, totals=totals), totals)
+    collector = SourceCollector(progress)
+    sink = PhaseTagger(collector)
     started = time.monotonic()
     sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
                paths=[p if p == "-" else os.path.abspath(p) for p in paths], config=settings.redacted()))
     try:
-        outcome = _ask(settings, paths, question, sink, stdin_bytes, client, corpus)
+        outcome = _ask(settings, paths, question, sink, stdin_bytes, client, progress, corpus)
         res = outcome.result
+        outcome.sources, outcome.sources_omitted = _sources(collector, res.answer, outcome.corpus, res.mode)
         sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
-                   sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3)))
+                   sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3),
+                   sources=outcome.sources, sources_omitted=outcome.sources_omitted))
     except RLMError as exc:
         result = getattr(exc, "result", None)
         status = ("max_iterations" if isinstance(exc, MaxIterationsError) else
                   "budget_exceeded" if isinstance(exc, PartialAnswerError) else "error")
+        corpus = getattr(exc, "corpus", None)
+        found, omitted = (_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
+                          if corpus is not None else ([], 0))
+        exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
         sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
                    exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
                    iterations=result.iterations if result else None, usage=client.usage.summary(),
-                   elapsed_s=round(time.monotonic() - started, 3)))
+                   elapsed_s=round(time.monotonic() - started, 3), sources=found, sources_omitted=omitted))
         exc.trace_path = trace_path  # type: ignore[attr-defined]
         if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
                 and writer is not None and created):
@@ -167,26 +183,34 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     return outcome
 
 
+def _sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str) -> tuple[list[dict[str, Any]], int]:
+    """The run's ``sources`` and how many were left out (see ``rlm_cli.sources``)."""
+    files = [(f.path, f.lines) for f in corpus.files]
+    rows = direct_rows(files) if mode == "direct" else collector.rows
+    return build_sources(rows, answer, files)
+
+
 def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,
-         client: ModelClient, given: Corpus | None = None) -> AskOutcome:
+         client: ModelClient, progress: Progress | None = None, given: Corpus | None = None) -> AskOutcome:
     level, warning = resolve_level(settings.sandbox)
     if warning:
         emit(event("notice", 0, message=warning, level="warning"))
     started = time.monotonic()
     corpus = given or load_corpus(paths, settings.corpus, stdin_bytes=stdin_bytes,
-                                  on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")))
+                                  on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")),
+                                  on_progress=index_callback(emit))
     emit(event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
                tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(time.monotonic() - started, 3),
                sandbox=level))
     try:
-        return _answer(settings, paths, question, emit, client, corpus, level)
+        return _answer(settings, paths, question, emit, client, corpus, level, progress)
     finally:
         if corpus.temporary and given is None:
             shutil.rmtree(corpus.bundle_dir, ignore_errors=True)
 
 
 def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, client: ModelClient, corpus: Corpus,
-            level: str) -> AskOutcome:
+            level: str, progress: Progress | None = None) -> AskOutcome:
     model = require_model(settings)
     root_window, root_src = model_window(client, model, settings.root_model_window)
     sub_model = settings.effective_sub_model or model
@@ -209,7 +233,8 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
     for note in run_notes(level):  # once per run, not once per sub-RLM worker
         emit(event("notice", 0, message=note))
     hide = tuple(os.path.abspath(p) for p in paths if p != "-")
-    handler = LMHandler(client, on_sub_call=lambda info: emit(sub_call_event(info)))
+    handler = LMHandler(client, on_sub_call=lambda info: emit(sub_call_event(info)),
+                        on_request=progress.on_request if progress is not None else None)
     try:
         handler.on_rlm_query = _recursion(settings, client, handler, level, emit, corpus, hide)
         orch = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, hide_paths=hide)

@@ -21,8 +21,16 @@ Event types and their main fields:
   tokens, cost, latency.
 * ``recursion``: ``mode`` (``rlm`` or ``plain`` at the depth limit), ``prompt_chars``.
 * ``notice``: ``message`` (``level`` ``warning`` for warnings).
+* ``phase``: ``iteration``, ``phase`` (``explore``, ``decompose``, ``aggregate`` or
+  ``terminate``) and ``helpers`` (what the iteration's code called; see ``rlm_cli.phases``);
+  written once the iteration is over. ``output`` events carry ``helpers`` and ``phase`` too.
 * ``final``: ``status``, ``answer``, ``iterations``.
-* ``summary``: the run's outcome: ``status``, ``answer``, ``mode``, ``usage``, ``elapsed_s``.
+* ``summary``: the run's outcome: ``status``, ``answer``, ``mode``, ``usage``, ``elapsed_s``,
+  ``sources`` (see ``rlm_cli.sources``).
+
+Transient events (:data:`TRANSIENT_TYPES`: ``stream``, the root model's reply as it arrives, and
+``progress``, sub-call, sub-RLM and indexing progress) reach the terminal only: the trajectory
+keeps the whole reply in ``root_call`` and the counts in ``sub_call`` events.
 
 This module reads and writes; it never renders (see ``render.py``).
 """
@@ -44,6 +52,8 @@ from typing import IO, Any
 from rlm_cli.errors import UsageError
 
 SCHEMA_VERSION = 1
+#: Event types shown on the terminal but never written to the trajectory.
+TRANSIENT_TYPES = frozenset({"stream", "progress"})
 #: Characters of a sub-call prompt kept in the trajectory (the response is kept whole).
 PROMPT_HEAD_CHARS = 2_000
 
@@ -117,7 +127,7 @@ class TraceSink:
         self.totals = totals
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        if self.writer is not None:
+        if self.writer is not None and ev.get("type") not in TRANSIENT_TYPES:
             if self.totals is not None:
                 tokens, cost = self.totals()
                 ev = {**ev, "total_tokens": tokens, "total_cost_usd": None if cost is None else round(cost, 6)}
@@ -243,7 +253,8 @@ _CALLER_OWNED = ("sub_call", "recursion")
 def build_tree(events: list[dict[str, Any]]) -> Node:
     """Arrange a trajectory's events as a tree: iterations under the run (or under the
     ``rlm_query`` that started their loop), and each iteration's root call, code, output,
-    sub-calls and recursions under it. The header is not part of the tree."""
+    sub-calls and recursions under it. The header is not part of the tree; a ``phase`` event
+    labels its iteration's node (``phase`` and ``helpers`` are added to that node's event)."""
     root = Node(None)
     container: dict[int, Node] = {0: root}  # where iterations of each depth go
     current: dict[int, Node] = {}  # the open iteration of each depth
@@ -257,6 +268,11 @@ def build_tree(events: list[dict[str, Any]]) -> Node:
             container.get(depth, root).children.append(node)
             current[depth] = node
             continue
+        if kind == "phase":  # a label of its iteration, not a node of its own
+            label = _last_iteration(container.get(depth, root), ev.get("iteration"))
+            if label is not None and label.event is not None:
+                label.event = {**label.event, "phase": ev.get("phase"), "helpers": ev.get("helpers")}
+            continue
         owner_depth = depth - 1 if kind in _CALLER_OWNED and depth > 0 else depth
         parent = current.get(owner_depth) or container.get(owner_depth, root)
         if kind in ("summary", "corpus", "mode") and depth == 0:
@@ -268,3 +284,11 @@ def build_tree(events: list[dict[str, Any]]) -> Node:
         elif kind == "final":
             current.pop(depth, None)
     return root
+
+
+def _last_iteration(container: Node, iteration: Any) -> Node | None:
+    """The newest ``iteration`` node numbered ``iteration`` directly under ``container``."""
+    for node in reversed(container.children):
+        if node.event is not None and node.event.get("type") == "iteration" and node.event.get("iteration") == iteration:
+            return node
+    return None

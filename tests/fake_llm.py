@@ -4,11 +4,20 @@ Replies are scripted per requested model name (``root``, ``sub``...): each entry
 queue is a string (the reply text), a callable ``(request_json) -> str`` or a :class:`Reply`
 for HTTP-level behaviour (status codes, headers, delays, malformed bodies, dropped connections).
 When a model's queue is empty its ``default`` (if any) answers. Every request is recorded.
+
+A request with ``"stream": true`` is answered as OpenAI does: ``text/event-stream`` (chunked
+transfer encoding), one ``data: {chat.completion.chunk}`` event per piece of the reply, a usage
+chunk when ``stream_options.include_usage`` asks for one, then ``data: [DONE]``. ``Reply`` fields
+make it slow (``stream_delay_s`` between pieces), omit the usage chunk (``stream_usage=False``),
+break it (``stream_cut_after``: the connection drops after that many pieces), or answer like a
+provider that cannot stream (``no_stream=True``: the plain JSON body).
+Setting ``FakeLLM.refuse_stream`` answers every streamed request with a 400 instead.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -33,6 +42,14 @@ class Reply:
     cut_after: int | None = None  # send the headers and this many bytes of the body, then close
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: Streamed replies: characters per chunk, seconds before each chunk, usage chunk or not,
+    #: and ``no_stream`` to ignore ``stream`` and answer with one JSON body.
+    stream_chunk_chars: int = 64
+    stream_delay_s: float = 0.0
+    stream_usage: bool = True
+    no_stream: bool = False
+    #: Streamed replies: drop the connection after this many text pieces (a broken stream).
+    stream_cut_after: int | None = None
 
 
 class FakeLLM:
@@ -54,6 +71,10 @@ class FakeLLM:
         self.max_concurrent: int | None = None
         self.rate_limit_retry_after: str | None = None
         self.rate_limited = 0
+        #: When true, a request asking to stream gets a 400 (a provider without streaming).
+        self.refuse_stream = False
+        #: ``time.monotonic()`` when each streamed chunk was written: ``(model, text piece, time)``.
+        self.stream_log: list[tuple[str, str, float]] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -102,7 +123,12 @@ class FakeLLM:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+                    super().handle_error(request, client_address)  # a client that hung up is no news
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/v1"
@@ -128,6 +154,11 @@ class FakeLLM:
 
     def _answer(self, handler: Any, req: dict[str, Any]) -> None:
         model = str(req.get("model", ""))
+        if req.get("stream") and self.refuse_stream:  # refused before a scripted reply is used
+            body = json.dumps({"error": {"message": "stream is not supported by this server", "type": "error",
+                                         "code": 400}}).encode()
+            handler._send(400, body, {})
+            return
         with self.lock:
             spec = self.queues[model].popleft() if self.queues[model] else self.defaults.get(model)
         if spec is None:
@@ -154,6 +185,9 @@ class FakeLLM:
                  "completion_tokens": spec.completion_tokens if spec.completion_tokens is not None
                  else max(1, len(text) // 4)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if req.get("stream") and not spec.no_stream:
+            self._stream(handler, req, spec, model, text, usage)
+            return
         body = json.dumps({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "finish_reason": "stop",
@@ -170,6 +204,51 @@ class FakeLLM:
             handler.connection.shutdown(2)
             return
         handler._send(200, body, spec.headers)
+
+
+    def _stream(self, handler: Any, req: dict[str, Any], spec: Reply, model: str, text: str,
+                usage: dict[str, int]) -> None:
+        """Answer as a server-sent event stream with chunked transfer encoding."""
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.send_header("Transfer-Encoding", "chunked")
+        for k, v in spec.headers.items():
+            handler.send_header(k, v)
+        handler.end_headers()
+        ident = f"chatcmpl-{len(self.requests)}"
+        created = int(time.time())
+
+        def event(payload: dict[str, Any] | str) -> None:
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            raw = f"data: {data}\n\n".encode()
+            handler.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            handler.wfile.flush()
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        step = max(1, spec.stream_chunk_chars)
+        pieces = [text[i:i + step] for i in range(0, len(text), step)] or [""]
+        event(chunk({"role": "assistant", "content": ""}))
+        for n, piece in enumerate(pieces):
+            if spec.stream_cut_after is not None and n >= spec.stream_cut_after:
+                handler.close_connection = True
+                handler.connection.shutdown(2)
+                return
+            if spec.stream_delay_s:
+                time.sleep(spec.stream_delay_s)
+            with self.lock:
+                self.stream_log.append((model, piece, time.monotonic()))
+            event(chunk({"content": piece}))
+        event(chunk({}, "stop"))
+        if spec.stream_usage and (req.get("stream_options") or {}).get("include_usage"):
+            event({"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
+                   "choices": [], "usage": usage})
+        event("[DONE]")
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
 
 
 def repl(code: str) -> str:

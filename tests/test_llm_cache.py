@@ -101,3 +101,21 @@ def test_second_identical_run_makes_no_request_and_replays_the_trajectory(tmp_pa
     assert _story(second) == _story(first)
     assert second.outcome is not None and second.outcome.usage["cached_calls"] == sent
     assert second.outcome.usage["total_tokens"] == 0
+
+
+def test_a_cached_run_of_an_unpriced_model_still_shows_cost_unknown(tmp_path: Path, llm: FakeLLM) -> None:
+    from tests.conftest import model_flags, run_rlm
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("hello\n")
+    lines = []
+    for _ in range(2):
+        llm.script("root", repl("print(len(context))"), repl("FINAL('six')"))
+        res = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--json")
+        assert res.code == 0, res.stderr
+        doc = json.loads(res.stdout)
+        assert doc["usage"]["cost_usd"] is None and doc["usage"]["root"]["cost_usd"] is None
+        lines.append(res.stderr.strip().splitlines()[-1])
+    assert doc["usage"]["cached_calls"] == 2 and len(llm.chat_requests("root")) == 2  # the second run sent nothing
+    assert all("cost unknown (root unknown, sub no calls)" in line for line in lines), lines
+    assert "$0.0000" not in lines[1]

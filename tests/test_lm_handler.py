@@ -351,3 +351,110 @@ def test_cli_401_on_a_sub_call_stops_the_run_with_exit_4(tmp_path: Path, llm: Fa
     assert res.stdout == ""  # the answer built from the error string is not printed
     assert len(llm.chat_requests("sub")) == 1  # not retried
     assert len(llm.chat_requests("root")) == 1
+
+
+# -- streaming (root calls) -------------------------------------------------------------------------
+
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+def _collect() -> tuple[list[str | None], Any]:
+    seen: list[str | None] = []
+    return seen, seen.append
+
+
+def test_a_streamed_call_hands_over_pieces_in_order_with_the_providers_usage(llm: FakeLLM) -> None:
+    llm.script("root", Reply("The answer is forty-two, of course.", prompt_tokens=77, completion_tokens=9,
+                             stream_chunk_chars=5))
+    client = ModelClient(settings_for(llm))
+    seen, on_delta = _collect()
+    done = client.complete(MSG, model="openai/root", role="root", on_delta=on_delta)
+    assert done.text == "The answer is forty-two, of course."
+    assert len(seen) == 7 and "".join(p or "" for p in seen) == done.text  # 5-character pieces, in order
+    req = llm.chat_requests("root")[0]
+    assert req["stream"] is True and req["stream_options"] == {"include_usage": True}
+    assert (done.record.input_tokens, done.record.output_tokens) == (77, 9)  # from the usage chunk
+    assert done.record.cost_usd is None  # an unpriced model stays unknown
+
+
+def test_a_stream_without_a_usage_chunk_is_counted(llm: FakeLLM) -> None:
+    text = "word " * 40
+    llm.script("root", Reply(text, stream_usage=False, prompt_tokens=999, completion_tokens=999))
+    client = ModelClient(settings_for(llm))
+    done = client.complete(MSG, model="openai/root", role="root", on_delta=lambda _: None)
+    assert done.text == text
+    assert 0 < done.record.output_tokens < 999 and 0 < done.record.input_tokens < 999  # counted, not reported
+    assert client.usage.total_tokens == done.record.input_tokens + done.record.output_tokens
+
+
+def test_a_streamed_priced_call_is_priced(llm: FakeLLM) -> None:
+    llm.script("gpt-4o-mini", Reply("priced", prompt_tokens=1000, completion_tokens=500))
+    client = ModelClient(settings_for(llm, model="openai/gpt-4o-mini"))
+    done = client.complete(MSG, model="openai/gpt-4o-mini", role="root", on_delta=lambda _: None)
+    assert done.record.cost_usd == pytest.approx(1000 * 0.15e-6 + 500 * 0.6e-6)
+
+
+def test_a_provider_that_refuses_to_stream_gets_whole_replies(llm: FakeLLM) -> None:
+    llm.refuse_stream = True
+    llm.script("root", "whole reply one", "whole reply two")
+    notes: list[str] = []
+    client = ModelClient(settings_for(llm), notify=notes.append)
+    seen, on_delta = _collect()
+    assert client.complete(MSG, model="openai/root", role="root", on_delta=on_delta).text == "whole reply one"
+    assert seen == [None, "whole reply one"]  # nothing shown from the refused attempt; then the whole reply
+    assert client.complete(MSG, model="openai/root", role="root", on_delta=on_delta).text == "whole reply two"
+    streamed = [bool(r.get("stream")) for r in llm.chat_requests("root")]
+    assert streamed == [True, False, False]  # asked to stream once, then never again in the run
+    assert client.usage.counters["retries"] == 0 and len(notes) == 1 and "refused to stream" in notes[0]
+
+
+def test_a_provider_that_ignores_stream_is_asked_again_without_it(llm: FakeLLM) -> None:
+    llm.script("root", Reply("plain body", no_stream=True), "the real reply")
+    client = ModelClient(settings_for(llm))
+    seen, on_delta = _collect()
+    assert client.complete(MSG, model="openai/root", role="root", on_delta=on_delta).text == "the real reply"
+    assert seen == ["the real reply"]
+    assert [bool(r.get("stream")) for r in llm.chat_requests("root")] == [True, False]
+
+
+def test_a_broken_stream_is_retried_and_its_pieces_voided(llm: FakeLLM) -> None:
+    llm.script("root", Reply("abcdefghijklmnop", stream_chunk_chars=4, stream_cut_after=2),
+               Reply("complete reply", stream_chunk_chars=4))
+    client = ModelClient(settings_for(llm))
+    seen, on_delta = _collect()
+    done = client.complete(MSG, model="openai/root", role="root", on_delta=on_delta)
+    assert done.text == "complete reply" and done.record.attempts == 2
+    void = seen.index(None)
+    assert "".join(p or "" for p in seen[:void]) == "abcdefgh"  # shown, then voided
+    assert "".join(p or "" for p in seen[void + 1:]) == "complete reply"
+    assert client.usage.counters["retries"] == 1
+
+
+def test_the_time_budget_stops_a_slow_stream(llm: FakeLLM) -> None:
+    from rlm_cli.errors import BudgetExceededError
+
+    llm.script("root", Reply("x" * 200, stream_chunk_chars=4, stream_delay_s=0.1))  # 5 s in all
+    client = ModelClient(settings_for(llm, timeout=1.0))
+    started = time.monotonic()
+    with pytest.raises(BudgetExceededError) as info:
+        client.complete(MSG, model="openai/root", role="root", on_delta=lambda _: None)
+    assert info.value.budget == "timeout" and time.monotonic() - started < 3.5
+
+
+def test_streamed_replies_are_cached_and_replayed_whole_with_unknown_cost_kept(llm: FakeLLM, tmp_path: Path) -> None:
+    from rlm_cli.llm_cache import LLMCache
+
+    llm.script("root", "first streamed")
+    llm.script("gpt-4o-mini", Reply("priced streamed", prompt_tokens=100, completion_tokens=10))
+    cache = LLMCache(tmp_path / "llm")
+    first = ModelClient(settings_for(llm, llm_cache=True), cache=cache)
+    first.complete(MSG, model="openai/root", role="root", on_delta=lambda _: None)
+    first.complete(MSG, model="openai/gpt-4o-mini", role="root", on_delta=lambda _: None)
+    again = ModelClient(settings_for(llm, llm_cache=True), cache=cache)
+    seen, on_delta = _collect()
+    hit = again.complete(MSG, model="openai/root", role="root", on_delta=on_delta)
+    assert hit.text == "first streamed" and hit.record.cached and seen == ["first streamed"]
+    assert hit.record.cost_usd is None  # unknown stays unknown when replayed (it was "$0.0000")
+    priced = again.complete(MSG, model="openai/gpt-4o-mini", role="root", on_delta=lambda _: None)
+    assert priced.record.cached and priced.record.cost_usd == 0.0  # a priced model's replay costs nothing
+    assert again.usage.summary()["cost_usd"] is None and len(llm.requests) == 2

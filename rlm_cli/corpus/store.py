@@ -690,13 +690,29 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+#: ``on_progress(files_done, files_total, bytes_done, bytes_total)``: called after each file of a
+#: build (bytes are sizes on disk); ``rlm_cli.progress.index_callback`` makes events of it.
+OnProgress = Callable[[int, int, int, int], None]
+
+
 def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdin_bytes: bytes | None,
            old: _Cached | None, options: CorpusOptions, report: LoadReport, directory: Path,
-           prefetched: dict[str, Decoded] | None = None) -> Corpus:
+           prefetched: dict[str, Decoded] | None = None, on_progress: OnProgress | None = None) -> Corpus:
     """Write a new bundle into ``directory``; ``sources`` pairs each file with ``'same'``
     (reuse without reading), ``'check'`` (read; reuse if its hash matches) or ``'new'``.
-    ``prefetched`` holds files already read while checking the cache (not read again)."""
+    ``prefetched`` holds files already read while checking the cache (not read again);
+    ``on_progress`` hears of every file done."""
     prefetched = prefetched or {}
+    files_total = len(sources)
+    bytes_total = sum(sf.size for sf, _ in sources)
+    files_done = bytes_done = 0
+
+    def done(sf: SourceFile) -> None:
+        nonlocal files_done, bytes_done
+        files_done += 1
+        bytes_done += sf.size
+        if on_progress is not None:
+            on_progress(files_done, files_total, bytes_done, bytes_total)
     old_pos = {p: i for i, p in enumerate(old.files["path"])} if old is not None else {}
     writer = _Writer(directory, options, report)
     mm: mmap.mmap | None = None
@@ -714,6 +730,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
             if state.startswith("skip:"):
                 report.skip(state[5:])
                 skipped_files.append((sf.display, sf.size, sf.mtime_ns, state[5:]))
+                done(sf)
                 continue
             i = old_pos.get(sf.display, -1)
             if state == "same" and mm is not None:
@@ -724,6 +741,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                 report.count_decoded(of["notes"][i])
                 report.count_kind(of["kind"][i])
                 from_cache += 1
+                done(sf)
                 continue
             decoded = prefetched.pop(sf.display, None)
             if decoded is not None:  # read while checking the cache, with a report of its own
@@ -734,6 +752,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                 if report.last_skip is not None and report.last_skip[0] == sf.display \
                         and report.last_skip[1] in CACHED_SKIPS:
                     skipped_files.append((sf.display, sf.size, sf.mtime_ns, report.last_skip[1]))
+                done(sf)
                 continue
             sha1 = _sha1(decoded.data)
             lines = decoded.text.count("\n") + (0 if decoded.text.endswith("\n") else 1)
@@ -747,6 +766,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                 payload, dmeta = _parse_data(decoded)
                 writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes, text=decoded.text,
                            kind=decoded.kind, payload=payload, dmeta=dmeta)
+            done(sf)
         if stdin is not None and stdin_bytes is not None:
             if is_binary(stdin_bytes[:8192]):
                 report.skip("binary", "skipped <stdin>: binary data")
@@ -801,12 +821,13 @@ def _parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
 
 
 def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes | None = None,
-                on_warning: Callable[[str], None] | None = None) -> Corpus:
+                on_warning: Callable[[str], None] | None = None, on_progress: OnProgress | None = None) -> Corpus:
     """Load ``paths`` (``'-'`` = ``stdin_bytes``) into a saved, chunk-indexed :class:`Corpus`.
 
     With ``options.use_cache`` (and no stdin) the bundle lives in the user cache dir and is
     reused and refreshed; otherwise it is written to a temporary folder that is deleted at exit
-    (``corpus.temporary``). Warnings (skipped files, a rebuilt cache) go to ``on_warning``.
+    (``corpus.temporary``). Warnings (skipped files, a rebuilt cache) go to ``on_warning``; each
+    file of a (re)build is reported to ``on_progress`` (a cache hit reads no file and reports none).
 
     Raises:
         UsageError: a path does not exist.
@@ -850,7 +871,7 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
             try:
                 directory.mkdir(mode=0o700, parents=True, exist_ok=True)
                 corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, old, options,
-                                report, directory, prefetched)
+                                report, directory, prefetched, on_progress)
             except BaseException as exc:
                 with contextlib.suppress(OSError):  # nothing usable was written (an empty corpus,
                     for folder in fresh:                # Ctrl-C): leave no folder it made behind
@@ -867,7 +888,7 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
             os.chmod(tmp, 0o700)  # private; the worker loads the bundle before dropping privileges
             atexit.register(shutil.rmtree, tmp, True)
             corpus = _build(list(zip(sources, states, strict=True)), stdin, stdin_bytes, None, options, report, tmp,
-                            prefetched)
+                            prefetched, on_progress)
             corpus.temporary = True
             _write_index(corpus, scan_ns, file_paths, options, report)
             return corpus

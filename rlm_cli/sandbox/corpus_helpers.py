@@ -36,6 +36,8 @@ GREP_USAGE = ("Usage: grep(pattern, path_glob=None, ignore_case=False, max_resul
               "`context` and returns [{'file', 'line', 'text'}]; e.g. grep(r'def main\\b', '*.py')")
 READ_USAGE = "Usage: read_file(path, start_line=None, end_line=None), e.g. read_file('src/app.py', 10, 40)"
 _FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks", "kind")
+#: ``path:120`` or ``path:100-140``.
+_PATH_LINES = re.compile(r"(.+?):(\d+)(?:-(\d+))?")
 _CHUNK_KEYS = ("start_line", "end_line", "start", "end", "tokens", "sha1")
 #: A search term: a run of letters or digits (``parse_config`` is two terms), compared lowercased.
 _TERM = re.compile(r"[^\W_]+")
@@ -288,21 +290,18 @@ class CorpusView:
         if aliases:
             raise TypeError(f"read_file() got unexpected keyword argument(s) {sorted(aliases)}. {READ_USAGE}")
         if isinstance(path, dict):
-            hit = path
-            path = hit.get("file") or hit.get("path")
-            if start_line is None and "start_line" in hit:
-                start_line, end_line = hit["start_line"], hit.get("end_line")
-            elif start_line is None and "line" in hit:
-                around = hit["line"]
-        if isinstance(path, str) and path not in self._file_by_path:
-            m = re.fullmatch(r"(.+?):(\d+)(?:-(\d+))?", path)
+            if start_line is None and "start_line" in path:
+                start_line, end_line = path["start_line"], path.get("end_line")
+            elif start_line is None and "line" in path:
+                around = path["line"]
+        elif isinstance(path, str) and path not in self._file_by_path:
+            m = _PATH_LINES.fullmatch(path)
             if m and start_line is None:
-                path, start_line = m.group(1), int(m.group(2))
+                start_line = int(m.group(2))
                 end_line = int(m.group(3)) if m.group(3) else None
                 if end_line is None:
                     around, start_line = start_line, None
-        if not isinstance(path, str):
-            raise TypeError(f"read_file() needs a path (a str), got {type(path).__name__}. {READ_USAGE}")
+        path = self.path_of(path)
         if around is not None and start_line is None:
             start_line, end_line = max(1, int(around) - 10), int(around) + 30
         f = self._resolve(path)
@@ -316,6 +315,20 @@ class CorpusView:
         lines = self.context[f["start"]:f["end"]].split("\n", b)
         width = len(str(b))
         return "\n".join(f"{i:>{width}}: {lines[i - 1].removesuffix(chr(13))}" for i in range(a, b + 1))
+
+    def path_of(self, target: Any) -> str:
+        """The path a helper argument names: a path, ``"path:120"`` / ``"path:100-140"``, or a dict
+        with ``file`` or ``path`` (a grep hit, a search result, an entry of ``files``).
+
+        Raises:
+            TypeError: ``target`` names no path (the message shows read_file's call).
+        """
+        if isinstance(target, dict):
+            target = target.get("file") or target.get("path")
+        if isinstance(target, str):
+            m = _PATH_LINES.fullmatch(target)
+            return m.group(1) if m and target not in self._file_by_path else target
+        raise TypeError(f"read_file() needs a path (a str), got {type(target).__name__}. {READ_USAGE}")
 
     def chunk_text(self, i: Any) -> str:
         """The text of chunk ``i`` (see ``chunks[i]`` for its file and lines); a search result or

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -308,6 +308,10 @@ class ExecResult:
     final_error: str | None = None
     elapsed_s: float = 0.0
     lost: str | None = None
+    #: Helper calls the block made (``{"grep": 2, "llm_query": 8, ...}``; see ``sandbox.observe``).
+    helpers: dict[str, int] = field(default_factory=dict)
+    #: Corpus lines the block looked at: ``(how, path, start_line, end_line)``.
+    sources: list[tuple[str, str, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -764,7 +768,32 @@ def _parse_result(msg: dict[str, Any]) -> ExecResult:
     if len(output) > MAX_OUTPUT_CHARS:
         output = output[:MAX_OUTPUT_CHARS]
     return ExecResult(output=output, output_chars=chars, ok=ok, final=opt_str("final"),
-                      final_error=opt_str("final_error"), elapsed_s=float(elapsed))
+                      final_error=opt_str("final_error"), elapsed_s=float(elapsed),
+                      helpers=_helper_counts(msg.get("helpers")), sources=_source_rows(msg.get("sources")))
+
+
+#: How a block may have looked at a source (``sandbox.observe``); other rows are dropped.
+SOURCE_KINDS = frozenset({"read_file", "grep", "printed", "sub_call", "rlm_query"})
+
+
+def _helper_counts(value: Any) -> dict[str, int]:
+    """The ``helpers`` field of a result frame, keeping only ``{str: non-negative int}`` entries."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k)[:40]: v for k, v in list(value.items())[:64]
+            if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+
+
+def _source_rows(value: Any) -> list[tuple[str, str, int, int]]:
+    """The ``sources`` field of a result frame: well-formed ``[how, path, a, b]`` rows only."""
+    rows: list[tuple[str, str, int, int]] = []
+    if not isinstance(value, list):
+        return rows
+    for row in value[:5000]:
+        if (isinstance(row, list) and len(row) == 4 and row[0] in SOURCE_KINDS and isinstance(row[1], str)
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in row[2:]) and 1 <= row[2] <= row[3]):
+            rows.append((row[0], row[1], row[2], row[3]))
+    return rows
 
 
 # -- processes -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,7 @@ from typing import Any
 from rlm_cli import protocol
 from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.data_helpers import DataView
+from rlm_cli.sandbox.observe import Observer, WatchedList, watched
 
 #: Characters of a block's stdout kept in memory: head and tail (the middle is counted only).
 KEEP_HEAD = 200_000
@@ -121,6 +123,9 @@ class Worker:
             self.corpus = CorpusView(str(config.get("context_text") or ""))
         self.context = self.corpus.context
         self.data = DataView(self.corpus.structured, config.get("data_file"))  # opens the file, loads nothing
+        #: Counts helper calls and records what each block looked at (reported with its result).
+        self.observer = Observer(self.context, self.corpus.files)
+        self._batches = 0
         self._helpers = self._make_helpers()
 
     # -- model calls ---------------------------------------------------------------------------
@@ -152,7 +157,18 @@ class Worker:
                 parts.append(to_text(extra))
         if parts:
             prompt = "\n\n".join([to_text(prompt), *parts])
-        return self._request({"type": "completion", "prompt": _prompt_payload(prompt), "model": model})
+        return self._sub_call(prompt, model, None)
+
+    def _sub_call(self, prompt: Any, model: str | None, batch: dict[str, int] | None) -> str:
+        self.observer.count("llm_query")
+        payload = _prompt_payload(prompt)
+        message: dict[str, Any] = {"type": "completion", "prompt": payload, "model": model}
+        if batch is not None:
+            message["batch"] = batch
+        text = self._request(message)
+        if not text.startswith("Error: "):  # the sub-model saw the prompt: its corpus slices are sources
+            self.observer.note_text(_payload_text(payload), "sub_call")
+        return text
 
     def llm_query_batched(self, prompts: Any, *texts: Any, model: str | None = None) -> list[str]:
         """Many sub-calls at once (the parent caps concurrency); answers in input order.
@@ -176,16 +192,23 @@ class Worker:
                 prompts = [f"{to_text(p)}\n\n{to_text(t)}" for p, t in zip(prompts, pieces, strict=True)]
         if not prompts:
             return []
+        self.observer.count("llm_query_batched")
+        self._batches += 1
+        batch = {"id": self._batches, "size": len(prompts)}  # for the parent's progress line
         with ThreadPoolExecutor(max_workers=min(32, len(prompts))) as pool:
-            return list(pool.map(lambda p: self.llm_query(p, model=model), prompts))
+            return list(pool.map(lambda p: self._sub_call(p, model, batch), prompts))
 
     def rlm_query(self, prompt: str, context: Any = None) -> str:
         """A recursive sub-RLM over ``context`` (default: this REPL's ``context``) at depth + 1.
 
         At the depth limit the parent answers with a plain sub-call instead.
         """
+        self.observer.count("rlm_query")
         payload = None if context is None else to_text(context)
-        return self._request({"type": "rlm_query", "prompt": str(prompt), "context": payload})
+        text = self._request({"type": "rlm_query", "prompt": str(prompt), "context": payload})
+        if payload is not None and not text.startswith("Error: "):
+            self.observer.note_text(payload, "rlm_query")
+        return text
 
     # -- finishing -----------------------------------------------------------------------------
     def FINAL(self, *values: Any) -> None:
@@ -195,6 +218,7 @@ class Worker:
         Raises:
             TypeError: no value given.
         """
+        self.observer.count("FINAL")
         if not values:
             raise TypeError("FINAL() needs the answer: FINAL(answer), or FINAL_VAR('name') for a variable")
         if self.final.value is None:
@@ -229,9 +253,24 @@ class Worker:
         return text
 
     def _make_helpers(self) -> dict[str, Any]:
-        c = self.corpus
-        return {"context": c.context, "files": c.files, "chunks": c.chunks, "grep": c.grep,
-                "read_file": c.read_file, "chunk_text": c.chunk_text, "search": c.search,
+        c, obs = self.corpus, self.observer
+
+        def read_after(text: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            rows = str(text).split("\n") if text else []
+            if rows:  # numbered lines "12: text": the first and last numbers are the range shown
+                first, last = rows[0].split(":", 1)[0].strip(), rows[-1].split(":", 1)[0].strip()
+                try:
+                    path = c._resolve(c.path_of(args[0] if args else kwargs.get("path") or kwargs.get("file")))["path"]
+                    obs.read(path, int(first), int(last))
+                except (FileNotFoundError, TypeError, ValueError):
+                    pass
+
+        return {"context": c.context, "files": WatchedList(c.files, "files", obs),
+                "chunks": WatchedList(c.chunks, "chunks", obs),
+                "grep": watched("grep", c.grep, obs, lambda hits, a, k: obs.grep_hits(hits)),
+                "read_file": watched("read_file", c.read_file, obs, read_after),
+                "chunk_text": watched("chunk_text", c.chunk_text, obs),
+                "search": watched("search", c.search, obs),
                 "data": self.data.data, "records": self.data.records, "frame": self.data.frame,
                 "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched,
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
@@ -252,6 +291,7 @@ class Worker:
         self.namespace.update(self._helpers)
         self.namespace["__builtins__"] = _BUILTINS
         self.final = _FinalSignal()
+        self.observer.begin_block(None)
         out = CappedWriter()
         old = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
@@ -259,6 +299,7 @@ class Worker:
         ok = True
         try:
             tree = ast.parse(code, filename=f"<cell {cell}>", mode="exec")
+            self.observer.begin_block(tree)
             last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
             if last is not None:
                 tree.body.pop()
@@ -277,9 +318,11 @@ class Worker:
             sys.stdout, sys.stderr = old
             vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)  # the worker's own code below needs them
         text, total = out.getvalue()
+        seen = self.observer.end_block(text)
         return {"type": "result", "ok": ok, "output": text, "output_chars": total,
                 "final": self.final.value, "final_error": self.final.error,
-                "elapsed_s": round(time.monotonic() - started, 4)}
+                "elapsed_s": round(time.monotonic() - started, 4), "helpers": seen["helpers"],
+                "sources": seen["sources"]}
 
 
 def _format_error(info: Any) -> str:
@@ -303,6 +346,13 @@ def _as_list(value: Any) -> list[Any]:
     if isinstance(value, str):
         return [value]
     return list(value)
+
+
+def _payload_text(payload: Any) -> str:
+    """The text of a sub-call prompt (a string, or the contents of a message list)."""
+    if isinstance(payload, str):
+        return payload
+    return "\n".join(str(m.get("content", "")) for m in payload if isinstance(m, dict))
 
 
 def _prompt_payload(prompt: Any) -> Any:
@@ -735,7 +785,16 @@ def main(argv: list[str] | None = None) -> None:
     del config
     # Limited and hardened now: the thread inherits all of it. The root model's first call
     # usually outlasts the build, so the first search() does not wait.
-    worker.corpus.start_index_build()
+    builder = worker.corpus.start_index_build()
+
+    def build_line_index() -> None:  # after the search index: one build at a time
+        builder.join()
+        try:
+            worker.observer.build_index()
+        except Exception:  # noqa: BLE001, S110 - note_text builds again or gives up quietly
+            pass
+
+    threading.Thread(target=build_line_index, name="line-index", daemon=True).start()
     while True:
         try:
             msg = protocol.read_message_fd(rfd)
