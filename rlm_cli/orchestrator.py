@@ -202,6 +202,8 @@ class Orchestrator:
         sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
                           limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
         sandbox.hide_paths = self.hide_paths
+        # The token is served only to this sandbox's worker process (and its descendants).
+        self.handler.bind(token, lambda: sandbox.proc.pid if sandbox.proc is not None else None)
         try:
             sandbox.start()
             for note in sandbox.notes:

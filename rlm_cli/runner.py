@@ -233,7 +233,7 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
 
     def on_rlm_query(prompt: str, context: str | None, depth: int) -> str:
         child_depth = depth + 1
-        if child_depth >= settings.max_depth:
+        if not handler.recurses(depth):
             model = settings.effective_sub_model
             assert model is not None
             content = prompt if context is None else f"{prompt}\n\n{context}"
