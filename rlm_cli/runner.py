@@ -114,11 +114,12 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
     writer = TraceWriter(trace_path) if trace_path is not None else None
     sink = TraceSink(writer, emit, totals=lambda: (client.usage.total_tokens, client.usage.cost_usd))
+    progress = _Progress(sink)
     started = time.monotonic()
     sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
                paths=[p if p == "-" else os.path.abspath(p) for p in paths], config=settings.redacted()))
     try:
-        outcome = _ask(settings, paths, question, sink, stdin_bytes, client)
+        outcome = _ask(settings, paths, question, progress, stdin_bytes, client)
         res = outcome.result
         sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
                    sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3)))
@@ -126,9 +127,15 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
         result = getattr(exc, "result", None)
         status = ("max_iterations" if isinstance(exc, MaxIterationsError) else
                   "budget_exceeded" if isinstance(exc, PartialAnswerError) else "error")
+        if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
+            result = RunResult(answer=exc.partial, status=status, iterations=progress.root_turns,
+                               sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
+                               mode=getattr(exc, "mode", "rlm"))
+            exc.result = result  # type: ignore[attr-defined]
         sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
                    exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
-                   iterations=result.iterations if result else None, usage=client.usage.summary(),
+                   iterations=result.iterations if result else progress.root_turns,
+                   sub_calls=result.sub_calls if result else client.usage.sub_calls, usage=client.usage.summary(),
                    elapsed_s=round(time.monotonic() - started, 3)))
         exc.trace_path = trace_path  # type: ignore[attr-defined]
         if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
@@ -149,6 +156,21 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
             writer.close()
     outcome.run_id, outcome.trace_path = run_id, trace_path
     return outcome
+
+
+class _Progress:
+    """The ``emit`` target between the loops and the trajectory: forwards every event and counts
+    the root loop's answered turns (``root_call`` events at depth 0), which is what a run that
+    stopped early (budget, Ctrl-C) reports as its ``iterations``."""
+
+    def __init__(self, forward: Emit) -> None:
+        self.forward = forward
+        self.root_turns = 0
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if ev.get("type") == "root_call" and ev.get("depth") == 0:
+            self.root_turns += 1
+        self.forward(ev)
 
 
 def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,
