@@ -199,8 +199,9 @@ def print_trace_list(infos: list[Any]) -> None:
     for col in ("id", "started", "status", "mode", "tokens", "cost", "question"):
         if col == "question":  # the only column that gives way on a narrow terminal
             table.add_column(col, overflow="ellipsis", no_wrap=True, ratio=1)
-        else:  # ids are what `trace show` takes: never cut
-            table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 16}.get(col, len(col)))
+        else:  # ids are what `trace show` takes, statuses what scripts grep for: never cut
+            widest = max([len(col), *(len(i.status) for i in infos)]) if col == "status" else len(col)
+            table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 16}.get(col, widest))
     for i in infos:
         started = _dt.datetime.fromtimestamp(i.started).strftime("%Y-%m-%d %H:%M")
         table.add_row(i.run_id, started, i.status, i.mode, f"{i.tokens:,}",

@@ -151,6 +151,14 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
                     break
             exc.trace_path = None  # type: ignore[attr-defined]
         raise
+    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM (SystemExit 143, see cli)
+        signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+        code = ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.TERMINATED
+        sink(event("summary", 0, status="interrupted", answer="", signal=signal_name, exit_code=int(code),
+                   error=f"interrupted by {signal_name}", iterations=progress.root_turns,
+                   sub_calls=client.usage.sub_calls, usage=client.usage.summary(),
+                   elapsed_s=round(time.monotonic() - started, 3)))
+        raise
     finally:
         if writer is not None:
             writer.close()

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import signal
 import string
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,3 +188,45 @@ def test_bad_arguments_exit_2(args: list[str]) -> None:
     res = run_rlm(*args)
     assert res.code == 2
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("sig", "code", "error"), [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                                    (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_an_interrupted_run_prints_its_json_document_and_is_recorded_as_interrupted(
+        sig: int, code: int, error: str, tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "a.txt").write_text("some text\n")
+    llm.script("root", repl("print('first look')"), repl("import time\nprint('sleeping')\ntime.sleep(120)"))
+    traces = Path(os.environ["RLM_DATA_DIR"]) / "traces"
+    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "a.txt"), "q?",
+                             *model_flags(llm), "--mode", "rlm", "--sandbox", "process", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def second_block_runs() -> bool:
+        files = list(traces.glob("*.jsonl")) if traces.is_dir() else []
+        return len(files) == 1 and len(llm.requests) >= 2 and files[0].read_text().count('"type": "code"') == 2
+
+    try:
+        deadline = time.monotonic() + 120
+        while not second_block_runs():
+            assert time.monotonic() < deadline and proc.poll() is None, "the second block never started"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the block is sleeping in the worker
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, err
+    doc = json.loads(out)  # `| jq` gets a document on Ctrl-C too
+    assert doc == {"status": "interrupted", "error": error, "exit_code": code, "answer": None}
+    trace = next(traces.glob("*.jsonl"))
+    summary = json.loads(trace.read_text().splitlines()[-1])
+    assert summary["type"] == "summary" and summary["status"] == "interrupted" and summary["exit_code"] == code
+    assert summary["signal"] == ("SIGINT" if code == 130 else "SIGTERM") and summary["iterations"] == 2
+    listed = run_rlm("trace", "list", "--json")
+    assert [(t["run_id"], t["status"]) for t in json.loads(listed.stdout)["traces"]] == [(trace.stem, "interrupted")]
+    assert "interrupted" in run_rlm("trace", "list").stdout
+    shown = run_rlm("trace", "show", "last")
+    assert shown.code == 0 and "interrupted (interrupted by SIG" in shown.stdout
