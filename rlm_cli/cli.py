@@ -66,7 +66,11 @@ QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")]
 @app.command(context_settings={"allow_interspersed_args": True})
 def ask(
     args: Annotated[list[str], typer.Argument(metavar="PATH... QUESTION",
-                                              help="Files, folders, globs or '-' (stdin), then the question.")],
+                                              help="Files, folders, globs or '-' (stdin), then the question "
+                                                   "(with --question-file: only PATHs).")],
+    question_file: Annotated[str | None, Opt("--question-file", metavar="FILE", help="Read the question from FILE "
+                                             "('-': stdin, when the corpus is not on stdin); every argument is "
+                                             "then a PATH.")] = None,
     model: Annotated[str | None, Opt("--model", "-m", help="Root model, a litellm model string "
                                      "(e.g. openai/gpt-5-mini). Env: RLM_MODEL.")] = None,
     sub_model: Annotated[str | None, Opt("--sub-model", help="Model for llm_query sub-calls (default: --model). "
@@ -129,11 +133,7 @@ def ask(
     from rlm_cli import config, render, runner
 
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
-    if len(args) < 2:
-        raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
-    paths, question = args[:-1], args[-1]
-    if not question.strip():
-        raise UsageError("the question is empty")
+    paths, question = _paths_and_question(args, question_file)
     flags: dict[str, Any] = dict(model=model, sub_model=sub_model, api_base=api_base, api_key=api_key,
                                  max_iterations=max_iterations, max_depth=max_depth, sandbox=sandbox,
                                  mode=mode, direct_max_tokens=direct_max_tokens,
@@ -167,6 +167,47 @@ def ask(
     doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
     ui.summary(doc)
     render.write_json(doc) if json_out else render.write_answer(outcome.result.answer)
+
+
+def _paths_and_question(args: list[str], question_file: str | None) -> tuple[list[str], str]:
+    """``(paths, question)`` from ``rlm ask``'s arguments: the last one is the question, or, with
+    ``--question-file FILE``, all are paths and the question is FILE's text (UTF-8; ``-``: stdin).
+
+    Raises:
+        UsageError: no path or question, an empty question, an unreadable or non-UTF-8 file, or
+            both the corpus and the question on stdin.
+    """
+    if question_file is None:
+        if len(args) < 2:
+            raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
+        paths, question = args[:-1], args[-1]
+    else:
+        paths = args
+        if not paths:
+            raise UsageError("give at least one PATH", hint="rlm ask ./repo --question-file question.txt")
+        if question_file == "-":
+            if "-" in paths:
+                raise UsageError("the corpus ('-') and --question-file - cannot both come from standard input",
+                                 hint="give the question or the corpus as a file")
+            if sys.stdin.isatty():
+                raise UsageError("--question-file - reads the question from standard input, but nothing is "
+                                 "piped in", hint="e.g. rlm ask ./repo --question-file - < question.txt")
+            data, where = sys.stdin.buffer.read(), "standard input"
+        else:
+            where = question_file
+            try:
+                with open(question_file, "rb") as fh:
+                    data = fh.read()
+            except OSError as exc:
+                raise UsageError(f"cannot read --question-file {question_file}: {exc.strerror or exc}",
+                                 hint="check the path") from None
+        try:
+            question = data.decode("utf-8-sig").strip()
+        except UnicodeDecodeError:
+            raise UsageError(f"the question in {where} is not UTF-8 text", hint="save it as UTF-8") from None
+    if not question.strip():
+        raise UsageError("the question is empty")
+    return paths, question
 
 
 def _doc(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,

@@ -20,11 +20,20 @@ from typing import Any
 from rlm_cli import __version__
 from rlm_cli.config import CHOICES, Settings
 from rlm_cli.corpus import Corpus, load_corpus
+from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import ExitCode, MaxIterationsError, NoModelError, PartialAnswerError, RLMError, UsageError
-from rlm_cli.history import request_tokens
+from rlm_cli.history import input_budget, request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import ensure_model
-from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, run_direct, text_meta
+from rlm_cli.orchestrator import (
+    DEFAULT_WINDOW,
+    Orchestrator,
+    RunResult,
+    corpus_meta,
+    first_messages,
+    run_direct,
+    text_meta,
+)
 from rlm_cli.prompts import direct_prompt
 from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level
 from rlm_cli.trace import PROMPT_HEAD_CHARS, TraceSink, TraceWriter, event, new_run_id, request_key, traces_dir
@@ -88,6 +97,51 @@ def choose_mode(settings: Settings, corpus_tokens: int, root_window: int) -> tup
         return "direct", (f"the corpus ({corpus_tokens:,} tokens) is under {limit:,} tokens, so it goes to the "
                           f"root model in one call")
     return "rlm", f"the corpus ({corpus_tokens:,} tokens) is over {limit:,} tokens, so it stays in the REPL"
+
+
+#: Share of the root model's input budget, after the system prompt and the corpus description,
+#: that a question may take; the other half is left for the turns of the loop.
+QUESTION_SHARE = 0.5
+#: A question that must be cut to fewer tokens than this cannot be asked (exit 2).
+MIN_QUESTION_TOKENS = 256
+
+
+def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0) -> tuple[str, str | None]:
+    """``(question, note)``: the question as the loop at ``depth`` will send it, and a note for
+    stderr when it had to be shortened (``None`` when it is sent whole).
+
+    Rule: a question may take at most :data:`QUESTION_SHARE` of the tokens the root model's input
+    budget (``history.input_budget`` of ``settings.root_model_window``) leaves after the system
+    prompt and the corpus description, so that a few turns still fit. A longer one keeps its
+    head (two thirds) and its end (a third: the instruction after a pasted text usually comes
+    last) around a marker that tells the model how much was cut; without it, ``History`` would
+    cut the first message's end silently. Tokens are counted with ``o200k_base``.
+
+    Raises:
+        UsageError: the question is too long and less than :data:`MIN_QUESTION_TOKENS` tokens
+            are left for it (a window too small for the loop at all).
+    """
+    window = settings.root_model_window or DEFAULT_WINDOW
+    fixed = request_tokens(first_messages(settings, "", meta, depth))
+    room = int((input_budget(window) - fixed) * QUESTION_SHARE)
+    enc = encoding()
+    ids = enc.encode_ordinary(question)
+    if len(ids) <= room:
+        return question, None
+    if room < MIN_QUESTION_TOKENS:
+        raise UsageError(f"the question ({len(ids):,} tokens) does not fit: the root model's input window of "
+                         f"{window:,} tokens leaves {max(room, 0):,} tokens for it after the system prompt and the "
+                         "corpus description, and half of the window for the turns",
+                         hint="put long material in a file passed as a PATH and keep the question short, or use "
+                              "a model with a larger window (--root-model-window)")
+    marker = "\n\n[... {cut:,} characters of the question were cut here to fit the model's input window ...]\n\n"
+    keep = room - len(enc.encode_ordinary(marker.format(cut=len(question))))
+    head, tail = enc.decode(ids[:keep * 2 // 3]), enc.decode(ids[len(ids) - (keep - keep * 2 // 3):])
+    cut = len(question) - len(head) - len(tail)
+    note = (f"the question ({len(question):,} characters, {len(ids):,} tokens) was shortened to about {room:,} "
+            f"tokens to fit the root model's input window of {window:,} tokens: its middle ({cut:,} characters) "
+            "was cut, its beginning and end were kept (put long material in a file passed as a PATH instead)")
+    return head + marker.format(cut=cut) + tail, note
 
 
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,
@@ -207,10 +261,13 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
     sub_window, sub_src = model_window(client, sub_model, settings.sub_model_window)
     settings.root_model_window, settings.sub_model_window = root_window, sub_window
     mode, reason = choose_mode(settings, corpus.total_tokens, root_window)
+    needed = corpus.total_tokens + request_tokens(direct_prompt(question, "")) + len(corpus.files) * 12
+    if mode == "direct" and settings.mode == "auto" and needed > root_window // 2:
+        mode, reason = "rlm", (f"the corpus is small, but with the question it needs {needed:,} tokens, over half "
+                               f"the root model's window of {root_window:,}, so it stays in the REPL")
     emit(event("mode", 0, mode=mode, reason=reason, root_window=root_window, root_window_source=root_src,
                sub_window=sub_window, sub_window_source=sub_src))
     if mode == "direct":
-        needed = corpus.total_tokens + request_tokens(direct_prompt(question, "")) + len(corpus.files) * 12
         if needed > root_window:
             raise UsageError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input window "
                              f"is {root_window:,}", hint="use --mode rlm (or auto)")
@@ -220,6 +277,9 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
             _attach(exc, client, corpus, "direct")
             raise
         return AskOutcome(result, corpus, client.usage.summary(), level)
+    question, note = fit_question(settings, question, corpus_meta(corpus))
+    if note:
+        emit(event("notice", 0, message=note, level="warning"))
     hide = tuple(os.path.abspath(p) for p in paths if p != "-")
     handler = LMHandler(client, on_sub_call=lambda info: emit(sub_call_event(info)))
     try:
@@ -288,6 +348,12 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
             meta = corpus_meta(corpus)
         else:
             spec, meta = WorkerSpec(context_text=context), text_meta(context)
+        try:
+            prompt, note = fit_question(settings, prompt, meta, child_depth)
+        except UsageError as exc:
+            return f"Error: {exc.message}; pass long text as context= instead"
+        if note:
+            emit(event("notice", child_depth, message=f"sub-RLM: {note}", level="warning"))
         try:
             return child.run(prompt, spec, meta).answer
         except MaxIterationsError as exc:  # a budget stop propagates: it ends the whole tree

@@ -230,3 +230,64 @@ def test_an_interrupted_run_prints_its_json_document_and_is_recorded_as_interrup
     assert "interrupted" in run_rlm("trace", "list").stdout
     shown = run_rlm("trace", "show", "last")
     assert shown.code == 0 and "interrupted (interrupted by SIG" in shown.stdout
+
+
+def _long_question(chars: int = 130_000) -> str:
+    """A pasted text of ``chars`` characters with the instruction at its very end."""
+    rng = random.Random(3)
+    words = ["invoice", "ledger", "account", "balance", "entry", "credit", "debit", "period", "total", "note"]
+    body = " ".join(rng.choice(words) for _ in range(chars // 6))
+    instruction = "\n\nINSTRUCTION AT THE END: list the three most frequent words."
+    return ("START OF THE PASTED TEXT " + body)[: chars - len(instruction)] + instruction
+
+
+def test_question_file_with_a_130000_character_question_is_shortened_with_a_warning(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    question = _long_question()
+    assert len(question) == 130_000
+    (tmp_path / "q.txt").write_text(question + "\n")
+    (tmp_path / "a.txt").write_text("alpha\n")
+    llm.script("root", repl("print(len(context))"), repl("FINAL('ledger, entry, total')"))
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "q.txt"), *model_flags(llm))
+    assert res.code == 0, res.stderr
+    assert res.stdout == "ledger, entry, total\n"
+    assert re.search(r"warning: the question \(130,000 characters, [\d,]+ tokens\) was shortened", res.stderr)
+    first = llm.chat_requests("root")[0]["messages"][1]["content"]
+    assert "Question: START OF THE PASTED TEXT" in first  # its beginning
+    assert "INSTRUCTION AT THE END: list the three most frequent words." in first  # and its end survive
+    assert "characters of the question were cut here to fit the model's input window" in first
+    assert len(first) < 80_000
+
+
+def test_question_file_from_stdin_is_sent_whole_when_it_fits(tmp_path: Path, llm: FakeLLM) -> None:
+    question = _long_question()
+    (tmp_path / "a.txt").write_text("alpha\n")
+    llm.script("root", repl("print(len(context))"), repl("FINAL('done')"))
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", "-", "--root-model-window", "200000",
+                  *model_flags(llm), stdin=question)
+    assert res.code == 0, res.stderr
+    assert "shortened" not in res.stderr
+    assert f"Question: {question}\n" in llm.chat_requests("root")[0]["messages"][1]["content"]
+
+
+def test_question_file_errors_exit_2_before_any_model_call(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "a.txt").write_text("alpha\n")
+    (tmp_path / "q.txt").write_text(_long_question())
+    both = run_rlm("ask", "-", "--question-file", "-", *model_flags(llm), stdin="corpus text")
+    assert both.code == 2 and "cannot both come from standard input" in both.stderr
+    tiny = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "q.txt"),
+                   "--root-model-window", "1024", *model_flags(llm), "--json")
+    assert tiny.code == 2, tiny.stderr
+    assert "does not fit: the root model's input window of 1,024 tokens" in json.loads(tiny.stdout)["error"]
+    missing = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "nope.txt"),
+                      *model_flags(llm))
+    assert missing.code == 2 and "cannot read --question-file" in missing.stderr
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9?")
+    bad = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "bad.txt"), *model_flags(llm))
+    assert bad.code == 2 and "is not UTF-8 text" in bad.stderr
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    empty = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "empty.txt"),
+                    *model_flags(llm))
+    assert empty.code == 2 and "the question is empty" in empty.stderr
+    assert llm.requests == []
+    assert all("Traceback" not in r.stderr for r in (both, tiny, missing, bad, empty))
