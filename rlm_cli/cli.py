@@ -60,6 +60,17 @@ TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of fil
 NoCacheOpt = Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")]
 ChunkOpt = Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens (default 2000).")]
 JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")]
+
+
+def _set_debug(value: bool) -> bool:
+    global _debug
+    _debug = bool(value) or _debug
+    return value
+
+
+#: ``--debug`` after the command name too (``rlm ask --debug ...``), as the error messages suggest.
+DebugOpt = Annotated[bool, Opt("--debug", callback=_set_debug, help="Show tracebacks for errors "
+                                                                       "(same as rlm --debug COMMAND).")]
 QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="No progress on stderr.")]
 
 
@@ -127,7 +138,9 @@ def ask(
                                       "cache.")] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
-    verbose: Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")] = False,
+    verbose: Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr (the sandbox level, every "
+                                 "skipped file, the model's replies).")] = False,
+    debug: DebugOpt = False,
 ) -> None:
     """Answer QUESTION about the corpus at PATH... (the last argument is the question)."""
     from rlm_cli import config, render, runner
@@ -212,10 +225,12 @@ def _paths_and_question(args: list[str], question_file: str | None) -> tuple[lis
 
 def _doc(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
          corpus: Any, mode: str, sandbox: str) -> dict[str, Any]:
+    from rlm_cli.runner import skipped_files
+
     return {"answer": answer, "status": status, "iterations": iterations, "sub_calls": sub_calls,
             "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
             "corpus": {"files": len(corpus.files), "chars": corpus.chars, "tokens": corpus.total_tokens,
-                       "chunks": len(corpus.chunks)} if corpus is not None else None}
+                       "chunks": len(corpus.chunks), **skipped_files(corpus)} if corpus is not None else None}
 
 
 def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any, elapsed: float) -> None:
@@ -299,6 +314,7 @@ def replay(
     sandbox: Annotated[str | None, Opt("--sandbox", help="Override the recorded sandbox level.")] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    debug: DebugOpt = False,
 ) -> None:
     """Re-run a recorded run from its recorded model responses, without calling any provider."""
     from rlm_cli import render, trace
@@ -398,7 +414,7 @@ def config_path_cmd() -> None:
 
 
 @app.command()
-def doctor(json_out: JsonOpt = False) -> None:
+def doctor(json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
     """Report the sandbox level a run would use and what it protects, bwrap, Python, litellm, paths."""
     from rlm_cli import doctor as checkup
     from rlm_cli import render
@@ -440,7 +456,7 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
 def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
           no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
           no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None, json_out: JsonOpt = False,
-          quiet: QuietOpt = False) -> None:
+          quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
     """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
     from rlm_cli import render
     from rlm_cli.corpus.stats import index_summary
@@ -460,7 +476,7 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
           no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
           no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None,
           top: Annotated[int, Opt("--top", min=0, help="How many of the largest files to list.")] = 10,
-          json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
+          json_out: JsonOpt = False, quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
     """Show files, chunks and tokens by file type and the largest files of PATH... (builds the cache)."""
     from rlm_cli import render
     from rlm_cli.corpus.stats import corpus_stats

@@ -38,6 +38,13 @@ class Renderer:
         if kind == "corpus":
             self.err.print(f"[bold]corpus[/] {escape(ev['summary'])} [dim]({ev['load_s']:.2f} s, "
                            f"sandbox {ev['sandbox']})[/]")
+            if self.verbose:
+                named = ev.get("skipped") or []
+                for row in named:
+                    self.err.print(f"[dim]skipped {escape(str(row['path']))} ({escape(str(row['reason']))})[/]")
+                more = int(ev.get("skipped_count") or 0) - len(named)
+                if more > 0:
+                    self.err.print(f"[dim]... and {more:,} more skipped (counted in the summary above)[/]")
         elif kind == "iteration":
             self.err.rule(f"{indent}iteration {ev['iteration']}" + (f" (depth {ev['depth']})" if ev["depth"] else ""),
                           style="cyan", align="left")

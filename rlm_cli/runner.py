@@ -235,6 +235,14 @@ class _Progress:
         self.forward(ev)
 
 
+def skipped_files(corpus: Corpus) -> dict[str, Any]:
+    """``{"skipped": [{"path", "reason"}, ...], "skipped_count": n}``: the files and folders the
+    corpus left out (the first ``loader.MAX_NAMED_SKIPS``; a folder's path ends with ``/``) and
+    how many there were in all (``--json``'s corpus section and the trajectory's corpus event)."""
+    return {"skipped": [{"path": path, "reason": reason} for path, reason in corpus.report.named],
+            "skipped_count": sum(corpus.report.skipped.values())}
+
+
 def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,
          client: ModelClient) -> AskOutcome:
     level, warning = resolve_level(settings.sandbox)
@@ -245,7 +253,7 @@ def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_
                          on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")))
     emit(event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
                tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(time.monotonic() - started, 3),
-               sandbox=level))
+               sandbox=level, **skipped_files(corpus)))
     try:
         return _answer(settings, paths, question, emit, client, corpus, level)
     finally:

@@ -291,3 +291,16 @@ def test_question_file_errors_exit_2_before_any_model_call(tmp_path: Path, llm: 
     assert empty.code == 2 and "the question is empty" in empty.stderr
     assert llm.requests == []
     assert all("Traceback" not in r.stderr for r in (both, tiny, missing, bad, empty))
+
+
+@pytest.mark.parametrize("command", [["ask", "MISSING", "q?"], ["index", "MISSING"], ["stats", "MISSING"]])
+def test_debug_is_accepted_after_the_command_name(command: list[str], tmp_path: Path, llm: FakeLLM) -> None:
+    args = [str(tmp_path / "nope") if a == "MISSING" else a for a in command]
+    extra = model_flags(llm) if command[0] == "ask" else []
+    res = run_rlm(*args, *extra, "--debug")  # what the README's "rerun with --debug" leads people to type
+    assert res.code == 2, res.stderr
+    assert "no such option" not in res.stderr.lower()
+    assert "Traceback (most recent call last)" in res.stderr and "UsageError" in res.stderr
+    assert "no such file or directory" in res.stderr
+    plain = run_rlm(*args, *extra)
+    assert plain.code == 2 and "Traceback" not in plain.stderr
