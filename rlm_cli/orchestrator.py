@@ -203,7 +203,7 @@ class Orchestrator:
                           limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
         sandbox.hide_paths = self.hide_paths
         # The token is served only to this sandbox's worker process (and its descendants).
-        self.handler.bind(token, lambda: sandbox.proc.pid if sandbox.proc is not None else None)
+        self.handler.bind(token, lambda: getattr(sandbox.proc, "pid", None))
         try:
             sandbox.start()
             for note in sandbox.notes:

@@ -422,7 +422,7 @@ def test_frames_without_the_token_get_no_answer_and_reach_no_model(
     llm.default("sub", "genuine sub answer")
     token = handler.register(0)
     with sandbox(level, socket_path=handler.socket_path, token=token) as sb:
-        handler.bind(token, lambda: sb.proc.pid if sb.proc else None)
+        handler.bind(token, lambda: getattr(sb.proc, "pid", None))
         r = sb.execute(_RAW_CALL + "print([call({'type': 'completion', 'prompt': 'hi', 'token': t}) "
                        "for t in ('0' * 32, '', None, token[:-1] + 'x')])\n"
                        "print(call({'type': 'rlm_query', 'prompt': 'p'}))\n"
@@ -441,7 +441,7 @@ def test_depth_comes_from_the_token_registry_not_from_the_request(
     for depth in (0, 2):
         token = handler.register(depth)
         with sandbox(level, socket_path=handler.socket_path, token=token) as sb:
-            handler.bind(token, lambda: sb.proc.pid if sb.proc else None)  # noqa: B023 - used in this iteration
+            handler.bind(token, lambda: getattr(sb.proc, "pid", None))  # noqa: B023 - used in this iteration
             r = sb.execute(_RAW_CALL + "print(call({'type': 'rlm_query', 'prompt': 'deeper', 'context': 'c', "
                            "'depth': -5, 'max_depth': 99, 'token': token})[4:].decode())\n"
                            "print(rlm_query('plain', 'ctx'))")
@@ -468,8 +468,8 @@ def test_a_token_is_refused_from_any_process_but_its_own_worker(
         stolen = a.execute(_RAW_CALL + "print(token)").output.strip()
         assert re.fullmatch("[0-9a-f]{32}", stolen)
         assert a.execute(ask.replace("TOKEN", repr(stolen))).output == "b''\n\n"  # A is not bound yet
-        handler.bind(token_a, lambda: a.proc.pid if a.proc else None)
-        handler.bind(token_b, lambda: b.proc.pid if b.proc else None)
+        handler.bind(token_a, lambda: getattr(a.proc, "pid", None))
+        handler.bind(token_b, lambda: getattr(b.proc, "pid", None))
         assert calls == [] and llm.requests == []
         r = b.execute(ask.replace("TOKEN", repr(stolen)))
         assert r.output == "b''\n\n", r.output  # B with A's token: not a word
