@@ -142,7 +142,8 @@ def ask(
                                  "skipped file, the model's replies).")] = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Answer QUESTION about the corpus at PATH... (the last argument is the question)."""
+    """Answer QUESTION about the corpus at PATH... (the last argument is the question, unless --question-file
+    gives it)."""
     from rlm_cli import config, render, runner
 
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
