@@ -242,11 +242,8 @@ def test_budget_stop_in_a_sub_rlm_answers_with_the_roots_words_not_the_childs_co
 
 
 def test_a_final_line_in_the_last_reply_is_the_partial_answer(tmp_path: Path, llm: FakeLLM) -> None:
-    (tmp_path / "a.txt").write_text("hello\n")
     llm.default("sub", "sub answer")
     llm.script("root", repl("print(len(context))"),
                "Checking once more, but so far:\nFINAL(three parts, all fine)\n```repl\n" + _FAN_OUT + "\n```")
-    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", "--model", "openai/root", "--sub-model", "openai/sub",
-                  "--api-base", llm.url, "--max-sub-calls", "5", "--no-llm-cache")
-    assert res.code == 6, res.stderr
-    assert res.stdout == "three parts, all fine\n"
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], max_sub_calls=5)
+    assert _budget_error(run).partial == "three parts, all fine"

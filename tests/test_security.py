@@ -619,41 +619,38 @@ def relay(path, msg):
     reply = json.loads(data[4:])
     return reply['text'] if reply.get('ok') else 'Error: ' + reply.get('error', '')
 '''
-_ROOT_STEALS = _DIG + '''
-tok = dig(llm_query, lambda s: re.fullmatch('[0-9a-f]{32}', s) is not None)
-path = dig(llm_query, lambda s: s.endswith('lm.sock'))
-print('own token works:', relay(path, {'type': 'completion', 'prompt': 'hi', 'token': tok}))
-print(rlm_query('ATTACK ' + json.dumps({'token': tok, 'path': path})))
-'''
-_CHILD_FORGES = _DIG + '''
-info = json.loads(INFO)
-print('forged:', relay(info['path'], {'type': 'rlm_query', 'prompt': 'ATTACK ' + INFO, 'context': None,
-                                       'token': info['token']})[:300])
-'''
-_ROOT_PROXIES = '''
-import os, socket, threading
+_ROOT_ATTACKS = _DIG + '''
+import os, threading
+# 1. A proxy: a thread of this (the parent's) worker serves an abstract Unix socket and calls
+#    rlm_query for whoever connects, from the parent's own process.
 name = '\\0rlm-proxy-' + os.urandom(6).hex()
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 server.bind(name)
 server.listen(8)
 def answer(conn):
     prompt = conn.recv(65536).decode()
-    reply = rlm_query(prompt)  # the parent's own helper, from another thread of its worker
+    reply = rlm_query(prompt)
     conn.sendall(reply.encode() or b'EMPTY')
     conn.close()
 def serve():
     while True:
         threading.Thread(target=answer, args=(server.accept()[0],), daemon=True).start()
 threading.Thread(target=serve, daemon=True).start()
-print(rlm_query('PROXY ' + name))
+# 2. The relay token and socket, dug out of what llm_query reaches.
+tok = dig(llm_query, lambda s: re.fullmatch('[0-9a-f]{32}', s) is not None)
+path = dig(llm_query, lambda s: s.endswith('lm.sock'))
+print('own token works:', relay(path, {'type': 'completion', 'prompt': 'hi', 'token': tok}))
+print(rlm_query('ATTACK ' + json.dumps({'token': tok, 'path': path, 'proxy': name})))
 '''
-_CHILD_USES_PROXY = '''
-import socket
+_CHILD_ATTACKS = _DIG + '''
+info = json.loads(INFO)
+print('forged:', relay(info['path'], {'type': 'rlm_query', 'prompt': 'ATTACK ' + INFO, 'context': None,
+                                       'token': info['token']})[:300])
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.settimeout(200)
 try:
-    s.connect(NAME)
-    s.sendall(('PROXY ' + NAME).encode())
+    s.connect(info['proxy'])
+    s.sendall(('ATTACK ' + INFO).encode())
     print('proxied:', s.recv(65536).decode()[:300])
 except OSError as exc:
     print('proxy unreachable:', exc)
@@ -673,7 +670,7 @@ def _nesting_model(llm: FakeLLM, root_code: str, child_code: Callable[[str], str
         if len(messages) > 2:
             return repl("FINAL('done')")
         first = str(messages[1]["content"])
-        if "ATTACK " not in first and "PROXY " not in first:
+        if "ATTACK " not in first:
             return repl(root_code)
         with lock:
             served[0] += 1
@@ -693,41 +690,18 @@ def _loops(trace: Path) -> list[int]:
 
 
 @pytest.mark.parametrize("level", all_levels())
-def test_a_stolen_parent_token_does_not_let_a_sub_rlm_nest_past_max_depth(level: str, tmp_path: Path,
-                                                                          llm: FakeLLM) -> None:
-    """The token-relay attack through `rlm ask --max-depth 2`: the root finds its relay token and
-    passes it to its sub-RLM, which asks the relay for an rlm_query *as the root*. Only one sub-RLM
-    may ever run (depth 1); before the fix every forged request started another one at depth 1."""
+def test_stolen_tokens_and_proxies_do_not_let_sub_rlms_nest_past_max_depth(level: str, tmp_path: Path,
+                                                                           llm: FakeLLM) -> None:
+    """The token-relay attack through `rlm ask --max-depth 2`: the root digs out its relay token and
+    passes it to its sub-RLM, which asks the relay for an rlm_query *as the root*; and the root
+    serves a proxy (another thread of its worker) that calls rlm_query for its child. Only one
+    sub-RLM may ever run (depth 1); before the fix every forged or proxied request started another
+    one at depth 1 (the test's script stops at 5)."""
     def child(first: str) -> str | None:
         m = re.search(r"ATTACK (\{[^}]*\})", first)
-        return _CHILD_FORGES.replace("INFO", repr(m.group(1))) if m else None
+        return _CHILD_ATTACKS.replace("INFO", repr(m.group(1))) if m else None
 
-    served = _nesting_model(llm, _ROOT_STEALS, child)
-    (tmp_path / "a.txt").write_text("alpha\n")
-    trace = tmp_path / "run.jsonl"
-    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm", "--sandbox", level,
-                  "--max-depth", "2", "--max-iterations", "3", "--timeout", "200", "--no-llm-cache",
-                  "--trace", str(trace))
-    assert res.code == 0, res.stderr
-    loops = _loops(trace)
-    outputs = [json.loads(line) for line in trace.read_text().splitlines()]
-    shown = "\n".join(str(e.get("output")) for e in outputs if e["type"] == "output")
-    assert "own token works: sub answer" in shown  # the root really held its token: the attack is real
-    assert served[0] == 1, shown  # the one legitimate sub-RLM, and no nested ones
-    assert loops == [0, 1], loops
-    assert "forged: NO ANSWER" in shown, shown
-
-
-@pytest.mark.parametrize("level", all_levels())
-def test_a_parent_cannot_relay_its_sub_rlms_requests_while_it_waits(level: str, tmp_path: Path,
-                                                                    llm: FakeLLM) -> None:
-    """A parent that proxies for its child (a thread of the parent's worker serving an abstract
-    Unix socket and calling rlm_query for it) gets nothing while its own rlm_query runs."""
-    def child(first: str) -> str | None:
-        m = re.search(r"PROXY (\S+)", first)
-        return _CHILD_USES_PROXY.replace("NAME", repr(m.group(1).replace("\\0", "\0"))) if m else None
-
-    served = _nesting_model(llm, _ROOT_PROXIES, child)
+    served = _nesting_model(llm, _ROOT_ATTACKS, child)
     (tmp_path / "a.txt").write_text("alpha\n")
     trace = tmp_path / "run.jsonl"
     res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm", "--sandbox", level,
@@ -736,9 +710,11 @@ def test_a_parent_cannot_relay_its_sub_rlms_requests_while_it_waits(level: str, 
     assert res.code == 0, res.stderr
     events = [json.loads(line) for line in trace.read_text().splitlines()]
     shown = "\n".join(str(e.get("output")) for e in events if e["type"] == "output")
-    assert served[0] == 1, shown
-    assert _loops(trace) == [0, 1]
+    assert "own token works: sub answer" in shown  # the root really held its token: the attack is real
+    assert served[0] == 1, shown  # the one legitimate sub-RLM, and no nested ones
+    assert _loops(trace) == [0, 1], shown
+    assert "forged: NO ANSWER" in shown, shown  # a token is not served outside its own worker
     if level == "bwrap":  # its own network namespace: the parent's abstract socket is out of reach
         assert "proxy unreachable" in shown, shown
-    else:
+    else:  # reached, but the parent is served nothing while its sub-RLM runs
         assert "proxied: Error: " in shown and "waiting for its rlm_query" in shown, shown
