@@ -48,6 +48,8 @@ from rlm_cli.history import History, Turn, input_budget, output_limit, request_t
 from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import DEFAULT_WINDOW
 from rlm_cli.progress import stream_callback
+from rlm_cli.reply import find_text_final
+from rlm_cli.reply import outside_code as reply_text_outside_code
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
 from rlm_cli.trace import event, request_key
 
@@ -201,6 +203,8 @@ class Orchestrator:
         sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
                           limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
         sandbox.hide_paths = self.hide_paths
+        # The token is served only to this sandbox's worker process (and its descendants).
+        self.handler.bind(token, lambda: getattr(sandbox.proc, "pid", None))
         try:
             sandbox.start()
             for note in sandbox.notes:
@@ -258,7 +262,7 @@ class Orchestrator:
             if self.client.fatal is not None:  # e.g. a 401 on a sub-call: stop now, exit 4
                 raise self.client.fatal
             if self.client.budget.exceeded is not None:
-                raise self._with_partial(self.client.budget.exceeded, loop.last_text)
+                raise self._with_partial(self.client.budget.exceeded, loop.last_text, [o for _, o in outputs])
             if result.final is not None:
                 if not loop.ran_code and only_finishes(code) and n == 1:
                     # A literal answer on the first turn is a guess: nothing it saw came from the corpus.
@@ -398,7 +402,8 @@ class Orchestrator:
             completion = self.client.complete(messages, model=model, role="root", depth=self.depth,
                                               on_delta=stream_callback(self.emit, self.depth, model))
         except BudgetExceededError as exc:
-            raise self._with_partial(exc, last_text) from None
+            outputs = next((t.outputs for t in reversed(history.turns) if t.outputs), [])
+            raise self._with_partial(exc, last_text, outputs) from None
         r = completion.record
         self.emit(event("root_call", self.depth, model=model, response=completion.text,
                         request_key=request_key(model, messages), request_tokens=fit.tokens or request_tokens(messages),
@@ -436,14 +441,18 @@ class Orchestrator:
         prose = reply.outside_code(best).strip()
         if prose and reply.looks_like_answer(prose):
             return prose
-        return prompts.no_answer(self._last_output)
+        return partial_answer(best, [self._last_output])
 
     def _notice(self, message: str) -> None:
         self.emit(event("notice", self.depth, message=message))
 
-    def _with_partial(self, exc: BudgetExceededError, last_text: str) -> BudgetExceededError:
-        if not exc.partial:
-            exc.partial = last_text.strip()
+    def _with_partial(self, exc: BudgetExceededError, reply: str, outputs: list[str]) -> BudgetExceededError:
+        """``exc`` with the root loop's best partial answer (:func:`partial_answer` of its last
+        reply and outputs). A sub-RLM leaves it alone: the budget error is one object shared by
+        the whole tree, and the root loop, which re-raises it once the child's error reached its
+        code, is the one whose answer the user asked for."""
+        if self.depth == 0:
+            exc.partial = partial_answer(reply, outputs)
         return exc
 
     def _done(self, answer: str, status: str, iterations: int, sub_calls_before: int, started: float) -> RunResult:
@@ -453,6 +462,39 @@ class Orchestrator:
         self.emit(event("final", self.depth, status=status, iterations=iterations, answer=answer,
                         answer_chars=len(answer)))
         return result
+
+
+#: Characters of each output, and of the model's words, kept in a partial answer.
+PARTIAL_OUTPUT_CHARS = 1_000
+PARTIAL_WORDS_CHARS = 2_000
+
+
+def partial_answer(reply: str, outputs: list[str]) -> str:
+    """The best answer of a run stopped early (a budget), from the root model's last ``reply``
+    and the shown ``outputs`` of its last code blocks. Never code:
+
+    * a ``FINAL(answer)`` line in the reply's text with a written-out answer: that answer;
+    * otherwise ``No final answer yet`` followed by the reply's text outside code blocks (what
+      the model said it was doing or had found; up to :data:`PARTIAL_WORDS_CHARS` characters)
+      and the head of each output (:data:`PARTIAL_OUTPUT_CHARS` characters each).
+    """
+    found = find_text_final(reply)
+    literal = found.literal() if found is not None else None
+    if literal is not None:
+        return literal
+    words = reply_text_outside_code(reply)
+    words = words[:words.index("```")] if "```" in words else words  # an unclosed block: code to the end
+    parts = ["No final answer yet: the run stopped before the model gave one."]
+    if words.strip():
+        parts.append("The model's last words (its code left out):\n" + _clipped(words.strip(), PARTIAL_WORDS_CHARS))
+    heads = [_clipped(o.strip(), PARTIAL_OUTPUT_CHARS) for o in outputs if o.strip()]
+    if heads:
+        parts.append("What its last code printed:\n" + "\n---\n".join(heads))
+    return "\n\n".join(parts)
+
+
+def _clipped(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars] + f" [... {len(text) - chars:,} more characters]"
 
 
 @dataclass

@@ -315,18 +315,6 @@ NOT_AN_ANSWER = ("That reply does not answer the question. Run code in a ```repl
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
                  "different, or finish with FINAL if you have the answer.")
 
-NO_ANSWER_AT_LIMIT = "No answer was found within the iteration limit."
-
-
-def no_answer(last_output: str, head_chars: int = 600) -> str:
-    """The partial answer when the model gave none: :data:`NO_ANSWER_AT_LIMIT` and the head of
-    the last output the code produced (what was learned), if any."""
-    out = last_output.strip()
-    if not out:
-        return NO_ANSWER_AT_LIMIT
-    more = " [...]" if len(out) > head_chars else ""
-    return f"{NO_ANSWER_AT_LIMIT} The last output of the code was:\n{out[:head_chars]}{more}"
-
 #: How each helper is called, quoted when the model calls it wrongly.
 HELPER_USAGE = {
     "grep": "grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches all of `context` "

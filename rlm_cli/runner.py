@@ -20,6 +20,7 @@ from typing import Any
 from rlm_cli import __version__
 from rlm_cli.config import CHOICES, Settings
 from rlm_cli.corpus import Corpus, load_corpus
+from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
     DoesNotFitError,
     ExitCode,
@@ -29,10 +30,18 @@ from rlm_cli.errors import (
     RLMError,
     UsageError,
 )
-from rlm_cli.history import request_tokens
+from rlm_cli.history import input_budget, request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import ensure_model
-from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, run_direct, text_meta
+from rlm_cli.orchestrator import (
+    DEFAULT_WINDOW,
+    Orchestrator,
+    RunResult,
+    corpus_meta,
+    first_messages,
+    run_direct,
+    text_meta,
+)
 from rlm_cli.phases import PhaseTagger
 from rlm_cli.progress import Progress, index_callback
 from rlm_cli.prompts import direct_prompt
@@ -110,6 +119,51 @@ def direct_tokens(corpus: Corpus, question: str) -> int:
     return corpus.total_tokens + request_tokens(direct_prompt(question, "")) + len(corpus.files) * 12
 
 
+#: Share of the root model's input budget, after the system prompt and the corpus description,
+#: that a question may take; the other half is left for the turns of the loop.
+QUESTION_SHARE = 0.5
+#: A question that must be cut to fewer tokens than this cannot be asked (exit 2).
+MIN_QUESTION_TOKENS = 256
+
+
+def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0) -> tuple[str, str | None]:
+    """``(question, note)``: the question as the loop at ``depth`` will send it, and a note for
+    stderr when it had to be shortened (``None`` when it is sent whole).
+
+    Rule: a question may take at most :data:`QUESTION_SHARE` of the tokens the root model's input
+    budget (``history.input_budget`` of ``settings.root_model_window``) leaves after the system
+    prompt and the corpus description, so that a few turns still fit. A longer one keeps its
+    head (two thirds) and its end (a third: the instruction after a pasted text usually comes
+    last) around a marker that tells the model how much was cut; without it, ``History`` would
+    cut the first message's end silently. Tokens are counted with ``o200k_base``.
+
+    Raises:
+        UsageError: the question is too long and less than :data:`MIN_QUESTION_TOKENS` tokens
+            are left for it (a window too small for the loop at all).
+    """
+    window = settings.root_model_window or DEFAULT_WINDOW
+    fixed = request_tokens(first_messages(settings, "", meta, depth))
+    room = int((input_budget(window) - fixed) * QUESTION_SHARE)
+    enc = encoding()
+    ids = enc.encode_ordinary(question)
+    if len(ids) <= room:
+        return question, None
+    if room < MIN_QUESTION_TOKENS:
+        raise UsageError(f"the question ({len(ids):,} tokens) does not fit: the root model's input window of "
+                         f"{window:,} tokens leaves {max(room, 0):,} tokens for it after the system prompt and the "
+                         "corpus description, and half of the window for the turns",
+                         hint="put long material in a file passed as a PATH and keep the question short, or use "
+                              "a model with a larger window (--root-model-window)")
+    marker = "\n\n[... {cut:,} characters of the question were cut here to fit the model's input window ...]\n\n"
+    keep = room - len(enc.encode_ordinary(marker.format(cut=len(question))))
+    head, tail = enc.decode(ids[:keep * 2 // 3]), enc.decode(ids[len(ids) - (keep - keep * 2 // 3):])
+    cut = len(question) - len(head) - len(tail)
+    note = (f"the question ({len(question):,} characters, {len(ids):,} tokens) was shortened to about {room:,} "
+            f"tokens to fit the root model's input window of {window:,} tokens: its middle ({cut:,} characters) "
+            "was cut, its beginning and end were kept (put long material in a file passed as a PATH instead)")
+    return head + marker.format(cut=cut) + tail, note
+
+
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,
         client: ModelClient | None = None, record: bool = True, corpus: Corpus | None = None) -> AskOutcome:
     """Load the corpus at ``paths`` and answer ``question`` (RLM loop or direct, per ``settings.mode``).
@@ -136,15 +190,17 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
     writer = TraceWriter(trace_path) if trace_path is not None else None
     totals = lambda: (client.usage.total_tokens, client.usage.cost_usd)  # noqa: E731
-    # Events flow: phases added -> progress groups closed -> sources kept -> trajectory + terminal.
+    # Events flow: turns counted -> phases added -> progress groups closed -> sources kept ->
+    # trajectory + terminal.
     progress = Progress(TraceSink(writer, emit, totals=totals), totals)
     collector = SourceCollector(progress)
     sink = PhaseTagger(collector)
+    turns = _TurnCounter(sink)
     started = time.monotonic()
     sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
                paths=[p if p == "-" else os.path.abspath(p) for p in paths], config=settings.redacted()))
     try:
-        outcome = _ask(settings, paths, question, sink, stdin_bytes, client, progress, corpus)
+        outcome = _ask(settings, paths, question, turns, stdin_bytes, client, progress, corpus)
         res = outcome.result
         outcome.sources, outcome.sources_omitted = _sources(collector, res.answer, outcome.corpus, res.mode)
         sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
@@ -154,13 +210,19 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
         result = getattr(exc, "result", None)
         status = ("max_iterations" if isinstance(exc, MaxIterationsError) else
                   "budget_exceeded" if isinstance(exc, PartialAnswerError) else "error")
+        if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
+            result = RunResult(answer=exc.partial, status=status, iterations=turns.root_turns,
+                               sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
+                               mode=getattr(exc, "mode", "rlm"))
+            exc.result = result  # type: ignore[attr-defined]
         corpus = getattr(exc, "corpus", None)
         found, omitted = (_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
                           if corpus is not None else ([], 0))
         exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
         sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
                    exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
-                   iterations=result.iterations if result else None, usage=client.usage.summary(),
+                   iterations=result.iterations if result else turns.root_turns,
+                   sub_calls=result.sub_calls if result else client.usage.sub_calls, usage=client.usage.summary(),
                    elapsed_s=round(time.monotonic() - started, 3), sources=found, sources_omitted=omitted))
         exc.trace_path = trace_path  # type: ignore[attr-defined]
         if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
@@ -176,6 +238,14 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
                     break
             exc.trace_path = None  # type: ignore[attr-defined]
         raise
+    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM (SystemExit 143, see cli)
+        signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+        code = ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.TERMINATED
+        sink(event("summary", 0, status="interrupted", answer="", signal=signal_name, exit_code=int(code),
+                   error=f"interrupted by {signal_name}", iterations=turns.root_turns,
+                   sub_calls=client.usage.sub_calls, usage=client.usage.summary(),
+                   elapsed_s=round(time.monotonic() - started, 3)))
+        raise
     finally:
         if writer is not None:
             writer.close()
@@ -190,6 +260,29 @@ def _sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str)
     return build_sources(rows, answer, files)
 
 
+class _TurnCounter:
+    """The ``emit`` target between the loops and the trajectory: forwards every event and counts
+    the root loop's answered turns (``root_call`` events at depth 0), which is what a run that
+    stopped early (budget, Ctrl-C) reports as its ``iterations``."""
+
+    def __init__(self, forward: Emit) -> None:
+        self.forward = forward
+        self.root_turns = 0
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if ev.get("type") == "root_call" and ev.get("depth") == 0:
+            self.root_turns += 1
+        self.forward(ev)
+
+
+def skipped_files(corpus: Corpus) -> dict[str, Any]:
+    """``{"skipped": [{"path", "reason"}, ...], "skipped_count": n}``: the files and folders the
+    corpus left out (the first ``loader.MAX_NAMED_SKIPS``; a folder's path ends with ``/``) and
+    how many there were in all (``--json``'s corpus section and the trajectory's corpus event)."""
+    return {"skipped": [{"path": path, "reason": reason} for path, reason in corpus.report.named],
+            "skipped_count": sum(corpus.report.skipped.values())}
+
+
 def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,
          client: ModelClient, progress: Progress | None = None, given: Corpus | None = None) -> AskOutcome:
     level, warning = resolve_level(settings.sandbox)
@@ -201,7 +294,7 @@ def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_
                                   on_progress=index_callback(emit))
     emit(event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
                tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(time.monotonic() - started, 3),
-               sandbox=level))
+               sandbox=level, **skipped_files(corpus)))
     try:
         return _answer(settings, paths, question, emit, client, corpus, level, progress)
     finally:
@@ -217,10 +310,13 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
     sub_window, sub_src = model_window(client, sub_model, settings.sub_model_window)
     settings.root_model_window, settings.sub_model_window = root_window, sub_window
     mode, reason = choose_mode(settings, corpus.total_tokens, root_window)
+    needed = direct_tokens(corpus, question)
+    if mode == "direct" and settings.mode == "auto" and needed > root_window // 2:
+        mode, reason = "rlm", (f"the corpus is small, but with the question it needs {needed:,} tokens, over half "
+                               f"the root model's window of {root_window:,}, so it stays in the REPL")
     emit(event("mode", 0, mode=mode, reason=reason, root_window=root_window, root_window_source=root_src,
                sub_window=sub_window, sub_window_source=sub_src))
     if mode == "direct":
-        needed = direct_tokens(corpus, question)
         if needed > root_window:
             raise DoesNotFitError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input "
                                   f"window is {root_window:,}", hint="use --mode rlm (or auto)")
@@ -230,8 +326,11 @@ def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, cli
             _attach(exc, client, corpus, "direct")
             raise
         return AskOutcome(result, corpus, client.usage.summary(), level)
-    for note in run_notes(level):  # once per run, not once per sub-RLM worker
-        emit(event("notice", 0, message=note))
+    for run_note in run_notes(level):  # once per run, not once per sub-RLM worker
+        emit(event("notice", 0, message=run_note))
+    question, note = fit_question(settings, question, corpus_meta(corpus))
+    if note:
+        emit(event("notice", 0, message=note, level="warning"))
     hide = tuple(os.path.abspath(p) for p in paths if p != "-")
     handler = LMHandler(client, on_sub_call=lambda info: emit(sub_call_event(info)),
                         on_request=progress.on_request if progress is not None else None)
@@ -277,7 +376,7 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
 
     def on_rlm_query(prompt: str, context: str | None, depth: int) -> str:
         child_depth = depth + 1
-        if child_depth >= settings.max_depth:
+        if not handler.recurses(depth):
             model = settings.effective_sub_model
             assert model is not None
             content = prompt if context is None else f"{prompt}\n\n{context}"
@@ -303,6 +402,12 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
             meta = corpus_meta(corpus)
         else:
             spec, meta = WorkerSpec(context_text=context), text_meta(context)
+        try:
+            prompt, note = fit_question(settings, prompt, meta, child_depth)
+        except UsageError as exc:
+            return f"Error: {exc.message}; pass long text as context= instead"
+        if note:
+            emit(event("notice", child_depth, message=f"sub-RLM: {note}", level="warning"))
         try:
             return child.run(prompt, spec, meta).answer
         except MaxIterationsError as exc:  # a budget stop propagates: it ends the whole tree

@@ -140,4 +140,4 @@ def test_iteration_limit_never_prints_raw_code_as_the_answer(tmp_path: Path, llm
     res = run_rlm("ask", str(corpus(tmp_path)), "What is it?", *model_flags(llm), "--max-iterations", "2")
     assert res.code == 5, res.stderr
     assert "```" not in res.stdout and "print(" not in res.stdout
-    assert res.stdout.startswith(prompts.NO_ANSWER_AT_LIMIT) and res.stdout.rstrip().endswith("\n2")
+    assert res.stdout.startswith("No final answer yet") and res.stdout.rstrip().endswith("\n2")

@@ -424,6 +424,8 @@ class Sandbox:
         self._drain: threading.Thread | None = None
         self._drain_stop = threading.Event()
         self._started_ticks = 0
+        #: A code block is running (or was, when Ctrl-C cut ``execute`` short): close() kills at once.
+        self._busy = False
         self.restarts = 0
         self.notes: list[str] = []
         #: The user the worker runs as after start (``None``: the parent's).
@@ -446,6 +448,7 @@ class Sandbox:
             SandboxError: the worker failed to start or load within ``START_TIMEOUT`` seconds.
         """
         self.notes = []
+        self._busy = False
         try:
             self._start()
         except BaseException:
@@ -518,8 +521,11 @@ class Sandbox:
         self.notes += [str(n) for n in reply.get("notes", [])]
 
     def close(self) -> None:
-        """Kill the worker (and every process it started) and delete the scratch folder."""
-        if self.proc is not None and self.proc.poll() is None:
+        """Kill the worker (and every process it started) and delete the scratch folder.
+
+        An idle worker is asked to shut down first (0.5 s); one still running a block is not.
+        """
+        if self.proc is not None and self.proc.poll() is None and not self._busy:
             try:
                 protocol.write_message_fd(self._wfd, {"type": "shutdown"}, time.monotonic() + 0.5)
                 self.proc.wait(timeout=0.5)
@@ -584,6 +590,7 @@ class Sandbox:
         limit = self.cell_timeout if timeout is None else max(0.1, min(timeout, self.cell_timeout))
         deadline = started + limit
         req_id = secrets.token_hex(8)
+        self._busy = True
         try:
             if self.proc is None:
                 raise protocol.ProtocolError("no worker")
@@ -594,6 +601,7 @@ class Sandbox:
                 if reply.get("id") == req_id:
                     break
             result = _parse_result(reply)
+            self._busy = False
         except TimeoutError:
             lost = f"the cell timed out after {limit:g} s and was killed"
         except (OSError, protocol.ProtocolError) as exc:
