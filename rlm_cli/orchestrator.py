@@ -48,8 +48,6 @@ from rlm_cli.history import History, Turn, input_budget, output_limit, request_t
 from rlm_cli.lm_handler import LMHandler, ModelClient
 from rlm_cli.models import DEFAULT_WINDOW
 from rlm_cli.progress import stream_callback
-from rlm_cli.reply import find_text_final
-from rlm_cli.reply import outside_code as reply_text_outside_code
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
 from rlm_cli.trace import event, request_key
 
@@ -469,8 +467,8 @@ PARTIAL_OUTPUT_CHARS = 1_000
 PARTIAL_WORDS_CHARS = 2_000
 
 
-def partial_answer(reply: str, outputs: list[str]) -> str:
-    """The best answer of a run stopped early (a budget), from the root model's last ``reply``
+def partial_answer(last_reply: str, outputs: list[str]) -> str:
+    """The best answer of a run stopped early (a budget), from the root model's ``last_reply``
     and the shown ``outputs`` of its last code blocks. Never code:
 
     * a ``FINAL(answer)`` line in the reply's text with a written-out answer: that answer;
@@ -478,11 +476,11 @@ def partial_answer(reply: str, outputs: list[str]) -> str:
       the model said it was doing or had found; up to :data:`PARTIAL_WORDS_CHARS` characters)
       and the head of each output (:data:`PARTIAL_OUTPUT_CHARS` characters each).
     """
-    found = find_text_final(reply)
+    found = reply.find_text_final(last_reply)
     literal = found.literal() if found is not None else None
     if literal is not None:
         return literal
-    words = reply_text_outside_code(reply)
+    words = reply.outside_code(last_reply)
     words = words[:words.index("```")] if "```" in words else words  # an unclosed block: code to the end
     parts = ["No final answer yet: the run stopped before the model gave one."]
     if words.strip():
