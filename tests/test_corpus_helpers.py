@@ -243,18 +243,18 @@ def test_grep_hits_in_python_name_their_enclosing_definition_like_ast_does() -> 
     for rel, text in texts.items():
         owner: dict[int, str] = {}
 
-        def visit(node: ast.AST, prefix: str) -> None:
+        def visit(node: ast.AST, prefix: str, owner: dict[int, str]) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     qual = f"{prefix}{child.name}"
                     body_start = child.body[0].lineno
                     for n in range(body_start, (child.end_lineno or body_start) + 1):
                         owner[n] = qual
-                    visit(child, qual + ".")
+                    visit(child, qual + ".", owner)
                 else:
-                    visit(child, prefix)
+                    visit(child, prefix, owner)
 
-        visit(ast.parse(text), "")
+        visit(ast.parse(text), "", owner)
         lines = text.split("\n")
         for hit in view.grep(r"\w\(", path_glob=rel, max_results=100_000):
             n = hit["line"]
