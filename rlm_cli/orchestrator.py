@@ -77,6 +77,28 @@ def only_finishes(code: str) -> bool:
     return calls > 0
 
 
+def literal_final(code: str) -> bool:
+    """Whether ``code`` calls FINAL with an answer written out as a literal (a string or number
+    constant, or an f-string without fields), as opposed to a value the code computed, or
+    ``FINAL_VAR`` of a text that is not a variable name."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FINISHERS \
+                and node.args and not node.keywords:
+            args = node.args
+            if node.func.id == "FINAL_VAR":
+                if isinstance(args[0], ast.Constant) and isinstance(args[0].value, str) \
+                        and not args[0].value.isidentifier():
+                    return True
+            elif all(isinstance(a, ast.Constant) or (isinstance(a, ast.JoinedStr) and all(
+                    isinstance(v, ast.Constant) for v in a.values)) for a in args):
+                return True
+    return False
+
+
 @dataclass
 class RunResult:
     """The outcome of a run. ``status`` is ``final`` or ``max_iterations``; ``mode`` ``rlm`` or ``direct``."""
@@ -269,6 +291,10 @@ class Orchestrator:
                 elif unseen:
                     notes.append(prompts.final_after_unseen(n))
                     self._notice(f"FINAL in block {n}, after output the model had not seen; refused")
+                elif result.output_chars and literal_final(code):
+                    # The answer was written out before the output of this very block was seen.
+                    notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
+                    self._notice("written-out FINAL in a block that printed output not seen yet; refused")
                 else:
                     final = result.final
                 break  # the first FINAL wins; later blocks do not run

@@ -141,3 +141,29 @@ def test_iteration_limit_never_prints_raw_code_as_the_answer(tmp_path: Path, llm
     assert res.code == 5, res.stderr
     assert "```" not in res.stdout and "print(" not in res.stdout
     assert res.stdout.startswith("No final answer yet") and res.stdout.rstrip().endswith("\n2")
+
+
+def test_written_out_final_in_a_block_that_printed_unseen_output_is_refused(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(len(files))"),
+               repl("hits = grep('def urlparse')\nprint(hits)\nFINAL('distutils/command/upload.py')"),
+               repl("FINAL(hits[0]['file'])"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "urllib/parse.py"
+    assert prompts.FINAL_WITH_UNSEEN_CODE in last_user(llm.chat_requests("root")[2])
+
+
+def test_a_final_answer_line_in_prose_ends_the_run(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(grep('def urlparse'))"), "**Final answer:** urllib/parse.py, line 4.")
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.error is None and r.answer == "urllib/parse.py, line 4."
+    assert len(llm.chat_requests("root")) == 2
+
+
+def test_reassigning_context_is_pointed_out_and_undone(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("context = 'def f(): return str(1)'\nprint(len(grep('str', context)))"),
+               repl("print(len(context) > 100)"), repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "ok"
+    first = last_user(llm.chat_requests("root")[1])
+    assert "this block reassigned `context`" in first
+    assert "True" in last_user(llm.chat_requests("root")[2])
