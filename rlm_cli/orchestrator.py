@@ -170,14 +170,15 @@ def text_meta(text: str) -> dict[str, Any]:
 
 
 def first_messages(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0) -> list[dict[str, str]]:
-    """The system prompt and first user message of a loop at ``depth`` (what the root model
-    reads first); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`)."""
+    """What the root model of a loop at ``depth`` reads first: the system prompt, the worked
+    example's turns (:func:`prompts.example_messages`) and the first user message (metadata and
+    question); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`)."""
     root_window = settings.root_model_window or DEFAULT_WINDOW
     out_limit = output_limit(input_budget(root_window), settings.max_output_chars)
     system = prompts.system_prompt(sub_window_tokens=settings.sub_model_window or DEFAULT_WINDOW,
                                    max_output_chars=out_limit, root_window_tokens=root_window,
                                    recursion=depth + 1 < settings.max_depth)
-    return [{"role": "system", "content": system},
+    return [{"role": "system", "content": system}, *prompts.example_messages(),
             {"role": "user", "content": prompts.first_user_prompt(question, prompts.corpus_metadata(meta))}]
 
 
@@ -215,8 +216,8 @@ class Orchestrator:
         assert root_model is not None
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
-        system, first = first_messages(s, question, meta, self.depth)
-        history = History(system["content"], first["content"], budget_tokens=budget)
+        system, *examples, first = first_messages(s, question, meta, self.depth)
+        history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
         sub_calls_before = self.client.usage.sub_calls
         loop = _LoopState()
         token = self.handler.register(self.depth)

@@ -72,22 +72,7 @@ How to work:
 
 Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characters: print counts, summaries and short excerpts, never whole files. Do not reassign `context`, `files`, `chunks` or the helpers. A grep for a name also finds its imports and calls: to find where something is defined, grep for `def name` or `class name`. A search that finds nothing proves little: loosen it (a shorter pattern, ignore_case=True) before you conclude.
 
-Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message.
-
-Example.
-Question: Where is the function `parse_config` defined?
-Your reply:
-```repl
-hits = grep(r"def parse_config\\b")
-print(len(hits), hits[:5])
-```
-The next message, from the REPL:
-Output:
-1 [{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
-Your next reply:
-```repl
-FINAL("`parse_config` is defined in app/config.py at line 42.")
-```"""
+Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message. The first exchange below is a worked example of this (not your task)."""
 
 COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks. The corpus is not shown to you; it is in the REPL:
 `context` (str: all files, each after a line `==> path <==`), `files` (dicts: path, lines, start, end), `chunks` (dicts: path, start_line, end_line),
@@ -96,18 +81,7 @@ COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
 `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
 Explore with code first, filter with grep, send big pieces to sub-calls. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
-Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message.
-Example. Your reply:
-```repl
-print(grep(r"def parse_config\\b")[:5])
-```
-The next message, from the REPL:
-Output:
-[{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
-Your next reply:
-```repl
-FINAL("parse_config is defined in app/config.py at line 42.")
-```"""
+Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message. The first exchange below is an example (not your task)."""
 
 _RLM_QUERY_RECURSIVE = ("a sub-RLM: a fresh REPL like this one over `context` (a str you pass, or this "
                         "corpus) that works through the prompt with its own code and sub-calls and returns "
@@ -211,6 +185,23 @@ def _describe_structured(m: dict[str, Any]) -> str:
     rest = [str(k)[:30] for k in (m.get("keys") or [])[len(m.get("sample") or []):][:6]]
     keys = sample + (", " + ", ".join(rest) if rest else "") + (f" ({nkeys:,} keys)" if nkeys > 6 else "")
     return f"{path}: {'; '.join(parts)}" + (f"; keys: {keys}" if keys else "")
+
+
+def example_messages() -> list[dict[str, str]]:
+    """A worked example as real chat turns, sent between the system prompt and the question: the
+    model's reply ends right after its code block, and the output arrives as the next (user)
+    message. Small models imitate a transcript written inside the system prompt, invented output
+    included; as separate turns, the turn-taking is what they learn (issue #10)."""
+    return [
+        {"role": "user", "content": "Example question (not your task): Where is the function `parse_config` "
+                                    "defined?"},
+        {"role": "assistant", "content": 'I will search for its definition.\n```repl\nhits = grep(r"def '
+                                         'parse_config\\b")\nprint(len(hits), hits[:5])\n```'},
+        {"role": "user", "content": "Output:\n1 [{'file': 'app/config.py', 'line': 42, 'text': 'def "
+                                    "parse_config(path):'}]\n\nContinue."},
+        {"role": "assistant", "content": 'The output shows the definition.\n```repl\nFINAL("`parse_config` is '
+                                         'defined in app/config.py at line 42.")\n```'},
+    ]
 
 
 def first_user_prompt(question: str, metadata: str) -> str:
