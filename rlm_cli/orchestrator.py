@@ -12,7 +12,7 @@ Finishing rules (each has a test in ``tests/test_orchestrator.py``):
   claims that block's output ("Output: ...", a result written out): later blocks were written on
   imagined output and do not run, and that text is cut from the history (the model is told).
   A FINAL in a later block of a reply, after an earlier block printed output the model has not
-  seen, is refused.
+  seen, is refused (the output of code it already ran in an earlier turn counts as seen).
 * A line ``FINAL(...)`` or ``FINAL_VAR(...)`` in the reply's text, outside code blocks, ends the
   run with the same value the call gives in a block (``FINAL(x)`` of a variable ``x`` is its value;
   text that is not Python is taken as written). A FINAL written after claimed output never ends
@@ -75,6 +75,11 @@ def only_finishes(code: str) -> bool:
             return False
         calls += 1
     return calls > 0
+
+
+def _norm(code: str) -> str:
+    """``code`` with runs of whitespace made one space: what makes two blocks "the same code"."""
+    return _SPACE.sub(" ", code).strip()
 
 
 def literal_final(code: str) -> bool:
@@ -257,7 +262,7 @@ class Orchestrator:
         outputs: list[tuple[str, str]] = []
         notes: list[str] = []
         final: str | None = None
-        unseen = 0  # characters earlier blocks of this reply printed (the model has not seen them)
+        unseen = 0  # characters earlier blocks of this reply printed that the model has not seen yet
         ran = 0
         for n, block in enumerate(plan.blocks[:plan.runnable], 1):
             code = block.code
@@ -301,10 +306,11 @@ class Orchestrator:
                 break  # the first FINAL wins; later blocks do not run
             if not result.ok or result.lost:
                 break  # later blocks were written assuming this one worked
-            unseen += result.output_chars
+            if _norm(code) not in loop.seen_code:  # code it ran before printed what it saw then
+                unseen += result.output_chars
         loop.ran_code = True
         if final is None and text_final is not None and not notes:
-            final = self._text_final_next_to_code(text_final, plan, ran, sandbox, notes)
+            final = self._text_final_next_to_code(text_final, plan, unseen, sandbox, notes)
         if final is not None:
             return final
         kept = text
@@ -323,21 +329,24 @@ class Orchestrator:
             outputs=[o for _, o in outputs]))
         return None
 
-    def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, ran: int, sandbox: Sandbox,
+    def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, unseen: int, sandbox: Sandbox,
                                  notes: list[str]) -> str | None:
         """A FINAL line written in the text of a reply that also ran code: refused after claimed
-        output or when it is a written-out answer (literal); a variable or expression is taken
-        from the REPL."""
+        output, or when it is a written-out answer (literal) while the code printed output the
+        model has not seen (``unseen`` characters); a variable or expression is taken from the
+        REPL."""
         if plan.claimed and tf.offset >= plan.cut:
             self._notice("FINAL written after text that claimed output; refused")
             notes.append(prompts.FINAL_AFTER_CLAIM)
             return None
+        if tf.literal() is not None and not unseen:
+            return tf.literal()
         if tf.literal() is not None:
             notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
             self._notice("FINAL(...) line next to unseen code output; refused")
             return None
         value, literal = self._text_final_value(sandbox, tf, notes)
-        if literal:  # not Python after all (e.g. a path): a written-out answer
+        if literal and unseen:  # not Python after all (e.g. a path): a written-out answer
             notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
             self._notice("FINAL(...) line next to unseen code output; refused")
             return None
@@ -403,7 +412,7 @@ class Orchestrator:
     def _repetition_notes(self, loop: _LoopState, codes: list[str], outputs: list[str]) -> list[str]:
         """Notes when this turn repeats code that already ran, or the error of the previous turn."""
         notes = []
-        norm = [_SPACE.sub(" ", c).strip() for c in codes]
+        norm = [_norm(c) for c in codes]
         if norm and all(c in loop.seen_code for c in norm):
             notes.append(prompts.REPEATED_CODE)
             self._notice("the model repeated code it had already run; told")

@@ -167,3 +167,17 @@ def test_reassigning_context_is_pointed_out_and_undone(tmp_path: Path, llm: Fake
     first = last_user(llm.chat_requests("root")[1])
     assert "this block reassigned `context`" in first
     assert "True" in last_user(llm.chat_requests("root")[2])
+
+
+def test_a_final_next_to_code_it_already_ran_is_accepted(tmp_path: Path, llm: FakeLLM) -> None:
+    """Output of code the model ran before is output it has seen: a weak model that repeats its
+    last block before finishing must not be refused until the iteration limit."""
+    again = "```repl\nprint(grep('def urlparse'))\n```\nFinal answer: urllib/parse.py\n```repl\nFINAL('urllib/parse.py')\n```"
+    llm.script("root", repl("print(grep('def urlparse'))"), again, repl("FINAL('refused before')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.error is None and r.answer == "urllib/parse.py"
+    assert len(llm.chat_requests("root")) == 2
+    # The same reply on the first turn has not seen its output: refused there.
+    llm.script("root", again.replace("Final answer: urllib/parse.py\n", ""), repl("FINAL('after seeing it')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "after seeing it"
