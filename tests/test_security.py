@@ -847,9 +847,9 @@ def _nesting_model(llm: FakeLLM, root_code: str, child_code: Callable[[str], str
 
     def reply(req: dict[str, Any]) -> str:
         messages = req["messages"]
-        if len(messages) > 2:
+        if any(m["role"] == "assistant" for m in messages[-2:]):  # a later turn (the example comes first)
             return repl("FINAL('done')")
-        first = str(messages[1]["content"])
+        first = str(messages[-1]["content"])
         if "ATTACK " not in first:
             return repl(root_code)
         with lock:
