@@ -847,7 +847,7 @@ def _nesting_model(llm: FakeLLM, root_code: str, child_code: Callable[[str], str
 
     def reply(req: dict[str, Any]) -> str:
         messages = req["messages"]
-        if any(m["role"] == "assistant" for m in messages[-2:]):  # a later turn (the example comes first)
+        if "Question: " not in str(messages[-1]["content"]):  # a later turn: its last message is output
             return repl("FINAL('done')")
         first = str(messages[-1]["content"])
         if "ATTACK " not in first:
