@@ -26,7 +26,10 @@ def code_corpus(tmp_path: Path) -> Path:
 
 
 def assistant_turns(req: dict) -> list[str]:
-    return [str(m["content"]) for m in req["messages"] if m["role"] == "assistant"]
+    """The model's turns of a request, after the question (the worked example's come before it)."""
+    msgs = req["messages"]
+    start = next(i for i, m in enumerate(msgs) if "Question: " in str(m["content"]))
+    return [str(m["content"]) for m in msgs[start:] if m["role"] == "assistant"]
 
 
 def test_invented_output_and_its_final_never_end_the_run_nor_reach_the_history(tmp_path: Path, llm: FakeLLM) -> None:
@@ -67,7 +70,7 @@ def test_helpers_take_the_calls_python_programmers_write(tmp_path: Path, llm: Fa
         "g = grep('urlparse', file='distutils/command/upload.py', flags=2)\n"
         "print(a == b, a[0]['file'], a[0]['line'], len(c), d[0]['file'], d[0]['line'], '4: def urlparse' in e,"
         " '4: def urlparse' in f, len(g))\n"
-        "FINAL('ok', 'then')")
+        "words = ('ok', 'then')\nFINAL(*words)")  # several values, joined like print
     llm.script("root", repl("print(1)"), repl(code))
     r = run(llm, [code_corpus(tmp_path)])
     assert r.error is None and r.answer == "ok then"
@@ -181,3 +184,14 @@ def test_a_final_next_to_code_it_already_ran_is_accepted(tmp_path: Path, llm: Fa
     llm.script("root", again.replace("Final answer: urllib/parse.py\n", ""), repl("FINAL('after seeing it')"))
     r = run(llm, [code_corpus(tmp_path)])
     assert r.answer == "after seeing it"
+
+
+def test_context_indexed_by_a_path_is_that_files_text(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(context['urllib/parse.py'].split('\\n')[3], context['upload.py'][:4], "
+                            "type(context[0:3]).__name__, 'urllib/parse.py' in context)\ncontext['nope.py']"),
+               repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "ok"
+    out = r.of("output")[0]["output"]
+    assert out.startswith("def urlparse(url, scheme='', allow_fragments=True): from str True")
+    assert "KeyError" in out and "no file 'nope.py'" in out

@@ -43,6 +43,24 @@ _CHUNK_KEYS = ("start_line", "end_line", "start", "end", "tokens", "sha1")
 _TERM = re.compile(r"[^\W_]+")
 
 
+class Context(str):
+    """``context``: the whole corpus as one ``str`` (slices, string methods and regexes work as on
+    any ``str``), which also answers ``context["path/to/file.py"]`` with that file's text: models
+    often take ``context`` for a dict of files, and that call then works instead of failing with
+    "string indices must be integers". A unique path suffix is enough; an unknown path raises
+    ``KeyError`` naming close paths. Built by decoding straight into the subclass (no copy)."""
+
+    _view: CorpusView | None = None
+
+    def __getitem__(self, key: Any) -> str:  # type: ignore[override]
+        if isinstance(key, str) and self._view is not None:
+            try:
+                return self._view.file_text(key)
+            except FileNotFoundError as exc:
+                raise KeyError(str(exc)) from None
+        return str.__getitem__(self, key)
+
+
 class CorpusView:
     """The loaded corpus and the helper functions the model calls on it.
 
@@ -52,7 +70,8 @@ class CorpusView:
 
     def __init__(self, context: str = "", files: list[dict[str, Any]] | None = None,
                  chunks: list[dict[str, Any]] | None = None) -> None:
-        self.context = context
+        self.context = context if isinstance(context, Context) else Context(context)
+        self.context._view = self
         if files is None:
             files, chunks = _raw_layout(context)
         self.files: list[dict[str, Any]] = files
@@ -80,10 +99,10 @@ class CorpusView:
             raise ValueError(f"corpus bundle version {index.get('version')!r} is not {BUNDLE_VERSION}")
         with open(context_file, "rb") as fh:  # mapped: no private copy of the bytes (see store.read_context)
             size = os.fstat(fh.fileno()).st_size
-            context = ""
+            context = Context("")
             if size:
                 with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    context = str(mm, "utf-8")
+                    context = Context(mm, "utf-8")
         if len(context) != index["context_chars"]:
             raise ValueError("the context file does not match the index")
         fcols, ccols = index["files"], index["chunks"]
@@ -336,6 +355,15 @@ class CorpusView:
         lines = self.context[f["start"]:f["end"]].split("\n", b)
         width = len(str(b))
         return "\n".join(f"{i:>{width}}: {lines[i - 1].removesuffix(chr(13))}" for i in range(a, b + 1))
+
+    def file_text(self, path: str) -> str:
+        """The text of the file ``path`` (a unique suffix is enough), as a plain ``str``.
+
+        Raises:
+            FileNotFoundError: no such file (the message suggests close paths).
+        """
+        f = self._resolve(self.path_of(path))
+        return str.__getitem__(self.context, slice(f["start"], f["end"]))
 
     def path_of(self, target: Any) -> str:
         """The path a helper argument names: a path, ``"path:120"`` / ``"path:100-140"``, or a dict
