@@ -488,10 +488,17 @@ class ModelClient:
         self.litellm()
         return model in self._router_models
 
+    def reply_cap(self, model: str) -> int:
+        """``max_tokens`` asked of ``model``: :func:`history.reply_tokens` of its input window."""
+        from rlm_cli.history import reply_tokens
+
+        return reply_tokens(self.input_window(model))
+
     def _cache_params(self, model: str) -> dict[str, Any]:
+        params: dict[str, Any] = {"max_tokens": self.reply_cap(model)}
         if self._uses_router(model):
-            return {"router": self._router_models[model]}
-        return {}
+            params["router"] = self._router_models[model]
+        return params
 
     def _check_window(self, messages: list[dict[str, Any]], model: str) -> None:
         window = self.input_window(model)
@@ -604,10 +611,12 @@ class ModelClient:
 
     def _send(self, messages: list[dict[str, Any]], *, model: str, timeout: float) -> Any:
         litellm = self.litellm()
+        cap = self.reply_cap(model)
         if model in self._router_models:
-            return self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0)
+            return self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0,
+                                           max_tokens=cap)
         kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
-                                  "num_retries": 0, "max_retries": 0}
+                                  "num_retries": 0, "max_retries": 0, "max_tokens": cap}
         if self.settings.api_base:
             kwargs["api_base"] = self.settings.api_base
         key = self.settings.effective_api_key
@@ -626,7 +635,7 @@ class ModelClient:
             Exception: whatever litellm raises for the request or a broken stream.
         """
         litellm = self.litellm()
-        extra = {"stream": True, "stream_options": {"include_usage": True}}
+        extra = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": self.reply_cap(model)}
         if model in self._router_models:
             stream = self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0, **extra)
         else:

@@ -195,3 +195,16 @@ def test_context_indexed_by_a_path_is_that_files_text(tmp_path: Path, llm: FakeL
     out = r.of("output")[0]["output"]
     assert out.startswith("def urlparse(url, scheme='', allow_fragments=True): from str True")
     assert "KeyError" in out and "no file 'nope.py'" in out
+
+
+def test_replies_are_capped_at_the_windows_reply_room(tmp_path: Path, llm: FakeLLM) -> None:
+    """A small model stuck repeating itself stops at max_tokens instead of filling the server's
+    context (seen: one root call ran 15 minutes)."""
+    from rlm_cli.history import reply_tokens
+
+    llm.default("sub", "ok")
+    llm.script("root", repl("print(llm_query('hi'))"), repl("FINAL('done')"))
+    r = run(llm, [code_corpus(tmp_path)], root_model_window=16_384, sub_model_window=8_192)
+    assert r.answer == "done"
+    assert {q["max_tokens"] for q in llm.chat_requests("root")} == {reply_tokens(16_384)} == {3_276}
+    assert {q["max_tokens"] for q in llm.chat_requests("sub")} == {reply_tokens(8_192)} == {1_638}
