@@ -208,3 +208,26 @@ def test_replies_are_capped_at_the_windows_reply_room(tmp_path: Path, llm: FakeL
     assert r.answer == "done"
     assert {q["max_tokens"] for q in llm.chat_requests("root")} == {reply_tokens(16_384)} == {3_276}
     assert {q["max_tokens"] for q in llm.chat_requests("sub")} == {reply_tokens(8_192)} == {1_638}
+
+
+def test_result_rows_answer_the_key_names_models_guess(tmp_path: Path, llm: FakeLLM) -> None:
+    code = ("h = grep('def urlparse')[0]\nc = chunks[0]\nf = [x for x in files if x['path'].endswith('parse.py')][0]\n"
+            "print(h['path'], h['lineno'], c['file'], c['text'][:6], f['text'][:6], repr(h))\n"
+            "s = search('scheme allow_fragments')[0]\nprint(s['path'], s['line'], 'def urlparse' in s['text'])\n"
+            "h['nope']")
+    llm.script("root", repl(code), repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "ok"
+    out = r.of("output")[0]["output"]
+    assert out.startswith("urllib/parse.py 4 ")
+    assert "import" in out.split("\n")[0] and "'path'" not in out.split("\n")[0]  # repr shows the real keys only
+    assert "urllib/parse.py 1 True" in out
+    assert "KeyError: \"'nope': this row has the keys ['file', 'line', 'text']\"" in out
+
+
+def test_a_written_out_answer_next_to_a_failing_block_is_refused(tmp_path: Path, llm: FakeLLM) -> None:
+    broken = "```repl\nprint(grep('x')[0]['missing_key'])\n```\nFinal answer: guessed.py"
+    llm.script("root", repl("print(1)"), broken, broken, repl("FINAL('after fixing it')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "after fixing it"
+    assert prompts.FINAL_WITH_UNSEEN_CODE in last_user(llm.chat_requests("root")[2])
