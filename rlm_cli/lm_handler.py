@@ -494,8 +494,16 @@ class ModelClient:
 
         return reply_tokens(self.input_window(model))
 
-    def _cache_params(self, model: str) -> dict[str, Any]:
+    def _sampling(self, model: str) -> dict[str, Any]:
+        """The sampling parameters of every request to ``model``: ``max_tokens`` (see
+        :meth:`reply_cap`) and ``temperature`` when ``--temperature`` is set."""
         params: dict[str, Any] = {"max_tokens": self.reply_cap(model)}
+        if self.settings.temperature is not None:
+            params["temperature"] = self.settings.temperature
+        return params
+
+    def _cache_params(self, model: str) -> dict[str, Any]:
+        params = self._sampling(model)
         if self._uses_router(model):
             params["router"] = self._router_models[model]
         return params
@@ -611,12 +619,12 @@ class ModelClient:
 
     def _send(self, messages: list[dict[str, Any]], *, model: str, timeout: float) -> Any:
         litellm = self.litellm()
-        cap = self.reply_cap(model)
+        sampling = self._sampling(model)
         if model in self._router_models:
             return self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0,
-                                           max_tokens=cap)
+                                           **sampling)
         kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
-                                  "num_retries": 0, "max_retries": 0, "max_tokens": cap}
+                                  "num_retries": 0, "max_retries": 0, **sampling}
         if self.settings.api_base:
             kwargs["api_base"] = self.settings.api_base
         key = self.settings.effective_api_key
@@ -635,7 +643,7 @@ class ModelClient:
             Exception: whatever litellm raises for the request or a broken stream.
         """
         litellm = self.litellm()
-        extra = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": self.reply_cap(model)}
+        extra = {"stream": True, "stream_options": {"include_usage": True}, **self._sampling(model)}
         if model in self._router_models:
             stream = self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0, **extra)
         else:

@@ -303,6 +303,11 @@ FINAL_AFTER_CLAIM = ("Your FINAL came after text that guessed the code's output,
 NOT_AN_ANSWER = ("That reply does not answer the question. Run code in a ```repl block to find the answer in "
                  "`context`, or, if the output above already shows it, call FINAL(answer).")
 
+CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothing proves little: look again "
+                  "another way (a shorter or looser pattern, ignore_case=True, `def name` or `class name`, read the "
+                  "file around the definition with read_file) before you conclude. If you are sure, call FINAL with "
+                  "the same answer again.")
+
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
                  "different, or finish with FINAL if you have the answer.")
 
