@@ -204,6 +204,7 @@ class Orchestrator:
         self.depth = depth
         self.hide_paths = hide_paths
         self._last_output = ""
+        self._question = ""
 
     def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any]) -> RunResult:
         """Answer ``question`` over the corpus described by ``spec``/``meta``.
@@ -221,6 +222,7 @@ class Orchestrator:
         assert root_model is not None
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
+        self._question = question
         system, *examples, first = first_messages(s, question, meta, self.depth)
         history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
         sub_calls_before = self.client.usage.sub_calls
@@ -326,7 +328,7 @@ class Orchestrator:
         codes = [c for c, _ in outputs]
         notes += self._repetition_notes(loop, codes, [o for _, o in outputs])
         history.add(Turn(iteration, kept, prompts.output_message(
-            outputs, notes=notes, left=self.settings.max_iterations - iteration), codes=codes,
+            outputs, notes=notes, left=self.settings.max_iterations - iteration, question=self._question), codes=codes,
             outputs=[o for _, o in outputs]))
         return None
 
@@ -399,7 +401,8 @@ class Orchestrator:
             else:
                 self._notice("reply had no code block; reminded the model of the format")
                 feedback = prompts.FORMAT_REMINDER
-        history.add(Turn(iteration, text, f"{feedback}\n\n{prompts.iterations_left(self.settings.max_iterations - iteration)}"))
+        left = prompts.iterations_left(self.settings.max_iterations - iteration)
+        history.add(Turn(iteration, text, f"{feedback}\n\n{left}\n\n{prompts.reminder(self._question)}"))
         return None
 
     def _text_final_value(self, sandbox: Sandbox, tf: reply.TextFinal, notes: list[str]) -> tuple[str | None, bool]:

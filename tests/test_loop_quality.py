@@ -108,6 +108,8 @@ def test_repeated_code_and_iterations_left_are_told(tmp_path: Path, llm: FakeLLM
     assert "(4 iterations left.)" in last_user(reqs[1])
     assert prompts.REPEATED_CODE in last_user(reqs[2]) and "Only 3 iterations left" in last_user(reqs[2])
     assert prompts.REPEATED_CODE not in last_user(reqs[3])
+    # every feedback message ends by repeating the question (small models lose track of it)
+    assert all(last_user(q).endswith("(The question: What is it?)") for q in reqs[1:])
 
 
 def test_prose_that_does_not_answer_is_not_taken_as_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
