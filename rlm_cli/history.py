@@ -144,9 +144,14 @@ class History:
         return (message_tokens(self.system) + sum(message_tokens(m) for m in self.examples)
                 + message_tokens(self.first) + REQUEST_OVERHEAD)
 
-    def add(self, turn: Turn) -> None:
-        """Append a finished turn."""
-        self.turns.append(turn)
+    def add(self, turn: Turn, *, replace_last: bool = False) -> None:
+        """Append a finished turn; with ``replace_last``, it takes the place of the last turn
+        instead (a model repeating its last code: one copy in the history, not a pattern that
+        a small model goes on copying)."""
+        if replace_last and self.turns:
+            self.turns[-1] = turn
+        else:
+            self.turns.append(turn)
 
     def extend_last_feedback(self, text: str) -> None:
         """Append ``text`` to the last turn's user message (or to the first message if no turn yet)."""

@@ -326,10 +326,12 @@ class Orchestrator:
             elif ran < len(plan.blocks):
                 notes.append(prompts.later_blocks_skipped(len(plan.blocks) - ran))
         codes = [c for c, _ in outputs]
+        again = bool(codes) and [_norm(c) for c in codes] == loop.last_codes
         notes += self._repetition_notes(loop, codes, [o for _, o in outputs])
+        loop.last_codes = [_norm(c) for c in codes]
         history.add(Turn(iteration, kept, prompts.output_message(
             outputs, notes=notes, left=self.settings.max_iterations - iteration, question=self._question), codes=codes,
-            outputs=[o for _, o in outputs]))
+            outputs=[o for _, o in outputs]), replace_last=again)
         return None
 
     def _second_look(self, answer: str, loop: _LoopState, notes: list[str]) -> bool:
@@ -369,6 +371,7 @@ class Orchestrator:
     def _turn_without_code(self, iteration: int, text: str, text_final: reply.TextFinal | None,
                            history: History, sandbox: Sandbox, loop: _LoopState) -> str | None:
         feedback: str
+        loop.last_codes = []
         if text_final is not None:
             loop.no_code_streak = 0
             if not loop.ran_code:
@@ -559,6 +562,8 @@ class _LoopState:
     last_errors: set[str] = field(default_factory=set)
     error_streak: int = 0
     checked_negative: bool = False
+    #: The code of the last turn (normalized): the same code again replaces that turn in the history.
+    last_codes: list[str] = field(default_factory=list)
 
 
 def run_direct(settings: Settings, client: ModelClient, question: str, context: str, *, emit: Emit) -> RunResult:

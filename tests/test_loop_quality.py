@@ -107,6 +107,8 @@ def test_repeated_code_and_iterations_left_are_told(tmp_path: Path, llm: FakeLLM
     reqs = llm.chat_requests("root")
     assert "(4 iterations left.)" in last_user(reqs[1])
     assert prompts.REPEATED_CODE in last_user(reqs[2]) and "Only 3 iterations left" in last_user(reqs[2])
+    # The repeated turn replaced the one it repeats: one copy in the history, not a pattern to copy.
+    assert len(assistant_turns(reqs[2])) == 1 and len(assistant_turns(reqs[3])) == 2
     assert prompts.REPEATED_CODE not in last_user(reqs[3])
     # every feedback message ends by repeating the question (small models lose track of it)
     assert all(last_user(q).endswith("(The question: What is it?)") for q in reqs[1:])
@@ -246,3 +248,14 @@ def test_an_answer_that_found_nothing_gets_one_second_look(tmp_path: Path, llm: 
     llm.script("root", repl("print(1)"), repl("FINAL('No such function.')"), repl("FINAL('No such function.')"))
     r = run(llm, [code_corpus(tmp_path)])
     assert r.answer == "No such function." and len(llm.chat_requests("root")) - before == 3
+
+
+def test_chunk_text_of_a_character_offset_is_the_chunk_holding_it(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(chunk_text(context.find('def urlparse'))[:10], chunk_text(10 ** 9))"),
+               repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    out = r.of("output")[0]["output"]
+    assert out.startswith("Traceback") and "chunk 1000000000 does not exist" in out
+    llm.script("root", repl("print(chunk_text(context.find('def urlparse'))[:10])"), repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.of("output")[0]["output"].strip() == "import re"

@@ -110,6 +110,7 @@ class CorpusView:
         self.chunks: list[dict[str, Any]] = chunks or []
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
         self._starts = [f["start"] for f in self.files]
+        self._cstarts: list[int] = []  # chunks' starts, made on first use (chunk_text of an offset)
         self._defs: dict[str, list[tuple[int, int, str]]] = {}  # per Python file, for grep's "in"
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
@@ -413,18 +414,26 @@ class CorpusView:
 
     def chunk_text(self, i: Any) -> str:
         """The text of chunk ``i`` (see ``chunks[i]`` for its file and lines); a search result or
-        a chunk dict works too.
+        a chunk dict works too. A number past the last chunk but inside ``context`` is read as a
+        character offset (``chunk_text(context.find(name))``): the chunk holding it.
 
         Raises:
-            IndexError: no such chunk.
+            IndexError: no such chunk, nor such offset.
         """
         if isinstance(i, dict):
             i = i.get("chunk", i.get("id"))
+        if isinstance(i, int) and len(self.chunks) <= i < len(self.context) and self.chunks:
+            i = max(0, bisect.bisect_right(self._chunk_starts(), i) - 1)
         try:
             c = self.chunks[i]
         except IndexError:
             raise IndexError(f"chunk {i} does not exist: there are {len(self.chunks)} chunks") from None
         return self.context[c["start"]:c["end"]]
+
+    def _chunk_starts(self) -> list[int]:
+        if len(self._cstarts) != len(self.chunks):
+            self._cstarts = [c["start"] for c in self.chunks]
+        return self._cstarts
 
     # -- search --------------------------------------------------------------------------------
     def search(self, query: str, k: Any = 10, path_glob: str | None = None, **aliases: Any) -> list[dict[str, Any]]:
