@@ -73,18 +73,20 @@ def _solver_code(q: str) -> str:
     if m := re.search(r"In the file `(.+?)`, what is the default value of the parameter `(\w+)` of the "
                       r"(?:function|method) `([\w.]+)`", q):
         path, param, qual = m.groups()
-        return ("import ast\nf = [x for x in files if x['path'] == %r][0]\ntree = ast.parse(context[f['start']:f['end']])\n"
-                "parts = %r.split('.')\nnode = tree\nfor name in parts:\n"
+        return (f"import ast\nf = [x for x in files if x['path'] == {path!r}][0]\n"
+                "tree = ast.parse(context[f['start']:f['end']])\n"
+                f"parts = {qual!r}.split('.')\nnode = tree\nfor name in parts:\n"
                 "    node = [n for n in node.body if getattr(n, 'name', None) == name][0]\n"
                 "a = node.args\npos = a.posonlyargs + a.args\n"
                 "pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + [(k, d) for k, d in "
                 "zip(a.kwonlyargs, a.kw_defaults) if d is not None]\n"
-                "FINAL(ast.unparse(dict((k.arg, d) for k, d in pairs)[%r]))") % (path, qual, param)
+                f"FINAL(ast.unparse(dict((k.arg, d) for k, d in pairs)[{param!r}]))")
     if m := re.search(r"In the file `(.+?)`, what are the base classes of the class `(\w+)`", q):
         path, cls = m.groups()
-        return ("import ast\nf = [x for x in files if x['path'] == %r][0]\ntree = ast.parse(context[f['start']:f['end']])\n"
-                "node = [n for n in tree.body if getattr(n, 'name', None) == %r][0]\n"
-                "FINAL(', '.join(ast.unparse(b) for b in node.bases))") % (path, cls)
+        return (f"import ast\nf = [x for x in files if x['path'] == {path!r}][0]\n"
+                "tree = ast.parse(context[f['start']:f['end']])\n"
+                f"node = [n for n in tree.body if getattr(n, 'name', None) == {cls!r}][0]\n"
+                "FINAL(', '.join(ast.unparse(b) for b in node.bases))")
     if m := re.search(r"In the file `(.+?)`, how many functions and methods call `(\w+)`", q):
         path, name = m.groups()
         return f"FINAL(len({{h['in'] for h in grep(r'(?<![\\w.]){name}\\(', {path!r}, max_results=10000) if 'in' in h}}))"
