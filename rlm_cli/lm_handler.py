@@ -37,7 +37,8 @@ Policy, all enforced here in the parent process (the worker can neither see nor 
   plain JSON body is asked again without streaming, and its model is not streamed again in the
   run; the whole reply then reaches ``on_delta`` at once, as does a cached answer.
 
-litellm is imported lazily, on the first model call.
+litellm is imported lazily, on the first model call, by the client's backend: in this process
+(``llm_backend.LocalBackend``) or in a model host process (``llm_host.HostBackend``).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import models, protocol
-from rlm_cli.config import Settings, prepare_offline_env
-from rlm_cli.errors import BudgetExceededError, ExitCode, ProviderError, RLMError, UsageError
+from rlm_cli.config import Settings
+from rlm_cli.errors import BudgetExceededError, ExitCode, ProviderError, RLMError
+from rlm_cli.llm_backend import Answer, Backend, LocalBackend, error_class_names, short_error
 from rlm_cli.llm_cache import LLMCache
 
 #: Largest request frame accepted from the worker (a sub-call prompt): 64 MiB.
@@ -335,23 +337,22 @@ class ModelClient:
 
     def __init__(self, settings: Settings, usage: Usage | None = None, budget: Budget | None = None, *,
                  cache: LLMCache | None = None, notify: Notify | None = None,
-                 started: float | None = None) -> None:
+                 started: float | None = None, backend: Backend | None = None,
+                 limiter: AdaptiveLimiter | None = None) -> None:
         self.settings = settings
         self.usage = usage or Usage()
         self.budget = budget or Budget(settings, self.usage, started=started)
         self.cache = cache if cache is not None else (LLMCache() if settings.llm_cache else None)
         self.notify = notify
-        self.limiter = AdaptiveLimiter(settings.max_concurrency)
+        #: Where litellm runs: this process (the default) or a model host process.
+        self.backend: Backend = backend if backend is not None else LocalBackend()
+        self.limiter = limiter or AdaptiveLimiter(settings.max_concurrency)
         self.usage.limiter = self.usage.limiter or self.limiter
         #: The first fatal provider error (401/403/404): every later call raises it.
         self.fatal: CallFailed | None = None
-        self._litellm: Any = None
-        self._router: Any = None
-        self._router_models: dict[str, str] = {}
-        self._import_lock = threading.Lock()
+        self._router_models: dict[str, str] | None = None
         self._info_lock = threading.Lock()
         self._windows: dict[str, int] = {}
-        self._priced: dict[str, bool] = {}
         self._warned: set[str] = set()
         self._seen: dict[str, int] = {}
         #: Models whose provider could not stream in this run (asked without streaming since).
@@ -359,30 +360,32 @@ class ModelClient:
 
     # -- setup -------------------------------------------------------------------------------------
     def litellm(self) -> Any:
-        """The litellm module, imported on first use (it takes seconds); builds the Router too.
+        """The litellm module of the in-process backend, imported on first use (it takes seconds).
+
+        Raises:
+            ProviderError: the backend is a model host process (litellm is not in this process).
+        """
+        if not isinstance(self.backend, LocalBackend):
+            raise ProviderError("litellm runs in the model host process, not in this one")
+        return self.backend.load()
+
+    def router_models(self) -> dict[str, str]:
+        """``{Router model group: its first deployment's model}`` (``{}`` without ``--router-config``).
 
         Raises:
             UsageError: the ``--router-config`` file is unreadable or invalid.
         """
-        with self._import_lock:
-            if self._litellm is None:
-                prepare_offline_env()
-                import litellm
-
-                litellm.suppress_debug_info = True
-                litellm.telemetry = False
-                if self.settings.router_config:
-                    self._router, self._router_models = build_router(litellm, self.settings.router_config)
-                self._litellm = litellm
-        return self._litellm
+        if self._router_models is None:
+            groups = self.backend.router_groups(self.settings.router_config) if self.settings.router_config else {}
+            with self._info_lock:
+                self._router_models = dict(groups)
+        return self._router_models
 
     def allowed_models(self) -> set[str]:
         """Models the worker may name in ``llm_query(..., model=...)``: the root and sub-model and
         the Router's model groups (so code cannot switch to a pricier model)."""
         names = {m for m in (self.settings.model, self.settings.effective_sub_model) if m}
-        if self.settings.router_config:
-            self.litellm()  # loads the Router's model groups
-        return names | set(self._router_models)
+        return names | set(self.router_models())
 
     def input_window(self, model: str) -> int:
         """The input window (tokens) used for ``model``: ``--sub-model-window`` /
@@ -393,20 +396,18 @@ class ModelClient:
             return s.sub_model_window
         if model == s.model and s.root_model_window:
             return s.root_model_window
-        litellm = self.litellm()
+        target = self.router_models().get(model, model)
         with self._info_lock:
-            if model not in self._windows:
-                target = self._router_models.get(model, model)
-                self._windows[model] = models.input_window(litellm, target) or models.DEFAULT_WINDOW
-            return self._windows[model]
+            known = self._windows.get(model)
+        if known is None:
+            known = self.backend.facts(target)[0] or models.DEFAULT_WINDOW
+            with self._info_lock:
+                self._windows[model] = known
+        return known
 
     def price_known(self, model: str) -> bool:
-        """Whether litellm's bundled price map prices ``model`` (cached)."""
-        litellm = self.litellm()
-        with self._info_lock:
-            if model not in self._priced:
-                self._priced[model] = models.price_known(litellm, model)
-            return self._priced[model]
+        """Whether litellm's bundled price map prices ``model``."""
+        return self.backend.facts(model)[1]
 
     # -- calls -----------------------------------------------------------------------------------
     def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
@@ -445,12 +446,11 @@ class ModelClient:
                 if on_delta is not None:
                     on_delta(hit["text"])
                 return Completion(hit["text"], record)
-        response, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta)
-        text = _response_text(response)
-        tin, tout = _response_tokens(response)
+        answer, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta)
+        text, tin, tout = answer.text, answer.input_tokens, answer.output_tokens
         if on_delta is not None:  # streamed: a provider without a usage chunk is counted here
             tin, tout = _counted_tokens(messages, text, tin, tout)
-        cost = self._cost(response, model)
+        cost = self._cost(answer, model)
         record = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started, attempts=attempts)
         self.usage.add(record)
         if key is not None and self.cache is not None:
@@ -459,12 +459,11 @@ class ModelClient:
         return Completion(text, record)
 
     def _uses_router(self, model: str) -> bool:
-        self.litellm()
-        return model in self._router_models
+        return model in self.router_models()
 
     def _cache_params(self, model: str) -> dict[str, Any]:
         if self._uses_router(model):
-            return {"router": self._router_models[model]}
+            return {"router": self.router_models()[model]}
         return {}
 
     def _check_window(self, messages: list[dict[str, Any]], model: str) -> None:
@@ -485,8 +484,8 @@ class ModelClient:
                 "(e.g. chunk_text) and query each piece")
 
     def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool,
-                           on_delta: OnDelta | None = None) -> tuple[Any, int]:
-        """Send one request, retrying per the module policy; ``(response, attempts)``. With
+                           on_delta: OnDelta | None = None) -> tuple[Answer, int]:
+        """Send one request, retrying per the module policy; ``(answer, attempts)``. With
         ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring)."""
         s = self.settings
         retries_used = 0
@@ -508,11 +507,11 @@ class ModelClient:
             kind = "ok"
             stream = on_delta is not None and model not in self._no_stream
             try:
+                answer = self.backend.complete(
+                    self._request(messages, model, timeout), router_config=self._router_file(model),
+                    stream=stream, on_piece=on_delta if stream else None, deadline=self.budget.deadline)
                 if stream:
-                    assert on_delta is not None
-                    response = self._send_streaming(messages, model=model, timeout=timeout, on_delta=on_delta)
-                else:
-                    response = self._send(messages, model=model, timeout=timeout)
+                    self.budget.check()  # --timeout passed while the stream was read: refused like any request
             except BudgetExceededError:  # --timeout passed while a stream was read
                 kind = "budget"
                 raise
@@ -522,20 +521,20 @@ class ModelClient:
             finally:
                 if gated:
                     self.limiter.release(epoch, rate_limited=kind == "rate_limit", success=kind == "ok")
-            if kind == "ok" and response is _NOT_STREAMED:
+            if kind == "ok" and answer.not_streamed:
                 self._stop_streaming(model, "answered a streamed request with a plain reply")
                 continue  # asked again, without streaming; not a retry
             if kind == "ok":
                 if on_delta is not None and not stream:
-                    on_delta(_response_text(response))  # the whole reply at once
-                return response, attempts
+                    on_delta(answer.text)  # the whole reply at once
+                return answer, attempts
             if stream and on_delta is not None:
                 on_delta(None)  # whatever was shown of this attempt is void
             if stream and kind == "bad_request" and "stream" in str(error).lower():
                 self._stop_streaming(model, "refused to stream")
                 continue
             status = _status(error)
-            message = f"model {model}: {_short_error(error)}"
+            message = f"model {model}: {short_error(error)}"
             if kind in ("auth", "not_found"):
                 failed = CallFailed(message, fatal=True, status=status, hint=_hint(kind))
                 self.fatal = self.fatal or failed
@@ -551,7 +550,7 @@ class ModelClient:
             if not free and retries_used >= s.retries:
                 self.usage.count("failed_calls")
                 # litellm reports a refused connection as InternalServerError (500) "Connection error."
-                unreachable = ("APIConnectionError" in {c.__name__ for c in type(error).__mro__}
+                unreachable = ("APIConnectionError" in error_class_names(error)
                                or "connection error" in str(error).lower())
                 hint = (f"could not connect to {s.api_base or 'the provider'}: check --api-base and that the "
                         "server is running" if unreachable else
@@ -576,69 +575,19 @@ class ModelClient:
             remaining = self.budget.remaining_s()
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
 
-    def _send(self, messages: list[dict[str, Any]], *, model: str, timeout: float) -> Any:
-        litellm = self.litellm()
-        if model in self._router_models:
-            return self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0)
-        kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
-                                  "num_retries": 0, "max_retries": 0}
+    def _request(self, messages: list[dict[str, Any]], model: str, timeout: float) -> dict[str, Any]:
+        """The request for the backend: model, messages, timeout, and the base URL and key."""
+        request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout}
         if self.settings.api_base:
-            kwargs["api_base"] = self.settings.api_base
+            request["api_base"] = self.settings.api_base
         key = self.settings.effective_api_key
         if key:
-            kwargs["api_key"] = key
-        return litellm.completion(**kwargs)
+            request["api_key"] = key
+        return request
 
-    def _send_streaming(self, messages: list[dict[str, Any]], *, model: str, timeout: float,
-                        on_delta: OnDelta) -> Any:
-        """Send one streamed request, hand each text piece to ``on_delta`` and return the whole
-        response rebuilt by ``litellm.stream_chunk_builder`` (usage included when the provider
-        or litellm counted it), or :data:`_NOT_STREAMED` when the provider answered with a plain
-        body. Stops reading once ``--timeout`` has passed (``Budget.check`` then refuses).
-
-        Raises:
-            Exception: whatever litellm raises for the request or a broken stream.
-        """
-        litellm = self.litellm()
-        extra = {"stream": True, "stream_options": {"include_usage": True}}
-        if model in self._router_models:
-            stream = self._router.completion(model=model, messages=messages, timeout=timeout, num_retries=0, **extra)
-        else:
-            kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
-                                      "num_retries": 0, "max_retries": 0, **extra}
-            if self.settings.api_base:
-                kwargs["api_base"] = self.settings.api_base
-            key = self.settings.effective_api_key
-            if key:
-                kwargs["api_key"] = key
-            stream = litellm.completion(**kwargs)
-        chunks: list[Any] = []
-        shown = False
-        try:
-            for chunk in stream:
-                chunks.append(chunk)
-                piece = _delta_text(chunk)
-                if piece:
-                    shown = True
-                    on_delta(piece)
-                if self.budget.deadline is not None and time.monotonic() >= self.budget.deadline:
-                    break
-        finally:
-            close = getattr(stream, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001, S110 - closing a finished stream may complain
-                    pass
-        self.budget.check()  # --timeout passed while reading: refused like any request
-        hidden = getattr(stream, "_hidden_params", None) or {}
-        ctype = str((hidden.get("additional_headers") or {}).get("llm_provider-content-type", ""))
-        if not shown and (ctype and "event-stream" not in ctype or not chunks):
-            return _NOT_STREAMED
-        response = litellm.stream_chunk_builder(chunks, messages=messages)
-        if response is None:
-            return _NOT_STREAMED
-        return response
+    def _router_file(self, model: str) -> str | None:
+        """The ``--router-config`` file when ``model`` is one of its model groups, else ``None``."""
+        return str(self.settings.router_config) if self._uses_router(model) else None
 
     def _stop_streaming(self, model: str, why: str) -> None:
         with self._info_lock:
@@ -647,67 +596,22 @@ class ModelClient:
         if first and self.notify:
             self.notify(f"{model} {why}: its replies are shown once complete")
 
-    def _cost(self, response: Any, model: str) -> float | None:
+    def _cost(self, answer: Answer, model: str) -> float | None:
         """Cost in USD from litellm's offline price map; ``None`` when the model is not priced."""
-        hidden = getattr(response, "_hidden_params", None) or {}
-        priced_as = str(hidden.get("litellm_model_name") or self._router_models.get(model, model))
-        cost = hidden.get("response_cost")
-        if cost is None and self.price_known(priced_as):  # a streamed reply, rebuilt: priced here
-            try:
-                cost = self.litellm().completion_cost(completion_response=response, model=priced_as)
-            except Exception:  # noqa: BLE001 - litellm could not price it after all: unknown
-                cost = None
-        if cost is None or not self.price_known(priced_as):
+        if answer.cost_usd is None or not answer.priced:
             if self.settings.max_cost is not None and model not in self._warned:
                 self._warned.add(model)
                 if self.notify:
                     self.notify(f"the price of {model} is unknown, so --max-cost cannot count its calls")
             return None
-        return float(cost)
-
-
-def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
-    """A ``litellm.Router`` from a YAML or JSON file and ``{model group: first deployment's model}``.
-
-    The file holds ``model_list`` (litellm's format: ``[{"model_name": ..., "litellm_params":
-    {"model": ..., "api_base": ..., "api_key": ...}}]``) and optionally ``router_settings``
-    (Router keyword arguments such as ``routing_strategy`` or ``fallbacks``); a litellm proxy
-    ``config.yaml`` works as is. Retries stay with rlm (the Router's own are turned off).
-
-    Raises:
-        UsageError: unreadable file, bad YAML/JSON, or no ``model_list``.
-    """
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"--router-config: cannot read {path}: {_short_error(exc)}") from None
-    if isinstance(data, list):
-        data = {"model_list": data}
-    model_list = data.get("model_list") if isinstance(data, dict) else None
-    if not isinstance(model_list, list) or not model_list or not all(
-            isinstance(d, dict) and d.get("model_name") and isinstance(d.get("litellm_params"), dict)
-            and d["litellm_params"].get("model") for d in model_list):
-        raise UsageError(f"--router-config: {path} needs a model_list of "
-                         "{model_name, litellm_params: {model, ...}} entries")
-    settings = dict(data.get("router_settings") or {}) if isinstance(data, dict) else {}
-    settings.update(num_retries=0)
-    try:
-        router = litellm.Router(model_list=model_list, **settings)
-    except Exception as exc:  # noqa: BLE001 - litellm validates the configuration its own way
-        raise UsageError(f"--router-config: litellm refused {path}: {_short_error(exc)}") from None
-    groups: dict[str, str] = {}
-    for d in model_list:
-        groups.setdefault(str(d["model_name"]), str(d["litellm_params"]["model"]))
-    return router, groups
+        return float(answer.cost_usd)
 
 
 def classify_error(exc: BaseException) -> str:
     """What a litellm/openai exception means for retrying: ``rate_limit``, ``retry`` (5xx,
     timeout, connection, malformed body), ``auth`` (401/403), ``not_found`` (404, unknown
     provider), ``context_window``, or ``bad_request`` (other 4xx and anything unrecognised)."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
+    names = error_class_names(exc)
     status = _status(exc)
     if "ContextWindowExceededError" in names:
         return "context_window"
@@ -767,44 +671,12 @@ def _hint(kind: str) -> str:
             "bad_request": "the provider rejected the request"}.get(kind, "")
 
 
-def _short_error(exc: BaseException) -> str:
-    """The first line of an error, without litellm's ``litellm.XError: XError:`` prefixes."""
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else type(exc).__name__
-    for _ in range(3):
-        head, sep, rest = first.partition(": ")
-        if sep and head.replace("litellm.", "").replace("_", "").isalnum() and head.endswith(
-                ("Error", "Exception", "Timeout")) and rest:
-            first = rest
-        else:
-            break
-    return first[:500] or type(exc).__name__
-
-
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
     return "" if content is None else str(content)
-
-
-def _response_text(response: Any) -> str:
-    try:
-        return response.choices[0].message.content or ""
-    except (AttributeError, IndexError, TypeError):
-        return ""
-
-
-#: Returned by ``_send_streaming`` when the provider ignored ``stream`` (a plain JSON body).
-_NOT_STREAMED: Any = object()
-
-
-def _delta_text(chunk: Any) -> str:
-    try:
-        return chunk.choices[0].delta.content or ""
-    except (AttributeError, IndexError, TypeError):
-        return ""
 
 
 def _counted_tokens(messages: list[dict[str, Any]], text: str, tin: int, tout: int) -> tuple[int, int]:
@@ -816,11 +688,6 @@ def _counted_tokens(messages: list[dict[str, Any]], text: str, tin: int, tout: i
     from rlm_cli.history import request_tokens
 
     return tin or request_tokens(messages), tout or (count_tokens(text) if text else 0)
-
-
-def _response_tokens(response: Any) -> tuple[int, int]:
-    usage = getattr(response, "usage", None)
-    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
 
 
 RlmQueryHandler = Callable[[str, "str | None", int], str]
