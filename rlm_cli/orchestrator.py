@@ -147,16 +147,20 @@ def text_meta(text: str) -> dict[str, Any]:
             "prefix": text[:300]}
 
 
-def first_messages(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0) -> list[dict[str, str]]:
+def first_messages(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0,
+                   note: str = "") -> list[dict[str, str]]:
     """The system prompt and first user message of a loop at ``depth`` (what the root model
-    reads first); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`)."""
+    reads first); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`). ``note`` (a
+    session's earlier questions and kept variables, ``prompts.session_note``) goes between the
+    corpus description and the question."""
     root_window = settings.root_model_window or DEFAULT_WINDOW
     out_limit = output_limit(input_budget(root_window), settings.max_output_chars)
     system = prompts.system_prompt(sub_window_tokens=settings.sub_model_window or DEFAULT_WINDOW,
                                    max_output_chars=out_limit, root_window_tokens=root_window,
                                    recursion=depth + 1 < settings.max_depth)
     return [{"role": "system", "content": system},
-            {"role": "user", "content": prompts.first_user_prompt(question, prompts.corpus_metadata(meta))}]
+            {"role": "user", "content": prompts.first_user_prompt(
+                question, prompts.corpus_metadata(meta) + (f"\n\n{note}" if note else ""))}]
 
 
 class Orchestrator:
@@ -177,8 +181,13 @@ class Orchestrator:
         self.hide_paths = hide_paths
         self._last_output = ""
 
-    def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any]) -> RunResult:
+    def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any], *, sandbox: Sandbox | None = None,
+            note: str = "") -> RunResult:
         """Answer ``question`` over the corpus described by ``spec``/``meta``.
+
+        With ``sandbox`` (a started worker registered with the handler, kept by a session) the
+        loop runs there and leaves it running, variables and all; otherwise it starts its own
+        worker from ``spec`` and closes it at the end. ``note`` is passed to :func:`first_messages`.
 
         Raises:
             MaxIterationsError: the iteration limit was reached (status ``max_iterations``); carries
@@ -193,18 +202,21 @@ class Orchestrator:
         assert root_model is not None
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
-        system, first = first_messages(s, question, meta, self.depth)
+        system, first = first_messages(s, question, meta, self.depth, note)
         history = History(system["content"], first["content"], budget_tokens=budget)
         sub_calls_before = self.client.usage.sub_calls
         loop = _LoopState()
-        token = self.handler.register(self.depth)
-        sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
-                          limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
-        sandbox.hide_paths = self.hide_paths
+        own = sandbox is None
+        token = self.handler.register(self.depth) if own else ""
+        if sandbox is None:
+            sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
+                              limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
+            sandbox.hide_paths = self.hide_paths
         try:
-            sandbox.start()
-            for note in sandbox.notes:
-                self.emit(event("notice", self.depth, message=note))
+            if own:
+                sandbox.start()
+                for line in sandbox.notes:
+                    self.emit(event("notice", self.depth, message=line))
             for iteration in range(1, s.max_iterations + 1):
                 self.emit(event("iteration", self.depth, iteration=iteration))
                 text = self._root_call(history, root_model, loop.last_text)
@@ -214,8 +226,9 @@ class Orchestrator:
                     return self._done(answer, "final", iteration, sub_calls_before, started)
             return self._best_answer(history, sandbox, root_model, loop, sub_calls_before, started)
         finally:
-            sandbox.close()
-            self.handler.unregister(token)
+            if own:
+                sandbox.close()
+                self.handler.unregister(token)
 
     # -- one turn --------------------------------------------------------------------------------
     def _turn(self, iteration: int, text: str, history: History, sandbox: Sandbox, loop: _LoopState,
