@@ -319,11 +319,12 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
         ui.close()
     finish()
     code = batch.worst_exit_code([r.exit_code for r in results])
-    answered = sum(1 for r in results if r.error is None)
+    partial = sum(1 for r in results if isinstance(r.error, PartialAnswerError))
+    failed = sum(1 for r in results if r.error is not None) - partial
     ui.summary({"iterations": sum(_iterations(r) for r in results), "usage": session.usage.summary(),
                 "sub_calls": session.usage.sub_calls, "elapsed_s": round(time.monotonic() - started, 3)})
-    ui.info(f"{len(results)} questions: {answered} answered, {len(results) - answered} not"
-            + (f"; exit code {code} (the worst)" if code else ""))
+    ui.info(f"{len(results)} questions: {len(results) - partial - failed} answered, {partial} partial, {failed} "
+            "failed" + (f"; exit code {code} (the worst)" if code else ""))
     return code
 
 

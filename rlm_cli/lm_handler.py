@@ -515,6 +515,9 @@ class ModelClient:
             except BudgetExceededError:  # --timeout passed while a stream was read
                 kind = "budget"
                 raise
+            except RLMError:  # not the provider: the model host is gone, or --router-config is bad
+                kind = "local"
+                raise
             except Exception as exc:  # noqa: BLE001 - litellm raises many provider-specific types
                 error = exc
                 kind = classify_error(exc)
