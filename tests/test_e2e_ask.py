@@ -160,7 +160,7 @@ def test_several_paths_and_quiet(tmp_path: Path, llm: FakeLLM) -> None:
     (tmp_path / "logs" / "x.log").write_text("ERROR a\n")
     (tmp_path / "app.log").write_text("ERROR b\nERROR b\n")
     llm.script("root", repl("print([f['path'] for f in files])"), repl("FINAL(len(files))"))
-    res = run_rlm("ask", "logs", "app.log", "Which error repeats most?", *model_flags(llm), "-q", cwd=tmp_path)
+    res = run_rlm("ask", "logs", "app.log", "Which error repeats most?", *model_flags(llm), "--quiet", cwd=tmp_path)
     assert res.code == 0, res.stderr
     assert res.stdout == "2\n"
     assert res.stderr == ""
