@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -104,15 +105,27 @@ def official_python(venv: Path, spec: str) -> Path:
     return python
 
 
+#: CPU seconds (user + system) of the last :func:`timed` process and everything it waited for.
+last_cpu = [0.0]
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(cmd: list[str], env: dict[str, str], expect: str | None = None) -> tuple[float, str]:
-    """Wall seconds of one whole process, and its stdout.
+    """Wall seconds of one whole process, and its stdout; its CPU seconds (with the processes it
+    started and reaped: the model host, the REPL worker) go to ``last_cpu``.
 
     Raises:
         RuntimeError: it failed, or its stdout lacks ``expect``.
     """
+    cpu = _children_cpu()
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
     took = time.monotonic() - started
+    last_cpu[0] = _children_cpu() - cpu
     if proc.returncode != 0 or (expect is not None and expect not in proc.stdout):
         raise RuntimeError(f"{' '.join(cmd[:4])}... failed ({proc.returncode}): {proc.stdout[-500:]} "
                            f"{proc.stderr[-1500:]}")
@@ -149,24 +162,28 @@ def main() -> None:
         rows: dict[str, list[float]] = {k: [] for k in
                                         ("official", "rlm warm", "rlm cold", "index alone", "import litellm",
                                          "compare warm", "1 question", "K questions")}
+        cpu: dict[str, list[float]] = {k: [] for k in rows}
         later: list[float] = []
+
+        def run(key: str, cmd: list[str], env: dict[str, str], expect: str | None = "heapq.py") -> str:
+            took, out = timed(cmd, env, expect)
+            rows[key].append(took)
+            cpu[key].append(last_cpu[0])
+            return out
+
         for n in range(args.rounds):
             cold_env = {**base, "RLM_CACHE_DIR": str(work / f"cold-{n}")}
             index_env = {**base, "RLM_CACHE_DIR": str(work / f"index-{n}")}
-            rows["official"].append(timed([str(official), "-c", DRIVER, args.root, llm.url, QUESTION], base,
-                                          "heapq.py")[0])
-            rows["rlm warm"].append(timed([*rlm, "ask", *corpus, QUESTION, *flags], warm_env, "heapq.py")[0])
-            rows["rlm cold"].append(timed([*rlm, "ask", *corpus, QUESTION, *flags], cold_env, "heapq.py")[0])
-            rows["index alone"].append(timed([*rlm, "index", *corpus], index_env)[0])
-            rows["import litellm"].append(timed([args.python, "-c", "import litellm"], base)[0])
+            run("official", [str(official), "-c", DRIVER, args.root, llm.url, QUESTION], base)
+            run("rlm warm", [*rlm, "ask", *corpus, QUESTION, *flags], warm_env)
+            run("rlm cold", [*rlm, "ask", *corpus, QUESTION, *flags], cold_env)
+            run("index alone", [*rlm, "index", *corpus], index_env, None)
+            run("import litellm", [args.python, "-c", "import litellm"], base, None)
             if args.compare:
-                rows["compare warm"].append(timed([args.compare, "-m", "rlm_cli", "ask", *corpus, QUESTION, *flags],
-                                                  warm_env, "heapq.py")[0])
-            rows["1 question"].append(timed([*rlm, "ask", *corpus, "-q", QUESTION, *flags, "--json"], warm_env,
-                                            "heapq.py")[0])
+                run("compare warm", [args.compare, "-m", "rlm_cli", "ask", *corpus, QUESTION, *flags], warm_env)
+            run("1 question", [*rlm, "ask", *corpus, "-q", QUESTION, *flags, "--json"], warm_env)
             many = ["-q", QUESTION] * args.questions
-            took, out = timed([*rlm, "ask", *corpus, *many, *flags, "--json"], warm_env, "heapq.py")
-            rows["K questions"].append(took)
+            out = run("K questions", [*rlm, "ask", *corpus, *many, *flags, "--json"], warm_env)
             for doc in [json.loads(line) for line in out.splitlines()][1:]:
                 usage = doc["usage"]
                 later.append(doc["elapsed_s"] - usage["root"]["latency_s"] - usage["sub"]["latency_s"])
@@ -178,15 +195,19 @@ def main() -> None:
         llm.close()
         shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rows.items() if v}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items() if v}
     extra = (med["K questions"] - med["1 question"]) / max(1, args.questions - 1)
     print()
     print(f"corpus: {args.root} (*.py, site-packages left out); {args.rounds} rounds; medians of whole processes")
     print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"  {'':15} {'wall':>8} {'CPU':>8}   (CPU: user + system of the process and those it reaped)")
     for k, v in med.items():
-        print(f"  {k:15} {v:6.2f} s")
+        print(f"  {k:15} {v:6.2f} s {med_cpu[k]:6.2f} s")
     print()
-    print(f"rlm warm / official        {med['rlm warm'] / med['official']:5.2f} x   (target <= 2.5)")
-    print(f"rlm cold / index alone     {med['rlm cold'] / med['index alone']:5.2f} x   (target <= 1.3)")
+    print(f"rlm warm / official        {med['rlm warm'] / med['official']:5.2f} x   (target <= 2.5; CPU "
+          f"{med_cpu['rlm warm'] / med_cpu['official']:.2f} x)")
+    print(f"rlm cold / index alone     {med['rlm cold'] / med['index alone']:5.2f} x   (target <= 1.3; CPU "
+          f"{med_cpu['rlm cold'] / med_cpu['index alone']:.2f} x)")
     print(f"import litellm / official  {med['import litellm'] / med['official']:5.2f} x   (the floor of a first model "
           "call through litellm)")
     if "compare warm" in med:

@@ -150,8 +150,9 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
     to ``on_result`` as it completes; returns them all in completion order.
 
     ``emit_for(question)`` gives the event callback of one question. With ``jobs`` > 1 the
-    questions run in that many threads, each with its own worker (``session.Lane``); results are
-    still handed over in this thread.
+    questions run in that many threads, each with its own worker (``session.Lane``), and every
+    question starts with an empty REPL namespace (``Lane.clear``), so the answers do not depend
+    on which worker ran what before; results are still handed over in this thread.
 
     Raises:
         KeyboardInterrupt / SystemExit: Ctrl-C or SIGTERM; the other questions are stopped first.
@@ -170,6 +171,7 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
             results.append(result)
             on_result(result)
         return results
+    session.independent = True
     return _run_parallel(session, questions, min(jobs, len(questions)), emit_for, on_result, results)
 
 

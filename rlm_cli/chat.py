@@ -212,7 +212,7 @@ class Chat:
 
         if self.json_out:
             write_text(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
-        elif doc.get("answer") is not None:
+        elif doc.get("answer"):  # an error or an empty partial answer: nothing for stdout
             write_text(answer_text(doc, self.cite))
 
 

@@ -243,11 +243,40 @@ def ask(
         host.close()
 
 
+#: The model host ``main()`` started before parsing the command line (``rlm ask``/``rlm chat``).
+_early_host: Any = None
+
+
 def _start_host() -> Any:
-    """The model host process (``llm_host.HostBackend``), started at once."""
+    """The model host process (``llm_host.HostBackend``): the one ``main()`` started, else a new one."""
+    global _early_host
+    host, _early_host = _early_host, None
+    if host is not None:
+        return host
     from rlm_cli.llm_host import HostBackend
 
     return HostBackend()
+
+
+def _host_first(argv: list[str]) -> None:
+    """Start the model host before anything else when the command is ``ask`` or ``chat`` (not
+    ``--help``): its litellm import then overlaps even the parsing of the command line."""
+    global _early_host
+    words = [a for a in argv if not a.startswith("-")]
+    if words[:1] in (["ask"], ["chat"]) and not {"--help", "-h", "--version"} & set(argv):
+        import atexit
+
+        from rlm_cli.llm_host import HostBackend
+
+        _early_host = HostBackend()
+        atexit.register(_close_early_host)  # the command failed before it took the host
+
+
+def _close_early_host() -> None:
+    global _early_host
+    host, _early_host = _early_host, None
+    if host is not None:
+        host.close()
 
 
 def _paths_and_question(args: list[str]) -> tuple[list[str], str]:
@@ -367,7 +396,8 @@ def _batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any,
         if json_out:
             text = json.dumps(doc, ensure_ascii=False, default=str) + "\n"
         else:
-            body = answer_text(doc, cite) if doc.get("answer") is not None else f"(no answer: {doc.get('error')})\n"
+            why = doc.get("error") or (result.error.message if result.error is not None else "")
+            body = answer_text(doc, cite) if doc.get("answer") else f"(no answer: {why})\n"
             text = ("\n" if count[0] > 1 else "") + header(result.question) + "\n" + body
         if _output_path is None:
             render.write_text(text)
@@ -901,6 +931,7 @@ def main() -> None:
     # even one met before the command runs (a flag the parser rejects).
     _json_errors = "--json" in sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]
     try:
+        _host_first(sys.argv[1:])
         rv = app(standalone_mode=False)
         # Non-standalone typer turns Ctrl-C into a returned 130 (and typer.Exit into its code).
         if rv == _EC.INTERRUPTED:

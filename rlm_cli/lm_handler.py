@@ -731,7 +731,9 @@ class LMHandler:
 
         self._server = _Server(self.socket_path, _Req)
         os.chmod(self.socket_path, 0o666)  # the worker may run as another user; the token guards it
-        self._thread = threading.Thread(target=self._server.serve_forever, name="lm-handler", daemon=True)
+        # A short poll interval: close() waits for the serving loop to notice, on Ctrl-C too.
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="lm-handler", daemon=True)
         self._thread.start()
 
     def __enter__(self) -> LMHandler:

@@ -171,6 +171,12 @@ class Lane:
         result = self.sandbox.execute("_rlm_vars = SHOW_VARS()\ndel _rlm_vars", cell=0, timeout=10.0)
         return "" if result.lost or not result.ok else result.output
 
+    def clear(self) -> None:
+        """Delete every variable of the REPL namespace, keeping the worker (``context`` and the
+        helpers are put back before the next block): questions run with ``--jobs`` start clean."""
+        self.sandbox.execute("for _rlm_k in [k for k in globals() if not (k.startswith('__') and k.endswith('__'))]:\n"
+                             "    globals().pop(_rlm_k, None)\nglobals().pop('_rlm_k', None)", cell=0, timeout=10.0)
+
     def reset(self) -> None:
         """A fresh worker: every variable is gone; ``context`` and the helpers are loaded again.
 
@@ -222,6 +228,8 @@ class Session:
         self.conversation = conversation
         self.numbered = numbered
         self.interrupt_grace_s = interrupt_grace_s
+        #: Questions do not share variables (``--jobs``): a lane's namespace is cleared between them.
+        self.independent = False
         self.id = new_run_id()
         self.started = time.monotonic()
         self._given_client = client
@@ -285,6 +293,10 @@ class Session:
         surely_rlm = s.mode == "rlm" or (s.mode == "auto" and corpus.total_tokens >= s.direct_max_tokens)
         if surely_rlm:
             self.lane = Lane(self)
+        from rlm_cli.corpus.tokens import encoding
+
+        encoding()  # tiktoken's table (0.3-0.7 s; every request is measured with it), loaded while litellm is
+        # still being imported in the model host
         model = require_model(s)
         root_window, root_src = model_window(self.client, model, s.root_model_window)
         sub_model = s.effective_sub_model or model
@@ -457,7 +469,9 @@ class Session:
                 raise
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
         assert lane is not None, "open() starts the worker in rlm mode"
-        if lane.questions:  # what earlier questions left in the REPL
+        if lane.questions and self.independent:
+            lane.clear()
+        elif lane.questions:  # what earlier questions left in the REPL
             listing = lane.variables()
             note = session_note(self._history() if self.conversation else [], listing)
         lane.questions += 1
