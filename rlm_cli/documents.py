@@ -17,10 +17,12 @@ def ask_document(answer: str, status: str, iterations: int, sub_calls: int, usag
                  corpus: Any, mode: str, sandbox: str, sources: list[dict[str, Any]] | None = None,
                  sources_omitted: int = 0) -> dict[str, Any]:
     """The ``--json`` document of a run (``elapsed`` in wall seconds; ``corpus`` may be ``None``)."""
+    from rlm_cli.runner import skipped_files
+
     return {"schema": ASK_SCHEMA, "answer": answer, "status": status, "iterations": iterations,
             "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
             "corpus": {"files": len(corpus.files), "chars": corpus.chars, "tokens": corpus.total_tokens,
-                       "chunks": len(corpus.chunks)} if corpus is not None else None,
+                       "chunks": len(corpus.chunks), **skipped_files(corpus)} if corpus is not None else None,
             "sources": sources or [], "sources_omitted": sources_omitted}
 
 

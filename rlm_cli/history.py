@@ -1,9 +1,10 @@
 """The root model's conversation, kept inside its input window.
 
 Before each root call the orchestrator asks :meth:`History.messages` for the request. The
-system prompt, the first user message (corpus metadata and question) and the last few turns
-are sent verbatim; older turns are replaced by a compact record (the code that ran and the head
-of its output), and when even that is too much the oldest records are dropped behind one note.
+system prompt, the worked example's turns, the first user message (corpus metadata and
+question) and the last few turns are sent verbatim; older turns are replaced by a compact
+record (the code that ran and the head of its output), and when even that is too much the
+oldest records are dropped behind one note.
 The REPL keeps every variable, so nothing computed is lost, only the transcript is shortened.
 
 Token counts use ``rlm_cli.corpus.tokens.count_tokens`` (tiktoken ``o200k_base``) plus a fixed
@@ -38,9 +39,10 @@ def input_budget(window_tokens: int) -> int:
 
 def output_limit(budget_tokens: int, max_output_chars: int) -> int:
     """Characters of a block's output shown to the root model: ``max_output_chars``, but at most
-    about a third of the history budget (``budget_tokens`` characters is ~1/3 of it at 3 chars
-    per token), and never under 500."""
-    return max(500, min(max_output_chars, budget_tokens))
+    ``budget_tokens // 2`` characters (about a sixth of the history budget at 3 characters per
+    token, so that a few turns of output fit a small window: 5,898 characters for a 16k window,
+    where a 1.5B model on a CPU reads about 50 tokens a second), and never under 500."""
+    return max(500, min(max_output_chars, budget_tokens // 2))
 
 
 def message_tokens(message: dict[str, Any]) -> int:
@@ -121,14 +123,20 @@ class History:
     (``Fit.truncated``) so that no request is larger than the budget.
     """
 
-    def __init__(self, system: str, first_user: str, *, budget_tokens: int, keep_last: int = KEEP_LAST) -> None:
+    def __init__(self, system: str, first_user: str, *, budget_tokens: int, keep_last: int = KEEP_LAST,
+                 examples: list[dict[str, str]] | None = None) -> None:
         self.system = {"role": "system", "content": system}
+        self.examples = list(examples or [])
         self.first = {"role": "user", "content": first_user}
         self.budget = budget_tokens
         self.keep_last = keep_last
         self.turns: list[Turn] = []
         self.last_fit = Fit()
-        self._fixed = message_tokens(self.system) + message_tokens(self.first) + REQUEST_OVERHEAD
+        self._fixed = self._fixed_tokens()
+
+    def _fixed_tokens(self) -> int:
+        return (message_tokens(self.system) + sum(message_tokens(m) for m in self.examples)
+                + message_tokens(self.first) + REQUEST_OVERHEAD)
 
     def add(self, turn: Turn) -> None:
         """Append a finished turn."""
@@ -142,7 +150,7 @@ class History:
             t._full = None
         else:
             self.first = {"role": "user", "content": f"{self.first['content']}\n\n{text}"}
-            self._fixed = message_tokens(self.system) + message_tokens(self.first) + REQUEST_OVERHEAD
+            self._fixed = self._fixed_tokens()
 
     def messages(self) -> list[dict[str, Any]]:
         """The request to send now, within ``budget_tokens`` (see the module docstring)."""
@@ -184,7 +192,7 @@ class History:
         return None
 
     def _build(self, older: list[Turn], start: int, verbatim: list[Turn]) -> list[dict[str, Any]]:
-        msgs: list[dict[str, Any]] = [self.system, self.first]
+        msgs: list[dict[str, Any]] = [self.system, *self.examples, self.first]
         if start:
             a, u = prompts.omitted_turns(older[0].iteration, older[start - 1].iteration)
             msgs += [{"role": "assistant", "content": a}, {"role": "user", "content": u}]
@@ -198,7 +206,7 @@ class History:
 
     def _truncated(self) -> list[dict[str, Any]]:
         """Last resort: system prompt, question and the last turn, cut by tokens to fit."""
-        msgs: list[dict[str, Any]] = [dict(self.system), dict(self.first)]
+        msgs: list[dict[str, Any]] = [dict(self.system), dict(self.first)]  # no room for the example
         if self.turns:
             last = self.turns[-1]
             if len(self.turns) > 1:

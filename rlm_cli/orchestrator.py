@@ -12,7 +12,7 @@ Finishing rules (each has a test in ``tests/test_orchestrator.py``):
   claims that block's output ("Output: ...", a result written out): later blocks were written on
   imagined output and do not run, and that text is cut from the history (the model is told).
   A FINAL in a later block of a reply, after an earlier block printed output the model has not
-  seen, is refused.
+  seen, is refused (the output of code it already ran in an earlier turn counts as seen).
 * A line ``FINAL(...)`` or ``FINAL_VAR(...)`` in the reply's text, outside code blocks, ends the
   run with the same value the call gives in a block (``FINAL(x)`` of a variable ``x`` is its value;
   text that is not Python is taken as written). A FINAL written after claimed output never ends
@@ -75,6 +75,33 @@ def only_finishes(code: str) -> bool:
             return False
         calls += 1
     return calls > 0
+
+
+def _norm(code: str) -> str:
+    """``code`` with runs of whitespace made one space: what makes two blocks "the same code"."""
+    return _SPACE.sub(" ", code).strip()
+
+
+def literal_final(code: str) -> bool:
+    """Whether ``code`` calls FINAL with an answer written out as a literal (a string or number
+    constant, or an f-string without fields), as opposed to a value the code computed, or
+    ``FINAL_VAR`` of a text that is not a variable name."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FINISHERS \
+                and node.args and not node.keywords:
+            args = node.args
+            if node.func.id == "FINAL_VAR":
+                if isinstance(args[0], ast.Constant) and isinstance(args[0].value, str) \
+                        and not args[0].value.isidentifier():
+                    return True
+            elif all(isinstance(a, ast.Constant) or (isinstance(a, ast.JoinedStr) and all(
+                    isinstance(v, ast.Constant) for v in a.values)) for a in args):
+                return True
+    return False
 
 
 @dataclass
@@ -149,8 +176,9 @@ def text_meta(text: str) -> dict[str, Any]:
 
 def first_messages(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0,
                    note: str = "") -> list[dict[str, str]]:
-    """The system prompt and first user message of a loop at ``depth`` (what the root model
-    reads first); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`). ``note`` (a
+    """What the root model of a loop at ``depth`` reads first: the system prompt, the worked
+    example's turns (:func:`prompts.example_messages`) and the first user message (metadata and
+    question); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`). ``note`` (a
     session's earlier questions and kept variables, ``prompts.session_note``) goes between the
     corpus description and the question."""
     root_window = settings.root_model_window or DEFAULT_WINDOW
@@ -158,7 +186,7 @@ def first_messages(settings: Settings, question: str, meta: dict[str, Any], dept
     system = prompts.system_prompt(sub_window_tokens=settings.sub_model_window or DEFAULT_WINDOW,
                                    max_output_chars=out_limit, root_window_tokens=root_window,
                                    recursion=depth + 1 < settings.max_depth)
-    return [{"role": "system", "content": system},
+    return [{"role": "system", "content": system}, *prompts.example_messages(),
             {"role": "user", "content": prompts.first_user_prompt(
                 question, prompts.corpus_metadata(meta) + (f"\n\n{note}" if note else ""))}]
 
@@ -202,8 +230,8 @@ class Orchestrator:
         assert root_model is not None
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
-        system, first = first_messages(s, question, meta, self.depth, note)
-        history = History(system["content"], first["content"], budget_tokens=budget)
+        system, *examples, first = first_messages(s, question, meta, self.depth, note)
+        history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
         sub_calls_before = self.client.usage.sub_calls
         loop = _LoopState()
         own = sandbox is None
@@ -212,6 +240,9 @@ class Orchestrator:
             sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
                               limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
             sandbox.hide_paths = self.hide_paths
+            # The token is served only to this sandbox's worker process (and its descendants).
+            own_sandbox = sandbox
+            self.handler.bind(token, lambda: getattr(own_sandbox.proc, "pid", None))
         try:
             if own:
                 sandbox.start()
@@ -245,7 +276,7 @@ class Orchestrator:
         outputs: list[tuple[str, str]] = []
         notes: list[str] = []
         final: str | None = None
-        unseen = 0  # characters earlier blocks of this reply printed (the model has not seen them)
+        unseen = 0  # characters earlier blocks of this reply printed that the model has not seen yet
         ran = 0
         for n, block in enumerate(plan.blocks[:plan.runnable], 1):
             code = block.code
@@ -271,7 +302,7 @@ class Orchestrator:
             if self.client.fatal is not None:  # e.g. a 401 on a sub-call: stop now, exit 4
                 raise self.client.fatal
             if self.client.budget.exceeded is not None:
-                raise self._with_partial(self.client.budget.exceeded, loop.last_text)
+                raise self._with_partial(self.client.budget.exceeded, loop.last_text, [o for _, o in outputs])
             if result.final is not None:
                 if not loop.ran_code and only_finishes(code) and n == 1:
                     # A literal answer on the first turn is a guess: nothing it saw came from the corpus.
@@ -280,15 +311,20 @@ class Orchestrator:
                 elif unseen:
                     notes.append(prompts.final_after_unseen(n))
                     self._notice(f"FINAL in block {n}, after output the model had not seen; refused")
+                elif result.output_chars and literal_final(code):
+                    # The answer was written out before the output of this very block was seen.
+                    notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
+                    self._notice("written-out FINAL in a block that printed output not seen yet; refused")
                 else:
                     final = result.final
                 break  # the first FINAL wins; later blocks do not run
             if not result.ok or result.lost:
                 break  # later blocks were written assuming this one worked
-            unseen += result.output_chars
+            if _norm(code) not in loop.seen_code:  # code it ran before printed what it saw then
+                unseen += result.output_chars
         loop.ran_code = True
         if final is None and text_final is not None and not notes:
-            final = self._text_final_next_to_code(text_final, plan, ran, sandbox, notes)
+            final = self._text_final_next_to_code(text_final, plan, unseen, sandbox, notes)
         if final is not None:
             return final
         kept = text
@@ -307,21 +343,24 @@ class Orchestrator:
             outputs=[o for _, o in outputs]))
         return None
 
-    def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, ran: int, sandbox: Sandbox,
+    def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, unseen: int, sandbox: Sandbox,
                                  notes: list[str]) -> str | None:
         """A FINAL line written in the text of a reply that also ran code: refused after claimed
-        output or when it is a written-out answer (literal); a variable or expression is taken
-        from the REPL."""
+        output, or when it is a written-out answer (literal) while the code printed output the
+        model has not seen (``unseen`` characters); a variable or expression is taken from the
+        REPL."""
         if plan.claimed and tf.offset >= plan.cut:
             self._notice("FINAL written after text that claimed output; refused")
             notes.append(prompts.FINAL_AFTER_CLAIM)
             return None
+        if tf.literal() is not None and not unseen:
+            return tf.literal()
         if tf.literal() is not None:
             notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
             self._notice("FINAL(...) line next to unseen code output; refused")
             return None
         value, literal = self._text_final_value(sandbox, tf, notes)
-        if literal:  # not Python after all (e.g. a path): a written-out answer
+        if literal and unseen:  # not Python after all (e.g. a path): a written-out answer
             notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
             self._notice("FINAL(...) line next to unseen code output; refused")
             return None
@@ -387,7 +426,7 @@ class Orchestrator:
     def _repetition_notes(self, loop: _LoopState, codes: list[str], outputs: list[str]) -> list[str]:
         """Notes when this turn repeats code that already ran, or the error of the previous turn."""
         notes = []
-        norm = [_SPACE.sub(" ", c).strip() for c in codes]
+        norm = [_norm(c) for c in codes]
         if norm and all(c in loop.seen_code for c in norm):
             notes.append(prompts.REPEATED_CODE)
             self._notice("the model repeated code it had already run; told")
@@ -411,7 +450,8 @@ class Orchestrator:
             completion = self.client.complete(messages, model=model, role="root", depth=self.depth,
                                               on_delta=stream_callback(self.emit, self.depth, model))
         except BudgetExceededError as exc:
-            raise self._with_partial(exc, last_text) from None
+            outputs = next((t.outputs for t in reversed(history.turns) if t.outputs), [])
+            raise self._with_partial(exc, last_text, outputs) from None
         r = completion.record
         self.emit(event("root_call", self.depth, model=model, response=completion.text,
                         request_key=request_key(model, messages), request_tokens=fit.tokens or request_tokens(messages),
@@ -449,14 +489,18 @@ class Orchestrator:
         prose = reply.outside_code(best).strip()
         if prose and reply.looks_like_answer(prose):
             return prose
-        return prompts.no_answer(self._last_output)
+        return partial_answer(best, [self._last_output])
 
     def _notice(self, message: str) -> None:
         self.emit(event("notice", self.depth, message=message))
 
-    def _with_partial(self, exc: BudgetExceededError, last_text: str) -> BudgetExceededError:
-        if not exc.partial:
-            exc.partial = last_text.strip()
+    def _with_partial(self, exc: BudgetExceededError, reply: str, outputs: list[str]) -> BudgetExceededError:
+        """``exc`` with the root loop's best partial answer (:func:`partial_answer` of its last
+        reply and outputs). A sub-RLM leaves it alone: the budget error is one object shared by
+        the whole tree, and the root loop, which re-raises it once the child's error reached its
+        code, is the one whose answer the user asked for."""
+        if self.depth == 0:
+            exc.partial = partial_answer(reply, outputs)
         return exc
 
     def _done(self, answer: str, status: str, iterations: int, sub_calls_before: int, started: float) -> RunResult:
@@ -466,6 +510,39 @@ class Orchestrator:
         self.emit(event("final", self.depth, status=status, iterations=iterations, answer=answer,
                         answer_chars=len(answer)))
         return result
+
+
+#: Characters of each output, and of the model's words, kept in a partial answer.
+PARTIAL_OUTPUT_CHARS = 1_000
+PARTIAL_WORDS_CHARS = 2_000
+
+
+def partial_answer(last_reply: str, outputs: list[str]) -> str:
+    """The best answer of a run stopped early (a budget), from the root model's ``last_reply``
+    and the shown ``outputs`` of its last code blocks. Never code:
+
+    * a ``FINAL(answer)`` line in the reply's text with a written-out answer: that answer;
+    * otherwise ``No final answer yet`` followed by the reply's text outside code blocks (what
+      the model said it was doing or had found; up to :data:`PARTIAL_WORDS_CHARS` characters)
+      and the head of each output (:data:`PARTIAL_OUTPUT_CHARS` characters each).
+    """
+    found = reply.find_text_final(last_reply)
+    literal = found.literal() if found is not None else None
+    if literal is not None:
+        return literal
+    words = reply.outside_code(last_reply)
+    words = words[:words.index("```")] if "```" in words else words  # an unclosed block: code to the end
+    parts = ["No final answer yet: the run stopped before the model gave one."]
+    if words.strip():
+        parts.append("The model's last words (its code left out):\n" + _clipped(words.strip(), PARTIAL_WORDS_CHARS))
+    heads = [_clipped(o.strip(), PARTIAL_OUTPUT_CHARS) for o in outputs if o.strip()]
+    if heads:
+        parts.append("What its last code printed:\n" + "\n---\n".join(heads))
+    return "\n\n".join(parts)
+
+
+def _clipped(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars] + f" [... {len(text) - chars:,} more characters]"
 
 
 @dataclass

@@ -53,7 +53,7 @@ The REPL holds:
 - `context`: str, the whole corpus; each file starts with a line `==> path <==`.
 - `files`: list of dicts (path, size, chars, lines, tokens, start, end); a file's text is context[f["start"]:f["end"]].
 - `chunks`: list of dicts (id, path, start_line, end_line, start, end, tokens): the corpus cut along semantic boundaries (functions, sections, paragraphs).
-- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text"}]: regex per line.
+- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text", "in"}]: regex per line; "in" is the function or class holding the line (Python files).
 - `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> the text of chunk i.
 - `search(query, k=10)` -> chunks ranked by keyword relevance (BM25): [{"chunk", "file", "start_line", "end_line", "score"}].
 - `data[path]`: a JSON/JSONL/CSV/TSV file parsed (JSON -> its object; JSONL/CSV -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
@@ -70,44 +70,18 @@ How to work:
 4. Aggregate in Python: keep sub-answers in variables (they persist between turns) and combine them with code.
 5. Finish: when the printed output supports your answer, call FINAL(answer) in a ```repl block, or FINAL_VAR(name) for a long answer built in a variable. Cite file paths and line numbers.
 
-Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characters: print counts, summaries and short excerpts, never whole files. Do not reassign `context`, `files`, `chunks` or the helpers. A grep for a name also finds its imports and calls: to find where something is defined, grep for `def name` or `class name`.
+Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characters: print counts, summaries and short excerpts, never whole files. Do not reassign `context`, `files`, `chunks` or the helpers. A grep for a name also finds its imports and calls: to find where something is defined, grep for `def name` or `class name`. A search that finds nothing proves little: loosen it (a shorter pattern, ignore_case=True) before you conclude.
 
-Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message.
-
-Example.
-Question: Where is the function `parse_config` defined?
-Your reply:
-```repl
-hits = grep(r"def parse_config\\b")
-print(len(hits), hits[:5])
-```
-The next message, from the REPL:
-Output:
-1 [{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
-Your next reply:
-```repl
-FINAL("`parse_config` is defined in app/config.py at line 42.")
-```"""
+Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message. The first exchange below is a worked example of this (not your task)."""
 
 COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks. The corpus is not shown to you; it is in the REPL:
 `context` (str: all files, each after a line `==> path <==`), `files` (dicts: path, lines, start, end), `chunks` (dicts: path, start_line, end_line),
-`grep(pattern)` -> [{"file","line","text"}], `read_file(path, start_line, end_line)`, `search(query, k=10)`,
+`grep(pattern)` -> [{"file","line","text","in"}] ("in": the enclosing function), `read_file(path, start_line, end_line)`, `search(query, k=10)`,
 `data[path]` (parsed JSON/JSONL/CSV), `records(glob=None)` (all rows as dicts with "_file", "_line"), `frame(path)` (pandas),
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
 `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
 Explore with code first, filter with grep, send big pieces to sub-calls. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
-Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message.
-Example. Your reply:
-```repl
-print(grep(r"def parse_config\\b")[:5])
-```
-The next message, from the REPL:
-Output:
-[{'file': 'app/config.py', 'line': 42, 'text': 'def parse_config(path):'}]
-Your next reply:
-```repl
-FINAL("parse_config is defined in app/config.py at line 42.")
-```"""
+Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message. The first exchange below is an example (not your task)."""
 
 _RLM_QUERY_RECURSIVE = ("a sub-RLM: a fresh REPL like this one over `context` (a str you pass, or this "
                         "corpus) that works through the prompt with its own code and sub-calls and returns "
@@ -213,6 +187,23 @@ def _describe_structured(m: dict[str, Any]) -> str:
     return f"{path}: {'; '.join(parts)}" + (f"; keys: {keys}" if keys else "")
 
 
+def example_messages() -> list[dict[str, str]]:
+    """A worked example as real chat turns, sent between the system prompt and the question: the
+    model's reply ends right after its code block, and the output arrives as the next (user)
+    message. Small models imitate a transcript written inside the system prompt, invented output
+    included; as separate turns, the turn-taking is what they learn (issue #10)."""
+    return [
+        {"role": "user", "content": "Example question (not your task): Where is the function `parse_config` "
+                                    "defined?"},
+        {"role": "assistant", "content": 'I will search for its definition.\n```repl\nhits = grep(r"def '
+                                         'parse_config\\b")\nprint(len(hits), hits[:5])\n```'},
+        {"role": "user", "content": "Output:\n1 [{'file': 'app/config.py', 'line': 42, 'text': 'def "
+                                    "parse_config(path):'}]\n\nContinue."},
+        {"role": "assistant", "content": 'The output shows the definition.\n```repl\nFINAL("`parse_config` is '
+                                         'defined in app/config.py at line 42.")\n```'},
+    ]
+
+
 def first_user_prompt(question: str, metadata: str) -> str:
     """The first user message: the corpus metadata and the question."""
     return (f"{metadata}\n\nQuestion: {question}\n\n"
@@ -314,18 +305,6 @@ NOT_AN_ANSWER = ("That reply does not answer the question. Run code in a ```repl
 
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
                  "different, or finish with FINAL if you have the answer.")
-
-NO_ANSWER_AT_LIMIT = "No answer was found within the iteration limit."
-
-
-def no_answer(last_output: str, head_chars: int = 600) -> str:
-    """The partial answer when the model gave none: :data:`NO_ANSWER_AT_LIMIT` and the head of
-    the last output the code produced (what was learned), if any."""
-    out = last_output.strip()
-    if not out:
-        return NO_ANSWER_AT_LIMIT
-    more = " [...]" if len(out) > head_chars else ""
-    return f"{NO_ANSWER_AT_LIMIT} The last output of the code was:\n{out[:head_chars]}{more}"
 
 #: How each helper is called, quoted when the model calls it wrongly.
 HELPER_USAGE = {

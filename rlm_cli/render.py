@@ -224,6 +224,13 @@ class Renderer:
             self._refresh_live()
             self.err.print(f"[bold]corpus[/] {escape(ev['summary'])} [dim]({ev['load_s']:.2f} s, "
                            f"sandbox {ev['sandbox']})[/]")
+            if self.verbose:
+                named = ev.get("skipped") or []
+                for row in named:
+                    self.err.print(f"[dim]skipped {escape(str(row['path']))} ({escape(str(row['reason']))})[/]")
+                more = int(ev.get("skipped_count") or 0) - len(named)
+                if more > 0:
+                    self.err.print(f"[dim]... and {more:,} more skipped (counted in the summary above)[/]")
         elif kind == "iteration":
             title = f"iteration {ev['iteration']}" + (f" (depth {ev['depth']})" if ev["depth"] else "")
             if self.styled:
@@ -574,8 +581,9 @@ def print_trace_list(infos: list[Any]) -> None:
     for col in ("id", "started", "status", "mode", "tokens", "cost", "question"):
         if col == "question":  # the only column that gives way on a narrow terminal
             table.add_column(col, overflow="ellipsis", no_wrap=True, ratio=1)
-        else:  # ids are what `trace show` takes: never cut
-            table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 11}.get(col, len(col)))
+        else:  # ids are what `trace show` takes, statuses what scripts grep for: never cut
+            widest = max([len(col), *(len(i.status) for i in infos)]) if col == "status" else len(col)
+            table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 11}.get(col, widest))
     this_year = _dt.datetime.now().year
     for i in infos:
         when = _dt.datetime.fromtimestamp(i.started)  # like ls -l: the year only when it is not this one

@@ -33,6 +33,8 @@ _NON_ANSWER = re.compile(
     r"next,? (?:I|we)|unable to|not possible|too (?:large|big|long)|please provide|you (?:can|could|need to|should)|"
     r"no (?:information|answer) (?:was |is )?(?:found|available)|need more (?:information|context))\b",
     re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"^[ \t>#*_]*(?:the )?final answer(?: is)?[*_ \t]*[:\uff1a][*_ \t]*(.*)$",
+                          re.IGNORECASE | re.MULTILINE)
 _ERROR_LINE = re.compile(r"^([A-Z][A-Za-z]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
 
 
@@ -130,7 +132,8 @@ def plan(text: str) -> Plan:
 
 
 def find_text_final(text: str) -> TextFinal | None:
-    """The first FINAL/FINAL_VAR call that starts a line of ``text`` outside code blocks.
+    """The first FINAL/FINAL_VAR call that starts a line of ``text`` outside code blocks, else a
+    "Final answer: ..." line (:func:`find_answer_line`).
 
     Mentions inside prose ("I will call FINAL() later") do not count: the call must start its
     own line. A one-line call ends at its last ``)``; a call whose first line does not close
@@ -140,7 +143,7 @@ def find_text_final(text: str) -> TextFinal | None:
     fences = [(f.start(), f.end()) for f in _ANY_FENCE.finditer(text)]
     m = next((c for c in _FINAL_START.finditer(text) if not any(a <= c.start() < b for a, b in fences)), None)
     if m is None:
-        return None
+        return find_answer_line(text)
     rest = outside_code(text[m.end():])
     first_line = rest.split("\n", 1)[0].rstrip().rstrip("`*_ .")
     if first_line.endswith(")"):
@@ -153,6 +156,24 @@ def find_text_final(text: str) -> TextFinal | None:
     if not inner.strip():
         return None
     return TextFinal(m.group(1), inner.strip(), m.start())
+
+
+def find_answer_line(text: str) -> TextFinal | None:
+    """A line of the text (outside code) that states the final answer in words: ``Final answer:
+    ...`` / ``**Final Answer**: ...`` / ``The final answer is: ...``. Returns it as the literal
+    ``FINAL`` it means (the rest of the line, or the next paragraph when the line ends at the
+    colon), or ``None``."""
+    fences = [(f.start(), f.end()) for f in _ANY_FENCE.finditer(text)]
+    m = next((c for c in _ANSWER_LINE.finditer(text) if not any(a <= c.start() < b for a, b in fences)), None)
+    if m is None:
+        return None
+    value = m.group(1).strip().strip("*_ ")
+    if not value:
+        rest = outside_code(text[m.end():]).strip()
+        value = rest.split("\n\n", 1)[0].strip()
+    if not value:
+        return None
+    return TextFinal("FINAL", repr(value), m.start())
 
 
 def mentions_final(text: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from rlm_cli.config import CHOICES, Settings
 from rlm_cli.corpus import Corpus
+from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
     MaxIterationsError,
     NoModelError,
@@ -24,9 +25,9 @@ from rlm_cli.errors import (
     RLMError,
     UsageError,
 )
-from rlm_cli.history import request_tokens
+from rlm_cli.history import input_budget, request_tokens
 from rlm_cli.lm_handler import LMHandler, ModelClient
-from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, text_meta
+from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, first_messages, text_meta
 from rlm_cli.prompts import direct_prompt
 from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sources import SourceCollector, build_sources, direct_rows
@@ -102,6 +103,53 @@ def direct_tokens(corpus: Corpus, question: str) -> int:
     return corpus.total_tokens + request_tokens(direct_prompt(question, "")) + len(corpus.files) * 12
 
 
+#: Share of the root model's input budget, after the system prompt and the corpus description,
+#: that a question may take; the other half is left for the turns of the loop.
+QUESTION_SHARE = 0.5
+#: A question that must be cut to fewer tokens than this cannot be asked (exit 2).
+MIN_QUESTION_TOKENS = 256
+
+
+def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0,
+                 session_note: str = "") -> tuple[str, str | None]:
+    """``(question, note)``: the question as the loop at ``depth`` will send it, and a note for
+    stderr when it had to be shortened (``None`` when it is sent whole). ``session_note`` (what a
+    session tells the question of earlier ones) counts as part of the fixed prompt.
+
+    Rule: a question may take at most :data:`QUESTION_SHARE` of the tokens the root model's input
+    budget (``history.input_budget`` of ``settings.root_model_window``) leaves after the system
+    prompt and the corpus description, so that a few turns still fit. A longer one keeps its
+    head (two thirds) and its end (a third: the instruction after a pasted text usually comes
+    last) around a marker that tells the model how much was cut; without it, ``History`` would
+    cut the first message's end silently. Tokens are counted with ``o200k_base``.
+
+    Raises:
+        UsageError: the question is too long and less than :data:`MIN_QUESTION_TOKENS` tokens
+            are left for it (a window too small for the loop at all).
+    """
+    window = settings.root_model_window or DEFAULT_WINDOW
+    fixed = request_tokens(first_messages(settings, "", meta, depth, session_note))
+    room = int((input_budget(window) - fixed) * QUESTION_SHARE)
+    enc = encoding()
+    ids = enc.encode_ordinary(question)
+    if len(ids) <= room:
+        return question, None
+    if room < MIN_QUESTION_TOKENS:
+        raise UsageError(f"the question ({len(ids):,} tokens) does not fit: the root model's input window of "
+                         f"{window:,} tokens leaves {max(room, 0):,} tokens for it after the system prompt and the "
+                         "corpus description, and half of the window for the turns",
+                         hint="put long material in a file passed as a PATH and keep the question short, or use "
+                              "a model with a larger window (--root-model-window)")
+    marker = "\n\n[... {cut:,} characters of the question were cut here to fit the model's input window ...]\n\n"
+    keep = room - len(enc.encode_ordinary(marker.format(cut=len(question))))
+    head, tail = enc.decode(ids[:keep * 2 // 3]), enc.decode(ids[len(ids) - (keep - keep * 2 // 3):])
+    cut = len(question) - len(head) - len(tail)
+    note = (f"the question ({len(question):,} characters, {len(ids):,} tokens) was shortened to about {room:,} "
+            f"tokens to fit the root model's input window of {window:,} tokens: its middle ({cut:,} characters) "
+            "was cut, its beginning and end were kept (put long material in a file passed as a PATH instead)")
+    return head + marker.format(cut=cut) + tail, note
+
+
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,
         client: ModelClient | None = None, record: bool = True, corpus: Corpus | None = None,
         backend: Any = None) -> AskOutcome:
@@ -125,7 +173,7 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
 
     with Session(settings, paths, emit=emit, stdin_bytes=stdin_bytes, backend=backend, client=client,
                  corpus=corpus, record=record) as session:
-        session.open()
+        session.open(question)
         return session.ask(question, emit=emit)
 
 
@@ -134,6 +182,29 @@ def _sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str)
     files = [(f.path, f.lines) for f in corpus.files]
     rows = direct_rows(files) if mode == "direct" else collector.rows
     return build_sources(rows, answer, files)
+
+
+class _TurnCounter:
+    """The ``emit`` target between the loops and the trajectory: forwards every event and counts
+    the root loop's answered turns (``root_call`` events at depth 0), which is what a run that
+    stopped early (budget, Ctrl-C) reports as its ``iterations``."""
+
+    def __init__(self, forward: Emit) -> None:
+        self.forward = forward
+        self.root_turns = 0
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if ev.get("type") == "root_call" and ev.get("depth") == 0:
+            self.root_turns += 1
+        self.forward(ev)
+
+
+def skipped_files(corpus: Corpus) -> dict[str, Any]:
+    """``{"skipped": [{"path", "reason"}, ...], "skipped_count": n}``: the files and folders the
+    corpus left out (the first ``loader.MAX_NAMED_SKIPS``; a folder's path ends with ``/``) and
+    how many there were in all (``--json``'s corpus section and the trajectory's corpus event)."""
+    return {"skipped": [{"path": path, "reason": reason} for path, reason in corpus.report.named],
+            "skipped_count": sum(corpus.report.skipped.values())}
 
 
 def _attach(exc: PartialAnswerError, client: ModelClient, corpus: Corpus, mode: str) -> None:
@@ -161,7 +232,7 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
 
     def on_rlm_query(prompt: str, context: str | None, depth: int) -> str:
         child_depth = depth + 1
-        if child_depth >= settings.max_depth:
+        if not handler.recurses(depth):
             model = settings.effective_sub_model
             assert model is not None
             content = prompt if context is None else f"{prompt}\n\n{context}"
@@ -187,6 +258,12 @@ def _recursion(settings: Settings, client: ModelClient, handler: LMHandler, leve
             meta = corpus_meta(corpus)
         else:
             spec, meta = WorkerSpec(context_text=context), text_meta(context)
+        try:
+            prompt, note = fit_question(settings, prompt, meta, child_depth)
+        except UsageError as exc:
+            return f"Error: {exc.message}; pass long text as context= instead"
+        if note:
+            emit(event("notice", child_depth, message=f"sub-RLM: {note}", level="warning"))
         try:
             return child.run(prompt, spec, meta).answer
         except MaxIterationsError as exc:  # a budget stop propagates: it ends the whole tree

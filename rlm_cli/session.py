@@ -42,6 +42,7 @@ from typing import Any
 from rlm_cli import __version__
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, load_corpus
+from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
     DoesNotFitError,
     ExitCode,
@@ -52,7 +53,7 @@ from rlm_cli.errors import (
 )
 from rlm_cli.lm_handler import Budget, CallFailed, CallRecord, Completion, LMHandler, ModelClient, OnDelta, Usage
 from rlm_cli.models import ensure_model
-from rlm_cli.orchestrator import Orchestrator, corpus_meta, run_direct
+from rlm_cli.orchestrator import Orchestrator, RunResult, corpus_meta, run_direct
 from rlm_cli.phases import PhaseTagger
 from rlm_cli.progress import Progress, index_callback
 from rlm_cli.prompts import session_note
@@ -61,10 +62,13 @@ from rlm_cli.runner import (
     _attach,
     _recursion,
     _sources,
+    _TurnCounter,
     choose_mode,
     direct_tokens,
+    fit_question,
     model_window,
     require_model,
+    skipped_files,
     sub_call_event,
 )
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, resolve_level, run_notes
@@ -157,6 +161,8 @@ class Lane:
                                limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
         self.sandbox.hide_paths = session.hide
         self.sandbox.interrupt_grace_s = session.interrupt_grace_s
+        # The token is served only to this worker's process (and its descendants), restarted or not.
+        self.handler.bind(token, lambda: getattr(self.sandbox.proc, "pid", None))
         self.questions = 0
         try:
             self.sandbox.start()
@@ -250,6 +256,10 @@ class Session:
         self._events: list[dict[str, Any]] = []  # the session's events, for the first trajectory
         self._corpus_event: dict[str, Any] | None = None
         self._mode_event: dict[str, Any] | None = None
+        self._mode_fields: dict[str, Any] = {}
+        self._noted = False
+        self.reason = ""
+        self.meta: dict[str, Any] = {}
         self._lock = threading.Lock()
         #: Questions asked so far (``/reset`` does not start it again: it numbers the trajectories).
         self.asked = 0
@@ -263,12 +273,13 @@ class Session:
         return keep
 
     # -- once per session ---------------------------------------------------------------------------
-    def open(self) -> None:
+    def open(self, first_question: str = "") -> None:
         """Pick the model, load the corpus, choose the mode, resolve the windows, start the worker.
+        ``first_question`` (a one-question session) counts in auto mode's choice, as each question
+        does later (:meth:`_question_mode`).
 
         Raises:
-            NoModelError, UsageError (bad paths, an empty corpus, ``--mode direct`` on a corpus
-            larger than the window), SandboxError, HostUnavailable.
+            NoModelError, UsageError (bad paths, an empty corpus), SandboxError, HostUnavailable.
         """
         s, emit = self.settings, self.emit
         ensure_model(s, lambda message: emit(event("notice", 0, message=message)))
@@ -287,14 +298,14 @@ class Session:
         corpus = self.corpus
         self._corpus_event = event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
                                    tokens=corpus.total_tokens, chunks=len(corpus.chunks),
-                                   load_s=round(time.monotonic() - started, 3), sandbox=self.level)
+                                   load_s=round(time.monotonic() - started, 3), sandbox=self.level,
+                                   **skipped_files(corpus))
         emit(self._corpus_event)
+        self.meta = corpus_meta(corpus)
         # The worker starts while litellm is still being imported when the mode cannot be direct.
         surely_rlm = s.mode == "rlm" or (s.mode == "auto" and corpus.total_tokens >= s.direct_max_tokens)
         if surely_rlm:
             self.lane = Lane(self)
-        from rlm_cli.corpus.tokens import encoding
-
         encoding()  # tiktoken's table (0.3-0.7 s; every request is measured with it), loaded while litellm is
         # still being imported in the model host
         model = require_model(s)
@@ -302,18 +313,38 @@ class Session:
         sub_model = s.effective_sub_model or model
         sub_window, sub_src = model_window(self.client, sub_model, s.sub_model_window)
         s.root_model_window, s.sub_model_window = root_window, sub_window
-        self.mode, reason = choose_mode(s, corpus.total_tokens, root_window)
-        self._mode_event = event("mode", 0, mode=self.mode, reason=reason, root_window=root_window,
-                                 root_window_source=root_src, sub_window=sub_window, sub_window_source=sub_src)
+        self.mode, self.reason = choose_mode(s, corpus.total_tokens, root_window)
+        self.mode, self.reason = self._question_mode(first_question, "")
+        self._mode_fields = {"root_window": root_window, "root_window_source": root_src, "sub_window": sub_window,
+                             "sub_window_source": sub_src}
+        self._mode_event = event("mode", 0, mode=self.mode, reason=self.reason, **self._mode_fields)
         emit(self._mode_event)
         if self.mode == "rlm":
-            for note in run_notes(self.level):  # once per session, not once per sub-RLM worker
-                emit(event("notice", 0, message=note))
-            if self.lane is None:
-                self.lane = Lane(self)
+            self._rlm_lane()
         elif self.lane is not None:
             self.lane.close()
             self.lane = None
+
+    def _question_mode(self, question: str, note: str) -> tuple[str, str]:
+        """``(mode, reason)`` of one question: the session's, except that auto mode keeps a
+        question in the REPL when the corpus with it needs over half the root model's window."""
+        s, corpus = self.settings, self.corpus
+        assert corpus is not None and s.root_model_window is not None
+        needed = direct_tokens(corpus, question + note)
+        if self.mode == "direct" and s.mode == "auto" and needed > s.root_model_window // 2:
+            return "rlm", (f"the corpus is small, but with the question it needs {needed:,} tokens, over half "
+                           f"the root model's window of {s.root_model_window:,}, so it stays in the REPL")
+        return self.mode, self.reason
+
+    def _rlm_lane(self) -> Lane:
+        """The session's worker, started (with the sandbox's notes, once) when it is not yet."""
+        if not self._noted:
+            self._noted = True
+            for note in run_notes(self.level):  # once per session, not once per sub-RLM worker
+                self.emit(event("notice", 0, message=note))
+        if self.lane is None:
+            self.lane = Lane(self)
+        return self.lane
 
     def pause(self) -> None:
         """Waiting for the user: ``--timeout`` does not run meanwhile."""
@@ -395,22 +426,30 @@ class Session:
         new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
         writer = TraceWriter(trace_path) if trace_path is not None else None
         totals = lambda: (client.usage.total_tokens, client.usage.cost_usd)  # noqa: E731
-        # Events flow: phases added -> progress groups closed -> sources kept -> trajectory + terminal.
+        # Events flow: turns counted -> phases added -> progress groups closed -> sources kept ->
+        # trajectory + terminal.
         progress = Progress(TraceSink(writer, emit, totals=totals), totals)
         collector = SourceCollector(progress)
         sink = PhaseTagger(collector)
+        turns = _TurnCounter(sink)
         started = time.monotonic()
         extra = {"session": self.id, "turn": turn, "id": qid} if self.numbered else {}
         sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
                    paths=[p if p == "-" else os.path.abspath(p) for p in self.paths],
                    config=self.settings.redacted(), **extra))
-        if writer is not None:
+        note = session_note(self._history()) if self.conversation else ""
+        mode, reason = self._question_mode(question, note)
+        mode_event = event("mode", 0, mode=mode, reason=reason, **self._mode_fields)
+        if writer is not None:  # what the session did once, as this question's trajectory needs it
             quiet = TraceSink(writer, lambda ev: None, totals=totals)
-            for ev in self._events if turn == 1 else [self._corpus_event, self._mode_event]:
-                if ev is not None:
+            for ev in self._events if turn == 1 else [self._corpus_event]:
+                if ev is not None and ev is not self._mode_event:
                     quiet(ev)
+            quiet(mode_event)
+        if mode != self.mode:
+            emit(mode_event)
         try:
-            outcome = self._answer(question, sink, client, progress, lane or self.lane)
+            outcome = self._answer(question, note, mode, turns, client, progress, lane)
             res = outcome.result
             outcome.sources, outcome.sources_omitted = _sources(collector, res.answer, outcome.corpus, res.mode)
             sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
@@ -418,7 +457,7 @@ class Session:
                        sources=outcome.sources, sources_omitted=outcome.sources_omitted))
             self._remember(question, res.answer, res.status, trace_path)
         except RLMError as exc:
-            self._failed(exc, client, collector, sink, started, trace_path)
+            self._failed(exc, client, collector, sink, started, trace_path, turns.root_turns)
             self._remember(question, getattr(exc, "partial", "") or "", _status(exc), trace_path)
             if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
                     and writer is not None and created):
@@ -439,7 +478,8 @@ class Session:
             signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
             code = ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.TERMINATED
             sink(event("summary", 0, status="interrupted", answer="", signal=signal_name, exit_code=int(code),
-                       error=f"interrupted by {signal_name}", usage=client.usage.summary(),
+                       error=f"interrupted by {signal_name}", iterations=turns.root_turns,
+                       sub_calls=client.usage.sub_calls, usage=client.usage.summary(),
                        elapsed_s=round(time.monotonic() - started, 3)))
             self._remember(question, "", "interrupted", trace_path)
             raise
@@ -451,14 +491,13 @@ class Session:
         outcome.run_id, outcome.trace_path = run_id, trace_path
         return outcome
 
-    def _answer(self, question: str, emit: Emit, client: ModelClient, progress: Progress,
+    def _answer(self, question: str, note: str, mode: str, emit: Emit, client: ModelClient, progress: Progress,
                 lane: Lane | None) -> AskOutcome:
         s, corpus = self.settings, self.corpus
-        assert corpus is not None
-        note = session_note(self._history()) if self.conversation else ""
-        if self.mode == "direct":
+        assert corpus is not None and s.root_model_window is not None
+        if mode == "direct":
             needed = direct_tokens(corpus, question + note)
-            if needed > (s.root_model_window or 0):
+            if needed > s.root_model_window:
                 raise DoesNotFitError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input "
                                       f"window is {s.root_model_window:,}", hint="use --mode rlm (or auto)")
             try:
@@ -468,22 +507,23 @@ class Session:
                 _attach(exc, client, corpus, "direct")
                 raise
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
-        assert lane is not None, "open() starts the worker in rlm mode"
+        lane = lane or self._rlm_lane()
         if lane.questions and self.independent:
             lane.clear()
         elif lane.questions:  # what earlier questions left in the REPL
-            listing = lane.variables()
-            note = session_note(self._history() if self.conversation else [], listing)
+            note = session_note(self._history() if self.conversation else [], lane.variables())
         lane.questions += 1
+        question, cut = fit_question(s, question, self.meta, 0, note)
+        if cut:
+            emit(event("notice", 0, message=cut, level="warning"))
         handler = lane.handler
         handler.client = client
         handler.on_sub_call = lambda info: emit(sub_call_event(info))
         handler.on_request = progress.on_request
         handler.on_rlm_query = _recursion(s, client, handler, self.level, emit, corpus, self.hide)
         orch = Orchestrator(s, client, handler, sandbox_level=self.level, emit=emit, hide_paths=self.hide)
-        spec = lane.sandbox.spec
         try:
-            result = orch.run(question, spec, corpus_meta(corpus), sandbox=lane.sandbox, note=note)
+            result = orch.run(question, lane.sandbox.spec, self.meta, sandbox=lane.sandbox, note=note)
         except PartialAnswerError as exc:
             _attach(exc, client, corpus, "rlm")
             raise
@@ -502,18 +542,26 @@ class Session:
             self.turns.append(Turn(question, answer, status, trace_path))
 
     def _failed(self, exc: RLMError, client: ModelClient, collector: SourceCollector, sink: Emit, started: float,
-                trace_path: Path | None) -> None:
-        """Record a question that ended in an error: its summary event, sources and trajectory."""
+                trace_path: Path | None, root_turns: int) -> None:
+        """Record a question that ended in an error: its summary event (a budget stop counts the
+        root turns and sub-calls that ran), sources and trajectory."""
         if isinstance(exc, CallFailed) and exc.fatal:
             self.fatal = self.fatal or exc
         result = getattr(exc, "result", None)
+        status = _status(exc)
+        if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
+            result = RunResult(answer=exc.partial, status=status, iterations=root_turns,
+                               sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
+                               mode=getattr(exc, "mode", "rlm"))
+            exc.result = result  # type: ignore[attr-defined]
         corpus = getattr(exc, "corpus", None)
         found, omitted = (_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
                           if corpus is not None else ([], 0))
         exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
-        sink(event("summary", 0, status=_status(exc), answer=getattr(exc, "partial", ""), error=exc.message,
+        sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
                    exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
-                   iterations=result.iterations if result else None, usage=client.usage.summary(),
+                   iterations=result.iterations if result else root_turns,
+                   sub_calls=result.sub_calls if result else client.usage.sub_calls, usage=client.usage.summary(),
                    elapsed_s=round(time.monotonic() - started, 3), sources=found, sources_omitted=omitted))
         exc.trace_path = trace_path  # type: ignore[attr-defined]
         if getattr(exc, "usage", None) is None:

@@ -88,3 +88,17 @@ def test_cli_default_mode_is_auto_and_shown(tmp_path: Path, llm: FakeLLM, monkey
     assert "mode direct" in res.stderr
     res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "fast")
     assert res.code == 2 and "--mode" in res.stderr
+
+
+def test_auto_keeps_a_small_corpus_in_the_repl_when_the_question_fills_the_window(tmp_path: Path,
+                                                                                  llm: FakeLLM) -> None:
+    question = "Compare these notes with the list below. " + "item " * 40_000 + "Which words are missing?"
+    (tmp_path / "q.txt").write_text(question)
+    (tmp_path / "notes.txt").write_text("alpha beta\n")
+    llm.script("root", repl("print(len(context))"), repl("FINAL('gamma')"))
+    res = run_rlm("ask", str(tmp_path / "notes.txt"), "--question-file", str(tmp_path / "q.txt"), "--mode", "auto",
+                  *model_flags(llm))
+    assert res.code == 0, res.stderr  # it used to go direct and stop with "--mode direct: ... window"
+    assert res.stdout == "gamma\n"
+    assert "mode rlm" in res.stderr and "with the question it needs" in res.stderr
+    assert "Which words are missing?" in llm.chat_requests("root")[0]["messages"][1]["content"]

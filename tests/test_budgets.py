@@ -189,3 +189,61 @@ def test_cost_budget_warns_when_a_price_is_unknown(tmp_path: Path, llm: FakeLLM)
     warnings = [n for n in run.notices() if "price of openai/root is unknown" in n]
     assert len(warnings) == 1  # once per model, not per call
     assert run.outcome is not None and run.outcome.usage["cost_usd"] is None
+
+
+# -- what a budget stop reports (issue #15) ----------------------------------------------------------
+
+_FAN_OUT = "outs = [llm_query(f'q{i}') for i in range(8)]\nprint(outs)"
+
+
+def _trace_summary(path: Path) -> dict[str, object]:
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    return next(e for e in reversed(events) if e["type"] == "summary")
+
+
+def test_budget_stop_reports_the_real_counts_and_no_code_as_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    llm.default("sub", "sub answer")
+    llm.script("root", "I will look at the size first.\n```repl\nprint(len(context))\n```",
+               "Now I ask about every part.\n```repl\n" + _FAN_OUT + "\n```", repl("print('never')"))
+    trace = tmp_path / "run.jsonl"
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", "--model", "openai/root", "--sub-model", "openai/sub",
+                  "--api-base", llm.url, "--max-sub-calls", "5", "--json", "--no-llm-cache", "--trace", str(trace))
+    assert res.code == 6, res.stderr
+    assert len(llm.chat_requests("sub")) == 5
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "budget_exceeded" and doc["budget"] == "sub_calls" and doc["partial"] is True
+    assert (doc["iterations"], doc["sub_calls"]) == (2, 5)
+    assert "2 iterations, 5 sub-calls" in res.stderr  # the closing summary line
+    summary = _trace_summary(trace)
+    assert (summary["iterations"], summary["sub_calls"]) == (2, 5)
+    answer = doc["answer"]
+    assert answer.startswith("No final answer yet")
+    assert "Now I ask about every part." in answer  # what the model said, without its code
+    assert "sub answer" in answer and "budget exceeded" in answer  # the head of what the code printed
+    assert "```" not in answer and "llm_query(" not in answer
+    assert summary["answer"] == answer
+
+
+def test_budget_stop_in_a_sub_rlm_answers_with_the_roots_words_not_the_childs_code(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    llm.default("sub", "sub answer")
+    llm.script("root",
+               "Delegating to a sub-RLM.\n```repl\nr = rlm_query('count the parts')\nprint('child said:', r)\n```",
+               "CHILD PROSE\n```repl\n" + _FAN_OUT + "\n```",  # the sub-RLM at depth 1
+               repl("print('never')"))
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", "--model", "openai/root", "--sub-model", "openai/sub",
+                  "--api-base", llm.url, "--max-sub-calls", "5", "--max-depth", "2", "--no-llm-cache")
+    assert res.code == 6, res.stderr
+    assert "PARTIAL" in res.stderr and "1 iterations, 5 sub-calls" in res.stderr
+    assert "Delegating to a sub-RLM." in res.stdout and "child said: Error: budget exceeded" in res.stdout
+    assert "CHILD PROSE" not in res.stdout and "llm_query" not in res.stdout and "rlm_query(" not in res.stdout
+
+
+def test_a_final_line_in_the_last_reply_is_the_partial_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("sub", "sub answer")
+    llm.script("root", repl("print(len(context))"),
+               "Checking once more, but so far:\nFINAL(three parts, all fine)\n```repl\n" + _FAN_OUT + "\n```")
+    run = inproc.run(llm, [inproc.corpus(tmp_path)], max_sub_calls=5)
+    assert _budget_error(run).partial == "three parts, all fine"

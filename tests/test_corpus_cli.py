@@ -184,3 +184,36 @@ def test_index_and_stats_count_files_by_kind(tmp_path: Path, monkeypatch: pytest
     assert doc["kinds"] == {"csv": 1, "gz": 1, "jsonl": 1} and "read as 1 csv, 1 gz, 1 jsonl" in doc["summary"]
     code, out, err = rlm(monkeypatch, capsys, "stats", str(root), "--json")
     assert code == 0 and json.loads(out)["kinds"] == {"csv": 1, "gz": 1, "jsonl": 1}
+
+
+def test_ask_names_skipped_files_with_verbose_and_in_json(tmp_path: Path, llm: FakeLLM) -> None:
+    root = make_tree(tmp_path / "repo", {
+        "a_ok.txt": "alpha\n", "b_big.log": "x" * 3000, "c_logo.png": b"\x89PNG\r\n\x1a\n\x00\x00", ".env": "S=1\n",
+        "d_build/out.txt": "built\n", ".gitignore": "d_build/\n", "e_empty.txt": "",
+        **{f"z_blob_{i:03d}.bin": b"\x00\x01" for i in range(230)}})
+    llm.script("root", repl("print(len(context))"), repl("FINAL('done')"))
+    res = run_rlm("ask", str(root), "q?", *model_flags(llm), "--max-file-size", "1K", "-v", "--json")
+    assert res.code == 0, res.stderr
+    corpus = json.loads(res.stdout)["corpus"]
+    assert corpus["files"] == 1 and corpus["skipped_count"] == 236
+    named = {(row["path"], row["reason"]) for row in corpus["skipped"]}
+    assert {("b_big.log", "too large"), ("c_logo.png", "binary"), (".env", "hidden"), (".gitignore", "hidden"),
+            ("d_build/", "ignored"), ("e_empty.txt", "empty"), ("z_blob_000.bin", "binary")} <= named
+    assert len(corpus["skipped"]) == 200  # named up to a cap; skipped_count counts them all
+    for line in ("skipped b_big.log (too large)", "skipped c_logo.png (binary)", "skipped d_build/ (ignored)",
+                 "skipped .env (hidden)", "... and 36 more skipped"):
+        assert line in res.stderr, line
+    quiet = run_rlm("ask", str(root), "q?", *model_flags(llm), "--max-file-size", "1K")  # cached now, no -v
+    assert "skipped c_logo.png" not in quiet.stderr and "binary" in quiet.stderr  # counted, not named
+
+
+def test_a_file_with_stray_latin_1_bytes_keeps_them_as_latin_1(tmp_path: Path, llm: FakeLLM) -> None:
+    root = make_tree(tmp_path / "repo", {
+        "people.txt": "naïve 漢字 line\n".encode() + "name: Müller\n".encode("latin-1"),
+        "legacy.txt": "café crème\n".encode("latin-1")})
+    llm.script("root", repl("print(grep('M.ller'), grep('caf'))"), repl("FINAL('done')"))
+    res = run_rlm("ask", str(root), "q?", *model_flags(llm))
+    assert res.code == 0, res.stderr
+    shown = last_user(llm.chat_requests("root")[1])
+    assert "name: Müller" in shown and "café crème" in shown and "\ufffd" not in shown
+    assert "decoded 1 latin-1, 1 utf-8+latin-1" in res.stderr

@@ -75,7 +75,9 @@ def test_grep_reports_file_and_line_like_a_line_by_line_search(view: CorpusView)
                            (r"\bRETRY_\w+", 0),
                            ("import", 0), ("last retry$", 0), ("zzz", 0)]:
         got = view.grep(pattern, ignore_case=bool(flags & re.I))
-        assert got == naive_grep(ordered, pattern, flags | re.M), pattern
+        # Python hits also name their enclosing function ("in"; see the ast test below)
+        assert [{k: v for k, v in h.items() if k != "in"} for h in got] == naive_grep(ordered, pattern,
+                                                                                   flags | re.M), pattern
     assert view.grep("retry retry") == [{"file": "docs/guide.md", "line": 4, "text": "retry retry retry"}]
 
 
@@ -220,3 +222,45 @@ def test_a_raw_context_gets_pseudo_file_and_chunks() -> None:
     best = view.search("needle", k=1)[0]
     assert best["start_line"] <= 700 <= best["end_line"]
     assert view.read_file("<context>", 700, 700) == "700: line 700 needle"
+
+
+def test_grep_hits_in_python_name_their_enclosing_definition_like_ast_does() -> None:
+    """``in`` (the function or class holding a hit) agrees with ``ast``'s line ranges on real code."""
+    import ast
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    texts = {rel: (root / rel).read_text(encoding="utf-8") for rel in ("json/decoder.py", "email/utils.py",
+                                                                       "logging/handlers.py", "argparse.py")}
+    context, files, pos = "", [], 0
+    for rel, text in texts.items():
+        files.append({"path": rel, "size": len(text), "chars": len(text), "lines": text.count("\n"), "tokens": 1,
+                      "start": pos, "end": pos + len(text), "first_chunk": 0, "n_chunks": 0})
+        context += text
+        pos += len(text)
+    view = CorpusView(context, files, [])
+    checked = 0
+    for rel, text in texts.items():
+        owner: dict[int, str] = {}
+
+        def visit(node: ast.AST, prefix: str, owner: dict[int, str]) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    qual = f"{prefix}{child.name}"
+                    body_start = child.body[0].lineno
+                    for n in range(body_start, (child.end_lineno or body_start) + 1):
+                        owner[n] = qual
+                    visit(child, qual + ".", owner)
+                else:
+                    visit(child, prefix, owner)
+
+        visit(ast.parse(text), "", owner)
+        lines = text.split("\n")
+        for hit in view.grep(r"\w\(", path_glob=rel, max_results=100_000):
+            n = hit["line"]
+            stripped = lines[n - 1].strip()
+            if not stripped or stripped.startswith(("#", "@", ")", "]", "}")) or lines[n - 2].rstrip().endswith(("(", ",", "\\")):
+                continue  # continuation lines and decorators: the indentation rule does not apply
+            assert hit.get("in") == owner.get(n), (rel, n, lines[n - 1], hit.get("in"), owner.get(n))
+            checked += 1
+    assert checked > 1000

@@ -157,7 +157,9 @@ def test_binary_files_are_skipped_and_counted(tmp_path: Path) -> None:
     (codecs.BOM_UTF16_BE + "héllo 漢\n".encode("utf-16-be"), "héllo 漢\n", "utf-16"),
     (codecs.BOM_UTF32_LE + "hé😀\n".encode("utf-32-le"), "hé😀\n", "utf-32"),
     ("café über naïve\n".encode("latin-1"), "café über naïve\n", "latin-1"),
-    ("ok 漢字 and ü\n".encode() + b"\xff" + b"\n", "ok 漢字 and ü\n\ufffd\n", "utf-8-replace"),
+    ("ok 漢字 and ü\n".encode() + b"\xff" + b"\n", "ok 漢字 and ü\n\xff\n", "utf-8+latin-1"),
+    ("naïve ".encode() + "Müller\n".encode("latin-1"), "naïve Müller\n", "utf-8+latin-1"),
+    (codecs.BOM_UTF8 + "ü".encode() + b"\xe9\n", "üé\n", "utf-8+latin-1"),
     (b"plain ascii\n", "plain ascii\n", "utf-8"),
 ])
 def test_decoding_with_bom_and_fallbacks(data: bytes, text: str, how: str) -> None:

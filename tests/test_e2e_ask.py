@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import signal
 import string
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,3 +188,119 @@ def test_bad_arguments_exit_2(args: list[str]) -> None:
     res = run_rlm(*args)
     assert res.code == 2
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("sig", "code", "error"), [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                                    (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_an_interrupted_run_prints_its_json_document_and_is_recorded_as_interrupted(
+        sig: int, code: int, error: str, tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "a.txt").write_text("some text\n")
+    llm.script("root", repl("print('first look')"), repl("import time\nprint('sleeping')\ntime.sleep(120)"))
+    traces = Path(os.environ["RLM_DATA_DIR"]) / "traces"
+    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "a.txt"), "q?",
+                             *model_flags(llm), "--mode", "rlm", "--sandbox", "process", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def second_block_runs() -> bool:
+        files = list(traces.glob("*.jsonl")) if traces.is_dir() else []
+        return len(files) == 1 and len(llm.requests) >= 2 and files[0].read_text().count('"type": "code"') == 2
+
+    try:
+        deadline = time.monotonic() + 120
+        while not second_block_runs():
+            assert time.monotonic() < deadline and proc.poll() is None, "the second block never started"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the block is sleeping in the worker
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, err
+    doc = json.loads(out)  # `| jq` gets a document on Ctrl-C too
+    assert doc == {"status": "interrupted", "error": error, "exit_code": code, "answer": None}
+    trace = next(traces.glob("*.jsonl"))
+    summary = json.loads(trace.read_text().splitlines()[-1])
+    assert summary["type"] == "summary" and summary["status"] == "interrupted" and summary["exit_code"] == code
+    assert summary["signal"] == ("SIGINT" if code == 130 else "SIGTERM") and summary["iterations"] == 2
+    listed = run_rlm("trace", "list", "--json")
+    assert [(t["run_id"], t["status"]) for t in json.loads(listed.stdout)["traces"]] == [(trace.stem, "interrupted")]
+    assert "interrupted" in run_rlm("trace", "list").stdout
+    shown = run_rlm("trace", "show", "last")
+    assert shown.code == 0 and "interrupted (interrupted by SIG" in shown.stdout
+
+
+def _long_question(chars: int = 130_000) -> str:
+    """A pasted text of ``chars`` characters with the instruction at its very end."""
+    rng = random.Random(3)
+    words = ["invoice", "ledger", "account", "balance", "entry", "credit", "debit", "period", "total", "note"]
+    body = " ".join(rng.choice(words) for _ in range(chars // 6))
+    instruction = "\n\nINSTRUCTION AT THE END: list the three most frequent words."
+    return ("START OF THE PASTED TEXT " + body)[: chars - len(instruction)] + instruction
+
+
+def test_question_file_with_a_130000_character_question_is_shortened_with_a_warning(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    question = _long_question()
+    assert len(question) == 130_000
+    (tmp_path / "q.txt").write_text(question + "\n")
+    (tmp_path / "a.txt").write_text("alpha\n")
+    llm.script("root", repl("print(len(context))"), repl("FINAL('ledger, entry, total')"))
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "q.txt"), *model_flags(llm))
+    assert res.code == 0, res.stderr
+    assert res.stdout == "ledger, entry, total\n"
+    assert re.search(r"warning: the question \(130,000 characters, [\d,]+ tokens\) was shortened", res.stderr)
+    first = llm.chat_requests("root")[0]["messages"][1]["content"]
+    assert "Question: START OF THE PASTED TEXT" in first  # its beginning
+    assert "INSTRUCTION AT THE END: list the three most frequent words." in first  # and its end survive
+    assert "characters of the question were cut here to fit the model's input window" in first
+    assert len(first) < 80_000
+
+
+def test_question_file_from_stdin_is_sent_whole_when_it_fits(tmp_path: Path, llm: FakeLLM) -> None:
+    question = _long_question()
+    (tmp_path / "a.txt").write_text("alpha\n")
+    llm.script("root", repl("print(len(context))"), repl("FINAL('done')"))
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", "-", "--root-model-window", "200000",
+                  *model_flags(llm), stdin=question)
+    assert res.code == 0, res.stderr
+    assert "shortened" not in res.stderr
+    assert f"Question: {question}\n" in llm.chat_requests("root")[0]["messages"][1]["content"]
+
+
+def test_question_file_errors_exit_2_before_any_model_call(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "a.txt").write_text("alpha\n")
+    (tmp_path / "q.txt").write_text(_long_question())
+    both = run_rlm("ask", "-", "--question-file", "-", *model_flags(llm), stdin="corpus text")
+    assert both.code == 2 and "cannot both come from standard input" in both.stderr
+    tiny = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "q.txt"),
+                   "--root-model-window", "1024", *model_flags(llm), "--json")
+    assert tiny.code == 2, tiny.stderr
+    assert "does not fit: the root model's input window of 1,024 tokens" in json.loads(tiny.stdout)["error"]
+    missing = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "nope.txt"),
+                      *model_flags(llm))
+    assert missing.code == 2 and "cannot read --question-file" in missing.stderr
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9?")
+    bad = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "bad.txt"), *model_flags(llm))
+    assert bad.code == 2 and "is not UTF-8 text" in bad.stderr
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    empty = run_rlm("ask", str(tmp_path / "a.txt"), "--question-file", str(tmp_path / "empty.txt"),
+                    *model_flags(llm))
+    assert empty.code == 2 and "the question is empty" in empty.stderr
+    assert llm.requests == []
+    assert all("Traceback" not in r.stderr for r in (both, tiny, missing, bad, empty))
+
+
+@pytest.mark.parametrize("command", [["ask", "MISSING", "q?"], ["index", "MISSING"], ["stats", "MISSING"]])
+def test_debug_is_accepted_after_the_command_name(command: list[str], tmp_path: Path, llm: FakeLLM) -> None:
+    args = [str(tmp_path / "nope") if a == "MISSING" else a for a in command]
+    extra = model_flags(llm) if command[0] == "ask" else []
+    res = run_rlm(*args, *extra, "--debug")  # what the README's "rerun with --debug" leads people to type
+    assert res.code == 2, res.stderr
+    assert "no such option" not in res.stderr.lower()
+    assert "Traceback (most recent call last)" in res.stderr and "UsageError" in res.stderr
+    assert "no such file or directory" in res.stderr
+    plain = run_rlm(*args, *extra)
+    assert plain.code == 2 and "Traceback" not in plain.stderr

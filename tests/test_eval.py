@@ -222,6 +222,10 @@ def test_scorers_are_lenient_to_phrasing_and_exact_on_the_fact() -> None:
     assert not scoring.score("literal", "It defaults to 0.", "None")
     assert scoring.score("literal", "the default is an empty string", "''")
     assert scoring.score("names", "It inherits from io.TextIOBase and Mixin", ["io.TextIOBase", "Mixin"])
+    assert not scoring.score("names", "The bases of `Codec` are `_Feature` and `TestFrozen_1`.", ["codecs.Codec"],
+                             ignore=["Codec"])
+    assert scoring.score("names", "`Codec` in `encodings/cp932.py` extends `codecs.Codec`.", ["codecs.Codec"],
+                         ignore=["Codec"])
     assert not scoring.score("names", "It inherits from Mixin", ["io.TextIOBase", "Mixin"])
     assert scoring.score("number", "There are 4 functions that call it.", 4)
     assert scoring.score("number", "Counting them in `a1.py` and line 12 ... so the answer is four.", 4)

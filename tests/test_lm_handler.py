@@ -6,6 +6,7 @@ ModelClient -> litellm -> HTTP -> FakeLLM (all in this process, litellm imported
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +41,7 @@ class Rig:
     def __init__(self, llm: FakeLLM, **overrides: Any) -> None:
         self.client = ModelClient(settings_for(llm, **overrides))
         self.handler = LMHandler(self.client)
-        self.worker = Worker({"socket": self.handler.socket_path, "token": self.handler.register(0),
+        self.worker = Worker({"socket": self.handler.socket_path, "token": self.handler.register(0, os.getpid),
                               "context_text": ""})
 
     def close(self) -> None:
@@ -278,7 +279,8 @@ def test_router_config_spreads_calls_over_deployments(llm: FakeLLM, tmp_path: Pa
         s = Settings(model="openai/root", sub_model="sub", router_config=config, llm_cache=False)
         client = ModelClient(s)
         with LMHandler(client) as handler:
-            worker = Worker({"socket": handler.socket_path, "token": handler.register(0), "context_text": ""})
+            worker = Worker({"socket": handler.socket_path, "token": handler.register(0, os.getpid),
+                             "context_text": ""})
             assert worker.llm_query_batched(["a"] * 16) == ["routed"] * 16
         assert len(llm.requests) + len(other.requests) == 16
         assert llm.requests and other.requests  # both deployments served some

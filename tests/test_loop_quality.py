@@ -140,4 +140,44 @@ def test_iteration_limit_never_prints_raw_code_as_the_answer(tmp_path: Path, llm
     res = run_rlm("ask", str(corpus(tmp_path)), "What is it?", *model_flags(llm), "--max-iterations", "2")
     assert res.code == 5, res.stderr
     assert "```" not in res.stdout and "print(" not in res.stdout
-    assert res.stdout.startswith(prompts.NO_ANSWER_AT_LIMIT) and res.stdout.rstrip().endswith("\n2")
+    assert res.stdout.startswith("No final answer yet") and res.stdout.rstrip().endswith("\n2")
+
+
+def test_written_out_final_in_a_block_that_printed_unseen_output_is_refused(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(len(files))"),
+               repl("hits = grep('def urlparse')\nprint(hits)\nFINAL('distutils/command/upload.py')"),
+               repl("FINAL(hits[0]['file'])"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "urllib/parse.py"
+    assert prompts.FINAL_WITH_UNSEEN_CODE in last_user(llm.chat_requests("root")[2])
+
+
+def test_a_final_answer_line_in_prose_ends_the_run(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(grep('def urlparse'))"), "**Final answer:** urllib/parse.py, line 4.")
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.error is None and r.answer == "urllib/parse.py, line 4."
+    assert len(llm.chat_requests("root")) == 2
+
+
+def test_reassigning_context_is_pointed_out_and_undone(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("context = 'def f(): return str(1)'\nprint(len(grep('str', context)))"),
+               repl("print(len(context) > 100)"), repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "ok"
+    first = last_user(llm.chat_requests("root")[1])
+    assert "this block reassigned `context`" in first
+    assert "True" in last_user(llm.chat_requests("root")[2])
+
+
+def test_a_final_next_to_code_it_already_ran_is_accepted(tmp_path: Path, llm: FakeLLM) -> None:
+    """Output of code the model ran before is output it has seen: a weak model that repeats its
+    last block before finishing must not be refused until the iteration limit."""
+    again = "```repl\nprint(grep('def urlparse'))\n```\nFinal answer: urllib/parse.py\n```repl\nFINAL('urllib/parse.py')\n```"
+    llm.script("root", repl("print(grep('def urlparse'))"), again, repl("FINAL('refused before')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.error is None and r.answer == "urllib/parse.py"
+    assert len(llm.chat_requests("root")) == 2
+    # The same reply on the first turn has not seen its output: refused there.
+    llm.script("root", again.replace("Final answer: urllib/parse.py\n", ""), repl("FINAL('after seeing it')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "after seeing it"

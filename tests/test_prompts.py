@@ -26,11 +26,20 @@ def test_full_system_prompt_teaches_the_method() -> None:
                  "Only what your code prints comes back", "10,000 characters", "```repl"):
         assert idea in text, idea
     assert "<" + "SUB_" not in text and "<MAX_OUTPUT_CHARS>" not in text  # every placeholder filled
-    # The worked example: a question, a grep block, its output, and the FINAL line.
-    assert 'grep(r"def parse_config\\b")' in text and "Output:\n1 [{'file': 'app/config.py'" in text
-    # ...and the output arrives as the next message, never written by the model (issue #10)
-    assert "Never write the output yourself" in text and "The next message, from the REPL:" in text
-    assert text.rstrip().endswith('```') and 'FINAL("`parse_config` is defined' in text
+    assert "Never write the output yourself" in text and "worked example" in text
+
+
+def test_the_worked_example_is_real_turns_the_output_arriving_as_the_next_message() -> None:
+    """Issue #10: the model's turn ends with its code; the output is the next (user) message."""
+    msgs = first_messages(Settings(model="m"), "q", _meta())
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    ask, code, output, final = msgs[1:5]
+    assert "not your task" in ask["content"]
+    assert code["content"].rstrip().endswith("```") and 'grep(r"def parse_config\\b")' in code["content"]
+    assert "Output:" not in code["content"]
+    assert output["content"].startswith("Output:\n1 [{'file': 'app/config.py'")
+    assert 'FINAL("`parse_config` is defined' in final["content"]
+    assert msgs[-1]["content"].endswith("Do not answer before running code.") and "Question: q" in msgs[-1]["content"]
 
 
 def test_sub_call_capacity_comes_from_the_window() -> None:
@@ -66,7 +75,9 @@ def test_compact_prompt_leaves_room_in_a_4000_token_window() -> None:
     used = request_tokens(msgs)
     budget = input_budget(4_000)
     assert used < budget // 2, (used, budget)  # over half the usable window is left to work in
-    assert output_limit(budget, 10_000) == budget  # outputs shrink to fit small windows too
+    assert output_limit(budget, 10_000) == budget // 2  # outputs shrink to fit small windows too
+    assert output_limit(input_budget(16_384), 10_000) == 5_898
+    assert output_limit(input_budget(128_000), 10_000) == 10_000
     full = first_messages(Settings(model="m", root_model_window=128_000), "q", _meta())
     assert count_tokens(system) < count_tokens(full[0]["content"]) * 0.6
 

@@ -66,3 +66,18 @@ def test_error_signature_is_the_last_exception_line() -> None:
            "TypeError: grep() takes at most 2 positional arguments plus flags.\n")
     assert error_signature(out) == "TypeError: grep() takes at most 2 positional arguments plus flags."
     assert error_signature("3 files\n") is None
+
+
+@pytest.mark.parametrize("text, literal", [
+    ("Final answer: 12 functions", "12 functions"),
+    ("**Final Answer:** The code is ABCD-1234.", "The code is ABCD-1234."),
+    ("The final answer is: foo", "foo"),
+    ("Final answer:\n\nThe thing.\n\nMore", "The thing."),
+    ("final answers are hard", None),
+    ("```repl\n# Final answer: not this\n```", None),
+])
+def test_a_final_answer_line_is_a_literal_final(text: str, literal: str | None) -> None:
+    from rlm_cli.reply import find_text_final
+
+    found = find_text_final(text)
+    assert (found.literal() if found else None) == literal

@@ -23,8 +23,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -529,7 +530,11 @@ def test_printing_200_mb_is_capped_and_the_parent_stays_small(level: str) -> Non
 # -- the model relay socket ----------------------------------------------------------------------
 
 
-_RAW_CALL = ("import socket, struct, json\nw = llm_query.__self__\n"
+#: Raw relay access from model code. The worker keeps its token in a closure, not an attribute;
+#: code can still dig it out (as here), which is why the relay also checks who is calling.
+_RAW_CALL = ("import socket, struct, json, re\nw = llm_query.__self__\n"
+             "token = next(c.cell_contents for c in w._request.__closure__\n"
+             "             if re.fullmatch('[0-9a-f]{32}', str(c.cell_contents)))\n"
              "def call(msg=None, raw=None):\n"
              "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.settimeout(10)\n"
              "    s.connect(w.socket_path)\n    body = raw if raw is not None else json.dumps(msg).encode()\n"
@@ -564,8 +569,9 @@ def test_frames_without_the_token_get_no_answer_and_reach_no_model(
     llm.default("sub", "genuine sub answer")
     token = handler.register(0)
     with sandbox(level, socket_path=handler.socket_path, token=token) as sb:
+        handler.bind(token, lambda: getattr(sb.proc, "pid", None))
         r = sb.execute(_RAW_CALL + "print([call({'type': 'completion', 'prompt': 'hi', 'token': t}) "
-                       "for t in ('0' * 32, '', None, w.token[:-1] + 'x')])\n"
+                       "for t in ('0' * 32, '', None, token[:-1] + 'x')])\n"
                        "print(call({'type': 'rlm_query', 'prompt': 'p'}))\n"
                        "print(call(raw=struct.pack('>I', 2**31) + b'{'))\nprint(call(raw=b'\\x00\\x00'))")
         assert r.output == "[b'', b'', b'', b'']\nb''\nb''\nb''\n", r.output
@@ -580,9 +586,11 @@ def test_depth_comes_from_the_token_registry_not_from_the_request(
         level: str, relay: tuple[LMHandler, list[tuple[str, str | None, int]]]) -> None:
     handler, calls = relay
     for depth in (0, 2):
-        with sandbox(level, socket_path=handler.socket_path, token=handler.register(depth)) as sb:
+        token = handler.register(depth)
+        with sandbox(level, socket_path=handler.socket_path, token=token) as sb:
+            handler.bind(token, lambda: getattr(sb.proc, "pid", None))  # noqa: B023 - used in this iteration
             r = sb.execute(_RAW_CALL + "print(call({'type': 'rlm_query', 'prompt': 'deeper', 'context': 'c', "
-                           "'depth': -5, 'max_depth': 99, 'token': w.token})[4:].decode())\n"
+                           "'depth': -5, 'max_depth': 99, 'token': token})[4:].decode())\n"
                            "print(rlm_query('plain', 'ctx'))")
             lines = r.output.splitlines()
             assert json.loads(lines[0])["text"] == f"child answer at depth {depth}", r.output
@@ -590,12 +598,43 @@ def test_depth_comes_from_the_token_registry_not_from_the_request(
     assert [c[2] for c in calls] == [0, 0, 2, 2]
 
 
+@pytest.mark.parametrize("level", all_levels())
+def test_a_token_is_refused_from_any_process_but_its_own_worker(
+        level: str, llm: FakeLLM, relay: tuple[LMHandler, list[tuple[str, str | None, int]]]) -> None:
+    """Worker B holding worker A's token (stolen and passed on) gets nothing; so do an unbound token
+    and A's token once A is gone; A itself, and a process A forks, are served."""
+    handler, calls = relay
+    llm.default("sub", "genuine sub answer")
+    token_a, token_b = handler.register(0), handler.register(1)
+    with sandbox(level, socket_path=handler.socket_path, token=token_a) as a, \
+            sandbox(level, socket_path=handler.socket_path, token=token_b) as b:
+        ask = _RAW_CALL + ("print(call({'type': 'rlm_query', 'prompt': 'p', 'context': 'c', 'token': TOKEN}))\n"
+                           "import os\nrd, wr = os.pipe()\npid = os.fork()\nif pid == 0:\n"
+                           "    os.write(wr, call({'type': 'completion', 'prompt': 'hi', 'token': TOKEN})[4:])\n"
+                           "    os._exit(0)\nos.close(wr)\nos.waitpid(pid, 0)\nprint(os.read(rd, 65536).decode())")
+        stolen = a.execute(_RAW_CALL + "print(token)").output.strip()
+        assert re.fullmatch("[0-9a-f]{32}", stolen)
+        assert a.execute(ask.replace("TOKEN", repr(stolen))).output == "b''\n\n"  # A is not bound yet
+        handler.bind(token_a, lambda: getattr(a.proc, "pid", None))
+        handler.bind(token_b, lambda: getattr(b.proc, "pid", None))
+        assert calls == [] and llm.requests == []
+        r = b.execute(ask.replace("TOKEN", repr(stolen)))
+        assert r.output == "b''\n\n", r.output  # B with A's token: not a word
+        assert calls == [] and llm.requests == []
+        r = a.execute(ask.replace("TOKEN", repr(stolen)))
+        lines = r.output.splitlines()
+        assert json.loads(lines[0][lines[0].index("{"):-1])["text"] == "child answer at depth 0", r.output
+        assert json.loads(lines[1])["text"] == "genuine sub answer", r.output  # A's forked child
+        assert [c[2] for c in calls] == [0]
+    assert handler._tokens[token_a].owner is not None and handler._tokens[token_a].owner() is None
+
+
 def test_rlm_query_past_the_depth_limit_becomes_a_plain_call(llm: FakeLLM, tmp_path: Path) -> None:
     """Through the real runner: with --max-depth 1 a forged 'depth: -5' still gets a plain sub-call."""
     from tests.inproc import corpus, run
 
     llm.script("root", repl(_RAW_CALL + "print(call({'type': 'rlm_query', 'prompt': 'go deeper', 'depth': -5, "
-                                        "'token': w.token}))"),
+                                        "'token': token}))"),
                repl("FINAL('done')"))
     llm.default("sub", "plain sub answer")
     res = run(llm, [corpus(tmp_path)], max_depth=1, mode="rlm")
@@ -704,3 +743,158 @@ def test_ctrl_c_leaves_no_worker_socket_scratch_or_bundle(level: str, sig: int, 
                                       Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
                                       for p in below), 5), "a worker process survived"
     assert sorted(p.name for p in tmp.iterdir()) == []  # no rlm-lm-*, rlm-scratch-*, rlm-corpus-*
+
+
+# -- the depth limit against stolen relay tokens (issue #15) -------------------------------------
+
+#: Code that finds the worker's relay token and socket path by walking what the REPL can reach from
+#: ``llm_query`` (bound methods, closures, instance dicts): the attack does not rely on any one name.
+_DIG = '''
+import json, re, socket, struct, types
+def dig(obj, want, seen=None, level=0):
+    seen = set() if seen is None else seen
+    if id(obj) in seen or level > 8:
+        return None
+    seen.add(id(obj))
+    if isinstance(obj, str):
+        return obj if want(obj) else None
+    kids = []
+    if isinstance(obj, types.MethodType):
+        kids += [obj.__self__, obj.__func__]
+    if isinstance(obj, types.FunctionType):
+        for cell in obj.__closure__ or ():
+            try:
+                kids.append(cell.cell_contents)
+            except ValueError:
+                pass
+    if isinstance(obj, dict):
+        kids += list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        kids += list(obj)
+    elif hasattr(obj, '__dict__') and not isinstance(obj, (type, types.ModuleType)):
+        kids += list(vars(obj).values())
+    for kid in kids:
+        found = dig(kid, want, seen, level + 1)
+        if found:
+            return found
+    return None
+def relay(path, msg):
+    body = json.dumps(msg).encode()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(200)
+    s.connect(path)
+    s.sendall(struct.pack('>I', len(body)) + body)
+    data = b''
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            chunk = b''
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    if not data:
+        return 'NO ANSWER'
+    reply = json.loads(data[4:])
+    return reply['text'] if reply.get('ok') else 'Error: ' + reply.get('error', '')
+'''
+_ROOT_ATTACKS = _DIG + '''
+import os, threading
+# 1. A proxy: a thread of this (the parent's) worker serves an abstract Unix socket and calls
+#    rlm_query for whoever connects, from the parent's own process.
+name = '\\0rlm-proxy-' + os.urandom(6).hex()
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(name)
+server.listen(8)
+def answer(conn):
+    prompt = conn.recv(65536).decode()
+    reply = rlm_query(prompt)
+    conn.sendall(reply.encode() or b'EMPTY')
+    conn.close()
+def serve():
+    while True:
+        threading.Thread(target=answer, args=(server.accept()[0],), daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+# 2. The relay token and socket, dug out of what llm_query reaches.
+tok = dig(llm_query, lambda s: re.fullmatch('[0-9a-f]{32}', s) is not None)
+path = dig(llm_query, lambda s: s.endswith('lm.sock'))
+print('own token works:', relay(path, {'type': 'completion', 'prompt': 'hi', 'token': tok}))
+print(rlm_query('ATTACK ' + json.dumps({'token': tok, 'path': path, 'proxy': name})))
+'''
+_CHILD_ATTACKS = _DIG + '''
+info = json.loads(INFO)
+print('forged:', relay(info['path'], {'type': 'rlm_query', 'prompt': 'ATTACK ' + INFO, 'context': None,
+                                       'token': info['token']})[:300])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(200)
+try:
+    s.connect(info['proxy'])
+    s.sendall(('ATTACK ' + INFO).encode())
+    print('proxied:', s.recv(65536).decode()[:300])
+except OSError as exc:
+    print('proxy unreachable:', exc)
+'''
+
+
+def _nesting_model(llm: FakeLLM, root_code: str, child_code: Callable[[str], str | None],
+                   limit: int = 5) -> list[int]:
+    """Script the root model: the root's first turn runs ``root_code``; the first turn of every
+    sub-RLM runs ``child_code(question)`` (the attack again, at most ``limit`` times); every
+    second turn finishes. Returns the counter of attacking child turns served."""
+    served = [0]
+    lock = threading.Lock()
+
+    def reply(req: dict[str, Any]) -> str:
+        messages = req["messages"]
+        if len(messages) > 2:
+            return repl("FINAL('done')")
+        first = str(messages[1]["content"])
+        if "ATTACK " not in first:
+            return repl(root_code)
+        with lock:
+            served[0] += 1
+            if served[0] > limit:
+                return repl("print('nesting limit of the test reached')")
+        return repl(child_code(first) or "print('no attack')")
+
+    llm.default("root", reply)
+    llm.default("sub", "sub answer")
+    return served
+
+
+def _loops(trace: Path) -> list[int]:
+    """The depth of every loop that started (its first iteration), in order."""
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    return [e["depth"] for e in events if e["type"] == "iteration" and e["iteration"] == 1]
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_stolen_tokens_and_proxies_do_not_let_sub_rlms_nest_past_max_depth(level: str, tmp_path: Path,
+                                                                           llm: FakeLLM) -> None:
+    """The token-relay attack through `rlm ask --max-depth 2`: the root digs out its relay token and
+    passes it to its sub-RLM, which asks the relay for an rlm_query *as the root*; and the root
+    serves a proxy (another thread of its worker) that calls rlm_query for its child. Only one
+    sub-RLM may ever run (depth 1); before the fix every forged or proxied request started another
+    one at depth 1 (the test's script stops at 5)."""
+    def child(first: str) -> str | None:
+        m = re.search(r"ATTACK (\{[^}]*\})", first)
+        return _CHILD_ATTACKS.replace("INFO", repr(m.group(1))) if m else None
+
+    served = _nesting_model(llm, _ROOT_ATTACKS, child)
+    (tmp_path / "a.txt").write_text("alpha\n")
+    trace = tmp_path / "run.jsonl"
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm", "--sandbox", level,
+                  "--max-depth", "2", "--max-iterations", "3", "--timeout", "200", "--no-llm-cache",
+                  "--trace", str(trace))
+    assert res.code == 0, res.stderr
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    shown = "\n".join(str(e.get("output")) for e in events if e["type"] == "output")
+    assert "own token works: sub answer" in shown  # the root really held its token: the attack is real
+    assert served[0] == 1, shown  # the one legitimate sub-RLM, and no nested ones
+    assert _loops(trace) == [0, 1], shown
+    assert "forged: NO ANSWER" in shown, shown  # a token is not served outside its own worker
+    if level == "bwrap":  # its own network namespace: the parent's abstract socket is out of reach
+        assert "proxy unreachable" in shown, shown
+    else:  # reached, but the parent is served nothing while its sub-RLM runs
+        assert "proxied: Error: " in shown and "waiting for its rlm_query" in shown, shown

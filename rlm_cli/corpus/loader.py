@@ -17,7 +17,8 @@ Rules (see :func:`discover`):
 * binary files (a NUL byte, or more than 30% control bytes, in the first 8 KiB) are skipped;
 * text is decoded as UTF-8 (BOM stripped), UTF-16/UTF-32 when a BOM says so, and otherwise as
   Latin-1 when invalid UTF-8 sequences outnumber valid multi-byte characters (a legacy 8-bit
-  file); a mostly-UTF-8 file keeps its bad bytes as U+FFFD. Decoding never raises.
+  file); a mostly-UTF-8 file keeps its valid characters and reads each byte that is not part of
+  valid UTF-8 as Latin-1 (no byte is lost or replaced by U+FFFD). Decoding never raises.
 
 Everything skipped is counted by reason in a :class:`LoadReport`, which the summary line and the
 empty-corpus error read.
@@ -66,11 +67,17 @@ class SourceFile:
     mtime_ns: int
 
 
+#: Skipped files named (path and reason) in a report; the counts cover every one.
+MAX_NAMED_SKIPS = 200
+
+
 @dataclass
 class LoadReport:
     """What was skipped and why (counts by reason), warnings for stderr, and decoding notes.
 
-    ``last_skip`` is ``(display path, reason)`` of the latest file skipped by :func:`read_source`.
+    ``named`` lists ``(display path, reason)`` of the first :data:`MAX_NAMED_SKIPS` files or
+    folders skipped (a folder's path ends with ``/``: it was not entered); ``last_skip`` is the
+    latest one (:func:`read_source` sets it for the file it was asked to read).
     """
 
     skipped: Counter[str] = field(default_factory=Counter)
@@ -78,6 +85,7 @@ class LoadReport:
     decoded: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)
     last_skip: tuple[str, str] | None = None
+    named: list[tuple[str, str]] = field(default_factory=list)
 
     def count_decoded(self, notes: str) -> None:
         """Count a loaded file's decoding notes (:attr:`Decoded.notes`, also kept in the index)."""
@@ -90,10 +98,13 @@ class LoadReport:
             self.kinds[tag] += 1
 
     def skip(self, reason: str, warning: str | None = None, *, path: str | None = None) -> None:
-        """Count one skipped file under ``reason``; keep ``warning`` (at most 20 per reason)."""
+        """Count one skipped file under ``reason``, name it (``path``; the first
+        :data:`MAX_NAMED_SKIPS`), and keep ``warning`` (at most 20 per reason)."""
         self.skipped[reason] += 1
         if path is not None:
             self.last_skip = (path, reason)
+            if len(self.named) < MAX_NAMED_SKIPS:
+                self.named.append((path, reason))
         if warning:
             n = self.skipped[reason]
             if n <= MAX_WARNINGS_PER_REASON:
@@ -179,7 +190,8 @@ class _Walker:
         if not stat.S_ISREG(st.st_mode):
             kind = ("FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode)
                     else "device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "special file")
-            self.report.skip("special file", f"skipped {shown}: a {kind}, not a regular file (never opened)")
+            self.report.skip("special file", f"skipped {shown}: a {kind}, not a regular file (never opened)",
+                             path=shown)
             return None
         key = (st.st_dev, st.st_ino)
         if key in self.seen:
@@ -188,20 +200,21 @@ class _Walker:
         limit = self.options.max_file_size
         if st.st_size > limit and not self.options.truncate_large:
             self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
-                                          f"{limit:,} (raise it, or --truncate-large keeps the first {limit:,} bytes)")
+                                          f"{limit:,} (raise it, or --truncate-large keeps the first {limit:,} bytes)",
+                             path=shown)
             return None
         if st.st_size == 0:
-            self.report.skip("empty")
+            self.report.skip("empty", path=shown)
             return None
         return SourceFile(shown, full, st.st_size, st.st_mtime_ns)
 
     def _stat_failed(self, full: str, shown: str, exc: OSError) -> None:
         if exc.errno == errno.ELOOP:
-            self.report.skip("symlink loop", f"skipped {shown}: symlink loop")
+            self.report.skip("symlink loop", f"skipped {shown}: symlink loop", path=shown)
         elif exc.errno == errno.ENOENT and os.path.islink(full):
-            self.report.skip("broken symlink", f"skipped {shown}: broken symlink")
+            self.report.skip("broken symlink", f"skipped {shown}: broken symlink", path=shown)
         else:
-            self.report.skip("unreadable", f"skipped {shown}: {exc.strerror or exc}")
+            self.report.skip("unreadable", f"skipped {shown}: {exc.strerror or exc}", path=shown)
 
     def walk(self, root: str, prefix: str) -> Iterator[SourceFile]:
         """Yield the selected files under folder ``root`` in path order; display = prefix + rel."""
@@ -227,20 +240,20 @@ class _Walker:
             if name == ".git":
                 continue
             rel = rel_dir + name
-            if name.startswith(".") and not self.options.hidden:
-                self.report.skip("hidden")
-                continue
+            shown = prefix + rel
             try:
                 is_dir = entry.is_dir()  # follows symlinks; False for a broken link
             except OSError:
                 is_dir = False
+            if name.startswith(".") and not self.options.hidden:
+                self.report.skip("hidden", path=shown + "/" if is_dir else shown)
+                continue
             if specs and _ignored(specs, rel, is_dir):
-                self.report.skip("ignored")
+                self.report.skip("ignored", path=shown + "/" if is_dir else shown)
                 continue
             if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
-                self.report.skip("excluded")
+                self.report.skip("excluded", path=shown + "/" if is_dir else shown)
                 continue
-            shown = prefix + rel
             if is_dir:
                 try:
                     dst = entry.stat()
@@ -250,7 +263,7 @@ class _Walker:
                 key = (dst.st_dev, dst.st_ino)
                 if key in ancestors:
                     self.report.skip("symlink loop", f"skipped {shown}/: symlink loop (it leads back to a "
-                                                     "folder above it)")
+                                                     "folder above it)", path=shown + "/")
                     continue
                 if key in self.visited:
                     continue  # already walked through another link
@@ -258,7 +271,7 @@ class _Walker:
                 stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}))
                 continue
             if self.include is not None and not self.include.match_file(rel):
-                self.report.skip("not included")
+                self.report.skip("not included", path=shown)
                 continue
             try:
                 fst = entry.stat()
@@ -277,7 +290,8 @@ class _Walker:
             with os.scandir(path) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            self.report.skip("unreadable", f"cannot list {rel_dir or path}: {exc.strerror or exc}")
+            self.report.skip("unreadable", f"cannot list {rel_dir or path}: {exc.strerror or exc}",
+                             path=rel_dir or path)
             entries = []
         if not self.options.no_ignore:
             names = {e.name for e in entries if e.name in IGNORE_FILES}
@@ -345,7 +359,7 @@ def discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> li
             continue
         name = os.path.basename(root)
         if walker.exclude is not None and (walker.exclude.match_file(shown) or walker.exclude.match_file(name)):
-            report.skip("excluded")
+            report.skip("excluded", path=shown)
             continue
         sf = walker.file(root, shown)
         if sf is not None:
@@ -371,15 +385,15 @@ def decode_bytes(data: bytes) -> Decoded:
 
     Returns the text, its UTF-8 encoding (``data`` itself when it was valid UTF-8 without a BOM)
     and the name of the decoding used: ``utf-8``, ``utf-8-sig``, ``utf-16``, ``utf-32``,
-    ``utf-8-replace`` or ``latin-1``.
+    ``utf-8+latin-1`` (UTF-8 with some bytes that are not, read as Latin-1) or ``latin-1``.
     """
     if data.startswith(codecs.BOM_UTF8):
         body = data[3:]
         try:
             return Decoded(body.decode("utf-8"), body, "utf-8-sig")
         except UnicodeDecodeError:
-            text = body.decode("utf-8", "replace")
-            return Decoded(text, text.encode("utf-8"), "utf-8-replace")
+            text = body.decode("utf-8", _LATIN1_FOR_INVALID)
+            return Decoded(text, text.encode("utf-8"), "utf-8+latin-1")
     for bom, enc in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
                      (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
         if data.startswith(bom):
@@ -395,7 +409,20 @@ def decode_bytes(data: bytes) -> Decoded:
     if replaced > multibyte:  # a legacy 8-bit file: every high byte is one invalid sequence
         text = data.decode("latin-1")
         return Decoded(text, text.encode("utf-8"), "latin-1")
-    return Decoded(text, text.encode("utf-8"), "utf-8-replace")
+    text = data.decode("utf-8", _LATIN1_FOR_INVALID)  # mostly UTF-8: keep it, read the stray bytes as Latin-1
+    return Decoded(text, text.encode("utf-8"), "utf-8+latin-1")
+
+
+def _latin1_for_invalid(err: UnicodeError) -> tuple[str, int]:
+    """A ``codecs`` error handler: the bytes of an invalid UTF-8 sequence, read as Latin-1 (one
+    character per byte, so nothing is lost, unlike U+FFFD)."""
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    return bytes(err.object[err.start:err.end]).decode("latin-1"), err.end
+
+
+_LATIN1_FOR_INVALID = "rlm-latin-1-for-invalid"
+codecs.register_error(_LATIN1_FOR_INVALID, _latin1_for_invalid)
 
 
 def decode(data: bytes) -> str:

@@ -728,7 +728,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
         skipped_files: list[tuple[str, int, int, str]] = []
         for sf, state in sources:
             if state.startswith("skip:"):
-                report.skip(state[5:])
+                report.skip(state[5:], path=sf.display)
                 skipped_files.append((sf.display, sf.size, sf.mtime_ns, state[5:]))
                 done(sf)
                 continue
@@ -769,7 +769,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
             done(sf)
         if stdin is not None and stdin_bytes is not None:
             if is_binary(stdin_bytes[:8192]):
-                report.skip("binary", "skipped <stdin>: binary data")
+                report.skip("binary", "skipped <stdin>: binary data", path=stdin.display)
             else:
                 d = decode_bytes(stdin_bytes)
                 if d.text:
@@ -778,7 +778,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                     writer.add(stdin, d.data, len(d.text), lines, _sha1(d.data), char_width(d.text), d.notes,
                                text=d.text)
                 else:
-                    report.skip("empty")
+                    report.skip("empty", path=stdin.display)
         if not writer.files:
             message, hint = _empty_message(report)
             raise EmptyCorpusError(message, hint=hint)
@@ -854,9 +854,9 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
         states = _classify(sources, old)
         prefetched: dict[str, Decoded] = {}
         if old is not None and pin is not None and _is_hit(sources, states, old, options, prefetched):
-            for state in states:
+            for sf, state in zip(sources, states, strict=True):
                 if state.startswith("skip:"):
-                    report.skip(state[5:])
+                    report.skip(state[5:], path=sf.display)
             corpus = _corpus_from_index(old, report)
             corpus._pin = pin
             if "check" in states:  # verified racy files: record the new scan so they are trusted later

@@ -9,7 +9,8 @@ the answer states the gold fact. The rules (also in the README's ``rlm eval`` se
 * ``literal`` (a default value): the gold Python literal appears as written, quotes of either
   kind; a string also counts bare (``utf-8`` for ``'utf-8'``) when it is not empty.
 * ``names`` (base classes): every gold name appears as a word (a dotted name may be given by
-  its last part: ``TextIOBase`` for ``io.TextIOBase``).
+  its last part: ``TextIOBase`` for ``io.TextIOBase``), and no other class-like name (CamelCase,
+  dotted or underscored) is given, except the class asked about.
 * ``number`` (counts, sums): after code spans and paths are removed, the first or the last
   number written in the answer (digits, or a word from zero to twenty) equals the gold number.
 * ``label`` (which service/user): exactly one of the task's candidate labels is named in the
@@ -31,6 +32,11 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])|\b(?:" + "|".join(
                      re.IGNORECASE)
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
 _PATHLIKE = re.compile(r"[\w.\-/\\]*[/\\][\w.\-/\\]*|\b[\w\-]+\.(?:py|txt|log|md|csv|json|jsonl|c|h|rs|js|ts)\b")
+#: Path-like tokens with a slash or a file extension (removed before names are read).
+_PATHLIKE_STRICT = re.compile(r"[\w.\-]*/[\w.\-/]*|\b[\w\-]+\.(?:py|txt|md|json|cfg|toml)\b")
+#: A class-like identifier: CamelCase (two capitals), dotted, or with an underscore and a capital.
+_CLASSLIKE = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*|(?<![\w.])_*[A-Z][a-z0-9]+[A-Z]\w*"
+                        r"|(?<![\w.])_\w*[A-Z]\w*|(?<![\w.])[A-Z]\w*_\w*")
 _PATH_TOKEN = re.compile(r"[\w.\-/\\]+\.[A-Za-z0-9]+")
 
 
@@ -92,13 +98,21 @@ def score_literal(answer: str, gold: str, **_: Any) -> bool:
     return want.replace(" ", "") in norm.replace(" ", "")
 
 
-def score_names(answer: str, gold: list[str], **_: Any) -> bool:
-    """Every name in ``gold`` appears as a word in ``answer`` (a dotted name: its last part suffices)."""
+def score_names(answer: str, gold: list[str], *, ignore: Sequence[str] = (), **_: Any) -> bool:
+    """Every name in ``gold`` appears as a word in ``answer`` (a dotted name: its last part
+    suffices), and the answer names no other class: no other CamelCase, dotted or underscored
+    identifier, outside code spans and paths, except those in ``ignore`` (the class asked about)."""
+    text = _PATHLIKE_STRICT.sub(" ", answer)
+
     def named(name: str) -> bool:
         last = name.rsplit(".", 1)[-1]
-        return re.search(r"(?<![\w])" + re.escape(last) + r"(?![\w])", answer) is not None
+        return re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", text) is not None or \
+            re.search(r"(?<![\w])" + re.escape(last) + r"(?![\w])", text) is not None
 
-    return bool(gold) and all(named(g) for g in gold)
+    allowed = {g for g in gold} | {g.rsplit(".", 1)[-1] for g in gold} | set(ignore)
+    allowed |= {p for g in gold for p in g.split(".")}
+    extras = [t for t in _CLASSLIKE.findall(text) if t not in allowed and t.rsplit(".", 1)[-1] not in allowed]
+    return bool(gold) and all(named(g) for g in gold) and not extras
 
 
 def numbers_in(answer: str) -> list[float]:

@@ -223,7 +223,7 @@ def _q_bases(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: st
     node = rng.choice(cands)
     bases = [ast.unparse(b) for b in node.bases]
     return Task("", "code", "bases", f"In the file `{path}`, what are the base classes of the class "
-                f"`{node.name}`?", bases, "names")
+                f"`{node.name}`?", bases, "names", {"ignore": [node.name]})
 
 
 def _q_calls(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: str,

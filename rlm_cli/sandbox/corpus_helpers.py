@@ -59,6 +59,7 @@ class CorpusView:
         self.chunks: list[dict[str, Any]] = chunks or []
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
         self._starts = [f["start"] for f in self.files]
+        self._defs: dict[str, list[tuple[int, int, str]]] = {}  # per Python file, for grep's "in"
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
         #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).
@@ -147,11 +148,31 @@ class CorpusView:
                 if le < 0:
                     le = f["end"]
                 text = ctx[ls:min(le, ls + MAX_LINE_CHARS)]
-                out.append({"file": f["path"], "line": line, "text": text[:-1] if text.endswith("\r") else text})
+                hit = {"file": f["path"], "line": line, "text": text[:-1] if text.endswith("\r") else text}
+                if f["path"].endswith(_PY_SUFFIXES):
+                    where = self._enclosing(f, line)
+                    if where:
+                        hit["in"] = where
+                out.append(hit)
                 if len(out) >= max_results:
                     break
                 pos = le + 1
         return out
+
+    def _enclosing(self, f: dict[str, Any], line: int) -> str | None:
+        """The function or class (qualified: ``Class.method``) whose body holds line ``line`` of
+        Python file ``f``, or ``None`` at module level (and for a file ``ast`` cannot parse).
+        Each file is parsed once, on its first hit."""
+        defs = self._defs.get(f["path"])
+        if defs is None:
+            defs = self._defs[f["path"]] = _definitions(self.context[f["start"]:f["end"]])
+        i = bisect.bisect_right(defs, (line, float("inf"))) - 1
+        while i >= 0:  # nested bodies are nested intervals: the first that holds the line is innermost
+            start, end, qual = defs[i]
+            if end >= line:
+                return qual
+            i -= 1
+        return None
 
     def _grep_args(self, pattern: Any, where: Any, more: tuple[Any, ...], path_glob: str | None, ignore_case: bool,
                    max_results: int, aliases: dict[str, Any]) -> tuple[Any, Any, str | None, bool, int]:
@@ -408,6 +429,34 @@ def _fresh_locks_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+
+
+_PY_SUFFIXES = (".py", ".pyi", ".pyw")
+
+
+def _definitions(text: str) -> list[tuple[int, int, str]]:
+    """``(first body line, last line, qualified name)`` of every function and class of Python
+    ``text`` by ``ast``, sorted by first line; ``[]`` when it does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qual = prefix + child.name
+                out.append((child.body[0].lineno, child.end_lineno or child.body[0].lineno, qual))
+                visit(child, qual + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    out.sort()
+    return out
 
 
 def _raw_layout(context: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

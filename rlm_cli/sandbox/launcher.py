@@ -424,6 +424,8 @@ class Sandbox:
         self._drain: threading.Thread | None = None
         self._drain_stop = threading.Event()
         self._started_ticks = 0
+        #: A code block is running (or was, when Ctrl-C cut ``execute`` short): close() kills at once.
+        self._busy = False
         self.restarts = 0
         self.notes: list[str] = []
         #: The user the worker runs as after start (``None``: the parent's).
@@ -455,6 +457,7 @@ class Sandbox:
         """
         self.notes = []
         self._closed = False
+        self._busy = False
         try:
             self._start()
         except BaseException:
@@ -530,9 +533,12 @@ class Sandbox:
 
     def close(self) -> None:
         """Kill the worker (and every process it started) and delete the scratch folder. A block
-        running in another thread then fails (``SandboxError``) instead of restarting the worker."""
+        running in another thread then fails (``SandboxError``) instead of restarting the worker.
+
+        An idle worker is asked to shut down first (0.5 s); one still running a block is not.
+        """
         self._closed = True
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None and not self._busy:
             try:
                 protocol.write_message_fd(self._wfd, {"type": "shutdown"}, time.monotonic() + 0.5)
                 self.proc.wait(timeout=0.5)
@@ -599,6 +605,7 @@ class Sandbox:
         limit = self.cell_timeout if timeout is None else max(0.1, min(timeout, self.cell_timeout))
         deadline = started + limit
         req_id = secrets.token_hex(8)
+        self._busy = True
         try:
             if self.proc is None:
                 raise protocol.ProtocolError("no worker")
@@ -609,6 +616,7 @@ class Sandbox:
                 if reply.get("id") == req_id:
                     break
             result = _parse_result(reply)
+            self._busy = False
         except KeyboardInterrupt:
             if self.interrupt_grace_s > 0:
                 self._interrupt_block(req_id)
@@ -638,6 +646,7 @@ class Sandbox:
             while True:
                 reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
                 if reply.get("id") == req_id:
+                    self._busy = False
                     return
         except (KeyboardInterrupt, TimeoutError, OSError, protocol.ProtocolError):
             pass

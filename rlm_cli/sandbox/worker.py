@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -115,7 +116,7 @@ class Worker:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.socket_path: str = config["socket"]
-        self.token: str = config["token"]
+        self._request = _relay(config["socket"], config["token"])
         self.final = _FinalSignal()
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": _BUILTINS}
         #: A code block is running: SIGINT from the parent (Ctrl-C in ``rlm chat``) interrupts it.
@@ -132,19 +133,6 @@ class Worker:
         self._helpers = self._make_helpers()
 
     # -- model calls ---------------------------------------------------------------------------
-    def _request(self, message: dict[str, Any]) -> str:
-        message = dict(message, token=self.token)
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.connect(self.socket_path)
-                protocol.send_message(sock, message)
-                reply = protocol.recv_message(sock)
-        except (OSError, protocol.ProtocolError) as exc:
-            return f"Error: the model relay could not be reached ({exc})"
-        if reply.get("ok"):
-            return str(reply.get("text", ""))
-        return f"Error: {reply.get('error', 'unknown error')}"
-
     def llm_query(self, prompt: Any, *context: Any, model: str | None = None) -> str:
         """One sub-call: send ``prompt`` to the sub-model and return its text (or ``'Error: ...'``).
 
@@ -322,12 +310,42 @@ class Worker:
             self.running = False
             sys.stdout, sys.stderr = old
             vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)  # the worker's own code below needs them
+        rebound = [k for k in RESERVED if k in self._helpers and self.namespace.get(k) is not self._helpers[k]]
+        if rebound:
+            names = ", ".join(f"`{k}`" for k in rebound)
+            out.write(f"[note: this block reassigned {names}; the original is restored before the next block. "
+                      "The corpus is always the real `context`: never replace it with text of your own.]\n")
         text, total = out.getvalue()
         seen = self.observer.end_block(text)
         return {"type": "result", "ok": ok, "output": text, "output_chars": total,
                 "final": self.final.value, "final_error": self.final.error,
                 "elapsed_s": round(time.monotonic() - started, 4), "helpers": seen["helpers"],
                 "sources": seen["sources"]}
+
+
+def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
+    """The function that sends one request (a dict) to the parent's model relay and returns the
+    answer text, or ``'Error: ...'`` (never raises).
+
+    The token lives only in this closure, not in an attribute of the worker or of the helpers.
+    That keeps it out of casual reach; it is no secret from model code, which can read its own
+    memory, so the relay does not rely on it alone: it serves a token only to this worker's
+    processes (see ``rlm_cli.lm_handler``).
+    """
+    def request(message: dict[str, Any]) -> str:
+        message = dict(message, token=token)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(socket_path)
+                protocol.send_message(sock, message)
+                reply = protocol.recv_message(sock)
+        except (OSError, protocol.ProtocolError) as exc:
+            return f"Error: the model relay could not be reached ({exc})"
+        if reply.get("ok"):
+            return str(reply.get("text", ""))
+        return f"Error: {reply.get('error', 'unknown error')}"
+
+    return request
 
 
 def _format_error(info: Any) -> str:
