@@ -55,7 +55,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.fake_llm import FakeLLM, repl  # noqa: E402 - the repository root is on the path now
+from tests.fake_llm import FakeLLM, repl, turn  # noqa: E402 - the repository root is on the path now
 
 #: The official library on PyPI and the version measured.
 OFFICIAL = "rlms==0.1.3"
@@ -88,8 +88,7 @@ print(rlm.completion(context, root_prompt=question).response)
 def _turns(finish: str) -> Any:
     """A scripted root model: the search on the first turn of a question, then ``finish``."""
     def reply(request: dict[str, Any]) -> str:
-        turns = sum(1 for m in request.get("messages", []) if m.get("role") == "assistant")
-        return repl(SEARCH) if turns == 0 else finish
+        return repl(SEARCH) if turn(request) == 0 else finish
     return reply
 
 

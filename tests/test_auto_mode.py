@@ -101,4 +101,4 @@ def test_auto_keeps_a_small_corpus_in_the_repl_when_the_question_fills_the_windo
     assert res.code == 0, res.stderr  # it used to go direct and stop with "--mode direct: ... window"
     assert res.stdout == "gamma\n"
     assert "mode rlm" in res.stderr and "with the question it needs" in res.stderr
-    assert "Which words are missing?" in llm.chat_requests("root")[0]["messages"][1]["content"]
+    assert "Which words are missing?" in llm.chat_requests("root")[0]["messages"][-1]["content"]

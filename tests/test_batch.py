@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 from rlm_cli.batch import Question, read_questions, worst_exit_code
 from rlm_cli.errors import UsageError
 from tests.conftest import model_flags, run_rlm
-from tests.fake_llm import FakeLLM, Reply, last_user, repl
+from tests.fake_llm import FakeLLM, Reply, first_prompt, last_user, repl, turn
 
 
 def _corpus(tmp_path: Path) -> Path:
@@ -63,7 +63,7 @@ def test_json_lines_one_per_question_with_own_trajectories_and_the_worst_exit_co
     assert [s["status"] for s in summaries] == ["final", "error", "max_iterations", "final"]
     assert docs[0]["usage"]["root"]["calls"] == 2 and docs[3]["usage"]["root"]["calls"] == 2
     second = llm.chat_requests("root")[2]
-    assert "hits: list len=1" in str(second["messages"][1]["content"])  # told which variables exist
+    assert "hits: list len=1" in first_prompt(second)  # told which variables exist
     assert "1" in last_user(llm.chat_requests("root")[3])  # print(len(hits)) worked: `hits` was kept
     assert "4 questions: 2 answered, 1 partial, 1 failed; exit code 4 (the worst)" in res.stderr
 
@@ -86,9 +86,9 @@ def test_jobs_run_questions_at_once_in_their_own_workers(tmp_path: Path, llm: Fa
     both_started = threading.Barrier(2, timeout=60)  # one after another would never get past this
 
     def answer(req: dict) -> str:  # each question's loop: look for the others' variables, make its own
-        asked = str(req["messages"][1]["content"])
+        asked = first_prompt(req)
         mine = next(n for n in ("first", "second", "third") if f"Question: {n}" in asked)
-        if len(req["messages"]) == 2:
+        if turn(req) == 0:
             if mine != "third":  # the third runs after one of them, in the same worker
                 both_started.wait()
             return repl(f"print(sorted(k for k in globals() if k.startswith('seen_')))\nseen_{mine} = 1")
@@ -101,7 +101,7 @@ def test_jobs_run_questions_at_once_in_their_own_workers(tmp_path: Path, llm: Fa
     docs = sorted((json.loads(line) for line in res.stdout.splitlines()), key=lambda d: d["id"])
     assert [(d["id"], d["answer"], d["status"]) for d in docs] == [
         (1, "first", "final"), (2, "second", "final"), (3, "third", "final")]
-    outputs = [last_user(r) for r in llm.chat_requests("root") if len(r["messages"]) > 2]
+    outputs = [last_user(r) for r in llm.chat_requests("root") if turn(r) > 0]
     assert len(outputs) == 3 and all(o.startswith("Output:\n[]") for o in outputs)  # none saw another's
 
 

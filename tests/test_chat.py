@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import model_flags, run_rlm
-from tests.fake_llm import FakeLLM, Reply, last_user, repl
+from tests.fake_llm import FakeLLM, Reply, first_prompt, last_user, repl
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -124,8 +124,8 @@ def test_chat_on_a_terminal_keeps_variables_survives_ctrl_c_and_resets(tmp_path:
     shown = term.expect(r"rlm> ")
     assert "made is 41" in shown
     asked = llm.chat_requests("root")
-    first_of_4 = next(r for r in asked if "is it still there?" in str(r["messages"][1]["content"]))
-    note = str(first_of_4["messages"][1]["content"])
+    first_of_4 = next(r for r in asked if "is it still there?" in first_prompt(r))
+    note = first_prompt(first_of_4)
     assert "made: int" in note  # the model is told which variables exist
     assert "Q1: make a variable" in note and "A1: 42" in note  # and what was asked before
 
@@ -134,9 +134,9 @@ def test_chat_on_a_terminal_keeps_variables_survives_ctrl_c_and_resets(tmp_path:
     term.expect(r"rlm> ")
     term.send("and now?\r")
     term.expect(r"rlm> ")
-    after = [r for r in llm.chat_requests("root") if "and now?" in str(r["messages"][1]["content"])]
+    after = [r for r in llm.chat_requests("root") if "and now?" in first_prompt(r)]
     assert "NameError: name 'made' is not defined" in last_user(after[-1])
-    assert "Q1:" not in str(after[0]["messages"][1]["content"])  # the history is gone too
+    assert "Q1:" not in first_prompt(after[0])  # the history is gone too
 
     term.send("/quit\r")
     assert term.wait() == 0

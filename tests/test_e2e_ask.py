@@ -220,7 +220,7 @@ def test_an_interrupted_run_prints_its_json_document_and_is_recorded_as_interrup
             proc.wait()
     assert proc.returncode == code, err
     doc = json.loads(out)  # `| jq` gets a document on Ctrl-C too
-    assert doc == {"status": "interrupted", "error": error, "exit_code": code, "answer": None}
+    assert doc == {"schema": "ask-result.v1", "status": "interrupted", "error": error, "exit_code": code, "answer": None}
     trace = next(traces.glob("*.jsonl"))
     summary = json.loads(trace.read_text().splitlines()[-1])
     assert summary["type"] == "summary" and summary["status"] == "interrupted" and summary["exit_code"] == code
