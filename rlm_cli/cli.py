@@ -266,12 +266,12 @@ _early_host: Any = None
 
 
 def _start_host() -> Any:
-    """The model host process (``llm_host.HostBackend``): the one ``main()`` started, else a new one."""
+    """The model host process (``models.host.HostBackend``): the one ``main()`` started, else a new one."""
     global _early_host
     host, _early_host = _early_host, None
     if host is not None:
         return host
-    from rlm_cli.llm_host import HostBackend
+    from rlm_cli.models.host import HostBackend
 
     return HostBackend()
 
@@ -284,7 +284,7 @@ def _host_first(argv: list[str]) -> None:
     if words[:1] in (["ask"], ["chat"]) and not {"--help", "-h", "--version"} & set(argv):
         import atexit
 
-        from rlm_cli.llm_host import HostBackend
+        from rlm_cli.models.host import HostBackend
 
         _early_host = HostBackend()
         atexit.register(_close_early_host)  # the command failed before it took the host
@@ -751,7 +751,8 @@ app.add_typer(config_app, name="config")
 @config_app.command("show")
 def config_show(json_out: JsonOpt = False) -> None:
     """Show every setting: its value (secrets redacted) and where it comes from."""
-    from rlm_cli import config, models, render
+    from rlm_cli import config, render
+    from rlm_cli.models import detect as models
 
     problems: list[str] = []  # shown after the settings, so a bad entry can be seen in context
     entries = config.config_entries(problems=problems)

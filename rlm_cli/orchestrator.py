@@ -45,8 +45,9 @@ from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, FileEntry
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
-from rlm_cli.lm_handler import LMHandler, ModelClient
-from rlm_cli.models import DEFAULT_WINDOW
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.detect import DEFAULT_WINDOW
+from rlm_cli.models.relay import LMHandler
 from rlm_cli.progress import stream_callback
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
 from rlm_cli.trace import event, request_key

@@ -26,7 +26,8 @@ from rlm_cli.errors import (
     UsageError,
 )
 from rlm_cli.history import input_budget, request_tokens
-from rlm_cli.lm_handler import LMHandler, ModelClient
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.relay import LMHandler
 from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, first_messages, text_meta
 from rlm_cli.prompts import direct_prompt
 from rlm_cli.sandbox.launcher import WorkerSpec
@@ -157,7 +158,7 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     a one-question ``session.Session``.
 
     ``client`` replaces the litellm client (replay passes one that answers from a trajectory);
-    ``backend`` is where litellm runs (``llm_host.HostBackend``; default: this process);
+    ``backend`` is where litellm runs (``models.host.HostBackend``; default: this process);
     ``record`` writes the trajectory to ``settings.trace`` or a new file under ``traces_dir()``;
     ``corpus`` is an already loaded corpus for ``paths`` (``rlm eval`` passes derived ones), which
     the caller keeps and deletes.

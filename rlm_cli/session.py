@@ -7,7 +7,7 @@ the models' input windows and start the worker; :meth:`Session.ask` then runs on
 its own trajectory, usage and sources, as many times as needed. Nothing is paid twice: the second
 question starts at its first root call.
 
-Start-up order (the point of the model host, ``rlm_cli.llm_host``): the caller starts the host
+Start-up order (the point of the model host, ``rlm_cli.models.host``): the caller starts the host
 first; while it imports litellm, ``open`` loads the corpus and, when the mode is sure to be
 ``rlm`` (``--mode rlm``, or a corpus over ``--direct-max-tokens``), starts the worker. Only the
 input windows (and the first root call) wait for the host.
@@ -51,8 +51,12 @@ from rlm_cli.errors import (
     PartialAnswerError,
     RLMError,
 )
-from rlm_cli.lm_handler import Budget, CallFailed, CallRecord, Completion, LMHandler, ModelClient, OnDelta, Usage
-from rlm_cli.models import ensure_model
+from rlm_cli.models.budget import Budget
+from rlm_cli.models.client import Completion, ModelClient, OnDelta
+from rlm_cli.models.detect import ensure_model
+from rlm_cli.models.failures import CallFailed
+from rlm_cli.models.relay import LMHandler
+from rlm_cli.models.usage import CallRecord, Usage
 from rlm_cli.orchestrator import Orchestrator, RunResult, corpus_meta, run_direct
 from rlm_cli.phases import PhaseTagger
 from rlm_cli.progress import Progress, index_callback
@@ -215,7 +219,7 @@ class Session:
 
     ``emit`` receives the session's own events (loading, notices, the mode) as they happen; the
     first question's trajectory gets them too. ``backend`` is where litellm runs (a started
-    ``llm_host.HostBackend``, or in this process); ``client`` replaces the model client for a
+    ``models.host.HostBackend``, or in this process); ``client`` replaces the model client for a
     one-question session (``rlm replay``); ``corpus`` is an already loaded corpus the caller
     keeps. ``conversation`` shows each question the earlier ones; ``numbered`` makes ``--trace
     FILE`` one file per question (``FILE`` with ``-N`` before its suffix) and adds ``session``,

@@ -330,7 +330,7 @@ def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
     The token lives only in this closure, not in an attribute of the worker or of the helpers.
     That keeps it out of casual reach; it is no secret from model code, which can read its own
     memory, so the relay does not rely on it alone: it serves a token only to this worker's
-    processes (see ``rlm_cli.lm_handler``).
+    processes (see ``rlm_cli.models.relay``).
     """
     def request(message: dict[str, Any]) -> str:
         message = dict(message, token=token)

@@ -2,10 +2,10 @@
 and prices a reply.
 
 :class:`LocalBackend` does this in the calling process. The ``rlm ask``/``rlm chat`` commands run
-the same class in a separate *model host* process (``rlm_cli.llm_host``), so that importing
+the same class in a separate *model host* process (``models.host``), so that importing
 litellm (seconds) happens beside loading the corpus and starting the REPL worker instead of
 before them. Policy (budgets, retries, the cache, concurrency, windows) is not here: it stays in
-``ModelClient`` (``rlm_cli.lm_handler``), which talks to either backend through the same three
+``ModelClient`` (``models.client``), which talks to either backend through the same three
 calls: :meth:`LocalBackend.complete`, :meth:`LocalBackend.facts` and
 :meth:`LocalBackend.router_groups`.
 
@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlm_cli.errors import UsageError
-
-#: Headers of a failed reply kept for the retry policy (``retry_after_s``).
-RETRY_HEADERS = ("retry-after", "retry-after-ms")
+from rlm_cli.models.failures import short_error
 
 
 @dataclass
@@ -58,48 +56,7 @@ class Answer:
         known = {k: data[k] for k in vars(cls()) if k in data}
         return cls(**known)
 
-
-class RemoteCallError(Exception):
-    """A provider error raised in the model host, carried over: ``class_names`` (the litellm
-    exception's class and its bases), ``status_code``, the retry headers and the message."""
-
-    def __init__(self, message: str, *, class_names: list[str], status_code: int | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.class_names = frozenset(class_names)
-        self.status_code = status_code
-        self.litellm_response_headers = dict(headers or {})
-
-
-def describe_error(exc: BaseException) -> dict[str, Any]:
-    """What :class:`RemoteCallError` needs of a litellm exception: ``names``, ``status``,
-    ``message`` and the retry ``headers`` (``retry-after``, ``retry-after-ms``)."""
-    headers = getattr(getattr(exc, "response", None), "headers", None) or getattr(
-        exc, "litellm_response_headers", None) or {}
-    kept: dict[str, str] = {}
-    for name in RETRY_HEADERS:
-        try:
-            value = headers.get(name) or headers.get(name.title())
-        except (AttributeError, TypeError):
-            value = None
-        if value:
-            kept[name] = str(value)
-    status = getattr(exc, "status_code", None)
-    return {"names": [cls.__name__ for cls in type(exc).__mro__], "message": str(exc),
-            "status": status if isinstance(status, int) else None, "headers": kept}
-
-
-def error_class_names(exc: BaseException) -> frozenset[str]:
-    """The class names an error answers to: a :class:`RemoteCallError`'s carried names, else the
-    names in the exception's MRO."""
-    carried = getattr(exc, "class_names", None)
-    if isinstance(carried, frozenset):
-        return carried
-    return frozenset(cls.__name__ for cls in type(exc).__mro__)
-
-
 OnPiece = Callable[[str], None]
-
 
 class Backend(Protocol):
     """Where litellm runs for a ``ModelClient``: :class:`LocalBackend` or the model host's client."""
@@ -116,7 +73,6 @@ class Backend(Protocol):
     def router_groups(self, router_config: str | Path | None) -> dict[str, str]:
         """The Router's model groups (see :meth:`LocalBackend.router_groups`)."""
         ...
-
 
 @dataclass
 class LocalBackend:
@@ -159,12 +115,12 @@ class LocalBackend:
 
     def facts(self, model: str) -> tuple[int | None, bool]:
         """``(input window in tokens or None, whether the price is known)`` per litellm's map."""
-        from rlm_cli import models
+        from rlm_cli.models import detect
 
         litellm = self.load()
         with self._lock:
             if model not in self._facts:
-                self._facts[model] = (models.input_window(litellm, model), models.price_known(litellm, model))
+                self._facts[model] = (detect.input_window(litellm, model), detect.price_known(litellm, model))
             return self._facts[model]
 
     def warm(self, models_: list[str]) -> None:
@@ -259,7 +215,6 @@ class LocalBackend:
                       output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                       cost_usd=None if cost is None else float(cost), priced=priced)
 
-
 def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
     """A ``litellm.Router`` from a YAML or JSON file and ``{model group: first deployment's model}``.
 
@@ -296,27 +251,11 @@ def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
         groups.setdefault(str(d["model_name"]), str(d["litellm_params"]["model"]))
     return router, groups
 
-
-def short_error(exc: BaseException) -> str:
-    """The first line of an error, without litellm's ``litellm.XError: XError:`` prefixes."""
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else type(exc).__name__
-    for _ in range(3):
-        head, sep, rest = first.partition(": ")
-        if sep and head.replace("litellm.", "").replace("_", "").isalnum() and head.endswith(
-                ("Error", "Exception", "Timeout")) and rest:
-            first = rest
-        else:
-            break
-    return first[:500] or type(exc).__name__
-
-
 def _response_text(response: Any) -> str:
     try:
         return response.choices[0].message.content or ""
     except (AttributeError, IndexError, TypeError):
         return ""
-
 
 def _delta_text(chunk: Any) -> str:
     try:

@@ -4,7 +4,7 @@ instead of before them.
 
 ``rlm ask`` and ``rlm chat`` start it as the first thing they do (:class:`HostBackend`); the
 process imports litellm at once, then, when told which models the run uses (``warm``), runs
-litellm's first-call path for each without a request (``LocalBackend.warm``), and serves model
+litellm's first-call path for each without a request (``backend.LocalBackend.warm``), and serves model
 requests for ``ModelClient`` until the parent goes away. Everything else of the model layer
 (budgets, retries, the response cache, concurrency, usage, the worker's relay) stays in the
 parent: the host only sends requests and prices replies. The parent never imports litellm, so it
@@ -21,7 +21,7 @@ Channels:
   ``router_config``, ``stream``, ``deadline_in``: seconds left before ``--timeout``), ``facts``
   (``model``) or ``router`` (``router_config``). A ``complete`` reply is zero or more
   ``{"piece": text}`` frames (streamed text as it arrives), then ``{"ok": true, "answer": {...}}``
-  (``llm_backend.Answer``) or ``{"ok": false, "error": {names, status, message, headers}}`` (a
+  (``backend.Answer``) or ``{"ok": false, "error": {names, status, message, headers}}`` (a
   provider error, raised by the parent as ``RemoteCallError``), ``{"ok": false, "usage": msg}``
   (a bad ``--router-config``) or ``{"ok": false, "unavailable": msg}`` (litellm failed to import).
   A connection is served only when it carries the token and, where the kernel says who is on the
@@ -52,7 +52,8 @@ from typing import IO, Any
 
 from rlm_cli import protocol
 from rlm_cli.errors import RLMError, UsageError
-from rlm_cli.llm_backend import Answer, LocalBackend, OnPiece, RemoteCallError, describe_error
+from rlm_cli.models.backend import Answer, LocalBackend, OnPiece
+from rlm_cli.models.failures import RemoteCallError, describe_error
 
 #: Seconds the parent waits for the host's socket to appear (its interpreter starting).
 START_TIMEOUT_S = 60.0
@@ -75,7 +76,7 @@ class HostBackend:
         self._token = secrets.token_hex(16)
         self._err: IO[bytes] = open(self.dir / "host.err", "w+b")  # noqa: SIM115 - read on failure, closed in close()
         boot = (f"import sys; sys.path.insert(0, {_PKG_PARENT!r}); "
-                "from rlm_cli.llm_host import main; main()")
+                "from rlm_cli.models.host import main; main()")
         self.proc = subprocess.Popen([sys.executable, "-c", boot, self.socket_path], stdin=subprocess.PIPE,
                                      stdout=subprocess.DEVNULL, stderr=self._err, start_new_session=True)
         self._stdin_lock = threading.Lock()

@@ -17,8 +17,9 @@ import pytest
 from rlm_cli import protocol
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
-from rlm_cli.llm_host import HostBackend
-from rlm_cli.lm_handler import CallFailed, ModelClient
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.failures import CallFailed
+from rlm_cli.models.host import HostBackend
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, Reply, repl
 
@@ -86,7 +87,7 @@ def test_the_host_serves_only_its_parent_with_the_token(host: HostBackend) -> No
 
 
 def test_the_host_ends_with_its_parent(tmp_path: Path) -> None:
-    code = ("import sys, time; from rlm_cli.llm_host import HostBackend\n"
+    code = ("import sys, time; from rlm_cli.models.host import HostBackend\n"
             "h = HostBackend(); print(h.proc.pid, h.dir, flush=True); time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
