@@ -28,13 +28,19 @@ REQUEST_OVERHEAD = 3
 KEEP_LAST = 4
 
 
+def reply_tokens(window_tokens: int) -> int:
+    """Tokens kept for a model's reply in a window of ``window_tokens``: a fifth of it, at most
+    16,384. Requests ask for no longer reply (``max_tokens``), so a model stuck repeating itself
+    stops there instead of running until the server's context is full."""
+    return min(max(256, int(window_tokens)) // 5, 16_384)
+
+
 def input_budget(window_tokens: int) -> int:
     """Tokens of request the history may use for a root model whose input window is
-    ``window_tokens``: the window less room for the reply (a fifth of it, at most 16,384
-    tokens) and less 10% for tokenizers that count more than ``o200k_base``."""
+    ``window_tokens``: the window less room for the reply (:func:`reply_tokens`) and less 10%
+    for tokenizers that count more than ``o200k_base``."""
     window_tokens = max(256, int(window_tokens))
-    reserve = min(window_tokens // 5, 16_384)
-    return int((window_tokens - reserve) * 0.9)
+    return int((window_tokens - reply_tokens(window_tokens)) * 0.9)
 
 
 def output_limit(budget_tokens: int, max_output_chars: int) -> int:

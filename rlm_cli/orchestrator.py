@@ -320,6 +320,7 @@ class Orchestrator:
                     final = result.final
                 break  # the first FINAL wins; later blocks do not run
             if not result.ok or result.lost:
+                unseen += max(1, result.output_chars)  # a failure is news: nothing may be finished on it
                 break  # later blocks were written assuming this one worked
             if _norm(code) not in loop.seen_code:  # code it ran before printed what it saw then
                 unseen += result.output_chars

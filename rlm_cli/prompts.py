@@ -50,10 +50,10 @@ def sub_call_capacity(window_tokens: int) -> SubCallCapacity:
 SYSTEM_PROMPT = """You answer a question about a corpus that is far too large to read at once, by writing Python code in a persistent REPL. The corpus is NOT in this conversation; it is in the REPL.
 
 The REPL holds:
-- `context`: str, the whole corpus; each file starts with a line `==> path <==`.
+- `context`: str, the whole corpus; each file starts with a line `==> path <==`. `context["path"]` is one file's text.
 - `files`: list of dicts (path, size, chars, lines, tokens, start, end); a file's text is context[f["start"]:f["end"]].
 - `chunks`: list of dicts (id, path, start_line, end_line, start, end, tokens): the corpus cut along semantic boundaries (functions, sections, paragraphs).
-- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text", "in"}]: regex per line; "in" is the function or class holding the line (Python files).
+- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text", "in"}]: regex per line; "in" is the function or class holding the line (Python files): `{h["in"] for h in grep(r"\\bsave\\(", "app.py") if "in" in h}` are the functions of app.py that call save.
 - `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> the text of chunk i.
 - `search(query, k=10)` -> chunks ranked by keyword relevance (BM25): [{"chunk", "file", "start_line", "end_line", "score"}].
 - `data[path]`: a JSON/JSONL/CSV/TSV file parsed (JSON -> its object; JSONL/CSV -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
@@ -75,7 +75,7 @@ Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characte
 Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message. The first exchange below is a worked example of this (not your task)."""
 
 COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks. The corpus is not shown to you; it is in the REPL:
-`context` (str: all files, each after a line `==> path <==`), `files` (dicts: path, lines, start, end), `chunks` (dicts: path, start_line, end_line),
+`context` (str: all files, each after a line `==> path <==`; `context["path"]`: one file), `files` (dicts: path, lines, start, end), `chunks` (dicts: path, start_line, end_line),
 `grep(pattern)` -> [{"file","line","text","in"}] ("in": the enclosing function), `read_file(path, start_line, end_line)`, `search(query, k=10)`,
 `data[path]` (parsed JSON/JSONL/CSV), `records(glob=None)` (all rows as dicts with "_file", "_line"), `frame(path)` (pandas),
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],

@@ -26,7 +26,10 @@ def code_corpus(tmp_path: Path) -> Path:
 
 
 def assistant_turns(req: dict) -> list[str]:
-    return [str(m["content"]) for m in req["messages"] if m["role"] == "assistant"]
+    """The model's turns of a request, after the question (the worked example's come before it)."""
+    msgs = req["messages"]
+    start = next(i for i, m in enumerate(msgs) if "Question: " in str(m["content"]))
+    return [str(m["content"]) for m in msgs[start:] if m["role"] == "assistant"]
 
 
 def test_invented_output_and_its_final_never_end_the_run_nor_reach_the_history(tmp_path: Path, llm: FakeLLM) -> None:
@@ -67,7 +70,7 @@ def test_helpers_take_the_calls_python_programmers_write(tmp_path: Path, llm: Fa
         "g = grep('urlparse', file='distutils/command/upload.py', flags=2)\n"
         "print(a == b, a[0]['file'], a[0]['line'], len(c), d[0]['file'], d[0]['line'], '4: def urlparse' in e,"
         " '4: def urlparse' in f, len(g))\n"
-        "FINAL('ok', 'then')")
+        "words = ('ok', 'then')\nFINAL(*words)")  # several values, joined like print
     llm.script("root", repl("print(1)"), repl(code))
     r = run(llm, [code_corpus(tmp_path)])
     assert r.error is None and r.answer == "ok then"
@@ -181,3 +184,50 @@ def test_a_final_next_to_code_it_already_ran_is_accepted(tmp_path: Path, llm: Fa
     llm.script("root", again.replace("Final answer: urllib/parse.py\n", ""), repl("FINAL('after seeing it')"))
     r = run(llm, [code_corpus(tmp_path)])
     assert r.answer == "after seeing it"
+
+
+def test_context_indexed_by_a_path_is_that_files_text(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(context['urllib/parse.py'].split('\\n')[3], context['upload.py'][:4], "
+                            "type(context[0:3]).__name__, 'urllib/parse.py' in context)\ncontext['nope.py']"),
+               repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "ok"
+    out = r.of("output")[0]["output"]
+    assert out.startswith("def urlparse(url, scheme='', allow_fragments=True): from str True")
+    assert "KeyError" in out and "no file 'nope.py'" in out
+
+
+def test_replies_are_capped_at_the_windows_reply_room(tmp_path: Path, llm: FakeLLM) -> None:
+    """A small model stuck repeating itself stops at max_tokens instead of filling the server's
+    context (seen: one root call ran 15 minutes)."""
+    from rlm_cli.history import reply_tokens
+
+    llm.default("sub", "ok")
+    llm.script("root", repl("print(llm_query('hi'))"), repl("FINAL('done')"))
+    r = run(llm, [code_corpus(tmp_path)], root_model_window=16_384, sub_model_window=8_192)
+    assert r.answer == "done"
+    assert {q["max_tokens"] for q in llm.chat_requests("root")} == {reply_tokens(16_384)} == {3_276}
+    assert {q["max_tokens"] for q in llm.chat_requests("sub")} == {reply_tokens(8_192)} == {1_638}
+
+
+def test_result_rows_answer_the_key_names_models_guess(tmp_path: Path, llm: FakeLLM) -> None:
+    code = ("h = grep('def urlparse')[0]\nc = chunks[0]\nf = [x for x in files if x['path'].endswith('parse.py')][0]\n"
+            "print(h['path'], h['lineno'], c['file'], c['text'][:6], f['text'][:6], repr(h))\n"
+            "s = search('scheme allow_fragments')[0]\nprint(s['path'], s['line'], 'def urlparse' in s['text'])\n"
+            "h['nope']")
+    llm.script("root", repl(code), repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "ok"
+    out = r.of("output")[0]["output"]
+    assert out.startswith("urllib/parse.py 4 ")
+    assert "import" in out.split("\n")[0] and "'path'" not in out.split("\n")[0]  # repr shows the real keys only
+    assert "urllib/parse.py 1 True" in out
+    assert "KeyError: \"'nope': this row has the keys ['file', 'line', 'text']\"" in out
+
+
+def test_a_written_out_answer_next_to_a_failing_block_is_refused(tmp_path: Path, llm: FakeLLM) -> None:
+    broken = "```repl\nprint(grep('x')[0]['missing_key'])\n```\nFinal answer: guessed.py"
+    llm.script("root", repl("print(1)"), broken, broken, repl("FINAL('after fixing it')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "after fixing it"
+    assert prompts.FINAL_WITH_UNSEEN_CODE in last_user(llm.chat_requests("root")[2])

@@ -240,7 +240,7 @@ def test_sixty_iterations_in_a_4000_token_window_never_overflow(tmp_path: Path, 
     sizes = [request_tokens(req["messages"]) for req in reqs]
     assert max(sizes) <= window, max(sizes)
     last = reqs[-1]["messages"]
-    assert last[0]["role"] == "system" and "Question: What is it?" in last[1]["content"]
+    assert last[0]["role"] == "system" and "Question: What is it?" in last[5]["content"]  # after the example
     assert any("omitted to fit the context window" in str(m["content"]) for m in last)
     assert "line 59" in str(last[-1]["content"])  # the latest output is always there
     roles = [m["role"] for m in last[1:]]
@@ -257,4 +257,4 @@ def test_large_window_keeps_history_verbatim(tmp_path: Path, llm: FakeLLM) -> No
     assert all(f["compacted"] == 0 and f["omitted"] == 0 for f in fits)
     assert fits[-1]["verbatim"] == 5  # while everything fits, nothing is shortened
     last = llm.chat_requests("root")[-1]["messages"]
-    assert len(last) == 2 + 2 * 5
+    assert len(last) == 2 + 4 + 2 * 5  # system, the example's 4 turns, the question, 5 turns

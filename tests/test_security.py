@@ -848,9 +848,9 @@ def _nesting_model(llm: FakeLLM, root_code: str, child_code: Callable[[str], str
 
     def reply(req: dict[str, Any]) -> str:
         messages = req["messages"]
-        if len(messages) > 2:
+        if "Question: " not in str(messages[-1]["content"]):  # a later turn: its last message is output
             return repl("FINAL('done')")
-        first = str(messages[1]["content"])
+        first = str(messages[-1]["content"])
         if "ATTACK " not in first:
             return repl(root_code)
         with lock:

@@ -219,10 +219,17 @@ class ModelClient:
     def _uses_router(self, model: str) -> bool:
         return model in self.router_models()
 
+    def reply_cap(self, model: str) -> int:
+        """``max_tokens`` asked of ``model``: :func:`history.reply_tokens` of its input window."""
+        from rlm_cli.history import reply_tokens
+
+        return reply_tokens(self.input_window(model))
+
     def _cache_params(self, model: str) -> dict[str, Any]:
+        params: dict[str, Any] = {"max_tokens": self.reply_cap(model)}
         if self._uses_router(model):
-            return {"router": self.router_models()[model]}
-        return {}
+            params["router"] = self.router_models()[model]
+        return params
 
     def _check_window(self, messages: list[dict[str, Any]], model: str) -> None:
         window = self.input_window(model)
@@ -337,8 +344,10 @@ class ModelClient:
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
 
     def _request(self, messages: list[dict[str, Any]], model: str, timeout: float) -> dict[str, Any]:
-        """The request for the backend: model, messages, timeout, and the base URL and key."""
-        request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout}
+        """The request for the backend: model, messages, timeout, the reply cap (``max_tokens``,
+        :meth:`reply_cap`), and the base URL and key."""
+        request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
+                                   "max_tokens": self.reply_cap(model)}
         if self.settings.api_base:
             request["api_base"] = self.settings.api_base
         key = self.settings.effective_api_key

@@ -43,6 +43,54 @@ _CHUNK_KEYS = ("start_line", "end_line", "start", "end", "tokens", "sha1")
 _TERM = re.compile(r"[^\W_]+")
 
 
+class Row(dict[str, Any]):
+    """A row the helpers return (a grep hit, a search result, an entry of ``files`` or
+    ``chunks``): a plain dict that also answers the key names a model guesses for what is there
+    under another name (``path`` for ``file`` and back, ``line``/``lineno`` for a start line,
+    ``text``/``content`` for a chunk's or search result's text), and otherwise says which keys
+    it has. Printing shows only its real keys."""
+
+    def __missing__(self, key: Any) -> Any:
+        for alias in _ALIASES.get(key, ()):
+            if alias in self:
+                return self[alias]
+        if key in ("text", "content") and _CURRENT is not None:
+            i = self.get("chunk", self.get("id"))
+            if isinstance(i, int) and "start_line" in self:
+                return _CURRENT.chunk_text(i)
+            if "start" in self and "end" in self and "lines" in self:  # an entry of `files`
+                return str.__getitem__(_CURRENT.context, slice(self["start"], self["end"]))
+        raise KeyError(f"{key!r}: this row has the keys {list(self)}")
+
+
+#: Other names a model uses for a key a row has (``Row.__missing__``).
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "path": ("file",), "file": ("path",), "filename": ("file", "path"), "file_path": ("file", "path"),
+    "line": ("start_line",), "lineno": ("line", "start_line"), "line_number": ("line", "start_line"),
+    "start": ("start_line",), "end": ("end_line",), "line_text": ("text",), "function": ("in",),
+}
+#: The view whose context ``Row`` reads ``text`` from (one per worker; the last one made).
+_CURRENT: CorpusView | None = None
+
+
+class Context(str):
+    """``context``: the whole corpus as one ``str`` (slices, string methods and regexes work as on
+    any ``str``), which also answers ``context["path/to/file.py"]`` with that file's text: models
+    often take ``context`` for a dict of files, and that call then works instead of failing with
+    "string indices must be integers". A unique path suffix is enough; an unknown path raises
+    ``KeyError`` naming close paths. Built by decoding straight into the subclass (no copy)."""
+
+    _view: CorpusView | None = None
+
+    def __getitem__(self, key: Any) -> str:  # type: ignore[override]
+        if isinstance(key, str) and self._view is not None:
+            try:
+                return self._view.file_text(key)
+            except FileNotFoundError as exc:
+                raise KeyError(str(exc)) from None
+        return str.__getitem__(self, key)
+
+
 class CorpusView:
     """The loaded corpus and the helper functions the model calls on it.
 
@@ -52,7 +100,10 @@ class CorpusView:
 
     def __init__(self, context: str = "", files: list[dict[str, Any]] | None = None,
                  chunks: list[dict[str, Any]] | None = None) -> None:
-        self.context = context
+        global _CURRENT
+        self.context = context if isinstance(context, Context) else Context(context)
+        self.context._view = self
+        _CURRENT = self
         if files is None:
             files, chunks = _raw_layout(context)
         self.files: list[dict[str, Any]] = files
@@ -80,16 +131,16 @@ class CorpusView:
             raise ValueError(f"corpus bundle version {index.get('version')!r} is not {BUNDLE_VERSION}")
         with open(context_file, "rb") as fh:  # mapped: no private copy of the bytes (see store.read_context)
             size = os.fstat(fh.fileno()).st_size
-            context = ""
+            context = Context("")
             if size:
                 with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    context = str(mm, "utf-8")
+                    context = Context(mm, "utf-8")
         if len(context) != index["context_chars"]:
             raise ValueError("the context file does not match the index")
         fcols, ccols = index["files"], index["chunks"]
         paths = fcols["path"]
-        files = [dict(zip(_FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in _FILE_KEYS), strict=True)]
-        chunks = [{"id": i, "path": paths[fi], **dict(zip(_CHUNK_KEYS, row, strict=True))}
+        files: list[dict[str, Any]] = [Row(zip(_FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in _FILE_KEYS), strict=True)]
+        chunks: list[dict[str, Any]] = [Row({"id": i, "path": paths[fi], **dict(zip(_CHUNK_KEYS, row, strict=True))})
                   for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in _CHUNK_KEYS), strict=True))]
         view = cls(context, files, chunks)
         view.structured = [(p, a, b, m) for p, a, b, m in zip(paths, fcols["dstart"], fcols["dend"], fcols["dmeta"],
@@ -148,7 +199,7 @@ class CorpusView:
                 if le < 0:
                     le = f["end"]
                 text = ctx[ls:min(le, ls + MAX_LINE_CHARS)]
-                hit = {"file": f["path"], "line": line, "text": text[:-1] if text.endswith("\r") else text}
+                hit = Row(file=f["path"], line=line, text=text[:-1] if text.endswith("\r") else text)
                 if f["path"].endswith(_PY_SUFFIXES):
                     where = self._enclosing(f, line)
                     if where:
@@ -337,6 +388,15 @@ class CorpusView:
         width = len(str(b))
         return "\n".join(f"{i:>{width}}: {lines[i - 1].removesuffix(chr(13))}" for i in range(a, b + 1))
 
+    def file_text(self, path: str) -> str:
+        """The text of the file ``path`` (a unique suffix is enough), as a plain ``str``.
+
+        Raises:
+            FileNotFoundError: no such file (the message suggests close paths).
+        """
+        f = self._resolve(self.path_of(path))
+        return str.__getitem__(self.context, slice(f["start"], f["end"]))
+
     def path_of(self, target: Any) -> str:
         """The path a helper argument names: a path, ``"path:120"`` / ``"path:100-140"``, or a dict
         with ``file`` or ``path`` (a grep hit, a search result, an entry of ``files``).
@@ -393,8 +453,8 @@ class CorpusView:
             if len(out) >= int(k):
                 break
             c = self.chunks[i]
-            out.append({"chunk": i, "file": c["path"], "start_line": c["start_line"],
-                        "end_line": c["end_line"], "score": round(score, 4)})
+            out.append(Row(chunk=i, file=c["path"], start_line=c["start_line"], end_line=c["end_line"],
+                           score=round(score, 4)))
         return out
 
     def start_index_build(self) -> threading.Thread:

@@ -310,11 +310,13 @@ class Worker:
             self.running = False
             sys.stdout, sys.stderr = old
             vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)  # the worker's own code below needs them
-        rebound = [k for k in RESERVED if k in self._helpers and self.namespace.get(k) is not self._helpers[k]]
+        if self.namespace.get("context") is not self._helpers["context"]:
+            out.write("[note: this block reassigned `context`; the real corpus is restored before the next block. "
+                      "Never replace it with text of your own: the answer must come from the corpus.]\n")
+        rebound = [k for k in RESERVED if callable(self._helpers.get(k)) and self.namespace.get(k) is not self._helpers[k]]
         if rebound:
-            names = ", ".join(f"`{k}`" for k in rebound)
-            out.write(f"[note: this block reassigned {names}; the original is restored before the next block. "
-                      "The corpus is always the real `context`: never replace it with text of your own.]\n")
+            out.write(f"[note: this block reassigned {', '.join(f'`{k}`' for k in rebound)}; the helper is restored "
+                      "before the next block.]\n")
         text, total = out.getvalue()
         seen = self.observer.end_block(text)
         return {"type": "result", "ok": ok, "output": text, "output_chars": total,
