@@ -3,9 +3,10 @@ quiet machine, more on a busy one) runs beside loading the corpus and starting t
 instead of before them.
 
 ``rlm ask`` and ``rlm chat`` start it as the first thing they do (:class:`HostBackend`); the
-process imports litellm at once, then, when told which models the run uses (``warm``), runs
-litellm's first-call path for each without a request (``backend.LocalBackend.warm``), and serves model
-requests for ``ModelClient`` until the parent goes away. Everything else of the model layer
+process imports litellm at once, then, when told which models the run uses (``warm``) and as
+long as the parent has asked for nothing yet, runs litellm's first-call path for each without a
+request (``backend.LocalBackend.warm``), and serves model requests for ``ModelClient`` until the
+parent goes away. Everything else of the model layer
 (budgets, retries, the response cache, concurrency, usage, the worker's relay) stays in the
 parent: the host only sends requests and prices replies. The parent never imports litellm, so it
 also exits without tearing litellm's millions of objects down; the host ends with ``os._exit``.
@@ -262,6 +263,9 @@ class _Host:
         self.parent = parent
         self.backend = LocalBackend()
         self.ready = threading.Event()
+        #: The parent has asked for something: it is waiting on the host, so a warm-up would only
+        #: compete with its request for this process's interpreter (see :func:`main`).
+        self.asked = threading.Event()
         self.failure: str | None = None
 
     def serve(self, conn: socket.socket) -> None:
@@ -273,6 +277,7 @@ class _Host:
         peer = _peer_pid(conn)
         if request.get("token") != self.token or (peer is not None and peer != self.parent):
             return  # not the parent: close without a word
+        self.asked.set()
         self.ready.wait()
         try:
             reply = self._answer(conn, request)
@@ -359,7 +364,11 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - reported to every request
         host.failure = f"{type(exc).__name__}: {exc}"
     host.ready.set()
-    while True:  # warm-ups, one after another, until stdin closes (the control thread exits then)
+    # Warm-ups, one after another, until stdin closes (the control thread exits then). A warm-up
+    # helps only while the parent is still busy (a cold corpus load): once it has asked for
+    # anything, its first real request runs the same first-call path itself, and a warm-up beside
+    # it would slow it down (one interpreter lock), so none is started any more.
+    while True:
         models = warm.get()
-        if host.failure is None:
+        if host.failure is None and not host.asked.is_set():  # only while the parent is busy elsewhere
             host.backend.warm(models)
