@@ -138,25 +138,18 @@ def test_chat_on_a_terminal_keeps_variables_survives_ctrl_c_and_resets(tmp_path:
     assert "NameError: name 'made' is not defined" in last_user(after[-1])
     assert "Q1:" not in first_prompt(after[0])  # the history is gone too
 
-    term.send("/quit\r")
+    term.send("\x04")  # Ctrl-D ends the session
     assert term.wait() == 0
     assert "sleeping" in term.seen and "never" not in term.seen.split("this one is slow")[1].split("rlm> ")[0]
     history = (Path(os.environ["RLM_DATA_DIR"]) / "chat_history").read_text()
     assert "make a variable" in history and "/reset" in history
 
 
-def test_chat_ctrl_d_ends_the_session(tmp_path: Path, llm: FakeLLM) -> None:
-    term = Terminal("chat", str(_corpus(tmp_path)), *model_flags(llm), "--color", "never")
-    term.expect(r"rlm> ")
-    term.send("\x04")
-    assert term.wait() == 0
-
-
 def test_scripted_chat_keeps_stdout_for_answers(tmp_path: Path, llm: FakeLLM) -> None:
     root = _corpus(tmp_path)
     llm.script("root", repl("hits = grep('def foo')\nprint(hits)"), repl("FINAL(hits[0]['file'])"),
                repl("print(len(hits))"), repl("FINAL(str(len(hits)))"))
-    questions = "where is foo defined?\n/cost\nhow many definitions?\n/trace\n"
+    questions = "where is foo defined?\n/cost\nhow many definitions?\n/trace\n/quit\nnever asked\n"
     res = run_rlm("chat", str(root), *model_flags(llm), "--json", stdin=questions)
     assert res.code == 0, res.stderr
     lines = [json.loads(line) for line in res.stdout.splitlines()]
@@ -164,6 +157,7 @@ def test_scripted_chat_keeps_stdout_for_answers(tmp_path: Path, llm: FakeLLM) ->
         (1, "where is foo defined?", "a.py", "final"), (2, "how many definitions?", "1", "final")]
     assert lines[0]["trace"] != lines[1]["trace"] and all(Path(d["trace"]).is_file() for d in lines)
     assert "2 question(s); root 4 calls" in res.stderr  # /cost, on stderr
+    assert not any("never asked" in str(r["messages"]) for r in llm.requests)  # /quit ended it
     assert lines[1]["trace"] in res.stderr  # /trace lists the trajectories
     second = json.loads(Path(lines[1]["trace"]).read_text().splitlines()[0])
     assert second["type"] == "header" and second["turn"] == 2 and second["question"] == "how many definitions?"

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,9 @@ from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, Reply, repl
 
 
-@pytest.fixture
-def host() -> HostBackend:
+@pytest.fixture(scope="module")
+def host() -> Iterator[HostBackend]:
+    """One model host for this module's tests (it keeps no state of a request)."""
     backend = HostBackend(warm=["openai/root"])
     yield backend
     backend.close()
