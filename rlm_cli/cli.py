@@ -137,6 +137,9 @@ RouterOpt = Annotated[Path | None, Opt("--router-config", exists=True, dir_okay=
                                        "Router config (YAML/JSON model_list) to spread calls over "
                                        "several deployments.")]
 NoLlmCacheOpt = Annotated[bool, Opt("--no-llm-cache", help="Do not read or write the model-response cache.")]
+TemperatureOpt = Annotated[float | None, Opt("--temperature", min=0, help="Sampling temperature of every model "
+                                             "request (default: the provider's; 0 for the most repeatable "
+                                             "answers).")]
 VerboseOpt = Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")]
 
 
@@ -206,6 +209,7 @@ def ask(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
+    temperature: TemperatureOpt = None,
     json_out: JsonOpt = False,
     cite: Annotated[bool, Opt("--cite", help="After the answer, list the corpus lines it rests on "
                                              "(Sources: path:start-end).")] = False,
@@ -240,7 +244,7 @@ def ask(
             root_model_window=root_model_window, trace=trace, cell_timeout=cell_timeout, memory_limit=memory_limit,
             max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout, max_cost=max_cost,
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
-            router_config=router_config, no_llm_cache=no_llm_cache,
+            router_config=router_config, no_llm_cache=no_llm_cache, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                    chunk_tokens))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
@@ -456,6 +460,7 @@ def chat(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
+    temperature: TemperatureOpt = None,
     json_out: Annotated[bool, Opt("--json", help="One JSON document per answer, one per line.")] = False,
     cite: Annotated[bool, Opt("--cite", help="After each answer, list the corpus lines it rests on.")] = False,
     quiet: LongQuietOpt = False,
@@ -480,8 +485,9 @@ def chat(
             cell_timeout=cell_timeout, memory_limit=memory_limit, max_concurrency=max_concurrency, retries=retries,
             request_timeout=request_timeout, max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
             timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
-            no_llm_cache=no_llm_cache, corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size,
-                                                              truncate_large, no_cache, chunk_tokens))
+            no_llm_cache=no_llm_cache, temperature=temperature,
+            corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                                   chunk_tokens))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if verbose:
             from rlm_cli.doctor import sandbox_line
@@ -539,6 +545,7 @@ def eval_cmd(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
+    temperature: TemperatureOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
@@ -557,6 +564,7 @@ def eval_cmd(
         memory_limit=memory_limit, max_concurrency=max_concurrency, retries=retries,
         request_timeout=request_timeout, max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
         timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache,
+        temperature=temperature,
         corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                chunk_tokens))
     ui = render.Renderer(quiet=quiet, verbose=verbose)

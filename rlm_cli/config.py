@@ -141,6 +141,8 @@ class Settings:
     #: Wall-clock seconds for the whole run.
     timeout: float | None = None
     llm_cache: bool = True
+    #: Sampling temperature of every model request (``None``: the provider's default).
+    temperature: float | None = None
     #: ``auto`` (direct when the corpus fits comfortably, else rlm), ``rlm`` or ``direct``.
     mode: str = "auto"
     #: Auto mode goes direct only under this many corpus tokens...

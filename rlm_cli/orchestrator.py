@@ -209,6 +209,7 @@ class Orchestrator:
         self.depth = depth
         self.hide_paths = hide_paths
         self._last_output = ""
+        self._question = ""
 
     def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any], *, sandbox: Sandbox | None = None,
             note: str = "") -> RunResult:
@@ -231,6 +232,7 @@ class Orchestrator:
         assert root_model is not None
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
+        self._question = question
         system, *examples, first = first_messages(s, question, meta, self.depth, note)
         history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
         sub_calls_before = self.client.usage.sub_calls
@@ -327,7 +329,7 @@ class Orchestrator:
         loop.ran_code = True
         if final is None and text_final is not None and not notes:
             final = self._text_final_next_to_code(text_final, plan, unseen, sandbox, notes)
-        if final is not None:
+        if final is not None and self._second_look(final, loop, notes):
             return final
         kept = text
         if ran < len(plan.blocks) or plan.claimed:
@@ -341,9 +343,20 @@ class Orchestrator:
         codes = [c for c, _ in outputs]
         notes += self._repetition_notes(loop, codes, [o for _, o in outputs])
         history.add(Turn(iteration, kept, prompts.output_message(
-            outputs, notes=notes, left=self.settings.max_iterations - iteration), codes=codes,
+            outputs, notes=notes, left=self.settings.max_iterations - iteration, question=self._question), codes=codes,
             outputs=[o for _, o in outputs]))
         return None
+
+    def _second_look(self, answer: str, loop: _LoopState, notes: list[str]) -> bool:
+        """Whether ``answer`` may end the run: an answer that reports finding nothing is sent back
+        once per run for a second look (:data:`prompts.CHECK_NEGATIVE`; the note goes to
+        ``notes``); the next one is accepted, whatever it says."""
+        if loop.checked_negative or not reply.negative_answer(answer):
+            return True
+        loop.checked_negative = True
+        notes.append(prompts.CHECK_NEGATIVE)
+        self._notice("the answer says nothing was found; asked for a second look")
+        return False
 
     def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, unseen: int, sandbox: Sandbox,
                                  notes: list[str]) -> str | None:
@@ -379,7 +392,7 @@ class Orchestrator:
             else:
                 notes: list[str] = []
                 answer, _ = self._text_final_value(sandbox, text_final, notes)
-                if answer is not None:
+                if answer is not None and self._second_look(answer, loop, notes):
                     return answer
                 feedback = f"{notes[0]} Continue."
         elif reply.mentions_final(text):
@@ -390,16 +403,21 @@ class Orchestrator:
             loop.no_code_streak += 1
             # Small models often answer in prose; after one reminder, the second such reply in a row
             # is the answer (issue #6), unless it plans or declines instead of answering (issue #10).
-            if loop.no_code_streak >= 2 and reply.looks_like_answer(text):
+            second_look: list[str] = []
+            if loop.no_code_streak >= 2 and reply.looks_like_answer(text) and self._second_look(text.strip(), loop,
+                                                                                                 second_look):
                 self._notice("two replies without code in a row: taking the reply as the final answer")
                 return text.strip()
-            if loop.no_code_streak >= 2:
+            if second_look:
+                feedback = second_look[0]
+            elif loop.no_code_streak >= 2:
                 self._notice("reply without code does not answer the question; the model was told")
                 feedback = prompts.NOT_AN_ANSWER
             else:
                 self._notice("reply had no code block; reminded the model of the format")
                 feedback = prompts.FORMAT_REMINDER
-        history.add(Turn(iteration, text, f"{feedback}\n\n{prompts.iterations_left(self.settings.max_iterations - iteration)}"))
+        left = prompts.iterations_left(self.settings.max_iterations - iteration)
+        history.add(Turn(iteration, text, f"{feedback}\n\n{left}\n\n{prompts.reminder(self._question)}"))
         return None
 
     def _text_final_value(self, sandbox: Sandbox, tf: reply.TextFinal, notes: list[str]) -> tuple[str | None, bool]:
@@ -555,6 +573,7 @@ class _LoopState:
     seen_code: set[str] = field(default_factory=set)
     last_errors: set[str] = field(default_factory=set)
     error_streak: int = 0
+    checked_negative: bool = False
 
 
 def run_direct(settings: Settings, client: ModelClient, question: str, context: str, *, emit: Emit) -> RunResult:

@@ -210,9 +210,11 @@ def first_user_prompt(question: str, metadata: str) -> str:
             "Start by exploring `context` with code in a ```repl block. Do not answer before running code.")
 
 
-def output_message(blocks: list[tuple[str, str]], *, notes: list[str] | None = None, left: int | None = None) -> str:
+def output_message(blocks: list[tuple[str, str]], *, notes: list[str] | None = None, left: int | None = None,
+                   question: str = "") -> str:
     """The user message feeding back each block's ``(code, shown output)``, then any ``notes``
-    (e.g. why a FINAL was not accepted) and, when ``left`` is given, the iterations left."""
+    (e.g. why a FINAL was not accepted), the iterations ``left`` and the question (see
+    :func:`reminder`)."""
     parts = []
     for i, (_, out) in enumerate(blocks, 1):
         label = f"Output of block {i}:" if len(blocks) > 1 else "Output:"
@@ -220,7 +222,21 @@ def output_message(blocks: list[tuple[str, str]], *, notes: list[str] | None = N
     parts.extend(f"[{n}]" for n in notes or [])
     parts.append("Continue. Call FINAL(answer) or FINAL_VAR(name) in a ```repl block when you have the answer."
                  + (f" {iterations_left(left)}" if left is not None else ""))
+    if question:
+        parts.append(reminder(question))
     return "\n\n".join(parts)
+
+
+#: Characters of the question repeated at the end of each feedback message.
+REMINDER_CHARS = 300
+
+
+def reminder(question: str) -> str:
+    """The question, repeated at the end of every feedback message (its first
+    :data:`REMINDER_CHARS` characters): small models lose track of it a few turns in, and answer
+    the worked example's question instead."""
+    q = " ".join(question.split())
+    return f"(The question: {q[:REMINDER_CHARS]}{'...' if len(q) > REMINDER_CHARS else ''})"
 
 
 def iterations_left(left: int) -> str:
@@ -302,6 +318,11 @@ FINAL_AFTER_CLAIM = ("Your FINAL came after text that guessed the code's output,
 
 NOT_AN_ANSWER = ("That reply does not answer the question. Run code in a ```repl block to find the answer in "
                  "`context`, or, if the output above already shows it, call FINAL(answer).")
+
+CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothing proves little: look again "
+                  "another way (a shorter or looser pattern, ignore_case=True, `def name` or `class name`, read the "
+                  "file around the definition with read_file) before you conclude. If you are sure, call FINAL with "
+                  "the same answer again.")
 
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
                  "different, or finish with FINAL if you have the answer.")

@@ -35,6 +35,13 @@ _NON_ANSWER = re.compile(
     re.IGNORECASE)
 _ANSWER_LINE = re.compile(r"^[ \t>#*_]*(?:the )?final answer(?: is)?[*_ \t]*[:\uff1a][*_ \t]*(.*)$",
                           re.IGNORECASE | re.MULTILINE)
+#: An answer that reports finding nothing ("not found", "does not exist", "no hits"...).
+_NEGATIVE = re.compile(
+    r"\b(?:not (?:be )?(?:found|present|defined|available|provided|mentioned|listed|in the (?:corpus|context|file))|"
+    r"(?:could|can|did)(?: ?not|n't) (?:find|locate|determine|be found)|cannot (?:find|locate|determine)|"
+    r"(?:does|do|did) ?(?:not|n't) (?:exist|appear|contain|have|take|define|mention|include)|no (?:hits|matches|results|"
+    r"information|mention|such|occurrences?|definition)|none (?:was |were )?found|unable to|there (?:is|are|were) no)\b",
+    re.IGNORECASE)
 _ERROR_LINE = re.compile(r"^([A-Z][A-Za-z]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
 
 
@@ -191,6 +198,13 @@ def looks_like_answer(text: str) -> bool:
     if head.rstrip().endswith("?"):
         return False
     return _NON_ANSWER.search(head) is None
+
+
+def negative_answer(text: str) -> bool:
+    """Whether an answer (up to 400 characters) reports that nothing was found: "not found",
+    "does not exist", "no hits"... A search that finds nothing proves little, so the loop asks
+    once for a second look before it accepts such an answer."""
+    return len(text) <= 400 and _NEGATIVE.search(text) is not None
 
 
 def error_signature(output: str) -> str | None:

@@ -108,6 +108,8 @@ def test_repeated_code_and_iterations_left_are_told(tmp_path: Path, llm: FakeLLM
     assert "(4 iterations left.)" in last_user(reqs[1])
     assert prompts.REPEATED_CODE in last_user(reqs[2]) and "Only 3 iterations left" in last_user(reqs[2])
     assert prompts.REPEATED_CODE not in last_user(reqs[3])
+    # every feedback message ends by repeating the question (small models lose track of it)
+    assert all(last_user(q).endswith("(The question: What is it?)") for q in reqs[1:])
 
 
 def test_prose_that_does_not_answer_is_not_taken_as_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
@@ -231,3 +233,16 @@ def test_a_written_out_answer_next_to_a_failing_block_is_refused(tmp_path: Path,
     r = run(llm, [code_corpus(tmp_path)])
     assert r.answer == "after fixing it"
     assert prompts.FINAL_WITH_UNSEEN_CODE in last_user(llm.chat_requests("root")[2])
+
+
+def test_an_answer_that_found_nothing_gets_one_second_look(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(grep('def url_parse'))"), repl("FINAL('urlparse is not found in the corpus')"),
+               repl("print(grep('def urlparse'))"), repl("FINAL(grep('def urlparse')[0]['file'])"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "urllib/parse.py"
+    assert prompts.CHECK_NEGATIVE in last_user(llm.chat_requests("root")[2])
+    # Once per run: the same answer again is accepted.
+    before = len(llm.chat_requests("root"))
+    llm.script("root", repl("print(1)"), repl("FINAL('No such function.')"), repl("FINAL('No such function.')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "No such function." and len(llm.chat_requests("root")) - before == 3

@@ -36,13 +36,15 @@ def host() -> Iterator[HostBackend]:
 def test_requests_through_the_host_keep_the_client_policy(host: HostBackend, llm: FakeLLM, tmp_path: Path) -> None:
     llm.script("root", "streamed " * 30, Reply(status=429, headers={"Retry-After": "0"}), "after a 429",
                Reply(status=400), Reply(status=401))
-    client = ModelClient(Settings(model="openai/root", api_base=llm.url, llm_cache=False, retries=2),
-                         backend=host)
+    client = ModelClient(Settings(model="openai/root", api_base=llm.url, llm_cache=False, retries=2,
+                                  temperature=0.3), backend=host)
     pieces: list[str | None] = []
     done = client.complete([{"role": "user", "content": "hi"}], model="openai/root", role="root",
                            on_delta=pieces.append)
     assert done.text == "streamed " * 30 and "".join(p for p in pieces if p) == done.text and len(pieces) > 1
     assert done.record.input_tokens > 0 and done.record.output_tokens > 0 and done.record.cost_usd is None
+    sent = llm.requests[0]  # the sampling parameters travel with the request
+    assert sent["temperature"] == 0.3 and sent["max_tokens"] == client.reply_cap("openai/root") and sent["stream"]
     again = client.complete([{"role": "user", "content": "again"}], model="openai/root", role="root")
     assert again.text == "after a 429" and client.usage.counters["retries"] == 1
     assert client.usage.counters["rate_limited"] == 1

@@ -81,3 +81,19 @@ def test_a_final_answer_line_is_a_literal_final(text: str, literal: str | None) 
 
     found = find_text_final(text)
     assert (found.literal() if found else None) == literal
+
+
+@pytest.mark.parametrize("text, negative", [
+    ("not found in test/test_mailbox.py", True),
+    ("There are no hits for the parameter 'addr'.", True),
+    ("The function does not exist in the corpus.", True),
+    ("I could not find it.", True),
+    ("None", False),
+    ("The default value is None.", False),
+    ("`parse_config` is defined in app/config.py at line 42.", False),
+    ("4", False),
+])
+def test_negative_answers(text: str, negative: bool) -> None:
+    from rlm_cli.reply import negative_answer
+
+    assert negative_answer(text) is negative

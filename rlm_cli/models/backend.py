@@ -141,8 +141,9 @@ class LocalBackend:
 
     def complete(self, request: dict[str, Any], *, router_config: str | Path | None = None, stream: bool = False,
                  on_piece: OnPiece | None = None, deadline: float | None = None) -> Answer:
-        """Send one chat completion: ``request`` holds ``model``, ``messages``, ``timeout``, the reply
-        cap ``max_tokens`` and, without a Router, ``api_base``/``api_key`` when set. With ``stream`` each piece of text goes
+        """Send one chat completion: ``request`` holds ``model``, ``messages``, ``timeout``,
+        ``sampling`` (``max_tokens``, ``temperature``: passed as they are) and, without a Router,
+        ``api_base``/``api_key`` when set. With ``stream`` each piece of text goes
         to ``on_piece`` as it arrives and reading stops at ``deadline`` (``time.monotonic()``).
 
         Raises:
@@ -154,8 +155,7 @@ class LocalBackend:
         model = str(request["model"])
         kwargs: dict[str, Any] = {"model": model, "messages": request["messages"], "timeout": request["timeout"],
                                   "num_retries": 0}
-        if request.get("max_tokens"):
-            kwargs["max_tokens"] = request["max_tokens"]
+        kwargs.update(request.get("sampling") or {})
         call: Callable[..., Any]
         if router is not None and model in groups:
             call = router.completion

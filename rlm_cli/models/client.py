@@ -225,8 +225,16 @@ class ModelClient:
 
         return reply_tokens(self.input_window(model))
 
-    def _cache_params(self, model: str) -> dict[str, Any]:
+    def _sampling(self, model: str) -> dict[str, Any]:
+        """The sampling parameters of every request to ``model``: ``max_tokens`` (see
+        :meth:`reply_cap`) and ``temperature`` when ``--temperature`` is set."""
         params: dict[str, Any] = {"max_tokens": self.reply_cap(model)}
+        if self.settings.temperature is not None:
+            params["temperature"] = self.settings.temperature
+        return params
+
+    def _cache_params(self, model: str) -> dict[str, Any]:
+        params = self._sampling(model)
         if self._uses_router(model):
             params["router"] = self.router_models()[model]
         return params
@@ -344,10 +352,10 @@ class ModelClient:
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
 
     def _request(self, messages: list[dict[str, Any]], model: str, timeout: float) -> dict[str, Any]:
-        """The request for the backend: model, messages, timeout, the reply cap (``max_tokens``,
-        :meth:`reply_cap`), and the base URL and key."""
+        """The request for the backend: model, messages, timeout, the sampling parameters
+        (:meth:`_sampling`: the reply cap and ``--temperature``), and the base URL and key."""
         request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
-                                   "max_tokens": self.reply_cap(model)}
+                                   "sampling": self._sampling(model)}
         if self.settings.api_base:
             request["api_base"] = self.settings.api_base
         key = self.settings.effective_api_key
