@@ -72,11 +72,13 @@ def _set_debug(value: bool) -> bool:
 DebugOpt = Annotated[bool, Opt("--debug", callback=_set_debug, help="Show tracebacks for errors "
                                                                        "(same as rlm --debug COMMAND).")]
 QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="Print only errors on stderr.")]
+#: ``rlm ask`` and ``rlm chat``: ``--quiet`` without a short form (``-q`` is ``ask --question``).
+LongQuietOpt = Annotated[bool, Opt("--quiet", help="Print only errors on stderr.")]
 ColorOpt = Annotated[str, Opt("--color", metavar="WHEN", help="auto|always|never: colours and live progress "
                               "on stderr (auto: when stderr is a terminal, unless NO_COLOR or TERM=dumb).")]
 
 #: The ``schema`` of the ``rlm ask --json`` document: ``rlm_cli/schemas/ask-result.v1.json``.
-ASK_SCHEMA = "ask-result.v1"
+ASK_SCHEMA = "ask-result.v1"  # the same as documents.ASK_SCHEMA (that module is imported lazily)
 #: Where ``--output`` sends the answer or document (set by ``ask`` once checked), else stdout.
 _output_path: Path | None = None
 
@@ -159,12 +161,19 @@ def _run_settings(*, memory_limit: str | None, no_llm_cache: bool, corpus: Any, 
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def ask(
-    args: Annotated[list[str], typer.Argument(metavar="PATH... QUESTION",
+    args: Annotated[list[str], typer.Argument(metavar="PATH... [QUESTION]",
                                               help="Files, folders, globs or '-' (stdin), then the question "
-                                                   "(with --question-file: only PATHs).")],
-    question_file: Annotated[str | None, Opt("--question-file", metavar="FILE", help="Read the question from FILE "
-                                             "('-': stdin, when the corpus is not on stdin); every argument is "
-                                             "then a PATH.")] = None,
+                                                   "(with -q, --questions or --question-file: only PATHs).")],
+    question: Annotated[list[str] | None, Opt("--question", "-q", help="A question (repeatable); every argument "
+                                              "is then a PATH, and each answer is written as it completes, under "
+                                              "a header (--json: one JSON document per line).")] = None,
+    questions: Annotated[str | None, Opt("--questions", metavar="FILE", help="Questions from FILE: one per line, or "
+                                         "JSON Lines with \"id\" and \"question\" ('-': stdin).")] = None,
+    jobs: Annotated[int, Opt("--jobs", min=1, help="With several questions: how many run at once, each in its own "
+                             "worker (default 1: one after another in one worker, whose variables carry over).")] = 1,
+    question_file: Annotated[str | None, Opt("--question-file", metavar="FILE", help="Read the (one) question from "
+                                             "FILE ('-': stdin, when the corpus is not on stdin); every argument "
+                                             "is then a PATH.")] = None,
     model: ModelOpt = None,
     sub_model: SubModelOpt = None,
     api_base: ApiBaseOpt = None,
@@ -206,54 +215,293 @@ def ask(
                                              "(Sources: path:start-end).")] = False,
     output: Annotated[Path | None, Opt("--output", "-o", help="Write the answer (or the --json document) to "
                                        "FILE, atomically, instead of stdout.")] = None,
-    quiet: QuietOpt = False,
+    quiet: LongQuietOpt = False,
     verbose: VerboseOpt = False,
     color: ColorOpt = "auto",
     debug: DebugOpt = False,
 ) -> None:
-    """Answer QUESTION about the corpus at PATH... (the last argument is the question, unless --question-file
-    gives it)."""
-    from rlm_cli import render, runner
+    """Answer QUESTION about the corpus at PATH... (the last argument is the question, unless -q,
+    --questions or --question-file give it)."""
+    from rlm_cli import render
 
     global _output_path
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
-    _use_color(color)
-    if output is not None:
-        from rlm_cli.outfile import check_writable
+    host = _start_host()  # first: litellm is imported there while the corpus loads
+    try:
+        _use_color(color)
+        if output is not None:
+            from rlm_cli.outfile import check_writable
 
-        _output_path = check_writable(output)
-    paths, question = _paths_and_question(args, question_file)
-    settings = _run_settings(
-        model=model, sub_model=sub_model, api_base=api_base, api_key=api_key, max_iterations=max_iterations,
-        max_depth=max_depth, sandbox=sandbox, mode=mode, direct_max_tokens=direct_max_tokens,
-        root_model_window=root_model_window, trace=trace, cell_timeout=cell_timeout, memory_limit=memory_limit,
-        max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout, max_cost=max_cost,
-        max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
-        router_config=router_config, no_llm_cache=no_llm_cache, temperature=temperature,
-        corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                               chunk_tokens))
-    if "-" in paths and sys.stdin.isatty():
+            _output_path = check_writable(output)
+        multi = bool(question) or questions is not None
+        if multi and question_file is not None:
+            raise UsageError("--question-file gives one question; -q/--questions give a list: use one of them",
+                             hint="a long question can be one line of a --questions JSON Lines file")
+        paths, the_question = (args, "") if multi else _paths_and_question(args, question_file)
+        settings = _run_settings(
+            model=model, sub_model=sub_model, api_base=api_base, api_key=api_key, max_iterations=max_iterations,
+            max_depth=max_depth, sandbox=sandbox, mode=mode, direct_max_tokens=direct_max_tokens,
+            root_model_window=root_model_window, trace=trace, cell_timeout=cell_timeout, memory_limit=memory_limit,
+            max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout, max_cost=max_cost,
+            max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
+            router_config=router_config, no_llm_cache=no_llm_cache, temperature=temperature,
+            corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                                   chunk_tokens))
+        ui = render.Renderer(quiet=quiet, verbose=verbose)
+        if multi:
+            from rlm_cli.batch import read_questions
+
+            if not paths:
+                raise UsageError("give at least one PATH", hint='e.g. rlm ask ./repo -q "Where is X?"')
+            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths)
+            code = _ask_many(settings, paths, listed, jobs=jobs, host=host, ui=ui, json_out=json_out, cite=cite,
+                             started=started, verbose=verbose)
+            if code:
+                raise typer.Exit(code)
+            return
+        _ask_one(settings, paths, the_question, host=host, ui=ui, json_out=json_out, cite=cite, started=started,
+                 verbose=verbose)
+    finally:
+        host.close()
+
+
+#: The model host ``main()`` started before parsing the command line (``rlm ask``/``rlm chat``).
+_early_host: Any = None
+
+
+def _start_host() -> Any:
+    """The model host process (``models.host.HostBackend``): the one ``main()`` started, else a new one."""
+    global _early_host
+    host, _early_host = _early_host, None
+    if host is not None:
+        return host
+    from rlm_cli.models.host import HostBackend
+
+    return HostBackend()
+
+
+def _host_first(argv: list[str]) -> None:
+    """Start the model host before anything else when the command is ``ask`` or ``chat`` (not
+    ``--help``): its litellm import then overlaps even the parsing of the command line."""
+    global _early_host
+    words = [a for a in argv if not a.startswith("-")]
+    if words[:1] in (["ask"], ["chat"]) and not {"--help", "-h", "--version"} & set(argv):
+        import atexit
+
+        from rlm_cli.models.host import HostBackend
+
+        _early_host = HostBackend()
+        atexit.register(_close_early_host)  # the command failed before it took the host
+
+
+def _close_early_host() -> None:
+    global _early_host
+    host, _early_host = _early_host, None
+    if host is not None:
+        host.close()
+
+
+def _stdin_corpus(paths: list[str]) -> bytes | None:
+    """The corpus piped in when a PATH is ``-``.
+
+    Raises:
+        UsageError: ``-`` is given but nothing is piped in.
+    """
+    if "-" not in paths:
+        return None
+    if sys.stdin.isatty():
         raise UsageError("'-' reads the corpus from standard input, but nothing is piped in",
                          hint='e.g. cat big.txt | rlm ask - "question"')
-    stdin_bytes = sys.stdin.buffer.read() if "-" in paths else None
-    ui = render.Renderer(quiet=quiet, verbose=verbose)
+    return sys.stdin.buffer.read()
+
+
+def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: Any, json_out: bool, cite: bool,
+             started: float, verbose: bool) -> None:
+    """One question, answered as ``rlm ask`` always has (one document or the answer)."""
+    from rlm_cli import runner
+    from rlm_cli.documents import outcome_document
+
+    stdin_bytes = _stdin_corpus(paths)
     if verbose:
         from rlm_cli.doctor import sandbox_line
 
         ui.info(sandbox_line(settings.sandbox))
     try:
-        outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes)
+        outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host)
     except PartialAnswerError as exc:
         _emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3), cite=cite)
         raise
     finally:
         ui.close()
-    doc = _doc(outcome.result.answer, outcome.result.status, outcome.result.iterations, outcome.result.sub_calls,
-               outcome.usage, round(time.monotonic() - started, 3), outcome.corpus, outcome.result.mode,
-               outcome.sandbox, outcome.sources, outcome.sources_omitted)
-    doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
+    doc = outcome_document(outcome, round(time.monotonic() - started, 3))
     ui.summary(doc)
     _deliver(doc, json_out, cite, ui)
+
+
+def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, ui: Any, json_out: bool,
+              cite: bool, jobs: int, started: float, verbose: bool) -> int:
+    """Several questions over one loaded corpus (``rlm_cli.batch``); returns the worst exit code."""
+    from rlm_cli import batch
+    from rlm_cli.session import Session
+
+    stdin_bytes = _stdin_corpus(paths)
+    if verbose:
+        from rlm_cli.doctor import sandbox_line
+
+        ui.info(sandbox_line(settings.sandbox))
+    write, finish = _batch_writer(json_out, cite, ui, len(listed))
+    with Session(settings, paths, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host, numbered=True) as session:
+        session.open()
+        results = batch.run_all(session, listed, jobs=jobs, emit_for=lambda q: _question_events(q, ui, jobs),
+                                on_result=lambda r: write(batch.result_document(r, session.level), r))
+        ui.close()
+    finish()
+    code = batch.worst_exit_code([r.exit_code for r in results])
+    partial = sum(1 for r in results if isinstance(r.error, PartialAnswerError))
+    failed = sum(1 for r in results if r.error is not None) - partial
+    ui.summary({"iterations": sum(_iterations(r) for r in results), "usage": session.usage.summary(),
+                "sub_calls": session.usage.sub_calls, "elapsed_s": round(time.monotonic() - started, 3)})
+    ui.info(f"{len(results)} questions: {len(results) - partial - failed} answered, {partial} partial, {failed} "
+            "failed" + (f"; exit code {code} (the worst)" if code else ""))
+    return code
+
+
+def _iterations(result: Any) -> int:
+    r = result.outcome.result if result.outcome is not None else getattr(result.error, "result", None)
+    return int(getattr(r, "iterations", 0) or 0)
+
+
+def _question_events(question: Any, ui: Any, jobs: int) -> Any:
+    """The event callback of one question of a list: everything on stderr when they run one at a
+    time (after a header line), only warnings when several run at once."""
+    if jobs <= 1:
+        ui.info(f"━━ question [{question.id}] ━━")
+        return ui.on_event
+
+    def warnings_only(ev: dict[str, Any]) -> None:
+        if ev.get("type") == "notice" and ev.get("level") == "warning":
+            ui.on_event(ev)
+    return warnings_only
+
+
+def _batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any, Any]:
+    """``(write(doc, result), finish())``: each question's document (a JSON line) or answer under
+    a header goes to stdout as it completes, or, with ``--output``, into FILE at the end."""
+    from rlm_cli import render
+    from rlm_cli.batch import header
+    from rlm_cli.documents import answer_text
+
+    kept: list[str] = []
+    count = [0]
+
+    def write(doc: dict[str, Any], result: Any) -> None:
+        count[0] += 1
+        if result.error is not None and not isinstance(result.error, PartialAnswerError):
+            ui.error(f"question [{result.question.id}]: {result.error}")
+        else:
+            ui.summary(doc)
+            if result.error is not None:
+                ui.warning(f"question [{result.question.id}]: {result.error.message}; the answer is PARTIAL")
+        if json_out:
+            text = json.dumps(doc, ensure_ascii=False, default=str) + "\n"
+        else:
+            why = doc.get("error") or (result.error.message if result.error is not None else "")
+            body = answer_text(doc, cite) if doc.get("answer") else f"(no answer: {why})\n"
+            text = ("\n" if count[0] > 1 else "") + header(result.question) + "\n" + body
+        if _output_path is None:
+            render.write_text(text)
+        else:
+            kept.append(text)
+
+    def finish() -> None:
+        if _output_path is not None:
+            from rlm_cli.outfile import write_atomic
+
+            write_atomic(_output_path, "".join(kept))
+            ui.info(f"wrote {_output_path}")
+    return write, finish
+
+
+@app.command()
+def chat(
+    paths: PathsArg,
+    model: ModelOpt = None,
+    sub_model: SubModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    api_key: ApiKeyOpt = None,
+    max_iterations: MaxIterOpt = None,
+    max_depth: MaxDepthOpt = None,
+    mode: Annotated[str | None, Opt("--mode", help="auto|rlm|direct (see rlm ask --help). Env: RLM_MODE.")] = None,
+    root_model_window: RootWindowOpt = None,
+    trace: Annotated[Path | None, Opt("--trace", help="Write question N's trajectory to FILE with -N before its "
+                                      "suffix instead of the user data dir.")] = None,
+    sandbox: SandboxOpt = None,
+    cell_timeout: CellTimeoutOpt = None,
+    memory_limit: MemoryOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    hidden: HiddenOpt = False,
+    no_ignore: NoIgnoreOpt = False,
+    max_file_size: MaxSizeOpt = None,
+    truncate_large: TruncateOpt = False,
+    no_cache: NoCacheOpt = False,
+    chunk_tokens: ChunkOpt = None,
+    max_concurrency: ConcurrencyOpt = None,
+    retries: RetriesOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+    max_cost: Annotated[float | None, Opt("--max-cost", min=0, help="Stop once the session has cost this many USD "
+                                          "(priced models only).")] = None,
+    max_tokens: Annotated[int | None, Opt("--max-tokens", min=1, help="Stop once the session has used this many "
+                                          "tokens.")] = None,
+    max_sub_calls: Annotated[int | None, Opt("--max-sub-calls", min=0, help="Sub-calls allowed in the whole "
+                                             "session.")] = None,
+    timeout: Annotated[float | None, Opt("--timeout", min=0.1, help="Seconds the session may spend answering "
+                                         "(time at the prompt does not count).")] = None,
+    sub_model_window: SubWindowOpt = None,
+    router_config: RouterOpt = None,
+    no_llm_cache: NoLlmCacheOpt = False,
+    temperature: TemperatureOpt = None,
+    json_out: Annotated[bool, Opt("--json", help="One JSON document per answer, one per line.")] = False,
+    cite: Annotated[bool, Opt("--cite", help="After each answer, list the corpus lines it rests on.")] = False,
+    quiet: LongQuietOpt = False,
+    verbose: VerboseOpt = False,
+    color: ColorOpt = "auto",
+) -> None:
+    """Ask questions one after another about the corpus at PATH...: one loaded corpus, one REPL whose
+    variables are kept, follow-up questions understood. /help lists the commands; Ctrl-D ends it."""
+    from rlm_cli import render
+    from rlm_cli.chat import Chat, cost_text
+    from rlm_cli.session import INTERRUPT_GRACE_S, Session
+
+    host = _start_host()
+    try:
+        _use_color(color)
+        if "-" in paths:
+            raise UsageError("rlm chat reads questions from standard input, so the corpus cannot come from it",
+                             hint="give files or folders")
+        settings = _run_settings(
+            model=model, sub_model=sub_model, api_base=api_base, api_key=api_key, max_iterations=max_iterations,
+            max_depth=max_depth, sandbox=sandbox, mode=mode, root_model_window=root_model_window, trace=trace,
+            cell_timeout=cell_timeout, memory_limit=memory_limit, max_concurrency=max_concurrency, retries=retries,
+            request_timeout=request_timeout, max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
+            timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
+            no_llm_cache=no_llm_cache, temperature=temperature,
+            corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                                   chunk_tokens))
+        ui = render.Renderer(quiet=quiet, verbose=verbose)
+        if verbose:
+            from rlm_cli.doctor import sandbox_line
+
+            ui.info(sandbox_line(settings.sandbox))
+        with Session(settings, paths, emit=ui.on_event, backend=host, conversation=True, numbered=True,
+                     interrupt_grace_s=INTERRUPT_GRACE_S) as session:
+            session.open()
+            code = Chat(session, ui, json_out=json_out, cite=cite).run()
+            ui.info(cost_text(session))
+    finally:
+        host.close()
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command(name="eval")
@@ -386,33 +634,13 @@ def _paths_and_question(args: list[str], question_file: str | None) -> tuple[lis
     return paths, question
 
 
-def _doc(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
-         corpus: Any, mode: str, sandbox: str, sources: list[dict[str, Any]] | None = None,
-         sources_omitted: int = 0) -> dict[str, Any]:
-    """The ``--json`` document of a run (``rlm_cli/schemas/ask-result.v1.json`` describes it)."""
-    from rlm_cli.runner import skipped_files
-
-    return {"schema": ASK_SCHEMA, "answer": answer, "status": status, "iterations": iterations,
-            "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
-            "corpus": {"files": len(corpus.files), "chars": corpus.chars, "tokens": corpus.total_tokens,
-                       "chunks": len(corpus.chunks), **skipped_files(corpus)} if corpus is not None else None,
-            "sources": sources or [], "sources_omitted": sources_omitted}
-
-
 def _deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
     """The document (``--json``) or the answer (with its sources under ``--cite``) to stdout, or
     to ``--output`` atomically."""
     from rlm_cli import render
-    from rlm_cli.sources import cite_lines
+    from rlm_cli.documents import answer_text
 
-    if json_out:
-        text = render.json_text(doc)
-    else:
-        text = doc["answer"] if doc["answer"].endswith("\n") else doc["answer"] + "\n"
-        if cite:
-            rows = cite_lines(doc["sources"])
-            text += "\nSources:\n" + ("".join(f"- {r}\n" for r in rows) if rows else "- none: the run read no "
-                                                                                   "corpus lines\n")
+    text = render.json_text(doc) if json_out else answer_text(doc, cite)
     if _output_path is None:
         render.write_text(text)
         return
@@ -424,21 +652,11 @@ def _deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
 
 def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any, elapsed: float, *,
                   cite: bool = False) -> None:
-    result = getattr(exc, "result", None)
-    status = result.status if result is not None else getattr(exc, "budget", "stopped")
-    if status != "max_iterations":
-        status = "budget_exceeded"
-    doc = _doc(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
-               getattr(exc, "usage", {}), elapsed, getattr(exc, "corpus", None),
-               getattr(exc, "mode", "rlm"), settings.sandbox, getattr(exc, "sources", None),
-               getattr(exc, "sources_omitted", 0))
-    trace_path = getattr(exc, "trace_path", None)
-    doc["trace"] = str(trace_path) if trace_path else None
-    if status == "budget_exceeded":
-        doc["budget"] = getattr(exc, "budget", None)  # timeout, tokens, cost or sub_calls
+    from rlm_cli.documents import partial_document
+
+    doc = partial_document(exc, settings.sandbox, elapsed)
     ui.summary(doc)
     if json_out:
-        doc["partial"] = True
         _deliver(doc, True, False, ui)
     elif exc.partial:
         _deliver(doc, False, cite, ui)
@@ -522,9 +740,10 @@ def replay(
         raise
     finally:
         ui.close()
+    from rlm_cli.documents import outcome_document
+
     r = outcome.result
-    doc = _doc(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, round(time.monotonic() - started, 3),
-               outcome.corpus, r.mode, outcome.sandbox, outcome.sources, outcome.sources_omitted)
+    doc = outcome_document(outcome, round(time.monotonic() - started, 3))
     doc["trace"] = str(p.path)
     doc["same_answer"] = r.answer == p.recorded_answer
     if not doc["same_answer"]:
@@ -540,7 +759,8 @@ app.add_typer(config_app, name="config")
 @config_app.command("show")
 def config_show(json_out: JsonOpt = False) -> None:
     """Show every setting: its value (secrets redacted) and where it comes from."""
-    from rlm_cli import config, models, render
+    from rlm_cli import config, render
+    from rlm_cli.models import detect as models
 
     problems: list[str] = []  # shown after the settings, so a bad entry can be seen in context
     entries = config.config_entries(problems=problems)
@@ -771,6 +991,7 @@ def main() -> None:
     # even one met before the command runs (a flag the parser rejects).
     _json_errors = "--json" in sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]
     try:
+        _host_first(sys.argv[1:])
         rv = app(standalone_mode=False)
         # Non-standalone typer turns Ctrl-C into a returned 130 (and typer.Exit into its code).
         if rv == _EC.INTERRUPTED:
@@ -820,7 +1041,7 @@ def _json_error(message: str, code: int, *, status: str = "error") -> None:
     from rlm_cli.render import json_text, write_text
 
     doc: dict[str, Any] = {"status": status, "error": message, "exit_code": int(code), "answer": None}
-    if _command() in ("ask", "replay"):
+    if _command() in ("ask", "replay", "chat"):
         doc = {"schema": ASK_SCHEMA, **doc}
     text = json_text(doc)
     if _output_path is not None:

@@ -211,7 +211,7 @@ def resolve(flags: dict[str, Any], *, env: Mapping[str, str] | None = None,
     """Build :class:`Settings` from flag values (``None`` = not given), env and the config file.
 
     Precedence: flags > environment (``ENV_VARS``) > config file > dataclass defaults. The model
-    may still be ``None`` afterwards: ``rlm_cli.models.ensure_model`` autodetects one.
+    may still be ``None`` afterwards: ``rlm_cli.models.detect.ensure_model`` autodetects one.
 
     Raises:
         UsageError: an unknown or mistyped key in the config file.

@@ -91,3 +91,9 @@ class BudgetExceededError(PartialAnswerError):
     def __init__(self, message: str, *, budget: str, partial: str = "", hint: str | None = None) -> None:
         super().__init__(message, partial=partial, hint=hint)
         self.budget = budget
+
+
+class InterruptedRunError(RLMError):
+    """Ctrl-C stopped a question; ``rlm chat`` goes on with the next one (exit 130 for the run)."""
+
+    exit_code = ExitCode.INTERRUPTED

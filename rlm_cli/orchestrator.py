@@ -45,8 +45,9 @@ from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, FileEntry
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
-from rlm_cli.lm_handler import LMHandler, ModelClient
-from rlm_cli.models import DEFAULT_WINDOW
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.detect import DEFAULT_WINDOW
+from rlm_cli.models.relay import LMHandler
 from rlm_cli.progress import stream_callback
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
 from rlm_cli.trace import event, request_key
@@ -174,17 +175,21 @@ def text_meta(text: str) -> dict[str, Any]:
             "prefix": text[:300]}
 
 
-def first_messages(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0) -> list[dict[str, str]]:
+def first_messages(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0,
+                   note: str = "") -> list[dict[str, str]]:
     """What the root model of a loop at ``depth`` reads first: the system prompt, the worked
     example's turns (:func:`prompts.example_messages`) and the first user message (metadata and
-    question); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`)."""
+    question); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`). ``note`` (a
+    session's earlier questions and kept variables, ``prompts.session_note``) goes between the
+    corpus description and the question."""
     root_window = settings.root_model_window or DEFAULT_WINDOW
     out_limit = output_limit(input_budget(root_window), settings.max_output_chars)
     system = prompts.system_prompt(sub_window_tokens=settings.sub_model_window or DEFAULT_WINDOW,
                                    max_output_chars=out_limit, root_window_tokens=root_window,
                                    recursion=depth + 1 < settings.max_depth)
     return [{"role": "system", "content": system}, *prompts.example_messages(),
-            {"role": "user", "content": prompts.first_user_prompt(question, prompts.corpus_metadata(meta))}]
+            {"role": "user", "content": prompts.first_user_prompt(
+                question, prompts.corpus_metadata(meta) + (f"\n\n{note}" if note else ""))}]
 
 
 class Orchestrator:
@@ -206,8 +211,13 @@ class Orchestrator:
         self._last_output = ""
         self._question = ""
 
-    def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any]) -> RunResult:
+    def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any], *, sandbox: Sandbox | None = None,
+            note: str = "") -> RunResult:
         """Answer ``question`` over the corpus described by ``spec``/``meta``.
+
+        With ``sandbox`` (a started worker registered with the handler, kept by a session) the
+        loop runs there and leaves it running, variables and all; otherwise it starts its own
+        worker from ``spec`` and closes it at the end. ``note`` is passed to :func:`first_messages`.
 
         Raises:
             MaxIterationsError: the iteration limit was reached (status ``max_iterations``); carries
@@ -223,20 +233,24 @@ class Orchestrator:
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
         self._question = question
-        system, *examples, first = first_messages(s, question, meta, self.depth)
+        system, *examples, first = first_messages(s, question, meta, self.depth, note)
         history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
         sub_calls_before = self.client.usage.sub_calls
         loop = _LoopState()
-        token = self.handler.register(self.depth)
-        sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
-                          limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
-        sandbox.hide_paths = self.hide_paths
-        # The token is served only to this sandbox's worker process (and its descendants).
-        self.handler.bind(token, lambda: getattr(sandbox.proc, "pid", None))
+        own = sandbox is None
+        token = self.handler.register(self.depth) if own else ""
+        if sandbox is None:
+            sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
+                              limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
+            sandbox.hide_paths = self.hide_paths
+            # The token is served only to this sandbox's worker process (and its descendants).
+            own_sandbox = sandbox
+            self.handler.bind(token, lambda: getattr(own_sandbox.proc, "pid", None))
         try:
-            sandbox.start()
-            for note in sandbox.notes:
-                self.emit(event("notice", self.depth, message=note))
+            if own:
+                sandbox.start()
+                for line in sandbox.notes:
+                    self.emit(event("notice", self.depth, message=line))
             for iteration in range(1, s.max_iterations + 1):
                 self.emit(event("iteration", self.depth, iteration=iteration))
                 text = self._root_call(history, root_model, loop.last_text)
@@ -246,8 +260,9 @@ class Orchestrator:
                     return self._done(answer, "final", iteration, sub_calls_before, started)
             return self._best_answer(history, sandbox, root_model, loop, sub_calls_before, started)
         finally:
-            sandbox.close()
-            self.handler.unregister(token)
+            if own:
+                sandbox.close()
+                self.handler.unregister(token)
 
     # -- one turn --------------------------------------------------------------------------------
     def _turn(self, iteration: int, text: str, history: History, sandbox: Sandbox, loop: _LoopState,

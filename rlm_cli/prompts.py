@@ -377,3 +377,47 @@ def direct_prompt(question: str, context: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": DIRECT_SYSTEM},
             {"role": "user", "content": f"{context}\n\nQuestion: {question}"}]
 
+
+
+#: Characters of each earlier question and answer a session shows the root model, and of the whole note.
+SESSION_QUESTION_CHARS = 300
+SESSION_ANSWER_CHARS = 800
+SESSION_NOTE_CHARS = 6_000
+#: Lines of the REPL variable listing shown.
+SESSION_VARIABLE_LINES = 40
+
+
+def session_note(turns: list[tuple[str, str, str]], variables: str = "") -> str:
+    """What a question asked in a session (``rlm chat``, several questions per run) is told of
+    the questions before it: each earlier ``(question, answer, status)``, newest last, with the
+    question cut to :data:`SESSION_QUESTION_CHARS` and the answer to :data:`SESSION_ANSWER_CHARS`
+    characters (older turns are dropped first to keep the note under :data:`SESSION_NOTE_CHARS`),
+    then ``variables``, the REPL's ``SHOW_VARS()`` listing (up to :data:`SESSION_VARIABLE_LINES`
+    lines). Empty when there is neither."""
+
+    def cut(text: str, n: int) -> str:
+        text = " ".join(text.split()) if len(text) > n else text.strip()
+        return text if len(text) <= n else text[:n].rstrip() + " [...]"
+
+    blocks: list[str] = []
+    used = 0
+    for n, (question, answer, status) in reversed(list(enumerate(turns, 1))):
+        shown = cut(answer, SESSION_ANSWER_CHARS) if answer.strip() else "(no answer)"
+        label = "" if status == "final" else f" ({status.replace('_', ' ')})"
+        block = f"Q{n}: {cut(question, SESSION_QUESTION_CHARS)}\nA{n}{label}: {shown}"
+        if blocks and used + len(block) > SESSION_NOTE_CHARS:
+            blocks.append(f"({n} earlier question{'s' if n > 1 else ''} left out)")
+            break
+        blocks.append(block)
+        used += len(block)
+    parts = []
+    if blocks:
+        parts.append("Earlier questions in this session and their answers (for follow-up questions):\n"
+                     + "\n\n".join(reversed(blocks)))
+    rows = [r for r in variables.strip().splitlines() if r.strip() and r.strip() != "(no variables yet)"]
+    if rows:
+        more = len(rows) - SESSION_VARIABLE_LINES
+        parts.append("Variables you defined for earlier questions are still in the REPL (name: type size); "
+                     "reuse them instead of recomputing:\n" + "\n".join(rows[:SESSION_VARIABLE_LINES])
+                     + (f"\n... and {more} more (SHOW_VARS() lists them all)" if more > 0 else ""))
+    return "\n\n".join(parts)

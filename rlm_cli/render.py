@@ -593,8 +593,9 @@ def print_trace_list(infos: list[Any]) -> None:
     Console(soft_wrap=False).print(table)
 
 
-def print_trace_tree(header: dict[str, Any], root: Any) -> None:
-    """``rlm trace show``: the trajectory tree (``trace.Node``) on stdout."""
+def print_trace_tree(header: dict[str, Any], root: Any, file: IO[str] | None = None) -> None:
+    """``rlm trace show``: the trajectory tree (``trace.Node``) on stdout (or ``file``: ``rlm
+    chat``'s ``/trace`` writes it on stderr)."""
     from rich.tree import Tree
 
     title = f"[bold]{escape(str(header.get('run_id')))}[/] {escape(str(header.get('question', '')))}"
@@ -611,7 +612,7 @@ def print_trace_tree(header: dict[str, Any], root: Any) -> None:
 
     for child in root.children:
         add(tree, child)
-    Console(highlight=False).print(tree)
+    Console(highlight=False, file=file).print(tree)
 
 
 _STYLE = {"iteration": "cyan", "root_call": "blue", "code": "yellow", "output": "green", "sub_call": "magenta",

@@ -21,7 +21,8 @@ from typing import Any
 
 from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.errors import ProviderError, UsageError
-from rlm_cli.lm_handler import CallRecord, Completion, ModelClient, OnDelta
+from rlm_cli.models.client import Completion, ModelClient, OnDelta
+from rlm_cli.models.usage import CallRecord
 from rlm_cli.trace import event, read_trace, request_key
 
 Emit = Callable[[dict[str, Any]], None]

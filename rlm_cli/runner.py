@@ -9,21 +9,16 @@ unless ``record=False``.
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlm_cli import __version__
 from rlm_cli.config import CHOICES, Settings
-from rlm_cli.corpus import Corpus, load_corpus
+from rlm_cli.corpus import Corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
-    DoesNotFitError,
-    ExitCode,
     MaxIterationsError,
     NoModelError,
     PartialAnswerError,
@@ -31,23 +26,13 @@ from rlm_cli.errors import (
     UsageError,
 )
 from rlm_cli.history import input_budget, request_tokens
-from rlm_cli.lm_handler import LMHandler, ModelClient
-from rlm_cli.models import ensure_model
-from rlm_cli.orchestrator import (
-    DEFAULT_WINDOW,
-    Orchestrator,
-    RunResult,
-    corpus_meta,
-    first_messages,
-    run_direct,
-    text_meta,
-)
-from rlm_cli.phases import PhaseTagger
-from rlm_cli.progress import Progress, index_callback
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.relay import LMHandler
+from rlm_cli.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, first_messages, text_meta
 from rlm_cli.prompts import direct_prompt
-from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level, run_notes
+from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sources import SourceCollector, build_sources, direct_rows
-from rlm_cli.trace import PROMPT_HEAD_CHARS, TraceSink, TraceWriter, event, new_run_id, request_key, traces_dir
+from rlm_cli.trace import PROMPT_HEAD_CHARS, event, request_key
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -126,9 +111,11 @@ QUESTION_SHARE = 0.5
 MIN_QUESTION_TOKENS = 256
 
 
-def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0) -> tuple[str, str | None]:
+def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0,
+                 session_note: str = "") -> tuple[str, str | None]:
     """``(question, note)``: the question as the loop at ``depth`` will send it, and a note for
-    stderr when it had to be shortened (``None`` when it is sent whole).
+    stderr when it had to be shortened (``None`` when it is sent whole). ``session_note`` (what a
+    session tells the question of earlier ones) counts as part of the fixed prompt.
 
     Rule: a question may take at most :data:`QUESTION_SHARE` of the tokens the root model's input
     budget (``history.input_budget`` of ``settings.root_model_window``) leaves after the system
@@ -142,7 +129,7 @@ def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth:
             are left for it (a window too small for the loop at all).
     """
     window = settings.root_model_window or DEFAULT_WINDOW
-    fixed = request_tokens(first_messages(settings, "", meta, depth))
+    fixed = request_tokens(first_messages(settings, "", meta, depth, session_note))
     room = int((input_budget(window) - fixed) * QUESTION_SHARE)
     enc = encoding()
     ids = enc.encode_ordinary(question)
@@ -165,10 +152,13 @@ def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth:
 
 
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,
-        client: ModelClient | None = None, record: bool = True, corpus: Corpus | None = None) -> AskOutcome:
-    """Load the corpus at ``paths`` and answer ``question`` (RLM loop or direct, per ``settings.mode``).
+        client: ModelClient | None = None, record: bool = True, corpus: Corpus | None = None,
+        backend: Any = None) -> AskOutcome:
+    """Load the corpus at ``paths`` and answer ``question`` (RLM loop or direct, per ``settings.mode``):
+    a one-question ``session.Session``.
 
     ``client`` replaces the litellm client (replay passes one that answers from a trajectory);
+    ``backend`` is where litellm runs (``models.host.HostBackend``; default: this process);
     ``record`` writes the trajectory to ``settings.trace`` or a new file under ``traces_dir()``;
     ``corpus`` is an already loaded corpus for ``paths`` (``rlm eval`` passes derived ones), which
     the caller keeps and deletes.
@@ -180,77 +170,12 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
             ``trace_path`` attached).
         ProviderError: the provider failed.
     """
-    ensure_model(settings, lambda message: emit(event("notice", 0, message=message)))
-    settings = dataclasses.replace(settings)  # windows get resolved into this copy
-    client = client or ModelClient(settings, started=time.monotonic(),
-                                   notify=lambda message: sink(event("notice", 0, message=message, level="warning")))
-    run_id = new_run_id()
-    trace_path = (settings.trace or traces_dir() / f"{run_id}.jsonl") if record else None
-    created = trace_path is not None and not trace_path.exists()
-    new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
-    writer = TraceWriter(trace_path) if trace_path is not None else None
-    totals = lambda: (client.usage.total_tokens, client.usage.cost_usd)  # noqa: E731
-    # Events flow: turns counted -> phases added -> progress groups closed -> sources kept ->
-    # trajectory + terminal.
-    progress = Progress(TraceSink(writer, emit, totals=totals), totals)
-    collector = SourceCollector(progress)
-    sink = PhaseTagger(collector)
-    turns = _TurnCounter(sink)
-    started = time.monotonic()
-    sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
-               paths=[p if p == "-" else os.path.abspath(p) for p in paths], config=settings.redacted()))
-    try:
-        outcome = _ask(settings, paths, question, turns, stdin_bytes, client, progress, corpus)
-        res = outcome.result
-        outcome.sources, outcome.sources_omitted = _sources(collector, res.answer, outcome.corpus, res.mode)
-        sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
-                   sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3),
-                   sources=outcome.sources, sources_omitted=outcome.sources_omitted))
-    except RLMError as exc:
-        result = getattr(exc, "result", None)
-        status = ("max_iterations" if isinstance(exc, MaxIterationsError) else
-                  "budget_exceeded" if isinstance(exc, PartialAnswerError) else "error")
-        if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
-            result = RunResult(answer=exc.partial, status=status, iterations=turns.root_turns,
-                               sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
-                               mode=getattr(exc, "mode", "rlm"))
-            exc.result = result  # type: ignore[attr-defined]
-        corpus = getattr(exc, "corpus", None)
-        found, omitted = (_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
-                          if corpus is not None else ([], 0))
-        exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
-        sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
-                   exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
-                   iterations=result.iterations if result else turns.root_turns,
-                   sub_calls=result.sub_calls if result else client.usage.sub_calls, usage=client.usage.summary(),
-                   elapsed_s=round(time.monotonic() - started, 3), sources=found, sources_omitted=omitted))
-        exc.trace_path = trace_path  # type: ignore[attr-defined]
-        if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
-                and writer is not None and created):
-            # Bad input that never reached a model leaves nothing behind (no stray trajectory).
-            writer.close()
-            assert trace_path is not None
-            trace_path.unlink(missing_ok=True)
-            for folder in new_dirs:  # deepest first; a folder another run wrote into stays
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
-            exc.trace_path = None  # type: ignore[attr-defined]
-        raise
-    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM (SystemExit 143, see cli)
-        signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
-        code = ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.TERMINATED
-        sink(event("summary", 0, status="interrupted", answer="", signal=signal_name, exit_code=int(code),
-                   error=f"interrupted by {signal_name}", iterations=turns.root_turns,
-                   sub_calls=client.usage.sub_calls, usage=client.usage.summary(),
-                   elapsed_s=round(time.monotonic() - started, 3)))
-        raise
-    finally:
-        if writer is not None:
-            writer.close()
-    outcome.run_id, outcome.trace_path = run_id, trace_path
-    return outcome
+    from rlm_cli.session import Session  # the session builds on this module's helpers
+
+    with Session(settings, paths, emit=emit, stdin_bytes=stdin_bytes, backend=backend, client=client,
+                 corpus=corpus, record=record) as session:
+        session.open(question)
+        return session.ask(question, emit=emit)
 
 
 def _sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str) -> tuple[list[dict[str, Any]], int]:
@@ -281,74 +206,6 @@ def skipped_files(corpus: Corpus) -> dict[str, Any]:
     how many there were in all (``--json``'s corpus section and the trajectory's corpus event)."""
     return {"skipped": [{"path": path, "reason": reason} for path, reason in corpus.report.named],
             "skipped_count": sum(corpus.report.skipped.values())}
-
-
-def _ask(settings: Settings, paths: list[str], question: str, emit: Emit, stdin_bytes: bytes | None,
-         client: ModelClient, progress: Progress | None = None, given: Corpus | None = None) -> AskOutcome:
-    level, warning = resolve_level(settings.sandbox)
-    if warning:
-        emit(event("notice", 0, message=warning, level="warning"))
-    started = time.monotonic()
-    corpus = given or load_corpus(paths, settings.corpus, stdin_bytes=stdin_bytes,
-                                  on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")),
-                                  on_progress=index_callback(emit))
-    emit(event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
-               tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(time.monotonic() - started, 3),
-               sandbox=level, **skipped_files(corpus)))
-    try:
-        return _answer(settings, paths, question, emit, client, corpus, level, progress)
-    finally:
-        if corpus.temporary and given is None:
-            shutil.rmtree(corpus.bundle_dir, ignore_errors=True)
-
-
-def _answer(settings: Settings, paths: list[str], question: str, emit: Emit, client: ModelClient, corpus: Corpus,
-            level: str, progress: Progress | None = None) -> AskOutcome:
-    model = require_model(settings)
-    root_window, root_src = model_window(client, model, settings.root_model_window)
-    sub_model = settings.effective_sub_model or model
-    sub_window, sub_src = model_window(client, sub_model, settings.sub_model_window)
-    settings.root_model_window, settings.sub_model_window = root_window, sub_window
-    mode, reason = choose_mode(settings, corpus.total_tokens, root_window)
-    needed = direct_tokens(corpus, question)
-    if mode == "direct" and settings.mode == "auto" and needed > root_window // 2:
-        mode, reason = "rlm", (f"the corpus is small, but with the question it needs {needed:,} tokens, over half "
-                               f"the root model's window of {root_window:,}, so it stays in the REPL")
-    emit(event("mode", 0, mode=mode, reason=reason, root_window=root_window, root_window_source=root_src,
-               sub_window=sub_window, sub_window_source=sub_src))
-    if mode == "direct":
-        if needed > root_window:
-            raise DoesNotFitError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input "
-                                  f"window is {root_window:,}", hint="use --mode rlm (or auto)")
-        try:
-            result = run_direct(settings, client, question, corpus.context, emit=emit)
-        except PartialAnswerError as exc:
-            _attach(exc, client, corpus, "direct")
-            raise
-        return AskOutcome(result, corpus, client.usage.summary(), level)
-    for run_note in run_notes(level):  # once per run, not once per sub-RLM worker
-        emit(event("notice", 0, message=run_note))
-    question, note = fit_question(settings, question, corpus_meta(corpus))
-    if note:
-        emit(event("notice", 0, message=note, level="warning"))
-    hide = tuple(os.path.abspath(p) for p in paths if p != "-")
-    handler = LMHandler(client, on_sub_call=lambda info: emit(sub_call_event(info)),
-                        on_request=progress.on_request if progress is not None else None)
-    try:
-        handler.on_rlm_query = _recursion(settings, client, handler, level, emit, corpus, hide)
-        orch = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, hide_paths=hide)
-        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
-                          data_file=corpus.data_file)
-        try:
-            result = orch.run(question, spec, corpus_meta(corpus))
-        except PartialAnswerError as exc:
-            _attach(exc, client, corpus, "rlm")
-            raise
-        if client.fatal is not None:  # e.g. a sub-call's 401 in the block that called FINAL
-            raise client.fatal
-        return AskOutcome(result, corpus, client.usage.summary(), level)
-    finally:
-        handler.close()
 
 
 def _attach(exc: PartialAnswerError, client: ModelClient, corpus: Corpus, mode: str) -> None:

@@ -260,3 +260,25 @@ def last_user(req: dict[str, Any]) -> str:
     """The content of the last user message of a request."""
     users = [m for m in req.get("messages", []) if m.get("role") == "user"]
     return str(users[-1]["content"]) if users else ""
+
+
+def task_messages(req: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages of a request from the loop's first user message (the one asking the question)
+    on: the system prompt and the worked example's turns before it left out."""
+    messages = req.get("messages", [])
+    for i, m in enumerate(messages):
+        content = str(m.get("content", ""))
+        if m.get("role") == "user" and "\nQuestion: " in content:
+            return messages[i:]
+    return [m for m in messages if m.get("role") != "system"]
+
+
+def turn(req: dict[str, Any]) -> int:
+    """How many replies the root model has given in this loop so far (0 on its first turn)."""
+    return sum(1 for m in task_messages(req) if m.get("role") == "assistant")
+
+
+def first_prompt(req: dict[str, Any]) -> str:
+    """The loop's first user message: the corpus description, a session's note and the question."""
+    task = task_messages(req)
+    return str(task[0].get("content", "")) if task else ""

@@ -12,7 +12,8 @@ import pytest
 
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, ExitCode
-from rlm_cli.lm_handler import Budget, CallRecord, Usage
+from rlm_cli.models.budget import Budget
+from rlm_cli.models.usage import CallRecord, Usage
 from tests import inproc
 from tests.conftest import run_rlm
 from tests.fake_llm import FakeLLM, Reply, repl
@@ -25,7 +26,7 @@ PRICED = "gpt-4o-mini"
 def _litellm_imported() -> None:
     """Import litellm once up front: its import (seconds) would otherwise eat the short wall-clock
     budgets of the first test that runs."""
-    from rlm_cli.lm_handler import ModelClient
+    from rlm_cli.models.client import ModelClient
 
     ModelClient(Settings()).litellm()
 

@@ -165,7 +165,7 @@ def test_several_paths_and_quiet(tmp_path: Path, llm: FakeLLM) -> None:
     (tmp_path / "logs" / "x.log").write_text("ERROR a\n")
     (tmp_path / "app.log").write_text("ERROR b\nERROR b\n")
     llm.script("root", repl("print([f['path'] for f in files])"), repl("FINAL(len(files))"))
-    res = run_rlm("ask", "logs", "app.log", "Which error repeats most?", *model_flags(llm), "-q", cwd=tmp_path)
+    res = run_rlm("ask", "logs", "app.log", "Which error repeats most?", *model_flags(llm), "--quiet", cwd=tmp_path)
     assert res.code == 0, res.stderr
     assert res.stdout == "2\n"
     assert res.stderr == ""
@@ -220,7 +220,7 @@ def test_an_interrupted_run_prints_its_json_document_and_is_recorded_as_interrup
             proc.wait()
     assert proc.returncode == code, err
     doc = json.loads(out)  # `| jq` gets a document on Ctrl-C too
-    assert doc == {"status": "interrupted", "error": error, "exit_code": code, "answer": None}
+    assert doc == {"schema": "ask-result.v1", "status": "interrupted", "error": error, "exit_code": code, "answer": None}
     trace = next(traces.glob("*.jsonl"))
     summary = json.loads(trace.read_text().splitlines()[-1])
     assert summary["type"] == "summary" and summary["status"] == "interrupted" and summary["exit_code"] == code

@@ -8,7 +8,8 @@ from typing import Any
 
 from rlm_cli.config import Settings
 from rlm_cli.llm_cache import LLMCache, default_dir
-from rlm_cli.lm_handler import CallFailed, ModelClient
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.failures import CallFailed
 from tests import inproc
 from tests.fake_llm import FakeLLM, Reply, repl
 

@@ -16,14 +16,10 @@ import pytest
 
 from rlm_cli.config import Settings
 from rlm_cli.errors import ExitCode
-from rlm_cli.lm_handler import (
-    AdaptiveLimiter,
-    CallFailed,
-    LMHandler,
-    ModelClient,
-    classify_error,
-    retry_after_s,
-)
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.failures import CallFailed, classify_error, retry_after_s
+from rlm_cli.models.limiter import AdaptiveLimiter
+from rlm_cli.models.relay import LMHandler
 from rlm_cli.sandbox.worker import Worker
 from tests.fake_llm import FakeLLM, Reply, last_user
 

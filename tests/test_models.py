@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlm_cli import models
 from rlm_cli.config import Settings, prepare_offline_env
 from rlm_cli.errors import NoModelError
+from rlm_cli.models import detect as models
 from tests.conftest import run_rlm
 from tests.fake_llm import FakeLLM, repl
 

@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from rlm_cli.config import Settings
-from rlm_cli.lm_handler import LMHandler, ModelClient
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.relay import LMHandler
 from rlm_cli.sandbox.launcher import BWRAP_SYSTEM_DIRS, Limits, _python_roots, plan_drop
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl

@@ -32,7 +32,7 @@ def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes
         ProviderError: a fatal provider error (authentication, unknown model).
     """
     from rlm_cli.corpus import load_corpus
-    from rlm_cli.models import ensure_model
+    from rlm_cli.models.detect import ensure_model
 
     bad = [f for f in families if f not in FAMILIES]
     if bad:

@@ -432,6 +432,14 @@ class Sandbox:
         self.drop: Drop | None = None
         #: Host paths the bwrap level hides besides home and the rlm folders (the corpus roots).
         self.hide_paths: tuple[str, ...] = ()
+        #: Ctrl-C during ``execute``: with a grace above 0 (``rlm chat``), the block is interrupted in
+        #: the worker and the worker kept when it answers within that many seconds (else restarted);
+        #: with 0 (``rlm ask``) the KeyboardInterrupt simply propagates and the run ends.
+        self.interrupt_grace_s = 0.0
+        #: Why the REPL state was lost at the last Ctrl-C (``None``: kept, or none happened).
+        self.interrupt_lost: str | None = None
+        self._worker_ns_pid: int | None = None
+        self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -448,6 +456,7 @@ class Sandbox:
             SandboxError: the worker failed to start or load within ``START_TIMEOUT`` seconds.
         """
         self.notes = []
+        self._closed = False
         self._busy = False
         try:
             self._start()
@@ -519,12 +528,16 @@ class Sandbox:
                 raise UsageError(str(reply.get("error")))
             raise SandboxError(f"the REPL worker ({self.level}) failed to start: {reply.get('error', reply)}")
         self.notes += [str(n) for n in reply.get("notes", [])]
+        pid = reply.get("pid")
+        self._worker_ns_pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
 
     def close(self) -> None:
-        """Kill the worker (and every process it started) and delete the scratch folder.
+        """Kill the worker (and every process it started) and delete the scratch folder. A block
+        running in another thread then fails (``SandboxError``) instead of restarting the worker.
 
         An idle worker is asked to shut down first (0.5 s); one still running a block is not.
         """
+        self._closed = True
         if self.proc is not None and self.proc.poll() is None and not self._busy:
             try:
                 protocol.write_message_fd(self._wfd, {"type": "shutdown"}, time.monotonic() + 0.5)
@@ -566,8 +579,10 @@ class Sandbox:
         """Kill and start a fresh worker (REPL variables are lost; ``context`` is reloaded).
 
         Raises:
-            SandboxError: the new worker failed to start.
+            SandboxError: the new worker failed to start, or the sandbox was closed.
         """
+        if self._closed:
+            raise SandboxError("the REPL worker was stopped")
         self._kill()
         if self.scratch is not None:
             _remove_tree(self.scratch)
@@ -602,6 +617,10 @@ class Sandbox:
                     break
             result = _parse_result(reply)
             self._busy = False
+        except KeyboardInterrupt:
+            if self.interrupt_grace_s > 0:
+                self._interrupt_block(req_id)
+            raise
         except TimeoutError:
             lost = f"the cell timed out after {limit:g} s and was killed"
         except (OSError, protocol.ProtocolError) as exc:
@@ -610,6 +629,55 @@ class Sandbox:
             return result
         self.restart()
         return ExecResult("", 0, False, elapsed_s=time.monotonic() - started, lost=lost)
+
+    def _interrupt_block(self, req_id: str) -> None:
+        """Ctrl-C while block ``req_id`` runs: send the worker SIGINT (its block ends with a
+        KeyboardInterrupt) and read up to that block's answer, so the control channel is in step
+        again and the REPL keeps its variables. When no answer comes within
+        ``interrupt_grace_s`` (or Ctrl-C is pressed again) the worker is restarted instead, and
+        ``interrupt_lost`` says so."""
+        self.interrupt_lost = None
+        pid = self._worker_pid()
+        try:
+            if pid is None:
+                raise ProcessLookupError
+            os.kill(pid, signal.SIGINT)
+            deadline = time.monotonic() + self.interrupt_grace_s
+            while True:
+                reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
+                if reply.get("id") == req_id:
+                    self._busy = False
+                    return
+        except (KeyboardInterrupt, TimeoutError, OSError, protocol.ProtocolError):
+            pass
+        self.interrupt_lost = "the REPL worker did not stop at Ctrl-C and was restarted"
+        try:
+            self.restart()
+        except SandboxError as exc:
+            self.interrupt_lost = f"the REPL worker did not stop at Ctrl-C and could not be restarted: {exc}"
+
+    def _worker_pid(self) -> int | None:
+        """The pid of the worker's Python process as this process sees it: the started process
+        itself, or under bwrap the descendant whose innermost PID-namespace pid is the one the
+        worker reported (``NSpid`` in ``/proc/PID/status``)."""
+        if self.proc is None:
+            return None
+        if self.level != "bwrap":
+            return self.proc.pid
+        want = self._worker_ns_pid
+        if want is None:
+            return None
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/status") as fh:
+                    ns = next((line.split()[1:] for line in fh if line.startswith("NSpid:")), [])
+            except OSError:
+                continue
+            if len(ns) > 1 and ns[-1] == str(want) and _descends(int(entry), self.proc.pid):
+                return int(entry)
+        return None
 
     def _failure(self, exc: BaseException) -> str:
         """Why the control channel failed: the worker died (how), or it broke the protocol."""
@@ -805,6 +873,18 @@ def _source_rows(value: Any) -> list[tuple[str, str, int, int]]:
 
 
 # -- processes -------------------------------------------------------------------------------------
+
+def _descends(pid: int, ancestor: int) -> bool:
+    """Whether process ``pid`` is ``ancestor`` or below it (parent pids from ``/proc/PID/stat``)."""
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        stat = _stat(pid)
+        if stat is None or stat[0] <= 1:
+            return False
+        pid = stat[0]
+    return False
+
 
 def _become_subreaper() -> bool:
     """Make this process the child subreaper (Linux), so processes a worker detaches are

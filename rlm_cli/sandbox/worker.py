@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import threading
@@ -118,6 +119,8 @@ class Worker:
         self._request = _relay(config["socket"], config["token"])
         self.final = _FinalSignal()
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": _BUILTINS}
+        #: A code block is running: SIGINT from the parent (Ctrl-C in ``rlm chat``) interrupts it.
+        self.running = False
         if config.get("index_file"):
             self.corpus = CorpusView.from_bundle(config["index_file"], config["context_file"])
         else:
@@ -286,6 +289,7 @@ class Worker:
         started = time.monotonic()
         ok = True
         try:
+            self.running = True
             tree = ast.parse(code, filename=f"<cell {cell}>", mode="exec")
             self.observer.begin_block(tree)
             last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
@@ -303,6 +307,7 @@ class Worker:
             ok = False
             out.write(_format_error(sys.exc_info()))
         finally:
+            self.running = False
             sys.stdout, sys.stderr = old
             vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)  # the worker's own code below needs them
         if self.namespace.get("context") is not self._helpers["context"]:
@@ -327,7 +332,7 @@ def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
     The token lives only in this closure, not in an attribute of the worker or of the helpers.
     That keeps it out of casual reach; it is no secret from model code, which can read its own
     memory, so the relay does not rely on it alone: it serves a token only to this worker's
-    processes (see ``rlm_cli.lm_handler``).
+    processes (see ``rlm_cli.models.relay``).
     """
     def request(message: dict[str, Any]) -> str:
         message = dict(message, token=token)
@@ -815,6 +820,14 @@ def main(argv: list[str] | None = None) -> None:
             pass
 
     threading.Thread(target=build_line_index, name="line-index", daemon=True).start()
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        """SIGINT from the parent stops the running block (it reports a KeyboardInterrupt);
+        between blocks it is ignored, so the control loop never dies of it."""
+        if worker.running:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_interrupt)
     while True:
         try:
             msg = protocol.read_message_fd(rfd)

@@ -1,0 +1,260 @@
+"""Several questions in one run: ``rlm ask PATH -q "first" -q "second"`` and ``--questions FILE``.
+
+The corpus is loaded once (a ``session.Session``). With ``--jobs 1`` (the default) the questions
+run one after another on one REPL worker, whose variables carry over (each question is told which
+exist); with ``--jobs N`` up to N run at once, each in its own worker, independently. Each
+question has its own trajectory, usage and exit code; its result reaches ``on_result`` as soon as
+it is done (in completion order), so a failed question never costs the others their answers.
+
+The run's exit code is the *worst* of its questions' (:func:`worst_exit_code`), ranked by
+:data:`SEVERITY` from best to worst: answered (0) < iteration limit (5, partial answer) < budget
+(6, partial answer) < usage error (2, not answered) < provider failure (4) < internal error (1).
+Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rlm_cli.errors import ExitCode, RLMError, UsageError
+
+#: Exit codes from best to worst (see the module docstring).
+SEVERITY = (ExitCode.OK, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET, ExitCode.USAGE, ExitCode.PROVIDER,
+            ExitCode.INTERNAL)
+#: Characters of a question kept in a plain-text header line.
+HEADER_CHARS = 100
+
+
+@dataclass
+class Question:
+    """One question of a list: its ``id`` (from a JSONL file, else its 1-based position) and text."""
+
+    id: Any
+    text: str
+
+
+@dataclass
+class Result:
+    """One finished question: its ``outcome`` (``runner.AskOutcome``) or the ``error`` it raised,
+    and the wall seconds it took."""
+
+    question: Question
+    outcome: Any = None
+    error: RLMError | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """0 when answered, else the error's exit code."""
+        return int(self.error.exit_code) if self.error is not None else 0
+
+
+def worst_exit_code(codes: list[int]) -> int:
+    """The worst of ``codes`` by :data:`SEVERITY` (0 for none); a code outside it counts as the
+    internal error (1)."""
+    rank = {int(c): i for i, c in enumerate(SEVERITY)}
+    worst = 0
+    for code in codes:
+        if rank.get(int(code), len(SEVERITY) - 1) > rank.get(worst, 0):
+            worst = int(code) if int(code) in rank else int(ExitCode.INTERNAL)
+    return worst
+
+
+def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool) -> list[Question]:
+    """The questions of ``-q`` (in order) then of ``--questions FILE`` (``-``: stdin).
+
+    A file is JSON Lines when its first non-blank line starts with ``{``: each non-blank line an
+    object with a ``question`` (text) and optionally an ``id`` (a string or number, unique);
+    otherwise each non-blank line is a question. Questions without an ``id`` are numbered by
+    their position in the whole list (1-based).
+
+    Raises:
+        UsageError: an empty question, an unreadable or non-UTF-8 file, a bad JSON line, a
+            duplicate id, no question at all, or the file on stdin when the corpus is there too.
+    """
+    items: list[tuple[Any, str]] = [(None, q) for q in flags]
+    if file is not None:
+        items += _file_questions(file, stdin_is_corpus=stdin_is_corpus)
+    if not items:
+        raise UsageError("no question given", hint='use -q "question" (repeatable) or --questions FILE')
+    out: list[Question] = []
+    seen: set[str] = set()
+    for n, (qid, text) in enumerate(items, 1):
+        if not text.strip():
+            raise UsageError(f"question {qid if qid is not None else n} is empty")
+        qid = n if qid is None else qid
+        key = json.dumps(qid)
+        if key in seen:
+            raise UsageError(f"two questions have the id {qid!r}", hint="give each question its own id")
+        seen.add(key)
+        out.append(Question(qid, text.strip()))
+    return out
+
+
+def _file_questions(file: str, *, stdin_is_corpus: bool) -> list[tuple[Any, str]]:
+    if file == "-":
+        if stdin_is_corpus:
+            raise UsageError("the corpus ('-') and --questions - cannot both come from standard input",
+                             hint="give the questions or the corpus as a file")
+        if sys.stdin.isatty():
+            raise UsageError("--questions - reads questions from standard input, but nothing is piped in",
+                             hint="e.g. rlm ask ./repo --questions - < questions.txt")
+        data, where = sys.stdin.buffer.read(), "standard input"
+    else:
+        where = file
+        try:
+            with open(file, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read --questions {file}: {exc.strerror or exc}", hint="check the path") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UsageError(f"the questions in {where} are not UTF-8 text", hint="save the file as UTF-8") from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not lines or not lines[0][1].lstrip().startswith("{"):
+        return [(None, line) for _, line in lines]
+    items: list[tuple[Any, str]] = []
+    for n, line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where} line {n}: not JSON ({exc.msg})",
+                             hint='each line: {"id": "q1", "question": "..."}') from None
+        if not isinstance(row, dict) or not isinstance(row.get("question"), str):
+            raise UsageError(f"{where} line {n}: needs a \"question\" string", hint='{"id": "q1", "question": "..."}')
+        qid = row.get("id")
+        if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (str, int, float))):
+            raise UsageError(f"{where} line {n}: \"id\" must be a string or a number")
+        items.append((qid, row["question"]))
+    return items
+
+
+def header(question: Question) -> str:
+    """The plain-text header line written above an answer: ``## [ID] first line of the question``."""
+    first = question.text.splitlines()[0] if question.text else ""
+    if len(first) > HEADER_CHARS:
+        first = first[:HEADER_CHARS].rstrip() + "..."
+    return f"## [{question.id}] {first}\n"
+
+
+def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Callable[[Question], Any],
+            on_result: Callable[[Result], None]) -> list[Result]:
+    """Ask every question of ``questions`` in ``session`` (opened) and hand each :class:`Result`
+    to ``on_result`` as it completes; returns them all in completion order.
+
+    ``emit_for(question)`` gives the event callback of one question. With ``jobs`` > 1 the
+    questions run in that many threads, each with its own worker (``session.Lane``), and every
+    question starts with an empty REPL namespace (``Lane.clear``), so the answers do not depend
+    on which worker ran what before; results are still handed over in this thread.
+
+    Raises:
+        KeyboardInterrupt / SystemExit: Ctrl-C or SIGTERM; the other questions are stopped first.
+    """
+    import time
+
+    results: list[Result] = []
+    if jobs <= 1 or len(questions) <= 1:
+        for q in questions:
+            started = time.monotonic()
+            try:
+                outcome = session.ask(q.text, emit=emit_for(q), qid=q.id)
+                result = Result(q, outcome=outcome, elapsed_s=time.monotonic() - started)
+            except RLMError as exc:
+                result = Result(q, error=exc, elapsed_s=time.monotonic() - started)
+            results.append(result)
+            on_result(result)
+        return results
+    session.independent = True
+    return _run_parallel(session, questions, min(jobs, len(questions)), emit_for, on_result, results)
+
+
+def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: Callable[[Question], Any],
+                  on_result: Callable[[Result], None], results: list[Result]) -> list[Result]:
+    import time
+
+    from rlm_cli.session import Lane
+
+    todo: queue.Queue[Question] = queue.Queue()
+    for q in questions:
+        todo.put(q)
+    done: queue.Queue[Result | BaseException] = queue.Queue()
+    lanes: list[Lane] = []
+    lanes_lock = threading.Lock()
+    stop = threading.Event()
+
+    def work(first: bool) -> None:
+        lane = session.lane if first else None
+        try:
+            if lane is None and session.mode == "rlm":
+                lane = Lane(session)
+                with lanes_lock:
+                    lanes.append(lane)
+            while not stop.is_set():
+                try:
+                    q = todo.get_nowait()
+                except queue.Empty:
+                    return
+                started = time.monotonic()
+                try:
+                    done.put(Result(q, outcome=session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane),
+                                    elapsed_s=time.monotonic() - started))
+                except RLMError as exc:
+                    done.put(Result(q, error=exc, elapsed_s=time.monotonic() - started))
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
+            done.put(exc)
+        finally:
+            if lane is not None and not first:
+                lane.close()
+
+    threads = [threading.Thread(target=work, args=(i == 0,), name=f"rlm-job-{i + 1}", daemon=True)
+               for i in range(jobs)]
+    for t in threads:
+        t.start()
+    try:
+        while len(results) < len(questions):
+            try:
+                item = done.get(timeout=0.2)
+            except queue.Empty:
+                if not any(t.is_alive() for t in threads) and done.empty():
+                    break
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            results.append(item)
+            on_result(item)
+    except BaseException:
+        stop.set()
+        session.abort()
+        with lanes_lock:
+            for lane in lanes:
+                lane.sandbox.close()
+        raise
+    finally:
+        for t in threads:
+            t.join(timeout=10)
+    return results
+
+
+def result_document(result: Result, sandbox: str) -> dict[str, Any]:
+    """The ``--json`` line of one question: ``id`` and ``question``, then the same document as a
+    single ``rlm ask --json`` (an answer, a partial answer, or an error with ``exit_code``)."""
+    from rlm_cli.documents import error_document, outcome_document, partial_document
+    from rlm_cli.errors import PartialAnswerError
+
+    elapsed = round(result.elapsed_s, 3)
+    if result.error is None:
+        doc = outcome_document(result.outcome, elapsed)
+    elif isinstance(result.error, PartialAnswerError):
+        doc = partial_document(result.error, sandbox, elapsed)
+    else:
+        doc = error_document(result.error.message, result.error.exit_code)
+        trace_path = getattr(result.error, "trace_path", None)
+        doc["trace"] = str(trace_path) if trace_path else None
+    return {"id": result.question.id, "question": result.question.text, **doc}

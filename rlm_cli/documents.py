@@ -1,0 +1,74 @@
+"""The ``--json`` documents of ``rlm ask``, ``rlm chat`` and ``rlm replay`` and the plain answer
+text, built from a run's outcome or error (``rlm_cli/schemas/ask-result.v1.json`` describes the
+document). Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlm_cli.errors import PartialAnswerError
+
+#: The ``schema`` of the ``rlm ask --json`` document: ``rlm_cli/schemas/ask-result.v1.json``.
+ASK_SCHEMA = "ask-result.v1"
+
+
+def ask_document(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
+                 corpus: Any, mode: str, sandbox: str, sources: list[dict[str, Any]] | None = None,
+                 sources_omitted: int = 0) -> dict[str, Any]:
+    """The ``--json`` document of a run (``elapsed`` in wall seconds; ``corpus`` may be ``None``)."""
+    from rlm_cli.runner import skipped_files
+
+    return {"schema": ASK_SCHEMA, "answer": answer, "status": status, "iterations": iterations,
+            "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
+            "corpus": {"files": len(corpus.files), "chars": corpus.chars, "tokens": corpus.total_tokens,
+                       "chunks": len(corpus.chunks), **skipped_files(corpus)} if corpus is not None else None,
+            "sources": sources or [], "sources_omitted": sources_omitted}
+
+
+def outcome_document(outcome: Any, elapsed: float) -> dict[str, Any]:
+    """The document of a finished run (a ``runner.AskOutcome``), ``trace`` included."""
+    r = outcome.result
+    doc = ask_document(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, elapsed, outcome.corpus, r.mode,
+                       outcome.sandbox, outcome.sources, outcome.sources_omitted)
+    doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
+    return doc
+
+
+def partial_document(exc: PartialAnswerError, sandbox: str, elapsed: float) -> dict[str, Any]:
+    """The document of a run stopped without a final answer (the iteration limit or a budget):
+    ``status`` ``max_iterations`` or ``budget_exceeded`` (then with ``budget``), the partial
+    answer, and ``partial: true``."""
+    result = getattr(exc, "result", None)
+    status = result.status if result is not None else getattr(exc, "budget", "stopped")
+    if status != "max_iterations":
+        status = "budget_exceeded"
+    doc = ask_document(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
+                       getattr(exc, "usage", None) or {}, elapsed, getattr(exc, "corpus", None),
+                       getattr(exc, "mode", "rlm"), sandbox, getattr(exc, "sources", None),
+                       getattr(exc, "sources_omitted", 0))
+    trace_path = getattr(exc, "trace_path", None)
+    doc["trace"] = str(trace_path) if trace_path else None
+    if status == "budget_exceeded":
+        doc["budget"] = getattr(exc, "budget", None)  # timeout, tokens, cost or sub_calls
+    doc["partial"] = True
+    return doc
+
+
+def error_document(message: str, code: int, *, status: str = "error") -> dict[str, Any]:
+    """The document of a run that failed (exit 1-4, 130): ``status``, ``error``, ``exit_code``."""
+    return {"schema": ASK_SCHEMA, "status": status, "error": message, "exit_code": int(code), "answer": None}
+
+
+def answer_text(doc: dict[str, Any], cite: bool = False) -> str:
+    """The plain answer of a document, newline-terminated; with ``cite`` a ``Sources:`` list of
+    the ranges it rests on follows (``sources.cite_lines``)."""
+    from rlm_cli.sources import cite_lines
+
+    answer = doc.get("answer") or ""
+    text = answer if answer.endswith("\n") else answer + "\n"
+    if cite:
+        rows = cite_lines(doc.get("sources") or [])
+        text += "\nSources:\n" + ("".join(f"- {r}\n" for r in rows) if rows else "- none: the run read no "
+                                                                               "corpus lines\n")
+    return text

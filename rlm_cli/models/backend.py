@@ -1,0 +1,266 @@
+"""litellm itself: the one place that imports it, sends a request, reads a stream, builds a Router
+and prices a reply.
+
+:class:`LocalBackend` does this in the calling process. The ``rlm ask``/``rlm chat`` commands run
+the same class in a separate *model host* process (``models.host``), so that importing
+litellm (seconds) happens beside loading the corpus and starting the REPL worker instead of
+before them. Policy (budgets, retries, the cache, concurrency, windows) is not here: it stays in
+``ModelClient`` (``models.client``), which talks to either backend through the same three
+calls: :meth:`LocalBackend.complete`, :meth:`LocalBackend.facts` and
+:meth:`LocalBackend.router_groups`.
+
+A failed request raises litellm's own exception here; the model host sends its class names,
+HTTP status, message and retry headers instead, and the client raises a :class:`RemoteCallError`
+carrying them, which ``classify_error`` and ``retry_after_s`` read like the original.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlm_cli.errors import UsageError
+from rlm_cli.models.failures import short_error
+
+
+@dataclass
+class Answer:
+    """One provider reply, reduced to what the client needs.
+
+    ``input_tokens``/``output_tokens`` are the provider's counts (0 when it sent none);
+    ``cost_usd`` is litellm's cost of the reply (``None`` when it computed none) and ``priced``
+    says whether the model it was priced as is in litellm's bundled price map (when not, the
+    cost is unknown, not zero). ``not_streamed`` marks a streamed request that the provider
+    answered with a plain body; ``text`` is then empty and the request must be sent again
+    without streaming.
+    """
+
+    text: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    priced: bool = False
+    not_streamed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The answer as a JSON-able dict (the model host's reply)."""
+        return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Answer:
+        """The answer from :meth:`to_dict`'s shape (unknown keys ignored)."""
+        known = {k: data[k] for k in vars(cls()) if k in data}
+        return cls(**known)
+
+OnPiece = Callable[[str], None]
+
+class Backend(Protocol):
+    """Where litellm runs for a ``ModelClient``: :class:`LocalBackend` or the model host's client."""
+
+    def complete(self, request: dict[str, Any], *, router_config: str | Path | None = None, stream: bool = False,
+                 on_piece: OnPiece | None = None, deadline: float | None = None) -> Answer:
+        """Send one chat completion (see :meth:`LocalBackend.complete`)."""
+        ...
+
+    def facts(self, model: str) -> tuple[int | None, bool]:
+        """``(input window or None, price known)`` (see :meth:`LocalBackend.facts`)."""
+        ...
+
+    def router_groups(self, router_config: str | Path | None) -> dict[str, str]:
+        """The Router's model groups (see :meth:`LocalBackend.router_groups`)."""
+        ...
+
+@dataclass
+class LocalBackend:
+    """litellm in this process, imported on first use (it takes seconds). Thread-safe."""
+
+    _litellm: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _routers: dict[str, tuple[Any, dict[str, str]]] = field(default_factory=dict, repr=False)
+    _facts: dict[str, tuple[int | None, bool]] = field(default_factory=dict, repr=False)
+
+    def load(self) -> Any:
+        """The litellm module (imported once, quietly and offline: see ``config.prepare_offline_env``)."""
+        with self._lock:
+            if self._litellm is None:
+                from rlm_cli.config import prepare_offline_env
+
+                prepare_offline_env()
+                import litellm
+
+                litellm.suppress_debug_info = True
+                litellm.telemetry = False
+                self._litellm = litellm
+        return self._litellm
+
+    def router_groups(self, router_config: str | Path | None) -> dict[str, str]:
+        """``{model group: its first deployment's model}`` of the Router file (``{}`` without one).
+
+        Raises:
+            UsageError: the file is unreadable or invalid (see :func:`build_router`).
+        """
+        return self._router(router_config)[1] if router_config else {}
+
+    def _router(self, router_config: str | Path) -> tuple[Any, dict[str, str]]:
+        key = str(router_config)
+        litellm = self.load()
+        with self._lock:
+            if key not in self._routers:
+                self._routers[key] = build_router(litellm, Path(router_config))
+            return self._routers[key]
+
+    def facts(self, model: str) -> tuple[int | None, bool]:
+        """``(input window in tokens or None, whether the price is known)`` per litellm's map."""
+        from rlm_cli.models import detect
+
+        litellm = self.load()
+        with self._lock:
+            if model not in self._facts:
+                self._facts[model] = (detect.input_window(litellm, model), detect.price_known(litellm, model))
+            return self._facts[model]
+
+    def warm(self, models_: list[str]) -> None:
+        """Run litellm's first-call path once per model without a request (``mock_response``):
+        a process's first completion imports provider modules and loads a tokenizer (0.3-1 s),
+        which the model host does here while the corpus loads. Best effort: failures are ignored."""
+        litellm = self.load()
+        for model in dict.fromkeys(models_):
+            try:
+                self.facts(model)
+                messages = [{"role": "user", "content": "warm-up"}]
+                stream = litellm.completion(model=model, messages=messages, mock_response="ok", stream=True,
+                                            api_key="warm-up")
+                litellm.stream_chunk_builder(list(stream), messages=messages)
+                litellm.completion(model=model, messages=messages, mock_response="ok", api_key="warm-up")
+            except Exception:  # noqa: BLE001, S112 - a model litellm cannot mock is warmed by its first call
+                continue
+
+    def complete(self, request: dict[str, Any], *, router_config: str | Path | None = None, stream: bool = False,
+                 on_piece: OnPiece | None = None, deadline: float | None = None) -> Answer:
+        """Send one chat completion: ``request`` holds ``model``, ``messages``, ``timeout``,
+        ``sampling`` (``max_tokens``, ``temperature``: passed as they are) and, without a Router,
+        ``api_base``/``api_key`` when set. With ``stream`` each piece of text goes
+        to ``on_piece`` as it arrives and reading stops at ``deadline`` (``time.monotonic()``).
+
+        Raises:
+            Exception: whatever litellm raises for the request or a broken stream.
+            UsageError: the Router file is invalid.
+        """
+        litellm = self.load()
+        router, groups = self._router(router_config) if router_config else (None, {})
+        model = str(request["model"])
+        kwargs: dict[str, Any] = {"model": model, "messages": request["messages"], "timeout": request["timeout"],
+                                  "num_retries": 0}
+        kwargs.update(request.get("sampling") or {})
+        call: Callable[..., Any]
+        if router is not None and model in groups:
+            call = router.completion
+        else:
+            call = litellm.completion
+            kwargs["max_retries"] = 0
+            for key in ("api_base", "api_key"):
+                if request.get(key):
+                    kwargs[key] = request[key]
+        if not stream:
+            return self._answer(call(**kwargs), model, groups)
+        raw = call(**kwargs, stream=True, stream_options={"include_usage": True})
+        return self._read_stream(raw, request["messages"], model, groups, on_piece, deadline)
+
+    def _read_stream(self, stream: Any, messages: list[dict[str, Any]], model: str, groups: dict[str, str],
+                     on_piece: OnPiece | None, deadline: float | None) -> Answer:
+        litellm = self.load()
+        chunks: list[Any] = []
+        shown = False
+        try:
+            for chunk in stream:
+                chunks.append(chunk)
+                piece = _delta_text(chunk)
+                if piece:
+                    shown = True
+                    if on_piece is not None:
+                        on_piece(piece)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001, S110 - closing a finished stream may complain
+                    pass
+        hidden = getattr(stream, "_hidden_params", None) or {}
+        ctype = str((hidden.get("additional_headers") or {}).get("llm_provider-content-type", ""))
+        if not shown and (ctype and "event-stream" not in ctype or not chunks):
+            return Answer(not_streamed=True)
+        response = litellm.stream_chunk_builder(chunks, messages=messages)
+        if response is None:
+            return Answer(not_streamed=True)
+        return self._answer(response, model, groups)
+
+    def _answer(self, response: Any, model: str, groups: dict[str, str]) -> Answer:
+        """Text, tokens and cost of a whole reply (a streamed one rebuilt by litellm)."""
+        usage = getattr(response, "usage", None)
+        hidden = getattr(response, "_hidden_params", None) or {}
+        priced_as = str(hidden.get("litellm_model_name") or groups.get(model, model))
+        priced = self.facts(priced_as)[1]
+        cost = hidden.get("response_cost")
+        if cost is None and priced:  # a streamed reply, rebuilt: priced here
+            try:
+                cost = self.load().completion_cost(completion_response=response, model=priced_as)
+            except Exception:  # noqa: BLE001 - litellm could not price it after all: unknown
+                cost = None
+        return Answer(text=_response_text(response), input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                      output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                      cost_usd=None if cost is None else float(cost), priced=priced)
+
+def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
+    """A ``litellm.Router`` from a YAML or JSON file and ``{model group: first deployment's model}``.
+
+    The file holds ``model_list`` (litellm's format: ``[{"model_name": ..., "litellm_params":
+    {"model": ..., "api_base": ..., "api_key": ...}}]``) and optionally ``router_settings``
+    (Router keyword arguments such as ``routing_strategy`` or ``fallbacks``); a litellm proxy
+    ``config.yaml`` works as is. Retries stay with rlm (the Router's own are turned off).
+
+    Raises:
+        UsageError: unreadable file, bad YAML/JSON, or no ``model_list``.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"--router-config: cannot read {path}: {short_error(exc)}") from None
+    if isinstance(data, list):
+        data = {"model_list": data}
+    model_list = data.get("model_list") if isinstance(data, dict) else None
+    if not isinstance(model_list, list) or not model_list or not all(
+            isinstance(d, dict) and d.get("model_name") and isinstance(d.get("litellm_params"), dict)
+            and d["litellm_params"].get("model") for d in model_list):
+        raise UsageError(f"--router-config: {path} needs a model_list of "
+                         "{model_name, litellm_params: {model, ...}} entries")
+    settings = dict(data.get("router_settings") or {}) if isinstance(data, dict) else {}
+    settings.update(num_retries=0)
+    try:
+        router = litellm.Router(model_list=model_list, **settings)
+    except Exception as exc:  # noqa: BLE001 - litellm validates the configuration its own way
+        raise UsageError(f"--router-config: litellm refused {path}: {short_error(exc)}") from None
+    groups: dict[str, str] = {}
+    for d in model_list:
+        groups.setdefault(str(d["model_name"]), str(d["litellm_params"]["model"]))
+    return router, groups
+
+def _response_text(response: Any) -> str:
+    try:
+        return response.choices[0].message.content or ""
+    except (AttributeError, IndexError, TypeError):
+        return ""
+
+def _delta_text(chunk: Any) -> str:
+    try:
+        return chunk.choices[0].delta.content or ""
+    except (AttributeError, IndexError, TypeError):
+        return ""

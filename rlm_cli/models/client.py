@@ -1,0 +1,402 @@
+"""``ModelClient``: every model request of a run, root calls and sub-calls, through one policy:
+budgets, retries, the response cache, the concurrency cap, input windows, streaming, and the
+usage of each request. litellm itself runs in the client's backend (``models.backend``: in this
+process, or ``models.host``: in the model host process).
+
+Policy, all enforced here in the parent process (the worker can neither see nor raise it):
+
+* **Concurrency**: sub-calls pass an :class:`AdaptiveLimiter` capped at ``--max-concurrency``.
+  A 429 halves the cap (once per round of requests started under the old cap); every success
+  adds ``1/cap``, so the cap grows back by one per round that goes through (AIMD).
+* **Retries**: 429, 5xx, timeouts, malformed bodies and dropped connections are retried up to
+  ``--retries`` times with exponential backoff and jitter (0.5 s, 1 s, 2 s... up to 20 s), or
+  after the provider's ``Retry-After``/``retry-after-ms`` when it sends one (up to 120 s; longer
+  gives up). A 429 met while the cap was above 1 lowers the cap and is retried without using up
+  ``--retries`` (at most :data:`MAX_FREE_RATE_LIMIT_RETRIES` times). 401/403/404 and other
+  4xx are never retried. A 401/403/404 on any call is *fatal*: it is kept in
+  ``ModelClient.fatal`` and every later call raises it, so the run stops with exit 4. Any other
+  failure of a sub-call reaches the model's code as an error string.
+* **Budgets**: :class:`Budget` is checked before every request (and retry); once a limit is
+  reached no further request starts.
+* **Windows**: a sub-call prompt larger than the sub-model's input window is refused before
+  sending (:class:`PromptTooLargeError`).
+* **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.llm_cache.LLMCache`.
+  The n-th identical request of a run is keyed apart from the first, so asking the same prompt
+  twice in a run still gets two samples, and a rerun replays both.
+* **Streaming**: a call given ``on_delta`` (root calls) asks the provider to stream
+  (``stream=True`` with ``stream_options.include_usage``) and hands each piece of text to
+  ``on_delta`` as it arrives; ``on_delta(None)`` means "forget what was shown, the request is
+  sent again" (a retry after a stream broke). Usage comes from the provider's usage chunk, else
+  from litellm's count, else from tiktoken; cost from litellm's price map as for any call. A
+  provider that refuses to stream (a 400 naming ``stream``) or answers a streamed request with a
+  plain JSON body is asked again without streaming, and its model is not streamed again in the
+  run; the whole reply then reaches ``on_delta`` at once, as does a cached answer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rlm_cli.config import Settings
+from rlm_cli.errors import BudgetExceededError, ProviderError, RLMError
+from rlm_cli.llm_cache import LLMCache
+from rlm_cli.models.backend import Answer, Backend, LocalBackend
+from rlm_cli.models.budget import Budget
+from rlm_cli.models.detect import DEFAULT_WINDOW
+from rlm_cli.models.failures import (
+    CallFailed,
+    PromptTooLargeError,
+    classify_error,
+    error_class_names,
+    hint_for,
+    http_status,
+    retry_after_s,
+    short_error,
+)
+from rlm_cli.models.limiter import AdaptiveLimiter
+from rlm_cli.models.usage import CallRecord, Usage
+
+#: First backoff (seconds); doubled per retry, with jitter, up to :data:`MAX_BACKOFF_S`.
+BASE_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 20.0
+#: A ``Retry-After`` longer than this many seconds is not waited for: the call fails.
+MAX_RETRY_AFTER_S = 120.0
+#: Rate-limit retries that do not count against ``--retries`` (while concurrency can still drop).
+MAX_FREE_RATE_LIMIT_RETRIES = 10
+#: Tokens added per message (and per request) to the prompt's text tokens for the window check.
+MESSAGE_OVERHEAD_TOKENS = 4
+
+
+@dataclass
+class Completion:
+    """A model answer: ``text`` and the request's :class:`CallRecord`."""
+
+    text: str
+    record: CallRecord
+
+
+Notify = Callable[[str], None]
+#: Receives each streamed piece of a reply; ``None`` says the pieces so far are void (retry).
+OnDelta = Callable[["str | None"], None]
+
+class ModelClient:
+    """Calls models through litellm (or a litellm Router with ``--router-config``); every
+    request is checked against ``budget``, counted in ``usage``, retried per the module policy,
+    and answered from the response cache when possible. Thread-safe.
+
+    ``notify`` receives warnings worth showing the user (one line each).
+    """
+
+    def __init__(self, settings: Settings, usage: Usage | None = None, budget: Budget | None = None, *,
+                 cache: LLMCache | None = None, notify: Notify | None = None,
+                 started: float | None = None, backend: Backend | None = None,
+                 limiter: AdaptiveLimiter | None = None) -> None:
+        self.settings = settings
+        self.usage = usage or Usage()
+        self.budget = budget or Budget(settings, self.usage, started=started)
+        self.cache = cache if cache is not None else (LLMCache() if settings.llm_cache else None)
+        self.notify = notify
+        #: Where litellm runs: this process (the default) or a model host process.
+        self.backend: Backend = backend if backend is not None else LocalBackend()
+        self.limiter = limiter or AdaptiveLimiter(settings.max_concurrency)
+        self.usage.limiter = self.usage.limiter or self.limiter
+        #: The first fatal provider error (401/403/404): every later call raises it.
+        self.fatal: CallFailed | None = None
+        self._router_models: dict[str, str] | None = None
+        self._info_lock = threading.Lock()
+        self._windows: dict[str, int] = {}
+        self._warned: set[str] = set()
+        self._seen: dict[str, int] = {}
+        #: Models whose provider could not stream in this run (asked without streaming since).
+        self._no_stream: set[str] = set()
+
+    # -- setup -------------------------------------------------------------------------------------
+    def litellm(self) -> Any:
+        """The litellm module of the in-process backend, imported on first use (it takes seconds).
+
+        Raises:
+            ProviderError: the backend is a model host process (litellm is not in this process).
+        """
+        if not isinstance(self.backend, LocalBackend):
+            raise ProviderError("litellm runs in the model host process, not in this one")
+        return self.backend.load()
+
+    def router_models(self) -> dict[str, str]:
+        """``{Router model group: its first deployment's model}`` (``{}`` without ``--router-config``).
+
+        Raises:
+            UsageError: the ``--router-config`` file is unreadable or invalid.
+        """
+        if self._router_models is None:
+            groups = self.backend.router_groups(self.settings.router_config) if self.settings.router_config else {}
+            with self._info_lock:
+                self._router_models = dict(groups)
+        return self._router_models
+
+    def allowed_models(self) -> set[str]:
+        """Models the worker may name in ``llm_query(..., model=...)``: the root and sub-model and
+        the Router's model groups (so code cannot switch to a pricier model)."""
+        names = {m for m in (self.settings.model, self.settings.effective_sub_model) if m}
+        return names | set(self.router_models())
+
+    def input_window(self, model: str) -> int:
+        """The input window (tokens) used for ``model``: ``--sub-model-window`` /
+        ``--root-model-window`` when ``model`` is that model, else litellm's map (for a Router
+        group: its first deployment's model), else :data:`~rlm_cli.models.detect.DEFAULT_WINDOW`."""
+        s = self.settings
+        if model == s.effective_sub_model and s.sub_model_window:
+            return s.sub_model_window
+        if model == s.model and s.root_model_window:
+            return s.root_model_window
+        target = self.router_models().get(model, model)
+        with self._info_lock:
+            known = self._windows.get(model)
+        if known is None:
+            known = self.backend.facts(target)[0] or DEFAULT_WINDOW
+            with self._info_lock:
+                self._windows[model] = known
+        return known
+
+    def price_known(self, model: str) -> bool:
+        """Whether litellm's bundled price map prices ``model``."""
+        return self.backend.facts(model)[1]
+
+    # -- calls -----------------------------------------------------------------------------------
+    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
+                 on_delta: OnDelta | None = None) -> Completion:
+        """One chat completion (``role`` is ``"root"`` or ``"sub"``); with ``on_delta`` the reply
+        is streamed to it as it is generated (see the module docstring).
+
+        Raises:
+            CallFailed: a fatal error earlier in the run, or this request failed for good
+                (``fatal`` for auth/permission/unknown model); a ``ProviderError``, exit 4.
+            PromptTooLargeError: a sub-call prompt is over the model's input window (not sent).
+            BudgetExceededError: a budget is spent (checked before each request and retry).
+        """
+        if self.fatal is not None:
+            raise self.fatal
+        sub = role == "sub"
+        if sub:
+            self._check_window(messages, model)
+        self.budget.check(sub_call=sub)
+        started = time.monotonic()
+        key = None
+        if self.cache is not None:
+            base = None if self._uses_router(model) else self.settings.api_base
+            params = self._cache_params(model)
+            key = LLMCache.key(model, messages, api_base=base, params=params)
+            with self._info_lock:  # the n-th identical request of a run replays the n-th answer
+                seen = self._seen[key] = self._seen.get(key, -1) + 1
+            if seen:
+                key = LLMCache.key(model, messages, api_base=base, params={**params, "occurrence": seen})
+            hit = self.cache.get(key)
+            if hit is not None:
+                # Nothing was sent, so nothing was spent; but an unpriced model stays unknown.
+                cost_hit = None if hit.get("cost_usd") is None else 0.0
+                record = CallRecord(model, role, depth, 0, 0, cost_hit, time.monotonic() - started, cached=True)
+                self.usage.add(record)
+                if on_delta is not None:
+                    on_delta(hit["text"])
+                return Completion(hit["text"], record)
+        answer, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta)
+        text, tin, tout = answer.text, answer.input_tokens, answer.output_tokens
+        if on_delta is not None:  # streamed: a provider without a usage chunk is counted here
+            tin, tout = _counted_tokens(messages, text, tin, tout)
+        cost = self._cost(answer, model)
+        record = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started, attempts=attempts)
+        self.usage.add(record)
+        if key is not None and self.cache is not None:
+            self.cache.put(key, {"model": model, "text": text, "input_tokens": tin, "output_tokens": tout,
+                                 "cost_usd": cost, "created": time.time()})
+        return Completion(text, record)
+
+    def _uses_router(self, model: str) -> bool:
+        return model in self.router_models()
+
+    def reply_cap(self, model: str) -> int:
+        """``max_tokens`` asked of ``model``: :func:`history.reply_tokens` of its input window."""
+        from rlm_cli.history import reply_tokens
+
+        return reply_tokens(self.input_window(model))
+
+    def _sampling(self, model: str) -> dict[str, Any]:
+        """The sampling parameters of every request to ``model``: ``max_tokens`` (see
+        :meth:`reply_cap`) and ``temperature`` when ``--temperature`` is set."""
+        params: dict[str, Any] = {"max_tokens": self.reply_cap(model)}
+        if self.settings.temperature is not None:
+            params["temperature"] = self.settings.temperature
+        return params
+
+    def _cache_params(self, model: str) -> dict[str, Any]:
+        params = self._sampling(model)
+        if self._uses_router(model):
+            params["router"] = self.router_models()[model]
+        return params
+
+    def _check_window(self, messages: list[dict[str, Any]], model: str) -> None:
+        window = self.input_window(model)
+        texts = [_content_text(m.get("content")) for m in messages]
+        # A token is at least one byte, so a prompt of at most `window` bytes always fits.
+        if sum(len(t.encode("utf-8", "surrogatepass")) for t in texts) + MESSAGE_OVERHEAD_TOKENS * (
+                len(texts) + 1) <= window:
+            return
+        from rlm_cli.corpus.tokens import count_tokens_batch
+
+        tokens = sum(count_tokens_batch(texts)) + MESSAGE_OVERHEAD_TOKENS * (len(texts) + 1)
+        if tokens > window:
+            self.usage.count("refused_oversized")
+            raise PromptTooLargeError(
+                f"prompt of about {tokens:,} tokens is over the input window of {model} ({window:,} tokens); "
+                f"it was not sent. Split it into pieces of at most about {window * 3 // 4:,} tokens "
+                "(e.g. chunk_text) and query each piece")
+
+    def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool,
+                           on_delta: OnDelta | None = None) -> tuple[Answer, int]:
+        """Send one request, retrying per the module policy; ``(answer, attempts)``. With
+        ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring)."""
+        s = self.settings
+        retries_used = 0
+        free_rate_limits = 0
+        attempts = 0
+        while True:
+            self.budget.check()
+            timeout = s.request_timeout
+            remaining = self.budget.remaining_s()
+            if remaining is not None:  # in 0.5 s steps: litellm reuses its HTTP client per timeout value
+                timeout = min(timeout, max(0.5, math.ceil(remaining * 2) / 2))
+            epoch, limit = 0, 1.0
+            if gated:
+                try:
+                    epoch, limit = self.limiter.acquire(timeout=remaining)
+                except TimeoutError:  # the deadline passed while waiting for a slot
+                    continue  # budget.check() raises
+            attempts += 1
+            kind = "ok"
+            stream = on_delta is not None and model not in self._no_stream
+            try:
+                answer = self.backend.complete(
+                    self._request(messages, model, timeout), router_config=self._router_file(model),
+                    stream=stream, on_piece=on_delta if stream else None, deadline=self.budget.deadline)
+                if stream:
+                    self.budget.check()  # --timeout passed while the stream was read: refused like any request
+            except BudgetExceededError:  # --timeout passed while a stream was read
+                kind = "budget"
+                raise
+            except RLMError:  # not the provider: the model host is gone, or --router-config is bad
+                kind = "local"
+                raise
+            except Exception as exc:  # noqa: BLE001 - litellm raises many provider-specific types
+                error = exc
+                kind = classify_error(exc)
+            finally:
+                if gated:
+                    self.limiter.release(epoch, rate_limited=kind == "rate_limit", success=kind == "ok")
+            if kind == "ok" and answer.not_streamed:
+                self._stop_streaming(model, "answered a streamed request with a plain reply")
+                continue  # asked again, without streaming; not a retry
+            if kind == "ok":
+                if on_delta is not None and not stream:
+                    on_delta(answer.text)  # the whole reply at once
+                return answer, attempts
+            if stream and on_delta is not None:
+                on_delta(None)  # whatever was shown of this attempt is void
+            if stream and kind == "bad_request" and "stream" in str(error).lower():
+                self._stop_streaming(model, "refused to stream")
+                continue
+            status = http_status(error)
+            message = f"model {model}: {short_error(error)}"
+            if kind in ("auth", "not_found"):
+                failed = CallFailed(message, fatal=True, status=status, hint=hint_for(kind))
+                self.fatal = self.fatal or failed
+                raise failed from None
+            if kind in ("bad_request", "context_window"):
+                self.usage.count("failed_calls")
+                raise CallFailed(message, fatal=False, status=status, hint=hint_for(kind)) from None
+            if kind == "rate_limit":
+                self.usage.count("rate_limited")
+                free = gated and limit > 1 and free_rate_limits < MAX_FREE_RATE_LIMIT_RETRIES
+            else:
+                free = False
+            if not free and retries_used >= s.retries:
+                self.usage.count("failed_calls")
+                # litellm reports a refused connection as InternalServerError (500) "Connection error."
+                unreachable = ("APIConnectionError" in error_class_names(error)
+                               or "connection error" in str(error).lower())
+                hint = (f"could not connect to {s.api_base or 'the provider'}: check --api-base and that the "
+                        "server is running" if unreachable else
+                        "the provider kept failing; try again later or raise --retries")
+                raise CallFailed(f"{message} (after {attempts} attempts)", fatal=False, status=status,
+                                 hint=hint) from None
+            if free:
+                free_rate_limits += 1
+            else:
+                retries_used += 1
+            delay = retry_after_s(error)
+            if delay is None:
+                step = retries_used + free_rate_limits
+                delay = min(MAX_BACKOFF_S, BASE_BACKOFF_S * 2 ** (step - 1)) * random.uniform(0.5, 1.0)
+            elif delay > MAX_RETRY_AFTER_S:
+                self.usage.count("failed_calls")
+                raise CallFailed(f"{message} (the provider asks to retry after {delay:.0f} s)", fatal=False,
+                                 status=status, hint="wait and run again") from None
+            else:
+                delay *= random.uniform(1.0, 1.1)  # never earlier than asked
+            self.usage.count("retries")
+            remaining = self.budget.remaining_s()
+            time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
+
+    def _request(self, messages: list[dict[str, Any]], model: str, timeout: float) -> dict[str, Any]:
+        """The request for the backend: model, messages, timeout, the sampling parameters
+        (:meth:`_sampling`: the reply cap and ``--temperature``), and the base URL and key."""
+        request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
+                                   "sampling": self._sampling(model)}
+        if self.settings.api_base:
+            request["api_base"] = self.settings.api_base
+        key = self.settings.effective_api_key
+        if key:
+            request["api_key"] = key
+        return request
+
+    def _router_file(self, model: str) -> str | None:
+        """The ``--router-config`` file when ``model`` is one of its model groups, else ``None``."""
+        return str(self.settings.router_config) if self._uses_router(model) else None
+
+    def _stop_streaming(self, model: str, why: str) -> None:
+        with self._info_lock:
+            first = model not in self._no_stream
+            self._no_stream.add(model)
+        if first and self.notify:
+            self.notify(f"{model} {why}: its replies are shown once complete")
+
+    def _cost(self, answer: Answer, model: str) -> float | None:
+        """Cost in USD from litellm's offline price map; ``None`` when the model is not priced."""
+        if answer.cost_usd is None or not answer.priced:
+            if self.settings.max_cost is not None and model not in self._warned:
+                self._warned.add(model)
+                if self.notify:
+                    self.notify(f"the price of {model} is unknown, so --max-cost cannot count its calls")
+            return None
+        return float(answer.cost_usd)
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+def _counted_tokens(messages: list[dict[str, Any]], text: str, tin: int, tout: int) -> tuple[int, int]:
+    """``(input, output)`` tokens of a streamed call: the provider's numbers, or tiktoken's
+    count (``o200k_base``, plus message overhead) where one is missing."""
+    if tin and (tout or not text):
+        return tin, tout
+    from rlm_cli.corpus.tokens import count_tokens
+    from rlm_cli.history import request_tokens
+
+    return tin or request_tokens(messages), tout or (count_tokens(text) if text else 0)

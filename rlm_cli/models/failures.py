@@ -1,0 +1,148 @@
+"""What a failed model request means: the errors raised for it (:class:`CallFailed`,
+:class:`PromptTooLargeError`); how a provider's error is classified for the retry policy
+(:func:`classify_error`) and how long it asks to wait (:func:`retry_after_s`); and how an error
+raised in the model host process is carried back (:func:`describe_error` there,
+:class:`RemoteCallError` here) so that it is classified like the litellm exception itself."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any
+
+from rlm_cli.errors import ExitCode, ProviderError, RLMError
+
+#: Headers of a failed reply kept for the retry policy (``retry_after_s``).
+RETRY_HEADERS = ("retry-after", "retry-after-ms")
+
+
+class PromptTooLargeError(RLMError):
+    """A sub-call prompt exceeds the sub-model's input window; it was not sent."""
+
+    exit_code = ExitCode.USAGE
+
+class CallFailed(ProviderError):
+    """A model request failed for good (exit 4 when it escapes).
+
+    ``fatal`` failures (authentication, permission, unknown model) concern every later call
+    too, so the run stops; other failures concern only this prompt. ``status`` is the HTTP
+    status when there was one.
+    """
+
+    def __init__(self, message: str, *, fatal: bool, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.fatal = fatal
+        self.status = status
+
+
+class RemoteCallError(Exception):
+    """A provider error raised in the model host, carried over: ``class_names`` (the litellm
+    exception's class and its bases), ``status_code``, the retry headers and the message."""
+
+    def __init__(self, message: str, *, class_names: list[str], status_code: int | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.class_names = frozenset(class_names)
+        self.status_code = status_code
+        self.litellm_response_headers = dict(headers or {})
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    """What :class:`RemoteCallError` needs of a litellm exception: ``names``, ``status``,
+    ``message`` and the retry ``headers`` (``retry-after``, ``retry-after-ms``)."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or getattr(
+        exc, "litellm_response_headers", None) or {}
+    kept: dict[str, str] = {}
+    for name in RETRY_HEADERS:
+        try:
+            value = headers.get(name) or headers.get(name.title())
+        except (AttributeError, TypeError):
+            value = None
+        if value:
+            kept[name] = str(value)
+    status = getattr(exc, "status_code", None)
+    return {"names": [cls.__name__ for cls in type(exc).__mro__], "message": str(exc),
+            "status": status if isinstance(status, int) else None, "headers": kept}
+
+def error_class_names(exc: BaseException) -> frozenset[str]:
+    """The class names an error answers to: a :class:`RemoteCallError`'s carried names, else the
+    names in the exception's MRO."""
+    carried = getattr(exc, "class_names", None)
+    if isinstance(carried, frozenset):
+        return carried
+    return frozenset(cls.__name__ for cls in type(exc).__mro__)
+
+def short_error(exc: BaseException) -> str:
+    """The first line of an error, without litellm's ``litellm.XError: XError:`` prefixes."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else type(exc).__name__
+    for _ in range(3):
+        head, sep, rest = first.partition(": ")
+        if sep and head.replace("litellm.", "").replace("_", "").isalnum() and head.endswith(
+                ("Error", "Exception", "Timeout")) and rest:
+            first = rest
+        else:
+            break
+    return first[:500] or type(exc).__name__
+
+
+def classify_error(exc: BaseException) -> str:
+    """What a litellm/openai exception means for retrying: ``rate_limit``, ``retry`` (5xx,
+    timeout, connection, malformed body), ``auth`` (401/403), ``not_found`` (404, unknown
+    provider), ``context_window``, or ``bad_request`` (other 4xx and anything unrecognised)."""
+    names = error_class_names(exc)
+    status = http_status(exc)
+    if "ContextWindowExceededError" in names:
+        return "context_window"
+    if names & {"Timeout", "APITimeoutError"}:
+        return "retry"
+    if status in (401, 403) or names & {"AuthenticationError", "PermissionDeniedError"}:
+        return "auth"
+    if "LiteLLMUnknownProvider" in names or status == 404 or "NotFoundError" in names:
+        return "not_found"
+    if status == 429 or names & {"RateLimitError", "RouterRateLimitError"}:
+        return "rate_limit"
+    if names & {"APIConnectionError", "ServiceUnavailableError", "InternalServerError", "BadGatewayError"}:
+        return "retry"
+    if status in (408, 409, 425) or (isinstance(status, int) and status >= 500):
+        return "retry"
+    if "APIError" in names and status is None:
+        return "retry"
+    return "bad_request"
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """Seconds the provider asked to wait (``retry-after-ms`` or ``Retry-After`` as seconds or an
+    HTTP date), or ``None``."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or getattr(
+        exc, "litellm_response_headers", None)
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after") or headers.get("Retry-After")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an error carries (``status_code``), or ``None``."""
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+def hint_for(kind: str) -> str:
+    """What to do next about a failure of kind ``kind`` (see :func:`classify_error`); ``""`` when nothing."""
+    return {"auth": "check your API key (--api-key, RLM_API_KEY or the provider's variable) and its permissions",
+            "not_found": "check --model / --sub-model and --api-base",
+            "context_window": "the prompt is too large for the model: split it",
+            "bad_request": "the provider rejected the request"}.get(kind, "")

@@ -1,0 +1,592 @@
+"""A session: one loaded corpus, one model layer and one REPL worker for one question or many.
+
+``rlm ask`` (one question, or a list with ``-q``/``--questions``), ``rlm chat`` and
+``runner.ask`` (``rlm eval``, ``rlm replay``) all run their questions here. :meth:`Session.open`
+does what every question needs once: pick the model, load the corpus, decide the mode, resolve
+the models' input windows and start the worker; :meth:`Session.ask` then runs one question with
+its own trajectory, usage and sources, as many times as needed. Nothing is paid twice: the second
+question starts at its first root call.
+
+Start-up order (the point of the model host, ``rlm_cli.models.host``): the caller starts the host
+first; while it imports litellm, ``open`` loads the corpus and, when the mode is sure to be
+``rlm`` (``--mode rlm``, or a corpus over ``--direct-max-tokens``), starts the worker. Only the
+input windows (and the first root call) wait for the host.
+
+What a session keeps between questions:
+
+* the REPL worker (a :class:`Lane`: worker + relay), so variables survive; each question is told
+  which variables exist (``SHOW_VARS()``);
+* in a *conversation* (``rlm chat``, and ``rlm ask`` with several questions one after another)
+  the earlier questions and their answers, shown to the root model in compact form
+  (``prompts.session_note``), so follow-up questions work;
+* one usage total and one set of budgets (``--max-cost``, ``--max-tokens``, ``--max-sub-calls``,
+  ``--timeout``): they hold for the session, not per question. Time spent waiting for the user
+  (:meth:`Session.pause`) does not count against ``--timeout``.
+
+Each question gets its own ``ModelClient`` (:meth:`Session.question_client`): its own usage
+records, also added to the session's, over the session's budget, cache, concurrency limiter and
+backend; a fatal provider error (401/403/404) of one question ends the following ones too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlm_cli import __version__
+from rlm_cli.config import Settings
+from rlm_cli.corpus import Corpus, load_corpus
+from rlm_cli.corpus.tokens import encoding
+from rlm_cli.errors import (
+    DoesNotFitError,
+    ExitCode,
+    InterruptedRunError,
+    MaxIterationsError,
+    PartialAnswerError,
+    RLMError,
+)
+from rlm_cli.models.budget import Budget
+from rlm_cli.models.client import Completion, ModelClient, OnDelta
+from rlm_cli.models.detect import ensure_model
+from rlm_cli.models.failures import CallFailed
+from rlm_cli.models.relay import LMHandler
+from rlm_cli.models.usage import CallRecord, Usage
+from rlm_cli.orchestrator import Orchestrator, RunResult, corpus_meta, run_direct
+from rlm_cli.phases import PhaseTagger
+from rlm_cli.progress import Progress, index_callback
+from rlm_cli.prompts import session_note
+from rlm_cli.runner import (
+    AskOutcome,
+    _attach,
+    _recursion,
+    _sources,
+    _TurnCounter,
+    choose_mode,
+    direct_tokens,
+    fit_question,
+    model_window,
+    require_model,
+    skipped_files,
+    sub_call_event,
+)
+from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, resolve_level, run_notes
+from rlm_cli.sources import SourceCollector
+from rlm_cli.trace import TraceSink, TraceWriter, event, new_run_id, traces_dir
+
+Emit = Callable[[dict[str, Any]], None]
+
+#: Seconds a Ctrl-C in ``rlm chat`` gives the running code block to stop before the worker is
+#: restarted (losing its variables).
+INTERRUPT_GRACE_S = 3.0
+
+
+class QuestionUsage(Usage):
+    """One question's usage: its own records and counters, each also added to the session's
+    ``parent`` (which the budgets read)."""
+
+    def __init__(self, parent: Usage) -> None:
+        super().__init__()
+        self.parent = parent
+        self.limiter = parent.limiter
+
+    def add(self, record: CallRecord) -> None:
+        """Append one request's usage here and to the session."""
+        super().add(record)
+        self.parent.add(record)
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name`` here and in the session."""
+        super().count(name, n)
+        self.parent.count(name, n)
+
+
+class SessionBudget(Budget):
+    """The session's budgets; :meth:`pause`/:meth:`resume` keep time spent waiting for the user
+    out of ``--timeout`` (the deadline moves by the pause)."""
+
+    def __init__(self, settings: Settings, usage: Usage, *, started: float | None = None) -> None:
+        super().__init__(settings, usage, started=started)
+        self._paused_at: float | None = None
+
+    def pause(self) -> None:
+        """Stop the ``--timeout`` clock (idempotent)."""
+        if self._paused_at is None:
+            self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        """Restart the ``--timeout`` clock, moving the deadline by the time paused."""
+        if self._paused_at is not None:
+            if self.deadline is not None:
+                self.deadline += time.monotonic() - self._paused_at
+            self._paused_at = None
+
+
+class QuestionClient(ModelClient):
+    """A question's model client: refuses every call once ``cancelled`` is set (Ctrl-C), so the
+    sub-RLM loops of an interrupted question stop at their next model call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cancelled = threading.Event()
+
+    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
+                 on_delta: OnDelta | None = None) -> Completion:
+        """``ModelClient.complete``, unless the question was interrupted.
+
+        Raises:
+            InterruptedRunError: the question was interrupted (Ctrl-C).
+        """
+        if self.cancelled.is_set():
+            raise InterruptedRunError("interrupted (Ctrl-C)")
+        return super().complete(messages, model=model, role=role, depth=depth, on_delta=on_delta)
+
+
+class Lane:
+    """One REPL worker at depth 0 and the relay serving it, for questions one after another.
+
+    The worker dies with the thread that started it (see ``Sandbox``): create, use and close a
+    lane in one thread. Before each question :meth:`Session.ask` points the relay at that
+    question's client and event sink.
+    """
+
+    def __init__(self, session: Session) -> None:
+        s, corpus = session.settings, session.corpus
+        assert corpus is not None
+        self.handler = LMHandler(session.client)
+        token = self.handler.register(0)
+        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file, data_file=corpus.data_file)
+        self.sandbox = Sandbox(session.level, spec, socket_path=self.handler.socket_path, token=token,
+                               limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
+        self.sandbox.hide_paths = session.hide
+        self.sandbox.interrupt_grace_s = session.interrupt_grace_s
+        # The token is served only to this worker's process (and its descendants), restarted or not.
+        self.handler.bind(token, lambda: getattr(self.sandbox.proc, "pid", None))
+        self.questions = 0
+        try:
+            self.sandbox.start()
+        except BaseException:
+            self.handler.close()
+            raise
+        for note in self.sandbox.notes:
+            session.emit(event("notice", 0, message=note))
+
+    def variables(self) -> str:
+        """The worker's ``SHOW_VARS()`` listing (``""`` when it cannot be read)."""
+        result = self.sandbox.execute("_rlm_vars = SHOW_VARS()\ndel _rlm_vars", cell=0, timeout=10.0)
+        return "" if result.lost or not result.ok else result.output
+
+    def clear(self) -> None:
+        """Delete every variable of the REPL namespace, keeping the worker (``context`` and the
+        helpers are put back before the next block): questions run with ``--jobs`` start clean."""
+        self.sandbox.execute("for _rlm_k in [k for k in globals() if not (k.startswith('__') and k.endswith('__'))]:\n"
+                             "    globals().pop(_rlm_k, None)\nglobals().pop('_rlm_k', None)", cell=0, timeout=10.0)
+
+    def reset(self) -> None:
+        """A fresh worker: every variable is gone; ``context`` and the helpers are loaded again.
+
+        Raises:
+            SandboxError: the new worker failed to start.
+        """
+        self.sandbox.restart()
+        self.questions = 0
+
+    def close(self) -> None:
+        """Stop the worker and the relay (idempotent)."""
+        self.sandbox.close()
+        self.handler.close()
+
+
+@dataclasses.dataclass
+class Turn:
+    """An earlier question of the session: what was asked, the answer (or partial answer), its
+    status (``final``, ``max_iterations``, ``budget_exceeded``, ``error``, ``interrupted``) and
+    its trajectory."""
+
+    question: str
+    answer: str
+    status: str
+    trace_path: Path | None = None
+
+
+class Session:
+    """One corpus, model layer and worker for several questions (see the module docstring).
+
+    ``emit`` receives the session's own events (loading, notices, the mode) as they happen; the
+    first question's trajectory gets them too. ``backend`` is where litellm runs (a started
+    ``models.host.HostBackend``, or in this process); ``client`` replaces the model client for a
+    one-question session (``rlm replay``); ``corpus`` is an already loaded corpus the caller
+    keeps. ``conversation`` shows each question the earlier ones; ``numbered`` makes ``--trace
+    FILE`` one file per question (``FILE`` with ``-N`` before its suffix) and adds ``session``,
+    ``turn`` and ``id`` to the trajectory headers.
+    """
+
+    def __init__(self, settings: Settings, paths: list[str], *, emit: Emit, stdin_bytes: bytes | None = None,
+                 backend: Any = None, client: ModelClient | None = None, corpus: Corpus | None = None,
+                 record: bool = True, conversation: bool = False, numbered: bool = False,
+                 interrupt_grace_s: float = 0.0) -> None:
+        self.settings = dataclasses.replace(settings)  # windows get resolved into this copy
+        self.paths = paths
+        self.emit = self._keep(emit)
+        self.stdin_bytes = stdin_bytes
+        self.record = record
+        self.conversation = conversation
+        self.numbered = numbered
+        self.interrupt_grace_s = interrupt_grace_s
+        #: Questions do not share variables (``--jobs``): a lane's namespace is cleared between them.
+        self.independent = False
+        self.id = new_run_id()
+        self.started = time.monotonic()
+        self._given_client = client
+        self.usage = client.usage if client is not None else Usage()
+        self.budget = client.budget if client is not None else SessionBudget(self.settings, self.usage,
+                                                                             started=self.started)
+        self.client = client or ModelClient(self.settings, self.usage, self.budget, backend=backend,
+                                            notify=lambda m: self.emit(event("notice", 0, message=m,
+                                                                             level="warning")))
+        self.corpus = corpus
+        self._own_corpus = corpus is None
+        self.level = ""
+        self.mode = ""
+        self.hide = tuple(os.path.abspath(p) for p in paths if p != "-")
+        self.lane: Lane | None = None
+        self.turns: list[Turn] = []
+        self.fatal: CallFailed | None = None
+        self._events: list[dict[str, Any]] = []  # the session's events, for the first trajectory
+        self._corpus_event: dict[str, Any] | None = None
+        self._mode_event: dict[str, Any] | None = None
+        self._mode_fields: dict[str, Any] = {}
+        self._noted = False
+        self.reason = ""
+        self.meta: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        #: Questions asked so far (``/reset`` does not start it again: it numbers the trajectories).
+        self.asked = 0
+        self._active: set[QuestionClient] = set()
+
+    def _keep(self, emit: Emit) -> Emit:
+        def keep(ev: dict[str, Any]) -> None:
+            if ev.get("type") not in ("stream", "progress"):
+                self._events.append(ev)
+            emit(ev)
+        return keep
+
+    # -- once per session ---------------------------------------------------------------------------
+    def open(self, first_question: str = "") -> None:
+        """Pick the model, load the corpus, choose the mode, resolve the windows, start the worker.
+        ``first_question`` (a one-question session) counts in auto mode's choice, as each question
+        does later (:meth:`_question_mode`).
+
+        Raises:
+            NoModelError, UsageError (bad paths, an empty corpus), SandboxError, HostUnavailable.
+        """
+        s, emit = self.settings, self.emit
+        ensure_model(s, lambda message: emit(event("notice", 0, message=message)))
+        require_model(s)
+        warm = getattr(self.client.backend, "warm", None)
+        if callable(warm) and self._given_client is None:
+            warm([s.model, s.effective_sub_model])
+        self.level, warning = resolve_level(s.sandbox)
+        if warning:
+            emit(event("notice", 0, message=warning, level="warning"))
+        started = time.monotonic()
+        if self.corpus is None:
+            self.corpus = load_corpus(self.paths, s.corpus, stdin_bytes=self.stdin_bytes,
+                                      on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")),
+                                      on_progress=index_callback(emit))
+        corpus = self.corpus
+        self._corpus_event = event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
+                                   tokens=corpus.total_tokens, chunks=len(corpus.chunks),
+                                   load_s=round(time.monotonic() - started, 3), sandbox=self.level,
+                                   **skipped_files(corpus))
+        emit(self._corpus_event)
+        self.meta = corpus_meta(corpus)
+        # The worker starts while litellm is still being imported when the mode cannot be direct.
+        surely_rlm = s.mode == "rlm" or (s.mode == "auto" and corpus.total_tokens >= s.direct_max_tokens)
+        if surely_rlm:
+            self.lane = Lane(self)
+        encoding()  # tiktoken's table (0.3-0.7 s; every request is measured with it), loaded while litellm is
+        # still being imported in the model host
+        model = require_model(s)
+        root_window, root_src = model_window(self.client, model, s.root_model_window)
+        sub_model = s.effective_sub_model or model
+        sub_window, sub_src = model_window(self.client, sub_model, s.sub_model_window)
+        s.root_model_window, s.sub_model_window = root_window, sub_window
+        self.mode, self.reason = choose_mode(s, corpus.total_tokens, root_window)
+        self.mode, self.reason = self._question_mode(first_question, "")
+        self._mode_fields = {"root_window": root_window, "root_window_source": root_src, "sub_window": sub_window,
+                             "sub_window_source": sub_src}
+        self._mode_event = event("mode", 0, mode=self.mode, reason=self.reason, **self._mode_fields)
+        emit(self._mode_event)
+        if self.mode == "rlm":
+            self._rlm_lane()
+        elif self.lane is not None:
+            self.lane.close()
+            self.lane = None
+
+    def _question_mode(self, question: str, note: str) -> tuple[str, str]:
+        """``(mode, reason)`` of one question: the session's, except that auto mode keeps a
+        question in the REPL when the corpus with it needs over half the root model's window."""
+        s, corpus = self.settings, self.corpus
+        assert corpus is not None and s.root_model_window is not None
+        needed = direct_tokens(corpus, question + note)
+        if self.mode == "direct" and s.mode == "auto" and needed > s.root_model_window // 2:
+            return "rlm", (f"the corpus is small, but with the question it needs {needed:,} tokens, over half "
+                           f"the root model's window of {s.root_model_window:,}, so it stays in the REPL")
+        return self.mode, self.reason
+
+    def _rlm_lane(self) -> Lane:
+        """The session's worker, started (with the sandbox's notes, once) when it is not yet."""
+        if not self._noted:
+            self._noted = True
+            for note in run_notes(self.level):  # once per session, not once per sub-RLM worker
+                self.emit(event("notice", 0, message=note))
+        if self.lane is None:
+            self.lane = Lane(self)
+        return self.lane
+
+    def pause(self) -> None:
+        """Waiting for the user: ``--timeout`` does not run meanwhile."""
+        if isinstance(self.budget, SessionBudget):
+            self.budget.pause()
+
+    def resume(self) -> None:
+        """Back to work: ``--timeout`` runs again."""
+        if isinstance(self.budget, SessionBudget):
+            self.budget.resume()
+
+    def reset(self) -> None:
+        """Forget the conversation and start a fresh worker (every REPL variable is gone).
+
+        Raises:
+            SandboxError: the new worker failed to start.
+        """
+        self.turns.clear()
+        if self.lane is not None:
+            self.lane.reset()
+
+    def abort(self) -> None:
+        """Stop every question in progress (Ctrl-C in a multi-question run): their model calls
+        are refused from now on and the session's worker is stopped."""
+        with self._lock:
+            for client in self._active:
+                client.cancelled.set()
+        if self.lane is not None:
+            self.lane.sandbox.close()
+
+    def close(self) -> None:
+        """Stop the worker and delete a corpus loaded without the cache (idempotent)."""
+        if self.lane is not None:
+            self.lane.close()
+            self.lane = None
+        if self.corpus is not None and self.corpus.temporary and self._own_corpus:
+            shutil.rmtree(self.corpus.bundle_dir, ignore_errors=True)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- once per question -----------------------------------------------------------------------------
+    def question_client(self, emit: Emit) -> ModelClient:
+        """The model client of one question (see the module docstring); the given client of a
+        one-question session as is."""
+        if self._given_client is not None:
+            return self._given_client
+        base = self.client
+        qclient = QuestionClient(self.settings, QuestionUsage(self.usage), self.budget, cache=base.cache,
+                                 backend=base.backend, limiter=base.limiter,
+                                 notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
+        qclient.fatal = self.fatal
+        return qclient
+
+    def ask(self, question: str, *, emit: Emit, qid: Any = None, lane: Lane | None = None) -> AskOutcome:
+        """Answer ``question`` with its own trajectory (``settings.trace`` or a new file under
+        ``traces_dir()``), on ``lane`` (default: the session's worker). ``emit`` receives the
+        question's events.
+
+        Raises:
+            PartialAnswerError / BudgetExceededError / MaxIterationsError: stopped without a final
+                answer (partial, usage, corpus, sources and ``trace_path`` attached).
+            ProviderError, UsageError (a question too large for direct mode), SandboxError.
+            KeyboardInterrupt: Ctrl-C (the trajectory records it; the question's sub-RLMs stop).
+        """
+        with self._lock:
+            self.asked += 1
+            turn = self.asked
+        client = self.question_client(lambda ev: sink(ev))
+        if isinstance(client, QuestionClient):
+            with self._lock:
+                self._active.add(client)
+        run_id = new_run_id()
+        trace_path = self._trace_path(run_id, turn) if self.record else None
+        created = trace_path is not None and not trace_path.exists()
+        new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
+        writer = TraceWriter(trace_path) if trace_path is not None else None
+        totals = lambda: (client.usage.total_tokens, client.usage.cost_usd)  # noqa: E731
+        # Events flow: turns counted -> phases added -> progress groups closed -> sources kept ->
+        # trajectory + terminal.
+        progress = Progress(TraceSink(writer, emit, totals=totals), totals)
+        collector = SourceCollector(progress)
+        sink = PhaseTagger(collector)
+        turns = _TurnCounter(sink)
+        started = time.monotonic()
+        extra = {"session": self.id, "turn": turn, "id": qid} if self.numbered else {}
+        sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
+                   paths=[p if p == "-" else os.path.abspath(p) for p in self.paths],
+                   config=self.settings.redacted(), **extra))
+        note = session_note(self._history()) if self.conversation else ""
+        mode, reason = self._question_mode(question, note)
+        mode_event = event("mode", 0, mode=mode, reason=reason, **self._mode_fields)
+        if writer is not None:  # what the session did once, as this question's trajectory needs it
+            quiet = TraceSink(writer, lambda ev: None, totals=totals)
+            for ev in self._events if turn == 1 else [self._corpus_event]:
+                if ev is not None and ev is not self._mode_event:
+                    quiet(ev)
+            quiet(mode_event)
+        if mode != self.mode:
+            emit(mode_event)
+        try:
+            outcome = self._answer(question, note, mode, turns, client, progress, lane)
+            res = outcome.result
+            outcome.sources, outcome.sources_omitted = _sources(collector, res.answer, outcome.corpus, res.mode)
+            sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
+                       sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3),
+                       sources=outcome.sources, sources_omitted=outcome.sources_omitted))
+            self._remember(question, res.answer, res.status, trace_path)
+        except RLMError as exc:
+            self._failed(exc, client, collector, sink, started, trace_path, turns.root_turns)
+            self._remember(question, getattr(exc, "partial", "") or "", _status(exc), trace_path)
+            if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
+                    and writer is not None and created):
+                # Bad input that never reached a model leaves nothing behind (no stray trajectory).
+                writer.close()
+                assert trace_path is not None
+                trace_path.unlink(missing_ok=True)
+                for folder in new_dirs:  # deepest first; a folder another run wrote into stays
+                    try:
+                        folder.rmdir()
+                    except OSError:
+                        break
+                exc.trace_path = None  # type: ignore[attr-defined]
+            raise
+        except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM (SystemExit 143, see cli)
+            if isinstance(client, QuestionClient):
+                client.cancelled.set()
+            signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+            code = ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.TERMINATED
+            sink(event("summary", 0, status="interrupted", answer="", signal=signal_name, exit_code=int(code),
+                       error=f"interrupted by {signal_name}", iterations=turns.root_turns,
+                       sub_calls=client.usage.sub_calls, usage=client.usage.summary(),
+                       elapsed_s=round(time.monotonic() - started, 3)))
+            self._remember(question, "", "interrupted", trace_path)
+            raise
+        finally:
+            if writer is not None:
+                writer.close()
+            with self._lock:
+                self._active.discard(client)  # type: ignore[arg-type]
+        outcome.run_id, outcome.trace_path = run_id, trace_path
+        return outcome
+
+    def _answer(self, question: str, note: str, mode: str, emit: Emit, client: ModelClient, progress: Progress,
+                lane: Lane | None) -> AskOutcome:
+        s, corpus = self.settings, self.corpus
+        assert corpus is not None and s.root_model_window is not None
+        if mode == "direct":
+            needed = direct_tokens(corpus, question + note)
+            if needed > s.root_model_window:
+                raise DoesNotFitError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input "
+                                      f"window is {s.root_model_window:,}", hint="use --mode rlm (or auto)")
+            try:
+                result = run_direct(s, client, f"{note}\n\nQuestion: {question}" if note else question,
+                                    corpus.context, emit=emit)
+            except PartialAnswerError as exc:
+                _attach(exc, client, corpus, "direct")
+                raise
+            return AskOutcome(result, corpus, client.usage.summary(), self.level)
+        lane = lane or self._rlm_lane()
+        if lane.questions and self.independent:
+            lane.clear()
+        elif lane.questions:  # what earlier questions left in the REPL
+            note = session_note(self._history() if self.conversation else [], lane.variables())
+        lane.questions += 1
+        question, cut = fit_question(s, question, self.meta, 0, note)
+        if cut:
+            emit(event("notice", 0, message=cut, level="warning"))
+        handler = lane.handler
+        handler.client = client
+        handler.on_sub_call = lambda info: emit(sub_call_event(info))
+        handler.on_request = progress.on_request
+        handler.on_rlm_query = _recursion(s, client, handler, self.level, emit, corpus, self.hide)
+        orch = Orchestrator(s, client, handler, sandbox_level=self.level, emit=emit, hide_paths=self.hide)
+        try:
+            result = orch.run(question, lane.sandbox.spec, self.meta, sandbox=lane.sandbox, note=note)
+        except PartialAnswerError as exc:
+            _attach(exc, client, corpus, "rlm")
+            raise
+        finally:
+            if client.fatal is not None:
+                self.fatal = self.fatal or client.fatal
+        if client.fatal is not None:  # e.g. a sub-call's 401 in the block that called FINAL
+            raise client.fatal
+        return AskOutcome(result, corpus, client.usage.summary(), self.level)
+
+    def _history(self) -> list[tuple[str, str, str]]:
+        return [(t.question, t.answer, t.status) for t in self.turns]
+
+    def _remember(self, question: str, answer: str, status: str, trace_path: Path | None) -> None:
+        with self._lock:
+            self.turns.append(Turn(question, answer, status, trace_path))
+
+    def _failed(self, exc: RLMError, client: ModelClient, collector: SourceCollector, sink: Emit, started: float,
+                trace_path: Path | None, root_turns: int) -> None:
+        """Record a question that ended in an error: its summary event (a budget stop counts the
+        root turns and sub-calls that ran), sources and trajectory."""
+        if isinstance(exc, CallFailed) and exc.fatal:
+            self.fatal = self.fatal or exc
+        result = getattr(exc, "result", None)
+        status = _status(exc)
+        if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
+            result = RunResult(answer=exc.partial, status=status, iterations=root_turns,
+                               sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
+                               mode=getattr(exc, "mode", "rlm"))
+            exc.result = result  # type: ignore[attr-defined]
+        corpus = getattr(exc, "corpus", None)
+        found, omitted = (_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
+                          if corpus is not None else ([], 0))
+        exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
+        sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
+                   exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
+                   iterations=result.iterations if result else root_turns,
+                   sub_calls=result.sub_calls if result else client.usage.sub_calls, usage=client.usage.summary(),
+                   elapsed_s=round(time.monotonic() - started, 3), sources=found, sources_omitted=omitted))
+        exc.trace_path = trace_path  # type: ignore[attr-defined]
+        if getattr(exc, "usage", None) is None:
+            exc.usage = client.usage.summary()  # type: ignore[attr-defined]
+
+    def _trace_path(self, run_id: str, turn: int) -> Path:
+        given = self.settings.trace
+        if given is None:
+            return traces_dir() / f"{run_id}.jsonl"
+        if not self.numbered:
+            return Path(given)
+        given = Path(given)
+        return given.with_name(f"{given.stem}-{turn}{given.suffix or '.jsonl'}")
+
+
+def _status(exc: RLMError) -> str:
+    """The ``status`` of a question that raised ``exc``."""
+    if isinstance(exc, MaxIterationsError):
+        return "max_iterations"
+    if isinstance(exc, PartialAnswerError):
+        return "budget_exceeded"
+    if isinstance(exc, InterruptedRunError):
+        return "interrupted"
+    return "error"
