@@ -257,8 +257,8 @@ def _haystack(root: Path) -> Path:
 
 
 def _question(req: dict[str, Any]) -> str:
-    first = next(m["content"] for m in req["messages"] if m["role"] == "user")
-    return re.search(r"Question: (.*?)\n", str(first), re.S).group(1)  # type: ignore[union-attr]
+    first = next(str(m["content"]) for m in req["messages"] if m["role"] == "user" and "Question: " in str(m["content"]))
+    return re.search(r"Question: (.*?)\n", first, re.S).group(1)  # type: ignore[union-attr]
 
 
 def _right(req: dict[str, Any]) -> str:
@@ -293,7 +293,7 @@ def test_eval_right_model_scores_100_wrong_model_0(tmp_path: Path, llm: FakeLLM)
     assert doc["results"][0]["run_id"] in report
 
     # The same questions (same seed) answered wrongly: 0%, and every wrong one is listed.
-    llm.default("root", repl("print(len(context))\nFINAL('The secret code is ABCD-1234.')"))
+    llm.default("root", repl("n = len(context)\nFINAL('The secret code is ABCD-1234.')"))
     res, doc = _run_eval(llm, corpus, tmp_path, "--no-llm-cache")
     assert res.code == 0, res.stderr
     (group,) = doc["summary"]

@@ -29,10 +29,11 @@ from typing import Any
 
 import pytest
 
+from rlm_cli import protocol
 from rlm_cli.config import Settings
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.relay import LMHandler
-from rlm_cli.sandbox.launcher import BWRAP_SYSTEM_DIRS, Limits, _python_roots, plan_drop
+from rlm_cli.sandbox.launcher import BWRAP_SYSTEM_DIRS, Limits, _python_roots, plan_drop, protections
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl
 from tests.sandbox_kit import (
@@ -895,7 +896,44 @@ def test_stolen_tokens_and_proxies_do_not_let_sub_rlms_nest_past_max_depth(level
     assert served[0] == 1, shown  # the one legitimate sub-RLM, and no nested ones
     assert _loops(trace) == [0, 1], shown
     assert "forged: NO ANSWER" in shown, shown  # a token is not served outside its own worker
-    if level == "bwrap":  # its own network namespace: the parent's abstract socket is out of reach
+    scoped = any(p.name == "abstract_unix_sockets" and p.present for p in protections(level))
+    if level == "bwrap" or scoped:  # own network namespace / Landlock scope: the parent's socket is out of reach
         assert "proxy unreachable" in shown, shown
     else:  # reached, but the parent is served nothing while its sub-RLM runs
         assert "proxied: Error: " in shown and "waiting for its rlm_query" in shown, shown
+
+
+def test_a_worker_waiting_for_its_sub_rlm_is_served_nothing_else(llm: FakeLLM) -> None:
+    """The relay's waiting rule, without a sandbox in the way: while a worker's rlm_query runs a
+    sub-RLM, any other request with its token (another thread, or a proxy for a child) is refused;
+    once the sub-RLM returns, the worker is served again."""
+    llm.default("sub", "plain sub answer")
+    settings = Settings(model="openai/root", sub_model="openai/sub", api_base=llm.url, max_depth=2)
+    settings.llm_cache = False
+    started, release = threading.Event(), threading.Event()
+
+    def on_rlm_query(prompt: str, context: str | None, depth: int) -> str:
+        started.set()
+        release.wait(20)
+        return "child answer"
+
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(20)
+            s.connect(handler.socket_path)
+            protocol.send_message(s, request)
+            return protocol.recv_message(s)
+
+    with LMHandler(ModelClient(settings), on_rlm_query=on_rlm_query) as handler:
+        token = handler.register(0, owner=os.getpid)  # this test process plays the worker
+        replies: list[dict[str, Any]] = []
+        t = threading.Thread(target=lambda: replies.append(ask({"type": "rlm_query", "prompt": "p", "token": token})))
+        t.start()
+        assert started.wait(20)
+        refused = ask({"type": "completion", "prompt": "hi", "token": token})
+        assert refused == {"ok": False, "error": LMHandler.WAITING}
+        assert ask({"type": "rlm_query", "prompt": "again", "token": token})["ok"] is False
+        release.set()
+        t.join(20)
+        assert replies and replies[0]["ok"] and replies[0]["text"] == "child answer"
+        assert ask({"type": "completion", "prompt": "hi", "token": token}) == {"ok": True, "text": "plain sub answer"}

@@ -310,14 +310,18 @@ class Worker:
             self.running = False
             sys.stdout, sys.stderr = old
             vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)  # the worker's own code below needs them
+        notes = []
         if self.namespace.get("context") is not self._helpers["context"]:
-            out.write("[note: this block reassigned `context`; the real corpus is restored before the next block. "
-                      "Never replace it with text of your own: the answer must come from the corpus.]\n")
+            notes.append("[note: this block reassigned `context`; the real corpus is restored before the next block. "
+                         "Never replace it with text of your own: the answer must come from the corpus.]\n")
         rebound = [k for k in RESERVED if callable(self._helpers.get(k)) and self.namespace.get(k) is not self._helpers[k]]
         if rebound:
-            out.write(f"[note: this block reassigned {', '.join(f'`{k}`' for k in rebound)}; the helper is restored "
-                      "before the next block.]\n")
+            notes.append(f"[note: this block reassigned {', '.join(f'`{k}`' for k in rebound)}; the helper is "
+                         "restored before the next block.]\n")
+        for note in notes:
+            out.write(note)
         text, total = out.getvalue()
+        total -= sum(len(n) for n in notes)  # what the code printed, not rlm's notes
         seen = self.observer.end_block(text)
         return {"type": "result", "ok": ok, "output": text, "output_chars": total,
                 "final": self.final.value, "final_error": self.final.error,
