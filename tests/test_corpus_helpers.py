@@ -65,8 +65,13 @@ def test_bundle_layout_seen_by_the_worker(view: CorpusView) -> None:
     assert set(c) == {"id", "path", "start_line", "end_line", "start", "end", "tokens", "sha1"}
     assert view.chunk_text(0) == FILES["docs/guide.md"] and c["start_line"] == 1 and c["end_line"] == 4
     assert view.chunk_text(-1) == FILES["win.txt"]
-    with pytest.raises(IndexError, match="chunk 99 does not exist: there are 5 chunks"):
-        view.chunk_text(99)
+    past = len(view.context) + 5
+    with pytest.raises(IndexError, match=f"chunk {past} does not exist: there are 5 chunks"):
+        view.chunk_text(past)
+    # a number past the last chunk but inside context is a character offset: the chunk holding it
+    at = view.context.index("def ", view.files[1]["start"])
+    assert at >= 5 and view.chunk_text(at) == view.chunk_text(view.chunks[1]["id"])
+    assert view.chunks[1]["start"] <= at < view.chunks[1]["end"]
 
 
 def test_grep_reports_file_and_line_like_a_line_by_line_search(view: CorpusView) -> None:
