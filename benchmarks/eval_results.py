@@ -38,11 +38,11 @@ TINY = [f"{STDLIB}/this.py"]  # the generated records are (nearly) the whole cor
 RUNS: dict[str, tuple[str, list[str], list[str]]] = {
     "scripted-31mb": ("scripted", [STDLIB, *PY], ["--families", "needle,code,aggregate,pairs", "--limit", "8"]),
     "code-31mb": ("local", [STDLIB, *PY], ["--families", "code", "--limit", "10"]),
-    "needle-1mb": ("local", [*ONE_MB, *PY], ["--families", "needle", "--limit", "10"]),
-    "needle-31mb": ("local", [STDLIB, *PY], ["--families", "needle", "--limit", "10"]),
-    "aggregate-log": ("local", TINY, ["--families", "aggregate", "--limit", "8", "--records", "150",
+    "needle-1mb": ("local", [*ONE_MB, *PY], ["--families", "needle", "--limit", "6"]),
+    "needle-31mb": ("local", [STDLIB, *PY], ["--families", "needle", "--limit", "8"]),
+    "aggregate-log": ("local", TINY, ["--families", "aggregate", "--limit", "6", "--records", "150",
                                       "--modes", "rlm,direct"]),
-    "pairs-tickets": ("local", TINY, ["--families", "pairs", "--limit", "6", "--records", "160",
+    "pairs-tickets": ("local", TINY, ["--families", "pairs", "--limit", "4", "--records", "160",
                                       "--modes", "rlm,direct"]),
 }
 
