@@ -97,14 +97,22 @@ def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool)
     return out
 
 
-def _file_questions(file: str, *, stdin_is_corpus: bool) -> list[tuple[Any, str]]:
+def read_text_file(file: str, flag: str, what: str, *, stdin_is_corpus: bool) -> tuple[str, str]:
+    """The UTF-8 text of ``file`` (``-``: standard input) given to option ``flag`` (e.g.
+    ``--questions``), and where it came from (the path or ``"standard input"``); ``what`` names
+    the content in messages ("the questions").
+
+    Raises:
+        UsageError: stdin is the corpus too, nothing is piped in, the file cannot be read, or it is
+            not UTF-8 (a byte-order mark is dropped).
+    """
     if file == "-":
         if stdin_is_corpus:
-            raise UsageError("the corpus ('-') and --questions - cannot both come from standard input",
-                             hint="give the questions or the corpus as a file")
+            raise UsageError(f"the corpus ('-') and {flag} - cannot both come from standard input",
+                             hint=f"give {what} or the corpus as a file")
         if sys.stdin.isatty():
-            raise UsageError("--questions - reads questions from standard input, but nothing is piped in",
-                             hint="e.g. rlm ask ./repo --questions - < questions.txt")
+            raise UsageError(f"{flag} - reads {what} from standard input, but nothing is piped in",
+                             hint=f"e.g. rlm ask ./repo {flag} - < {flag.strip('-').replace('-', '_')}.txt")
         data, where = sys.stdin.buffer.read(), "standard input"
     else:
         where = file
@@ -112,11 +120,15 @@ def _file_questions(file: str, *, stdin_is_corpus: bool) -> list[tuple[Any, str]
             with open(file, "rb") as fh:
                 data = fh.read()
         except OSError as exc:
-            raise UsageError(f"cannot read --questions {file}: {exc.strerror or exc}", hint="check the path") from None
+            raise UsageError(f"cannot read {flag} {file}: {exc.strerror or exc}", hint="check the path") from None
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig"), where
     except UnicodeDecodeError:
-        raise UsageError(f"the questions in {where} are not UTF-8 text", hint="save the file as UTF-8") from None
+        raise UsageError(f"{flag}: {where} is not UTF-8 text", hint="save the file as UTF-8") from None
+
+
+def _file_questions(file: str, *, stdin_is_corpus: bool) -> list[tuple[Any, str]]:
+    text, where = read_text_file(file, "--questions", "the questions", stdin_is_corpus=stdin_is_corpus)
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines or not lines[0][1].lstrip().startswith("{"):
         return [(None, line) for _, line in lines]

@@ -609,26 +609,10 @@ def _paths_and_question(args: list[str], question_file: str | None) -> tuple[lis
         paths = args
         if not paths:
             raise UsageError("give at least one PATH", hint="rlm ask ./repo --question-file question.txt")
-        if question_file == "-":
-            if "-" in paths:
-                raise UsageError("the corpus ('-') and --question-file - cannot both come from standard input",
-                                 hint="give the question or the corpus as a file")
-            if sys.stdin.isatty():
-                raise UsageError("--question-file - reads the question from standard input, but nothing is "
-                                 "piped in", hint="e.g. rlm ask ./repo --question-file - < question.txt")
-            data, where = sys.stdin.buffer.read(), "standard input"
-        else:
-            where = question_file
-            try:
-                with open(question_file, "rb") as fh:
-                    data = fh.read()
-            except OSError as exc:
-                raise UsageError(f"cannot read --question-file {question_file}: {exc.strerror or exc}",
-                                 hint="check the path") from None
-        try:
-            question = data.decode("utf-8-sig").strip()
-        except UnicodeDecodeError:
-            raise UsageError(f"the question in {where} is not UTF-8 text", hint="save it as UTF-8") from None
+        from rlm_cli.batch import read_text_file
+
+        question = read_text_file(question_file, "--question-file", "the question",
+                                  stdin_is_corpus="-" in paths)[0].strip()
     if not question.strip():
         raise UsageError("the question is empty")
     return paths, question
