@@ -72,6 +72,9 @@ def test_bundle_layout_seen_by_the_worker(view: CorpusView) -> None:
     at = view.context.index("def ", view.files[1]["start"])
     assert at >= 5 and view.chunk_text(at) == view.chunk_text(view.chunks[1]["id"])
     assert view.chunks[1]["start"] <= at < view.chunks[1]["end"]
+    # on a file's header line ("==> src/app.py <=="), as context.find(path) lands: that file's text
+    header = view.context.find("src/app.py")
+    assert header < view.files[1]["start"] and view.chunk_text(header + 10) == view.chunk_text(1)
 
 
 def test_grep_reports_file_and_line_like_a_line_by_line_search(view: CorpusView) -> None:

@@ -259,3 +259,10 @@ def test_chunk_text_of_a_character_offset_is_the_chunk_holding_it(tmp_path: Path
     llm.script("root", repl("print(chunk_text(context.find('def urlparse'))[:10])"), repl("FINAL('ok')"))
     r = run(llm, [code_corpus(tmp_path)])
     assert r.of("output")[0]["output"].strip() == "import re"
+
+
+def test_joining_result_rows_as_strings_gets_a_hint(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(', '.join(grep(r'def urlparse')))"), repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    out = r.of("output")[0]["output"]
+    assert "expected str instance, Row found" in out and "grep and search return rows (dicts)" in out

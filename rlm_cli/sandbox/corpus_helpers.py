@@ -415,7 +415,8 @@ class CorpusView:
     def chunk_text(self, i: Any) -> str:
         """The text of chunk ``i`` (see ``chunks[i]`` for its file and lines); a search result or
         a chunk dict works too. A number past the last chunk but inside ``context`` is read as a
-        character offset (``chunk_text(context.find(name))``): the chunk holding it.
+        character offset (``chunk_text(context.find(name))``): the chunk holding it, or the first
+        chunk after it when it falls on a file's header line.
 
         Raises:
             IndexError: no such chunk, nor such offset.
@@ -423,7 +424,10 @@ class CorpusView:
         if isinstance(i, dict):
             i = i.get("chunk", i.get("id"))
         if isinstance(i, int) and len(self.chunks) <= i < len(self.context) and self.chunks:
-            i = max(0, bisect.bisect_right(self._chunk_starts(), i) - 1)
+            offset = i
+            i = max(0, bisect.bisect_right(self._chunk_starts(), offset) - 1)
+            if self.chunks[i]["end"] <= offset and i + 1 < len(self.chunks):
+                i += 1  # between two files (a "==> path <==" header): the file that follows
         try:
             c = self.chunks[i]
         except IndexError:

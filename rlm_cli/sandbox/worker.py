@@ -360,7 +360,11 @@ def _format_error(info: Any) -> str:
     try:
         frames = [f for f in traceback.extract_tb(tb) if f.filename.startswith("<cell")]
         text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
-        return text + "".join(traceback.format_exception_only(etype, evalue))
+        text += "".join(traceback.format_exception_only(etype, evalue))
+        if etype is TypeError and "Row found" in str(evalue):  # ", ".join(grep(...)) and the like
+            text += ("hint: grep and search return rows (dicts), not strings: join their fields, e.g. "
+                     "'\n'.join(f\"{h['file']}:{h['line']}: {h['text']}\" for h in hits)\n")
+        return text
     except BaseException:  # noqa: BLE001 - a hostile __str__ must not take the worker down
         return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
 
