@@ -1005,16 +1005,36 @@ def main() -> None:
     except SystemExit as exc:  # raised by the SIGTERM handler, which said "terminated" on stderr
         if exc.code == _EC.TERMINATED:
             _json_error("terminated (SIGTERM)", _EC.TERMINATED, status="interrupted")
+        # typer's and rich's own answer to a closed pipe is exit 1, a "bug" in rlm's table
+        if exc.code == 1 and (_pipe_closed() or isinstance(exc.__context__, BrokenPipeError)):
+            _quiet_exit(_EC.BROKEN_PIPE)
         raise
     except BrokenPipeError:
-        # the reader of stdout went away (rlm ask ... | head): not an error worth a message
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(_EC.OK)
+        _quiet_exit(_EC.BROKEN_PIPE)
     except Exception as exc:  # noqa: BLE001 - a bug: one line, traceback only with --debug
         _json_error(f"internal error: {type(exc).__name__}: {exc}", _EC.INTERNAL)
         _fail(exc, _EC.INTERNAL, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and "
                                  "report it)")
     sys.exit(_EC.OK)
+
+
+def _pipe_closed() -> bool:
+    """Whether typer met a closed stdout or stderr pipe (it wraps both streams when it does)."""
+    wrapper = type(sys.stdout).__name__, type(sys.stderr).__name__
+    return any(name.lstrip("_") == "PacifyFlushWrapper" for name in wrapper)
+
+
+def _quiet_exit(code: int) -> None:
+    """Exit with ``code`` (141: the reader of stdout or stderr went away, as in ``rlm ask ... |
+    head``; 128 + SIGPIPE, what a shell reports for a command a closed pipe stopped) without a
+    word: nobody reads the streams, and flushing them at exit must not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    sys.exit(code)
 
 
 def _json_error(message: str, code: int, *, status: str = "error") -> None:

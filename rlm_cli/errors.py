@@ -20,6 +20,7 @@ class ExitCode(enum.IntEnum):
     MAX_ITERATIONS = 5
     BUDGET = 6
     INTERRUPTED = 130
+    BROKEN_PIPE = 141
     TERMINATED = 143
 
 

@@ -304,3 +304,23 @@ def test_debug_is_accepted_after_the_command_name(command: list[str], tmp_path: 
     assert "no such file or directory" in res.stderr
     plain = run_rlm(*args, *extra)
     assert plain.code == 2 and "Traceback" not in plain.stderr
+
+
+@pytest.mark.parametrize("closed", ["stdout", "both"])
+def test_a_reader_that_goes_away_ends_the_run_quietly_with_141(tmp_path: Path, llm: FakeLLM, closed: str) -> None:
+    """`rlm ask ... | true` and `rlm ask -v ... 2>&1 | head -1`: the pipe's reader is gone before
+    rlm writes; rlm stops without a traceback or a "bug" exit (1) and leaves no worker behind."""
+    (tmp_path / "a.txt").write_text("alpha\n")
+    llm.default("root", repl("FINAL('x' * 100_000)"))
+    read, write = os.pipe()
+    os.close(read)  # the reader went away
+    err = write if closed == "both" else subprocess.PIPE
+    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "a.txt"), "q?",
+                             *model_flags(llm), "--mode", "rlm", "-v"], stdout=write, stderr=err)
+    os.close(write)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 141, stderr
+    assert not stderr or b"Traceback" not in stderr
+    # with only stdout closed it ran until it had the answer to write; with stderr closed too it
+    # stopped at its first progress line, before any model call
+    assert bool(llm.chat_requests("root")) == (closed == "stdout")

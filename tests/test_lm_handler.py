@@ -399,7 +399,7 @@ def test_a_provider_that_refuses_to_stream_gets_whole_replies(llm: FakeLLM) -> N
     client = ModelClient(settings_for(llm), notify=notes.append)
     seen, on_delta = _collect()
     assert client.complete(MSG, model="openai/root", role="root", on_delta=on_delta).text == "whole reply one"
-    assert seen == [None, "whole reply one"]  # nothing shown from the refused attempt; then the whole reply
+    assert seen == ["whole reply one"]  # nothing was shown of the refused attempt: nothing to void
     assert client.complete(MSG, model="openai/root", role="root", on_delta=on_delta).text == "whole reply two"
     streamed = [bool(r.get("stream")) for r in llm.chat_requests("root")]
     assert streamed == [True, False, False]  # asked to stream once, then never again in the run
@@ -426,6 +426,22 @@ def test_a_broken_stream_is_retried_and_its_pieces_voided(llm: FakeLLM) -> None:
     assert "".join(p or "" for p in seen[:void]) == "abcdefgh"  # shown, then voided
     assert "".join(p or "" for p in seen[void + 1:]) == "complete reply"
     assert client.usage.counters["retries"] == 1
+
+
+def test_a_failed_streamed_call_voids_nothing_it_did_not_show(llm: FakeLLM) -> None:
+    """A 401 (never retried), and a 500 with --retries 0, end the call: no "sent again" signal
+    (``None``), and the error counts its attempts in words that fit."""
+    from rlm_cli.models.failures import CallFailed
+
+    llm.script("root", Reply(status=401), Reply(status=500))
+    seen, on_delta = _collect()
+    messages = []
+    for _ in range(2):  # a client after a 401 refuses every call: one client each
+        with pytest.raises(CallFailed) as info:
+            ModelClient(settings_for(llm, retries=0)).complete(MSG, model="openai/root", role="root",
+                                                               on_delta=on_delta)
+        messages.append(info.value.message)
+    assert seen == [] and "401" in messages[0] and messages[1].endswith("500 (after 1 attempt)")
 
 
 def test_the_time_budget_stops_a_slow_stream(llm: FakeLLM) -> None:

@@ -279,10 +279,17 @@ class ModelClient:
             attempts += 1
             kind = "ok"
             stream = on_delta is not None and model not in self._no_stream
+            shown: list[str] = []  # pieces of this attempt's stream already passed on
+
+            def piece(text: str | None, shown: list[str] = shown) -> None:
+                shown.append(text or "")
+                if on_delta is not None:
+                    on_delta(text)
+
             try:
                 answer = self.backend.complete(
                     self._request(messages, model, timeout), router_config=self._router_file(model),
-                    stream=stream, on_piece=on_delta if stream else None, deadline=self.budget.deadline)
+                    stream=stream, on_piece=piece if stream else None, deadline=self.budget.deadline)
                 if stream:
                     self.budget.check()  # --timeout passed while the stream was read: refused like any request
             except BudgetExceededError:  # --timeout passed while a stream was read
@@ -304,10 +311,10 @@ class ModelClient:
                 if on_delta is not None and not stream:
                     on_delta(answer.text)  # the whole reply at once
                 return answer, attempts
-            if stream and on_delta is not None:
-                on_delta(None)  # whatever was shown of this attempt is void
             if stream and kind == "bad_request" and "stream" in str(error).lower():
                 self._stop_streaming(model, "refused to stream")
+                if on_delta is not None and any(shown):
+                    on_delta(None)  # whatever was shown of this attempt is void: it is asked again
                 continue
             status = http_status(error)
             message = f"model {model}: {short_error(error)}"
@@ -331,8 +338,8 @@ class ModelClient:
                 hint = (f"could not connect to {s.api_base or 'the provider'}: check --api-base and that the "
                         "server is running" if unreachable else
                         "the provider kept failing; try again later or raise --retries")
-                raise CallFailed(f"{message} (after {attempts} attempts)", fatal=False, status=status,
-                                 hint=hint) from None
+                raise CallFailed(f"{message} (after {attempts} attempt{'s' if attempts > 1 else ''})",
+                                 fatal=False, status=status, hint=hint) from None
             if free:
                 free_rate_limits += 1
             else:
@@ -348,6 +355,8 @@ class ModelClient:
             else:
                 delay *= random.uniform(1.0, 1.1)  # never earlier than asked
             self.usage.count("retries")
+            if on_delta is not None and any(shown):
+                on_delta(None)  # whatever was shown of this attempt is void: it is asked again
             remaining = self.budget.remaining_s()
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
 

@@ -97,7 +97,8 @@ def classify_error(exc: BaseException) -> str:
         return "retry"
     if status in (401, 403) or names & {"AuthenticationError", "PermissionDeniedError"}:
         return "auth"
-    if "LiteLLMUnknownProvider" in names or status == 404 or "NotFoundError" in names:
+    if ("LiteLLMUnknownProvider" in names or status == 404 or "NotFoundError" in names
+            or "LLM Provider NOT provided" in str(exc)):  # a model name without its provider/
         return "not_found"
     if status == 429 or names & {"RateLimitError", "RouterRateLimitError"}:
         return "rate_limit"
@@ -143,6 +144,7 @@ def http_status(exc: BaseException) -> int | None:
 def hint_for(kind: str) -> str:
     """What to do next about a failure of kind ``kind`` (see :func:`classify_error`); ``""`` when nothing."""
     return {"auth": "check your API key (--api-key, RLM_API_KEY or the provider's variable) and its permissions",
-            "not_found": "check --model / --sub-model and --api-base",
+            "not_found": "check --model / --sub-model (provider/name, e.g. openai/gpt-4o-mini or "
+                         "ollama/qwen2.5-coder) and --api-base",
             "context_window": "the prompt is too large for the model: split it",
             "bad_request": "the provider rejected the request"}.get(kind, "")
