@@ -67,3 +67,12 @@ def run_rlm(*args: str, stdin: str | bytes | None = None, env: dict[str, str] | 
 def model_flags(llm: FakeLLM) -> list[str]:
     """The flags that point rlm at the fake server with models ``root`` and ``sub``."""
     return ["--model", "openai/root", "--sub-model", "openai/sub", "--api-base", llm.url]
+
+
+def two_file_repo(tmp_path: Path) -> Path:
+    """``tmp_path/repo`` with ``a.py`` (``def foo(): return 42``) and ``b.py`` (``x = 1``)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.py").write_text("def foo():\n    return 42\n")
+    (root / "b.py").write_text("x = 1\n")
+    return root

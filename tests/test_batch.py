@@ -13,16 +13,8 @@ from jsonschema import Draft202012Validator
 
 from rlm_cli.batch import Question, read_questions, worst_exit_code
 from rlm_cli.errors import UsageError
-from tests.conftest import model_flags, run_rlm
+from tests.conftest import model_flags, run_rlm, two_file_repo
 from tests.fake_llm import FakeLLM, Reply, first_prompt, last_user, repl, turn
-
-
-def _corpus(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "a.py").write_text("def foo():\n    return 42\n")
-    (root / "b.py").write_text("x = 1\n")
-    return root
 
 
 def _validator() -> Draft202012Validator:
@@ -32,7 +24,7 @@ def _validator() -> Draft202012Validator:
 
 def test_json_lines_one_per_question_with_own_trajectories_and_the_worst_exit_code(
         tmp_path: Path, llm: FakeLLM) -> None:
-    root = _corpus(tmp_path)
+    root = two_file_repo(tmp_path)
     llm.script("root",
                repl("hits = grep('def foo')\nprint(hits)"), repl("FINAL(hits[0]['file'])"),   # 1: answered
                repl("print(len(hits))"), Reply(status=400),                                  # 2: fails mid-way
@@ -69,7 +61,7 @@ def test_json_lines_one_per_question_with_own_trajectories_and_the_worst_exit_co
 
 
 def test_questions_file_jsonl_plain_output_and_one_load(tmp_path: Path, llm: FakeLLM) -> None:
-    root = _corpus(tmp_path)
+    root = two_file_repo(tmp_path)
     qfile = tmp_path / "q.jsonl"
     qfile.write_text('{"id": "defs", "question": "where is foo?"}\n\n{"id": "ones", "question": "where is x?"}\n')
     llm.script("root", repl("print(grep('def foo'))"), repl("FINAL('a.py')"),
@@ -82,7 +74,7 @@ def test_questions_file_jsonl_plain_output_and_one_load(tmp_path: Path, llm: Fak
 
 
 def test_jobs_run_questions_at_once_in_their_own_workers(tmp_path: Path, llm: FakeLLM) -> None:
-    root = _corpus(tmp_path)
+    root = two_file_repo(tmp_path)
     both_started = threading.Barrier(2, timeout=60)  # one after another would never get past this
 
     def answer(req: dict) -> str:  # each question's loop: look for the others' variables, make its own
@@ -106,7 +98,7 @@ def test_jobs_run_questions_at_once_in_their_own_workers(tmp_path: Path, llm: Fa
 
 
 def test_list_usage_errors_run_nothing(tmp_path: Path, llm: FakeLLM) -> None:
-    root = _corpus(tmp_path)
+    root = two_file_repo(tmp_path)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1, "question": "a"}\n{"id": 1, "question": "b"}\n')
     res = run_rlm("ask", str(root), "--questions", str(bad), *model_flags(llm))
@@ -121,7 +113,7 @@ def test_list_usage_errors_run_nothing(tmp_path: Path, llm: FakeLLM) -> None:
 
 
 def test_q_is_question_and_quiet_is_long_only(tmp_path: Path, llm: FakeLLM) -> None:
-    root = _corpus(tmp_path)
+    root = two_file_repo(tmp_path)
     other = tmp_path / "more"
     other.mkdir()
     (other / "c.txt").write_text("hello\n")

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import model_flags, run_rlm
+from tests.conftest import model_flags, run_rlm, two_file_repo
 from tests.fake_llm import FakeLLM, Reply, first_prompt, last_user, repl
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -80,16 +80,8 @@ class Terminal:
         raise AssertionError(f"rlm chat did not end within {timeout} s:\n{self.seen[-3000:]}")
 
 
-def _corpus(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "a.py").write_text("def foo():\n    return 42\n")
-    (root / "b.py").write_text("x = 1\n")
-    return root
-
-
 def test_chat_on_a_terminal_keeps_variables_survives_ctrl_c_and_resets(tmp_path: Path, llm: FakeLLM) -> None:
-    root = _corpus(tmp_path)
+    root = two_file_repo(tmp_path)
     llm.script("root",
                # 1: a variable is made
                repl("made = 41\nprint('made it')"), repl("FINAL(str(made + 1))"),
@@ -146,7 +138,7 @@ def test_chat_on_a_terminal_keeps_variables_survives_ctrl_c_and_resets(tmp_path:
 
 
 def test_scripted_chat_keeps_stdout_for_answers(tmp_path: Path, llm: FakeLLM) -> None:
-    root = _corpus(tmp_path)
+    root = two_file_repo(tmp_path)
     llm.script("root", repl("hits = grep('def foo')\nprint(hits)"), repl("FINAL(hits[0]['file'])"),
                repl("print(len(hits))"), repl("FINAL(str(len(hits)))"))
     questions = "where is foo defined?\n/cost\nhow many definitions?\n/trace\n/quit\nnever asked\n"
