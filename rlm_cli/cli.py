@@ -137,13 +137,16 @@ RouterOpt = Annotated[Path | None, Opt("--router-config", exists=True, dir_okay=
                                        "Router config (YAML/JSON model_list) to spread calls over "
                                        "several deployments.")]
 NoLlmCacheOpt = Annotated[bool, Opt("--no-llm-cache", help="Do not read or write the model-response cache.")]
+NoLeadsOpt = Annotated[bool, Opt("--no-leads", help="Do not run leads(question), the keyword search of the "
+                                 "question's names and words shown to the root model before its first turn.")]
 TemperatureOpt = Annotated[float | None, Opt("--temperature", min=0, help="Sampling temperature of every model "
                                              "request (default: the provider's; 0 for the most repeatable "
                                              "answers).")]
 VerboseOpt = Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")]
 
 
-def _run_settings(*, memory_limit: str | None, no_llm_cache: bool, corpus: Any, **flags: Any) -> Any:
+def _run_settings(*, memory_limit: str | None, no_llm_cache: bool, corpus: Any, no_leads: bool = False,
+                  **flags: Any) -> Any:
     """Settings from the run flags shared by ``ask`` and ``eval`` (``None`` = not given), the
     environment and the config file; ``corpus`` is the ``CorpusOptions`` to use.
 
@@ -154,6 +157,7 @@ def _run_settings(*, memory_limit: str | None, no_llm_cache: bool, corpus: Any, 
 
     flags["memory_limit"] = None if memory_limit is None else parse_size(memory_limit, "--memory-limit")
     flags["llm_cache"] = False if no_llm_cache else None
+    flags["leads"] = False if no_leads else None
     settings = config.resolve(flags)
     settings.corpus = corpus
     return settings
@@ -209,6 +213,7 @@ def ask(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
+    no_leads: NoLeadsOpt = False,
     temperature: TemperatureOpt = None,
     json_out: JsonOpt = False,
     cite: Annotated[bool, Opt("--cite", help="After the answer, list the corpus lines it rests on "
@@ -244,7 +249,7 @@ def ask(
             root_model_window=root_model_window, trace=trace, cell_timeout=cell_timeout, memory_limit=memory_limit,
             max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout, max_cost=max_cost,
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
-            router_config=router_config, no_llm_cache=no_llm_cache, temperature=temperature,
+            router_config=router_config, no_llm_cache=no_llm_cache, no_leads=no_leads, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                    chunk_tokens))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
@@ -460,6 +465,7 @@ def chat(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
+    no_leads: NoLeadsOpt = False,
     temperature: TemperatureOpt = None,
     json_out: Annotated[bool, Opt("--json", help="One JSON document per answer, one per line.")] = False,
     cite: Annotated[bool, Opt("--cite", help="After each answer, list the corpus lines it rests on.")] = False,
@@ -485,7 +491,7 @@ def chat(
             cell_timeout=cell_timeout, memory_limit=memory_limit, max_concurrency=max_concurrency, retries=retries,
             request_timeout=request_timeout, max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
             timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
-            no_llm_cache=no_llm_cache, temperature=temperature,
+            no_llm_cache=no_llm_cache, no_leads=no_leads, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                    chunk_tokens))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
@@ -545,6 +551,7 @@ def eval_cmd(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
+    no_leads: NoLeadsOpt = False,
     temperature: TemperatureOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -563,7 +570,7 @@ def eval_cmd(
         max_depth=max_depth, sandbox=sandbox, root_model_window=root_model_window, cell_timeout=cell_timeout,
         memory_limit=memory_limit, max_concurrency=max_concurrency, retries=retries,
         request_timeout=request_timeout, max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
-        timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache,
+        timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache, no_leads=no_leads,
         temperature=temperature,
         corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                chunk_tokens))

@@ -143,6 +143,9 @@ class Settings:
     llm_cache: bool = True
     #: Sampling temperature of every model request (``None``: the provider's default).
     temperature: float | None = None
+    #: Run ``leads(question)`` (a keyword search of the question's names and words) in the REPL
+    #: before the root model's first turn and show its output there (``--no-leads``: off).
+    leads: bool = True
     #: ``auto`` (direct when the corpus fits comfortably, else rlm), ``rlm`` or ``direct``.
     mode: str = "auto"
     #: Auto mode goes direct only under this many corpus tokens...

@@ -55,6 +55,11 @@ from rlm_cli.trace import event, request_key
 Emit = Callable[[dict[str, Any]], None]
 
 _FINISHERS = ("FINAL", "FINAL_VAR")
+#: Seconds ``leads(question)`` may take before the first root call (it takes well under one
+#: second on the 31 MB standard library).
+LEADS_SECONDS = 20.0
+#: Turns in a row of code already run after which the model is asked for its answer.
+STUCK_REPEATS = 3
 _SPACE = re.compile(r"\s+")
 
 
@@ -233,8 +238,6 @@ class Orchestrator:
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
         self._question = question
-        system, *examples, first = first_messages(s, question, meta, self.depth, note)
-        history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
         sub_calls_before = self.client.usage.sub_calls
         loop = _LoopState()
         own = sandbox is None
@@ -251,6 +254,10 @@ class Orchestrator:
                 sandbox.start()
                 for line in sandbox.notes:
                     self.emit(event("notice", self.depth, message=line))
+            system, *examples, first = first_messages(s, question, meta, self.depth, note)
+            history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
+            if s.leads:
+                self._leads(sandbox, question, budget, history, loop)
             for iteration in range(1, s.max_iterations + 1):
                 self.emit(event("iteration", self.depth, iteration=iteration))
                 text = self._root_call(history, root_model, loop.last_text)
@@ -263,6 +270,32 @@ class Orchestrator:
             if own:
                 sandbox.close()
                 self.handler.unregister(token)
+
+    def _leads(self, sandbox: Sandbox, question: str, budget_tokens: int, history: History,
+               loop: _LoopState) -> None:
+        """Run ``leads(question)`` in the REPL before the first root call (at most
+        :data:`LEADS_SECONDS` seconds; output of a sixteenth of the root window's input budget, at
+        most 2,400 characters) and, when it found something, add it to ``history`` as turn 0: the
+        call as the model's reply, its real output as the feedback (``prompts.leads_reply``). The
+        REPL keeps ``question``. Emits a ``leads`` event. A FINAL on turn 1 may then rest on it."""
+        chars = max(400, min(2_400, budget_tokens * prompts.CHARS_PER_TOKEN // 16))
+        remaining = self.client.budget.remaining_s()
+        limit = LEADS_SECONDS if remaining is None else max(0.1, min(LEADS_SECONDS, remaining))
+        code = f"leads(question, max_chars={chars})"
+        result = sandbox.execute(f"question = {question!r}\n{code}", cell=0, timeout=limit)
+        text = result.output.strip() if result.ok and not result.lost else ""
+        if result.lost or not result.ok:
+            self._notice(f"leads(question) did not finish ({(result.lost or result.output.strip())[:160]}); "
+                         "the first turn starts without leads")
+        self.emit(event("leads", self.depth, code=code, output=text, elapsed_s=round(result.elapsed_s, 3),
+                        sources=[list(r) for r in result.sources]))
+        if not text:
+            return
+        loop.ran_code = True  # the leads are corpus evidence: a FINAL on turn 1 may rest on them
+        loop.seen_code.add(_norm(code))
+        history.add(Turn(0, prompts.leads_reply(code), prompts.output_message(
+            [(code, text)], notes=[prompts.LEADS_NOTE], left=self.settings.max_iterations, question=question),
+            codes=[code], outputs=[text]))
 
     # -- one turn --------------------------------------------------------------------------------
     def _turn(self, iteration: int, text: str, history: History, sandbox: Sandbox, loop: _LoopState,
@@ -344,9 +377,31 @@ class Orchestrator:
         again = bool(codes) and [_norm(c) for c in codes] == loop.last_codes
         notes += self._repetition_notes(loop, codes, [o for _, o in outputs])
         loop.last_codes = [_norm(c) for c in codes]
+        # A repeat replaces the turn it repeats (one copy, not a pattern to copy), but from the second
+        # repeat in a row on the history grows: an identical request would get the identical reply.
         history.add(Turn(iteration, kept, prompts.output_message(
             outputs, notes=notes, left=self.settings.max_iterations - iteration, question=self._question), codes=codes,
-            outputs=[o for _, o in outputs]), replace_last=again)
+            outputs=[o for _, o in outputs]), replace_last=again and loop.repeat_streak < 2)
+        if loop.repeat_streak >= STUCK_REPEATS and iteration < self.settings.max_iterations:
+            return self._answer_when_stuck(iteration, history, sandbox, loop)
+        return None
+
+    def _answer_when_stuck(self, iteration: int, history: History, sandbox: Sandbox, loop: _LoopState) -> str | None:
+        """The model ran only code it had run before :data:`STUCK_REPEATS` turns in a row: nothing
+        new can come of it. Ask once, without the REPL, for its answer from the output it has seen
+        (:data:`prompts.STUCK_ANSWER`); an answer (a FINAL, or text that reads as one and
+        does not say nothing was found) ends the run; otherwise the loop goes on, told to search
+        differently. The exchange stays in the history."""
+        if loop.asked_when_stuck:
+            return None
+        loop.asked_when_stuck = True
+        self._notice(f"the model repeated itself {loop.repeat_streak} turns in a row; asked for its answer")
+        history.extend_last_feedback(prompts.STUCK_ANSWER)
+        text = self._root_call(history, self.settings.model or "", loop.last_text)
+        answer = self._best_text(text, sandbox)
+        if not answer.startswith(NO_ANSWER_PREFIX) and not reply.negative_answer(answer):
+            return answer
+        history.add(Turn(iteration, text, prompts.SEARCH_DIFFERENTLY))
         return None
 
     def _second_look(self, answer: str, loop: _LoopState, notes: list[str]) -> bool:
@@ -451,13 +506,17 @@ class Orchestrator:
         notes = []
         norm = [_norm(c) for c in codes]
         if norm and all(c in loop.seen_code for c in norm):
-            notes.append(prompts.REPEATED_CODE)
-            self._notice("the model repeated code it had already run; told")
+            loop.repeat_streak += 1
+            notes.append(prompts.REPEATED_CODE if loop.repeat_streak == 1 else prompts.answer_now(loop.repeat_streak))
+            self._notice(f"the model repeated code it had already run ({loop.repeat_streak} turn(s) in a row); told")
+        else:
+            loop.repeat_streak = 0
         loop.seen_code.update(norm)
         errors = [e for e in (reply.error_signature(o) for o in outputs) if e]
         repeated = [e for e in errors if e in loop.last_errors]
         if repeated:
-            notes.append(prompts.repeated_error(repeated[0], loop.error_streak + 1))
+            line = next((reply.failing_line(o) for o in outputs if reply.error_signature(o) == repeated[0]), None)
+            notes.append(prompts.repeated_error(repeated[0], loop.error_streak + 1, line))
             self._notice(f"the same error as the previous turn: {repeated[0][:120]}")
             loop.error_streak += 1
         else:
@@ -535,6 +594,8 @@ class Orchestrator:
         return result
 
 
+#: How a partial answer without any answer of the model's begins.
+NO_ANSWER_PREFIX = "No final answer yet:"
 #: Characters of each output, and of the model's words, kept in a partial answer.
 PARTIAL_OUTPUT_CHARS = 1_000
 PARTIAL_WORDS_CHARS = 2_000
@@ -555,7 +616,7 @@ def partial_answer(last_reply: str, outputs: list[str]) -> str:
         return literal
     words = reply.outside_code(last_reply)
     words = words[:words.index("```")] if "```" in words else words  # an unclosed block: code to the end
-    parts = ["No final answer yet: the run stopped before the model gave one."]
+    parts = [NO_ANSWER_PREFIX + " the run stopped before the model gave one."]
     if words.strip():
         parts.append("The model's last words (its code left out):\n" + _clipped(words.strip(), PARTIAL_WORDS_CHARS))
     heads = [_clipped(o.strip(), PARTIAL_OUTPUT_CHARS) for o in outputs if o.strip()]
@@ -577,6 +638,9 @@ class _LoopState:
     last_errors: set[str] = field(default_factory=set)
     error_streak: int = 0
     checked_negative: bool = False
+    #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).
+    repeat_streak: int = 0
+    asked_when_stuck: bool = False
     #: The code of the last turn (normalized): the same code again replaces that turn in the history.
     last_codes: list[str] = field(default_factory=list)
 

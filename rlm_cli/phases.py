@@ -27,7 +27,7 @@ from rlm_cli.trace import event
 
 PHASES = ("explore", "decompose", "aggregate", "terminate")
 #: Helper names whose use is a look at the corpus (explore) or a model call (decompose).
-EXPLORE = frozenset({"grep", "read_file", "search", "chunk_text", "files", "chunks", "context"})
+EXPLORE = frozenset({"grep", "read_file", "search", "leads", "chunk_text", "files", "chunks", "context"})
 DECOMPOSE = frozenset({"llm_query", "llm_query_batched", "rlm_query"})
 
 Emit = Callable[[dict[str, Any]], None]

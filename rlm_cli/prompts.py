@@ -210,6 +210,18 @@ def first_user_prompt(question: str, metadata: str) -> str:
             "Start by exploring `context` with code in a ```repl block. Do not answer before running code.")
 
 
+def leads_reply(code: str) -> str:
+    """The turn rlm writes for the root model before its first call: ``code`` (the call of
+    ``leads``), whose real output follows as the next user message (``rlm_cli.sandbox.leads``).
+    Written as the model's own turn so that it reads like every later turn: code, then output."""
+    return f"First, the leads: a keyword search of the question's names and words.\n```repl\n{code}\n```"
+
+
+#: What the feedback of the leads turn says before the usual "Continue".
+LEADS_NOTE = ("These leads come from the corpus but may be incomplete: check one with read_file or grep, or, "
+              "if a line above already answers the question, call FINAL(answer).")
+
+
 def output_message(blocks: list[tuple[str, str]], *, notes: list[str] | None = None, left: int | None = None,
                    question: str = "") -> str:
     """The user message feeding back each block's ``(code, shown output)``, then any ``notes``
@@ -327,13 +339,28 @@ CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothi
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
                  "different, or finish with FINAL if you have the answer.")
 
+STUCK_ANSWER = ("You have run the same code several times; its output will not change. Do not write code now. "
+                "Give your final answer from the output above, as plain text. If the output does not hold the "
+                "answer, say what is missing.")
+
+SEARCH_DIFFERENTLY = ("That does not answer the question. Searching the same way again will show nothing new: "
+                      "write a different search (another pattern, ignore_case=True, another file) in a ```repl block.")
+
+
+def answer_now(times: int) -> str:
+    """The note for code the model had already run, ``times`` turns in a row (2 or more)."""
+    return (f"You ran code you had already run, {times} turns in a row; its output will not change. If the output "
+            "above answers the question, call FINAL(answer) in a ```repl block now; if not, search another way.")
+
+
 #: How each helper is called, quoted when the model calls it wrongly.
 HELPER_USAGE = {
     "grep": "grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches all of `context` "
             "(no need to pass it) and returns [{'file', 'line', 'text'}]",
     "read_file": "read_file(path, start_line=None, end_line=None) returns numbered lines of one file",
     "search": "search(query, k=10) returns the best chunks: [{'chunk', 'file', 'start_line', 'end_line', 'score'}]",
-    "chunk_text": "chunk_text(i) returns the text of chunk i",
+    "chunk_text": "chunk_text(i) returns the text of chunk i (chunks[i]), or of the chunk holding a text or a "
+                  "grep/search row",
     "llm_query": "llm_query(prompt) sends one string to the sub-model and returns its answer",
     "llm_query_batched": "llm_query_batched([prompt1, prompt2, ...]) returns a list of answers",
     "FINAL_VAR": "FINAL_VAR('name') finishes with the value of the variable called name",
@@ -352,14 +379,17 @@ def later_blocks_skipped(n: int) -> str:
             "FINAL. Check the output above, then continue.")
 
 
-def repeated_error(error: str, times: int) -> str:
-    """The note for an error that came back in consecutive turns (``times`` in a row), with the
-    right call when it is about a helper."""
-    helper = next((usage for name, usage in HELPER_USAGE.items() if f"{name}(" in error or f"'{name}'" in error
+def repeated_error(error: str, times: int, line: str | None = None) -> str:
+    """The note for an error that came back in consecutive turns (``times`` in a row), naming
+    the failing ``line`` when known, with the right call when the error or the line is about a
+    helper."""
+    where = f"{error} {line or ''}"
+    helper = next((usage for name, usage in HELPER_USAGE.items() if f"{name}(" in where or f"'{name}'" in where
                    or f" {name}" in error), None)
     fix = f" The right call: {helper}." if helper else ""
+    at = f" (in the line `{line[:120]}`)" if line else ""
     return (f"This is the same error as in your previous turn{f' ({times + 1} turns in a row)' if times > 1 else ''}: "
-            f"{error[:200]}. Repeating the code will fail again: change it.{fix}")
+            f"{error[:200]}{at}. Repeating the code will fail again: change it.{fix}")
 
 
 def best_answer_prompt() -> str:

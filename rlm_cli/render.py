@@ -250,6 +250,10 @@ class Renderer:
             sub = f" · {ev['sub_calls']} sub-calls" if ev.get("sub_calls") else ""
             self.err.print(f"{indent}[dim]→ {ev['output_chars']:,} chars, {ev['elapsed_s']:.2f} s{sub}[/]")
             self.err.print(escape(_indent(_clip(out, SHOW_LINES), indent + "  ")), style="green")
+        elif kind == "leads":
+            if ev.get("output"):
+                self.err.print(f"{indent}[bold]leads[/] [dim](leads(question), {ev.get('elapsed_s', 0) or 0:.2f} s)[/]")
+                self.err.print(escape(_indent(_clip(str(ev["output"]), SHOW_LINES), indent + "  ")), style="green")
         elif kind == "phase":
             self.err.print(f"{indent}[bold cyan]iteration {ev['iteration']}: {ev['phase']}[/]"
                            f"[dim]{escape(_helpers_text(ev.get('helpers') or {}))}[/]")
@@ -551,6 +555,9 @@ def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
         extra = f", {ev['sub_calls']} sub-calls" if ev.get("sub_calls") else ""
         return kind, f"output: {ev.get('output_chars', 0):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s{extra}", cut(
             ev.get("output") or "(no output)")
+    if kind == "leads":
+        text = str(ev.get("output") or "(none)")
+        return kind, f"leads: {len(text):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s", text if full else cut(text)
     if kind == "sub_call":
         return kind, f"sub-call {ev.get('model')}: {tokens}, {_money(ev.get('cost_usd'))}", (
             f"prompt: {cut(ev.get('prompt_head'))}\n→ {cut(ev.get('response'))}")

@@ -207,6 +207,16 @@ def negative_answer(text: str) -> bool:
     return len(text) <= 400 and _NEGATIVE.search(text) is not None
 
 
+_FAILING_LINE = re.compile(r'^  File "<cell \d+>", line \d+, in [^\n]*\n    (\S[^\n]*)$', re.MULTILINE)
+
+
+def failing_line(output: str) -> str | None:
+    """The source line of the innermost frame of the block in a traceback (the worker puts
+    each block's source in ``linecache``), or ``None``."""
+    found = _FAILING_LINE.findall(output or "")
+    return found[-1].strip()[:200] if found else None
+
+
 def error_signature(output: str) -> str | None:
     """The last exception line of a block's output (``TypeError: ...``), with numbers and quoted
     text kept (two errors are the same only when they read the same), or ``None``."""

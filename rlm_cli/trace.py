@@ -21,6 +21,9 @@ Event types and their main fields:
   tokens, cost, latency.
 * ``recursion``: ``mode`` (``rlm`` or ``plain`` at the depth limit), ``prompt_chars``.
 * ``notice``: ``message`` (``level`` ``warning`` for warnings).
+* ``leads``: ``output`` (what ``leads(question)`` printed before the first root call, shown to
+  the root model in its first message; empty when it found nothing; no event with
+  ``--no-leads``), ``elapsed_s``, ``sources``.
 * ``phase``: ``iteration``, ``phase`` (``explore``, ``decompose``, ``aggregate`` or
   ``terminate``) and ``helpers`` (what the iteration's code called; see ``rlm_cli.phases``);
   written once the iteration is over. ``output`` events carry ``helpers`` and ``phase`` too.

@@ -77,6 +77,16 @@ def test_bundle_layout_seen_by_the_worker(view: CorpusView) -> None:
     assert header < view.files[1]["start"] and view.chunk_text(header + 10) == view.chunk_text(1)
 
 
+def test_chunk_text_of_a_string_is_what_a_model_means_by_it(view: CorpusView) -> None:
+    at = view.context.index("def ", view.files[1]["start"])
+    words = view.context[at:at + 12]
+    assert view.chunk_text(words) == view.chunk_text(at) == view.chunk_text(1)  # text: the chunk holding it
+    assert view.chunk_text("src/util/net.py") == view.chunk_text(2) and view.chunk_text("util/net.py") == view.chunk_text(2)
+    assert view.chunk_text("3") == view.chunk_text(3)
+    with pytest.raises(ValueError, match="nowhere in `context`.*chunk number"):
+        view.chunk_text("XKWR-7354 is not here")
+
+
 def test_grep_reports_file_and_line_like_a_line_by_line_search(view: CorpusView) -> None:
     ordered = {f["path"]: FILES[f["path"]] for f in view.files}
     for pattern, flags in [("retry", 0), ("retry", re.I), ("^def ", 0), ("line$", 0), ("line\r$", 0),

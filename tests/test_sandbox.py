@@ -116,6 +116,15 @@ def test_cells_share_state_and_show_the_last_expression(level: str) -> None:
         assert not r.ok and "exit() is disabled" in r.output and r.lost is None
 
 
+def test_every_top_level_expression_shows_its_value_like_the_interactive_console() -> None:
+    with sandbox("none", context="abc\ndef\n") as sb:
+        r = sb.execute("'a comment'\nlen(context)\n[].append(1)\ny = 2\ny * 10\ncontext.upper()[:3]")
+        assert r.output == "8\n20\nABC\n"  # None and bare strings show nothing; the rest in order
+        assert sb.execute("SHOW_VARS()\nz = 1").output == "y: int\n"  # printed once, not echoed again
+        r = sb.execute("FINAL('done')\nlen(context)")
+        assert r.final == "done" and r.output == ""
+
+
 @pytest.mark.parametrize("level", all_levels())
 def test_threads_subprocesses_and_multiprocessing_work(level: str) -> None:
     """Threads, fork and subprocess work everywhere; multiprocessing's locks need /dev/shm, which

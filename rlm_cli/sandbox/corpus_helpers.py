@@ -416,13 +416,19 @@ class CorpusView:
         """The text of chunk ``i`` (see ``chunks[i]`` for its file and lines); a search result or
         a chunk dict works too. A number past the last chunk but inside ``context`` is read as a
         character offset (``chunk_text(context.find(name))``): the chunk holding it, or the first
-        chunk after it when it falls on a file's header line.
+        chunk after it when it falls on a file's header line. A ``str`` is read as what a model
+        means by it: a digit string is that number, a path is that file's first chunk, and other
+        text is the chunk holding its first occurrence in ``context``
+        (``chunk_text("XKWR-7354")``).
 
         Raises:
             IndexError: no such chunk, nor such offset.
+            ValueError: a text found nowhere in ``context`` (the message shows the right calls).
         """
         if isinstance(i, dict):
             i = i.get("chunk", i.get("id"))
+        if isinstance(i, str):
+            i = self._chunk_of_text(i)
         if isinstance(i, int) and len(self.chunks) <= i < len(self.context) and self.chunks:
             offset = i
             i = max(0, bisect.bisect_right(self._chunk_starts(), offset) - 1)
@@ -433,6 +439,32 @@ class CorpusView:
         except IndexError:
             raise IndexError(f"chunk {i} does not exist: there are {len(self.chunks)} chunks") from None
         return self.context[c["start"]:c["end"]]
+
+    def _chunk_of_text(self, text: str) -> int:
+        """``chunk_text``'s reading of a ``str`` argument: a chunk number or an offset of ``context``."""
+        if text.strip().isdigit():
+            return int(text.strip())
+        f = self._file_by_path.get(text)
+        if f is None and ("/" in text or "." in text) and "\n" not in text and len(text) <= 300:
+            try:
+                f = self._resolve(text)
+            except FileNotFoundError:
+                f = None
+        if f is not None:
+            return int(f["start"]) if int(f["start"]) >= len(self.chunks) else self._chunk_index(int(f["start"]))
+        pos = self.context.find(text) if text else -1
+        if pos < 0:
+            raise ValueError(f"chunk_text({text[:60]!r}): that text is nowhere in `context`. chunk_text takes a chunk "
+                             "number (chunks[i]), a search() or grep() row, or a text that is in the corpus; "
+                             "grep(pattern) finds lines by a regex")
+        return pos if pos >= len(self.chunks) else self._chunk_index(pos)
+
+    def _chunk_index(self, offset: int) -> int:
+        """The index of the chunk holding character ``offset`` (the next one on a header line)."""
+        i = max(0, bisect.bisect_right(self._chunk_starts(), offset) - 1)
+        if self.chunks and self.chunks[i]["end"] <= offset and i + 1 < len(self.chunks):
+            i += 1
+        return i
 
     def _chunk_starts(self) -> list[int]:
         if len(self._cstarts) != len(self.chunks):

@@ -6,7 +6,7 @@ on the command line, and reaches the parent's LMHandler over a Unix socket for `
 so it runs the same under bubblewrap, sandbox-exec or as a plain process.
 
 Namespace given to model code: ``context`` (str), ``files``, ``chunks`` (lists of dicts),
-``grep``, ``read_file``, ``chunk_text``, ``search``, ``data``, ``records``, ``frame``
+``grep``, ``read_file``, ``chunk_text``, ``search``, ``leads``, ``data``, ``records``, ``frame``
 (structured files: ``data_helpers``), ``llm_query``, ``llm_query_batched``,
 ``rlm_query``, ``FINAL``, ``FINAL_VAR``, ``SHOW_VARS``. Helper names are restored before every
 code block, so rebinding them cannot break the loop.
@@ -18,6 +18,7 @@ import ast
 import builtins
 import io
 import json
+import linecache
 import os
 import re
 import signal
@@ -33,6 +34,7 @@ from typing import Any
 from rlm_cli import protocol
 from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.data_helpers import DataView
+from rlm_cli.sandbox.leads import leads
 from rlm_cli.sandbox.observe import Observer, WatchedList, watched
 
 #: Characters of a block's stdout kept in memory: head and tail (the middle is counted only).
@@ -42,7 +44,7 @@ _BUILTINS = builtins
 #: The builtins as the worker started; restored before every block (``builtins.print = None``
 #: in one block must not break the next).
 _BUILTINS_SNAPSHOT = dict(vars(builtins))
-RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search", "data", "records", "frame",
+RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search", "leads", "data", "records", "frame",
             "llm_query", "llm_query_batched", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
 
 
@@ -228,8 +230,9 @@ class Worker:
                 return None
         return self.FINAL(name)
 
-    def SHOW_VARS(self) -> str:
-        """A listing of the variables you defined: name, type, and size."""
+    def SHOW_VARS(self) -> _Shown:
+        """A listing of the variables you defined: name, type, and size (printed; returned as
+        text that a bare ``SHOW_VARS()`` line does not show a second time)."""
         rows = []
         for k, v in self.namespace.items():
             if k.startswith("_") or k in RESERVED or callable(v) and getattr(v, "__module__", "") != "__main__":
@@ -241,7 +244,7 @@ class Worker:
             rows.append(f"{k}: {type(v).__name__} {size}".rstrip())
         text = "\n".join(rows) or "(no variables yet)"
         print(text)
-        return text
+        return _Shown(text)
 
     def _make_helpers(self) -> dict[str, Any]:
         c, obs = self.corpus, self.observer
@@ -262,10 +265,17 @@ class Worker:
                 "read_file": watched("read_file", c.read_file, obs, read_after),
                 "chunk_text": watched("chunk_text", c.chunk_text, obs),
                 "search": watched("search", c.search, obs),
+                "leads": watched("leads", lambda question="", max_chars=2_400, *_a, **_k: leads(c, str(question),
+                                                                                                int(max_chars)), obs),
                 "data": self.data.data, "records": self.data.records, "frame": self.data.frame,
                 "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched,
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
                 "SHOW_VARS": self.SHOW_VARS}
+
+    def _echo(self, value: Any) -> None:
+        """Show the value of a top-level expression statement (see :func:`_echo_expressions`)."""
+        if value is not None and self.final.value is None and not isinstance(value, _Shown):
+            sys.stdout.write((value if isinstance(value, str) else repr(value)) + "\n")
 
     # -- running code ----------------------------------------------------------------------------
     def execute(self, code: str, cell: int) -> dict[str, Any]:
@@ -290,15 +300,19 @@ class Worker:
         ok = True
         try:
             self.running = True
+            # The source in linecache: tracebacks then show each failing line, not only its number.
+            linecache.cache[f"<cell {cell}>"] = (len(code), None, code.splitlines(True), f"<cell {cell}>")
             tree = ast.parse(code, filename=f"<cell {cell}>", mode="exec")
             self.observer.begin_block(tree)
             last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
             if last is not None:
                 tree.body.pop()
+            tree = _echo_expressions(tree)
+            self.namespace[_ECHO] = self._echo
             exec(compile(tree, f"<cell {cell}>", "exec"), self.namespace)
             if last is not None:
                 value = eval(compile(ast.Expression(last.value), f"<cell {cell}>", "eval"), self.namespace)
-                if value is not None and self.final.value is None:
+                if value is not None and self.final.value is None and not isinstance(value, _Shown):
                     out.write((value if isinstance(value, str) else repr(value)) + "\n")
         except SystemExit:
             ok = False
@@ -352,6 +366,31 @@ def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
         return f"Error: {reply.get('error', 'unknown error')}"
 
     return request
+
+
+class _Shown(str):
+    """Text a helper has already printed: an expression statement does not show it again."""
+
+
+#: The name under which a block's top-level expression statements report their values.
+_ECHO = "__rlm_echo__"
+
+
+def _echo_expressions(tree: ast.Module) -> ast.Module:
+    """``tree`` with each top-level expression statement (a bare ``grep(...)`` line, not only the
+    last one) writing its value to ``out`` as Python's interactive console does: ``None`` shows
+    nothing, a ``str`` is written as it is, anything else as its ``repr`` (``Worker._echo``).
+    Models write several such lines in one block and expect to see each; bare string constants
+    (used as comments) stay silent. The echo function is bound in the namespace as :data:`_ECHO`."""
+    changed = False
+    for i, stmt in enumerate(tree.body):
+        if isinstance(stmt, ast.Expr) and not isinstance(stmt.value, ast.Constant):
+            call = ast.Call(func=ast.Name(id=_ECHO, ctx=ast.Load()), args=[stmt.value], keywords=[])
+            tree.body[i] = ast.copy_location(ast.Expr(value=ast.copy_location(call, stmt.value)), stmt)
+            changed = True
+    if changed:
+        ast.fix_missing_locations(tree)
+    return tree
 
 
 def _format_error(info: Any) -> str:

@@ -1,0 +1,131 @@
+"""``leads(question)``: the keyword search run before the root model's first turn (issue #10).
+
+Unit tests on a ``CorpusView``; then through the loop: the first request carries the leads, a
+FINAL on turn 1 may rest on them, ``--no-leads`` turns them off, and the trajectory keeps them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlm_cli.prompts import LEADS_NOTE
+from rlm_cli.sandbox.corpus_helpers import CorpusView
+from rlm_cli.sandbox.leads import leads, question_terms
+from tests.conftest import model_flags, run_rlm
+from tests.fake_llm import FakeLLM, repl
+from tests.inproc import run
+
+FILES = {
+    "pkg/config.py": ("import os\n\n\nclass Loader(BaseLoader, Mixin):\n    pass\n\n\n"
+                      "def parse_config(path,\n                 strict=False, retries=3):\n    return load(path)\n\n\n"
+                      "def load(path):\n    return open(path).read()\n\n\n"
+                      "def reload(path):\n    return load(path) + load(path)\n"),
+    "pkg/app.py": ("from pkg.config import parse_config\n\n\ndef main():\n    cfg = parse_config('x')\n"
+                   "    return cfg.load()\n"),
+    "notes/log.txt": "\n".join(f"line {i}: the quiet river flows" for i in range(200))
+                     + "\nThe secret code of the frozen willow project is MMXF-8921.\n"
+                     + "\n".join(f"frozen yogurt {i}" for i in range(50)) + "\n",
+}
+
+
+def view() -> CorpusView:
+    parts, files, pos = [], [], 0
+    for path, text in FILES.items():
+        header = f"==> {path} <==\n"
+        parts.append(header + text)
+        start = pos + len(header)
+        files.append({"path": path, "size": len(text), "chars": len(text), "lines": text.count("\n"),
+                      "tokens": None, "start": start, "end": start + len(text), "first_chunk": 0, "n_chunks": 0,
+                      "kind": ""})
+        pos += len(header) + len(text)
+    return CorpusView("".join(parts), files, [])
+
+
+def test_terms_tell_paths_names_and_words_apart() -> None:
+    t = question_terms("In the file `pkg/config.py`, what is the default of `strict` in `Loader.parse`, "
+                       "and why does parse_config retry?")
+    assert t["paths"] == ["pkg/config.py"]
+    assert t["names"] == ["strict", "Loader.parse", "parse_config"]
+    assert "retry" in t["words"] and "the" not in t["words"] and "file" not in t["words"]
+    assert question_terms("What is it?") == {"paths": [], "names": [], "phrases": [], "words": []}
+
+
+def test_a_name_gets_its_definition_with_the_whole_signature_and_its_callers() -> None:
+    text = leads(view(), "Which file defines the function `parse_config`?")
+    assert "pkg/config.py:8: def parse_config(path, strict=False, retries=3):" in text
+    assert "pkg/app.py: in 1 function(s)/method(s): main" in text
+    assert "pkg/app.py:1" not in text.split("plain calls")[0]  # the import is not a definition
+
+
+def test_callers_are_counted_per_function_and_attribute_calls_are_not_calls() -> None:
+    text = leads(view(), "In the file `pkg/config.py`, how many functions call `load`?")
+    assert "files named in the question: pkg/config.py" in text
+    assert "pkg/config.py: in 2 function(s)/method(s): parse_config, reload" in text  # not app.py's cfg.load()
+
+
+def test_a_class_shows_its_bases() -> None:
+    assert "pkg/config.py:4: class Loader(BaseLoader, Mixin):" in leads(view(), "What are the bases of `Loader`?")
+
+
+def test_the_line_with_the_rarest_question_words_comes_first() -> None:
+    text = leads(view(), "What is the secret code of the frozen willow project?")
+    rows = [r for r in text.splitlines() if r.startswith("  ")]
+    assert rows[0].startswith("  notes/log.txt:201: The secret code of the frozen willow project is MMXF-8921.")
+    assert "frozen 51" in text and "willow 1" in text  # lines per word, as found
+
+
+def test_leads_stay_within_their_size_and_say_nothing_for_an_empty_question() -> None:
+    assert leads(view(), "What is it?") == ""
+    short = leads(view(), "Which file defines the function `parse_config`?", max_chars=120)
+    assert len(short) <= 120 and short.endswith("[... leads cut]")
+    assert "not in the corpus" in leads(view(), "Where is `no_such_name` defined?")
+
+
+def test_the_first_request_shows_the_leads_and_a_turn_one_final_may_rest_on_them(tmp_path: Path,
+                                                                                 llm: FakeLLM) -> None:
+    root = tmp_path / "repo"
+    for path, text in FILES.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    llm.script("root", repl("FINAL('MMXF-8921')"))
+    r = run(llm, [root], "What is the secret code of the frozen willow project?")
+    assert r.error is None and r.answer == "MMXF-8921"
+    *_, question, call, output = llm.chat_requests("root")[0]["messages"]
+    assert "Question: What is the secret code" in question["content"]
+    assert call["role"] == "assistant" and "```repl\nleads(question, max_chars=" in call["content"]
+    assert output["role"] == "user" and LEADS_NOTE in output["content"]
+    assert "notes/log.txt:201: The secret code of the frozen willow project" in output["content"]
+    assert "(20 iterations left.)" not in output["content"] and "(8 iterations left.)" in output["content"]
+    (ev,) = r.of("leads")
+    assert "MMXF-8921" in ev["output"] and r.outcome is not None and r.outcome.result.iterations == 1
+
+
+def test_no_leads_leaves_the_first_message_without_them_and_turn_one_must_explore(tmp_path: Path,
+                                                                                 llm: FakeLLM) -> None:
+    root = tmp_path / "repo"
+    (root / "a.py").parent.mkdir(parents=True)
+    (root / "a.py").write_text("def parse_config():\n    return 1\n")
+    llm.script("root", repl("FINAL('a.py')"), repl("print(grep('def parse_config'))"), repl("FINAL('a.py')"))
+    r = run(llm, [root], "Which file defines `parse_config`?", leads=False)
+    assert r.answer == "a.py" and r.outcome is not None and r.outcome.result.iterations == 3  # turn 1 refused
+    assert "Question: " in str(llm.chat_requests("root")[0]["messages"][-1]["content"])
+    assert not r.of("leads")
+
+
+def test_rlm_ask_no_leads_flag_and_the_trajectory(tmp_path: Path, llm: FakeLLM) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.py").write_text("def parse_config():\n    return 1\n")
+    trace = tmp_path / "t.jsonl"
+    llm.script("root", repl("FINAL(grep('def parse_config')[0]['file'])"), repl("FINAL(grep('def parse_config')[0]['file'])"))
+    on = run_rlm("ask", str(root), "Which file defines `parse_config`?", *model_flags(llm), "--mode", "rlm",
+                 "--no-llm-cache", "--trace", str(trace))
+    assert on.code == 0 and on.stdout.strip() == "a.py"
+    kinds = [json.loads(line)["type"] for line in trace.read_text().splitlines()]
+    assert kinds.index("leads") < kinds.index("root_call")
+    off = run_rlm("ask", str(root), "Which file defines `parse_config`?", *model_flags(llm), "--mode", "rlm",
+                  "--no-llm-cache", "--no-leads")
+    assert off.code == 0 and off.stdout.strip() == "a.py"
+    firsts = [str(req["messages"][-1]["content"]) for req in llm.chat_requests("root")]
+    assert LEADS_NOTE in firsts[0] and "a.py:1: def parse_config():" in firsts[0]
+    assert LEADS_NOTE not in firsts[1] and "Question: " in firsts[1]
