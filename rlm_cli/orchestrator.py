@@ -59,7 +59,7 @@ _FINISHERS = ("FINAL", "FINAL_VAR")
 #: second on the 31 MB standard library).
 LEADS_SECONDS = 20.0
 #: Turns in a row of code already run after which the model is asked for its answer.
-STUCK_REPEATS = 3
+STUCK_REPEATS = 2
 _SPACE = re.compile(r"\s+")
 
 

@@ -191,11 +191,13 @@ def mentions_final(text: str) -> bool:
 def looks_like_answer(text: str) -> bool:
     """Whether a prose reply (no code, no FINAL) can stand as the answer: not empty, not a plan
     ("Let me search...", "I will..."), not a refusal ("The corpus is too large to read"), not a
-    question back to the user. Judged on its first 400 characters."""
-    head = outside_code(text).strip()[:400]
+    question back to the user, not a lead-in that ends with ``:`` (what it introduces, a code
+    block or a list, is missing). Judged on its first 400 characters."""
+    whole = outside_code(text).strip()
+    head = whole[:400]
     if not head:
         return False
-    if head.rstrip().endswith("?"):
+    if head.rstrip().endswith("?") or whole.rstrip().endswith(":"):
         return False
     return _NON_ANSWER.search(head) is None
 

@@ -270,23 +270,23 @@ def test_joining_result_rows_as_strings_gets_a_hint(tmp_path: Path, llm: FakeLLM
 
 def test_a_model_stuck_on_the_same_code_is_asked_for_its_answer_once(tmp_path: Path, llm: FakeLLM) -> None:
     same = repl("print(grep('def urlparse'))")
-    llm.script("root", same, same, same, same, "urlparse is defined in urllib/parse.py, line 4.")
+    llm.script("root", same, same, same, "urlparse is defined in urllib/parse.py, line 4.")
     r = run(llm, [code_corpus(tmp_path)], "Which file defines urlparse?", max_iterations=10)
     assert r.error is None and r.answer == "urlparse is defined in urllib/parse.py, line 4."
     reqs = llm.chat_requests("root")
-    assert len(reqs) == 5 and prompts.STUCK_ANSWER in last_user(reqs[4])
+    assert len(reqs) == 4 and prompts.STUCK_ANSWER in last_user(reqs[3])
     assert prompts.REPEATED_CODE in last_user(reqs[2]) and prompts.answer_now(2) in last_user(reqs[3])
     # From the second repeat on the history grows, so no two requests are the same.
-    assert len({json.dumps(q["messages"]) for q in reqs}) == 5
+    assert len({json.dumps(q["messages"]) for q in reqs}) == 4
     assert any("asked for its answer" in n for n in r.notices())
 
 
 def test_a_stuck_model_that_still_has_no_answer_is_told_to_search_differently(tmp_path: Path, llm: FakeLLM) -> None:
     same = repl("print(len(files))")
-    llm.script("root", same, same, same, same, "I could not find it in the corpus.", repl("FINAL('2 files')"))
+    llm.script("root", same, same, same, "The files are:\n```repl\nprint(files)\n```", repl("FINAL('2 files')"))
     r = run(llm, [code_corpus(tmp_path)], max_iterations=10)
-    assert r.error is None and r.answer == "2 files"
-    assert prompts.SEARCH_DIFFERENTLY in last_user(llm.chat_requests("root")[5])
+    assert r.error is None and r.answer == "2 files"  # a lead-in to code it could not run is no answer
+    assert prompts.SEARCH_DIFFERENTLY in last_user(llm.chat_requests("root")[4])
 
 
 def test_a_repeated_error_names_the_failing_line_and_the_helper_it_misuses(tmp_path: Path, llm: FakeLLM) -> None:
@@ -298,3 +298,15 @@ def test_a_repeated_error_names_the_failing_line_and_the_helper_it_misuses(tmp_p
     assert '  File "<cell 1>", line 3, in <module>\n    print(chunk_text(c))' in first_out  # the line, not only its number
     note = last_user(llm.chat_requests("root")[2])
     assert "(in the line `print(chunk_text(c))`)" in note and prompts.HELPER_USAGE["chunk_text"] in note
+
+
+def test_open_reads_a_corpus_file_by_its_corpus_path_and_stays_open_for_the_rest(tmp_path: Path,
+                                                                                   llm: FakeLLM) -> None:
+    code = ("with open('urllib/parse.py') as fh:\n    n = sum(1 for line in fh if 'def ' in line)\n"
+            "b = open('/somewhere/lib/distutils/command/upload.py', 'rb').read()\n"
+            "with open('notes.txt', 'w') as out:\n    out.write('scratch')\n"
+            "print(n, b[:4], open('notes.txt').read())")
+    llm.script("root", repl(code), repl("FINAL('ok')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "ok"
+    assert r.of("output")[0]["output"].strip() == "1 b'from' scratch"

@@ -56,6 +56,7 @@ def test_plan_stops_at_the_first_block_followed_by_claimed_output() -> None:
     ("Which file do you mean?", False),
     ("", False),
     ("```repl\nprint(1)\n```", False),
+    ("The base classes of the class `TestFreeze` are:\n```repl\nread_file('t.py', 24, 35)\n```", False),
 ])
 def test_looks_like_answer(text: str, expected: bool) -> None:
     assert looks_like_answer(text) is expected

@@ -259,7 +259,20 @@ class Worker:
                 except (FileNotFoundError, TypeError, ValueError):
                     pass
 
-        return {"context": c.context, "files": WatchedList(c.files, "files", obs),
+        def corpus_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            """``open`` that reads a corpus file by its corpus path (or a path ending with one),
+            since models ``open()`` the paths they see; anything else is the real ``open``."""
+            if isinstance(file, str) and isinstance(mode, str) and set(mode) <= set("rbt") \
+                    and not os.path.exists(file):
+                entry = _corpus_entry(c, file)
+                if entry is not None:
+                    obs.count("read_file")
+                    obs.read(entry["path"], 1, max(1, int(entry.get("lines") or 1)))
+                    text = c.file_text(entry["path"])
+                    return io.BytesIO(text.encode("utf-8")) if "b" in mode else io.StringIO(text)
+            return _BUILTINS.open(file, mode, *args, **kwargs)
+
+        return {"open": corpus_open, "context": c.context, "files": WatchedList(c.files, "files", obs),
                 "chunks": WatchedList(c.chunks, "chunks", obs),
                 "grep": watched("grep", c.grep, obs, lambda hits, a, k: obs.grep_hits(hits)),
                 "read_file": watched("read_file", c.read_file, obs, read_after),
@@ -366,6 +379,21 @@ def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
         return f"Error: {reply.get('error', 'unknown error')}"
 
     return request
+
+
+def _corpus_entry(view: CorpusView, path: str) -> dict[str, Any] | None:
+    """The corpus file ``path`` names: a corpus path, a unique suffix of one, or a longer path
+    (absolute, ``./``) that ends with one; ``None`` when none matches."""
+    parts = path.replace("\\", "/").split("/")
+    for i in range(len(parts)):
+        tail = "/".join(parts[i:]).lstrip("./") if i else "/".join(parts).removeprefix("./")
+        if not tail:
+            continue
+        try:
+            return view._resolve(tail)
+        except FileNotFoundError:
+            continue
+    return None
 
 
 class _Shown(str):
