@@ -19,13 +19,17 @@ Finishing rules (each has a test in ``tests/test_orchestrator.py``):
   the run; an answer written out by the model (a literal) next to code whose output it has not
   seen is refused. ``FINAL_VAR`` of an undefined name, or FINAL only mentioned in prose, does not
   end it either: the model is told what went wrong and continues.
+* Before the first root call ``leads(question)`` runs in the REPL (``settings.leads``); when it
+  finds something, the call and its output are turn 0 of the history (``rlm_cli.sandbox.leads``).
 * The first turn cannot finish without having run code: a text FINAL on turn 1, or a turn-1 block
-  that does nothing but call FINAL with literal values, is refused.
+  that does nothing but call FINAL with literal values, is refused, unless leads were shown.
 * A reply with neither code nor FINAL gets one format reminder; a second one in a row is taken as
   the final answer when it reads as an answer (not a plan, a refusal or a question: see
   ``reply.looks_like_answer``); otherwise the model is told it has not answered.
 * Every feedback message says how many iterations are left; an error repeated from the previous
-  turn, or code run before, is pointed out with what to change.
+  turn (with its failing line), or code run before, is pointed out with what to change. After
+  :data:`STUCK_REPEATS` turns in a row of code already run, the model is asked once, without the
+  REPL, for its answer (``_answer_when_stuck``).
 * At ``max_iterations`` one last call without the REPL asks for the best answer
   (:class:`MaxIterationsError`, status ``max_iterations``).
 """
@@ -58,8 +62,13 @@ _FINISHERS = ("FINAL", "FINAL_VAR")
 #: Seconds ``leads(question)`` may take before the first root call (it takes well under one
 #: second on the 31 MB standard library).
 LEADS_SECONDS = 20.0
-#: Turns in a row of code already run after which the model is asked for its answer.
+#: Turns in a row of code already run after which the model is asked for its answer (again after
+#: as many more, at most :data:`STUCK_ASKS` times a run).
 STUCK_REPEATS = 2
+STUCK_ASKS = 3
+#: Sampling temperature of the root call after a repeated turn (a deterministic server gives the
+#: same reply to the same request; a small model shown its own repeat tends to repeat it again).
+RESAMPLE_TEMPERATURE = 1.0
 _SPACE = re.compile(r"\s+")
 
 
@@ -260,7 +269,7 @@ class Orchestrator:
                 self._leads(sandbox, question, budget, history, loop)
             for iteration in range(1, s.max_iterations + 1):
                 self.emit(event("iteration", self.depth, iteration=iteration))
-                text = self._root_call(history, root_model, loop.last_text)
+                text = self._root_call(history, root_model, loop.last_text, resample=loop.repeat_streak > 0)
                 loop.last_text = text or loop.last_text
                 answer = self._turn(iteration, text, history, sandbox, loop, out_limit)
                 if answer is not None:
@@ -387,17 +396,18 @@ class Orchestrator:
         return None
 
     def _answer_when_stuck(self, iteration: int, history: History, sandbox: Sandbox, loop: _LoopState) -> str | None:
-        """The model ran only code it had run before :data:`STUCK_REPEATS` turns in a row: nothing
-        new can come of it. Ask once, without the REPL, for its answer from the output it has seen
+        """The model ran only code it had run before :data:`STUCK_REPEATS` turns in a row (or a
+        multiple of it; at most :data:`STUCK_ASKS` times a run): nothing new can come of it. Ask,
+        without the REPL and resampled, for its answer from the output it has seen
         (:data:`prompts.STUCK_ANSWER`); an answer (a FINAL, or text that reads as one and
         does not say nothing was found) ends the run; otherwise the loop goes on, told to search
         differently. The exchange stays in the history."""
-        if loop.asked_when_stuck:
+        if loop.stuck_asks >= STUCK_ASKS or loop.repeat_streak % STUCK_REPEATS:
             return None
-        loop.asked_when_stuck = True
+        loop.stuck_asks += 1
         self._notice(f"the model repeated itself {loop.repeat_streak} turns in a row; asked for its answer")
         history.extend_last_feedback(prompts.STUCK_ANSWER)
-        text = self._root_call(history, self.settings.model or "", loop.last_text)
+        text = self._root_call(history, self.settings.model or "", loop.last_text, resample=True)
         answer = self._best_text(text, sandbox)
         if not answer.startswith(NO_ANSWER_PREFIX) and not reply.negative_answer(answer):
             return answer
@@ -525,12 +535,17 @@ class Orchestrator:
         return notes
 
     # -- calls and endings ---------------------------------------------------------------------------
-    def _root_call(self, history: History, model: str, last_text: str) -> str:
+    def _root_call(self, history: History, model: str, last_text: str, *, resample: bool = False) -> str:
+        """One root call with the request ``history`` gives now; ``resample``: at
+        :data:`RESAMPLE_TEMPERATURE` (or ``--temperature`` when higher), for a model that repeated
+        itself, whose next reply from a deterministic server would otherwise be the same one."""
         messages = history.messages()
         fit = history.last_fit
+        temperature = max(RESAMPLE_TEMPERATURE, self.settings.temperature or 0.0) if resample else None
         try:
             completion = self.client.complete(messages, model=model, role="root", depth=self.depth,
-                                              on_delta=stream_callback(self.emit, self.depth, model))
+                                              on_delta=stream_callback(self.emit, self.depth, model),
+                                              temperature=temperature)
         except BudgetExceededError as exc:
             outputs = next((t.outputs for t in reversed(history.turns) if t.outputs), [])
             raise self._with_partial(exc, last_text, outputs) from None
@@ -640,7 +655,8 @@ class _LoopState:
     checked_negative: bool = False
     #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).
     repeat_streak: int = 0
-    asked_when_stuck: bool = False
+    #: How often the model was asked for its answer because it was stuck.
+    stuck_asks: int = 0
     #: The code of the last turn (normalized): the same code again replaces that turn in the history.
     last_codes: list[str] = field(default_factory=list)
 

@@ -73,8 +73,9 @@ class ReplayClient(ModelClient):
         raise ProviderError("replay does not call the provider")
 
     def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
-                 on_delta: OnDelta | None = None) -> Completion:
-        """The recorded response for this request (handed whole to ``on_delta`` when given).
+                 on_delta: OnDelta | None = None, temperature: float | None = None) -> Completion:
+        """The recorded response for this request (handed whole to ``on_delta`` when given;
+        ``temperature`` changes nothing here).
 
         Raises:
             BudgetExceededError: a budget of the recorded settings is spent.

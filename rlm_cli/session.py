@@ -136,7 +136,7 @@ class QuestionClient(ModelClient):
         self.cancelled = threading.Event()
 
     def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
-                 on_delta: OnDelta | None = None) -> Completion:
+                 on_delta: OnDelta | None = None, temperature: float | None = None) -> Completion:
         """``ModelClient.complete``, unless the question was interrupted.
 
         Raises:
@@ -144,7 +144,8 @@ class QuestionClient(ModelClient):
         """
         if self.cancelled.is_set():
             raise InterruptedRunError("interrupted (Ctrl-C)")
-        return super().complete(messages, model=model, role=role, depth=depth, on_delta=on_delta)
+        return super().complete(messages, model=model, role=role, depth=depth, on_delta=on_delta,
+                                temperature=temperature)
 
 
 class Lane:

@@ -276,8 +276,10 @@ def test_a_model_stuck_on_the_same_code_is_asked_for_its_answer_once(tmp_path: P
     reqs = llm.chat_requests("root")
     assert len(reqs) == 4 and prompts.STUCK_ANSWER in last_user(reqs[3])
     assert prompts.REPEATED_CODE in last_user(reqs[2]) and prompts.answer_now(2) in last_user(reqs[3])
-    # From the second repeat on the history grows, so no two requests are the same.
+    # From the second repeat on the history grows, so no two requests are the same, and a request
+    # after a repeat is resampled.
     assert len({json.dumps(q["messages"]) for q in reqs}) == 4
+    assert [q.get("temperature") for q in reqs] == [None, None, 1.0, 1.0]
     assert any("asked for its answer" in n for n in r.notices())
 
 

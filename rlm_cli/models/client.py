@@ -169,9 +169,11 @@ class ModelClient:
 
     # -- calls -----------------------------------------------------------------------------------
     def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
-                 on_delta: OnDelta | None = None) -> Completion:
+                 on_delta: OnDelta | None = None, temperature: float | None = None) -> Completion:
         """One chat completion (``role`` is ``"root"`` or ``"sub"``); with ``on_delta`` the reply
-        is streamed to it as it is generated (see the module docstring).
+        is streamed to it as it is generated (see the module docstring). ``temperature``, when
+        given, replaces ``--temperature`` for this request (the loop resamples a model that
+        repeats itself).
 
         Raises:
             CallFailed: a fatal error earlier in the run, or this request failed for good
@@ -189,7 +191,7 @@ class ModelClient:
         key = None
         if self.cache is not None:
             base = None if self._uses_router(model) else self.settings.api_base
-            params = self._cache_params(model)
+            params = self._cache_params(model, temperature)
             key = LLMCache.key(model, messages, api_base=base, params=params)
             with self._info_lock:  # the n-th identical request of a run replays the n-th answer
                 seen = self._seen[key] = self._seen.get(key, -1) + 1
@@ -204,7 +206,8 @@ class ModelClient:
                 if on_delta is not None:
                     on_delta(hit["text"])
                 return Completion(hit["text"], record)
-        answer, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta)
+        answer, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta,
+                                                   temperature=temperature)
         text, tin, tout = answer.text, answer.input_tokens, answer.output_tokens
         if on_delta is not None:  # streamed: a provider without a usage chunk is counted here
             tin, tout = _counted_tokens(messages, text, tin, tout)
@@ -225,16 +228,18 @@ class ModelClient:
 
         return reply_tokens(self.input_window(model))
 
-    def _sampling(self, model: str) -> dict[str, Any]:
-        """The sampling parameters of every request to ``model``: ``max_tokens`` (see
-        :meth:`reply_cap`) and ``temperature`` when ``--temperature`` is set."""
+    def _sampling(self, model: str, temperature: float | None = None) -> dict[str, Any]:
+        """The sampling parameters of a request to ``model``: ``max_tokens`` (see
+        :meth:`reply_cap`) and ``temperature`` (this request's, else ``--temperature`` when set)."""
         params: dict[str, Any] = {"max_tokens": self.reply_cap(model)}
-        if self.settings.temperature is not None:
-            params["temperature"] = self.settings.temperature
+        if temperature is None:
+            temperature = self.settings.temperature
+        if temperature is not None:
+            params["temperature"] = temperature
         return params
 
-    def _cache_params(self, model: str) -> dict[str, Any]:
-        params = self._sampling(model)
+    def _cache_params(self, model: str, temperature: float | None = None) -> dict[str, Any]:
+        params = self._sampling(model, temperature)
         if self._uses_router(model):
             params["router"] = self.router_models()[model]
         return params
@@ -257,7 +262,7 @@ class ModelClient:
                 "(e.g. chunk_text) and query each piece")
 
     def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool,
-                           on_delta: OnDelta | None = None) -> tuple[Answer, int]:
+                           on_delta: OnDelta | None = None, temperature: float | None = None) -> tuple[Answer, int]:
         """Send one request, retrying per the module policy; ``(answer, attempts)``. With
         ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring)."""
         s = self.settings
@@ -288,7 +293,7 @@ class ModelClient:
 
             try:
                 answer = self.backend.complete(
-                    self._request(messages, model, timeout), router_config=self._router_file(model),
+                    self._request(messages, model, timeout, temperature), router_config=self._router_file(model),
                     stream=stream, on_piece=piece if stream else None, deadline=self.budget.deadline)
                 if stream:
                     self.budget.check()  # --timeout passed while the stream was read: refused like any request
@@ -360,11 +365,12 @@ class ModelClient:
             remaining = self.budget.remaining_s()
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
 
-    def _request(self, messages: list[dict[str, Any]], model: str, timeout: float) -> dict[str, Any]:
+    def _request(self, messages: list[dict[str, Any]], model: str, timeout: float,
+                 temperature: float | None = None) -> dict[str, Any]:
         """The request for the backend: model, messages, timeout, the sampling parameters
         (:meth:`_sampling`: the reply cap and ``--temperature``), and the base URL and key."""
         request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
-                                   "sampling": self._sampling(model)}
+                                   "sampling": self._sampling(model, temperature)}
         if self.settings.api_base:
             request["api_base"] = self.settings.api_base
         key = self.settings.effective_api_key
