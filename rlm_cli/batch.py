@@ -78,7 +78,8 @@ def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool)
         UsageError: an empty question, an unreadable or non-UTF-8 file, a bad JSON line, a
             duplicate id, no question at all, or the file on stdin when the corpus is there too.
     """
-    items: list[tuple[Any, str]] = [(None, q) for q in flags]
+    items: list[tuple[Any, str]] = [(None, q.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+                                    for q in flags]
     if file is not None:
         items += _file_questions(file, stdin_is_corpus=stdin_is_corpus)
     if not items:

@@ -600,6 +600,12 @@ def _command_line() -> str:
     return "rlm " + " ".join(shlex.quote(a) for a in args)
 
 
+def as_text(arg: str) -> str:
+    """A command-line argument as text: bytes that are not UTF-8 (which Python keeps as lone
+    surrogates) become U+FFFD, so the question can be written to the trajectory and sent."""
+    return arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def _paths_and_question(args: list[str], question_file: str | None) -> tuple[list[str], str]:
     """``(paths, question)`` from ``rlm ask``'s arguments: the last one is the question, or, with
     ``--question-file FILE``, all are paths and the question is FILE's text (UTF-8; ``-``: stdin).
@@ -611,7 +617,7 @@ def _paths_and_question(args: list[str], question_file: str | None) -> tuple[lis
     if question_file is None:
         if len(args) < 2:
             raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
-        paths, question = args[:-1], args[-1]
+        paths, question = args[:-1], as_text(args[-1])
     else:
         paths = args
         if not paths:

@@ -70,6 +70,8 @@ STUCK_ASKS = 3
 #: same reply to the same request; a small model shown its own repeat tends to repeat it again).
 RESAMPLE_TEMPERATURE = 1.0
 _SPACE = re.compile(r"\s+")
+#: A corpus line in the output of ``leads``: ``  path:line: text``.
+_EVIDENCE = re.compile(r"^  \S[^\n]*:\d+[ :(]", re.MULTILINE)
 
 
 def only_finishes(code: str) -> bool:
@@ -265,8 +267,7 @@ class Orchestrator:
                     self.emit(event("notice", self.depth, message=line))
             system, *examples, first = first_messages(s, question, meta, self.depth, note)
             history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
-            if s.leads:
-                self._leads(sandbox, question, budget, history, loop)
+            self._leads(sandbox, question, budget, history, loop)
             for iteration in range(1, s.max_iterations + 1):
                 self.emit(event("iteration", self.depth, iteration=iteration))
                 text = self._root_call(history, root_model, loop.last_text, resample=loop.repeat_streak > 0)
@@ -282,25 +283,32 @@ class Orchestrator:
 
     def _leads(self, sandbox: Sandbox, question: str, budget_tokens: int, history: History,
                loop: _LoopState) -> None:
-        """Run ``leads(question)`` in the REPL before the first root call (at most
-        :data:`LEADS_SECONDS` seconds; output of a sixteenth of the root window's input budget, at
-        most 2,400 characters) and, when it found something, add it to ``history`` as turn 0: the
-        call as the model's reply, its real output as the feedback (``prompts.leads_reply``). The
-        REPL keeps ``question``. Emits a ``leads`` event. A FINAL on turn 1 may then rest on it."""
+        """Set ``question`` in the REPL and, with ``settings.leads``, run ``leads(question)`` there
+        before the first root call (at most :data:`LEADS_SECONDS` seconds; output of a sixteenth
+        of the root window's input budget, at most 2,400 characters). When it found something,
+        the call and its real output become turn 0 of ``history`` (``prompts.leads_reply``); when
+        that output shows corpus lines (``path:line``), a FINAL on turn 1 may rest on it. Emits a
+        ``leads`` event."""
         chars = max(400, min(2_400, budget_tokens * prompts.CHARS_PER_TOKEN // 16))
         remaining = self.client.budget.remaining_s()
         limit = LEADS_SECONDS if remaining is None else max(0.1, min(LEADS_SECONDS, remaining))
         code = f"leads(question, max_chars={chars})"
-        result = sandbox.execute(f"question = {question!r}\n{code}", cell=0, timeout=limit)
+        run_leads = self.settings.leads and (remaining is None or remaining > 1.0)
+        result = sandbox.execute(f"question = {question!r}" + (f"\n{code}" if run_leads else ""), cell=0,
+                                 timeout=limit)
+        if not run_leads:
+            return
         text = result.output.strip() if result.ok and not result.lost else ""
         if result.lost or not result.ok:
             self._notice(f"leads(question) did not finish ({(result.lost or result.output.strip())[:160]}); "
                          "the first turn starts without leads")
+        if text.startswith("(no leads"):
+            text = ""
         self.emit(event("leads", self.depth, code=code, output=text, elapsed_s=round(result.elapsed_s, 3),
                         sources=[list(r) for r in result.sources]))
         if not text:
             return
-        loop.ran_code = True  # the leads are corpus evidence: a FINAL on turn 1 may rest on them
+        loop.ran_code = _EVIDENCE.search(text) is not None  # corpus lines shown: evidence for a FINAL
         loop.seen_code.add(_norm(code))
         history.add(Turn(0, prompts.leads_reply(code), prompts.output_message(
             [(code, text)], notes=[prompts.LEADS_NOTE], left=self.settings.max_iterations, question=question),
@@ -577,12 +585,19 @@ class Orchestrator:
     def _best_text(self, best: str, sandbox: Sandbox) -> str:
         """The answer in the reply to the last request at the iteration limit: a FINAL in it (its
         value), else its text without code when it reads as an answer, else "no answer" with the
-        head of the last output; never raw code."""
+        head of the last output; never raw code. A FINAL called in a code block of the reply
+        counts: that block runs in the REPL (only it; a block without FINAL does not run)."""
         found = reply.find_text_final(best)
         if found is not None:
             value, _ = self._text_final_value(sandbox, found, [])
             if value is not None:
                 return value
+        for block in reply.plan(best).blocks:
+            if "FINAL" in block.code:
+                result = sandbox.execute(block.code, cell=0)
+                if result.final is not None:
+                    return result.final
+                break
         prose = reply.outside_code(best).strip()
         if prose and reply.looks_like_answer(prose):
             return prose

@@ -339,9 +339,9 @@ CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothi
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
                  "different, or finish with FINAL if you have the answer.")
 
-STUCK_ANSWER = ("You have run the same code several times; its output will not change. Do not write code now. "
-                "Give your final answer from the output above, as plain text. If the output does not hold the "
-                "answer, say what is missing.")
+STUCK_ANSWER = ("You have run the same code several times; its output will not change, so do not search again. "
+                "Give your final answer now, from the output above: FINAL(answer) in a ```repl block, or the "
+                "answer as plain text. If the output does not hold the answer, say what is missing.")
 
 SEARCH_DIFFERENTLY = ("That does not answer the question. Searching the same way again will show nothing new: "
                       "write a different search (another pattern, ignore_case=True, another file) in a ```repl block.")
@@ -383,9 +383,9 @@ def repeated_error(error: str, times: int, line: str | None = None) -> str:
     """The note for an error that came back in consecutive turns (``times`` in a row), naming
     the failing ``line`` when known, with the right call when the error or the line is about a
     helper."""
-    where = f"{error} {line or ''}"
-    helper = next((usage for name, usage in HELPER_USAGE.items() if f"{name}(" in where or f"'{name}'" in where
-                   or f" {name}" in error), None)
+    helper = next((usage for name, usage in HELPER_USAGE.items() if line and f"{name}(" in line), None) or next(
+        (usage for name, usage in HELPER_USAGE.items() if f"{name}(" in error or f"'{name}'" in error
+         or f" {name}" in error), None)
     fix = f" The right call: {helper}." if helper else ""
     at = f" (in the line `{line[:120]}`)" if line else ""
     return (f"This is the same error as in your previous turn{f' ({times + 1} turns in a row)' if times > 1 else ''}: "

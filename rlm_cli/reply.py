@@ -209,7 +209,7 @@ def negative_answer(text: str) -> bool:
     return len(text) <= 400 and _NEGATIVE.search(text) is not None
 
 
-_FAILING_LINE = re.compile(r'^  File "<cell \d+>", line \d+, in [^\n]*\n    (\S[^\n]*)$', re.MULTILINE)
+_FAILING_LINE = re.compile(r'^  File "<cell [\d.]+>", line \d+, in [^\n]*\n    (\S[^\n]*)$', re.MULTILINE)
 
 
 def failing_line(output: str) -> str | None:

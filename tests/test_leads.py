@@ -50,17 +50,44 @@ def test_terms_tell_paths_names_and_words_apart() -> None:
     assert question_terms("What is it?") == {"paths": [], "names": [], "phrases": [], "words": []}
 
 
+def test_apostrophes_are_not_quotes_and_long_questions_are_read_only_so_far() -> None:
+    t = question_terms("What's `parse_qsl` and what's it for? Isn't 'launch code' set?")
+    assert t["names"] == ["parse_qsl"] and t["phrases"] == ["launch code"]
+    assert question_terms("café " * 100_000 + "`late_name`")["names"] == []  # past QUESTION_CHARS
+    assert "café" in question_terms("Where is the café menu?")["words"]
+
+
 def test_a_name_gets_its_definition_with_the_whole_signature_and_its_callers() -> None:
     text = leads(view(), "Which file defines the function `parse_config`?")
     assert "pkg/config.py:8: def parse_config(path, strict=False, retries=3):" in text
-    assert "pkg/app.py: in 1 function(s)/method(s): main" in text
+    assert "pkg/app.py: 1 function or method calls `parse_config`: main" in text
     assert "pkg/app.py:1" not in text.split("plain calls")[0]  # the import is not a definition
 
 
 def test_callers_are_counted_per_function_and_attribute_calls_are_not_calls() -> None:
     text = leads(view(), "In the file `pkg/config.py`, how many functions call `load`?")
     assert "files named in the question: pkg/config.py" in text
-    assert "pkg/config.py: in 2 function(s)/method(s): parse_config, reload" in text  # not app.py's cfg.load()
+    assert "pkg/config.py: 2 functions and methods call `load`: parse_config, reload" in text  # not app.py's cfg.load()
+
+
+def test_a_name_missing_from_the_named_file_is_looked_up_in_the_whole_corpus() -> None:
+    text = leads(view(), "Where is `parse_config` called in notes/log.txt?")
+    assert "`parse_config` is not in notes/log.txt; in the whole corpus:" in text
+    assert "pkg/config.py:8: def parse_config(" in text
+
+
+def test_a_constant_is_defined_where_it_is_assigned() -> None:
+    body = "MAX_RETRIES = 5\n\ndef f():\n    return MAX_RETRIES\n"
+    head = "==> k.py <==\n"
+    v = CorpusView(head + body, [{"path": "k.py", "size": len(body), "chars": len(body), "lines": 4, "tokens": None,
+                                  "start": len(head), "end": len(head) + len(body), "first_chunk": 0, "n_chunks": 0,
+                                  "kind": ""}], [])
+    text = leads(v, "What is MAX_RETRIES?")
+    assert "`MAX_RETRIES` is defined at:\n  k.py:1: MAX_RETRIES = 5" in text and "is on 2 lines in 1 file;" in text
+
+
+def test_words_found_nowhere_are_said_to_be_found_nowhere() -> None:
+    assert "no line holds any of them" in leads(view(), "Where is the zyxwv quantum flux?")
 
 
 def test_a_class_shows_its_bases() -> None:
@@ -110,6 +137,30 @@ def test_no_leads_leaves_the_first_message_without_them_and_turn_one_must_explor
     assert r.answer == "a.py" and r.outcome is not None and r.outcome.result.iterations == 3  # turn 1 refused
     assert "Question: " in str(llm.chat_requests("root")[0]["messages"][-1]["content"])
     assert not r.of("leads")
+
+
+def test_leads_without_corpus_lines_do_not_let_turn_one_finish(tmp_path: Path, llm: FakeLLM) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    llm.script("root", repl("FINAL('guess')"), repl("print(question)"), repl("FINAL('seen')"))
+    r = run(llm, [root], "What is in `src/missing/nothere.py`?")
+    assert r.answer == "seen" and r.outcome is not None and r.outcome.result.iterations == 3
+    assert "no file in the corpus matches" in r.of("leads")[0]["output"]
+    assert "What is in `src/missing/nothere.py`?" in r.of("output")[1]["output"]  # `question` is set
+
+
+def test_the_question_is_in_the_repl_without_leads_and_leads_checks_its_arguments(tmp_path: Path,
+                                                                                 llm: FakeLLM) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.py").write_text("def parse_config():\n    return 1\n")
+    llm.script("root", repl("print(question)\nleads()"), repl("leads(42)"), repl("FINAL('ok')"))
+    r = run(llm, [root], "Where is `parse_config`?", leads=False)
+    assert r.answer == "ok" and not r.of("leads")
+    first, second = (e["output"] for e in r.of("output")[:2])
+    assert first.startswith("Where is `parse_config`?\n") and "a.py:1: def parse_config():" in first
+    assert "TypeError: leads() takes the text to look up (a str), got int" in second
 
 
 def test_rlm_ask_no_leads_flag_and_the_trajectory(tmp_path: Path, llm: FakeLLM) -> None:

@@ -26,10 +26,12 @@ def code_corpus(tmp_path: Path) -> Path:
 
 
 def assistant_turns(req: dict) -> list[str]:
-    """The model's turns of a request, after the question (the worked example's come before it)."""
+    """The model's turns of a request, after the question (the worked example's come before it)
+    and the leads turn rlm writes (turn 0)."""
     msgs = req["messages"]
     start = next(i for i, m in enumerate(msgs) if "Question: " in str(m["content"]))
-    return [str(m["content"]) for m in msgs[start:] if m["role"] == "assistant"]
+    lead = prompts.leads_reply("")[:20]
+    return [str(m["content"]) for m in msgs[start:] if m["role"] == "assistant" and not str(m["content"]).startswith(lead)]
 
 
 def test_invented_output_and_its_final_never_end_the_run_nor_reach_the_history(tmp_path: Path, llm: FakeLLM) -> None:
@@ -312,3 +314,25 @@ def test_open_reads_a_corpus_file_by_its_corpus_path_and_stays_open_for_the_rest
     r = run(llm, [code_corpus(tmp_path)])
     assert r.answer == "ok"
     assert r.of("output")[0]["output"].strip() == "1 b'from' scratch"
+
+
+def test_a_stuck_model_may_answer_with_final_in_a_code_block(tmp_path: Path, llm: FakeLLM) -> None:
+    same = repl("print(len(files))")
+    llm.script("root", same, same, same, repl("FINAL('via-block')"))
+    r = run(llm, [code_corpus(tmp_path)], max_iterations=10)
+    assert r.error is None and r.answer == "via-block"
+
+
+def test_a_final_block_in_the_last_reply_at_the_iteration_limit_is_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(1)"), repl("print(2)"), repl("FINAL('x')"))
+    r = run(llm, [code_corpus(tmp_path)], max_iterations=2)
+    assert r.answer == "x" and r.error is not None and r.error.exit_code == 5
+
+
+def test_a_question_with_bytes_that_are_not_utf8_is_asked_with_replacement_characters(tmp_path: Path,
+                                                                                     llm: FakeLLM) -> None:
+    llm.script("root", repl("print(question)"), repl("FINAL('ok')"))
+    res = run_rlm("ask", str(corpus(tmp_path)), "what\udcff is it?", *model_flags(llm), "--mode", "rlm",
+                  "--no-llm-cache")
+    assert res.code == 0 and res.stdout.strip() == "ok", res.stderr
+    assert "what\ufffd is it?" in str(llm.chat_requests("root")[1]["messages"])

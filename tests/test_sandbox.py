@@ -116,6 +116,13 @@ def test_cells_share_state_and_show_the_last_expression(level: str) -> None:
         assert not r.ok and "exit() is disabled" in r.output and r.lost is None
 
 
+def test_a_function_from_an_earlier_block_of_the_same_number_keeps_its_own_source_lines() -> None:
+    with sandbox("none") as sb:
+        sb.execute("def f():\n    return 1/0", cell=1)
+        r = sb.execute("x = 2\nf()", cell=1)  # a later question of a session starts at cell 1 again
+        assert "    return 1/0" in r.output and "    f()" in r.output
+
+
 def test_every_top_level_expression_shows_its_value_like_the_interactive_console() -> None:
     with sandbox("none", context="abc\ndef\n") as sb:
         r = sb.execute("'a comment'\nlen(context)\n[].append(1)\ny = 2\ny * 10\ncontext.upper()[:3]")

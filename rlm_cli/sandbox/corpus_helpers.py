@@ -424,11 +424,16 @@ class CorpusView:
         Raises:
             IndexError: no such chunk, nor such offset.
             ValueError: a text found nowhere in ``context`` (the message shows the right calls).
+            FileNotFoundError: a path that names no corpus file.
+            TypeError: neither a number, a row nor a text.
         """
         if isinstance(i, dict):
             i = i.get("chunk", i.get("id"))
         if isinstance(i, str):
             i = self._chunk_of_text(i)
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"chunk_text() takes a chunk number (chunks[i]), a search() or grep() row, or a text "
+                            f"of the corpus; got {type(i).__name__}")
         if isinstance(i, int) and len(self.chunks) <= i < len(self.context) and self.chunks:
             offset = i
             i = max(0, bisect.bisect_right(self._chunk_starts(), offset) - 1)
@@ -445,11 +450,12 @@ class CorpusView:
         if text.strip().isdigit():
             return int(text.strip())
         f = self._file_by_path.get(text)
-        if f is None and ("/" in text or "." in text) and "\n" not in text and len(text) <= 300:
+        if f is None and re.fullmatch(r"[\w./\\-]+\.\w{1,8}", text):
             try:
                 f = self._resolve(text)
             except FileNotFoundError:
-                f = None
+                if self.context.find(text) < 0:
+                    raise  # a path that names no file, nor a text of the corpus: the close paths
         if f is not None:
             return int(f["start"]) if int(f["start"]) >= len(self.chunks) else self._chunk_index(int(f["start"]))
         pos = self.context.find(text) if text else -1

@@ -45,8 +45,12 @@ parameter parameters default base bases
 """.split())
 #: An identifier, possibly dotted (``Class.method``).
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_QUOTED = re.compile(r"`([^`\n]{1,120})`|\"([^\"\n]{2,120})\"|'([^'\n]{2,120})'")
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{2,}")
+#: Quoted text: backticks, double quotes, or single quotes that are not apostrophes ("what's").
+_QUOTED = re.compile(r"`([^`\n]{1,120})`|\"([^\"\n]{2,120})\"|(?<![^\W_])'([^'\n]{2,120})'(?![^\W_])")
+#: A word: a letter (any script), then at least two letters, digits or underscores.
+_WORD = re.compile(r"[^\W\d_]\w{2,}")
+#: Characters of a question that :func:`question_terms` reads (a longer one is cut there).
+QUESTION_CHARS = 4_000
 _PATHLIKE = re.compile(r"[\w.-]*[/\\][\w./\\-]+|[\w.-]+\.[A-Za-z0-9]{1,6}")
 _EXTENSIONS = frozenset("py pyi c h cc cpp hpp rs go java kt js ts tsx jsx rb php cs swift m sh toml yaml yml json "
                         "jsonl csv tsv md rst txt cfg ini log xml html css sql proto gradle lock".split())
@@ -62,14 +66,16 @@ def question_terms(question: str) -> dict[str, list[str]]:
     * ``phrases``: other quoted text, searched as written;
     * ``words``: the remaining words of at least 3 letters that are not :data:`STOPWORDS`,
       lowercased, in order, without repeats.
+
+    Only the first :data:`QUESTION_CHARS` characters are read.
     """
+    question = question[:QUESTION_CHARS]
     paths: list[str] = []
     names: list[str] = []
     phrases: list[str] = []
-    rest = question
+    rest = _QUOTED.sub(" ", question)
     for m in _QUOTED.finditer(question):
         text = next(g for g in m.groups() if g is not None).strip()
-        rest = rest.replace(m.group(0), " ")
         if _is_path(text):
             paths.append(text)
         elif _IDENT.fullmatch(text.rstrip("()")):
@@ -83,7 +89,7 @@ def question_terms(question: str) -> dict[str, list[str]]:
             continue
         if _is_path(tok):
             paths.append(tok)
-        elif _IDENT.fullmatch(tok) and ("_" in tok.strip("_") or "." in tok
+        elif _IDENT.fullmatch(tok) and ("_" in tok.strip("_") or "." in tok or tok.startswith("__")
                                         or re.search(r"[a-z][A-Z]", tok)):
             names.append(tok)
         else:
@@ -211,8 +217,13 @@ def leads(view: Any, question: str, max_chars: int = MAX_CHARS) -> str:
                    + ", ".join(f"{f['path']} ({f.get('lines', '?')} lines)" for f in scope[:4]))
     elif terms["paths"]:
         out.append(f"no file in the corpus matches {', '.join(terms['paths'][:3])} (see `files`)")
+    whole = _Scanner(view, None) if scope else sc
     for name in terms["names"][:4]:
-        out += _name_leads(sc, name)
+        found = _name_leads(sc, name)
+        if scope and found and found[-1].endswith(_NOT_FOUND):
+            found = [f"`{name}` is not in {', '.join(f['path'] for f in scope[:4])}; in the whole corpus:"]
+            found += _name_leads(whole, name)
+        out += found
     out += _line_leads(sc, terms)
     text = "\n".join(out)
     if len(text) > max_chars:
@@ -232,6 +243,15 @@ def _scope(view: Any, paths: list[str]) -> list[dict[str, Any]]:
 
 
 _DEF_LINE = re.compile(rf"^[ \t]*(?:export[ \t]+)?(?:pub[ \t]+)?{_DEF_KEYWORDS}[ \t]+(\w+)")
+#: An assignment that defines a name: ``NAME = ...``, ``NAME: type = ...`` (also ``const``/``let``/``var``).
+_ASSIGN_LINE = re.compile(r"^[ \t]*(?:(?:export[ \t]+)?(?:const|let|var|static|final)[ \t]+)?(\w+)[ \t]*"
+                          r"(?::[^=\n]{1,80})?=(?!=)")
+#: The end of the line :func:`_name_leads` gives for a name it did not find.
+_NOT_FOUND = "is not in the corpus as a word (case-sensitive)"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def _name_leads(sc: _Scanner, name: str) -> list[str]:
@@ -240,6 +260,9 @@ def _name_leads(sc: _Scanner, name: str) -> list[str]:
     owner = name.rsplit(".", 1)[0].rsplit(".", 1)[-1] if "." in name else None
     uses = sc.lines_with(last, any_case=False, limit=20_000)
     defs = [s for s in uses if (m := _DEF_LINE.match(sc.text(s))) and m.group(1) == last]
+    if not defs:  # a constant or a variable: where it is assigned at the top of a file or class
+        defs = [s for s in uses if (m := _ASSIGN_LINE.match(sc.text(s))) and m.group(1) == last
+                and len(sc.text(s)) - len(sc.text(s).lstrip()) <= 4][:DEFS_PER_NAME * 2]
     if owner and len(defs) > 1:  # Class.method: the method of that class first
         own = []
         for s in defs:
@@ -253,30 +276,36 @@ def _name_leads(sc: _Scanner, name: str) -> list[str]:
         out.append(f"`{name}` is defined at{more}:")
         out += ["  " + sc.describe(s, signature=True, width=240) for s in defs[:DEFS_PER_NAME]]
     if not uses:
-        out.append(f"`{last}` is not in the corpus as a word (case-sensitive)")
+        out.append(f"`{last}` {_NOT_FOUND}")
         return out
     call = re.compile(rf"(?<![\w.]){re.escape(last)}[ \t]*\(")
     def_set = set(defs)
     calls = [s for s in uses if s not in def_set and call.search(sc.text(s))]
     files = {sc.file_of(s) for s in uses}
     capped = "+" if len(uses) >= 20_000 else ""
-    summary = f"`{last}` is on {len(uses):,}{capped} lines in {len(files):,} files"
+    summary = f"`{last}` is on {_plural(len(uses), 'line')}{capped} in {_plural(len(files), 'file')}"
     if not calls:
         out.append(summary + f"; no plain call `{last}(`")
         return out
     by_file: dict[str, list[int]] = {}
     for s in calls:
         by_file.setdefault(sc.file_of(s), []).append(s)
-    out.append(summary + f"; plain calls `{last}(` on {len(calls):,} lines in {len(by_file):,} files:")
+    out.append(summary + f"; plain calls `{last}(` on {_plural(len(calls), 'line')} in "
+               f"{_plural(len(by_file), 'file')}:")
     for path, starts in list(by_file.items())[:3]:
         callers: list[str] = []
+        module_level = False
         for s in starts:
             f, n = sc.where(s)
-            caller = sc.enclosing(f, n) or "(module level)"
-            if caller not in callers:
+            caller = sc.enclosing(f, n)
+            if caller is None:
+                module_level = True
+            elif caller not in callers:
                 callers.append(caller)
         shown = ", ".join(callers[:10]) + (", ..." if len(callers) > 10 else "")
-        out.append(f"  {path}: in {len(callers)} function(s)/method(s): {shown}")
+        who = "function or method calls" if len(callers) == 1 else "functions and methods call"
+        out.append(f"  {path}: {len(callers)} {who} `{last}`" + (f": {shown}" if callers else "")
+                   + ("; also called at module level" if module_level else ""))
     if len(by_file) > 3:
         out.append(f"  ... and in {len(by_file) - 3} more files")
     return out
@@ -297,6 +326,8 @@ def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
     head = ("lines with the most question words (lines per word: "
             + ", ".join(f"{label} {len(s):,}{'+' if len(s) > COMMON_HITS else ''}" for label, _, s in found) + ")")
     if not rare:
+        if all(not s for _, _, s in found):
+            return [head + ": no line holds any of them"]
         return [head + ": every word is common; narrow the search with code"]
     candidates = set().union(*(s for _, _, s in rare))
     scored = []

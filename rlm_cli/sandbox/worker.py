@@ -131,6 +131,7 @@ class Worker:
         self.data = DataView(self.corpus.structured, config.get("data_file"))  # opens the file, loads nothing
         #: Counts helper calls and records what each block looked at (reported with its result).
         self.observer = Observer(self.context, self.corpus.files)
+        self._cell_names: set[str] = set()
         self._batches = 0
         self._helpers = self._make_helpers()
 
@@ -278,12 +279,40 @@ class Worker:
                 "read_file": watched("read_file", c.read_file, obs, read_after),
                 "chunk_text": watched("chunk_text", c.chunk_text, obs),
                 "search": watched("search", c.search, obs),
-                "leads": watched("leads", lambda question="", max_chars=2_400, *_a, **_k: leads(c, str(question),
-                                                                                                int(max_chars)), obs),
+                "leads": watched("leads", self._leads, obs),
                 "data": self.data.data, "records": self.data.records, "frame": self.data.frame,
                 "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched,
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
                 "SHOW_VARS": self.SHOW_VARS}
+
+    def _cell_name(self, cell: int) -> str:
+        """The file name of a block's code: ``<cell N>``, or ``<cell N.k>`` when an earlier block
+        (of an earlier question of a session, or a FINAL line) had that number, so that a function
+        defined there keeps its own source lines in tracebacks."""
+        name, k = f"<cell {cell}>", 1
+        while name in self._cell_names:
+            k += 1
+            name = f"<cell {cell}.{k}>"
+        self._cell_names.add(name)
+        return name
+
+    def _leads(self, text: Any = None, max_chars: Any = 2_400) -> _Shown:
+        """``leads(text=question, max_chars=2400)``: see ``rlm_cli.sandbox.leads`` (printed text).
+
+        Raises:
+            TypeError: ``text`` is not a str (nor left out, for the run's ``question``), or
+                ``max_chars`` not a number.
+        """
+        if text is None:
+            text = self.namespace.get("question")
+        if not isinstance(text, str):
+            raise TypeError(f"leads() takes the text to look up (a str), got {type(text).__name__}. "
+                            f"{LEADS_USAGE}")
+        if isinstance(max_chars, bool) or not isinstance(max_chars, (int, float)):
+            raise TypeError(f"leads(): max_chars must be a number of characters. {LEADS_USAGE}")
+        found = leads(self.corpus, text, max(200, int(max_chars)))
+        print(found or "(no leads: the text names nothing found in the corpus)")
+        return _Shown(found)
 
     def _echo(self, value: Any) -> None:
         """Show the value of a top-level expression statement (see :func:`_echo_expressions`)."""
@@ -314,17 +343,18 @@ class Worker:
         try:
             self.running = True
             # The source in linecache: tracebacks then show each failing line, not only its number.
-            linecache.cache[f"<cell {cell}>"] = (len(code), None, code.splitlines(True), f"<cell {cell}>")
-            tree = ast.parse(code, filename=f"<cell {cell}>", mode="exec")
+            name = self._cell_name(cell)
+            linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+            tree = ast.parse(code, filename=name, mode="exec")
             self.observer.begin_block(tree)
             last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
             if last is not None:
                 tree.body.pop()
             tree = _echo_expressions(tree)
             self.namespace[_ECHO] = self._echo
-            exec(compile(tree, f"<cell {cell}>", "exec"), self.namespace)
+            exec(compile(tree, name, "exec"), self.namespace)
             if last is not None:
-                value = eval(compile(ast.Expression(last.value), f"<cell {cell}>", "eval"), self.namespace)
+                value = eval(compile(ast.Expression(last.value), name, "eval"), self.namespace)
                 if value is not None and self.final.value is None and not isinstance(value, _Shown):
                     out.write((value if isinstance(value, str) else repr(value)) + "\n")
         except SystemExit:
@@ -396,6 +426,10 @@ def _corpus_entry(view: CorpusView, path: str) -> dict[str, Any] | None:
     return None
 
 
+LEADS_USAGE = ("Usage: leads(text=question, max_chars=2400) prints where the names in text are defined and "
+               "called, and the lines holding most of its words")
+
+
 class _Shown(str):
     """Text a helper has already printed: an expression statement does not show it again."""
 
@@ -404,15 +438,24 @@ class _Shown(str):
 _ECHO = "__rlm_echo__"
 
 
+#: Methods whose result is a count or a position nobody reads (``f.write(...)``, ``os.write``).
+_QUIET_CALLS = frozenset({"write", "writelines", "send", "sendall", "seek", "truncate", "flush"})
+
+
+def _io_call(node: ast.expr) -> bool:
+    """Whether ``node`` calls one of :data:`_QUIET_CALLS` (its value is not shown)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _QUIET_CALLS
+
+
 def _echo_expressions(tree: ast.Module) -> ast.Module:
     """``tree`` with each top-level expression statement (a bare ``grep(...)`` line, not only the
     last one) writing its value to ``out`` as Python's interactive console does: ``None`` shows
     nothing, a ``str`` is written as it is, anything else as its ``repr`` (``Worker._echo``).
-    Models write several such lines in one block and expect to see each; bare string constants
-    (used as comments) stay silent. The echo function is bound in the namespace as :data:`_ECHO`."""
+    Models write several such lines in one block and expect to see each; constants (a bare string
+    used as a comment) and I/O calls (:data:`_QUIET_CALLS`) stay silent. The echo function is bound in the namespace as :data:`_ECHO`."""
     changed = False
     for i, stmt in enumerate(tree.body):
-        if isinstance(stmt, ast.Expr) and not isinstance(stmt.value, ast.Constant):
+        if isinstance(stmt, ast.Expr) and not isinstance(stmt.value, ast.Constant) and not _io_call(stmt.value):
             call = ast.Call(func=ast.Name(id=_ECHO, ctx=ast.Load()), args=[stmt.value], keywords=[])
             tree.body[i] = ast.copy_location(ast.Expr(value=ast.copy_location(call, stmt.value)), stmt)
             changed = True
