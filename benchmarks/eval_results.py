@@ -38,6 +38,8 @@ TINY = [f"{STDLIB}/this.py"]  # the generated records are (nearly) the whole cor
 RUNS: dict[str, tuple[str, list[str], list[str]]] = {
     "scripted-31mb": ("scripted", [STDLIB, *PY], ["--families", "needle,code,aggregate,pairs", "--limit", "8"]),
     "code-31mb": ("local", [STDLIB, *PY], ["--families", "code", "--limit", "10"]),
+    # The same questions without leads(question) before the first turn: what the leads add.
+    "code-31mb-noleads": ("local", [STDLIB, *PY], ["--families", "code", "--limit", "10", "--no-leads"]),
     "needle-1mb": ("local", [*ONE_MB, *PY], ["--families", "needle", "--limit", "6"]),
     "needle-31mb": ("local", [STDLIB, *PY], ["--families", "needle", "--limit", "8"]),
     "aggregate-log": ("local", TINY, ["--families", "aggregate", "--limit", "6", "--records", "150",

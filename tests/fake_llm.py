@@ -262,6 +262,13 @@ def last_user(req: dict[str, Any]) -> str:
     return str(users[-1]["content"]) if users else ""
 
 
+def question_message(req: dict[str, Any]) -> str:
+    """The content of the loop's first user message (corpus metadata and ``Question: ...``),
+    wherever it is in the request (the leads turn, and later turns, come after it)."""
+    return next((str(m["content"]) for m in req.get("messages", []) if m.get("role") == "user"
+                 and "Question: " in str(m.get("content", ""))), "")
+
+
 def task_messages(req: dict[str, Any]) -> list[dict[str, Any]]:
     """The messages of a request from the loop's first user message (the one asking the question)
     on: the system prompt and the worked example's turns before it left out."""

@@ -12,7 +12,7 @@ from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
 from rlm_cli.runner import choose_mode
 from tests.conftest import model_flags, run_rlm
-from tests.fake_llm import FakeLLM, last_user, repl
+from tests.fake_llm import FakeLLM, last_user, question_message, repl
 from tests.inproc import corpus, run
 
 
@@ -101,4 +101,4 @@ def test_auto_keeps_a_small_corpus_in_the_repl_when_the_question_fills_the_windo
     assert res.code == 0, res.stderr  # it used to go direct and stop with "--mode direct: ... window"
     assert res.stdout == "gamma\n"
     assert "mode rlm" in res.stderr and "with the question it needs" in res.stderr
-    assert "Which words are missing?" in llm.chat_requests("root")[0]["messages"][-1]["content"]
+    assert "Which words are missing?" in question_message(llm.chat_requests("root")[0])

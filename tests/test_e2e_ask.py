@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import model_flags, run_rlm
-from tests.fake_llm import FakeLLM, last_user, repl
+from tests.fake_llm import FakeLLM, last_user, question_message, repl
 
 
 def make_haystack(root: Path, files: int, chars_per_file: int, needle_file: int, needle: str) -> None:
@@ -252,7 +252,7 @@ def test_question_file_with_a_130000_character_question_is_shortened_with_a_warn
     assert res.code == 0, res.stderr
     assert res.stdout == "ledger, entry, total\n"
     assert re.search(r"warning: the question \(130,000 characters, [\d,]+ tokens\) was shortened", res.stderr)
-    first = llm.chat_requests("root")[0]["messages"][-1]["content"]
+    first = question_message(llm.chat_requests("root")[0])
     assert "Question: START OF THE PASTED TEXT" in first  # its beginning
     assert "INSTRUCTION AT THE END: list the three most frequent words." in first  # and its end survive
     assert "characters of the question were cut here to fit the model's input window" in first
@@ -267,7 +267,7 @@ def test_question_file_from_stdin_is_sent_whole_when_it_fits(tmp_path: Path, llm
                   *model_flags(llm), stdin=question)
     assert res.code == 0, res.stderr
     assert "shortened" not in res.stderr
-    assert f"Question: {question}\n" in llm.chat_requests("root")[0]["messages"][-1]["content"]
+    assert f"Question: {question}\n" in question_message(llm.chat_requests("root")[0])
 
 
 def test_question_file_errors_exit_2_before_any_model_call(tmp_path: Path, llm: FakeLLM) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlm_cli.errors import BudgetExceededError
-from tests.fake_llm import FakeLLM, last_user, repl
+from tests.fake_llm import FakeLLM, last_user, question_message, repl
 from tests.inproc import corpus, run
 
 
@@ -43,7 +43,7 @@ def test_recursion_to_depth_two_with_fallback_at_the_limit(tmp_path: Path, llm: 
     roots = llm.chat_requests("root")
     assert "a sub-RLM: a fresh REPL" in roots[1]["messages"][0]["content"]
     assert "plain sub-call (no REPL)" in roots[2]["messages"][0]["content"]
-    assert "Question: What is the last word?" in roots[2]["messages"][-1]["content"]
+    assert "Question: What is the last word?" in question_message(roots[2])
     assert last_user(llm.chat_requests("sub")[0]) == "Say hi\n\none two three"
     assert r.outcome is not None and r.outcome.usage["root"]["calls"] == 6
 

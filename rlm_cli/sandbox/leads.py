@@ -327,7 +327,7 @@ def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
             + ", ".join(f"{label} {len(s):,}{'+' if len(s) > COMMON_HITS else ''}" for label, _, s in found) + ")")
     if not rare:
         if all(not s for _, _, s in found):
-            return [head + ": no line holds any of them"]
+            return []  # nothing to show: no line holds any of the words
         return [head + ": every word is common; narrow the search with code"]
     candidates = set().union(*(s for _, _, s in rare))
     scored = []
