@@ -60,14 +60,14 @@ def test_apostrophes_are_not_quotes_and_long_questions_are_read_only_so_far() ->
 def test_a_name_gets_its_definition_with_the_whole_signature_and_its_callers() -> None:
     text = leads(view(), "Which file defines the function `parse_config`?")
     assert "pkg/config.py:8: def parse_config(path, strict=False, retries=3):" in text
-    assert "pkg/app.py: 1 function or method calls `parse_config`: main" in text
-    assert "pkg/app.py:1" not in text.split("plain calls")[0]  # the import is not a definition
+    assert "`parse_config` is called by 1 function or method in pkg/app.py: main" in text
+    assert "pkg/app.py:1" not in text  # the import is neither a definition nor a call
 
 
 def test_callers_are_counted_per_function_and_attribute_calls_are_not_calls() -> None:
     text = leads(view(), "In the file `pkg/config.py`, how many functions call `load`?")
     assert "files named in the question: pkg/config.py" in text
-    assert "pkg/config.py: 2 functions and methods call `load`: parse_config, reload" in text  # not app.py's cfg.load()
+    assert "`load` is called by 2 functions and methods in pkg/config.py: parse_config, reload" in text  # not app.py's cfg.load()
 
 
 def test_a_name_missing_from_the_named_file_is_looked_up_in_the_whole_corpus() -> None:
@@ -83,7 +83,13 @@ def test_a_constant_is_defined_where_it_is_assigned() -> None:
                                   "start": len(head), "end": len(head) + len(body), "first_chunk": 0, "n_chunks": 0,
                                   "kind": ""}], [])
     text = leads(v, "What is MAX_RETRIES?")
-    assert "`MAX_RETRIES` is defined at:\n  k.py:1: MAX_RETRIES = 5" in text and "is on 2 lines in 1 file;" in text
+    assert "`MAX_RETRIES` is defined at:\n  k.py:1: MAX_RETRIES = 5" in text
+
+
+def test_a_parameter_beside_its_function_gets_no_misleading_definition() -> None:
+    text = leads(view(), "What is the default of the parameter `strict` of the function `parse_config`?")
+    assert "def parse_config(path, strict=False, retries=3):" in text and "`strict`" not in text
+    assert "`strict` is on" in leads(view(), "Where is `strict` used?")  # alone, it is the subject
 
 
 def test_words_found_nowhere_give_no_leads() -> None:

@@ -218,8 +218,11 @@ def leads(view: Any, question: str, max_chars: int = MAX_CHARS) -> str:
     elif terms["paths"]:
         out.append(f"no file in the corpus matches {', '.join(terms['paths'][:3])} (see `files`)")
     whole = _Scanner(view, None) if scope else sc
-    for name in terms["names"][:4]:
-        found = _name_leads(sc, name)
+    names = terms["names"][:4]
+    # A name with a def or class makes the others minor (parameters, attributes of it).
+    major = {n for n in names if _has_def(sc, n)}
+    for name in names:
+        found = _name_leads(sc, name, minor=bool(major) and name not in major)
         if scope and found and found[-1].endswith(_NOT_FOUND):
             found = [f"`{name}` is not in {', '.join(f['path'] for f in scope[:4])}; in the whole corpus:"]
             found += _name_leads(whole, name)
@@ -254,44 +257,64 @@ def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
-def _name_leads(sc: _Scanner, name: str) -> list[str]:
-    """Where ``name`` (its last dotted part) is defined, and which functions call it."""
+def _has_def(sc: _Scanner, name: str) -> bool:
+    """Whether ``name``'s last part has a ``def``/``class`` (or the like) line in the scanned files."""
+    last = name.rsplit(".", 1)[-1]
+    for s in sc.lines_with(last, any_case=False, limit=20_000):
+        m = _DEF_LINE.match(sc.text(s))
+        if m and m.group(1) == last:
+            return True
+    return False
+
+
+def _definitions(sc: _Scanner, name: str, uses: list[int], assignments: bool) -> list[int]:
+    """The lines of ``uses`` that define ``name``'s last part: ``def``/``class`` (and the like),
+    else, with ``assignments``, top-level or class-level assignments (``NAME = ...``); for
+    ``Class.method`` the method of that class first."""
     last = name.rsplit(".", 1)[-1]
     owner = name.rsplit(".", 1)[0].rsplit(".", 1)[-1] if "." in name else None
-    uses = sc.lines_with(last, any_case=False, limit=20_000)
     defs = [s for s in uses if (m := _DEF_LINE.match(sc.text(s))) and m.group(1) == last]
-    if not defs:  # a constant or a variable: where it is assigned at the top of a file or class
+    if not defs and assignments:  # a constant or a variable: where it is assigned at the top of a file or class
         defs = [s for s in uses if (m := _ASSIGN_LINE.match(sc.text(s))) and m.group(1) == last
                 and len(sc.text(s)) - len(sc.text(s).lstrip()) <= 4][:DEFS_PER_NAME * 2]
-    if owner and len(defs) > 1:  # Class.method: the method of that class first
+    if owner and len(defs) > 1:
         own = []
         for s in defs:
             f, line = sc.where(s)
             if str(sc.enclosing(f, line + 1) or "").endswith(f"{owner}.{last}"):
                 own.append(s)
         defs = own + [s for s in defs if s not in own]
+    return defs
+
+
+def _name_leads(sc: _Scanner, name: str, *, minor: bool = False) -> list[str]:
+    """Where ``name`` (its last dotted part) is defined, and which functions call it, file by
+    file. A ``minor`` name (another name of the question has a ``def`` or ``class``: this one is
+    likely a parameter or attribute of it) gets no assignment "definitions" and no line count,
+    which small models were seen to take for the answer."""
+    last = name.rsplit(".", 1)[-1]
+    uses = sc.lines_with(last, any_case=False, limit=20_000)
+    if not uses:
+        return [f"`{last}` {_NOT_FOUND}"]
+    defs = _definitions(sc, name, uses, assignments=not minor)
     out: list[str] = []
     if defs:
         more = f" ({len(defs)} definitions; the first {DEFS_PER_NAME})" if len(defs) > DEFS_PER_NAME else ""
         out.append(f"`{name}` is defined at{more}:")
         out += ["  " + sc.describe(s, signature=True, width=240) for s in defs[:DEFS_PER_NAME]]
-    if not uses:
-        out.append(f"`{last}` {_NOT_FOUND}")
-        return out
     call = re.compile(rf"(?<![\w.]){re.escape(last)}[ \t]*\(")
     def_set = set(defs)
-    calls = [s for s in uses if s not in def_set and call.search(sc.text(s))]
-    files = {sc.file_of(s) for s in uses}
-    capped = "+" if len(uses) >= 20_000 else ""
-    summary = f"`{last}` is on {_plural(len(uses), 'line')}{capped} in {_plural(len(files), 'file')}"
-    if not calls:
-        out.append(summary + f"; no plain call `{last}(`")
-        return out
     by_file: dict[str, list[int]] = {}
-    for s in calls:
-        by_file.setdefault(sc.file_of(s), []).append(s)
-    out.append(summary + f"; plain calls `{last}(` on {_plural(len(calls), 'line')} in "
-               f"{_plural(len(by_file), 'file')}:")
+    for s in uses:
+        if s not in def_set and call.search(sc.text(s)):
+            by_file.setdefault(sc.file_of(s), []).append(s)
+    if not by_file:
+        if not defs and not minor:
+            files = {sc.file_of(s) for s in uses}
+            capped = "+" if len(uses) >= 20_000 else ""
+            out.append(f"`{last}` is on {_plural(len(uses), 'line')}{capped} in {_plural(len(files), 'file')}, "
+                       "never defined or called there")
+        return out
     for path, starts in list(by_file.items())[:3]:
         callers: list[str] = []
         module_level = False
@@ -303,11 +326,13 @@ def _name_leads(sc: _Scanner, name: str) -> list[str]:
             elif caller not in callers:
                 callers.append(caller)
         shown = ", ".join(callers[:10]) + (", ..." if len(callers) > 10 else "")
-        who = "function or method calls" if len(callers) == 1 else "functions and methods call"
-        out.append(f"  {path}: {len(callers)} {who} `{last}`" + (f": {shown}" if callers else "")
-                   + ("; also called at module level" if module_level else ""))
+        who = "function or method" if len(callers) == 1 else "functions and methods"
+        line = (f"`{last}` is called by {len(callers)} {who} in {path}" + (f": {shown}" if callers else "")
+                if callers else f"`{last}` is called in {path}")
+        out.append(line + ("; also at module level" if module_level and callers else
+                           " at module level" if module_level else ""))
     if len(by_file) > 3:
-        out.append(f"  ... and in {len(by_file) - 3} more files")
+        out.append(f"`{last}` is called in {len(by_file) - 3} more files")
     return out
 
 
