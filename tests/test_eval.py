@@ -227,6 +227,8 @@ def test_scorers_are_lenient_to_phrasing_and_exact_on_the_fact() -> None:
     assert scoring.score("names", "`Codec` in `encodings/cp932.py` extends `codecs.Codec`.", ["codecs.Codec"],
                          ignore=["Codec"])
     assert not scoring.score("names", "It inherits from Mixin", ["io.TextIOBase", "Mixin"])
+    # Naming the class itself is not naming its base of the same last name.
+    assert not scoring.score("names", "The class `Codec` is defined on 6 lines.", ["codecs.Codec"], ignore=["Codec"])
     assert scoring.score("number", "There are 4 functions that call it.", 4)
     assert scoring.score("number", "Counting them in `a1.py` and line 12 ... so the answer is four.", 4)
     assert scoring.score("number", "94,376", 94376)

@@ -9,7 +9,8 @@ the answer states the gold fact. The rules (also in the README's ``rlm eval`` se
 * ``literal`` (a default value): the gold Python literal appears as written, quotes of either
   kind; a string also counts bare (``utf-8`` for ``'utf-8'``) when it is not empty.
 * ``names`` (base classes): every gold name appears as a word (a dotted name may be given by
-  its last part: ``TextIOBase`` for ``io.TextIOBase``), and no other class-like name (CamelCase,
+  its last part: ``TextIOBase`` for ``io.TextIOBase``, unless that part is the asked class's own
+  name), and no other class-like name (CamelCase,
   dotted or underscored) is given, except the class asked about.
 * ``number`` (counts, sums): after code spans and paths are removed, the first or the last
   number written in the answer (digits, or a word from zero to twenty) equals the gold number.
@@ -106,8 +107,11 @@ def score_names(answer: str, gold: list[str], *, ignore: Sequence[str] = (), **_
 
     def named(name: str) -> bool:
         last = name.rsplit(".", 1)[-1]
-        return re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", text) is not None or \
-            re.search(r"(?<![\w])" + re.escape(last) + r"(?![\w])", text) is not None
+        if re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", text) is not None:
+            return True
+        # By its last part only when that is not the asked class's own name (``codecs.Codec`` for
+        # ``class Codec``: naming the class itself says nothing about its base).
+        return last not in ignore and re.search(r"(?<![\w])" + re.escape(last) + r"(?![\w])", text) is not None
 
     allowed = {g for g in gold} | {g.rsplit(".", 1)[-1] for g in gold} | set(ignore)
     allowed |= {p for g in gold for p in g.split(".")}
