@@ -148,9 +148,22 @@ def run(name: str, model_flags: list[str], env: dict[str, str]) -> dict[str, Any
         raise SystemExit(f"{name}: rlm eval exited {proc.returncode}")
     doc = json.loads(proc.stdout)
     doc["command"] = " ".join(argv).replace(STDLIB, "$STDLIB")
+    doc["commit"] = _commit()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=1))
     return doc
+
+
+def _commit() -> str:
+    """The checkout's commit (short), with ``+changes`` when the work tree differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
 
 
 def render() -> str:
@@ -168,7 +181,8 @@ def render() -> str:
     for name, doc in docs.items():
         meta = doc["meta"]
         out += [f"## {name}", "", f"- date: {meta['date']}; model: `{meta['model']}`; corpus: "
-                f"{meta['corpus']['files']:,} files, {meta['corpus']['tokens']:,} tokens",
+                f"{meta['corpus']['files']:,} files, {meta['corpus']['tokens']:,} tokens; rlm commit: "
+                f"{doc.get('commit', 'not recorded (run before commit recording)')}",
                 f"- command: `{doc['command']}`", "",
                 "| family | mode | correct | accuracy | median iterations | sub-calls | tokens | median s | not run |",
                 "|---|---|---|---|---|---|---|---|---|"]
