@@ -483,7 +483,7 @@ class Orchestrator:
             if loop.no_code_streak >= 2 and reply.looks_like_answer(text) and self._second_look(text.strip(), loop,
                                                                                                  second_look):
                 self._notice("two replies without code in a row: taking the reply as the final answer")
-                return text.strip()
+                return reply.without_notes(text).strip()
             if second_look:
                 feedback = second_look[0]
             elif loop.no_code_streak >= 2:
@@ -598,7 +598,7 @@ class Orchestrator:
                 if result.final is not None:
                     return result.final
                 break
-        prose = reply.outside_code(best).strip()
+        prose = reply.without_notes(reply.outside_code(best)).strip()
         if prose and reply.looks_like_answer(prose):
             return prose
         return partial_answer(best, [self._last_output])

@@ -188,12 +188,22 @@ def mentions_final(text: str) -> bool:
     return bool(_PROSE_FINAL.search(outside_code(text)))
 
 
+_NOTE_LINE = re.compile(r"^[ \t]*\[[^\]\n]*\][ \t]*$\n?", re.MULTILINE)
+
+
+def without_notes(text: str) -> str:
+    """``text`` without lines that are wholly in square brackets: small models end a reply with
+    an imitation of rlm's own notes ("[You can now call FINAL(answer)...]"), which is not part of
+    what they answer."""
+    return _NOTE_LINE.sub("", text)
+
+
 def looks_like_answer(text: str) -> bool:
     """Whether a prose reply (no code, no FINAL) can stand as the answer: not empty, not a plan
     ("Let me search...", "I will..."), not a refusal ("The corpus is too large to read"), not a
     question back to the user, not a lead-in that ends with ``:`` (what it introduces, a code
     block or a list, is missing). Judged on its first 400 characters."""
-    whole = outside_code(text).strip()
+    whole = without_notes(outside_code(text)).strip()
     head = whole[:400]
     if not head:
         return False

@@ -316,6 +316,13 @@ def test_open_reads_a_corpus_file_by_its_corpus_path_and_stays_open_for_the_rest
     assert r.of("output")[0]["output"].strip() == "1 b'from' scratch"
 
 
+def test_a_stuck_model_s_answer_is_taken_without_the_note_it_imitates(tmp_path: Path, llm: FakeLLM) -> None:
+    same = repl("print(len(files))")
+    llm.script("root", same, same, same, "There are 2 files.\n\n[You can now call FINAL(answer) if you have the answer.]")
+    r = run(llm, [code_corpus(tmp_path)], max_iterations=10)
+    assert r.error is None and r.answer == "There are 2 files."
+
+
 def test_a_stuck_model_may_answer_with_final_in_a_code_block(tmp_path: Path, llm: FakeLLM) -> None:
     same = repl("print(len(files))")
     llm.script("root", same, same, same, repl("FINAL('via-block')"))

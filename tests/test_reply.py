@@ -57,6 +57,7 @@ def test_plan_stops_at_the_first_block_followed_by_claimed_output() -> None:
     ("", False),
     ("```repl\nprint(1)\n```", False),
     ("The base classes of the class `TestFreeze` are:\n```repl\nread_file('t.py', 24, 35)\n```", False),
+    ("The code of the misty willow project is XKWR-7354.\n\n[You can now call FINAL(answer) if you have it.]", True),
 ])
 def test_looks_like_answer(text: str, expected: bool) -> None:
     assert looks_like_answer(text) is expected
