@@ -511,8 +511,9 @@ class Orchestrator:
             return result.final, False
         if tf.func == "FINAL" and not result.final_error and not result.lost:
             err = reply.error_signature(result.output) or ""
-            if err.startswith(("NameError", "SyntaxError", "AttributeError")):
+            if err.startswith(("NameError", "SyntaxError", "AttributeError")) and not tf.source.strip().isidentifier():
                 return tf.source, True  # e.g. FINAL(urllib/parse.py): prose that parses as Python
+            # FINAL(answer) of a name never assigned: the model meant a variable it did not make.
         problem = (result.final_error or result.lost
                    or f"{tf.call[:80]} failed: {(reply.error_signature(result.output) or result.output.strip())[:300]}")
         notes.append(problem)

@@ -343,3 +343,10 @@ def test_a_question_with_bytes_that_are_not_utf8_is_asked_with_replacement_chara
                   "--no-llm-cache")
     assert res.code == 0 and res.stdout.strip() == "ok", res.stderr
     assert "what\ufffd is it?" in str(llm.chat_requests("root")[1]["messages"])
+
+
+def test_final_of_a_name_never_assigned_is_not_taken_as_the_word(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(1)"), "The answer to the question is:\n4\nFINAL(answer)", repl("FINAL('4')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.error is None and r.answer == "4"
+    assert "NameError" in last_user(llm.chat_requests("root")[2])
