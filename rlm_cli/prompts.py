@@ -191,16 +191,19 @@ def example_messages() -> list[dict[str, str]]:
     """A worked example as real chat turns, sent between the system prompt and the question: the
     model's reply ends right after its code block, and the output arrives as the next (user)
     message. Small models imitate a transcript written inside the system prompt, invented output
-    included; as separate turns, the turn-taking is what they learn (issue #10)."""
+    included; as separate turns, the turn-taking is what they learn (issue #10). Its answer states
+    the fact asked for, not where it was found: with a "where is it defined" example, a 1.5B model
+    answered every question with a location."""
     return [
-        {"role": "user", "content": "Example question (not your task): Where is the function `parse_config` "
-                                    "defined?"},
-        {"role": "assistant", "content": 'I will search for its definition.\n```repl\nhits = grep(r"def '
-                                         'parse_config\\b")\nprint(len(hits), hits[:5])\n```'},
-        {"role": "user", "content": "Output:\n1 [{'file': 'app/config.py', 'line': 42, 'text': 'def "
-                                    "parse_config(path):'}]\n\nContinue."},
-        {"role": "assistant", "content": 'The output shows the definition.\n```repl\nFINAL("`parse_config` is '
-                                         'defined in app/config.py at line 42.")\n```'},
+        {"role": "user", "content": "Example question (not your task): What is the default value of the parameter "
+                                    "`retries` of the function `fetch`?"},
+        {"role": "assistant", "content": 'I will find the definition of `fetch`.\n```repl\nhits = grep(r"def '
+                                         'fetch\\b")\nprint(len(hits), hits[:5])\n```'},
+        {"role": "user", "content": "Output:\n1 [{'file': 'app/net.py', 'line': 12, 'text': 'def fetch(url, "
+                                    "retries=3, timeout=10):'}]\n\nContinue."},
+        {"role": "assistant", "content": 'The signature answers what was asked, the default of `retries`: 3.\n'
+                                         '```repl\nFINAL("The default value of `retries` in `fetch` (app/net.py, line '
+                                         '12) is 3.")\n```'},
     ]
 
 

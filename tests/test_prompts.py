@@ -35,10 +35,10 @@ def test_the_worked_example_is_real_turns_the_output_arriving_as_the_next_messag
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
     ask, code, output, final = msgs[1:5]
     assert "not your task" in ask["content"]
-    assert code["content"].rstrip().endswith("```") and 'grep(r"def parse_config\\b")' in code["content"]
+    assert code["content"].rstrip().endswith("```") and 'grep(r"def fetch\\b")' in code["content"]
     assert "Output:" not in code["content"]
-    assert output["content"].startswith("Output:\n1 [{'file': 'app/config.py'")
-    assert 'FINAL("`parse_config` is defined' in final["content"]
+    assert output["content"].startswith("Output:\n1 [{'file': 'app/net.py'")
+    assert 'FINAL("The default value of `retries` in `fetch`' in final["content"]
     assert msgs[-1]["content"].endswith("Do not answer before running code.") and "Question: q" in msgs[-1]["content"]
 
 
