@@ -155,11 +155,13 @@ def run(name: str, model_flags: list[str], env: dict[str, str]) -> dict[str, Any
 
 
 def _commit() -> str:
-    """The checkout's commit (short), with ``+changes`` when the work tree differs from it."""
+    """The checkout's commit (short), with ``+changes`` when the work tree differs from it
+    (the results this script writes do not count)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/results", ":(exclude)benchmarks/RESULTS.md"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
