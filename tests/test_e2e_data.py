@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import model_flags, run_rlm
 from tests.data_kit import tickets, write_jsonl
-from tests.fake_llm import FakeLLM, last_user, repl
+from tests.fake_llm import FakeLLM, last_user, question_message, repl
 
 
 def make_helpdesk(root: Path) -> tuple[int, int]:
@@ -47,7 +47,7 @@ def test_counting_question_answered_exactly_from_records(tmp_path: Path, llm: Fa
     assert doc["answer"] == str(answer) and doc["status"] == "final"
     assert answer > 50  # a real count, not a trivial one
     root_calls = llm.chat_requests("root")
-    first = last_user(root_calls[0])
+    first = question_message(root_calls[0])
     # The root model's first view describes the data without showing it.
     assert "Structured files: 2 (1 jsonl (20,000 rows), 1 csv (12 rows))" in first
     assert "exports/tickets.jsonl: jsonl; 20,000 rows; 1 bad line (first: line 7001" in first
