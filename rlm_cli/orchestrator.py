@@ -62,6 +62,10 @@ _FINISHERS = ("FINAL", "FINAL_VAR")
 #: Seconds ``leads(question)`` may take before the first root call (it takes well under one
 #: second on the 31 MB standard library).
 LEADS_SECONDS = 20.0
+#: Names that stand for an answer rather than being one: ``FINAL(answer)`` of such a name never
+#: assigned is refused, where ``FINAL(gone)`` is taken as the word written.
+PLACEHOLDER_NAMES = frozenset({"answer", "final_answer", "result", "results", "res", "ans", "output", "out",
+                               "response", "value", "x"})
 #: Turns in a row of code already run after which the model is asked for its answer (again after
 #: as many more, at most :data:`STUCK_ASKS` times a run).
 STUCK_REPEATS = 2
@@ -511,9 +515,10 @@ class Orchestrator:
             return result.final, False
         if tf.func == "FINAL" and not result.final_error and not result.lost:
             err = reply.error_signature(result.output) or ""
-            if err.startswith(("NameError", "SyntaxError", "AttributeError")) and not tf.source.strip().isidentifier():
-                return tf.source, True  # e.g. FINAL(urllib/parse.py): prose that parses as Python
-            # FINAL(answer) of a name never assigned: the model meant a variable it did not make.
+            if err.startswith(("NameError", "SyntaxError", "AttributeError")) and \
+                    tf.source.strip().lower() not in PLACEHOLDER_NAMES:
+                return tf.source, True  # e.g. FINAL(urllib/parse.py), FINAL(gone): prose that parses as Python
+            # FINAL(answer) of a placeholder never assigned: the model meant a variable it did not make.
         problem = (result.final_error or result.lost
                    or f"{tf.call[:80]} failed: {(reply.error_signature(result.output) or result.output.strip())[:300]}")
         notes.append(problem)

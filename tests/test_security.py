@@ -29,13 +29,13 @@ from typing import Any
 
 import pytest
 
-from rlm_cli import protocol
+from rlm_cli import prompts, protocol
 from rlm_cli.config import Settings
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.sandbox.launcher import BWRAP_SYSTEM_DIRS, Limits, _python_roots, plan_drop, protections
 from tests.conftest import model_flags, run_rlm
-from tests.fake_llm import FakeLLM, last_user, repl
+from tests.fake_llm import FakeLLM, last_user, question_message, repl, task_messages
 from tests.sandbox_kit import (
     IS_ROOT,
     SECRET,
@@ -848,10 +848,11 @@ def _nesting_model(llm: FakeLLM, root_code: str, child_code: Callable[[str], str
     lock = threading.Lock()
 
     def reply(req: dict[str, Any]) -> str:
-        messages = req["messages"]
-        if "Question: " not in str(messages[-1]["content"]):  # a later turn: its last message is output
-            return repl("FINAL('done')")
-        first = str(messages[-1]["content"])
+        task = task_messages(req)
+        lead = prompts.leads_reply("")[:20]
+        if any(m["role"] == "assistant" and not str(m["content"]).startswith(lead) for m in task):
+            return repl("FINAL('done')")  # a later turn (the leads turn, rlm's own, does not count)
+        first = question_message(req)
         if "ATTACK " not in first:
             return repl(root_code)
         with lock:

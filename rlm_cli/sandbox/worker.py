@@ -438,8 +438,10 @@ class _Shown(str):
 _ECHO = "__rlm_echo__"
 
 
-#: Methods whose result is a count or a position nobody reads (``f.write(...)``, ``os.write``).
-_QUIET_CALLS = frozenset({"write", "writelines", "send", "sendall", "seek", "truncate", "flush"})
+#: Calls whose result is a count, a position or a status nobody reads (``f.write(...)``,
+#: ``os.write``, ``os.waitpid``).
+_QUIET_CALLS = frozenset({"write", "writelines", "send", "sendall", "seek", "truncate", "flush", "close",
+                          "waitpid", "wait", "join", "kill"})
 
 
 def _io_call(node: ast.expr) -> bool:
