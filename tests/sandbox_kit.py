@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, bwrap_status, protections
 
 BWRAP_OK, BWRAP_DETAIL = bwrap_status()
@@ -119,3 +120,17 @@ def set_comm(marker: str) -> str:
 
 def empty(path: Path) -> bool:
     return not path.exists() or not any(path.iterdir())
+
+
+def corpus_view(files: dict[str, str]) -> CorpusView:
+    """A CorpusView laid out like a bundle: each file after its ``==> path <==`` line (no chunks)."""
+    parts, rows, pos = [], [], 0
+    for path, text in files.items():
+        head = f"==> {path} <==\n"
+        parts.append(head + text)
+        start = pos + len(head)
+        rows.append({"path": path, "size": len(text), "chars": len(text), "lines": text.count("\n"),
+                     "tokens": 0, "start": start, "end": start + len(text), "first_chunk": 0, "n_chunks": 0,
+                     "kind": ""})
+        pos = start + len(text)
+    return CorpusView("".join(parts), rows, [])

@@ -14,6 +14,7 @@ from rlm_cli.sandbox.leads import leads, question_terms
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, repl
 from tests.inproc import run
+from tests.sandbox_kit import corpus_view
 
 FILES = {
     "pkg/config.py": ("import os\n\n\nclass Loader(BaseLoader, Mixin):\n    pass\n\n\n"
@@ -29,16 +30,7 @@ FILES = {
 
 
 def view() -> CorpusView:
-    parts, files, pos = [], [], 0
-    for path, text in FILES.items():
-        header = f"==> {path} <==\n"
-        parts.append(header + text)
-        start = pos + len(header)
-        files.append({"path": path, "size": len(text), "chars": len(text), "lines": text.count("\n"),
-                      "tokens": None, "start": start, "end": start + len(text), "first_chunk": 0, "n_chunks": 0,
-                      "kind": ""})
-        pos += len(header) + len(text)
-    return CorpusView("".join(parts), files, [])
+    return corpus_view(FILES)
 
 
 def test_terms_tell_paths_names_and_words_apart() -> None:
@@ -77,11 +69,7 @@ def test_a_name_missing_from_the_named_file_is_looked_up_in_the_whole_corpus() -
 
 
 def test_a_constant_is_defined_where_it_is_assigned() -> None:
-    body = "MAX_RETRIES = 5\n\ndef f():\n    return MAX_RETRIES\n"
-    head = "==> k.py <==\n"
-    v = CorpusView(head + body, [{"path": "k.py", "size": len(body), "chars": len(body), "lines": 4, "tokens": None,
-                                  "start": len(head), "end": len(head) + len(body), "first_chunk": 0, "n_chunks": 0,
-                                  "kind": ""}], [])
+    v = corpus_view({"k.py": "MAX_RETRIES = 5\n\ndef f():\n    return MAX_RETRIES\n"})
     text = leads(v, "What is MAX_RETRIES?")
     assert "`MAX_RETRIES` is defined at:\n  k.py:1: MAX_RETRIES = 5" in text
 

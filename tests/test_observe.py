@@ -4,21 +4,8 @@ from __future__ import annotations
 
 import random
 
-from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.observe import MIN_LINE_CHARS, Observer, WatchedList
-
-
-def _view(files: dict[str, str]) -> CorpusView:
-    """A CorpusView laid out like a bundle: each file after its ``==> path <==`` line."""
-    parts, rows, pos = [], [], 0
-    for path, text in files.items():
-        head = f"==> {path} <==\n"
-        parts.append(head + text)
-        start = pos + len(head)
-        rows.append({"path": path, "size": len(text), "chars": len(text), "lines": text.count("\n"),
-                     "tokens": 0, "start": start, "end": start + len(text), "first_chunk": 0, "n_chunks": 0})
-        pos = start + len(text)
-    return CorpusView("".join(parts), rows, [])
+from tests.sandbox_kit import corpus_view
 
 
 def _lines(tag: str, n: int, seed: int) -> str:
@@ -29,7 +16,7 @@ def _lines(tag: str, n: int, seed: int) -> str:
 
 def test_slices_sent_or_printed_map_to_files_and_lines() -> None:
     a, b = _lines("a", 50, 1), _lines("b", 30, 2)
-    view = _view({"src/a.py": a, "docs/b.md": b})
+    view = corpus_view({"src/a.py": a, "docs/b.md": b})
     obs = Observer(view.context, view.files)
     obs.begin_block(None)
     a_lines = a.splitlines(keepends=True)
@@ -44,7 +31,7 @@ def test_slices_sent_or_printed_map_to_files_and_lines() -> None:
 
 def test_a_slice_across_files_is_split_per_file_and_headers_belong_to_none() -> None:
     a, b = _lines("a", 5, 3), _lines("b", 5, 4)
-    view = _view({"a.txt": a, "b.txt": b})
+    view = corpus_view({"a.txt": a, "b.txt": b})
     obs = Observer(view.context, view.files)
     both = view.context[view.files[0]["start"] + len(a.splitlines()[0]) + 1:view.files[1]["end"]]
     assert obs.lines_of(view.context.index(both), view.context.index(both) + len(both)) == [
@@ -54,7 +41,7 @@ def test_a_slice_across_files_is_split_per_file_and_headers_belong_to_none() -> 
 def test_short_or_repeated_lines_do_not_place_a_slice() -> None:
     common = "    return None  # a line found everywhere in the corpus\n"
     files = {f"f{i}.py": f"def f{i}():\n" + common for i in range(20)}
-    view = _view(files)
+    view = corpus_view(files)
     obs = Observer(view.context, view.files)
     obs.begin_block(None)
     obs.note_text("x\n" + common, "sub_call")  # 20 copies in the corpus: which one? none is claimed
@@ -65,7 +52,7 @@ def test_short_or_repeated_lines_do_not_place_a_slice() -> None:
 
 def test_grep_hits_count_only_when_printed_and_counts_are_per_block() -> None:
     text = "first line of the file here\nthe retry policy is three attempts\nlast line\n"
-    view = _view({"conf.txt": text})
+    view = corpus_view({"conf.txt": text})
     obs = Observer(view.context, view.files)
     obs.begin_block(None)
     obs.count("grep")
@@ -79,7 +66,7 @@ def test_grep_hits_count_only_when_printed_and_counts_are_per_block() -> None:
 
 
 def test_watched_lists_count_reads_and_stay_lists() -> None:
-    view = _view({"a.txt": "hello\n"})
+    view = corpus_view({"a.txt": "hello\n"})
     obs = Observer(view.context, view.files)
     files = WatchedList(view.files, "files", obs)
     obs.begin_block(None)
