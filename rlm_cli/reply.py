@@ -15,7 +15,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-_CODE_BLOCK = re.compile(r"```(?:repl|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
+_CODE_BLOCK = re.compile(r"```(repl|python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
 _ANY_FENCE = re.compile(r"```.*?```", re.DOTALL)
 _FINAL_START = re.compile(r"^[ \t>*_`]*(FINAL_VAR|FINAL)\(", re.MULTILINE)
 _PROSE_FINAL = re.compile(r"\bFINAL(?:_VAR)?\s*\(")
@@ -96,8 +96,18 @@ class TextFinal:
 
 
 def code_blocks(text: str) -> list[Block]:
-    """Every ```repl / ```python block of ``text``, in order."""
-    return [Block(m.group(1), m.start(), m.end()) for m in _CODE_BLOCK.finditer(text)]
+    """The blocks of ``text`` to run, in order: its ```repl blocks when it has any, else its
+    ```python / ```py blocks.
+
+    A reply that uses the ```repl fence the system prompt asks for and also writes ```python
+    blocks uses the latter for illustration ("the corrected code would be ..."): seen with
+    Qwen2.5-Coder-1.5B, whose illustration blocks ran as code, failed, and were repeated until
+    the iteration limit. Models that never write ```repl still have their ```python blocks run.
+    """
+    found = list(_CODE_BLOCK.finditer(text))
+    if any(m.group(1) == "repl" for m in found):
+        found = [m for m in found if m.group(1) == "repl"]
+    return [Block(m.group(2), m.start(), m.end()) for m in found]
 
 
 def outside_code(text: str) -> str:

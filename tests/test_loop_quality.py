@@ -60,6 +60,19 @@ def test_blocks_written_after_claimed_output_do_not_run(tmp_path: Path, llm: Fak
     assert "False" in last_user(llm.chat_requests("root")[2])
 
 
+def test_python_blocks_written_beside_a_repl_block_do_not_run(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: a repl block, then "corrected code" in ```python blocks that did not
+    # parse; they ran, failed, and the same reply came back until the iteration limit.
+    llm.script("root", "```repl\nprint(len(files))\n```\nThe corrected code would be:\n"
+                       "```python\nprint(files[0]['path'\n```",
+               repl("FINAL('done')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "done" and r.error is None
+    assert len(r.of("code")) == 2  # the repl block of each reply, never the illustration
+    told = last_user(llm.chat_requests("root")[1])
+    assert "2" in told and "SyntaxError" not in told
+
+
 def test_helpers_take_the_calls_python_programmers_write(tmp_path: Path, llm: FakeLLM) -> None:
     code = (
         "a = grep(r'def urlparse', context)\n"            # like re.findall(pattern, string)

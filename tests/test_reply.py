@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlm_cli.reply import claims_output, error_signature, looks_like_answer, plan
+from rlm_cli.reply import claims_output, code_blocks, error_signature, looks_like_answer, plan
 
 INVENTED = ("Let me search.\n```repl\nhits = grep(r'def urlparse')\nprint(hits[:3])\n```\n"
             "Output: [{'file': 'distutils/command/upload.py', 'line': 14}]\n"
@@ -43,6 +43,13 @@ def test_plan_stops_at_the_first_block_followed_by_claimed_output() -> None:
     ok = plan("```repl\nx = 1\n```\nNow use it:\n```repl\nprint(x)\n```\nFINAL_VAR(x)")
     assert ok.runnable == 2 and not ok.claimed and ok.cut == len("```repl\nx = 1\n```\nNow use it:\n```repl\n"
                                                                  "print(x)\n```\nFINAL_VAR(x)")
+
+
+def test_python_blocks_beside_a_repl_block_are_illustration_not_code() -> None:
+    mixed = "```repl\nprint(1)\n```\nThe corrected code is:\n```python\nprint(2\n```\n```repl\nprint(3)\n```"
+    assert [b.code for b in code_blocks(mixed)] == ["print(1)\n", "print(3)\n"]
+    only_python = "```python\nprint(1)\n```\n```py\nprint(2)\n```"
+    assert [b.code for b in code_blocks(only_python)] == ["print(1)\n", "print(2)\n"]
 
 
 @pytest.mark.parametrize("text, expected", [
