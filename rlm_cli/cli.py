@@ -295,7 +295,10 @@ def _host_first(argv: list[str]) -> None:
 
         from rlm_cli.models.host import HostBackend
 
-        _early_host = HostBackend()
+        try:
+            _early_host = HostBackend()
+        except UsageError:
+            return  # a bad RLM_HOST_IDLE: the command reports it, with its exit code
         atexit.register(_close_early_host)  # the command failed before it took the host
 
 
@@ -974,6 +977,46 @@ def cache_clear(
         render.write_json(doc)
     render.Renderer().info("removed " + ", ".join(f"{r['name']}/ ({r['files']:,} files, {r['bytes']:,} bytes)"
                                                    for r in doc["removed"]) + f" from {doc['path']}")
+
+
+host_app = typer.Typer(no_args_is_help=True, help="Show or stop the shared model hosts (litellm kept warm "
+                       "between commands; RLM_HOST_IDLE).")
+app.add_typer(host_app, name="host")
+
+
+@host_app.command("status")
+def host_status(json_out: JsonOpt = False) -> None:
+    """List this user's shared model hosts: pid, age, idle time, commands using it, requests served."""
+    from rlm_cli import render
+    from rlm_cli.models import shared
+
+    hosts = shared.running()
+    folder = shared.host_dir()
+    if json_out:
+        render.write_json({"folder": None if folder is None else str(folder), "idle_limit_s": shared.idle_seconds(),
+                           "hosts": hosts})
+        return
+    ui = render.Renderer()
+    if not hosts:
+        ui.info(f"no shared model host is running (folder: {folder}; {shared.IDLE_ENV}={shared.idle_seconds():g})")
+        return
+    ui.table(f"Shared model hosts ({folder})", ["pid", "age s", "idle s", "idle limit s", "in use by", "requests", "folder"],
+             [[str(h.get("pid")), f"{h.get('age_s', 0):g}", f"{h.get('idle_s', 0):g}", f"{h.get('idle_limit_s') or 0:g}",
+               str(h.get("leases", 0)), str(h.get("requests", 0)), str(h.get("cwd", ""))] for h in hosts])
+
+
+@host_app.command("stop")
+def host_stop(json_out: JsonOpt = False) -> None:
+    """Ask every shared model host of this user to exit (each as soon as no command is using it)."""
+    from rlm_cli import render
+    from rlm_cli.models import shared
+
+    pids = shared.stop_all()
+    if json_out:
+        render.write_json({"stopped": pids})
+        return
+    render.Renderer().info(f"stopping {len(pids)} shared model host(s)" + (f": pid {', '.join(map(str, pids))}"
+                                                                           if pids else ""))
 
 
 def main() -> None:

@@ -33,6 +33,9 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # Scripted tests drive the REPL loop; auto mode would answer their tiny corpora directly.
     # Tests of auto mode pass --mode or delete this variable.
     monkeypatch.setenv("RLM_MODE", "rlm")
+    # A model host per command, as before sharing: a shared one would outlive the test (the tests
+    # of sharing, tests/test_shared_host.py, set RLM_HOST_IDLE and a runtime folder of their own).
+    monkeypatch.setenv("RLM_HOST_IDLE", "0")
     return home
 
 

@@ -28,7 +28,7 @@ from tests.fake_llm import FakeLLM, Reply, repl
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostBackend]:
     """One model host for this module's tests (it keeps no state of a request)."""
-    backend = HostBackend(warm=["openai/root"])
+    backend = HostBackend(warm=["openai/root"], shared=False)  # module scope: before conftest sets RLM_HOST_IDLE
     yield backend
     backend.close()
 

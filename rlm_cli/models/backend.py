@@ -16,6 +16,7 @@ carrying them, which ``classify_error`` and ``retry_after_s`` read like the orig
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -106,7 +107,11 @@ class LocalBackend:
         return self._router(router_config)[1] if router_config else {}
 
     def _router(self, router_config: str | Path) -> tuple[Any, dict[str, str]]:
-        key = str(router_config)
+        try:  # a shared model host outlives one command: an edited file is read again
+            info = os.stat(router_config)
+            key = f"{router_config}\0{info.st_mtime_ns}\0{info.st_size}"
+        except OSError:
+            key = str(router_config)
         litellm = self.load()
         with self._lock:
             if key not in self._routers:

@@ -5,19 +5,24 @@ instead of before them.
 ``rlm ask`` and ``rlm chat`` start it as the first thing they do (:class:`HostBackend`); the
 process imports litellm at once, then, when told which models the run uses (``warm``) and as
 long as the parent has asked for nothing yet, runs litellm's first-call path for each without a
-request (``backend.LocalBackend.warm``), and serves model requests for ``ModelClient`` until the
-parent goes away. Everything else of the model layer
+request (``backend.LocalBackend.warm``), and serves model requests for ``ModelClient``. By
+default the host is *shared* (``models.shared``): a later command with the same user, working
+folder and environment leases the running host instead of starting one, so it pays no litellm
+import at all; the host exits once unused for ``RLM_HOST_IDLE`` seconds (default 300). With
+``RLM_HOST_IDLE=0`` each command has a host of its own that ends with it. Everything else of the model layer
 (budgets, retries, the response cache, concurrency, usage, the worker's relay) stays in the
 parent: the host only sends requests and prices replies. The parent never imports litellm, so it
 also exits without tearing litellm's millions of objects down; the host ends with ``os._exit``.
 
 Channels:
 
-* **stdin** (a pipe from the parent, ``rlm_cli.protocol`` frames): first ``{"type": "config",
-  "token", "parent"}``, then any number of ``{"type": "warm", "models": [...]}``. End of file
-  (the parent closed it, exited or was killed) makes the host remove its socket and exit at once,
-  so it never outlives the parent.
-* **a Unix socket** in a private 0700 folder the parent made, one request per connection: the
+* **stdin** (a pipe from the parent that started it, ``rlm_cli.protocol`` frames): first
+  ``{"type": "config", "token", "parent", "shared"}``, then any number of ``{"type": "warm",
+  "models": [...]}``. End of file (the parent closed it, exited or was killed) makes a host of
+  one command remove its socket and exit at once, so it never outlives its parent; a shared
+  host then follows its idle rule (``models.host_process``).
+* **a Unix socket** in a private 0700 folder (the parent's temporary one, or the user's runtime
+  folder for a shared host), one request per connection: the
   parent sends ``{"token", "op", ...}`` with ``op`` one of ``complete`` (``request``,
   ``router_config``, ``stream``, ``deadline_in``: seconds left before ``--timeout``), ``facts``
   (``model``) or ``router`` (``router_config``). A ``complete`` reply is zero or more
@@ -25,9 +30,11 @@ Channels:
   (``backend.Answer``) or ``{"ok": false, "error": {names, status, message, headers}}`` (a
   provider error, raised by the parent as ``RemoteCallError``), ``{"ok": false, "usage": msg}``
   (a bad ``--router-config``) or ``{"ok": false, "unavailable": msg}`` (litellm failed to import).
-  A connection is served only when it carries the token and, where the kernel says who is on the
-  other end (``SO_PEERCRED``), comes from the parent process itself: the REPL worker can reach
-  neither the folder (another user, or Landlock) nor, through it, the provider.
+  Besides, ``lease`` (held open while a command uses a shared host), ``status`` and ``stop``
+  (``rlm host``). A connection is served only when it carries the token and, where the kernel
+  says who is on the other end (``SO_PEERCRED``), comes from the parent process itself (a host of
+  one command) or from this user (a shared host): the REPL worker can reach neither the folder
+  (another user, or Landlock) nor the token, nor, through them, the provider.
 
 Closing the connection (Ctrl-C in the parent) stops reading a stream; the provider's reply is
 dropped.
@@ -36,13 +43,9 @@ dropped.
 from __future__ import annotations
 
 import os
-import queue
 import secrets
 import shutil
-import signal
 import socket
-import socketserver
-import struct
 import subprocess
 import sys
 import tempfile
@@ -53,12 +56,13 @@ from typing import IO, Any
 
 from rlm_cli import protocol
 from rlm_cli.errors import RLMError, UsageError
-from rlm_cli.models.backend import Answer, LocalBackend, OnPiece
-from rlm_cli.models.failures import RemoteCallError, describe_error
+from rlm_cli.models import shared as shared_hosts
+from rlm_cli.models.backend import Answer, OnPiece
+from rlm_cli.models.failures import RemoteCallError
 
 #: Seconds the parent waits for the host's socket to appear (its interpreter starting).
 START_TIMEOUT_S = 60.0
-_PKG_PARENT = str(Path(__file__).resolve().parent.parent)
+_PKG_PARENT = str(Path(__file__).resolve().parent.parent.parent)  # the folder holding rlm_cli/
 
 
 class HostUnavailable(RLMError):
@@ -66,30 +70,84 @@ class HostUnavailable(RLMError):
 
 
 class HostBackend:
-    """The parent's side of the model host: starts the process at once (``__init__``) and sends
-    it requests; the same interface as ``LocalBackend`` (``complete``, ``facts``,
-    ``router_groups``). Thread-safe: one connection per request. ``close()`` ends the process."""
+    """The parent's side of the model host: finds or starts the process at once (``__init__``)
+    and sends it requests; the same interface as ``LocalBackend`` (``complete``, ``facts``,
+    ``router_groups``). Thread-safe: one connection per request. ``close()`` lets it go.
 
-    def __init__(self, *, warm: list[str] | None = None) -> None:
+    ``shared``: lease or start the shared host of this command's key (``models.shared``); the
+    default follows ``RLM_HOST_IDLE`` (shared unless it is 0). ``reused`` says whether a running
+    host was leased (its litellm already imported) rather than started.
+
+    Raises:
+        UsageError: ``RLM_HOST_IDLE`` is invalid.
+    """
+
+    def __init__(self, *, warm: list[str] | None = None, shared: bool | None = None) -> None:
         self.started = time.monotonic()
-        self.dir = Path(tempfile.mkdtemp(prefix="rlm-host-"))  # 0700: only this user may enter
-        self.socket_path = str(self.dir / "host.sock")
         self._token = secrets.token_hex(16)
-        self._err: IO[bytes] = open(self.dir / "host.err", "w+b")  # noqa: SIM115 - read on failure, closed in close()
-        boot = (f"import sys; sys.path.insert(0, {_PKG_PARENT!r}); "
-                "from rlm_cli.models.host import main; main()")
-        self.proc = subprocess.Popen([sys.executable, "-c", boot, self.socket_path], stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, stderr=self._err, start_new_session=True)
         self._stdin_lock = threading.Lock()
-        self._send_control({"type": "config", "token": self._token, "parent": os.getpid()})
         self._up = False
         self._facts: dict[str, tuple[int | None, bool]] = {}
         self._routers: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
-        if warm:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.reused = False
+        self._lease: socket.socket | None = None
+        self._files: shared_hosts.HostFiles | None = None
+        self.pid = 0
+        self._err: IO[bytes]
+        files = shared_hosts.files_for_this_command() if shared is not False else None
+        if files is None or not self._share(files):
+            self._files = None
+            self.dir = Path(tempfile.mkdtemp(prefix="rlm-host-"))  # 0700: only this user may enter
+            self.socket_path = str(self.dir / "host.sock")
+            self._err = open(self.dir / "host.err", "w+b")  # noqa: SIM115 - read on failure, closed in close()
+            self._spawn([self.socket_path], None)
+            self.pid = self.proc.pid if self.proc is not None else 0
+        if warm and not self.reused:
             self.warm(warm)
 
-    # -- lifecycle -----------------------------------------------------------------------------------
+    def _spawn(self, args: list[str], listener: socket.socket | None) -> None:
+        boot = (f"import sys; sys.path.insert(0, {_PKG_PARENT!r}); "
+                "from rlm_cli.models.host_process import main; main()")
+        fds = () if listener is None else (listener.fileno(),)
+        self.proc = subprocess.Popen([sys.executable, "-c", boot, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=self._err, start_new_session=True,
+                                     pass_fds=fds)
+        shared = None
+        if self._files is not None:
+            shared = {**self._files.to_dict(), "idle": shared_hosts.idle_seconds()}
+        self._send_control({"type": "config", "token": self._token, "parent": os.getpid(), "shared": shared})
+
+    def _share(self, files: shared_hosts.HostFiles) -> bool:
+        """Lease the running shared host of ``files``, or start it on a socket bound here.
+        ``False`` when a host is there but will not lease (the caller starts a host of its own)."""
+        self._files = files
+        self.dir = files.socket.parent
+        self.socket_path = str(files.socket)
+        with shared_hosts.locked(files):
+            try:
+                leased = shared_hosts.lease(files)
+            except OSError:
+                return False
+            if leased is not None:
+                self._lease, self._token, self.pid = leased.conn, leased.token, leased.pid
+                self.reused = self._up = True
+                self._err = open(os.devnull, "w+b")  # noqa: SIM115 - closed in close()
+                return True
+            listener = shared_hosts.listen(files)
+            try:
+                shared_hosts.write_token(files, self._token)
+                self._err = os.fdopen(os.open(files.log, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600),
+                                      "w+b")
+                os.fchmod(self._err.fileno(), 0o600)
+                self._spawn([self.socket_path, "--fd", str(listener.fileno())], listener)
+            finally:
+                listener.close()  # the host holds its own copy
+        self.pid = self.proc.pid if self.proc is not None else 0
+        self._up = True  # the socket listens already: requests wait in its queue while the host starts
+        return True
+
     def warm(self, models: list[str]) -> None:
         """Ask the host to run litellm's first-call path for ``models`` once litellm is imported
         (no request is sent; see ``LocalBackend.warm``). Returns at once."""
@@ -97,7 +155,7 @@ class HostBackend:
 
     def _send_control(self, message: dict[str, Any]) -> None:
         with self._stdin_lock:
-            stdin = self.proc.stdin
+            stdin = None if self.proc is None else self.proc.stdin
             if stdin is None or stdin.closed:
                 return
             try:
@@ -106,20 +164,25 @@ class HostBackend:
                 pass
 
     def close(self) -> None:
-        """End the host (closing its stdin ends it at once), reap it and remove its folder."""
+        """Let the host go: a host of this command ends (closing its stdin ends it at once) and
+        its folder is removed; a shared host stays for the next command until it is idle."""
         with self._stdin_lock:
-            if self.proc.stdin is not None and not self.proc.stdin.closed:
+            if self.proc is not None and self.proc.stdin is not None and not self.proc.stdin.closed:
                 try:
                     self.proc.stdin.close()
                 except OSError:
                     pass
-        try:
-            self.proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self._lease is not None:
+            self._lease.close()
+            self._lease = None
+        if self._files is None and self.proc is not None:
+            try:
+                self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            shutil.rmtree(self.dir, ignore_errors=True)
         self._err.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> HostBackend:
         return self
@@ -139,7 +202,7 @@ class HostBackend:
             HostUnavailable: the host died or cannot import litellm.
         """
         message = {"op": "complete", "request": request, "stream": stream,
-                   "router_config": None if router_config is None else str(router_config),
+                   "router_config": None if router_config is None else os.path.abspath(router_config),
                    "deadline_in": None if deadline is None else deadline - time.monotonic()}
         with self._connect() as conn:
             protocol.send_message(conn, {"token": self._token, **message})
@@ -199,7 +262,7 @@ class HostBackend:
                 return conn
             except (FileNotFoundError, ConnectionRefusedError):
                 conn.close()
-                if self._up or self.proc.poll() is not None or time.monotonic() > deadline:
+                if self._up or self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
                     raise self._died() from None
                 time.sleep(0.005)
             except BaseException:
@@ -226,149 +289,23 @@ class HostBackend:
 
     def _died(self) -> HostUnavailable:
         """The error for a host that went away, with the last line it wrote on stderr."""
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
         try:
-            code = self.proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            code = None
-        try:
-            self._err.seek(0)
-            tail = self._err.read().decode("utf-8", "replace").strip().splitlines()
+            if self.reused and self._files is not None:
+                tail = self._files.log.read_text("utf-8", "replace").strip().splitlines()
+            else:
+                self._err.seek(0)
+                tail = self._err.read().decode("utf-8", "replace").strip().splitlines()
         except (OSError, ValueError):
             tail = []
+        which = "the shared model host" if self._files is not None else "the model host process"
         how = "is not answering" if code is None else f"exited with status {code}"
-        return HostUnavailable(f"the model host process {how}" + (f": {tail[-1][:300]}" if tail else ""),
-                               hint="rerun with --debug; if it repeats, report it")
-
-
-# -- the host process --------------------------------------------------------------------------------
-
-def _peer_pid(conn: socket.socket) -> int | None:
-    """The pid of the process on the other end of a Unix socket (``SO_PEERCRED``), or ``None``
-    where the platform does not say."""
-    if not hasattr(socket, "SO_PEERCRED"):
-        return None
-    try:
-        size = struct.calcsize("3i")
-        pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size))[0]
-    except (OSError, struct.error):
-        return None
-    return pid if pid > 0 else None
-
-
-class _Host:
-    """The host's state: the token, the parent's pid, litellm (once imported) and its failure."""
-
-    def __init__(self, token: str, parent: int) -> None:
-        self.token = token
-        self.parent = parent
-        self.backend = LocalBackend()
-        self.ready = threading.Event()
-        #: The parent has asked for something: it is waiting on the host, so a warm-up would only
-        #: compete with its request for this process's interpreter (see :func:`main`).
-        self.asked = threading.Event()
-        self.failure: str | None = None
-
-    def serve(self, conn: socket.socket) -> None:
-        """Answer one connection (see the module docstring)."""
-        try:
-            request = protocol.recv_message(conn)
-        except (OSError, protocol.ProtocolError):
-            return
-        peer = _peer_pid(conn)
-        if request.get("token") != self.token or (peer is not None and peer != self.parent):
-            return  # not the parent: close without a word
-        self.asked.set()
-        self.ready.wait()
-        try:
-            reply = self._answer(conn, request)
-        except _Gone:
-            return
-        try:
-            protocol.send_message(conn, reply)
-        except OSError:
-            pass
-
-    def _answer(self, conn: socket.socket, request: dict[str, Any]) -> dict[str, Any]:
-        if self.failure is not None:
-            return {"ok": False, "unavailable": self.failure}
-        op = request.get("op")
-        try:
-            if op == "facts":
-                return {"ok": True, "facts": list(self.backend.facts(str(request.get("model"))))}
-            if op == "router":
-                return {"ok": True, "groups": self.backend.router_groups(request.get("router_config"))}
-            if op != "complete":
-                return {"ok": False, "error": {"names": ["ValueError"], "message": f"unknown op {op!r}"}}
-
-            def on_piece(text: str) -> None:
-                try:
-                    protocol.send_message(conn, {"piece": text})
-                except OSError:
-                    raise _Gone() from None  # the parent stopped listening (Ctrl-C): stop reading
-
-            left = request.get("deadline_in")
-            answer = self.backend.complete(request["request"], router_config=request.get("router_config"),
-                                           stream=bool(request.get("stream")), on_piece=on_piece,
-                                           deadline=None if left is None else time.monotonic() + float(left))
-            return {"ok": True, "answer": answer.to_dict()}
-        except _Gone:
-            raise
-        except UsageError as exc:
-            return {"ok": False, "usage": exc.message}
-        except Exception as exc:  # noqa: BLE001 - every provider error goes back to the parent's policy
-            return {"ok": False, "error": describe_error(exc)}
-
-
-class _Gone(Exception):
-    """The parent closed the connection while a reply was being streamed."""
-
-
-def _read_control(host_dir: Path, warm: queue.Queue[list[str]]) -> None:
-    """Read the parent's control frames from stdin; at end of file remove the socket's folder
-    and exit at once (the parent is gone or done)."""
-    while True:
-        try:
-            msg = protocol.read_message_fd(0)
-        except (OSError, protocol.ProtocolError):
-            shutil.rmtree(host_dir, ignore_errors=True)
-            os._exit(0)
-        if msg.get("type") == "warm":
-            warm.put([str(m) for m in msg.get("models") or []])
-
-
-def main() -> None:
-    """Entry point of the host process: ``python -c ... SOCKET_PATH`` (see the module docstring)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
-    path = sys.argv[1]
-    try:
-        config = protocol.read_message_fd(0)
-    except (OSError, protocol.ProtocolError):
-        os._exit(0)
-    host = _Host(str(config.get("token")), int(config.get("parent") or os.getppid()))
-
-    class _Req(socketserver.BaseRequestHandler):
-        def handle(self) -> None:
-            host.serve(self.request)
-
-    class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-        daemon_threads = True
-        request_queue_size = 128
-
-    server = _Server(path, _Req)
-    os.chmod(path, 0o600)
-    threading.Thread(target=server.serve_forever, name="host-server", daemon=True).start()
-    warm: queue.Queue[list[str]] = queue.Queue()
-    threading.Thread(target=_read_control, args=(Path(path).parent, warm), name="host-control", daemon=True).start()
-    try:
-        host.backend.load()
-    except Exception as exc:  # noqa: BLE001 - reported to every request
-        host.failure = f"{type(exc).__name__}: {exc}"
-    host.ready.set()
-    # Warm-ups, one after another, until stdin closes (the control thread exits then). A warm-up
-    # helps only while the parent is still busy (a cold corpus load): once it has asked for
-    # anything, its first real request runs the same first-call path itself, and a warm-up beside
-    # it would slow it down (one interpreter lock), so none is started any more.
-    while True:
-        models = warm.get()
-        if host.failure is None and not host.asked.is_set():  # only while the parent is busy elsewhere
-            host.backend.warm(models)
+        hint = "rerun with --debug; if it repeats, report it"
+        if self._files is not None:
+            hint = "run `rlm host stop`, or set RLM_HOST_IDLE=0 to start a model host per command; " + hint
+        return HostUnavailable(f"{which} {how}" + (f": {tail[-1][:300]}" if tail else ""), hint=hint)

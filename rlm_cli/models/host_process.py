@@ -1,0 +1,301 @@
+"""The model host process itself (the parent's side is ``models.host.HostBackend``; the
+protocol is in that module's docstring, sharing in ``models.shared``).
+
+Started as ``python -c "...main()" SOCKET_PATH [--fd N]``: with ``--fd`` it serves the
+listening socket the parent bound and passed down (a shared host), else it binds
+``SOCKET_PATH`` itself (a host of one command). Its first stdin frame is the config:
+``{"type": "config", "token", "parent", "shared": null | {"socket", "token", "lock", "log",
+"idle"}}``.
+
+Lifetime: a host of one command exits when its stdin closes (the parent is done or gone). A
+shared host then stays while any command leases it (an open ``lease`` connection) or a request
+runs, and exits once it has been unused for ``idle`` seconds, at once if it never served a model
+request (a command that failed on its arguments leaves nothing behind), could not import
+litellm, or was asked to ``stop``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shutil
+import signal
+import socket
+import socketserver
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rlm_cli import protocol
+from rlm_cli.errors import UsageError
+from rlm_cli.models.backend import LocalBackend
+from rlm_cli.models.failures import describe_error
+
+#: Operations answered before litellm is imported (they never wait for it).
+_AT_ONCE = frozenset({"lease", "status", "stop"})
+
+
+def _peer(conn: socket.socket) -> tuple[int | None, int | None]:
+    """``(pid, uid)`` of the process on the other end of a Unix socket (``SO_PEERCRED``), each
+    ``None`` where the platform does not say."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None, None
+    try:
+        size = struct.calcsize("3i")
+        pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size))
+    except (OSError, struct.error):
+        return None, None
+    return (pid if pid > 0 else None), uid
+
+
+class _Host:
+    """The host's state: the token, who may connect, litellm (once imported) and its failure,
+    and for a shared host the counts its idle exit depends on."""
+
+    def __init__(self, token: str, parent: int, shared: dict[str, Any] | None) -> None:
+        self.token = token
+        self.parent = parent
+        self.shared = shared
+        self.backend = LocalBackend()
+        self.ready = threading.Event()
+        #: The parent has asked for something: it is waiting on the host, so a warm-up would only
+        #: compete with its request for this process's interpreter (see :func:`main`).
+        self.asked = threading.Event()
+        self.failure: str | None = None
+        self.started = time.monotonic()
+        self.state = threading.Condition()
+        self.spawner_open = True
+        self.leases = 0
+        self.active = 0
+        self.requests = 0
+        self.stopping = False
+        self.closing = False
+        self.last = time.monotonic()
+
+    def allowed(self, conn: socket.socket, request: dict[str, Any]) -> bool:
+        """The request carries the token and comes from the parent (a host of one command) or
+        from this user (a shared host), where the kernel says who is on the other end."""
+        if request.get("token") != self.token:
+            return False
+        pid, uid = _peer(conn)
+        if self.shared is not None:
+            return uid is None or uid == os.geteuid()
+        return pid is None or pid == self.parent
+
+    def serve(self, conn: socket.socket) -> None:
+        """Answer one connection (see ``models.host``'s docstring)."""
+        try:
+            request = protocol.recv_message(conn)
+        except (OSError, protocol.ProtocolError):
+            return
+        if not self.allowed(conn, request):
+            return  # close without a word
+        op = request.get("op")
+        if op in _AT_ONCE:
+            self._at_once(conn, str(op))
+            return
+        self.asked.set()
+        with self.state:
+            self.active += 1
+        try:
+            self.ready.wait()
+            try:
+                reply = self._answer(conn, request)
+            except _Gone:
+                return
+            with contextlib.suppress(OSError):
+                protocol.send_message(conn, reply)
+        finally:
+            with self.state:
+                self.active -= 1
+                self.requests += op == "complete"
+                self.last = time.monotonic()
+                self.state.notify_all()
+
+    def _at_once(self, conn: socket.socket, op: str) -> None:
+        if op == "status":
+            with self.state:
+                status = {"ok": True, "pid": os.getpid(), "age_s": round(time.monotonic() - self.started, 1),
+                          "idle_s": 0.0 if self.active or self.leases or self.spawner_open
+                          else round(time.monotonic() - self.last, 1),
+                          "idle_limit_s": (self.shared or {}).get("idle"), "leases": self.leases + self.spawner_open,
+                          "requests": self.requests, "cwd": os.getcwd(), "stopping": self.stopping}
+            with contextlib.suppress(OSError):
+                protocol.send_message(conn, status)
+            return
+        if op == "stop":
+            with self.state:
+                self.stopping = True
+                self.state.notify_all()
+            with contextlib.suppress(OSError):
+                protocol.send_message(conn, {"ok": True, "pid": os.getpid()})
+            return
+        with self.state:  # lease: held until the command closes the connection
+            if self.closing or self.stopping or self.shared is None:
+                ok = False
+            else:
+                ok = True
+                self.leases += 1
+        try:
+            protocol.send_message(conn, {"ok": ok, "pid": os.getpid()})
+            if ok:
+                while conn.recv(4096):
+                    pass
+        except OSError:
+            pass
+        finally:
+            if ok:
+                with self.state:
+                    self.leases -= 1
+                    self.last = time.monotonic()
+                    self.state.notify_all()
+
+    def _answer(self, conn: socket.socket, request: dict[str, Any]) -> dict[str, Any]:
+        if self.failure is not None:
+            return {"ok": False, "unavailable": self.failure}
+        op = request.get("op")
+        try:
+            if op == "facts":
+                return {"ok": True, "facts": list(self.backend.facts(str(request.get("model"))))}
+            if op == "router":
+                return {"ok": True, "groups": self.backend.router_groups(request.get("router_config"))}
+            if op != "complete":
+                return {"ok": False, "error": {"names": ["ValueError"], "message": f"unknown op {op!r}"}}
+
+            def on_piece(text: str) -> None:
+                try:
+                    protocol.send_message(conn, {"piece": text})
+                except OSError:
+                    raise _Gone() from None  # the parent stopped listening (Ctrl-C): stop reading
+
+            left = request.get("deadline_in")
+            answer = self.backend.complete(request["request"], router_config=request.get("router_config"),
+                                           stream=bool(request.get("stream")), on_piece=on_piece,
+                                           deadline=None if left is None else time.monotonic() + float(left))
+            return {"ok": True, "answer": answer.to_dict()}
+        except _Gone:
+            raise
+        except UsageError as exc:
+            return {"ok": False, "usage": exc.message}
+        except Exception as exc:  # noqa: BLE001 - every provider error goes back to the parent's policy
+            return {"ok": False, "error": describe_error(exc)}
+
+    # -- a shared host's exit ----------------------------------------------------------------------
+    def _unused_for(self) -> float | None:
+        """Seconds left before an unused shared host should exit (``0``: now), or ``None`` while
+        it is in use. Call with ``state`` held."""
+        if self.spawner_open or self.leases or self.active:
+            return None
+        if self.stopping or self.failure is not None or not self.requests:
+            return 0.0
+        idle = float((self.shared or {}).get("idle") or 0)
+        return max(0.0, idle - (time.monotonic() - self.last))
+
+    def wait_to_leave(self) -> None:
+        """Return once this shared host should exit, with the socket and token removed (if
+        still its own) under the lock, so no command leases it meanwhile."""
+        from rlm_cli.models.shared import HostFiles, locked
+
+        assert self.shared is not None
+        files = HostFiles(*(Path(self.shared[k]) for k in ("socket", "token", "lock", "log")))
+        try:
+            mine = os.stat(files.socket).st_ino
+        except OSError:
+            mine = None
+        while True:
+            with self.state:
+                left = self._unused_for()
+                while left is None or left > 0:
+                    self.state.wait(timeout=left)
+                    left = self._unused_for()
+            with locked(files), self.state:
+                if self._unused_for() != 0:
+                    continue  # leased meanwhile
+                self.closing = True
+                with contextlib.suppress(OSError):
+                    if mine is not None and os.stat(files.socket).st_ino == mine:
+                        files.socket.unlink()
+                with contextlib.suppress(OSError):
+                    if files.token.read_text().strip() == self.token:
+                        files.token.unlink()
+                return
+
+
+class _Gone(Exception):
+    """The parent closed the connection while a reply was being streamed."""
+
+
+def _read_control(host: _Host, host_dir: Path, warm: queue.Queue[list[str]]) -> None:
+    """Read the parent's control frames from stdin. At end of file a host of one command removes
+    its socket's folder and exits at once; a shared host is told its spawner is gone."""
+    while True:
+        try:
+            msg = protocol.read_message_fd(0)
+        except (OSError, protocol.ProtocolError):
+            if host.shared is None:
+                shutil.rmtree(host_dir, ignore_errors=True)
+                os._exit(0)
+            with host.state:
+                host.spawner_open = False
+                host.last = time.monotonic()
+                host.state.notify_all()
+            return
+        if msg.get("type") == "warm":
+            warm.put([str(m) for m in msg.get("models") or []])
+
+
+def main() -> None:
+    """Entry point of the host process (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
+    path = sys.argv[1]
+    inherited = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--fd" else None
+    try:
+        config = protocol.read_message_fd(0)
+    except (OSError, protocol.ProtocolError):
+        os._exit(0)
+    shared = config.get("shared") if inherited is not None else None
+    host = _Host(str(config.get("token")), int(config.get("parent") or os.getppid()), shared)
+
+    class _Req(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            host.serve(self.request)
+
+    class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+        request_queue_size = 128
+
+    if inherited is None:
+        server = _Server(path, _Req)
+        os.chmod(path, 0o600)
+    else:
+        server = _Server(path, _Req, bind_and_activate=False)
+        server.socket.close()
+        server.socket = socket.socket(fileno=inherited)
+    threading.Thread(target=server.serve_forever, name="host-server", daemon=True).start()
+    warm: queue.Queue[list[str]] = queue.Queue()
+    threading.Thread(target=_read_control, args=(host, Path(path).parent, warm), name="host-control",
+                     daemon=True).start()
+    if shared is not None:
+        def leave() -> None:
+            host.wait_to_leave()
+            os._exit(0)
+
+        threading.Thread(target=leave, name="host-idle", daemon=True).start()
+    try:
+        host.backend.load()
+    except Exception as exc:  # noqa: BLE001 - reported to every request
+        host.failure = f"{type(exc).__name__}: {exc}"
+    with host.state:
+        host.state.notify_all()  # a failed import means a shared host leaves once unused
+    host.ready.set()
+    # Warm-ups, one after another, while the parent is still busy elsewhere (a cold corpus load):
+    # once it has asked for anything, its first real request runs the same first-call path
+    # itself, and a warm-up beside it would slow it down (one interpreter lock).
+    while True:
+        models = warm.get()
+        if host.failure is None and not host.asked.is_set():
+            host.backend.warm(models)

@@ -1,0 +1,312 @@
+"""The shared model host: one model host process per user, environment and working folder,
+reused by every ``rlm`` command that would start an identical one, until it has been idle for
+``RLM_HOST_IDLE`` seconds.
+
+Why: ``import litellm`` takes about 3 s of a warm ``rlm ask`` (issue 14), and only a process that
+outlives one command can take it off the critical path. The pattern is that of sccache's server
+or Gradle's daemon: started on first use, found again through a socket at a fixed place, gone
+after an idle period. ``RLM_HOST_IDLE=0`` gives every command its own host (the behaviour before).
+
+Which host a command may reuse: the one whose key (:func:`fingerprint`) is equal, a hash of
+rlm's version and model-layer sources, the interpreter, the working folder, the user and the
+environment (every variable but the shell's bookkeeping ones in :data:`VOLATILE_ENV`). A host
+holds the environment it was started with (API keys, proxies, ``LITELLM_*``), so a command whose
+environment differs in any way gets a host of its own.
+
+Files, all in :func:`host_dir` (the user's runtime folder, ``0700``, refused unless it is this
+user's and nobody else's): for each key ``host-KEY.sock`` (the listening socket, ``0600``),
+``host-KEY.token`` (the secret every request carries, ``0600``), ``host-KEY.lock`` (``flock``
+serialising "find or start" against the host's own exit) and ``host-KEY.log`` (its stderr).
+The REPL worker can reach none of them: it runs as another user or under Landlock, which hides
+the temporary and runtime folders, and the token is checked on every connection together with
+the peer's user id (``SO_PEERCRED``).
+
+Races, all under the lock: a command leases an existing host (an open connection the host
+counts) or binds a new socket itself and starts the host on it (the socket listens before the
+host's interpreter is up, so requests queue instead of failing); a host leaves only after
+re-checking, under the lock, that nobody leased it meanwhile, and removes the socket only if it
+is still its own (same inode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import socket
+import stat
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlm_cli import protocol
+from rlm_cli.errors import UsageError
+
+#: The variable that sets the idle period, in seconds; ``0`` turns sharing off.
+IDLE_ENV = "RLM_HOST_IDLE"
+#: Seconds a shared host waits unused before it exits (sccache's server waits 600 s; a model host
+#: holds about 200 MB, so half that).
+DEFAULT_IDLE_S = 300.0
+#: Environment variables left out of the key: they change between two commands of one shell
+#: session without changing anything litellm reads.
+VOLATILE_ENV = frozenset({
+    "_", "PWD", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "TERM", "COLORTERM", "TERM_PROGRAM",
+    "TERM_PROGRAM_VERSION", "TERM_SESSION_ID", "WINDOWID", "PS1", "PS2", "PS4", "PROMPT_COMMAND",
+    "SSH_TTY", "TMUX_PANE", "STY", "WINDOW", "LS_COLORS", "HISTFILE", "HISTSIZE", "HISTCONTROL",
+    "RANDOM", "SECONDS", "LINENO", IDLE_ENV,
+})
+#: Longest socket path used (``sun_path`` holds 108 bytes on Linux, 104 on macOS).
+MAX_SOCKET_PATH = 100
+_MODEL_SOURCES = ("protocol.py", "models/backend.py", "models/host.py", "models/host_process.py",
+                  "models/shared.py", "models/failures.py", "models/detect.py")
+_PKG = Path(__file__).resolve().parent.parent
+
+
+def idle_seconds(environ: Any = None) -> float:
+    """The idle period from ``RLM_HOST_IDLE`` (seconds, ``0``: no sharing; default
+    :data:`DEFAULT_IDLE_S`).
+
+    Raises:
+        UsageError: the value is not a number of seconds from 0 to 86400.
+    """
+    raw = (os.environ if environ is None else environ).get(IDLE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_IDLE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86400:
+        raise UsageError(f"{IDLE_ENV}={raw!r} is not a number of seconds",
+                         hint=f"set {IDLE_ENV} to seconds from 0 (a model host per command) to 86400")
+    return value
+
+
+def host_dir() -> Path | None:
+    """The folder of shared hosts (``RLM_RUNTIME_DIR``, else the user's runtime folder plus
+    ``rlm``), created ``0700``; ``None`` when it cannot be made safe (not a folder of this user's,
+    or open to others), and then no host is shared."""
+    raw = os.environ.get("RLM_RUNTIME_DIR")
+    if not raw:
+        from platformdirs import user_runtime_dir
+
+        with warnings.catch_warnings():  # "XDG_RUNTIME_DIR is not set, falling back to ..." is not news
+            warnings.simplefilter("ignore")
+            raw = user_runtime_dir("rlm")
+    path = Path(os.path.abspath(raw))
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            return None
+        up = os.lstat(path.parent)  # nobody else may rename our folder away and put theirs in its place
+        if (not stat.S_ISDIR(up.st_mode) or up.st_uid not in (0, os.geteuid())
+                or (up.st_mode & 0o022 and not up.st_mode & stat.S_ISVTX)):
+            return None
+    except OSError:
+        return None
+    return path
+
+
+def fingerprint(environ: Any = None, cwd: str | None = None) -> str:
+    """The key of the host this command may share (16 hex digits; see the module docstring)."""
+    env = os.environ if environ is None else environ
+    digest = hashlib.sha256()
+    from rlm_cli import __version__
+
+    digest.update(f"{__version__}\0{os.path.realpath(sys.executable)}\0{sys.version}\0{os.geteuid()}\0"
+                  f"{cwd if cwd is not None else os.getcwd()}\0".encode("utf-8", "surrogateescape"))
+    for rel in _MODEL_SOURCES:
+        try:
+            info = os.stat(_PKG / rel)
+            digest.update(f"{rel}:{info.st_mtime_ns}:{info.st_size}\0".encode())
+        except OSError:
+            digest.update(f"{rel}:-\0".encode())
+    for name in sorted(k for k in env if k not in VOLATILE_ENV):
+        digest.update(f"{name}={env[name]}\0".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class HostFiles:
+    """The files of one shared host (see the module docstring)."""
+
+    socket: Path
+    token: Path
+    lock: Path
+    log: Path
+
+    @classmethod
+    def of(cls, folder: Path, key: str) -> HostFiles:
+        """The files of the host ``key`` in ``folder``."""
+        base = folder / f"host-{key}"
+        return cls(Path(f"{base}.sock"), Path(f"{base}.token"), Path(f"{base}.lock"), Path(f"{base}.log"))
+
+    def to_dict(self) -> dict[str, str]:
+        """The paths as strings (sent to the host in its config)."""
+        return {"socket": str(self.socket), "token": str(self.token), "lock": str(self.lock), "log": str(self.log)}
+
+
+def files_for_this_command() -> HostFiles | None:
+    """The files of the host this command shares, or ``None`` when it gets its own host
+    (``RLM_HOST_IDLE=0``, no safe folder, or a socket path too long).
+
+    Raises:
+        UsageError: ``RLM_HOST_IDLE`` is invalid.
+    """
+    if idle_seconds() <= 0:
+        return None
+    folder = host_dir()
+    if folder is None:
+        return None
+    files = HostFiles.of(folder, fingerprint())
+    return files if len(os.fsencode(files.socket)) <= MAX_SOCKET_PATH else None
+
+
+@contextlib.contextmanager
+def locked(files: HostFiles) -> Iterator[None]:
+    """Hold the host's lock file (``flock``, exclusive) for the block."""
+    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def read_token(files: HostFiles) -> str | None:
+    """The host's token, or ``None`` when there is none (no host, or it left)."""
+    try:
+        return files.token.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def write_token(files: HostFiles, token: str) -> None:
+    """Write the token file ``0600`` atomically (a reader sees the old file or the whole new one)."""
+    tmp = files.token.with_name(files.token.name + f".{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token)
+    os.replace(tmp, files.token)
+
+
+class NoHost(Exception):
+    """Nothing listens on the host's socket (no file, or a stale one of a host that died)."""
+
+
+def ask(files: HostFiles, message: dict[str, Any], *, timeout: float = 10.0) -> tuple[socket.socket, dict[str, Any]]:
+    """Send ``message`` (with the token) to the host and read one reply: ``(connection, reply)``;
+    the caller closes the connection.
+
+    Raises:
+        NoHost: there is no token or socket, or nothing listens on the socket.
+        OSError, protocol.ProtocolError: a host is there but did not answer in ``timeout`` seconds
+            or closed the connection (a wrong token, or it is leaving).
+    """
+    token = read_token(files)
+    if token is None:
+        raise NoHost(str(files.socket))
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(timeout)
+        try:
+            conn.connect(str(files.socket))
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise NoHost(str(files.socket)) from None
+        protocol.send_message(conn, {"token": token, **message})
+        reply = protocol.recv_message(conn)
+        conn.settimeout(None)
+    except BaseException:
+        conn.close()
+        raise
+    return conn, reply
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease of a running shared host: the open connection (the host stays while it is open),
+    the token for requests, and the host's pid."""
+
+    conn: socket.socket
+    token: str
+    pid: int
+
+
+def lease(files: HostFiles) -> Lease | None:
+    """Lease the running host, or ``None`` when there is none (the caller may then start one on
+    the same path). Call it under :func:`locked`.
+
+    Raises:
+        OSError: a host is there but would not lease (busy past the timeout, or leaving after
+            ``rlm host stop``): the caller must leave its socket alone.
+    """
+    try:
+        conn, reply = ask(files, {"op": "lease"})
+    except NoHost:
+        return None
+    except protocol.ProtocolError as exc:
+        raise OSError(f"the shared model host closed the connection ({exc})") from None
+    token = read_token(files)
+    if not reply.get("ok") or token is None:
+        conn.close()
+        raise OSError("the shared model host is stopping")
+    return Lease(conn, token, int(reply.get("pid") or 0))
+
+
+def listen(files: HostFiles) -> socket.socket:
+    """A new listening socket at the host's path (a stale one removed first), ``0600``. Call it
+    under :func:`locked`.
+
+    Raises:
+        OSError: the socket cannot be made.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        files.socket.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(files.socket))
+        finally:
+            os.umask(old)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _each_host(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """Send ``message`` to every shared host of this user; the replies of those that answer
+    (each with its ``key``)."""
+    folder = host_dir()
+    if folder is None:
+        return []
+    replies = []
+    for sock in sorted(folder.glob("host-*.sock")):
+        key = sock.name[len("host-"):-len(".sock")]
+        try:
+            conn, reply = ask(HostFiles.of(folder, key), message)
+        except (NoHost, OSError, protocol.ProtocolError):
+            continue
+        conn.close()
+        if reply.get("ok"):
+            replies.append({"key": key, **{k: v for k, v in reply.items() if k != "ok"}})
+    return replies
+
+
+def running() -> list[dict[str, Any]]:
+    """Every shared host of this user that answers: its status (``key``, ``pid``, ``age_s``,
+    ``idle_s``, ``idle_limit_s``, ``leases``, ``requests``, ``cwd``, ``stopping``), oldest first."""
+    return sorted(_each_host({"op": "status"}), key=lambda h: -float(h.get("age_s") or 0))
+
+
+def stop_all() -> list[int]:
+    """Ask every shared host of this user to exit as soon as no command uses it; their pids."""
+    return [int(h.get("pid") or 0) for h in _each_host({"op": "stop"})]
