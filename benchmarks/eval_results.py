@@ -140,6 +140,7 @@ def command(name: str, model_flags: list[str]) -> list[str]:
 def run(name: str, model_flags: list[str], env: dict[str, str]) -> dict[str, Any]:
     """Run one ``rlm eval`` and keep its document (plus the command) in ``results/NAME.json``."""
     argv = command(name, model_flags)
+    commit = _commit()  # the code measured is the code at the start (a run takes minutes; work may go on)
     print("$ " + " ".join(argv), file=sys.stderr, flush=True)
     proc = subprocess.run([sys.executable, "-m", "rlm_cli", *argv[1:]], capture_output=True, text=True, env=env,
                           cwd=ROOT)
@@ -148,7 +149,7 @@ def run(name: str, model_flags: list[str], env: dict[str, str]) -> dict[str, Any
         raise SystemExit(f"{name}: rlm eval exited {proc.returncode}")
     doc = json.loads(proc.stdout)
     doc["command"] = " ".join(argv).replace(STDLIB, "$STDLIB")
-    doc["commit"] = _commit()
+    doc["commit"] = commit
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=1))
     return doc
