@@ -19,8 +19,12 @@ What it does, all in one run so that the machine's load is shared alike (rounds 
 
   - **official**: a driver run by the official library's interpreter that reads the files itself,
     builds the same ``context`` and calls ``RLM(...).completion``;
-  - **rlm warm**: ``rlm ask`` with the chunk-index cache already built;
-  - **rlm cold**: ``rlm ask`` with an empty cache (it indexes the corpus first);
+  - **rlm warm**: ``rlm ask`` with the chunk-index cache already built and the shared model
+    host running (started by an untimed first question, as any earlier command would);
+  - **warm own host**: the same with ``RLM_HOST_IDLE=0`` (a model host per command, importing
+    litellm each time: the first command of a session);
+  - **rlm cold** / **cold own host**: ``rlm ask`` with an empty cache (it indexes the corpus
+    first), with the shared host and with a host of its own;
   - **index alone**: ``rlm index`` with an empty cache (the floor of a cold question);
   - **import litellm**: ``python -c "import litellm"`` (the floor that cannot overlap: litellm is
     needed for the first model call);
@@ -149,7 +153,8 @@ def main() -> None:
     llm.default("official", _turns(repl('answer["content"] = "heapq.py"\nanswer["ready"] = True')))
     work = Path(tempfile.mkdtemp(prefix="rlm-bench-"))
     base = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "RLM_PROBE_PORTS": "off",
-            "RLM_PROBE_OLLAMA": "off", "RLM_CONFIG_DIR": str(work / "config"), "RLM_DATA_DIR": str(work / "data")}
+            "RLM_PROBE_OLLAMA": "off", "RLM_CONFIG_DIR": str(work / "config"), "RLM_DATA_DIR": str(work / "data"),
+            "RLM_RUNTIME_DIR": str(work / "run"), "RLM_HOST_IDLE": "600"}
     for key in ("RLM_MODEL", "RLM_SUB_MODEL", "RLM_API_BASE", "RLM_API_KEY", "RLM_SANDBOX", "RLM_MODE"):
         base.pop(key, None)
     warm_env = {**base, "RLM_CACHE_DIR": str(work / "warm-cache")}
@@ -158,8 +163,10 @@ def main() -> None:
     rlm = [args.python, "-m", "rlm_cli"]
     try:
         timed([*rlm, "index", *corpus], warm_env)  # the warm runs' cache
+        timed([*rlm, "ask", *corpus, QUESTION, *flags], warm_env)  # starts the shared model host
         rows: dict[str, list[float]] = {k: [] for k in
-                                        ("official", "rlm warm", "rlm cold", "index alone", "import litellm",
+                                        ("official", "rlm warm", "warm own host", "rlm cold", "cold own host",
+                                         "index alone", "import litellm",
                                          "compare warm", "1 question", "K questions")}
         cpu: dict[str, list[float]] = {k: [] for k in rows}
         later: list[float] = []
@@ -175,7 +182,10 @@ def main() -> None:
             index_env = {**base, "RLM_CACHE_DIR": str(work / f"index-{n}")}
             run("official", [str(official), "-c", DRIVER, args.root, llm.url, QUESTION], base)
             run("rlm warm", [*rlm, "ask", *corpus, QUESTION, *flags], warm_env)
+            run("warm own host", [*rlm, "ask", *corpus, QUESTION, *flags], {**warm_env, "RLM_HOST_IDLE": "0"})
             run("rlm cold", [*rlm, "ask", *corpus, QUESTION, *flags], cold_env)
+            shutil.rmtree(work / f"cold-{n}", ignore_errors=True)
+            run("cold own host", [*rlm, "ask", *corpus, QUESTION, *flags], {**cold_env, "RLM_HOST_IDLE": "0"})
             run("index alone", [*rlm, "index", *corpus], index_env, None)
             run("import litellm", [args.python, "-c", "import litellm"], base, None)
             if args.compare:
@@ -191,6 +201,7 @@ def main() -> None:
             print(f"round {n + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in rows.items() if v),
                   flush=True)
     finally:
+        subprocess.run([*rlm, "host", "stop"], env=base, capture_output=True)
         llm.close()
         shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rows.items() if v}
@@ -205,8 +216,11 @@ def main() -> None:
     print()
     print(f"rlm warm / official        {med['rlm warm'] / med['official']:5.2f} x   (target <= 2.5; CPU "
           f"{med_cpu['rlm warm'] / med_cpu['official']:.2f} x)")
+    print(f"  own host / official      {med['warm own host'] / med['official']:5.2f} x   (RLM_HOST_IDLE=0: a model "
+          "host per command, litellm imported each time)")
     print(f"rlm cold / index alone     {med['rlm cold'] / med['index alone']:5.2f} x   (target <= 1.3; CPU "
           f"{med_cpu['rlm cold'] / med_cpu['index alone']:.2f} x)")
+    print(f"  own host / index alone   {med['cold own host'] / med['index alone']:5.2f} x   (RLM_HOST_IDLE=0)")
     print(f"import litellm / official  {med['import litellm'] / med['official']:5.2f} x   (the floor of a first model "
           "call through litellm)")
     if "compare warm" in med:

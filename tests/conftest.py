@@ -33,10 +33,44 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # Scripted tests drive the REPL loop; auto mode would answer their tiny corpora directly.
     # Tests of auto mode pass --mode or delete this variable.
     monkeypatch.setenv("RLM_MODE", "rlm")
-    # A model host per command, as before sharing: a shared one would outlive the test (the tests
-    # of sharing, tests/test_shared_host.py, set RLM_HOST_IDLE and a runtime folder of their own).
-    monkeypatch.setenv("RLM_HOST_IDLE", "0")
+    # `rlm` commands of the tests share model hosts as users' commands do, in a folder of this
+    # test session (stopped at its end), with a short idle period: a host is started (litellm
+    # imported, about 3 s of CPU) by the first command of a working folder and environment only.
+    # tests/test_shared_host.py sets a folder and idle period of its own for each test.
+    monkeypatch.setenv("RLM_RUNTIME_DIR", str(_session_runtime()))
+    monkeypatch.setenv("RLM_HOST_IDLE", "20")
     return home
+
+
+_RUNTIME: list[Path] = []
+
+
+def _session_runtime() -> Path:
+    """This test session's runtime folder for shared model hosts (short: a socket path holds at
+    most ~100 bytes)."""
+    if not _RUNTIME:
+        import tempfile
+
+        _RUNTIME.append(Path(tempfile.mkdtemp(prefix="rlmt", dir="/tmp")) / "rlm")
+    return _RUNTIME[0]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the session's shared model hosts and remove their folder."""
+    if not _RUNTIME:
+        return
+    import shutil
+    import signal
+
+    os.environ["RLM_RUNTIME_DIR"] = str(_RUNTIME[0])
+    from rlm_cli.models import shared
+
+    for host in shared.running():
+        try:
+            os.kill(int(host["pid"]), signal.SIGKILL)
+        except OSError:
+            pass
+    shutil.rmtree(_RUNTIME[0].parent, ignore_errors=True)
 
 
 @pytest.fixture

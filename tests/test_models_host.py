@@ -93,7 +93,8 @@ def test_the_host_serves_only_its_parent_with_the_token(host: HostBackend) -> No
 def test_the_host_ends_with_its_parent(tmp_path: Path) -> None:
     code = ("import sys, time; from rlm_cli.models.host import HostBackend\n"
             "h = HostBackend(); print(h.proc.pid, h.dir, flush=True); time.sleep(600)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "RLM_HOST_IDLE": "0"})  # a host of one command
     assert parent.stdout is not None
     pid, folder = parent.stdout.readline().split()
     deadline = time.monotonic() + 60

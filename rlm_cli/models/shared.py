@@ -9,9 +9,10 @@ after an idle period. ``RLM_HOST_IDLE=0`` gives every command its own host (the 
 
 Which host a command may reuse: the one whose key (:func:`fingerprint`) is equal, a hash of
 rlm's version and model-layer sources, the interpreter, the working folder, the user and the
-environment (every variable but the shell's bookkeeping ones in :data:`VOLATILE_ENV`). A host
-holds the environment it was started with (API keys, proxies, ``LITELLM_*``), so a command whose
-environment differs in any way gets a host of its own.
+environment (every variable but the shell's bookkeeping ones in :data:`VOLATILE_ENV` and rlm's
+own ``RLM_*``, which only the command reads: what they resolve to, a model, a key, an API base,
+travels in each request). A host holds the environment it was started with (API keys, proxies,
+``LITELLM_*``), so a command whose environment differs in any other way gets a host of its own.
 
 Files, all in :func:`host_dir` (the user's runtime folder, ``0700``, refused unless it is this
 user's and nobody else's): for each key ``host-KEY.sock`` (the listening socket, ``0600``),
@@ -127,7 +128,7 @@ def fingerprint(environ: Any = None, cwd: str | None = None) -> str:
             digest.update(f"{rel}:{info.st_mtime_ns}:{info.st_size}\0".encode())
         except OSError:
             digest.update(f"{rel}:-\0".encode())
-    for name in sorted(k for k in env if k not in VOLATILE_ENV):
+    for name in sorted(k for k in env if k not in VOLATILE_ENV and not k.startswith("RLM_")):
         digest.update(f"{name}={env[name]}\0".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()[:16]
 
