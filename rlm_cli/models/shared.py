@@ -87,10 +87,9 @@ def idle_seconds(environ: Any = None) -> float:
     return value
 
 
-def host_dir() -> Path | None:
-    """The folder of shared hosts (``RLM_RUNTIME_DIR``, else the user's runtime folder plus
-    ``rlm``), created ``0700``; ``None`` when it cannot be made safe (not a folder of this user's,
-    or open to others), and then no host is shared."""
+def runtime_path() -> Path:
+    """Where the shared hosts' folder is (``RLM_RUNTIME_DIR``, else the user's runtime folder
+    plus ``rlm``), without making it. The sandbox hides it from the REPL worker."""
     raw = os.environ.get("RLM_RUNTIME_DIR")
     if not raw:
         from platformdirs import user_runtime_dir
@@ -98,7 +97,14 @@ def host_dir() -> Path | None:
         with warnings.catch_warnings():  # "XDG_RUNTIME_DIR is not set, falling back to ..." is not news
             warnings.simplefilter("ignore")
             raw = user_runtime_dir("rlm")
-    path = Path(os.path.abspath(raw))
+    return Path(os.path.abspath(raw))
+
+
+def host_dir() -> Path | None:
+    """The folder of shared hosts (:func:`runtime_path`), created ``0700``; ``None`` when it
+    cannot be made safe (not a folder of this user's, or open to others, or in a folder others
+    may write), and then no host is shared."""
+    path = runtime_path()
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.mkdir(mode=0o700, exist_ok=True)

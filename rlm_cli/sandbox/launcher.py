@@ -772,6 +772,7 @@ class Sandbox:
         """The bwrap argv: an empty root with only system folders, Python and the package."""
         assert self.scratch is not None
         from rlm_cli.config import cache_dir, config_dir, data_dir
+        from rlm_cli.models.shared import runtime_path
 
         args = ["bwrap", *_bwrap_ns_flags(), "--die-with-parent", "--new-session"]
         bound: list[str] = []
@@ -786,7 +787,7 @@ class Sandbox:
         roots = _python_roots()
         # Hide what lies inside the bound folders but must stay private: the corpus roots, the rlm
         # folders, home (when any of them is under /usr, /etc...). Python itself is never hidden.
-        hidden = {str(Path.home()), str(config_dir()), str(cache_dir()), str(data_dir()),
+        hidden = {str(Path.home()), str(config_dir()), str(cache_dir()), str(data_dir()), str(runtime_path()),
                   *BWRAP_ALWAYS_HIDDEN, *self.hide_paths}
         for path in sorted({os.path.realpath(p) for p in hidden if os.path.exists(p)}, key=len):
             if (any(_under(path, b) for b in bound) and path not in bound
@@ -984,9 +985,11 @@ def landlock_read_paths(hide: tuple[str, ...] | list[str] = ()) -> list[str]:
     holds the working folder, the temporary folder, home, rlm's config, cache or data folder or
     a corpus root (``hide``)."""
     from rlm_cli.config import cache_dir, config_dir, data_dir
+    from rlm_cli.models.shared import runtime_path
 
     private = [os.path.realpath(p) for p in (str(Path.home()), str(config_dir()), str(cache_dir()),
-                                             str(data_dir()), os.getcwd(), tempfile.gettempdir(), *hide)]
+                                             str(data_dir()), str(runtime_path()), os.getcwd(),
+                                             tempfile.gettempdir(), *hide)]
     paths = [d for d in LANDLOCK_SYSTEM_DIRS if os.path.isdir(d)]
     paths += [f"/etc/{n}" for n in LANDLOCK_ETC if os.path.exists(f"/etc/{n}")]
     roots = [*_python_roots(), str(_PKG_DIR)]
