@@ -40,7 +40,8 @@ _NEGATIVE = re.compile(
     r"\b(?:not (?:be )?(?:found|present|defined|available|provided|mentioned|listed|in the (?:corpus|context|file))|"
     r"(?:could|can|did)(?: ?not|n't) (?:find|locate|determine|be found)|cannot (?:find|locate|determine)|"
     r"(?:does|do|did) ?(?:not|n't) (?:exist|appear|contain|have|take|define|mention|include)|no (?:hits|matches|results|"
-    r"information|mention|such|occurrences?|definition)|none (?:was |were )?found|unable to|there (?:is|are|were) no)\b",
+    r"information|mention|such|occurrences?|definition)|none (?:was |were )?found|unable to|there (?:is|are|were) no|"
+    r"no\b[^.\n]{0,80}?\b(?:was |were )?found)\b",
     re.IGNORECASE)
 _ERROR_LINE = re.compile(r"^([A-Z][A-Za-z]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
 

@@ -265,6 +265,18 @@ def test_an_answer_that_found_nothing_gets_one_second_look(tmp_path: Path, llm: 
     assert r.answer == "No such function." and len(llm.chat_requests("root")) - before == 3
 
 
+def test_looping_over_context_itself_is_told_it_goes_by_character(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: this found nothing, and it answered that the corpus had no such line.
+    llm.script("root", repl("hits = [line for line in context if 'def urlparse' in line]\nprint(hits)"),
+               repl("for line in context.splitlines():\n    if 'def urlparse' in line:\n        print(line)"),
+               repl("FINAL('done')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "done"
+    first, second = (e["output"] for e in r.of("output")[:2])
+    assert first.startswith("[]") and "one character at a time" in first and "context.splitlines()" in first
+    assert "def urlparse(url" in second and "one character" not in second
+
+
 def test_chunk_text_of_a_character_offset_is_the_chunk_holding_it(tmp_path: Path, llm: FakeLLM) -> None:
     llm.script("root", repl("print(chunk_text(context.find('def urlparse'))[:10], chunk_text(10 ** 9))"),
                repl("FINAL('ok')"))

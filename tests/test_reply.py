@@ -93,6 +93,8 @@ def test_a_final_answer_line_is_a_literal_final(text: str, literal: str | None) 
 
 
 @pytest.mark.parametrize("text, negative", [
+    ("No secret codes for golden citadel, rapid beacon or amber glacier projects found in the corpus.", True),
+    ("Found in a.py: no changes were needed there.", False),
     ("not found in test/test_mailbox.py", True),
     ("There are no hits for the parameter 'addr'.", True),
     ("The function does not exist in the corpus.", True),

@@ -340,12 +340,14 @@ class Worker:
         sys.stdout = sys.stderr = out
         started = time.monotonic()
         ok = True
+        by_char = False
         try:
             self.running = True
             # The source in linecache: tracebacks then show each failing line, not only its number.
             name = self._cell_name(cell)
             linecache.cache[name] = (len(code), None, code.splitlines(True), name)
             tree = ast.parse(code, filename=name, mode="exec")
+            by_char = _iterates_context(tree)
             self.observer.begin_block(tree)
             last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
             if last is not None:
@@ -371,6 +373,8 @@ class Worker:
         if self.namespace.get("context") is not self._helpers["context"]:
             notes.append("[note: this block reassigned `context`; the real corpus is restored before the next block. "
                          "Never replace it with text of your own: the answer must come from the corpus.]\n")
+        if by_char:
+            notes.append(_BY_CHAR_NOTE)
         rebound = [k for k in RESERVED if callable(self._helpers.get(k)) and self.namespace.get(k) is not self._helpers[k]]
         if rebound:
             notes.append(f"[note: this block reassigned {', '.join(f'`{k}`' for k in rebound)}; the helper is "
@@ -464,6 +468,23 @@ def _echo_expressions(tree: ast.Module) -> ast.Module:
     if changed:
         ast.fix_missing_locations(tree)
     return tree
+
+
+#: Said after a block that loops over ``context`` itself: a ``str``, so one character at a time (seen
+#: with Qwen2.5-Coder-1.5B: ``for line in context: if "golden citadel" in line`` found nothing, and
+#: the model answered that the corpus holds no such text).
+_BY_CHAR_NOTE = ("[note: `for ... in context` goes over `context` one character at a time; for its lines use "
+                 "`context.splitlines()`, or grep(pattern) for the lines that match.]\n")
+
+
+def _iterates_context(tree: ast.AST) -> bool:
+    """Whether a ``for`` loop or a comprehension of ``tree`` iterates the name ``context``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            it = node.iter
+            if isinstance(it, ast.Name) and it.id == "context":
+                return True
+    return False
 
 
 def _format_error(info: Any) -> str:
