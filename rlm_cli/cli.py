@@ -334,6 +334,7 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
         from rlm_cli.doctor import sandbox_line
 
         ui.info(sandbox_line(settings.sandbox))
+        ui.info(f"model host: {getattr(host, 'sharing', 'in this process')}")
     try:
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host)
     except PartialAnswerError as exc:
@@ -357,6 +358,7 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
         from rlm_cli.doctor import sandbox_line
 
         ui.info(sandbox_line(settings.sandbox))
+        ui.info(f"model host: {getattr(host, 'sharing', 'in this process')}")
     write, finish = _batch_writer(json_out, cite, ui, len(listed))
     with Session(settings, paths, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host, numbered=True) as session:
         session.open()
@@ -502,6 +504,7 @@ def chat(
             from rlm_cli.doctor import sandbox_line
 
             ui.info(sandbox_line(settings.sandbox))
+        ui.info(f"model host: {getattr(host, 'sharing', 'in this process')}")
         with Session(settings, paths, emit=ui.on_event, backend=host, conversation=True, numbered=True,
                      interrupt_grace_s=INTERRUPT_GRACE_S) as session:
             session.open()
@@ -991,18 +994,25 @@ def host_status(json_out: JsonOpt = False) -> None:
     from rlm_cli.models import shared
 
     hosts = shared.running()
-    folder = shared.host_dir()
+    folder = shared.runtime_path()
+    unsafe = shared.unsafe_dir(folder) if folder.exists() else None
+    idle = shared.idle_seconds()
+    sharing = "off: RLM_HOST_IDLE=0" if idle <= 0 else f"off: {unsafe}" if unsafe else "on"
     if json_out:
-        render.write_json({"folder": None if folder is None else str(folder), "idle_limit_s": shared.idle_seconds(),
-                           "hosts": hosts})
+        render.write_json({"folder": str(folder), "sharing": sharing, "idle_limit_s": idle, "hosts": hosts})
         return
     ui = render.Renderer()
+    ui.info(f"runtime folder {folder}; sharing {sharing}; this shell's {shared.IDLE_ENV}: {idle:g} s")
     if not hosts:
-        ui.info(f"no shared model host is running (folder: {folder}; {shared.IDLE_ENV}={shared.idle_seconds():g})")
+        ui.info("no shared model host is running")
         return
-    ui.table(f"Shared model hosts ({folder})", ["pid", "age s", "idle s", "idle limit s", "in use by", "requests", "folder"],
-             [[str(h.get("pid")), f"{h.get('age_s', 0):g}", f"{h.get('idle_s', 0):g}", f"{h.get('idle_limit_s') or 0:g}",
-               str(h.get("leases", 0)), str(h.get("requests", 0)), str(h.get("cwd", ""))] for h in hosts])
+    ui.table("Shared model hosts (one per working folder and environment)",
+             ["pid", "key", "age s", "idle s", "idle limit s", "in use by", "requests", "runs in"],
+             [[str(h.get("pid")), str(h["key"]), f"{h.get('age_s', 0):g}", f"{h.get('idle_s', 0):g}",
+               f"{h.get('idle_limit_s') or 0:g}", str(h.get("leases", 0)), str(h.get("requests", 0)),
+               str(h.get("cwd", ""))] if h.get("answering") else
+              [str(h.get("pid")), str(h["key"]), "-", "-", "-", "-", "-", "not answering (rlm host stop kills it)"]
+              for h in hosts])
 
 
 @host_app.command("stop")
@@ -1031,6 +1041,11 @@ def main() -> None:
     # even one met before the command runs (a flag the parser rejects).
     _json_errors = "--json" in sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]
     try:
+        try:
+            os.getcwd()
+        except OSError:
+            raise UsageError("the current folder no longer exists (deleted or unmounted)",
+                             hint="cd to an existing folder and run the command again") from None
         _host_first(sys.argv[1:])
         rv = app(standalone_mode=False)
         # Non-standalone typer turns Ctrl-C into a returned 130 (and typer.Exit into its code).

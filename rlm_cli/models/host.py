@@ -94,16 +94,21 @@ class HostBackend:
         self.reused = False
         self._lease: socket.socket | None = None
         self._files: shared_hosts.HostFiles | None = None
+        self._cwd: str | None = None
         self.pid = 0
         self._err: IO[bytes]
-        files = shared_hosts.files_for_this_command() if shared is not False else None
-        if files is None or not self._share(files):
+        plan = shared_hosts.for_this_command() if shared is not False else shared_hosts.Sharing(None, "not asked")
+        #: One line for ``-v``: how this command got its model host.
+        self.sharing = plan.why
+        if plan.files is None or not self._share(plan):
             self._files = None
             self.dir = Path(tempfile.mkdtemp(prefix="rlm-host-"))  # 0700: only this user may enter
             self.socket_path = str(self.dir / "host.sock")
             self._err = open(self.dir / "host.err", "w+b")  # noqa: SIM115 - read on failure, closed in close()
             self._spawn([self.socket_path], None)
             self.pid = self.proc.pid if self.proc is not None else 0
+            if not self.sharing.startswith("a host"):
+                self.sharing = f"a host of this command only ({self.sharing})"
         if warm and not self.reused:
             self.warm(warm)
 
@@ -116,35 +121,41 @@ class HostBackend:
                                      pass_fds=fds)
         shared = None
         if self._files is not None:
-            shared = {**self._files.to_dict(), "idle": shared_hosts.idle_seconds()}
+            shared = {**self._files.to_dict(), "idle": shared_hosts.idle_seconds(), "cwd": self._cwd}
         self._send_control({"type": "config", "token": self._token, "parent": os.getpid(), "shared": shared})
 
-    def _share(self, files: shared_hosts.HostFiles) -> bool:
-        """Lease the running shared host of ``files``, or start it on a socket bound here.
+    def _share(self, plan: shared_hosts.Sharing) -> bool:
+        """Lease the running shared host of ``plan``, or start it on a socket bound here.
         ``False`` when a host is there but will not lease (the caller starts a host of its own)."""
+        files = plan.files
+        assert files is not None
         self._files = files
+        self._cwd = plan.cwd
         self.dir = files.socket.parent
         self.socket_path = str(files.socket)
         with shared_hosts.locked(files):
             try:
-                leased = shared_hosts.lease(files)
-            except OSError:
+                leased = shared_hosts.lease(files, shared_hosts.idle_seconds())
+            except OSError as exc:
+                self.sharing = f"a host of its own ({exc})"
                 return False
             if leased is not None:
                 self._lease, self._token, self.pid = leased.conn, leased.token, leased.pid
                 self.reused = self._up = True
+                self.sharing = f"shared, leased (pid {self.pid})"
                 self._err = open(os.devnull, "w+b")  # noqa: SIM115 - closed in close()
                 return True
             listener = shared_hosts.listen(files)
             try:
-                shared_hosts.write_token(files, self._token)
                 self._err = os.fdopen(os.open(files.log, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600),
                                       "w+b")
                 os.fchmod(self._err.fileno(), 0o600)
                 self._spawn([self.socket_path, "--fd", str(listener.fileno())], listener)
+                self.pid = self.proc.pid if self.proc is not None else 0
+                shared_hosts.write_token(files, self._token, self.pid)
             finally:
                 listener.close()  # the host holds its own copy
-        self.pid = self.proc.pid if self.proc is not None else 0
+        self.sharing = f"shared, started (pid {self.pid}; stays {shared_hosts.idle_seconds():g} s once unused)"
         self._up = True  # the socket listens already: requests wait in its queue while the host starts
         return True
 
@@ -295,6 +306,7 @@ class HostBackend:
                 code = self.proc.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
                 pass
+        gone = code is not None or (self.pid > 0 and not _alive(self.pid))
         try:
             if self.reused and self._files is not None:
                 tail = self._files.log.read_text("utf-8", "replace").strip().splitlines()
@@ -303,9 +315,26 @@ class HostBackend:
                 tail = self._err.read().decode("utf-8", "replace").strip().splitlines()
         except (OSError, ValueError):
             tail = []
-        which = "the shared model host" if self._files is not None else "the model host process"
-        how = "is not answering" if code is None else f"exited with status {code}"
+        which = f"the shared model host (pid {self.pid})" if self._files is not None else "the model host process"
+        how = (f"exited with status {code}" if code is not None else "exited" if gone
+               else "closed the connection without an answer")
         hint = "rerun with --debug; if it repeats, report it"
         if self._files is not None:
-            hint = "run `rlm host stop`, or set RLM_HOST_IDLE=0 to start a model host per command; " + hint
+            hint = ("run the command again (it starts a new host); if it repeats, set RLM_HOST_IDLE=0 for a "
+                    "model host per command and rerun with --debug")
         return HostUnavailable(f"{which} {how}" + (f": {tail[-1][:300]}" if tail else ""), hint=hint)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True

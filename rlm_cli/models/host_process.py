@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import select
 import shutil
 import signal
 import socket
@@ -70,7 +71,7 @@ class _Host:
         self.state = threading.Condition()
         self.spawner_open = True
         self.leases = 0
-        self.active = 0
+        self.active: set[socket.socket] = set()
         self.requests = 0
         self.stopping = False
         self.closing = False
@@ -96,11 +97,11 @@ class _Host:
             return  # close without a word
         op = request.get("op")
         if op in _AT_ONCE:
-            self._at_once(conn, str(op))
+            self._at_once(conn, str(op), request)
             return
         self.asked.set()
         with self.state:
-            self.active += 1
+            self.active.add(conn)
         try:
             self.ready.wait()
             try:
@@ -111,16 +112,16 @@ class _Host:
                 protocol.send_message(conn, reply)
         finally:
             with self.state:
-                self.active -= 1
+                self.active.discard(conn)
                 self.requests += op == "complete"
                 self.last = time.monotonic()
                 self.state.notify_all()
 
-    def _at_once(self, conn: socket.socket, op: str) -> None:
+    def _at_once(self, conn: socket.socket, op: str, request: dict[str, Any]) -> None:
         if op == "status":
             with self.state:
                 status = {"ok": True, "pid": os.getpid(), "age_s": round(time.monotonic() - self.started, 1),
-                          "idle_s": 0.0 if self.active or self.leases or self.spawner_open
+                          "idle_s": 0.0 if self._waited_on() or self.leases or self.spawner_open
                           else round(time.monotonic() - self.last, 1),
                           "idle_limit_s": (self.shared or {}).get("idle"), "leases": self.leases + self.spawner_open,
                           "requests": self.requests, "cwd": os.getcwd(), "stopping": self.stopping}
@@ -140,6 +141,9 @@ class _Host:
             else:
                 ok = True
                 self.leases += 1
+                idle = request.get("idle")
+                if isinstance(idle, (int, float)) and 0 < idle <= 86400:
+                    self.shared["idle"] = float(idle)  # the latest command's RLM_HOST_IDLE
         try:
             protocol.send_message(conn, {"ok": ok, "pid": os.getpid()})
             if ok:
@@ -185,10 +189,25 @@ class _Host:
             return {"ok": False, "error": describe_error(exc)}
 
     # -- a shared host's exit ----------------------------------------------------------------------
+    def _waited_on(self) -> bool:
+        """Whether a command still waits for a request in progress: one that closed its
+        connection (Ctrl-C, killed) does not keep a shared host from leaving, though litellm
+        cannot be stopped mid-request. Call with ``state`` held."""
+        for conn in self.active:
+            try:
+                ready, _, _ = select.select([conn], [], [], 0)
+                if not ready or conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    return True  # open (a command sends nothing after its request)
+            except BlockingIOError:
+                return True
+            except OSError:
+                continue
+        return False
+
     def _unused_for(self) -> float | None:
         """Seconds left before an unused shared host should exit (``0``: now), or ``None`` while
         it is in use. Call with ``state`` held."""
-        if self.spawner_open or self.leases or self.active:
+        if self.spawner_open or self.leases or self._waited_on():
             return None
         if self.stopping or self.failure is not None or not self.requests:
             return 0.0
@@ -198,7 +217,7 @@ class _Host:
     def wait_to_leave(self) -> None:
         """Return once this shared host should exit, with the socket and token removed (if
         still its own) under the lock, so no command leases it meanwhile."""
-        from rlm_cli.models.shared import HostFiles, locked
+        from rlm_cli.models.shared import HostFiles, locked, remove
 
         assert self.shared is not None
         files = HostFiles(*(Path(self.shared[k]) for k in ("socket", "token", "lock", "log")))
@@ -210,18 +229,15 @@ class _Host:
             with self.state:
                 left = self._unused_for()
                 while left is None or left > 0:
-                    self.state.wait(timeout=left)
+                    # Requests in progress are checked every 2 s: a command that went away
+                    # (Ctrl-C) does not notify.
+                    self.state.wait(timeout=2.0 if left is None and self.active else left)
                     left = self._unused_for()
             with locked(files), self.state:
                 if self._unused_for() != 0:
                     continue  # leased meanwhile
                 self.closing = True
-                with contextlib.suppress(OSError):
-                    if mine is not None and os.stat(files.socket).st_ino == mine:
-                        files.socket.unlink()
-                with contextlib.suppress(OSError):
-                    if files.token.read_text().strip() == self.token:
-                        files.token.unlink()
+                remove(files, token=self.token, inode=mine if mine is not None else -1)
                 return
 
 
@@ -258,6 +274,8 @@ def main() -> None:
     except (OSError, protocol.ProtocolError):
         os._exit(0)
     shared = config.get("shared") if inherited is not None else None
+    if shared is not None and not shared.get("cwd"):
+        os.chdir("/")  # keeps no folder busy; the environment names no file by a relative path
     host = _Host(str(config.get("token")), int(config.get("parent") or os.getppid()), shared)
 
     class _Req(socketserver.BaseRequestHandler):

@@ -35,6 +35,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import signal
 import socket
 import stat
 import sys
@@ -100,34 +101,62 @@ def runtime_path() -> Path:
     return Path(os.path.abspath(raw))
 
 
-def host_dir() -> Path | None:
-    """The folder of shared hosts (:func:`runtime_path`), created ``0700``; ``None`` when it
-    cannot be made safe (not a folder of this user's, or open to others, or in a folder others
-    may write), and then no host is shared."""
-    path = runtime_path()
+def unsafe_dir(path: Path) -> str | None:
+    """Why ``path`` may not hold shared hosts (``None``: it may): it must be a folder of this
+    user's, closed to others, in a folder nobody else may rename it out of."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.mkdir(mode=0o700, exist_ok=True)
         info = os.lstat(path)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-            return None
-        up = os.lstat(path.parent)  # nobody else may rename our folder away and put theirs in its place
+        if not stat.S_ISDIR(info.st_mode):
+            return f"{path} is not a folder"
+        if info.st_uid != os.geteuid():
+            return f"{path} belongs to another user"
+        if info.st_mode & 0o077:
+            return f"{path} is open to other users (mode {oct(info.st_mode & 0o777)}; it must be 0700)"
+        up = os.lstat(path.parent)
         if (not stat.S_ISDIR(up.st_mode) or up.st_uid not in (0, os.geteuid())
                 or (up.st_mode & 0o022 and not up.st_mode & stat.S_ISVTX)):
+            return f"{path.parent} may be written by other users"
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    return None
+
+
+def host_dir(*, create: bool = True) -> Path | None:
+    """The folder of shared hosts (:func:`runtime_path`), created ``0700`` when ``create``;
+    ``None`` when it is missing or not safe (:func:`unsafe_dir`), and then no host is shared."""
+    path = runtime_path()
+    if create:
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.mkdir(mode=0o700, exist_ok=True)
+        except OSError:
             return None
-    except OSError:
-        return None
-    return path
+    return None if unsafe_dir(path) else path
+
+
+def needs_cwd(environ: Any = None) -> bool:
+    """Whether the environment names a file or folder by a relative path (one that exists from
+    the working folder, e.g. ``GOOGLE_APPLICATION_CREDENTIALS=key.json``): the host must then run
+    in the command's folder, and only commands of that folder share it. Otherwise the host runs
+    in ``/`` and keeps no folder busy (an unmount, a deleted folder)."""
+    env = os.environ if environ is None else environ
+    for name, value in env.items():
+        if name in VOLATILE_ENV or name.startswith("RLM_") or not value or len(value) > 1024:
+            continue
+        if not os.path.isabs(value) and "\0" not in value and os.path.exists(value):
+            return True
+    return False
 
 
 def fingerprint(environ: Any = None, cwd: str | None = None) -> str:
-    """The key of the host this command may share (16 hex digits; see the module docstring)."""
+    """The key of the host this command may share (16 hex digits; see the module docstring):
+    ``cwd`` (a folder, or ``None`` for a host that runs in ``/``) is part of it."""
     env = os.environ if environ is None else environ
     digest = hashlib.sha256()
     from rlm_cli import __version__
 
     digest.update(f"{__version__}\0{os.path.realpath(sys.executable)}\0{sys.version}\0{os.geteuid()}\0"
-                  f"{cwd if cwd is not None else os.getcwd()}\0".encode("utf-8", "surrogateescape"))
+                  f"{cwd or '/'}\0".encode("utf-8", "surrogateescape"))
     for rel in _MODEL_SOURCES:
         try:
             info = os.stat(_PKG / rel)
@@ -159,47 +188,90 @@ class HostFiles:
         return {"socket": str(self.socket), "token": str(self.token), "lock": str(self.lock), "log": str(self.log)}
 
 
-def files_for_this_command() -> HostFiles | None:
-    """The files of the host this command shares, or ``None`` when it gets its own host
-    (``RLM_HOST_IDLE=0``, no safe folder, or a socket path too long).
+@dataclass(frozen=True)
+class Sharing:
+    """Whether this command shares a model host: ``files`` of the host (``None``: a host of its
+    own, and ``why`` says why), and ``cwd``: the folder the host runs in (``None``: ``/``)."""
+
+    files: HostFiles | None
+    why: str
+    cwd: str | None = None
+
+
+def for_this_command() -> Sharing:
+    """How this command gets its model host (see :class:`Sharing`).
 
     Raises:
         UsageError: ``RLM_HOST_IDLE`` is invalid.
     """
     if idle_seconds() <= 0:
-        return None
+        return Sharing(None, f"{IDLE_ENV}=0")
     folder = host_dir()
     if folder is None:
-        return None
-    files = HostFiles.of(folder, fingerprint())
-    return files if len(os.fsencode(files.socket)) <= MAX_SOCKET_PATH else None
+        return Sharing(None, f"no safe runtime folder: {unsafe_dir(runtime_path())}")
+    cwd = None
+    if needs_cwd():
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            return Sharing(None, "the working folder is gone")
+    files = HostFiles.of(folder, fingerprint(cwd=cwd))
+    if len(os.fsencode(files.socket)) > MAX_SOCKET_PATH:
+        return Sharing(None, f"the runtime folder's path is too long for a socket ({files.socket})")
+    return Sharing(files, "shared", cwd)
 
 
 @contextlib.contextmanager
 def locked(files: HostFiles) -> Iterator[None]:
-    """Hold the host's lock file (``flock``, exclusive) for the block."""
-    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """Hold the host's lock file (``flock``, exclusive) for the block. A host that leaves
+    removes the file while holding it, so the lock is taken again if the path no longer names
+    the file locked (the usual check, else two holders could lock two files)."""
+    while True:
+        fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.stat(files.lock).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            break
+        os.close(fd)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # releases the lock
 
 
+def _token_file(files: HostFiles) -> list[str]:
+    try:
+        return files.token.read_text().split()
+    except OSError:
+        return []
+
+
 def read_token(files: HostFiles) -> str | None:
     """The host's token, or ``None`` when there is none (no host, or it left)."""
-    try:
-        return files.token.read_text().strip() or None
-    except OSError:
-        return None
+    fields = _token_file(files)
+    return fields[0] if fields else None
 
 
-def write_token(files: HostFiles, token: str) -> None:
-    """Write the token file ``0600`` atomically (a reader sees the old file or the whole new one)."""
+def host_pid(files: HostFiles) -> int | None:
+    """The host's pid as its starter recorded it beside the token, or ``None``."""
+    fields = _token_file(files)
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def write_token(files: HostFiles, token: str, pid: int) -> None:
+    """Write the token file (``TOKEN PID``) ``0600`` atomically (a reader sees the old file or
+    the whole new one)."""
     tmp = files.token.with_name(files.token.name + f".{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(token)
+        fh.write(f"{token} {pid}\n")
     os.replace(tmp, files.token)
 
 
@@ -245,16 +317,23 @@ class Lease:
     pid: int
 
 
-def lease(files: HostFiles) -> Lease | None:
+#: Seconds a command waits for a running host to lease (it answers leases at once, even while it
+#: imports litellm); a host silent that long is treated as hung and the command starts its own.
+LEASE_TIMEOUT_S = 3.0
+
+
+def lease(files: HostFiles, idle: float) -> Lease | None:
     """Lease the running host, or ``None`` when there is none (the caller may then start one on
     the same path). Call it under :func:`locked`.
 
+    ``idle`` (seconds) becomes the host's idle period: the latest command's ``RLM_HOST_IDLE``.
+
     Raises:
-        OSError: a host is there but would not lease (busy past the timeout, or leaving after
-            ``rlm host stop``): the caller must leave its socket alone.
+        OSError: a host is there but would not lease (silent past :data:`LEASE_TIMEOUT_S`, or
+            leaving after ``rlm host stop``): the caller must leave its socket alone.
     """
     try:
-        conn, reply = ask(files, {"op": "lease"})
+        conn, reply = ask(files, {"op": "lease", "idle": idle}, timeout=LEASE_TIMEOUT_S)
     except NoHost:
         return None
     except protocol.ProtocolError as exc:
@@ -290,30 +369,76 @@ def listen(files: HostFiles) -> socket.socket:
 
 
 def _each_host(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """Send ``message`` to every shared host of this user; the replies of those that answer
-    (each with its ``key``)."""
-    folder = host_dir()
+    """Send ``message`` to every shared host of this user: each reply (with ``key`` and
+    ``answering: true``), or for a host whose socket is there but that did not answer in 2 s,
+    ``{"key", "pid" (recorded), "answering": false}``. Stale sockets (nothing listening) are
+    left out."""
+    folder = host_dir(create=False)
     if folder is None:
         return []
-    replies = []
+    replies: list[dict[str, Any]] = []
     for sock in sorted(folder.glob("host-*.sock")):
         key = sock.name[len("host-"):-len(".sock")]
+        files = HostFiles.of(folder, key)
         try:
-            conn, reply = ask(HostFiles.of(folder, key), message)
-        except (NoHost, OSError, protocol.ProtocolError):
+            conn, reply = ask(files, message, timeout=2.0)
+        except NoHost:
+            continue
+        except (OSError, protocol.ProtocolError):
+            replies.append({"key": key, "pid": host_pid(files), "answering": False})
             continue
         conn.close()
         if reply.get("ok"):
-            replies.append({"key": key, **{k: v for k, v in reply.items() if k != "ok"}})
+            replies.append({"key": key, "answering": True, **{k: v for k, v in reply.items() if k != "ok"}})
     return replies
 
 
 def running() -> list[dict[str, Any]]:
-    """Every shared host of this user that answers: its status (``key``, ``pid``, ``age_s``,
-    ``idle_s``, ``idle_limit_s``, ``leases``, ``requests``, ``cwd``, ``stopping``), oldest first."""
+    """Every shared host of this user: its status (``key``, ``answering``, ``pid``, ``age_s``,
+    ``idle_s``, ``idle_limit_s``, ``leases``, ``requests``, ``cwd``, ``stopping``), oldest first;
+    a host that does not answer has only ``key``, ``pid`` and ``answering: false``."""
     return sorted(_each_host({"op": "status"}), key=lambda h: -float(h.get("age_s") or 0))
 
 
+def _is_host(pid: int, files: HostFiles) -> bool:
+    """Whether ``pid`` is the host process serving ``files`` (its command line says so), so a
+    pid reused by another process is never signalled."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(b"host_process" in part for part in cmdline) and os.fsencode(files.socket) in cmdline
+
+
 def stop_all() -> list[int]:
-    """Ask every shared host of this user to exit as soon as no command uses it; their pids."""
-    return [int(h.get("pid") or 0) for h in _each_host({"op": "stop"})]
+    """Ask every shared host of this user to exit as soon as no command uses it; a host that
+    does not answer (hung) is killed and its files removed. The pids."""
+    folder = host_dir(create=False)
+    stopped = []
+    for host in _each_host({"op": "stop"}):
+        pid = int(host.get("pid") or 0)
+        if not host.get("answering") and folder is not None:
+            files = HostFiles.of(folder, str(host["key"]))
+            if pid and _is_host(pid, files):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                with locked(files):
+                    remove(files, token=None)
+        stopped.append(pid)
+    return stopped
+
+
+def remove(files: HostFiles, *, token: str | None, inode: int | None = None) -> None:
+    """Remove a host's socket, token file, log and lock file, unless they belong to a newer
+    host already: the socket must still be the one with ``inode`` and the token file hold
+    ``token`` (each when given). Call it under :func:`locked`."""
+    try:
+        if inode is not None and os.stat(files.socket).st_ino != inode:
+            return
+    except OSError:
+        pass
+    if token is not None and read_token(files) not in (token, None):
+        return
+    for path in (files.socket, files.token, files.log, files.lock):
+        with contextlib.suppress(OSError):
+            path.unlink()
