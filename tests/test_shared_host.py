@@ -241,3 +241,18 @@ def test_a_deleted_working_folder_is_one_clear_error(runtime: Path, tmp_path: Pa
                          text=True, timeout=120)
     assert res.returncode == 2 and "current folder no longer exists" in res.stderr and "Traceback" not in res.stderr
     assert hosts() == [] and not llm.requests
+
+
+def test_a_host_killed_mid_request_is_one_clear_line(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    from tests.fake_llm import Reply
+
+    ask(tmp_path, llm, "q1?")
+    (host,) = hosts()
+    llm.script("root", Reply(text=repl("FINAL('late')"), delay_s=8))
+    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(corpus(tmp_path)), "q2?", *model_flags(llm),
+                             "--no-leads"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert until(lambda: len(llm.requests) >= 2, 60)  # the slow request reached the model
+    os.kill(int(host["pid"]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and out == "" and "Traceback" not in err
+    assert f"the shared model host (pid {host['pid']}) exited" in err and "run the command again" in err
