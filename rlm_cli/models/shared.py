@@ -1,6 +1,6 @@
-"""The shared model host: one model host process per user, environment and working folder,
-reused by every ``rlm`` command that would start an identical one, until it has been idle for
-``RLM_HOST_IDLE`` seconds.
+"""The shared model host: one model host process per user and environment, reused by every
+``rlm`` command that would start an identical one, until it has been idle for ``RLM_HOST_IDLE``
+seconds (the latest command's value).
 
 Why: ``import litellm`` takes about 3 s of a warm ``rlm ask`` (issue 14), and only a process that
 outlives one command can take it off the critical path. The pattern is that of sccache's server
@@ -8,11 +8,13 @@ or Gradle's daemon: started on first use, found again through a socket at a fixe
 after an idle period. ``RLM_HOST_IDLE=0`` gives every command its own host (the behaviour before).
 
 Which host a command may reuse: the one whose key (:func:`fingerprint`) is equal, a hash of
-rlm's version and model-layer sources, the interpreter, the working folder, the user and the
-environment (every variable but the shell's bookkeeping ones in :data:`VOLATILE_ENV` and rlm's
-own ``RLM_*``, which only the command reads: what they resolve to, a model, a key, an API base,
-travels in each request). A host holds the environment it was started with (API keys, proxies,
+rlm's version and model-layer sources, the interpreter, the user and the environment (every
+variable but the shell's bookkeeping ones in :data:`VOLATILE_ENV` and rlm's own ``RLM_*``, which
+only the command reads: what they resolve to, a model, a key, an API base, travels in each
+request). A host holds the environment it was started with (API keys, proxies,
 ``LITELLM_*``), so a command whose environment differs in any other way gets a host of its own.
+The host runs in ``/`` (it keeps no folder busy) unless a variable names an existing file by a
+relative path (:func:`needs_cwd`); then it runs in the command's folder, which joins the key.
 
 Files, all in :func:`host_dir` (the user's runtime folder, ``0700``, refused unless it is this
 user's and nobody else's): for each key ``host-KEY.sock`` (the listening socket, ``0600``),
@@ -25,8 +27,10 @@ the peer's user id (``SO_PEERCRED``).
 Races, all under the lock: a command leases an existing host (an open connection the host
 counts) or binds a new socket itself and starts the host on it (the socket listens before the
 host's interpreter is up, so requests queue instead of failing); a host leaves only after
-re-checking, under the lock, that nobody leased it meanwhile, and removes the socket only if it
-is still its own (same inode).
+re-checking, under the lock, that nobody leased it meanwhile, and removes its files only if the
+socket is still its own (same inode). A host that does not answer a lease in
+:data:`LEASE_TIMEOUT_S` is left alone (the command starts a host of its own); ``rlm host stop``
+kills it.
 """
 
 from __future__ import annotations
