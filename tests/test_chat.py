@@ -26,6 +26,9 @@ class Terminal:
     def __init__(self, *args: str) -> None:
         pid, fd = pty.fork()
         if pid == 0:  # the child: stdin, stdout and stderr are the terminal
+            # As from an interactive shell: a suite started in the background inherits SIGINT
+            # ignored, and rlm (like every Unix tool) would keep ignoring Ctrl-C then.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execv(sys.executable, [sys.executable, "-m", "rlm_cli", *args])
         self.pid, self.fd = pid, fd
         self.seen = ""

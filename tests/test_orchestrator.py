@@ -53,7 +53,9 @@ def test_mentions_and_only_finishes() -> None:
     assert not only_finishes("x = 1\nFINAL(x)")
     assert not only_finishes("print(1)")
     assert not only_finishes("FINAL(")
-    assert [b.code for b in code_blocks("a\n```python\nx=1\n```\nb\n```repl\ny=2\n```")] == ["x=1\n", "y=2\n"]
+    # Beside a repl block, a python block is illustration; alone, python blocks run.
+    assert [b.code for b in code_blocks("a\n```python\nx=1\n```\nb\n```repl\ny=2\n```")] == ["y=2\n"]
+    assert [b.code for b in code_blocks("a\n```python\nx=1\n```\nb\n```py\ny=2\n```")] == ["x=1\n", "y=2\n"]
 
 
 # -- finishing in code -----------------------------------------------------------------------------

@@ -709,7 +709,9 @@ def test_ctrl_c_leaves_no_worker_socket_scratch_or_bundle(level: str, sig: int, 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     llm.script("root", repl("import time\nprint('sleeping')\ntime.sleep(120)"))
-    env = dict(os.environ, TMPDIR=str(tmp))
+    # A model host of this command only: a shared one outlives the command by design (see
+    # tests/test_shared_host.py); here every process below rlm must be gone.
+    env = dict(os.environ, TMPDIR=str(tmp), RLM_HOST_IDLE="0")
     # As from a terminal: a suite started in the background of a non-interactive shell inherits
     # SIGINT ignored, and rlm (like every Unix tool) keeps ignoring it then.
     proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "corpus"), "q?",

@@ -63,7 +63,7 @@ VOLATILE_ENV = frozenset({
     "_", "PWD", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "TERM", "COLORTERM", "TERM_PROGRAM",
     "TERM_PROGRAM_VERSION", "TERM_SESSION_ID", "WINDOWID", "PS1", "PS2", "PS4", "PROMPT_COMMAND",
     "SSH_TTY", "TMUX_PANE", "STY", "WINDOW", "LS_COLORS", "HISTFILE", "HISTSIZE", "HISTCONTROL",
-    "RANDOM", "SECONDS", "LINENO", IDLE_ENV,
+    "RANDOM", "SECONDS", "LINENO", "PYTEST_CURRENT_TEST", IDLE_ENV,
 })
 #: Longest socket path used (``sun_path`` holds 108 bytes on Linux, 104 on macOS).
 MAX_SOCKET_PATH = 100
@@ -323,7 +323,7 @@ class Lease:
 
 #: Seconds a command waits for a running host to lease (it answers leases at once, even while it
 #: imports litellm); a host silent that long is treated as hung and the command starts its own.
-LEASE_TIMEOUT_S = 3.0
+LEASE_TIMEOUT_S = 5.0
 
 
 def lease(files: HostFiles, idle: float) -> Lease | None:
@@ -374,9 +374,9 @@ def listen(files: HostFiles) -> socket.socket:
 
 def _each_host(message: dict[str, Any]) -> list[dict[str, Any]]:
     """Send ``message`` to every shared host of this user: each reply (with ``key`` and
-    ``answering: true``), or for a host whose socket is there but that did not answer in 2 s,
+    ``answering: true``), or for a host whose socket is there but that did not answer in time,
     ``{"key", "pid" (recorded), "answering": false}``. Stale sockets (nothing listening) are
-    left out."""
+    left out. The wait is generous: on a loaded machine a host may take seconds to be scheduled."""
     folder = host_dir(create=False)
     if folder is None:
         return []
@@ -385,7 +385,7 @@ def _each_host(message: dict[str, Any]) -> list[dict[str, Any]]:
         key = sock.name[len("host-"):-len(".sock")]
         files = HostFiles.of(folder, key)
         try:
-            conn, reply = ask(files, message, timeout=2.0)
+            conn, reply = ask(files, message, timeout=LEASE_TIMEOUT_S)
         except NoHost:
             continue
         except (OSError, protocol.ProtocolError):
