@@ -6,10 +6,11 @@ instead of before them.
 process imports litellm at once, then, when told which models the run uses (``warm``) and as
 long as the parent has asked for nothing yet, runs litellm's first-call path for each without a
 request (``backend.LocalBackend.warm``), and serves model requests for ``ModelClient``. By
-default the host is *shared* (``models.shared``): a later command with the same user, working
-folder and environment leases the running host instead of starting one, so it pays no litellm
-import at all; the host exits once unused for ``RLM_HOST_IDLE`` seconds (default 300). With
-``RLM_HOST_IDLE=0`` each command has a host of its own that ends with it. Everything else of the model layer
+default the host is *shared* (``models.shared``): a later command with the same user and
+environment leases the running host instead of starting one, so it pays no litellm import at
+all; the host exits once unused for ``RLM_HOST_IDLE`` seconds (default 300). With
+``RLM_HOST_IDLE=0`` each command has a host of its own that ends with it. Everything else of the
+model layer
 (budgets, retries, the response cache, concurrency, usage, the worker's relay) stays in the
 parent: the host only sends requests and prices replies. The parent never imports litellm, so it
 also exits without tearing litellm's millions of objects down; the host ends with ``os._exit``.
