@@ -1006,7 +1006,7 @@ def host_status(json_out: JsonOpt = False) -> None:
     if not hosts:
         ui.info("no shared model host is running")
         return
-    ui.table("Shared model hosts (one per working folder and environment)",
+    ui.table("Shared model hosts (one per environment; see rlm ask -v)",
              ["pid", "key", "age s", "idle s", "idle limit s", "in use by", "requests", "runs in"],
              [[str(h.get("pid")), str(h["key"]), f"{h.get('age_s', 0):g}", f"{h.get('idle_s', 0):g}",
                f"{h.get('idle_limit_s') or 0:g}", str(h.get("leases", 0)), str(h.get("requests", 0)),
