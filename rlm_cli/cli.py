@@ -309,6 +309,14 @@ def _close_early_host() -> None:
         host.close()
 
 
+def _say_setup(ui: Any, settings: Any, host: Any) -> None:
+    """The ``-v`` lines of ``ask`` and ``chat``: the sandbox level and how the model host was got."""
+    from rlm_cli.doctor import sandbox_line
+
+    ui.info(sandbox_line(settings.sandbox))
+    ui.info(f"model host: {getattr(host, 'sharing', 'in this process')}")
+
+
 def _stdin_corpus(paths: list[str]) -> bytes | None:
     """The corpus piped in when a PATH is ``-``.
 
@@ -331,10 +339,7 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
 
     stdin_bytes = _stdin_corpus(paths)
     if verbose:
-        from rlm_cli.doctor import sandbox_line
-
-        ui.info(sandbox_line(settings.sandbox))
-        ui.info(f"model host: {getattr(host, 'sharing', 'in this process')}")
+        _say_setup(ui, settings, host)
     try:
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host)
     except PartialAnswerError as exc:
@@ -355,10 +360,7 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
 
     stdin_bytes = _stdin_corpus(paths)
     if verbose:
-        from rlm_cli.doctor import sandbox_line
-
-        ui.info(sandbox_line(settings.sandbox))
-        ui.info(f"model host: {getattr(host, 'sharing', 'in this process')}")
+        _say_setup(ui, settings, host)
     write, finish = _batch_writer(json_out, cite, ui, len(listed))
     with Session(settings, paths, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host, numbered=True) as session:
         session.open()
@@ -501,10 +503,7 @@ def chat(
                                    chunk_tokens))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if verbose:
-            from rlm_cli.doctor import sandbox_line
-
-            ui.info(sandbox_line(settings.sandbox))
-        ui.info(f"model host: {getattr(host, 'sharing', 'in this process')}")
+            _say_setup(ui, settings, host)
         with Session(settings, paths, emit=ui.on_event, backend=host, conversation=True, numbered=True,
                      interrupt_grace_s=INTERRUPT_GRACE_S) as session:
             session.open()
