@@ -307,7 +307,7 @@ class HostBackend:
                 code = self.proc.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
                 pass
-        gone = code is not None or (self.pid > 0 and not _alive(self.pid))
+        gone = code is not None or (self.pid > 0 and _gone_soon(self.pid))
         try:
             if self.reused and self._files is not None:
                 tail = self._files.log.read_text("utf-8", "replace").strip().splitlines()
@@ -324,6 +324,21 @@ class HostBackend:
             hint = ("run the command again (it starts a new host); if it repeats, set RLM_HOST_IDLE=0 for a "
                     "model host per command and rerun with --debug")
         return HostUnavailable(f"{which} {how}" + (f": {tail[-1][:300]}" if tail else ""), hint=hint)
+
+
+def _gone_soon(pid: int, wait_s: float = 1.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``wait_s`` seconds.
+
+    A killed process closes its sockets before the kernel marks it a zombie, so a client that saw
+    the connection close can look at the process a moment too early; this polls for up to
+    ``wait_s`` (seconds) before calling it alive.
+    """
+    deadline = time.monotonic() + wait_s
+    while _alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _alive(pid: int) -> bool:
