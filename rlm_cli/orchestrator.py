@@ -427,15 +427,22 @@ class Orchestrator:
         return None
 
     def _second_look(self, answer: str, loop: _LoopState, notes: list[str]) -> bool:
-        """Whether ``answer`` may end the run: an answer that reports finding nothing is sent back
-        once per run for a second look (:data:`prompts.CHECK_NEGATIVE`; the note goes to
-        ``notes``); the next one is accepted, whatever it says."""
-        if loop.checked_negative or not reply.negative_answer(answer):
-            return True
-        loop.checked_negative = True
-        notes.append(prompts.CHECK_NEGATIVE)
-        self._notice("the answer says nothing was found; asked for a second look")
-        return False
+        """Whether ``answer`` may end the run. Sent back once per run each (the note goes to
+        ``notes``; the next such answer is accepted, whatever it says): an answer that reports
+        finding nothing (:data:`prompts.CHECK_NEGATIVE`), and one that leaves out items the
+        question lists (``reply.missing_items``; :func:`prompts.check_missing`)."""
+        if not loop.checked_negative and reply.negative_answer(answer):
+            loop.checked_negative = True
+            notes.append(prompts.CHECK_NEGATIVE)
+            self._notice("the answer says nothing was found; asked for a second look")
+            return False
+        missing = [] if loop.checked_items else reply.missing_items(self._question, answer)
+        if missing:
+            loop.checked_items = True
+            notes.append(prompts.check_missing(missing))
+            self._notice(f"the answer leaves out {', '.join(missing)}, listed in the question; asked for each")
+            return False
+        return True
 
     def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, unseen: int, sandbox: Sandbox,
                                  notes: list[str]) -> str | None:
@@ -510,7 +517,7 @@ class Orchestrator:
         literal = tf.literal()
         if literal is not None:
             return literal, True
-        result = sandbox.execute(tf.call, cell=0)
+        result = sandbox.execute(tf.call, cell=0, map_output=False)
         if result.final is not None:
             return result.final, False
         if tf.func == "FINAL" and not result.final_error and not result.lost:
@@ -674,6 +681,8 @@ class _LoopState:
     last_errors: set[str] = field(default_factory=set)
     error_streak: int = 0
     checked_negative: bool = False
+    #: The answer was sent back once for leaving out items the question lists.
+    checked_items: bool = False
     #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).
     repeat_streak: int = 0
     #: How often the model was asked for its answer because it was stuck.

@@ -339,6 +339,14 @@ CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothi
                   "file around the definition with read_file) before you conclude. If you are sure, call FINAL with "
                   "the same answer again.")
 
+def check_missing(items: list[str]) -> str:
+    """The note for an answer that leaves out ``items`` the question lists (``reply.missing_items``)."""
+    named = ", ".join(f"'{i}'" for i in items)
+    return (f"The question asks about several things, and your answer leaves out {named}. Answer for each of them "
+            "(look them up with code if the output above does not show them; say which one you cannot find). If "
+            "your answer covers them already, call FINAL with the same answer again.")
+
+
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
                  "different, or finish with FINAL if you have the answer.")
 

@@ -230,6 +230,50 @@ def negative_answer(text: str) -> bool:
     return len(text) <= 400 and _NEGATIVE.search(text) is not None
 
 
+#: One item of a list in a question: a backticked name, or one to three words (``misty willow``).
+_ITEM = r"(?:`[^`\n]{1,60}`|[\w./-]+(?: [\w./-]+){0,2})"
+#: A list of three or more items in a question: ``A, B and C`` (also ``A, B, and C``, ``A, B, C and D``).
+_LIST = re.compile(rf"(?<![\w`]){_ITEM}(?:, {_ITEM})+,? and {_ITEM}(?![\w`])")
+#: Words an item may start with, or hold, that name nothing of its own.
+_ITEM_FILLER = frozenset("a an the of and or in on for to with from by its their".split())
+
+
+def _item_words(item: str) -> list[str]:
+    return [w for w in item.split() if w.lower() not in _ITEM_FILLER]
+
+
+def _mentions(answer: str, word: str) -> bool:
+    """Whether ``answer`` has ``word`` (or its last dotted part) at the start of a word, any case;
+    a plural's final ``s`` is dropped, so ``projects`` matches ``project``."""
+    for w in dict.fromkeys((word, word.rsplit(".", 1)[-1])):
+        stem = w[:-1] if len(w) > 3 and w.lower().endswith("s") else w
+        if re.search(r"(?<![\w])" + re.escape(stem), answer, re.IGNORECASE):
+            return True
+    return False
+
+
+def missing_items(question: str, answer: str) -> list[str]:
+    """The items of a list of three or more in ``question`` (``the A, B and C projects``,
+    ```f`, `g` and `h```) that ``answer`` leaves out: fewer than half of an item's words appear
+    in it (leading filler words dropped: ``the misty willow`` is ``misty willow``). At most 8,
+    in question order; ``[]`` when the question lists nothing. Small models were seen to answer
+    a three-part question with its first part only; the loop asks once for the rest."""
+    items: list[str] = []
+    for m in _LIST.finditer(question[:4_000]):
+        parts = re.split(r",? and |, ", m.group(0))
+        for part in parts:
+            words = _item_words(part.strip("` "))
+            text = " ".join(words)
+            if words and text not in items:
+                items.append(text)
+    missing = []
+    for item in items[:8]:
+        words = _item_words(item)
+        if 2 * sum(_mentions(answer, w) for w in words) < len(words):
+            missing.append(item)
+    return missing
+
+
 _FAILING_LINE = re.compile(r'^  File "<cell [\d.]+>", line \d+, in [^\n]*\n    (\S[^\n]*)$', re.MULTILINE)
 
 

@@ -179,14 +179,16 @@ class Lane:
 
     def variables(self) -> str:
         """The worker's ``SHOW_VARS()`` listing (``""`` when it cannot be read)."""
-        result = self.sandbox.execute("_rlm_vars = SHOW_VARS()\ndel _rlm_vars", cell=0, timeout=10.0)
+        result = self.sandbox.execute("_rlm_vars = SHOW_VARS()\ndel _rlm_vars", cell=0, timeout=10.0,
+                                      map_output=False)
         return "" if result.lost or not result.ok else result.output
 
     def clear(self) -> None:
         """Delete every variable of the REPL namespace, keeping the worker (``context`` and the
         helpers are put back before the next block): questions run with ``--jobs`` start clean."""
         self.sandbox.execute("for _rlm_k in [k for k in globals() if not (k.startswith('__') and k.endswith('__'))]:\n"
-                             "    globals().pop(_rlm_k, None)\nglobals().pop('_rlm_k', None)", cell=0, timeout=10.0)
+                             "    globals().pop(_rlm_k, None)\nglobals().pop('_rlm_k', None)", cell=0, timeout=10.0,
+                             map_output=False)
 
     def reset(self) -> None:
         """A fresh worker: every variable is gone; ``context`` and the helpers are loaded again.

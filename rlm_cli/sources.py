@@ -2,7 +2,8 @@
 
 Rows come from the REPL worker with every code block's result (``sandbox.observe``), at every
 depth, as ``(how, path, start_line, end_line)``; ``how`` is ``read_file`` (a range it read),
-``grep`` (a matching line it printed), ``printed`` (a slice of ``context`` found in its output),
+``grep`` (a matching line it printed), ``leads`` (a line ``leads(question)`` showed before the
+first turn or when the code called it), ``printed`` (a slice of ``context`` found in its output),
 ``sub_call`` or ``rlm_query`` (a slice of ``context`` found in a prompt or context sent to a
 sub-call or a sub-RLM). In direct mode the root model read every file whole (``direct``).
 
@@ -25,7 +26,7 @@ from typing import Any
 #: Most ranges listed in ``sources`` (the rest are counted in ``sources_omitted``).
 MAX_SOURCES = 100
 #: Order in which the ways of looking are listed.
-HOW_ORDER = ("read_file", "grep", "printed", "sub_call", "rlm_query", "direct")
+HOW_ORDER = ("read_file", "grep", "leads", "printed", "sub_call", "rlm_query", "direct")
 #: Most ranges listed by ``--cite``.
 MAX_CITE_LINES = 10
 
@@ -33,15 +34,15 @@ Emit = Callable[[dict[str, Any]], None]
 
 
 class SourceCollector:
-    """An ``emit`` wrapper that keeps the ``sources`` rows of every ``output`` event and forwards
-    every event unchanged."""
+    """An ``emit`` wrapper that keeps the ``sources`` rows of every ``output`` and ``leads``
+    event and forwards every event unchanged."""
 
     def __init__(self, forward: Emit) -> None:
         self.forward = forward
         self.rows: list[tuple[str, str, int, int]] = []
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        if ev.get("type") == "output":
+        if ev.get("type") in ("output", "leads"):
             for row in ev.get("sources") or []:
                 if isinstance(row, (list, tuple)) and len(row) == 4:
                     self.rows.append((str(row[0]), str(row[1]), int(row[2]), int(row[3])))

@@ -174,3 +174,23 @@ def test_rlm_ask_no_leads_flag_and_the_trajectory(tmp_path: Path, llm: FakeLLM) 
     firsts = [str(req["messages"][-1]["content"]) for req in llm.chat_requests("root")]
     assert LEADS_NOTE in firsts[0] and "a.py:1: def parse_config():" in firsts[0]
     assert LEADS_NOTE not in firsts[1] and "Question: " in firsts[1]
+
+
+def test_the_lines_leads_show_are_sources_of_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    shown: list[tuple[str, int]] = []
+    text = leads(view(), "Which file defines the function `parse_config`?", shown=shown)
+    assert ("pkg/config.py", 8) in shown and all(f"{p}:{n}" in text for p, n in shown)
+    root = tmp_path / "repo"
+    for path, body in FILES.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(body)
+    llm.script("root", repl("FINAL('MMXF-8921 (notes/log.txt:201)')"))
+    res = run_rlm("ask", str(root), "What is the secret code of the frozen willow project?", *model_flags(llm),
+                  "--json")
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert {"path": "notes/log.txt", "start_line": 201, "end_line": 201, "how": ["leads"], "cited": True} \
+        in doc["sources"]
+    events = [json.loads(line) for line in Path(doc["trace"]).read_text().splitlines()]
+    (ev,) = [e for e in events if e["type"] == "leads"]
+    assert ["leads", "notes/log.txt", 201, 201] in ev["sources"]

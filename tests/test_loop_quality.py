@@ -375,3 +375,20 @@ def test_final_of_a_name_never_assigned_is_not_taken_as_the_word(tmp_path: Path,
     r = run(llm, [code_corpus(tmp_path)])
     assert r.error is None and r.answer == "4"
     assert "NameError" in last_user(llm.chat_requests("root")[2])
+
+
+def test_an_answer_that_leaves_out_items_the_question_lists_is_sent_back_once(tmp_path: Path, llm: FakeLLM) -> None:
+    question = "What do `urlparse`, `upload` and `urljoin` take?"
+    llm.script("root", repl("print(grep('def url'))"), repl("FINAL('urlparse takes url, scheme and allow_fragments')"),
+               repl("FINAL('urlparse takes url, scheme, allow_fragments; upload takes nothing; urljoin takes "
+                    "base and url')"))
+    r = run(llm, [code_corpus(tmp_path)], question)
+    assert r.answer.startswith("urlparse takes url, scheme, allow_fragments; upload")
+    told = last_user(llm.chat_requests("root")[2])
+    assert "upload" in told and "urljoin" in told and "each" in told
+    assert any("leaves out" in n for n in r.notices())
+    # Once per run: the same short answer again is accepted.
+    before = len(llm.chat_requests("root"))
+    llm.script("root", repl("print(1)"), repl("FINAL('urlparse takes url')"), repl("FINAL('urlparse takes url')"))
+    r = run(llm, [code_corpus(tmp_path)], question)
+    assert r.answer == "urlparse takes url" and len(llm.chat_requests("root")) - before == 3

@@ -108,3 +108,22 @@ def test_negative_answers(text: str, negative: bool) -> None:
     from rlm_cli.reply import negative_answer
 
     assert negative_answer(text) is negative
+
+
+@pytest.mark.parametrize("question,answer,missing", [
+    # The eval's three-key needle (seen: the 1.5B model answered the first project only).
+    ("What are the secret codes of the misty willow, crimson delta and northern glacier projects? Each is written "
+     "somewhere in the corpus.", "The secret code of the misty willow project is XKWR-7354.",
+     ["crimson delta", "northern glacier projects"]),
+    ("What are the secret codes of the misty willow, crimson delta and northern glacier projects?",
+     "misty willow: XKWR-7354; crimson delta: JJVC-9666; northern glacier: NLEC-3539", []),
+    ("What do `parse`, `dump` and `load` return?", "parse returns a Node; dump returns None.", ["load"]),
+    ("What do `parse`, `dump`, and `load` return?", "parse: Node, dump: None, load: dict", []),
+    # Two items, or a list the answer need not repeat word for word, are not checked.
+    ("Where are foo and bar defined?", "foo is in a.py", []),
+    ("Which file defines _siftdown_max?", "heapq.py", []),
+])
+def test_items_a_question_lists_that_the_answer_leaves_out(question: str, answer: str, missing: list[str]) -> None:
+    from rlm_cli.reply import missing_items
+
+    assert missing_items(question, answer) == missing

@@ -78,7 +78,8 @@ def test_sources_of_a_run_that_greps_then_reads(tmp_path: Path, llm: FakeLLM) ->
                repl("print(read_file('client.py', 1, 12))"),
                repl("FINAL('Requests are retried MAX_RETRIES = 5 times (src/conf.py:7), used by fetch in "
                     "src/net/client.py:3.')"))
-    res = run_rlm("ask", str(repo), "How often are requests retried?", *model_flags(llm), "--json")
+    res = run_rlm("ask", str(repo), "How often are requests retried?", *model_flags(llm), "--json",
+                  "--no-leads")  # leads lines are sources too (tests/test_leads.py); here: grep and read_file
     assert res.code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["sources"] == [
@@ -101,6 +102,6 @@ def test_chunks_sent_to_sub_calls_are_sources_and_cite_lists_them(tmp_path: Path
                repl("ids = [i for i, c in enumerate(chunks) if c['path'] == 'src/net/client.py']\n"
                     "print(llm_query_batched(['Does this retry?\\n' + chunk_text(i) for i in ids]))"),
                repl("FINAL('fetch retries; see the client.')"))
-    res = run_rlm("ask", str(repo), "Who retries?", *model_flags(llm), "--cite")
+    res = run_rlm("ask", str(repo), "Who retries?", *model_flags(llm), "--cite", "--no-leads")
     assert res.code == 0, res.stderr
     assert res.stdout == "fetch retries; see the client.\n\nSources:\n- src/net/client.py:1-60\n"

@@ -591,9 +591,11 @@ class Sandbox:
         self.start()
 
     # -- running code ----------------------------------------------------------------------------
-    def execute(self, code: str, cell: int = 0, *, timeout: float | None = None) -> ExecResult:
+    def execute(self, code: str, cell: int = 0, *, timeout: float | None = None,
+                map_output: bool = True) -> ExecResult:
         """Run ``code`` in the REPL and wait at most ``timeout`` seconds (default ``cell_timeout``)
-        for its whole result.
+        for its whole result. ``map_output=False``: rlm's own block, whose output is no source (it
+        does not wait for the worker's line index).
 
         A timeout, a crash or a malformed control frame kills and restarts the worker and returns
         ``lost`` set (the model is told; the run goes on).
@@ -609,8 +611,10 @@ class Sandbox:
         try:
             if self.proc is None:
                 raise protocol.ProtocolError("no worker")
-            protocol.write_message_fd(self._wfd, {"type": "exec", "code": code, "cell": cell, "id": req_id},
-                                      deadline)
+            msg: dict[str, Any] = {"type": "exec", "code": code, "cell": cell, "id": req_id}
+            if not map_output:
+                msg["map"] = False
+            protocol.write_message_fd(self._wfd, msg, deadline)
             while True:  # frames answering another request (stale or forged by model code) are dropped
                 reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
                 if reply.get("id") == req_id:
@@ -850,7 +854,7 @@ def _parse_result(msg: dict[str, Any]) -> ExecResult:
 
 
 #: How a block may have looked at a source (``sandbox.observe``); other rows are dropped.
-SOURCE_KINDS = frozenset({"read_file", "grep", "printed", "sub_call", "rlm_query"})
+SOURCE_KINDS = frozenset({"read_file", "grep", "leads", "printed", "sub_call", "rlm_query"})
 
 
 def _helper_counts(value: Any) -> dict[str, int]:

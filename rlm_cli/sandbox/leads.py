@@ -125,9 +125,11 @@ class _Scanner:
     A hit is the offset where its line starts; lines are numbered only for what is shown.
     """
 
-    def __init__(self, view: Any, paths: list[str] | None) -> None:
+    def __init__(self, view: Any, paths: list[str] | None, shown: list[tuple[str, int]] | None = None) -> None:
         self.view = view
         self.ctx: str = view.context
+        #: ``(path, line)`` of every line :meth:`describe` wrote (the sources of the leads).
+        self.shown: list[tuple[str, int]] = [] if shown is None else shown
         files = view.files if paths is None else [f for f in view.files if f["path"] in paths]
         self.spans = [(int(f["start"]), int(f["end"])) for f in files]
         self.lines = max(1, sum(int(f.get("lines") or 0) for f in files))
@@ -187,6 +189,7 @@ class _Scanner:
                 if text.count("(") <= text.count(")"):
                     break
         text = text if len(text) <= width else text[:width - 3] + "..."
+        self.shown.append((str(f["path"]), line))
         inside = None if signature else self.enclosing(f, line)
         return f"{f['path']}:{line}" + (f" (in {inside})" if inside else "") + f": {text}"
 
@@ -197,9 +200,10 @@ class _Scanner:
             return None
 
 
-def leads(view: Any, question: str, max_chars: int = MAX_CHARS) -> str:
+def leads(view: Any, question: str, max_chars: int = MAX_CHARS, shown: list[tuple[str, int]] | None = None) -> str:
     """The leads for ``question`` in corpus ``view`` (a ``CorpusView``), as text of at most
-    ``max_chars`` characters; ``""`` when the question names nothing to look for.
+    ``max_chars`` characters; ``""`` when the question names nothing to look for. ``shown``, when
+    given, receives ``(path, 1-based line)`` of each corpus line the text shows (its sources).
 
     Sections (each only when it has something): files the question names; for each name, its
     definitions (file:line and the signature, up to :data:`DEFS_PER_NAME`) and the functions
@@ -210,14 +214,15 @@ def leads(view: Any, question: str, max_chars: int = MAX_CHARS) -> str:
     if not any(terms.values()):
         return ""
     scope = _scope(view, terms["paths"])
-    sc = _Scanner(view, [f["path"] for f in scope] if scope else None)
+    lines: list[tuple[str, int]] = []
+    sc = _Scanner(view, [f["path"] for f in scope] if scope else None, lines)
     out: list[str] = []
     if scope:
         out.append("files named in the question: "
                    + ", ".join(f"{f['path']} ({f.get('lines', '?')} lines)" for f in scope[:4]))
     elif terms["paths"]:
         out.append(f"no file in the corpus matches {', '.join(terms['paths'][:3])} (see `files`)")
-    whole = _Scanner(view, None) if scope else sc
+    whole = _Scanner(view, None, lines) if scope else sc
     names = terms["names"][:4]
     # A name with a def or class makes the others minor (parameters, attributes of it).
     major = {n for n in names if _has_def(sc, n)}
@@ -231,6 +236,8 @@ def leads(view: Any, question: str, max_chars: int = MAX_CHARS) -> str:
     text = "\n".join(out)
     if len(text) > max_chars:
         text = text[: max(0, max_chars - 20)].rsplit("\n", 1)[0] + "\n[... leads cut]"
+    if shown is not None:
+        shown += [(p, n) for p, n in dict.fromkeys(lines) if f"{p}:{n}" in text]
     return text
 
 

@@ -146,6 +146,8 @@ class Observer:
         self.counts: Counter[str] = Counter()
         self.records: list[tuple[str, str, int, int]] = []
         self.pending_hits: list[tuple[str, int, str]] = []
+        #: Output a helper wrote with its sources already recorded (left out of slice mapping).
+        self.known_texts: list[str] = []
         _OBSERVERS.add(self)
 
     # -- per block -------------------------------------------------------------------------------
@@ -156,6 +158,7 @@ class Observer:
             self.counts = Counter()
             self.records = []
             self.pending_hits = []
+            self.known_texts = []
             if tree is not None:
                 uses = sum(1 for node in ast.walk(tree)
                            if isinstance(node, ast.Name) and node.id == "context" and isinstance(node.ctx, ast.Load))
@@ -168,10 +171,13 @@ class Observer:
         (the block's kept stdout) shows."""
         with self._lock:
             hits, self.pending_hits = self.pending_hits, []
+            known, self.known_texts = self.known_texts, []
         for path, line, text in hits:
             shown = text.strip()
             if len(shown) >= 3 and (shown in output or repr(text)[1:-1].strip() in output):
                 self._add("grep", path, line, line)
+        for text in known:
+            output = output.replace(text, "", 1)
         self.note_text(output, "printed")
         with self._lock:
             return {"helpers": dict(self.counts), "sources": [list(r) for r in self.records]}
@@ -191,6 +197,16 @@ class Observer:
         """``read_file`` showed lines ``a..b`` of ``path``."""
         if b >= a:
             self._add("read_file", path, a, b)
+
+    def formatted(self, text: str, rows: list[tuple[str, str, int, int]]) -> None:
+        """A helper prints ``text``, lines of the corpus it formatted itself (``path:line: ...``),
+        whose sources it knows: record ``rows`` (``(how, path, first line, last line)``) and leave
+        ``text`` out of the block's slice mapping (it holds no slice of ``context``)."""
+        with self._lock:
+            if text:
+                self.known_texts.append(text)
+        for how, path, a, b in rows:
+            self._add(how, path, a, b)
 
     def grep_hits(self, hits: list[dict[str, Any]]) -> None:
         """Remember ``grep`` results; the ones whose line the block prints become sources."""

@@ -310,7 +310,11 @@ class Worker:
                             f"{LEADS_USAGE}")
         if isinstance(max_chars, bool) or not isinstance(max_chars, (int, float)):
             raise TypeError(f"leads(): max_chars must be a number of characters. {LEADS_USAGE}")
-        found = leads(self.corpus, text, max(200, int(max_chars)))
+        shown: list[tuple[str, int]] = []
+        found = leads(self.corpus, text, max(200, int(max_chars)), shown)
+        # Its lines are formatted (path:line: text), never slices of context: recorded as they are,
+        # left out of the block's slice mapping (which would wait for the line index for nothing).
+        self.observer.formatted(found, [("leads", path, line, line) for path, line in shown])
         print(found or "(no leads: the text names nothing found in the corpus)")
         return _Shown(found)
 
@@ -320,8 +324,10 @@ class Worker:
             sys.stdout.write((value if isinstance(value, str) else repr(value)) + "\n")
 
     # -- running code ----------------------------------------------------------------------------
-    def execute(self, code: str, cell: int) -> dict[str, Any]:
-        """Run one code block; returns the ``result`` control message.
+    def execute(self, code: str, cell: int, map_output: bool = True) -> dict[str, Any]:
+        """Run one code block; returns the ``result`` control message. ``map_output=False`` (rlm's
+        own blocks: a FINAL line's value, the variable listing) leaves the output out of the
+        sources, so such a block never waits for the line index.
 
         The helper names, ``__builtins__`` and the builtins themselves are restored (before and
         after the block), so a
@@ -383,7 +389,7 @@ class Worker:
             out.write(note)
         text, total = out.getvalue()
         total -= sum(len(n) for n in notes)  # what the code printed, not rlm's notes
-        seen = self.observer.end_block(text)
+        seen = self.observer.end_block(text if map_output else "")
         return {"type": "result", "ok": ok, "output": text, "output_chars": total,
                 "final": self.final.value, "final_error": self.final.error,
                 "elapsed_s": round(time.monotonic() - started, 4), "helpers": seen["helpers"],
@@ -949,18 +955,17 @@ def main(argv: list[str] | None = None) -> None:
     protocol.write_message_fd(wfd, {"type": "ready", "notes": notes, "pid": os.getpid(),
                                     "context_chars": len(worker.context)})
     del config
-    # Limited and hardened now: the thread inherits all of it. The root model's first call
-    # usually outlasts the build, so the first search() does not wait.
-    builder = worker.corpus.start_index_build()
-
-    def build_line_index() -> None:  # after the search index: one build at a time
-        builder.join()
+    # Limited and hardened now: the threads inherit all of it. The line index first (0.8 s for
+    # 31 MB; the output of the first code block is mapped with it), then the search index (2 s;
+    # search() is rarer): one build at a time, both usually done during the first root call.
+    def build_indexes() -> None:
         try:
             worker.observer.build_index()
         except Exception:  # noqa: BLE001, S110 - note_text builds again or gives up quietly
             pass
+        worker.corpus.start_index_build().join()
 
-    threading.Thread(target=build_line_index, name="line-index", daemon=True).start()
+    threading.Thread(target=build_indexes, name="indexes", daemon=True).start()
 
     def on_interrupt(signum: int, frame: Any) -> None:
         """SIGINT from the parent stops the running block (it reports a KeyboardInterrupt);
@@ -975,7 +980,7 @@ def main(argv: list[str] | None = None) -> None:
         except protocol.ProtocolError:
             return
         if msg.get("type") == "exec":
-            result = worker.execute(str(msg.get("code", "")), int(msg.get("cell", 0)))
+            result = worker.execute(str(msg.get("code", "")), int(msg.get("cell", 0)), msg.get("map") is not False)
             result["id"] = msg.get("id")
             protocol.write_message_fd(wfd, _result_frame(result))
         elif msg.get("type") == "shutdown":
