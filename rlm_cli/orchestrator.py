@@ -439,7 +439,7 @@ class Orchestrator:
         missing = [] if loop.checked_items else reply.missing_items(self._question, answer)
         if missing:
             loop.checked_items = True
-            notes.append(prompts.check_missing(missing))
+            notes.append(prompts.check_missing(missing, reply.listed_items(self._question)))
             self._notice(f"the answer leaves out {', '.join(missing)}, listed in the question; asked for each")
             return False
         return True

@@ -252,26 +252,29 @@ def _mentions(answer: str, word: str) -> bool:
     return False
 
 
-def missing_items(question: str, answer: str) -> list[str]:
-    """The items of a list of three or more in ``question`` (``the A, B and C projects``,
-    ```f`, `g` and `h```) that ``answer`` leaves out: fewer than half of an item's words appear
-    in it (leading filler words dropped: ``the misty willow`` is ``misty willow``). At most 8,
-    in question order; ``[]`` when the question lists nothing. Small models were seen to answer
-    a three-part question with its first part only; the loop asks once for the rest."""
+def listed_items(question: str) -> list[str]:
+    """The items of each list of three or more in ``question`` (``the A, B and C projects``,
+    ```f`, `g` and `h```), in order, at most 8: leading filler words dropped (``the misty
+    willow`` is ``misty willow``), and the last item's extra plural noun too when it has more
+    words than the first (``northern glacier projects`` is ``northern glacier``)."""
     items: list[str] = []
     for m in _LIST.finditer(question[:4_000]):
-        parts = re.split(r",? and |, ", m.group(0))
-        for part in parts:
-            words = _item_words(part.strip("` "))
+        parts = [_item_words(p.strip("` ")) for p in re.split(r",? and |, ", m.group(0))]
+        if len(parts[-1]) > len(parts[0]) >= 1 and parts[-1][-1].lower().endswith("s"):
+            parts[-1] = parts[-1][:-1]
+        for words in parts:
             text = " ".join(words)
             if words and text not in items:
                 items.append(text)
-    missing = []
-    for item in items[:8]:
-        words = _item_words(item)
-        if 2 * sum(_mentions(answer, w) for w in words) < len(words):
-            missing.append(item)
-    return missing
+    return items[:8]
+
+
+def missing_items(question: str, answer: str) -> list[str]:
+    """The :func:`listed_items` of ``question`` that ``answer`` leaves out: fewer than half of an
+    item's words appear in it. Small models were seen to answer a three-part question with its
+    first part only; the loop asks once for the rest (``prompts.check_missing``)."""
+    return [item for item in listed_items(question)
+            if 2 * sum(_mentions(answer, w) for w in item.split()) < len(item.split())]
 
 
 _FAILING_LINE = re.compile(r'^  File "<cell [\d.]+>", line \d+, in [^\n]*\n    (\S[^\n]*)$', re.MULTILINE)

@@ -385,7 +385,7 @@ def test_an_answer_that_leaves_out_items_the_question_lists_is_sent_back_once(tm
     r = run(llm, [code_corpus(tmp_path)], question)
     assert r.answer.startswith("urlparse takes url, scheme, allow_fragments; upload")
     told = last_user(llm.chat_requests("root")[2])
-    assert "upload" in told and "urljoin" in told and "each" in told
+    assert "leaves out 'upload', 'urljoin'" in told and 'FINAL("urlparse: ...; upload: ...; urljoin: ...")' in told
     assert any("leaves out" in n for n in r.notices())
     # Once per run: the same short answer again is accepted.
     before = len(llm.chat_requests("root"))

@@ -114,7 +114,7 @@ def test_negative_answers(text: str, negative: bool) -> None:
     # The eval's three-key needle (seen: the 1.5B model answered the first project only).
     ("What are the secret codes of the misty willow, crimson delta and northern glacier projects? Each is written "
      "somewhere in the corpus.", "The secret code of the misty willow project is XKWR-7354.",
-     ["crimson delta", "northern glacier projects"]),
+     ["crimson delta", "northern glacier"]),
     ("What are the secret codes of the misty willow, crimson delta and northern glacier projects?",
      "misty willow: XKWR-7354; crimson delta: JJVC-9666; northern glacier: NLEC-3539", []),
     ("What do `parse`, `dump` and `load` return?", "parse returns a Node; dump returns None.", ["load"]),
@@ -124,6 +124,8 @@ def test_negative_answers(text: str, negative: bool) -> None:
     ("Which file defines _siftdown_max?", "heapq.py", []),
 ])
 def test_items_a_question_lists_that_the_answer_leaves_out(question: str, answer: str, missing: list[str]) -> None:
-    from rlm_cli.reply import missing_items
+    from rlm_cli.reply import listed_items, missing_items
 
     assert missing_items(question, answer) == missing
+    if "misty" in question:
+        assert listed_items(question) == ["misty willow", "crimson delta", "northern glacier"]
