@@ -392,3 +392,10 @@ def test_an_answer_that_leaves_out_items_the_question_lists_is_sent_back_once(tm
     llm.script("root", repl("print(1)"), repl("FINAL('urlparse takes url')"), repl("FINAL('urlparse takes url')"))
     r = run(llm, [code_corpus(tmp_path)], question)
     assert r.answer == "urlparse takes url" and len(llm.chat_requests("root")) - before == 3
+
+
+def test_search_takes_grep_s_case_flags_and_ignores_them(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: search(..., ignore_case=True) failed the same way until the stuck answer.
+    llm.script("root", repl("print(search('urlparse scheme', ignore_case=True)[0]['file'])"), repl("FINAL('done')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    assert r.answer == "done" and r.of("output")[0]["output"].startswith("urllib/parse.py")

@@ -73,3 +73,29 @@ def test_watched_lists_count_reads_and_stay_lists() -> None:
     assert len(files) == 1 and files[0]["path"] == "a.txt" and [f["path"] for f in files] == ["a.txt"]
     assert isinstance(files, list) and files[:1] == view.files
     assert obs.end_block("")["helpers"] == {"files": 4}
+
+
+def test_a_paused_background_build_goes_on_when_a_lookup_needs_the_index() -> None:
+    import threading
+
+    text = _lines("a", 40, 1)
+    view = corpus_view({"a.py": text})
+    obs = Observer(view.context, view.files)
+    asked = threading.Event()
+
+    def busy() -> bool:  # a code block runs all along: the background build waits...
+        asked.set()
+        return True
+
+    builder = threading.Thread(target=obs.build_index, args=(busy,), daemon=True)
+    builder.start()
+    assert asked.wait(5)
+    builder.join(0.2)
+    assert builder.is_alive() and obs._index is None
+    # ...until that block itself needs the index (a sub-call's prompt is mapped while it runs).
+    line = text.splitlines()[5]
+    obs.begin_block(None)
+    obs.note_text(line + "\n", "sub_call")
+    assert obs.end_block("")["sources"] == [["sub_call", "a.py", 6, 6]]
+    builder.join(5)
+    assert not builder.is_alive()

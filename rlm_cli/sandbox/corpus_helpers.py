@@ -20,6 +20,7 @@ import mmap
 import os
 import re
 import threading
+import time
 import weakref
 from array import array
 from collections import Counter
@@ -114,6 +115,7 @@ class CorpusView:
         self._defs: dict[str, list[tuple[int, int, str]]] = {}  # per Python file, for grep's "in"
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
+        self._bm25_wanted = False
         #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).
         self.structured: list[tuple[str, int, int, dict[str, Any]]] = []
         _VIEWS.add(self)
@@ -482,7 +484,7 @@ class CorpusView:
         """The ``k`` chunks most relevant to ``query`` by BM25 (Okapi, k1=1.5, b=0.75, Lucene idf).
 
         Terms are runs of letters or digits, compared lowercased (``parse_config`` is ``parse``
-        and ``config``). Returns ``[{"chunk", "file", "start_line", "end_line", "score"}]``, best
+        and ``config``; grep's ``ignore_case=``/``flags=`` are accepted and change nothing). Returns ``[{"chunk", "file", "start_line", "end_line", "score"}]``, best
         first; chunks sharing no term with the query are left out. The index takes about 3 s per
         30 MB of text to build: :meth:`start_index_build` starts it in the background, otherwise
         the first call builds it (a call during the build waits for it).
@@ -491,6 +493,8 @@ class CorpusView:
             if key in aliases:
                 k = aliases.pop(key)
         path_glob = path_glob or aliases.pop("glob", None) or aliases.pop("file", None)
+        for key in ("ignore_case", "flags", "case_sensitive"):  # grep's; search ignores case already
+            aliases.pop(key, None)
         if aliases:
             raise TypeError(f"search() got unexpected keyword argument(s) {sorted(aliases)}. "
                             "Usage: search(query, k=10) -> [{'chunk', 'file', 'start_line', 'end_line', 'score'}]")
@@ -508,12 +512,18 @@ class CorpusView:
                            score=round(score, 4)))
         return out
 
-    def start_index_build(self) -> threading.Thread:
-        """Build the ``search`` index in a daemon thread (while the REPL waits for code). A failure
-        there (MemoryError under ``--memory-limit``) is left for ``search`` to meet and report."""
+    def start_index_build(self, busy: Callable[[], bool] | None = None) -> threading.Thread:
+        """Build the ``search`` index in a daemon thread (while the REPL waits for code); between
+        pieces of the work it waits while ``busy()`` is true, unless a ``search`` call waits for
+        the index. A failure there (MemoryError under ``--memory-limit``) is left for ``search``
+        to meet and report."""
+        def piece() -> None:
+            while busy is not None and not self._bm25_wanted and busy():
+                time.sleep(0.005)
+
         def build() -> None:
             try:
-                self._index()
+                self._index(piece)
             except Exception:  # noqa: BLE001, S110 - search() builds again and raises it to the caller
                 pass
 
@@ -521,10 +531,12 @@ class CorpusView:
         thread.start()
         return thread
 
-    def _index(self) -> _BM25:
+    def _index(self, pause: Callable[[], None] | None = None) -> _BM25:
+        if pause is None:
+            self._bm25_wanted = True  # a build paused in the background goes on without pausing
         with self._bm25_lock:
             if self._bm25 is None:
-                self._bm25 = _BM25(self.context, [(c["start"], c["end"]) for c in self.chunks])
+                self._bm25 = _BM25(self.context, [(c["start"], c["end"]) for c in self.chunks], pause=pause)
             return self._bm25
 
 
@@ -610,13 +622,18 @@ class _BM25:
     Postings are compact arrays: about 30 MB for 30 MB of code.
     """
 
-    def __init__(self, context: str, spans: list[tuple[int, int]], k1: float = 1.5, b: float = 0.75) -> None:
+    def __init__(self, context: str, spans: list[tuple[int, int]], k1: float = 1.5, b: float = 0.75,
+                 pause: Callable[[], None] | None = None) -> None:
+        """Index ``spans`` (``[(start, end)]`` character offsets of ``context``, one per chunk);
+        ``pause`` (a background build's) is called every 64 chunks."""
         self.k1, self.b = k1, b
         self.n = len(spans)
         self.lens = array("I")
         postings: dict[str, tuple[array[int], array[int]]] = {}
         findall = _TERM.findall
         for i, (start, end) in enumerate(spans):
+            if pause is not None and not i % 64:
+                pause()
             terms = findall(context[start:end].lower())
             self.lens.append(len(terms))
             for term, tf in Counter(terms).items():

@@ -33,6 +33,7 @@ import ast
 import bisect
 import os
 import threading
+import time
 import weakref
 from array import array
 from collections import Counter
@@ -58,7 +59,8 @@ CALL_HELPERS = ("llm_query", "rlm_query")
 class _LineIndex:
     """Sorted packed ``(hash(line) >> 32) << 32 | offset`` of every long line of ``context``."""
 
-    def __init__(self, context: str) -> None:
+    def __init__(self, context: str, pause: Callable[[], None] | None = None) -> None:
+        """Index ``context``; ``pause`` (a background build's) is called between blocks of about 1 MiB."""
         self.context = context
         keys: list[int] = []
         n = len(context)
@@ -68,6 +70,8 @@ class _LineIndex:
         pos = 0
         block = 1 << 20  # split per MiB: the lines of one block at a time in memory
         while pos < n:
+            if pause is not None:
+                pause()
             end = context.find("\n", min(n, pos + block))
             end = n if end < 0 else end + 1
             offset = pos
@@ -143,6 +147,7 @@ class Observer:
         self._index: _LineIndex | None = None
         self._index_failed = False
         self._index_lock = threading.Lock()
+        self._wanted = False  # a lookup waits for the index: the background build stops pausing
         self.counts: Counter[str] = Counter()
         self.records: list[tuple[str, str, int, int]] = []
         self.pending_hits: list[tuple[str, int, str]] = []
@@ -231,15 +236,22 @@ class Observer:
             self._index_failed = True
 
     # -- mapping ---------------------------------------------------------------------------------
-    def build_index(self) -> None:
-        """Build the line index now (the worker calls this from a background thread)."""
-        self._line_index()
+    def build_index(self, busy: Callable[[], bool] | None = None) -> None:
+        """Build the line index now (the worker calls this from a background thread). Between
+        pieces of the work it waits while ``busy()`` is true (the worker: a code block runs),
+        unless a lookup is waiting for the index."""
+        def piece() -> None:
+            while busy is not None and not self._wanted and busy():
+                time.sleep(0.005)
+        self._line_index(piece)
 
-    def _line_index(self) -> _LineIndex | None:
+    def _line_index(self, pause: Callable[[], None] | None = None) -> _LineIndex | None:
+        if pause is None:
+            self._wanted = True  # a build paused in the background goes on without pausing
         with self._index_lock:
             if self._index is None and not self._index_failed:
                 try:
-                    self._index = _LineIndex(self.context)
+                    self._index = _LineIndex(self.context, pause)
                 except MemoryError:
                     self._index_failed = True
             return self._index
