@@ -98,6 +98,36 @@ def only_finishes(code: str) -> bool:
     return calls > 0
 
 
+def _more_literal_finals(blocks: list[reply.Block]) -> list[str]:
+    """The answers of the blocks after a FINAL block that, like it, do nothing but call FINAL
+    with one literal (seen: a 1.5B model wrote one such block per part of a three-part answer,
+    the first of which would end the run with one part); stops at the first other block. The
+    caller joins them only when they answer more of the items the question lists."""
+    out: list[str] = []
+    for block in blocks:
+        if not only_finishes(block.code):
+            break
+        for stmt in ast.parse(block.code).body:
+            call = stmt.value  # type: ignore[attr-defined]  # only_finishes: FINAL(...) expressions
+            if call.func.id == "FINAL" and len(call.args) == 1 and isinstance(call.args[0].value, (str, int, float)):
+                out.append(str(call.args[0].value))
+    return out
+
+
+#: A specific token of an answer: with a digit, ``_``, ``.`` or ``-`` inside, or a capital after
+#: its first letter (``XKWR-7354``, ``heapq.py``, ``parse_config``, ``HTTPServer``).
+_SPECIFIC = re.compile(r"[A-Za-z0-9_](?:[\w.-]*[\d_.-][\w.-]*|[a-z]*[A-Z][\w]*)[A-Za-z0-9_]")
+
+
+def _quotes(answer: str, leads: str, question: str) -> bool:
+    """Whether ``answer`` quotes a specific token (:data:`_SPECIFIC`) of the ``leads`` output
+    that the ``question`` does not have: a fact taken from the corpus lines it was shown."""
+    if not leads:
+        return False
+    asked = question.lower()
+    return any(tok in leads and tok.lower() not in asked for tok in _SPECIFIC.findall(answer[:2_000]))
+
+
 def _norm(code: str) -> str:
     """``code`` with runs of whitespace made one space: what makes two blocks "the same code"."""
     return _SPACE.sub(" ", code).strip()
@@ -313,6 +343,8 @@ class Orchestrator:
         if not text:
             return
         loop.ran_code = _EVIDENCE.search(text) is not None  # corpus lines shown: evidence for a FINAL
+        if loop.ran_code:
+            loop.leads_text = text
         loop.seen_code.add(_norm(code))
         history.add(Turn(0, prompts.leads_reply(code), prompts.output_message(
             [(code, text)], notes=[prompts.LEADS_NOTE], left=self.settings.max_iterations, question=question),
@@ -374,7 +406,14 @@ class Orchestrator:
                     self._notice("written-out FINAL in a block that printed output not seen yet; refused")
                 else:
                     final = result.final
-                break  # the first FINAL wins; later blocks do not run
+                    more = _more_literal_finals(plan.blocks[n:plan.runnable]) if only_finishes(code) else []
+                    joined = "\n".join(dict.fromkeys([final, *more]))
+                    # Joined only when the parts answer more of the items the question lists.
+                    if more and len(reply.missing_items(self._question, joined)) < len(
+                            reply.missing_items(self._question, final)):
+                        final = joined
+                        self._notice(f"the reply split its answer over {len(more) + 1} FINAL blocks; joined")
+                break  # the first FINAL wins; later blocks do not run (but see _more_literal_finals)
             if not result.ok or result.lost:
                 unseen += max(1, result.output_chars)  # a failure is news: nothing may be finished on it
                 break  # later blocks were written assuming this one worked
@@ -490,10 +529,13 @@ class Orchestrator:
             loop.no_code_streak += 1
             # Small models often answer in prose; after one reminder, the second such reply in a row
             # is the answer (issue #6), unless it plans or declines instead of answering (issue #10).
+            # On the first turn, a prose answer that quotes the leads' corpus lines is one at once.
             second_look: list[str] = []
-            if loop.no_code_streak >= 2 and reply.looks_like_answer(text) and self._second_look(text.strip(), loop,
-                                                                                                 second_look):
-                self._notice("two replies without code in a row: taking the reply as the final answer")
+            grounded = iteration == 1 and loop.no_code_streak == 1 and _quotes(text, loop.leads_text, self._question)
+            if (loop.no_code_streak >= 2 or grounded) and reply.looks_like_answer(text) and \
+                    self._second_look(text.strip(), loop, second_look):
+                self._notice("a reply without code that quotes the leads: taking it as the final answer" if grounded
+                             else "two replies without code in a row: taking the reply as the final answer")
                 return reply.without_notes(text).strip()
             if second_look:
                 feedback = second_look[0]
@@ -681,6 +723,8 @@ class _LoopState:
     last_errors: set[str] = field(default_factory=set)
     error_streak: int = 0
     checked_negative: bool = False
+    #: The leads' output when it showed corpus lines (a first-turn answer may rest on it).
+    leads_text: str = ""
     #: The answer was sent back once for leaving out items the question lists.
     checked_items: bool = False
     #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).

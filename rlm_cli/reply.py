@@ -254,14 +254,15 @@ def _mentions(answer: str, word: str) -> bool:
 
 def listed_items(question: str) -> list[str]:
     """The items of each list of three or more in ``question`` (``the A, B and C projects``,
-    ```f`, `g` and `h```), in order, at most 8: leading filler words dropped (``the misty
-    willow`` is ``misty willow``), and the last item's extra plural noun too when it has more
-    words than the first (``northern glacier projects`` is ``northern glacier``)."""
+    ```f`, `g` and `h```), in order, at most 8. Filler words are dropped, and the first and last
+    items are cut to the length of the longest item between them, the only ones with a comma on
+    each side (``files define urlparse, upload and urljoin``: ``urlparse``; ``the misty willow,
+    crimson delta and northern glacier projects``: ``misty willow`` ... ``northern glacier``)."""
     items: list[str] = []
     for m in _LIST.finditer(question[:4_000]):
         parts = [_item_words(p.strip("` ")) for p in re.split(r",? and |, ", m.group(0))]
-        if len(parts[-1]) > len(parts[0]) >= 1 and parts[-1][-1].lower().endswith("s"):
-            parts[-1] = parts[-1][:-1]
+        width = max([1, *(len(p) for p in parts[1:-1])])
+        parts[0], parts[-1] = parts[0][-width:], parts[-1][:width]
         for words in parts:
             text = " ".join(words)
             if words and text not in items:

@@ -194,3 +194,19 @@ def test_the_lines_leads_show_are_sources_of_the_answer(tmp_path: Path, llm: Fak
     events = [json.loads(line) for line in Path(doc["trace"]).read_text().splitlines()]
     (ev,) = [e for e in events if e["type"] == "leads"]
     assert ["leads", "notes/log.txt", 201, 201] in ev["sources"]
+
+
+def test_a_first_reply_in_prose_that_quotes_the_leads_is_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    root = tmp_path / "repo"
+    for path, body in FILES.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(body)
+    question = "What is the secret code of the frozen willow project?"
+    llm.script("root", "The secret code of the frozen willow project is MMXF-8921.")
+    r = run(llm, [root], question)
+    assert r.answer == "The secret code of the frozen willow project is MMXF-8921."
+    assert r.outcome is not None and r.outcome.result.iterations == 1
+    # Prose that quotes nothing of the leads (here: only the question's own words) is reminded of the format.
+    llm.script("root", "The frozen willow project has a secret code.", repl("FINAL('MMXF-8921')"))
+    r = run(llm, [root], question)
+    assert r.answer == "MMXF-8921" and r.outcome is not None and r.outcome.result.iterations == 2

@@ -399,3 +399,21 @@ def test_search_takes_grep_s_case_flags_and_ignores_them(tmp_path: Path, llm: Fa
     llm.script("root", repl("print(search('urlparse scheme', ignore_case=True)[0]['file'])"), repl("FINAL('done')"))
     r = run(llm, [code_corpus(tmp_path)])
     assert r.answer == "done" and r.of("output")[0]["output"].startswith("urllib/parse.py")
+
+
+def test_an_answer_split_over_several_final_blocks_is_joined(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model on a three-part question: one FINAL block per part.
+    split = ("a is in x.\n```repl\nFINAL('urlparse: urllib/parse.py')\n```\nb too.\n"
+             "```repl\nFINAL('upload: distutils/command/upload.py')\n```\nDone.")
+    llm.script("root", repl("print(grep('def '))"), split, split)  # urljoin is left out: sent back once
+    question = "Which files define urlparse, upload and urljoin?"
+    r = run(llm, [code_corpus(tmp_path)], question)
+    assert r.answer == "urlparse: urllib/parse.py\nupload: distutils/command/upload.py"
+    assert "leaves out 'urljoin'" in last_user(llm.chat_requests("root")[2])
+    assert any("split its answer over 2 FINAL blocks" in n for n in r.notices())
+    # A block that computes something ends the joining: the first FINAL stands alone.
+    llm.script("root", repl("print(grep('def '))"),
+               "```repl\nFINAL('urlparse: urllib/parse.py')\n```\n```repl\nx = 1\nFINAL('upload: upload.py')\n```",
+               repl("FINAL('urlparse: urllib/parse.py')"))  # the same one-part answer, sent back once
+    r = run(llm, [code_corpus(tmp_path)], question)
+    assert r.answer == "urlparse: urllib/parse.py"

@@ -122,6 +122,7 @@ def test_negative_answers(text: str, negative: bool) -> None:
     # Two items, or a list the answer need not repeat word for word, are not checked.
     ("Where are foo and bar defined?", "foo is in a.py", []),
     ("Which file defines _siftdown_max?", "heapq.py", []),
+    ("Which files define urlparse, upload and urljoin?", "urlparse: urllib/parse.py; upload: upload.py", ["urljoin"]),
 ])
 def test_items_a_question_lists_that_the_answer_leaves_out(question: str, answer: str, missing: list[str]) -> None:
     from rlm_cli.reply import listed_items, missing_items
