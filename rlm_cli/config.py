@@ -265,6 +265,8 @@ def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None
                 value = check_choice(key, value, f"--{key}")
             if key == "memory_limit":
                 value = check_memory_limit(int(value))
+            if key == "api_base" and str(value).strip():
+                value = check_api_base(str(value), "--api-base")
             setattr(settings, key, value)
             sources[key] = "flag"
     return settings, sources
@@ -479,11 +481,34 @@ def check_memory_limit(value: int, source: str = "--memory-limit") -> int:
     return value
 
 
+def check_api_base(value: str, source: str = "") -> str:
+    """``value`` when it is an ``http://`` or ``https://`` URL with a host.
+
+    Raises:
+        UsageError: anything else (``notaurl``, ``localhost:8000`` without a scheme); the message
+            shows the value with any password replaced by ``***``.
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. a bad IPv6 literal or port
+        ok = False
+    if not ok:
+        where = f" (from {source})" if source else ""
+        raise UsageError(f"setting 'api_base' has a bad value {redact_url(value)!r}{where}: not an http(s) URL",
+                         hint="give the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    return value.strip()
+
+
 def _coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
     text = str(annotation)
     where = f" (from {source})" if source else ""
     if key in CHOICES:
         return check_choice(key, value, source)
+    if key == "api_base" and isinstance(value, str) and value.strip():
+        return check_api_base(value, source)
     if key in SIZE_KEYS and isinstance(value, str):
         return check_memory_limit(parse_size(value, f"setting {key!r}{where}"), f"setting {key!r}{where}")
     try:

@@ -193,18 +193,19 @@ def example_messages() -> list[dict[str, str]]:
     message. Small models imitate a transcript written inside the system prompt, invented output
     included; as separate turns, the turn-taking is what they learn (issue #10). Its answer states
     the fact asked for, not where it was found: with a "where is it defined" example, a 1.5B model
-    answered every question with a location. It asks for two facts and answers both: with one,
-    the 1.5B model answered "the codes of A, B and C" with A's alone."""
+    answered every question with a location. (An example asking for two facts, answered both,
+    was measured too: code questions fell from 10/10 to 7/10, the model listing invented extra
+    facts, and three-part needle questions were still answered with one part.)"""
     return [
-        {"role": "user", "content": "Example question (not your task): What are the default values of the "
-                                    "parameters `retries` and `timeout` of the function `fetch`?"},
+        {"role": "user", "content": "Example question (not your task): What is the default value of the parameter "
+                                    "`retries` of the function `fetch`?"},
         {"role": "assistant", "content": 'I will find the definition of `fetch`.\n```repl\nhits = grep(r"def '
                                          'fetch\\b")\nprint(len(hits), hits[:5])\n```'},
         {"role": "user", "content": "Output:\n1 [{'file': 'app/net.py', 'line': 12, 'text': 'def fetch(url, "
                                     "retries=3, timeout=10):'}]\n\nContinue."},
-        {"role": "assistant", "content": 'The signature answers both parts of the question: `retries` is 3, '
-                                         '`timeout` is 10.\n```repl\nFINAL("In `fetch` (app/net.py, line 12), the '
-                                         'default of `retries` is 3 and the default of `timeout` is 10.")\n```'},
+        {"role": "assistant", "content": 'The signature answers what was asked, the default of `retries`: 3.\n'
+                                         '```repl\nFINAL("The default value of `retries` in `fetch` (app/net.py, line '
+                                         '12) is 3.")\n```'},
     ]
 
 

@@ -324,3 +324,28 @@ def test_a_reader_that_goes_away_ends_the_run_quietly_with_141(tmp_path: Path, l
     # with only stdout closed it ran until it had the answer to write; with stderr closed too it
     # stopped at its first progress line, before any model call
     assert bool(llm.chat_requests("root")) == (closed == "stdout")
+
+
+def test_a_base_url_that_is_not_a_url_is_a_usage_error_before_any_loading(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    for flags, env in (["--api-base", "notaurl"], {}), ([], {"RLM_API_BASE": "localhost:8000"}):
+        res = run_rlm("ask", str(tmp_path), "q?", "--model", "openai/x", *flags, env=env)
+        assert res.code == 2 and "not an http(s) URL" in res.stderr and "Traceback" not in res.stderr
+        assert "corpus loaded" not in res.stderr
+
+
+def test_a_missing_api_key_fails_at_once_with_exit_4_and_says_which_key(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "RLM_API_KEY", "RLM_API_BASE")}
+    proc = subprocess.run([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path), "q?", "--model", "openai/gpt-x",
+                           "--mode", "rlm"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 4 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert "check your API key" in proc.stderr and "attempts" not in proc.stderr  # not retried as an outage
+
+
+def test_an_error_of_a_multi_question_run_is_one_json_line(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    res = run_rlm("ask", str(tmp_path), "-q", "a", "-q", "b", "--json")  # no model configured
+    assert res.code == 3
+    (line,) = res.stdout.splitlines()
+    assert json.loads(line)["exit_code"] == 3

@@ -38,9 +38,7 @@ def test_the_worked_example_is_real_turns_the_output_arriving_as_the_next_messag
     assert code["content"].rstrip().endswith("```") and 'grep(r"def fetch\\b")' in code["content"]
     assert "Output:" not in code["content"]
     assert output["content"].startswith("Output:\n1 [{'file': 'app/net.py'")
-    # Two facts asked, both answered (a one-fact example taught a 1.5B model to answer lists with one item).
-    assert "`retries` and `timeout`" in ask["content"]
-    assert "the default of `retries` is 3 and the default of `timeout` is 10" in final["content"]
+    assert 'FINAL("The default value of `retries` in `fetch`' in final["content"]
     assert msgs[-1]["content"].endswith("Do not answer before running code.") and "Question: q" in msgs[-1]["content"]
 
 

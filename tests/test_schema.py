@@ -87,3 +87,14 @@ def test_the_schema_rejects_what_breaks_the_contract(validator: Draft202012Valid
     assert not validator.is_valid({**error, "exit_code": 0})
     assert not validator.is_valid({**error, "surprise": 1})  # a new field must be added to the schema first
     assert not validator.is_valid({k: v for k, v in error.items() if k != "schema"})
+
+
+def test_a_document_whose_sources_came_from_the_leads_is_valid(tmp_path: Path, llm: FakeLLM,
+                                                               validator: Draft202012Validator) -> None:
+    root = _corpus(tmp_path)
+    (root / "b.txt").write_text("nothing here\nthe purple elephant sleeps at noon\n")
+    llm.script("root", repl("FINAL('b.txt:2: at noon')"))
+    res = run_rlm("ask", str(root), "When does the purple elephant sleep?", *model_flags(llm), "--json")
+    assert res.code == 0, res.stderr
+    doc = _valid(validator, res.stdout)
+    assert any("leads" in s["how"] for s in doc["sources"])

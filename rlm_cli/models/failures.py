@@ -7,6 +7,7 @@ raised in the model host process is carried back (:func:`describe_error` there,
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from typing import Any
 
@@ -85,6 +86,11 @@ def short_error(exc: BaseException) -> str:
     return first[:500] or type(exc).__name__
 
 
+#: The openai client's words for a call made without any API key (litellm passes them on as an
+#: ``APIError`` without a status, which would otherwise count as an outage and be retried).
+_NO_KEY = re.compile(r"Missing credentials|api_key client option must be set", re.IGNORECASE)
+
+
 def classify_error(exc: BaseException) -> str:
     """What a litellm/openai exception means for retrying: ``rate_limit``, ``retry`` (5xx,
     timeout, connection, malformed body), ``auth`` (401/403), ``not_found`` (404, unknown
@@ -95,7 +101,7 @@ def classify_error(exc: BaseException) -> str:
         return "context_window"
     if names & {"Timeout", "APITimeoutError"}:
         return "retry"
-    if status in (401, 403) or names & {"AuthenticationError", "PermissionDeniedError"}:
+    if status in (401, 403) or names & {"AuthenticationError", "PermissionDeniedError"} or _NO_KEY.search(str(exc)):
         return "auth"
     if ("LiteLLMUnknownProvider" in names or status == 404 or "NotFoundError" in names
             or "LLM Provider NOT provided" in str(exc)):  # a model name without its provider/
