@@ -83,12 +83,16 @@ def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool)
     if file is not None:
         items += _file_questions(file, stdin_is_corpus=stdin_is_corpus)
     if not items:
+        if file is not None:
+            raise UsageError(f"--questions {file}: no questions in it (every line is blank)",
+                             hint="write one question per line, or JSON Lines with \"id\" and \"question\"")
         raise UsageError("no question given", hint='use -q "question" (repeatable) or --questions FILE')
     out: list[Question] = []
     seen: set[str] = set()
     for n, (qid, text) in enumerate(items, 1):
         if not text.strip():
-            raise UsageError(f"question {qid if qid is not None else n} is empty")
+            raise UsageError(f"question {qid if qid is not None else n} is empty",
+                             hint="give each -q (or line of --questions) some text")
         qid = n if qid is None else qid
         key = json.dumps(qid)
         if key in seen:

@@ -146,3 +146,8 @@ def test_read_questions_formats(tmp_path: Path) -> None:
         read_questions([], "-", stdin_is_corpus=True)
     with pytest.raises(UsageError, match="no question"):
         read_questions([], None, stdin_is_corpus=False)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n")
+    with pytest.raises(UsageError, match="no questions in it") as err:
+        read_questions([], str(blank), stdin_is_corpus=False)
+    assert "one question per line" in str(err.value.hint)
