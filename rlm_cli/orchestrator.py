@@ -114,6 +114,9 @@ def _more_literal_finals(blocks: list[reply.Block]) -> list[str]:
     return out
 
 
+#: Characters of the REPL's output kept for the notes that point back at it (``_LoopState.seen_text``).
+_SEEN_CHARS = 200_000
+
 #: A specific token of an answer: with a digit, ``_``, ``.`` or ``-`` inside, or a capital after
 #: its first letter (``XKWR-7354``, ``heapq.py``, ``parse_config``, ``HTTPServer``).
 _SPECIFIC = re.compile(r"[A-Za-z0-9_](?:[\w.-]*[\d_.-][\w.-]*|[a-z]*[A-Z][\w]*)[A-Za-z0-9_]")
@@ -345,6 +348,7 @@ class Orchestrator:
         loop.ran_code = _EVIDENCE.search(text) is not None  # corpus lines shown: evidence for a FINAL
         if loop.ran_code:
             loop.leads_text = text
+        loop.seen_text = text[-_SEEN_CHARS:]
         loop.seen_code.add(_norm(code))
         history.add(Turn(0, prompts.leads_reply(code), prompts.output_message(
             [(code, text)], notes=[prompts.LEADS_NOTE], left=self.settings.max_iterations, question=question),
@@ -388,6 +392,7 @@ class Orchestrator:
                             helpers=result.helpers, sources=[list(r) for r in result.sources]))
             outputs.append((code, shown))
             self._last_output = shown
+            loop.seen_text = (loop.seen_text + "\n" + shown)[-_SEEN_CHARS:]
             if self.client.fatal is not None:  # e.g. a 401 on a sub-call: stop now, exit 4
                 raise self.client.fatal
             if self.client.budget.exceeded is not None:
@@ -478,7 +483,8 @@ class Orchestrator:
         missing = [] if loop.checked_items else reply.missing_items(self._question, answer)
         if missing:
             loop.checked_items = True
-            notes.append(prompts.check_missing(missing, reply.listed_items(self._question)))
+            notes.append(prompts.check_missing(missing, reply.listed_items(self._question),
+                                               reply.lines_naming(loop.seen_text, missing)))
             self._notice(f"the answer leaves out {', '.join(missing)}, listed in the question; asked for each")
             return False
         return True
@@ -725,6 +731,8 @@ class _LoopState:
     checked_negative: bool = False
     #: The leads' output when it showed corpus lines (a first-turn answer may rest on it).
     leads_text: str = ""
+    #: The end of everything the REPL showed the model so far (leads and block outputs).
+    seen_text: str = ""
     #: The answer was sent back once for leaving out items the question lists.
     checked_items: bool = False
     #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).

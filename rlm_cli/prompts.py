@@ -341,15 +341,19 @@ CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothi
                   "file around the definition with read_file) before you conclude. If you are sure, call FINAL with "
                   "the same answer again.")
 
-def check_missing(missing: list[str], items: list[str]) -> str:
+def check_missing(missing: list[str], items: list[str], lines: dict[str, list[str]] | None = None) -> str:
     """The note for an answer that leaves out ``missing``, of the ``items`` the question lists
-    (``reply.missing_items``): it names them and shows the shape of a whole answer."""
+    (``reply.missing_items``): it names them, quotes the lines of the output already shown that
+    name them (``lines``: ``{item: [line]}``, from ``reply.lines_naming``) and shows the shape of
+    a whole answer."""
     named = ", ".join(f"'{i}'" for i in missing)
     shape = "; ".join(f"{i}: ..." for i in items)
-    return (f"The question asks about each of {len(items)} things, and your answer leaves out {named}. Answer for "
-            f"each of them in one FINAL, like FINAL(\"{shape}\"), from the output above or from code that looks "
-            "them up (say which one you cannot find). If your answer covers them already, call FINAL with the same "
-            "answer again.")
+    quoted = [f"  {line}" for item in missing for line in (lines or {}).get(item, [])]
+    seen = ("\nLines of the output above that name them:\n" + "\n".join(quoted) + "\n") if quoted else " "
+    return (f"The question asks about each of {len(items)} things, and your answer leaves out {named}.{seen}"
+            f"Answer for each of them in one FINAL, like FINAL(\"{shape}\"), from the output above or from code "
+            "that looks them up (say which one you cannot find). If your answer covers them already, call FINAL "
+            "with the same answer again.")
 
 
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "

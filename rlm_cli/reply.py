@@ -278,6 +278,26 @@ def missing_items(question: str, answer: str) -> list[str]:
             if 2 * sum(_mentions(answer, w) for w in item.split()) < len(item.split())]
 
 
+def lines_naming(text: str, items: list[str], per_item: int = 2, width: int = 240) -> dict[str, list[str]]:
+    """``{item: lines}``: up to ``per_item`` distinct lines of ``text`` (REPL output the model has
+    seen) that hold every word of ``item`` as a word start, any case; each cut to ``width``
+    characters. Items with no such line are left out."""
+    found: dict[str, list[str]] = {}
+    lines = text.splitlines()
+    for item in items:
+        rx = [re.compile(r"(?<![\w])" + re.escape(w), re.IGNORECASE) for w in item.split()]
+        hits: list[str] = []
+        for line in lines:
+            shown = line.strip()
+            if shown and shown[:width] not in hits and all(r.search(line) for r in rx):
+                hits.append(shown[:width])
+                if len(hits) >= per_item:
+                    break
+        if hits:
+            found[item] = hits
+    return found
+
+
 _FAILING_LINE = re.compile(r'^  File "<cell [\d.]+>", line \d+, in [^\n]*\n    (\S[^\n]*)$', re.MULTILINE)
 
 

@@ -191,3 +191,11 @@ def test_metadata_mentions_pdf_page_markers_and_bounds_each_file_line() -> None:
     assert len(line) <= 302 and line.startswith("  ...")
     assert "2 bad lines (first: line 3" in line
     assert "PDF files: 2; in `context` each page starts with a line `--- page N ---`." in text
+
+
+def test_the_missing_items_note_quotes_the_lines_already_shown_that_name_them() -> None:
+    from rlm_cli.prompts import check_missing
+
+    note = check_missing(["b"], ["a", "b"], {"b": ["x.py:3: b is 2"]})
+    assert "leaves out 'b'" in note and "\n  x.py:3: b is 2\n" in note and 'FINAL("a: ...; b: ...")' in note
+    assert "Lines of the output" not in check_missing(["b"], ["a", "b"], {})

@@ -130,3 +130,13 @@ def test_items_a_question_lists_that_the_answer_leaves_out(question: str, answer
     assert missing_items(question, answer) == missing
     if "misty" in question:
         assert listed_items(question) == ["misty willow", "crimson delta", "northern glacier"]
+
+
+def test_lines_naming_the_items_an_answer_left_out() -> None:
+    from rlm_cli.reply import lines_naming
+
+    seen = ("lines with the most question words:\n  a.py:3: # The code of the Crimson Delta project is J-1.\n"
+            "  b.py:9: # delta only\n  c.py:1: # crimson delta again, a second line\n  d.py:2: # and a third\n")
+    assert lines_naming(seen, ["crimson delta", "northern glacier"], per_item=2) == {
+        "crimson delta": ["a.py:3: # The code of the Crimson Delta project is J-1.",
+                          "c.py:1: # crimson delta again, a second line"]}
