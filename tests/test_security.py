@@ -394,7 +394,9 @@ def test_fork_bomb_is_bounded_and_every_process_dies_with_the_cell(level: str) -
                        "        kids.append(pid)\nexcept OSError as e:\n    print('refused after', len(kids), e.strerror)\n"
                        "for k in kids:\n    os.kill(k, signal.SIGKILL)\n    os.waitpid(k, 0)")
         n = int(r.output.split()[2])
-        assert 10 <= n <= 40 and "Resource temporarily unavailable" in r.output
+        # RLIMIT_NPROC counts every process of the worker's user: the other test worker's REPL
+        # workers (the same user at the process level) that end during the cell make a little room.
+        assert 10 <= n <= 60 and "Resource temporarily unavailable" in r.output
         bomb = (set_comm(marker) + "import os, time\nwhile True:\n    try:\n        os.fork()\n"
                 "    except OSError:\n        time.sleep(0.05)\n")
         # Watch from a thread: the worker must be (re)started by this thread, which outlives it
