@@ -990,9 +990,9 @@ app.add_typer(host_app, name="host")
 def host_status(json_out: JsonOpt = False) -> None:
     """List this user's shared model hosts: pid, age, idle time, commands using it, requests served."""
     from rlm_cli import render
-    from rlm_cli.models import shared
+    from rlm_cli.models import host_admin, shared
 
-    hosts = shared.running()
+    hosts = host_admin.running()
     folder = shared.runtime_path()
     unsafe = shared.unsafe_dir(folder) if folder.exists() else None
     idle = shared.idle_seconds()
@@ -1018,9 +1018,9 @@ def host_status(json_out: JsonOpt = False) -> None:
 def host_stop(json_out: JsonOpt = False) -> None:
     """Ask every shared model host of this user to exit (each as soon as no command is using it)."""
     from rlm_cli import render
-    from rlm_cli.models import shared
+    from rlm_cli.models import host_admin
 
-    pids = shared.stop_all()
+    pids = host_admin.stop_all()
     if json_out:
         render.write_json({"stopped": pids})
         return

@@ -63,9 +63,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import signal
 
     os.environ["RLM_RUNTIME_DIR"] = str(_RUNTIME[0])
-    from rlm_cli.models import shared
+    from rlm_cli.models import host_admin
 
-    for host in shared.running():
+    for host in host_admin.running():
         try:
             os.kill(int(host["pid"]), signal.SIGKILL)
         except OSError:
