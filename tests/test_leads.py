@@ -210,3 +210,13 @@ def test_a_first_reply_in_prose_that_quotes_the_leads_is_the_answer(tmp_path: Pa
     llm.script("root", "The frozen willow project has a secret code.", repl("FINAL('MMXF-8921')"))
     r = run(llm, [root], question)
     assert r.answer == "MMXF-8921" and r.outcome is not None and r.outcome.result.iterations == 2
+
+
+def test_a_question_naming_three_rare_pairs_of_words_gets_all_three_lines() -> None:
+    files = {f"m{i}.py": "".join(f"x{i}_{n} = {n}\n" for n in range(30)) for i in range(3)}
+    for i, (a, b, key) in enumerate([("golden", "citadel", "A-1"), ("rapid", "beacon", "B-2"),
+                                     ("amber", "glacier", "C-3")]):
+        files[f"m{i}.py"] += f"# The secret code of the {a} {b} project is {key}.\n"
+    text = leads(corpus_view(files), "What are the secret codes of the golden citadel, rapid beacon and amber "
+                                     "glacier projects?")
+    assert all(key in text for key in ("A-1", "B-2", "C-3")), text

@@ -27,6 +27,9 @@ MAX_CHARS = 2_400
 COMMON_HITS = 3_000
 #: Lines shown under "lines with the most question words".
 TOP_LINES = 6
+#: The rarest terms whose lines are the candidates for those (with 4, a question naming three
+#: projects of two rare words each never saw the third project's line).
+RARE_TERMS = 8
 #: Definitions shown per name.
 DEFS_PER_NAME = 4
 
@@ -354,7 +357,7 @@ def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
         form = _stem(label) if label in terms["words"] else label
         found.append((label, form, set(sc.lines_with(form, any_case=True, limit=COMMON_HITS + 1))))
     weight = {label: math.log(1 + sc.lines / max(1, len(s))) for label, _, s in found}
-    rare = sorted((f for f in found if 0 < len(f[2]) <= COMMON_HITS), key=lambda f: len(f[2]))[:4]
+    rare = sorted((f for f in found if 0 < len(f[2]) <= COMMON_HITS), key=lambda f: len(f[2]))[:RARE_TERMS]
     head = ("lines with the most question words (lines per word: "
             + ", ".join(f"{label} {len(s):,}{'+' if len(s) > COMMON_HITS else ''}" for label, _, s in found) + ")")
     if not rare:
