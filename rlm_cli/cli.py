@@ -1118,8 +1118,8 @@ def _json_error(message: str, code: int, *, status: str = "error") -> None:
     if _command() in ("ask", "replay", "chat"):
         doc = {"schema": ASK_SCHEMA, **doc}
     args = sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]
-    many = _command() == "ask" and any(a in ("-q", "--question", "--questions") or a.startswith(("--question=", "--questions="))
-               for a in args)
+    many = _command() == "ask" and any(a in ("-q", "--question", "--questions")
+                                       or a.startswith(("--question=", "--questions=")) for a in args)
     # Several questions write JSON Lines: the error is one line too.
     text = json.dumps(doc, ensure_ascii=False, default=str) + "\n" if many else json_text(doc)
     if _output_path is not None:

@@ -254,12 +254,12 @@ def _mentions(answer: str, word: str) -> bool:
 
 def listed_items(question: str) -> list[str]:
     """The items of each list of three or more in ``question`` (``the A, B and C projects``,
-    ```f`, `g` and `h```), in order, at most 8. Filler words are dropped, and the first and last
+    ```f`, `g` and `h```; in its first 2,000 characters), in order, at most 8. Filler words are dropped, and the first and last
     items are cut to the length of the longest item between them, the only ones with a comma on
     each side (``files define urlparse, upload and urljoin``: ``urlparse``; ``the misty willow,
     crimson delta and northern glacier projects``: ``misty willow`` ... ``northern glacier``)."""
     items: list[str] = []
-    for m in _LIST.finditer(question[:4_000]):
+    for m in _LIST.finditer(question[:2_000]):  # a list of commas without "and" costs O(n^2) to reject
         parts = [_item_words(p.strip("` ")) for p in re.split(r",? and |, ", m.group(0))]
         width = max([1, *(len(p) for p in parts[1:-1])])
         parts[0], parts[-1] = parts[0][-width:], parts[-1][:width]
