@@ -484,8 +484,9 @@ class CorpusView:
         """The ``k`` chunks most relevant to ``query`` by BM25 (Okapi, k1=1.5, b=0.75, Lucene idf).
 
         Terms are runs of letters or digits, compared lowercased (``parse_config`` is ``parse``
-        and ``config``; grep's ``ignore_case=``/``flags=`` are accepted and change nothing). Returns ``[{"chunk", "file", "start_line", "end_line", "score"}]``, best
-        first; chunks sharing no term with the query are left out. The index takes about 3 s per
+        and ``config``; grep's ``ignore_case=``/``flags=`` are accepted and change nothing).
+        Returns ``[{"chunk", "file", "start_line", "end_line", "score"}]``, best first; chunks
+        sharing no term with the query are left out. The index takes about 3 s per
         30 MB of text to build: :meth:`start_index_build` starts it in the background, otherwise
         the first call builds it (a call during the build waits for it).
         """
