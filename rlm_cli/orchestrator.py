@@ -114,9 +114,6 @@ def _more_literal_finals(blocks: list[reply.Block]) -> list[str]:
     return out
 
 
-#: Characters of the REPL's output kept for the notes that point back at it (``_LoopState.seen_text``).
-_SEEN_CHARS = 200_000
-
 #: A specific token of an answer: with a digit, ``_``, ``.`` or ``-`` inside, or a capital after
 #: its first letter (``XKWR-7354``, ``heapq.py``, ``parse_config``, ``HTTPServer``).
 _SPECIFIC = re.compile(r"[A-Za-z0-9_](?:[\w.-]*[\d_.-][\w.-]*|[a-z]*[A-Z][\w]*)[A-Za-z0-9_]")
@@ -129,6 +126,12 @@ def _quotes(answer: str, leads: str, question: str) -> bool:
         return False
     asked = question.lower()
     return any(tok in leads and tok.lower() not in asked for tok in _SPECIFIC.findall(answer[:2_000]))
+
+
+def _shown(history: History, current: list[str] | None = None) -> str:
+    """Every output the REPL showed the model so far (the leads, each turn's blocks), then
+    ``current`` (this turn's, not in the history yet), one after another."""
+    return "\n".join([o for t in history.turns for o in t.outputs] + list(current or []))
 
 
 def _norm(code: str) -> str:
@@ -348,7 +351,6 @@ class Orchestrator:
         loop.ran_code = _EVIDENCE.search(text) is not None  # corpus lines shown: evidence for a FINAL
         if loop.ran_code:
             loop.leads_text = text
-        loop.seen_text = text[-_SEEN_CHARS:]
         loop.seen_code.add(_norm(code))
         history.add(Turn(0, prompts.leads_reply(code), prompts.output_message(
             [(code, text)], notes=[prompts.LEADS_NOTE], left=self.settings.max_iterations, question=question),
@@ -392,7 +394,6 @@ class Orchestrator:
                             helpers=result.helpers, sources=[list(r) for r in result.sources]))
             outputs.append((code, shown))
             self._last_output = shown
-            loop.seen_text = (loop.seen_text + "\n" + shown)[-_SEEN_CHARS:]
             if self.client.fatal is not None:  # e.g. a 401 on a sub-call: stop now, exit 4
                 raise self.client.fatal
             if self.client.budget.exceeded is not None:
@@ -427,7 +428,7 @@ class Orchestrator:
         loop.ran_code = True
         if final is None and text_final is not None and not notes:
             final = self._text_final_next_to_code(text_final, plan, unseen, sandbox, notes)
-        if final is not None and self._second_look(final, loop, notes):
+        if final is not None and self._second_look(final, loop, notes, history, [o for _, o in outputs]):
             return final
         kept = text
         if ran < len(plan.blocks) or plan.claimed:
@@ -470,11 +471,14 @@ class Orchestrator:
         history.add(Turn(iteration, text, prompts.SEARCH_DIFFERENTLY))
         return None
 
-    def _second_look(self, answer: str, loop: _LoopState, notes: list[str]) -> bool:
+    def _second_look(self, answer: str, loop: _LoopState, notes: list[str], history: History,
+                     current: list[str] | None = None) -> bool:
         """Whether ``answer`` may end the run. Sent back once per run each (the note goes to
         ``notes``; the next such answer is accepted, whatever it says): an answer that reports
         finding nothing (:data:`prompts.CHECK_NEGATIVE`), and one that leaves out items the
-        question lists (``reply.missing_items``; :func:`prompts.check_missing`)."""
+        question lists (``reply.missing_items``; :func:`prompts.check_missing`, which quotes the
+        lines naming them from what the REPL showed: ``history``'s outputs and this turn's
+        ``current`` ones)."""
         if not loop.checked_negative and reply.negative_answer(answer):
             loop.checked_negative = True
             notes.append(prompts.CHECK_NEGATIVE)
@@ -484,7 +488,7 @@ class Orchestrator:
         if missing:
             loop.checked_items = True
             notes.append(prompts.check_missing(missing, reply.listed_items(self._question),
-                                               reply.lines_naming(loop.seen_text, missing)))
+                                               reply.lines_naming(_shown(history, current), missing)))
             self._notice(f"the answer leaves out {', '.join(missing)}, listed in the question; asked for each")
             return False
         return True
@@ -524,7 +528,7 @@ class Orchestrator:
             else:
                 notes: list[str] = []
                 answer, _ = self._text_final_value(sandbox, text_final, notes)
-                if answer is not None and self._second_look(answer, loop, notes):
+                if answer is not None and self._second_look(answer, loop, notes, history):
                     return answer
                 feedback = f"{notes[0]} Continue."
         elif reply.mentions_final(text):
@@ -539,7 +543,7 @@ class Orchestrator:
             second_look: list[str] = []
             grounded = iteration == 1 and loop.no_code_streak == 1 and _quotes(text, loop.leads_text, self._question)
             if (loop.no_code_streak >= 2 or grounded) and reply.looks_like_answer(text) and \
-                    self._second_look(text.strip(), loop, second_look):
+                    self._second_look(text.strip(), loop, second_look, history):
                 self._notice("a reply without code that quotes the leads: taking it as the final answer" if grounded
                              else "two replies without code in a row: taking the reply as the final answer")
                 return reply.without_notes(text).strip()
@@ -731,8 +735,6 @@ class _LoopState:
     checked_negative: bool = False
     #: The leads' output when it showed corpus lines (a first-turn answer may rest on it).
     leads_text: str = ""
-    #: The end of everything the REPL showed the model so far (leads and block outputs).
-    seen_text: str = ""
     #: The answer was sent back once for leaving out items the question lists.
     checked_items: bool = False
     #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).

@@ -12,6 +12,7 @@ text out of the history and never lets it end the run.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 
@@ -254,10 +255,16 @@ def _mentions(answer: str, word: str) -> bool:
 
 def listed_items(question: str) -> list[str]:
     """The items of each list of three or more in ``question`` (``the A, B and C projects``,
-    ```f`, `g` and `h```; in its first 2,000 characters), in order, at most 8. Filler words are dropped, and the first and last
-    items are cut to the length of the longest item between them, the only ones with a comma on
-    each side (``files define urlparse, upload and urljoin``: ``urlparse``; ``the misty willow,
+    ```f`, `g` and `h```; in its first 2,000 characters), in order, at most 8. Filler words
+    are dropped, and the first and last items are cut to the length of the longest item between
+    them, the only ones with a comma on each side (``files define urlparse, upload and urljoin``: ``urlparse``; ``the misty willow,
     crimson delta and northern glacier projects``: ``misty willow`` ... ``northern glacier``)."""
+    return list(_items(question))
+
+
+@functools.lru_cache(maxsize=16)
+def _items(question: str) -> tuple[str, ...]:
+    """:func:`listed_items` as a tuple, kept for the last questions (a run asks it of each answer)."""
     items: list[str] = []
     for m in _LIST.finditer(question[:2_000]):  # a list of commas without "and" costs O(n^2) to reject
         parts = [_item_words(p.strip("` ")) for p in re.split(r",? and |, ", m.group(0))]
@@ -267,14 +274,14 @@ def listed_items(question: str) -> list[str]:
             text = " ".join(words)
             if words and text not in items:
                 items.append(text)
-    return items[:8]
+    return tuple(items[:8])
 
 
 def missing_items(question: str, answer: str) -> list[str]:
     """The :func:`listed_items` of ``question`` that ``answer`` leaves out: fewer than half of an
     item's words appear in it. Small models were seen to answer a three-part question with its
     first part only; the loop asks once for the rest (``prompts.check_missing``)."""
-    return [item for item in listed_items(question)
+    return [item for item in _items(question)
             if 2 * sum(_mentions(answer, w) for w in item.split()) < len(item.split())]
 
 

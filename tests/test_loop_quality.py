@@ -417,3 +417,15 @@ def test_an_answer_split_over_several_final_blocks_is_joined(tmp_path: Path, llm
                repl("FINAL('urlparse: urllib/parse.py')"))  # the same one-part answer, sent back once
     r = run(llm, [code_corpus(tmp_path)], question)
     assert r.answer == "urlparse: urllib/parse.py"
+
+
+def test_the_missing_items_note_quotes_the_lines_the_repl_already_showed(tmp_path: Path, llm: FakeLLM) -> None:
+    text = "".join(f"The code of the {p} project is {k}.\n" for p, k in
+                   (("red fox", "R-1"), ("blue owl", "B-2"), ("green elk", "G-3")))
+    llm.script("root", repl("for h in grep('code of'):\n    print(h['text'])"), repl("FINAL('red fox: R-1')"),
+               repl("FINAL('red fox: R-1; blue owl: B-2; green elk: G-3')"))
+    r = run(llm, [corpus(tmp_path, text)], "What are the codes of the red fox, blue owl and green elk projects?",
+            leads=False)
+    assert r.answer == "red fox: R-1; blue owl: B-2; green elk: G-3"
+    told = last_user(llm.chat_requests("root")[2])
+    assert "\n  The code of the blue owl project is B-2.\n  The code of the green elk project is G-3.\n" in told
