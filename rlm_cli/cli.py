@@ -27,6 +27,8 @@ _debug = False
 #: Set by ``ask --json``: errors then also print a JSON document on stdout, so ``| jq`` never
 #: gets empty input.
 _json_errors = False
+#: ... and it is one line: ``rlm ask -q/--questions --json`` writes JSON Lines.
+_json_lines = False
 
 
 def _version(value: bool) -> None:
@@ -1030,7 +1032,7 @@ def host_stop(json_out: JsonOpt = False) -> None:
 
 def main() -> None:
     """Console-script entry point: run the app and map every error to its exit code."""
-    global _json_errors
+    global _json_errors, _json_lines
     from rlm_cli.errors import ExitCode as _EC
 
     # SIGTERM unwinds like Ctrl-C, so the worker, socket and scratch folders are cleaned up.
@@ -1038,7 +1040,10 @@ def main() -> None:
     _fast_exit()
     # With --json, an error is a JSON document on stdout too (so `| jq` never reads nothing),
     # even one met before the command runs (a flag the parser rejects).
-    _json_errors = "--json" in sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]
+    args = sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]
+    _json_errors = "--json" in args
+    _json_lines = _command() == "ask" and any(a in ("-q", "--question", "--questions")
+                                              or a.startswith(("--question=", "--questions=")) for a in args)
     try:
         try:
             os.getcwd()
@@ -1117,11 +1122,7 @@ def _json_error(message: str, code: int, *, status: str = "error") -> None:
     doc: dict[str, Any] = {"status": status, "error": message, "exit_code": int(code), "answer": None}
     if _command() in ("ask", "replay", "chat"):
         doc = {"schema": ASK_SCHEMA, **doc}
-    args = sys.argv[1:sys.argv.index("--") if "--" in sys.argv else None]
-    many = _command() == "ask" and any(a in ("-q", "--question", "--questions")
-                                       or a.startswith(("--question=", "--questions=")) for a in args)
-    # Several questions write JSON Lines: the error is one line too.
-    text = json.dumps(doc, ensure_ascii=False, default=str) + "\n" if many else json_text(doc)
+    text = json.dumps(doc, ensure_ascii=False, default=str) + "\n" if _json_lines else json_text(doc)
     if _output_path is not None:
         from rlm_cli.outfile import write_atomic
 
