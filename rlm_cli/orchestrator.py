@@ -128,6 +128,19 @@ def _quotes(answer: str, leads: str, question: str) -> bool:
     return any(tok in leads and tok.lower() not in asked for tok in _SPECIFIC.findall(answer[:2_000]))
 
 
+#: A count the leads computed over every line they scanned (not a sample): ``is called by 3
+#: functions``, ``is on 12 lines``, ``(5 definitions``.
+_LEADS_COUNT = re.compile(r"is called by (\d[\d,]*)|is on (\d[\d,]*) lines?|\((\d[\d,]*) definitions")
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?![\w.])")
+
+
+def _counted_by_leads(answer: str, leads: str) -> bool:
+    """Whether a number of ``answer`` is one of the counts the ``leads`` computed over every line
+    they scanned (:data:`_LEADS_COUNT`), so that the answer does not rest on example lines."""
+    counts = {g.replace(",", "") for m in _LEADS_COUNT.finditer(leads) for g in m.groups() if g}
+    return any(n.replace(",", "") in counts for n in _NUMBER.findall(answer[:2_000]))
+
+
 def _shown(history: History, current: list[str] | None = None) -> str:
     """Every output the REPL showed the model so far (the leads, each turn's blocks), then
     ``current`` (this turn's, not in the history yet), one after another."""
@@ -371,6 +384,7 @@ class Orchestrator:
         outputs: list[tuple[str, str]] = []
         notes: list[str] = []
         final: str | None = None
+        written = False  # the final answer was written out (a literal), not computed by code
         unseen = 0  # characters earlier blocks of this reply printed that the model has not seen yet
         ran = 0
         for n, block in enumerate(plan.blocks[:plan.runnable], 1):
@@ -412,6 +426,7 @@ class Orchestrator:
                     self._notice("written-out FINAL in a block that printed output not seen yet; refused")
                 else:
                     final = result.final
+                    written = only_finishes(code) or literal_final(code)
                     more = _more_literal_finals(plan.blocks[n:plan.runnable]) if only_finishes(code) else []
                     joined = "\n".join(dict.fromkeys([final, *more]))
                     # Joined only when the parts answer more of the items the question lists.
@@ -427,9 +442,11 @@ class Orchestrator:
                 unseen += result.output_chars
         loop.ran_code = True
         if final is None and text_final is not None and not notes:
-            final = self._text_final_next_to_code(text_final, plan, unseen, sandbox, notes)
-        if final is not None and self._second_look(final, loop, notes, history, [o for _, o in outputs]):
+            final, written = self._text_final_next_to_code(text_final, plan, unseen, sandbox, notes)
+        if final is not None and self._second_look(final, loop, notes, history, [o for _, o in outputs],
+                                                   written=written):
             return final
+        loop.own_code = loop.own_code or any(not only_finishes(c) for c, _ in outputs)
         kept = text
         if ran < len(plan.blocks) or plan.claimed:
             kept = text[:plan.blocks[ran - 1].end]
@@ -472,13 +489,24 @@ class Orchestrator:
         return None
 
     def _second_look(self, answer: str, loop: _LoopState, notes: list[str], history: History,
-                     current: list[str] | None = None) -> bool:
+                     current: list[str] | None = None, *, written: bool = True) -> bool:
         """Whether ``answer`` may end the run. Sent back once per run each (the note goes to
-        ``notes``; the next such answer is accepted, whatever it says): an answer that reports
-        finding nothing (:data:`prompts.CHECK_NEGATIVE`), and one that leaves out items the
-        question lists (``reply.missing_items``; :func:`prompts.check_missing`, which quotes the
-        lines naming them from what the REPL showed: ``history``'s outputs and this turn's
-        ``current`` ones)."""
+        ``notes``; the next such answer is accepted, whatever it says):
+
+        * a figure (``reply.asks_quantity``: a count, total or extreme) ``written`` out by the
+          model before any code of its own ran, with only the leads' example lines to go on (and
+          not a count the leads computed): :data:`prompts.COUNT_WITH_CODE`;
+        * an answer that reports finding nothing (:data:`prompts.CHECK_NEGATIVE`);
+        * one that leaves out items the question lists (``reply.missing_items``;
+          :func:`prompts.check_missing`, which quotes the lines naming them from what the REPL
+          showed: ``history``'s outputs and this turn's ``current`` ones).
+        """
+        if (written and not loop.own_code and not loop.checked_quantity and loop.leads_text
+                and reply.asks_quantity(self._question) and not _counted_by_leads(answer, loop.leads_text)):
+            loop.checked_quantity = True
+            notes.append(prompts.COUNT_WITH_CODE)
+            self._notice("a figure written out from the leads' example lines alone; asked to compute it with code")
+            return False
         if not loop.checked_negative and reply.negative_answer(answer):
             loop.checked_negative = True
             notes.append(prompts.CHECK_NEGATIVE)
@@ -494,27 +522,27 @@ class Orchestrator:
         return True
 
     def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, unseen: int, sandbox: Sandbox,
-                                 notes: list[str]) -> str | None:
+                                 notes: list[str]) -> tuple[str | None, bool]:
         """A FINAL line written in the text of a reply that also ran code: refused after claimed
         output, or when it is a written-out answer (literal) while the code printed output the
         model has not seen (``unseen`` characters); a variable or expression is taken from the
-        REPL."""
+        REPL. Returns ``(answer or None, written out)``."""
         if plan.claimed and tf.offset >= plan.cut:
             self._notice("FINAL written after text that claimed output; refused")
             notes.append(prompts.FINAL_AFTER_CLAIM)
-            return None
+            return None, False
         if tf.literal() is not None and not unseen:
-            return tf.literal()
+            return tf.literal(), True
         if tf.literal() is not None:
             notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
             self._notice("FINAL(...) line next to unseen code output; refused")
-            return None
+            return None, False
         value, literal = self._text_final_value(sandbox, tf, notes)
         if literal and unseen:  # not Python after all (e.g. a path): a written-out answer
             notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
             self._notice("FINAL(...) line next to unseen code output; refused")
-            return None
-        return value
+            return None, False
+        return value, literal
 
     def _turn_without_code(self, iteration: int, text: str, text_final: reply.TextFinal | None,
                            history: History, sandbox: Sandbox, loop: _LoopState) -> str | None:
@@ -527,8 +555,8 @@ class Orchestrator:
                 feedback = prompts.FIRST_TURN_FINAL
             else:
                 notes: list[str] = []
-                answer, _ = self._text_final_value(sandbox, text_final, notes)
-                if answer is not None and self._second_look(answer, loop, notes, history):
+                answer, written = self._text_final_value(sandbox, text_final, notes)
+                if answer is not None and self._second_look(answer, loop, notes, history, written=written):
                     return answer
                 feedback = f"{notes[0]} Continue."
         elif reply.mentions_final(text):
@@ -737,6 +765,10 @@ class _LoopState:
     leads_text: str = ""
     #: The answer was sent back once for leaving out items the question lists.
     checked_items: bool = False
+    #: The model ran code of its own (a block that is not only FINAL of a literal) in an earlier turn.
+    own_code: bool = False
+    #: A written-out figure was sent back once for resting on the leads alone.
+    checked_quantity: bool = False
     #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).
     repeat_streak: int = 0
     #: How often the model was asked for its answer because it was stuck.

@@ -53,7 +53,7 @@ The REPL holds:
 - `context`: str, the whole corpus; each file starts with a line `==> path <==`. `context["path"]` is one file's text.
 - `files`: list of dicts (path, size, chars, lines, tokens, start, end); a file's text is context[f["start"]:f["end"]].
 - `chunks`: list of dicts (id, path, start_line, end_line, start, end, tokens): the corpus cut along semantic boundaries (functions, sections, paragraphs).
-- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text", "in"}]: regex per line; "in" is the function or class holding the line (Python files): `{h["in"] for h in grep(r"\\bsave\\(", "app.py") if "in" in h}` are the functions of app.py that call save.
+- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text", "in"}]: regex per line (max_results=None: every match); "in" is the function or class holding the line (Python files): `{h["in"] for h in grep(r"\\bsave\\(", "app.py") if "in" in h}` are the functions of app.py that call save.
 - `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> the text of chunk i.
 - `search(query, k=10)` -> chunks ranked by keyword relevance (BM25): [{"chunk", "file", "start_line", "end_line", "score"}].
 - `data[path]`: a JSON/JSONL/CSV/TSV file parsed (JSON -> its object; JSONL/CSV -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
@@ -341,6 +341,19 @@ CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothi
                   "file around the definition with read_file) before you conclude. If you are sure, call FINAL with "
                   "the same answer again.")
 
+#: The note for a written-out figure (a count, total or extreme) that rests on the leads alone.
+COUNT_WITH_CODE = ("The question asks for a figure over every line that matches (a count, a total or a ranking), but "
+                   "the leads show only a few example lines, not all of them: a figure read off them is a guess. "
+                   "Compute it with code over every match and print it before you answer, for example, for lines "
+                   "holding both `a=1` and `b=2`:\n```repl\n"
+                   "import re\nfrom collections import Counter\n"
+                   "rows = [h[\"text\"] for h in grep(r\"a=1\", max_results=None) if \"b=2\" in h[\"text\"]]\n"
+                   "print(len(rows))  # a count\n"
+                   "print(sum(int(re.search(r\"n=(\\d+)\", t).group(1)) for t in rows))  # a total of n=...\n"
+                   "print(Counter(re.search(r\"user=(\\S+)\", t).group(1) for t in rows).most_common())  # a ranking\n"
+                   "```")
+
+
 def check_missing(missing: list[str], items: list[str], lines: dict[str, list[str]] | None = None) -> str:
     """The note for an answer that leaves out ``missing``, of the ``items`` the question lists
     (``reply.missing_items``): it names them, quotes the lines of the output already shown that
@@ -376,7 +389,7 @@ def answer_now(times: int) -> str:
 #: How each helper is called, quoted when the model calls it wrongly.
 HELPER_USAGE = {
     "grep": "grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches all of `context` "
-            "(no need to pass it) and returns [{'file', 'line', 'text'}]",
+            "(no need to pass it) and returns [{'file', 'line', 'text'}]; max_results=None returns every match",
     "read_file": "read_file(path, start_line=None, end_line=None) returns numbered lines of one file",
     "search": "search(query, k=10) returns the best chunks: [{'chunk', 'file', 'start_line', 'end_line', 'score'}]",
     "chunk_text": "chunk_text(i) returns the text of chunk i (chunks[i]), or of the chunk holding a text or a "

@@ -111,6 +111,16 @@ def test_grep_options(view: CorpusView) -> None:
     assert multi == [{"file": "src/app.py", "line": 3, "text": "def main():"}]
 
 
+def test_grep_says_when_it_stopped_at_max_results_and_none_returns_every_match(view: CorpusView) -> None:
+    every = view.grep("retry", ignore_case=True, max_results=None)
+    assert len(every) == 8 and view.grep_capped == 0  # below the cap: not marked
+    view.grep("retry", ignore_case=True, max_results=3)
+    assert view.grep_capped == 3  # stopped at its cap: there may be more (the worker says so)
+    view.grep_capped = 0
+    assert len(view.grep("retry", ignore_case=True, limit=None)) == 8 and view.grep_capped == 0
+    assert len(view.grep("retry", "first line\nretry\nretry", 1)) == 1 and view.grep_capped == 1  # a text's own grep
+
+
 def test_grep_agrees_with_naive_search_on_random_corpora(tmp_path: Path) -> None:
     rng = random.Random(11)
     words = ["alpha", "beta", "Gamma", "delta", "x", "", "needle", "NEEDLE"]

@@ -429,3 +429,48 @@ def test_the_missing_items_note_quotes_the_lines_the_repl_already_showed(tmp_pat
     assert r.answer == "red fox: R-1; blue owl: B-2; green elk: G-3"
     told = last_user(llm.chat_requests("root")[2])
     assert "\n  The code of the blue owl project is B-2.\n  The code of the green elk project is G-3.\n" in told
+
+
+LOG = "".join(f"2026-11-0{i % 9 + 1} service={s} level={lv} latency_ms={ms}\n" for i, (s, lv, ms) in enumerate(
+    [("api", "ERROR", 10), ("api", "INFO", 20), ("db", "ERROR", 30)] * 5 + [("api", "ERROR", 7)]))
+
+
+def test_a_figure_read_off_the_leads_example_lines_is_sent_back_to_be_computed(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model (aggregate family): "how many lines..." answered on turn 1 by
+    # counting the six example lines the leads show. Once per run, it is asked to count with code.
+    question = "In `notes.log`, how many lines have service=api and level=ERROR? Answer with the number."
+    count = "rows = [h['text'] for h in grep('service=api', max_results=None) if 'level=ERROR' in h['text']]\nprint(len(rows))"
+    llm.script("root", repl("FINAL('3')"), repl(count), repl("FINAL(len(rows))"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], question)
+    assert r.error is None and r.answer == "6"
+    told = last_user(llm.chat_requests("root")[1])
+    assert prompts.COUNT_WITH_CODE in told and "max_results=None" in told
+    assert any("asked to compute it with code" in n for n in r.notices())
+    assert any(o["output"].strip().startswith("6") for o in r.of("output"))
+    # Once per run: the same guess again is the answer (the loop never argues twice).
+    llm.script("root", repl("FINAL('3')"), repl("FINAL('3')"))
+    assert run(llm, [corpus(tmp_path, LOG, "notes.log")], question).answer == "3"
+
+
+def test_a_figure_from_code_or_a_count_the_leads_computed_is_taken_at_once(tmp_path: Path, llm: FakeLLM) -> None:
+    log = corpus(tmp_path, LOG, "notes.log")
+    llm.script("root", repl("FINAL(sum(1 for l in context.splitlines() if 'service=db' in l))"))
+    r = run(llm, [log], "How many lines have service=db?")
+    assert r.answer == "5" and len(llm.chat_requests("root")) == 1  # computed by code: no send-back
+    # "`urlparse` is called by 1 function" in the leads is a count over every line, not a sample.
+    llm.script("root", repl("FINAL('1')"))
+    before = len(llm.chat_requests("root"))
+    r = run(llm, [code_corpus(tmp_path)], "How many functions call `urlparse`?")
+    assert r.answer == "1" and len(llm.chat_requests("root")) - before == 1
+    # A question that asks for no figure is answered from the leads as before.
+    llm.script("root", repl("FINAL('urllib/parse.py')"))
+    assert run(llm, [code_corpus(tmp_path)], "Which file defines `urlparse`?").answer == "urllib/parse.py"
+
+
+def test_a_grep_that_stopped_at_max_results_says_there_may_be_more(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(len(grep('service=api', max_results=5)))"),
+               repl("print(len(grep('service=api', max_results=None)))"), repl("FINAL('done')"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], leads=False)
+    first, second = (o["output"] for o in r.of("output")[:2])
+    assert first.startswith("5\n") and "stopped at max_results=5" in first and "max_results=None" in first
+    assert second.strip() == "11" and "stopped at" not in second

@@ -19,6 +19,7 @@ import math
 import mmap
 import os
 import re
+import sys
 import threading
 import time
 import weakref
@@ -34,7 +35,8 @@ MAX_LINE_CHARS = 500
 #: Size of the pseudo-chunks made for a raw context (``rlm_query`` with a string).
 RAW_CHUNK_CHARS = 8000
 GREP_USAGE = ("Usage: grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches every file of "
-              "`context` and returns [{'file', 'line', 'text'}]; e.g. grep(r'def main\\b', '*.py')")
+              "`context` and returns [{'file', 'line', 'text'}] (max_results=None: every match); "
+              "e.g. grep(r'def main\\b', '*.py')")
 READ_USAGE = "Usage: read_file(path, start_line=None, end_line=None), e.g. read_file('src/app.py', 10, 40)"
 _FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks", "kind")
 #: ``path:120`` or ``path:100-140``.
@@ -116,6 +118,8 @@ class CorpusView:
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
         self._bm25_wanted = False
+        #: The ``max_results`` a :meth:`grep` call stopped at since this was last set to 0 (0: none).
+        self.grep_capped = 0
         #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).
         self.structured: list[tuple[str, int, int, dict[str, Any]]] = []
         _VIEWS.add(self)
@@ -152,12 +156,15 @@ class CorpusView:
 
     # -- grep ----------------------------------------------------------------------------------
     def grep(self, pattern: str | re.Pattern[str] | None = None, where: Any = None, *more: Any,
-             path_glob: str | None = None, ignore_case: bool = False, max_results: int = 200,
+             path_glob: str | None = None, ignore_case: bool = False, max_results: int | None = 200,
              **aliases: Any) -> list[dict[str, Any]]:
         """Lines matching the regex ``pattern`` in every file (or those matching ``path_glob``).
 
         Returns at most ``max_results`` dicts ``{"file", "line", "text"}`` in corpus order, one
-        per matching line (``line`` is 1-based; ``text`` is the line, cut at 500 characters).
+        per matching line (``line`` is 1-based; ``text`` is the line, cut at 500 characters);
+        ``max_results=None`` returns every one. A call that stops at its ``max_results`` sets
+        :attr:`grep_capped` to that number (the worker then tells the model there may be more:
+        ``len(grep(...))`` silently capped at 200 was a wrong count).
         ``^`` and ``$`` match at line boundaries. ``path_glob`` is an fnmatch pattern tried on the
         whole path and, when it has no ``/``, on the file name (``"*.py"``, ``"src/*"``).
 
@@ -171,15 +178,19 @@ class CorpusView:
             TypeError: the arguments cannot be read as a grep call (the message shows the call).
             re.error: ``pattern`` is not a valid regular expression.
         """
-        pattern, spans, path_glob, ignore_case, max_results = self._grep_args(
+        pattern, spans, path_glob, ignore_case, limit = self._grep_args(
             pattern, where, more, path_glob, ignore_case, max_results, aliases)
+        max_results = sys.maxsize if limit is None else int(limit)
         flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
         if isinstance(pattern, re.Pattern):
             rx = re.compile(pattern.pattern, pattern.flags | flags)
         else:
             rx = re.compile(pattern, flags)
         if isinstance(spans, str):  # a text that is not part of `context`: its own lines
-            return CorpusView(spans).grep(rx, max_results=max_results)
+            own = CorpusView(spans)
+            hits = own.grep(rx, max_results=max_results)
+            self.grep_capped = own.grep_capped or self.grep_capped
+            return hits
         keep = _glob_matcher(path_glob) if path_glob else None
         ctx = self.context
         search, count, rfind, find = rx.search, ctx.count, ctx.rfind, ctx.find
@@ -211,6 +222,8 @@ class CorpusView:
                 if len(out) >= max_results:
                     break
                 pos = le + 1
+        if len(out) >= max_results:
+            self.grep_capped = max_results
         return out
 
     def _enclosing(self, f: dict[str, Any], line: int) -> str | None:
@@ -229,7 +242,7 @@ class CorpusView:
         return None
 
     def _grep_args(self, pattern: Any, where: Any, more: tuple[Any, ...], path_glob: str | None, ignore_case: bool,
-                   max_results: int, aliases: dict[str, Any]) -> tuple[Any, Any, str | None, bool, int]:
+                   max_results: int | None, aliases: dict[str, Any]) -> tuple[Any, Any, str | None, bool, int | None]:
         """Read a grep call however it was written: ``(pattern, spans, path_glob, ignore_case,
         max_results)``; ``spans`` is ``None`` (every file), a list of ``(file, start, end, first
         line)`` or a text of its own (a ``str``)."""
@@ -238,7 +251,8 @@ class CorpusView:
                 path_glob = aliases.pop(key)
         for key in ("limit", "n", "max_hits", "max_matches", "k", "max_count"):
             if key in aliases:
-                max_results = int(aliases.pop(key))
+                value = aliases.pop(key)
+                max_results = None if value is None else int(value)
         if "flags" in aliases:
             ignore_case = ignore_case or bool(int(aliases.pop("flags")) & re.IGNORECASE)
         if "case_sensitive" in aliases:

@@ -341,6 +341,7 @@ class Worker:
         self.namespace["__builtins__"] = _BUILTINS
         self.final = _FinalSignal()
         self.observer.begin_block(None)
+        self.corpus.grep_capped = 0
         out = CappedWriter()
         old = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
@@ -381,6 +382,9 @@ class Worker:
                          "Never replace it with text of your own: the answer must come from the corpus.]\n")
         if by_char:
             notes.append(_BY_CHAR_NOTE)
+        if self.corpus.grep_capped:
+            notes.append(f"[note: a grep() call stopped at max_results={self.corpus.grep_capped:,}: there may be more "
+                         "matches. To count or add up every match, pass max_results=None.]\n")
         rebound = [k for k in RESERVED if callable(self._helpers.get(k)) and self.namespace.get(k) is not self._helpers[k]]
         if rebound:
             notes.append(f"[note: this block reassigned {', '.join(f'`{k}`' for k in rebound)}; the helper is "
