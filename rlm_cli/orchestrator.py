@@ -131,14 +131,19 @@ def _quotes(answer: str, leads: str, question: str) -> bool:
 #: A count the leads computed over every line they scanned (not a sample): ``is called by 3
 #: functions``, ``is on 12 lines``, ``(5 definitions``.
 _LEADS_COUNT = re.compile(r"is called by (\d[\d,]*)|is on (\d[\d,]*) lines?|\((\d[\d,]*) definitions")
-_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?![\w.])")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?!\w|\.\d)")
+
+
+def _numbers(text: str) -> set[float]:
+    """The numbers written in ``text`` (``1,234`` is 1234; ``10750`` and ``10750.0`` are one)."""
+    return {float(n.replace(",", "")) for n in _NUMBER.findall(text)}
 
 
 def _counted_by_leads(answer: str, leads: str) -> bool:
     """Whether a number of ``answer`` is one of the counts the ``leads`` computed over every line
     they scanned (:data:`_LEADS_COUNT`), so that the answer does not rest on example lines."""
-    counts = {g.replace(",", "") for m in _LEADS_COUNT.finditer(leads) for g in m.groups() if g}
-    return any(n.replace(",", "") in counts for n in _NUMBER.findall(answer[:2_000]))
+    counts = {float(g.replace(",", "")) for m in _LEADS_COUNT.finditer(leads) for g in m.groups() if g}
+    return bool(counts & _numbers(answer[:2_000]))
 
 
 def _shown(history: History, current: list[str] | None = None) -> str:
@@ -494,18 +499,17 @@ class Orchestrator:
         ``notes``; the next such answer is accepted, whatever it says):
 
         * a figure (``reply.asks_quantity``: a count, total or extreme) ``written`` out by the
-          model before any code of its own ran, with only the leads' example lines to go on (and
-          not a count the leads computed): :data:`prompts.COUNT_WITH_CODE`;
+          model that no code of its own printed (:meth:`_unsupported_figure`):
+          :func:`prompts.count_with_code`;
         * an answer that reports finding nothing (:data:`prompts.CHECK_NEGATIVE`);
         * one that leaves out items the question lists (``reply.missing_items``;
           :func:`prompts.check_missing`, which quotes the lines naming them from what the REPL
           showed: ``history``'s outputs and this turn's ``current`` ones).
         """
-        if (written and not loop.own_code and not loop.checked_quantity and loop.leads_text
-                and reply.asks_quantity(self._question) and not _counted_by_leads(answer, loop.leads_text)):
+        if written and not loop.checked_quantity and self._unsupported_figure(answer, loop, history, current):
             loop.checked_quantity = True
-            notes.append(prompts.COUNT_WITH_CODE)
-            self._notice("a figure written out from the leads' example lines alone; asked to compute it with code")
+            notes.append(prompts.count_with_code(self._question))
+            self._notice("a figure that no code of the model printed; asked to compute it with code")
             return False
         if not loop.checked_negative and reply.negative_answer(answer):
             loop.checked_negative = True
@@ -520,6 +524,22 @@ class Orchestrator:
             self._notice(f"the answer leaves out {', '.join(missing)}, listed in the question; asked for each")
             return False
         return True
+
+    def _unsupported_figure(self, answer: str, loop: _LoopState, history: History, current: list[str] | None) -> bool:
+        """Whether ``answer`` to a question that asks for a figure (``reply.asks_quantity``) rests
+        on nothing computed: written before any code of the model's own ran (the leads' six
+        example lines are no count), or holding numbers none of which that code printed (seen
+        with a 1.5B model: 150 rows printed, "150" answered for a count of 2). A count the leads
+        computed over every line (``is called by 3 functions``) is supported."""
+        if not reply.asks_quantity(self._question) or _counted_by_leads(answer, loop.leads_text):
+            return False
+        if not loop.own_code:
+            return bool(loop.leads_text)  # without leads, a first-turn literal FINAL is refused anyway
+        numbers = _numbers(answer[:2_000])
+        if not numbers:
+            return False  # a label (the most frequent one): code ran; nothing to check it against
+        printed = "\n".join([o for t in history.turns if t.iteration > 0 for o in t.outputs] + list(current or []))
+        return not numbers & _numbers(printed)
 
     def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, unseen: int, sandbox: Sandbox,
                                  notes: list[str]) -> tuple[str | None, bool]:

@@ -12,6 +12,7 @@ prompts can be rendered and measured in tests (``tests/test_prompts.py``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -341,17 +342,47 @@ CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothi
                   "file around the definition with read_file) before you conclude. If you are sure, call FINAL with "
                   "the same answer again.")
 
-#: The note for a written-out figure (a count, total or extreme) that rests on the leads alone.
-COUNT_WITH_CODE = ("The question asks for a figure over every line that matches (a count, a total or a ranking), but "
-                   "the leads show only a few example lines, not all of them: a figure read off them is a guess. "
-                   "Compute it with code over every match and print it before you answer, for example, for lines "
-                   "holding both `a=1` and `b=2`:\n```repl\n"
-                   "import re\nfrom collections import Counter\n"
-                   "rows = [h[\"text\"] for h in grep(r\"a=1\", max_results=None) if \"b=2\" in h[\"text\"]]\n"
-                   "print(len(rows))  # a count\n"
-                   "print(sum(int(re.search(r\"n=(\\d+)\", t).group(1)) for t in rows))  # a total of n=...\n"
-                   "print(Counter(re.search(r\"user=(\\S+)\", t).group(1) for t in rows).most_common())  # a ranking\n"
-                   "```")
+#: ``key=value`` in a question (``service=auth``): what a log line holds, the natural filters of an example.
+_KEY_VALUE = re.compile(r"(?<![\w=])([A-Za-z_][\w.-]*)=([\w.:/-]+)")
+#: The field a question totals or ranks by: ``total latency_ms``, ``which user has the most``.
+_TOTAL_OF = re.compile(r"\b(?:total|sum|average|mean)\s+(?:of\s+)?(?:the\s+)?`?([A-Za-z_]\w*)`?", re.IGNORECASE)
+_RANK_BY = re.compile(r"\bwhich\s+`?([A-Za-z_]\w*)`?\s+(?:has|had|have|is|gets|got|sees|saw)\b", re.IGNORECASE)
+
+
+def _word_regex(text: str) -> str:
+    """``text`` as a regex matched as a whole word (``\\b`` where it starts or ends with one)."""
+    return ("\\b" if text[:1].isalnum() or text[:1] == "_" else "") + re.escape(text) + (
+        "\\b" if text[-1:].isalnum() or text[-1:] == "_" else "")
+
+
+def count_with_code(question: str) -> str:
+    """The note for a figure (a count, total or extreme) that no code of the model printed
+    (``Orchestrator._unsupported_figure``): the leads show example lines, not all of them. When
+    the question names ``key=value`` filters (``service=auth``), it ends with a ```repl example
+    built from them and from the field it totals or ranks by (``total latency_ms``, ``which user
+    has the most``); a 1.5B model was seen to copy placeholder filters such as ``a=1``
+    literally, so without such filters the note says what to do in words only."""
+    pairs = [f"{k}={v}" for k, v in _KEY_VALUE.findall(question[:2_000])][:3]
+    head = ("The question asks for a figure over every line that matches (a count, a total or a ranking), but the "
+            "leads show only a few example lines, and no code of yours printed that figure: an answer read off "
+            "example lines is a guess. Compute it with code over every match and print it before you answer")
+    if not pairs:
+        return (head + ": select the lines with grep(pattern, max_results=None), then count them with len(), add a "
+                "field up with sum() or tally one with collections.Counter, and print the result.")
+    cond = " and ".join(f"re.search(r'{_word_regex(c)}', h['text'])" for c in pairs[1:])
+    lines = ["import re", "from collections import Counter",
+             f"rows = [h['text'] for h in grep(r'{_word_regex(pairs[0])}', max_results=None)"
+             + (f" if {cond}]" if cond else "]"),
+             "print(len(rows))  # a count"]
+    if total := _TOTAL_OF.search(question):
+        f = total.group(1)
+        lines.append(f"print(sum(float(re.search(r'\\b{f}=([\\d.]+)', t).group(1)) for t in rows))  # the total {f}")
+    if rank := _RANK_BY.search(question):
+        f = rank.group(1)
+        lines.append(f"print(Counter(re.search(r'\\b{f}=(\\S+)', t).group(1) for t in rows).most_common())"
+                     f"  # lines per {f}")
+    return (head + ", for lines holding " + " and ".join(f"`{c}`" for c in pairs) + ":\n```repl\n"
+            + "\n".join(lines) + "\n```")
 
 
 def check_missing(missing: list[str], items: list[str], lines: dict[str, list[str]] | None = None) -> str:

@@ -292,3 +292,14 @@ def test_grep_hits_in_python_name_their_enclosing_definition_like_ast_does() -> 
             assert hit.get("in") == owner.get(n), (rel, n, lines[n - 1], hit.get("in"), owner.get(n))
             checked += 1
     assert checked > 1000
+
+
+def test_grep_hits_answer_match_and_groups_without_printing_them() -> None:
+    view = CorpusView("a service=x level=1\nb service=y level=22\n")
+    hits = view.grep(r"service=(\S+) level=(\d+)")
+    assert [h["groups"] for h in hits] == [("x", "1"), ("y", "22")]
+    assert [h["match"] for h in hits] == ["service=x level=1", "service=y level=22"]  # two groups: the whole match
+    assert [h["match"] for h in view.grep(r"service=(\S+)")] == ["x", "y"]  # one group: it, as re.findall
+    assert repr(hits[0]) == "{'file': '<context>', 'line': 1, 'text': 'a service=x level=1'}"
+    with pytest.raises(KeyError, match="this row has the keys"):
+        hits[0]["nope"]

@@ -292,7 +292,7 @@ def test_joining_result_rows_as_strings_gets_a_hint(tmp_path: Path, llm: FakeLLM
     llm.script("root", repl("print(', '.join(grep(r'def urlparse')))"), repl("FINAL('ok')"))
     r = run(llm, [code_corpus(tmp_path)])
     out = r.of("output")[0]["output"]
-    assert "expected str instance, Row found" in out and "grep and search return rows (dicts)" in out
+    assert "expected str instance, Hit found" in out and "grep and search return rows (dicts)" in out
 
 
 def test_a_model_stuck_on_the_same_code_is_asked_for_its_answer_once(tmp_path: Path, llm: FakeLLM) -> None:
@@ -438,18 +438,40 @@ LOG = "".join(f"2026-11-0{i % 9 + 1} service={s} level={lv} latency_ms={ms}\n" f
 def test_a_figure_read_off_the_leads_example_lines_is_sent_back_to_be_computed(tmp_path: Path, llm: FakeLLM) -> None:
     # Seen with the 1.5B model (aggregate family): "how many lines..." answered on turn 1 by
     # counting the six example lines the leads show. Once per run, it is asked to count with code.
-    question = "In `notes.log`, how many lines have service=api and level=ERROR? Answer with the number."
-    count = "rows = [h['text'] for h in grep('service=api', max_results=None) if 'level=ERROR' in h['text']]\nprint(len(rows))"
-    llm.script("root", repl("FINAL('3')"), repl(count), repl("FINAL(len(rows))"))
+    question = "In `notes.log`, what is the total latency_ms of the lines with service=api and level=ERROR?"
+    note = prompts.count_with_code(question)
+    example = note.split("```repl\n", 1)[1].split("```", 1)[0]  # the model runs the note's own example
+    llm.script("root", repl("FINAL('3')"), repl(example), repl("FINAL(len(rows))"))
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], question)
     assert r.error is None and r.answer == "6"
     told = last_user(llm.chat_requests("root")[1])
-    assert prompts.COUNT_WITH_CODE in told and "max_results=None" in told
+    assert prompts.count_with_code(question) in told and "max_results=None" in told
+    assert "grep(r'\\bservice=api\\b', max_results=None) if re.search(r'\\blevel=ERROR\\b', h['text'])" in told
     assert any("asked to compute it with code" in n for n in r.notices())
-    assert any(o["output"].strip().startswith("6") for o in r.of("output"))
+    assert any(o["output"].split() == ["6", "57.0"] for o in r.of("output"))  # 5 x 10 + 7: the count, the total
     # Once per run: the same guess again is the answer (the loop never argues twice).
     llm.script("root", repl("FINAL('3')"), repl("FINAL('3')"))
     assert run(llm, [corpus(tmp_path, LOG, "notes.log")], question).answer == "3"
+    # Ranking: the example tallies the field the question ranks by.
+    ranked = prompts.count_with_code("Which service has the most lines with level=ERROR?")
+    assert "Counter(re.search(r'\\bservice=(\\S+)', t).group(1) for t in rows).most_common()" in ranked
+    assert "```" not in prompts.count_with_code("How many ERROR lines are there?")  # no filters: no placeholders
+
+
+def test_a_figure_no_code_printed_is_sent_back_once_even_after_code_ran(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: it printed the matching rows, then answered a figure they never showed.
+    rows = "for h in grep('service=api'):\n    print(h['text'])"
+    llm.script("root", repl(rows), "There are 150 such lines.\n\nFinal answer: 150",
+               repl("print(sum(1 for h in grep('service=api') if 'level=ERROR' in h['text']))"), repl("FINAL('6')"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=api and level=ERROR?", leads=False)
+    assert r.answer == "6"
+    assert "no code of yours printed that figure" in last_user(llm.chat_requests("root")[2])
+    # A figure the code printed is taken at once.
+    llm.script("root", repl("print(sum(1 for h in grep('service=api') if 'level=ERROR' in h['text']))"),
+               "Final answer: 6 lines")
+    before = len(llm.chat_requests("root"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=api and level=ERROR?", leads=False)
+    assert r.answer == "6 lines" and len(llm.chat_requests("root")) - before == 2
 
 
 def test_a_figure_from_code_or_a_count_the_leads_computed_is_taken_at_once(tmp_path: Path, llm: FakeLLM) -> None:

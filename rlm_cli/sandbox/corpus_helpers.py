@@ -66,6 +66,24 @@ class Row(dict[str, Any]):
         raise KeyError(f"{key!r}: this row has the keys {list(self)}")
 
 
+class Hit(Row):
+    """A grep hit: a :class:`Row` that also answers ``hit["match"]`` (the text the pattern's group
+    caught, as ``re.findall`` gives it: group 1 when the pattern has one group, else the whole
+    match) and ``hit["groups"]`` (all groups), without printing them. Models were seen to
+    grep ``r"service=(\\S+)"`` and read ``hit["match"]`` for the value."""
+
+    __slots__ = ("_match", "_groups")
+    _match: Any
+    _groups: tuple[Any, ...]
+
+    def __missing__(self, key: Any) -> Any:
+        if key in ("match", "matched", "group", "value"):
+            return self._match
+        if key == "groups":
+            return self._groups
+        return super().__missing__(key)
+
+
 #: Other names a model uses for a key a row has (``Row.__missing__``).
 _ALIASES: dict[str, tuple[str, ...]] = {
     "path": ("file",), "file": ("path",), "filename": ("file", "path"), "file_path": ("file", "path"),
@@ -213,7 +231,8 @@ class CorpusView:
                 if le < 0:
                     le = f["end"]
                 text = ctx[ls:min(le, ls + MAX_LINE_CHARS)]
-                hit = Row(file=f["path"], line=line, text=text[:-1] if text.endswith("\r") else text)
+                hit = Hit(file=f["path"], line=line, text=text[:-1] if text.endswith("\r") else text)
+                hit._match, hit._groups = m.group(1) if rx.groups == 1 else m.group(0), m.groups()
                 if f["path"].endswith(_PY_SUFFIXES):
                     where = self._enclosing(f, line)
                     if where:

@@ -504,7 +504,7 @@ def _format_error(info: Any) -> str:
         frames = [f for f in traceback.extract_tb(tb) if f.filename.startswith("<cell")]
         text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
         text += "".join(traceback.format_exception_only(etype, evalue))
-        if etype is TypeError and "Row found" in str(evalue):  # ", ".join(grep(...)) and the like
+        if etype is TypeError and re.search(r"(Row|Hit) found", str(evalue)):  # ", ".join(grep(...)) and the like
             text += ("hint: grep and search return rows (dicts), not strings: join their fields, e.g. "
                      "'\n'.join(f\"{h['file']}:{h['line']}: {h['text']}\" for h in hits)\n")
         return text
