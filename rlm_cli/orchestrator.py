@@ -66,6 +66,9 @@ LEADS_SECONDS = 20.0
 #: assigned is refused, where ``FINAL(gone)`` is taken as the word written.
 PLACEHOLDER_NAMES = frozenset({"answer", "final_answer", "result", "results", "res", "ans", "output", "out",
                                "response", "value", "x"})
+#: Most times an answer that leaves out items the question lists is sent back (each time only
+#: when it leaves out fewer than the last one).
+ITEM_ASKS = 2
 #: Turns in a row of code already run after which the model is asked for its answer (again after
 #: as many more, at most :data:`STUCK_ASKS` times a run).
 STUCK_REPEATS = 2
@@ -137,6 +140,22 @@ _NUMBER = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?!\w|\.\d)")
 def _numbers(text: str) -> set[float]:
     """The numbers written in ``text`` (``1,234`` is 1234; ``10750`` and ``10750.0`` are one)."""
     return {float(n.replace(",", "")) for n in _NUMBER.findall(text)}
+
+
+#: What REPL output holds besides figures code computed: the corpus data it shows (a row's line
+#: number, quoted text, ``key=value`` fields, ``path:line``, read_file's numbered lines).
+_NOT_FIGURES = (re.compile(r"""['"](?:line|start_line|end_line|chunk|score)['"]: \d+"""),
+                re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\""),
+                re.compile(r"\S+=\S+|\S+:\d+\b|^[ \t]*\d+: ", re.MULTILINE))
+
+
+def _figures_only(output: str) -> str:
+    """``output`` without the corpus data it shows (:data:`_NOT_FIGURES`): what is left are the
+    values code printed (``6``, ``[(', 94), ...]`` of a tally). Printed rows hold numbers of
+    all sizes (seen: "150" answered for a count of 2, after printing 150 rows)."""
+    for rx in _NOT_FIGURES:
+        output = rx.sub(" ", output)
+    return output
 
 
 def _counted_by_leads(answer: str, leads: str) -> bool:
@@ -448,9 +467,10 @@ class Orchestrator:
         loop.ran_code = True
         if final is None and text_final is not None and not notes:
             final, written = self._text_final_next_to_code(text_final, plan, unseen, sandbox, notes)
-        if final is not None and self._second_look(final, loop, notes, history, [o for _, o in outputs],
-                                                   written=written):
-            return final
+        if final is not None:
+            taken = self._second_look(final, loop, notes, history, [o for _, o in outputs], written=written)
+            if taken is not None:
+                return taken
         loop.own_code = loop.own_code or any(not only_finishes(c) for c, _ in outputs)
         kept = text
         if ran < len(plan.blocks) or plan.claimed:
@@ -494,9 +514,11 @@ class Orchestrator:
         return None
 
     def _second_look(self, answer: str, loop: _LoopState, notes: list[str], history: History,
-                     current: list[str] | None = None, *, written: bool = True) -> bool:
-        """Whether ``answer`` may end the run. Sent back once per run each (the note goes to
-        ``notes``; the next such answer is accepted, whatever it says):
+                     current: list[str] | None = None, *, written: bool = True) -> str | None:
+        """The answer that ends the run, or ``None`` when ``answer`` is sent back (the note goes to
+        ``notes``). Sent back once per run each (the next such answer is accepted, whatever it
+        says), except for missing items (at most :data:`ITEM_ASKS` times, each time only when it
+        leaves out fewer items than the last):
 
         * a figure (``reply.asks_quantity``: a count, total or extreme) ``written`` out by the
           model that no code of its own printed (:meth:`_unsupported_figure`):
@@ -504,26 +526,54 @@ class Orchestrator:
         * an answer that reports finding nothing (:data:`prompts.CHECK_NEGATIVE`);
         * one that leaves out items the question lists (``reply.missing_items``;
           :func:`prompts.check_missing`, which quotes the lines naming them from what the REPL
-          showed: ``history``'s outputs and this turn's ``current`` ones).
+          showed: ``history``'s outputs and this turn's ``current`` ones). An answer after such a
+          note is joined with the earlier ones that answer other items (:meth:`_with_earlier_parts`).
         """
-        if written and not loop.checked_quantity and self._unsupported_figure(answer, loop, history, current):
-            loop.checked_quantity = True
+        if written and loop.quantity_asks < (2 if not loop.own_code else 1) and \
+                self._unsupported_figure(answer, loop, history, current):
+            loop.quantity_asks += 1
             notes.append(prompts.count_with_code(self._question))
             self._notice("a figure that no code of the model printed; asked to compute it with code")
-            return False
+            return None
         if not loop.checked_negative and reply.negative_answer(answer):
             loop.checked_negative = True
             notes.append(prompts.CHECK_NEGATIVE)
             self._notice("the answer says nothing was found; asked for a second look")
-            return False
-        missing = [] if loop.checked_items else reply.missing_items(self._question, answer)
-        if missing:
-            loop.checked_items = True
-            notes.append(prompts.check_missing(missing, reply.listed_items(self._question),
-                                               reply.lines_naming(_shown(history, current), missing)))
+            return None
+        items = reply.listed_items(self._question)
+        if not items:
+            return answer
+        answer = self._with_earlier_parts(answer, loop)
+        missing = reply.missing_items(self._question, answer)
+        if missing and loop.item_asks < ITEM_ASKS and len(missing) < loop.items_missing:
+            loop.item_asks += 1
+            loop.items_missing = len(missing)
+            loop.parts.append(answer)
+            notes.append(prompts.check_missing(missing, items, reply.lines_naming(_shown(history, current), missing)))
             self._notice(f"the answer leaves out {', '.join(missing)}, listed in the question; asked for each")
-            return False
-        return True
+            return None
+        return answer
+
+    def _with_earlier_parts(self, answer: str, loop: _LoopState) -> str:
+        """``answer`` after earlier ones sent back for leaving out listed items, joined with those
+        that answer only items it leaves out (seen with a 1.5B model on a three-part question:
+        one part per answer; each part is the model's own, from lines it was shown). An earlier
+        answer about an item this one also answers is dropped: the later one corrects it."""
+        if not loop.parts:
+            return answer
+        q = self._question
+        items = set(reply.listed_items(q))
+        covered = items - set(reply.missing_items(q, answer))
+        keep: list[str] = []
+        for part in reversed(loop.parts):  # the latest first: it holds the earlier parts it kept
+            theirs = items - set(reply.missing_items(q, part))
+            if theirs and not theirs & covered:
+                keep.insert(0, part)
+                covered |= theirs
+        if not keep:
+            return answer
+        self._notice(f"joined with {len(keep)} earlier answer(s) about other items of the question")
+        return "\n".join(dict.fromkeys([*keep, answer]))
 
     def _unsupported_figure(self, answer: str, loop: _LoopState, history: History, current: list[str] | None) -> bool:
         """Whether ``answer`` to a question that asks for a figure (``reply.asks_quantity``) rests
@@ -539,7 +589,7 @@ class Orchestrator:
         if not numbers:
             return False  # a label (the most frequent one): code ran; nothing to check it against
         printed = "\n".join([o for t in history.turns if t.iteration > 0 for o in t.outputs] + list(current or []))
-        return not numbers & _numbers(printed)
+        return not numbers & _numbers(_figures_only(printed))
 
     def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, unseen: int, sandbox: Sandbox,
                                  notes: list[str]) -> tuple[str | None, bool]:
@@ -576,8 +626,9 @@ class Orchestrator:
             else:
                 notes: list[str] = []
                 answer, written = self._text_final_value(sandbox, text_final, notes)
-                if answer is not None and self._second_look(answer, loop, notes, history, written=written):
-                    return answer
+                taken = None if answer is None else self._second_look(answer, loop, notes, history, written=written)
+                if taken is not None:
+                    return taken
                 feedback = f"{notes[0]} Continue."
         elif reply.mentions_final(text):
             loop.no_code_streak = 0
@@ -590,11 +641,12 @@ class Orchestrator:
             # On the first turn, a prose answer that quotes the leads' corpus lines is one at once.
             second_look: list[str] = []
             grounded = iteration == 1 and loop.no_code_streak == 1 and _quotes(text, loop.leads_text, self._question)
-            if (loop.no_code_streak >= 2 or grounded) and reply.looks_like_answer(text) and \
-                    self._second_look(text.strip(), loop, second_look, history):
+            taken = (self._second_look(reply.without_notes(text).strip(), loop, second_look, history)
+                     if (loop.no_code_streak >= 2 or grounded) and reply.looks_like_answer(text) else None)
+            if taken is not None:
                 self._notice("a reply without code that quotes the leads: taking it as the final answer" if grounded
                              else "two replies without code in a row: taking the reply as the final answer")
-                return reply.without_notes(text).strip()
+                return taken
             if second_look:
                 feedback = second_look[0]
             elif loop.no_code_streak >= 2:
@@ -783,12 +835,16 @@ class _LoopState:
     checked_negative: bool = False
     #: The leads' output when it showed corpus lines (a first-turn answer may rest on it).
     leads_text: str = ""
-    #: The answer was sent back once for leaving out items the question lists.
-    checked_items: bool = False
+    #: Answers sent back for leaving out items the question lists (see ``_with_earlier_parts``),
+    #: how many times, and how many items the last of them left out.
+    parts: list[str] = field(default_factory=list)
+    item_asks: int = 0
+    items_missing: int = 1_000
     #: The model ran code of its own (a block that is not only FINAL of a literal) in an earlier turn.
     own_code: bool = False
-    #: A written-out figure was sent back once for resting on the leads alone.
-    checked_quantity: bool = False
+    #: How often a written-out figure was sent back for resting on no code of the model's (at most
+    #: twice while it has run none, else once).
+    quantity_asks: int = 0
     #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).
     repeat_streak: int = 0
     #: How often the model was asked for its answer because it was stuck.

@@ -449,9 +449,11 @@ def test_a_figure_read_off_the_leads_example_lines_is_sent_back_to_be_computed(t
     assert "grep(r'\\bservice=api\\b', max_results=None) if re.search(r'\\blevel=ERROR\\b', h['text'])" in told
     assert any("asked to compute it with code" in n for n in r.notices())
     assert any(o["output"].split() == ["6", "57.0"] for o in r.of("output"))  # 5 x 10 + 7: the count, the total
-    # Once per run: the same guess again is the answer (the loop never argues twice).
-    llm.script("root", repl("FINAL('3')"), repl("FINAL('3')"))
+    # Twice at most while the model runs no code at all; then the same guess is the answer.
+    llm.script("root", repl("FINAL('3')"), repl("FINAL('3')"), repl("FINAL('3')"))
+    before = len(llm.chat_requests("root"))
     assert run(llm, [corpus(tmp_path, LOG, "notes.log")], question).answer == "3"
+    assert len(llm.chat_requests("root")) - before == 3
     # Ranking: the example tallies the field the question ranks by.
     ranked = prompts.count_with_code("Which service has the most lines with level=ERROR?")
     assert "Counter(re.search(r'\\bservice=(\\S+)', t).group(1) for t in rows).most_common()" in ranked
@@ -460,12 +462,16 @@ def test_a_figure_read_off_the_leads_example_lines_is_sent_back_to_be_computed(t
 
 def test_a_figure_no_code_printed_is_sent_back_once_even_after_code_ran(tmp_path: Path, llm: FakeLLM) -> None:
     # Seen with the 1.5B model: it printed the matching rows, then answered a figure they never showed.
-    rows = "for h in grep('service=api'):\n    print(h['text'])"
-    llm.script("root", repl(rows), "There are 150 such lines.\n\nFinal answer: 150",
+    rows = "print(grep('service=api'))"  # rows whose 'line' numbers run up to 16: no figure of code
+    llm.script("root", repl(rows), "There are 16 such lines.\n\nFinal answer: 16",
                repl("print(sum(1 for h in grep('service=api') if 'level=ERROR' in h['text']))"), repl("FINAL('6')"))
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=api and level=ERROR?", leads=False)
     assert r.answer == "6"
     assert "no code of yours printed that figure" in last_user(llm.chat_requests("root")[2])
+    # Once only after code of its own ran: the same answer again is taken.
+    llm.script("root", repl(rows), "Final answer: 16", "Final answer: 16")
+    q = "How many lines have service=api and level=ERROR?"
+    assert run(llm, [corpus(tmp_path, LOG, "notes.log")], q, leads=False).answer == "16"
     # A figure the code printed is taken at once.
     llm.script("root", repl("print(sum(1 for h in grep('service=api') if 'level=ERROR' in h['text']))"),
                "Final answer: 6 lines")
@@ -496,3 +502,21 @@ def test_a_grep_that_stopped_at_max_results_says_there_may_be_more(tmp_path: Pat
     first, second = (o["output"] for o in r.of("output")[:2])
     assert first.startswith("5\n") and "stopped at max_results=5" in first and "max_results=None" in first
     assert second.strip() == "11" and "stopped at" not in second
+
+
+def test_answers_that_each_give_other_listed_items_are_joined(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model (needle-3): one project per answer, a different one after each note.
+    text = "".join(f"The code of the {p} project is {k}.\n" for p, k in
+                   (("red fox", "R-1"), ("blue owl", "B-2"), ("green elk", "G-3")))
+    question = "What are the codes of the red fox, blue owl and green elk projects?"
+    llm.script("root", repl("print(grep('code of'))"), repl("FINAL('green elk: G-3')"), repl("FINAL('red fox: R-1')"),
+               repl("FINAL('blue owl: B-2')"))
+    r = run(llm, [corpus(tmp_path, text)], question, leads=False)
+    assert r.answer == "green elk: G-3\nred fox: R-1\nblue owl: B-2"
+    assert "leaves out 'blue owl'" in last_user(llm.chat_requests("root")[3])  # the second note: one left
+    assert any("joined with 1 earlier answer(s) about other items" in n for n in r.notices())
+    # A later answer about an item replaces the earlier one; no progress: taken as it is.
+    llm.script("root", repl("print(grep('code of'))"), repl("FINAL('red fox: R-9')"),
+               repl("FINAL('red fox: R-1; blue owl: B-2')"), repl("FINAL('red fox: R-1; blue owl: B-2')"))
+    r = run(llm, [corpus(tmp_path, text)], question, leads=False)
+    assert r.answer == "red fox: R-1; blue owl: B-2"
