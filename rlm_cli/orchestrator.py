@@ -535,9 +535,10 @@ class Orchestrator:
             notes.append(prompts.count_with_code(self._question))
             self._notice("a figure that no code of the model printed; asked to compute it with code")
             return None
-        if not loop.checked_negative and reply.negative_answer(answer):
+        zero = self._zero_figure(answer)
+        if not loop.checked_negative and (zero or reply.negative_answer(answer)):
             loop.checked_negative = True
-            notes.append(prompts.CHECK_NEGATIVE)
+            notes.append(prompts.CHECK_ZERO if zero else prompts.CHECK_NEGATIVE)
             self._notice("the answer says nothing was found; asked for a second look")
             return None
         items = reply.listed_items(self._question)
@@ -574,6 +575,12 @@ class Orchestrator:
             return answer
         self._notice(f"joined with {len(keep)} earlier answer(s) about other items of the question")
         return "\n".join(dict.fromkeys([*keep, answer]))
+
+    def _zero_figure(self, answer: str) -> bool:
+        """Whether ``answer`` to a question asking for a figure gives 0 as its only number: code
+        that matched nothing (seen with a 1.5B model: a total of 0 after its filter dropped every
+        line), which deserves the same second look as "not found"."""
+        return reply.asks_quantity(self._question) and _numbers(answer[:2_000]) == {0.0}
 
     def _unsupported_figure(self, answer: str, loop: _LoopState, history: History, current: list[str] | None) -> bool:
         """Whether ``answer`` to a question that asks for a figure (``reply.asks_quantity``) rests

@@ -54,7 +54,7 @@ The REPL holds:
 - `context`: str, the whole corpus; each file starts with a line `==> path <==`. `context["path"]` is one file's text.
 - `files`: list of dicts (path, size, chars, lines, tokens, start, end); a file's text is context[f["start"]:f["end"]].
 - `chunks`: list of dicts (id, path, start_line, end_line, start, end, tokens): the corpus cut along semantic boundaries (functions, sections, paragraphs).
-- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text", "in"}]: regex per line (max_results=None: every match); "in" is the function or class holding the line (Python files): `{h["in"] for h in grep(r"\\bsave\\(", "app.py") if "in" in h}` are the functions of app.py that call save.
+- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text", "in"}]: regex per line (max_results=None: every match; h["match"] is the text of the pattern's group); "in" is the function or class holding the line (Python files): `{h["in"] for h in grep(r"\\bsave\\(", "app.py") if "in" in h}` are the functions of app.py that call save.
 - `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> the text of chunk i.
 - `search(query, k=10)` -> chunks ranked by keyword relevance (BM25): [{"chunk", "file", "start_line", "end_line", "score"}].
 - `data[path]`: a JSON/JSONL/CSV/TSV file parsed (JSON -> its object; JSONL/CSV -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
@@ -337,6 +337,10 @@ FINAL_AFTER_CLAIM = ("Your FINAL came after text that guessed the code's output,
 NOT_AN_ANSWER = ("That reply does not answer the question. Run code in a ```repl block to find the answer in "
                  "`context`, or, if the output above already shows it, call FINAL(answer).")
 
+#: The note for a figure of 0 (code that matched nothing, see ``Orchestrator._zero_figure``).
+CHECK_ZERO = ("Your answer is 0, which is what code gives when its filter matches nothing. Check the filter first: "
+              "print len() of the lines it keeps and two of them (a regex or split that fails on every line gives 0 "
+              "too). If you are sure, call FINAL with the same answer again.")
 CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothing proves little: look again "
                   "another way (a shorter or looser pattern, ignore_case=True, `def name` or `class name`, read the "
                   "file around the definition with read_file) before you conclude. If you are sure, call FINAL with "

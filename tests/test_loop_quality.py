@@ -520,3 +520,18 @@ def test_answers_that_each_give_other_listed_items_are_joined(tmp_path: Path, ll
                repl("FINAL('red fox: R-1; blue owl: B-2')"), repl("FINAL('red fox: R-1; blue owl: B-2')"))
     r = run(llm, [corpus(tmp_path, text)], question, leads=False)
     assert r.answer == "red fox: R-1; blue owl: B-2"
+
+
+def test_a_figure_of_zero_gets_one_look_at_the_filter_and_number_parsing_gets_a_hint(tmp_path: Path,
+                                                                                     llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: int(text.split(" ")[-1]) failed on every line; a filter then kept none: "0".
+    broken = "print(sum(int(h['text'].split('=')[1]) for h in grep('service=db')))"
+    zero = "print(sum(1 for h in grep('service=db') if h['text'].endswith('x')))"
+    llm.script("root", repl(broken), repl(zero), "Final answer: 0",
+               repl("print(sum(int(h['match']) for h in grep(r'latency_ms=(\\d+)') if 'service=db' in h['text']))"),
+               repl("FINAL('150')"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "What is the total latency_ms of the lines with service=db?",
+            leads=False)
+    assert r.answer == "150"  # 5 lines x 30
+    assert "h['match'] of a grep whose pattern has one group" in r.of("output")[0]["output"]
+    assert prompts.CHECK_ZERO in last_user(llm.chat_requests("root")[3])

@@ -507,6 +507,10 @@ def _format_error(info: Any) -> str:
         if etype is TypeError and re.search(r"(Row|Hit) found", str(evalue)):  # ", ".join(grep(...)) and the like
             text += ("hint: grep and search return rows (dicts), not strings: join their fields, e.g. "
                      "'\n'.join(f\"{h['file']}:{h['line']}: {h['text']}\" for h in hits)\n")
+        if etype is ValueError and str(evalue).startswith(("invalid literal for int()", "could not convert string")):
+            text += ("hint: that text is not a number; take the number out of a line with a regex group, e.g. "
+                     "int(re.search(r'latency=(\\d+)', h['text']).group(1)), or h['match'] of a grep whose "
+                     "pattern has one group: grep(r'latency=(\\d+)')\n")
         return text
     except BaseException:  # noqa: BLE001 - a hostile __str__ must not take the worker down
         return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
