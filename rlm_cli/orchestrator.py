@@ -529,9 +529,9 @@ class Orchestrator:
           showed: ``history``'s outputs and this turn's ``current`` ones). An answer after such a
           note is joined with the earlier ones that answer other items (:meth:`_with_earlier_parts`).
         """
-        if written and loop.quantity_asks < (2 if not loop.own_code else 1) and \
-                self._unsupported_figure(answer, loop, history, current):
-            loop.quantity_asks += 1
+        asked = loop.quantity_asks[loop.own_code]
+        if written and asked < (1 if loop.own_code else 2) and self._unsupported_figure(answer, loop, history, current):
+            loop.quantity_asks[loop.own_code] = asked + 1
             notes.append(prompts.count_with_code(self._question))
             self._notice("a figure that no code of the model printed; asked to compute it with code")
             return None
@@ -849,9 +849,9 @@ class _LoopState:
     items_missing: int = 1_000
     #: The model ran code of its own (a block that is not only FINAL of a literal) in an earlier turn.
     own_code: bool = False
-    #: How often a written-out figure was sent back for resting on no code of the model's (at most
-    #: twice while it has run none, else once).
-    quantity_asks: int = 0
+    #: How often a written-out figure was sent back for resting on no code of the model's, before
+    #: and after code of its own first ran (at most twice before, once after).
+    quantity_asks: list[int] = field(default_factory=lambda: [0, 0])
     #: Turns in a row whose code had all run before (see ``Orchestrator._answer_when_stuck``).
     repeat_streak: int = 0
     #: How often the model was asked for its answer because it was stuck.

@@ -468,10 +468,12 @@ def test_a_figure_no_code_printed_is_sent_back_once_even_after_code_ran(tmp_path
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=api and level=ERROR?", leads=False)
     assert r.answer == "6"
     assert "no code of yours printed that figure" in last_user(llm.chat_requests("root")[2])
-    # Once only after code of its own ran: the same answer again is taken.
-    llm.script("root", repl(rows), "Final answer: 16", "Final answer: 16")
+    # Once after code of its own ran (whatever was asked before it): the same answer again is taken.
+    llm.script("root", repl("FINAL('3')"), repl(rows), "Final answer: 16", "Final answer: 16")
     q = "How many lines have service=api and level=ERROR?"
-    assert run(llm, [corpus(tmp_path, LOG, "notes.log")], q, leads=False).answer == "16"
+    before = len(llm.chat_requests("root"))
+    assert run(llm, [corpus(tmp_path, LOG, "notes.log")], q).answer == "16"
+    assert len(llm.chat_requests("root")) - before == 4
     # A figure the code printed is taken at once.
     llm.script("root", repl("print(sum(1 for h in grep('service=api') if 'level=ERROR' in h['text']))"),
                "Final answer: 6 lines")
