@@ -64,6 +64,8 @@ def stop_all() -> list[int]:
     stopped = []
     for host in _each_host({"op": "stop"}):
         pid = int(host.get("pid") or 0)
+        if not host.get("answering") and not pid:
+            continue  # it closed the connection and its files are gone: it was already leaving
         if not host.get("answering") and folder is not None:
             files = HostFiles.of(folder, str(host["key"]))
             if pid and _is_host(pid, files):
