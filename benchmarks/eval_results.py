@@ -44,6 +44,9 @@ RUNS: dict[str, tuple[str, list[str], list[str]]] = {
     "needle-31mb": ("local", [STDLIB, *PY], ["--families", "needle", "--limit", "8"]),
     "aggregate-log": ("local", TINY, ["--families", "aggregate", "--limit", "6", "--records", "150",
                                       "--modes", "rlm,direct"]),
+    # rlm mode alone (direct mode, unchanged by loop work, takes about 5 minutes a question here).
+    "aggregate-log-rlm": ("local", TINY, ["--families", "aggregate", "--limit", "6", "--records", "150",
+                                          "--modes", "rlm"]),
     "pairs-tickets": ("local", TINY, ["--families", "pairs", "--limit", "4", "--records", "160",
                                       "--modes", "rlm,direct"]),
 }
