@@ -137,6 +137,11 @@ _LEADS_COUNT = re.compile(r"is called by (\d[\d,]*)|is on (\d[\d,]*) lines?|\((\
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?!\w|\.\d)")
 
 
+#: A count of nothing written in words: "No lines have ...", "none of the records", "zero".
+_NONE_COUNTED = re.compile(r"\b(?:no|zero)\s+(?:\w+\s+)?(?:lines?|rows?|records?|entries|matches|results|hits|"
+                           r"occurrences?|items?|such)\b|\bnone\b|\bzero\b", re.IGNORECASE)
+
+
 def _numbers(text: str) -> set[float]:
     """The numbers written in ``text`` (``1,234`` is 1234; ``10750`` and ``10750.0`` are one)."""
     return {float(n.replace(",", "")) for n in _NUMBER.findall(text)}
@@ -577,10 +582,15 @@ class Orchestrator:
         return "\n".join(dict.fromkeys([*keep, answer]))
 
     def _zero_figure(self, answer: str) -> bool:
-        """Whether ``answer`` to a question asking for a figure gives 0 as its only number: code
-        that matched nothing (seen with a 1.5B model: a total of 0 after its filter dropped every
-        line), which deserves the same second look as "not found"."""
-        return reply.asks_quantity(self._question) and _numbers(answer[:2_000]) == {0.0}
+        """Whether ``answer`` to a question asking for a figure gives 0 as its only number, or no
+        number and "no lines", "none" (:data:`_NONE_COUNTED`): what code that matched nothing
+        gives (seen with a 1.5B model: a total of 0 after its filter dropped every line; "No lines
+        have service=mailer and level=WARN" after grepping for the words "... and ..."), which
+        deserves the same second look as "not found"."""
+        if not reply.asks_quantity(self._question):
+            return False
+        numbers = _numbers(answer[:2_000])
+        return numbers == {0.0} or (not numbers and _NONE_COUNTED.search(answer[:400]) is not None)
 
     def _unsupported_figure(self, answer: str, loop: _LoopState, history: History, current: list[str] | None) -> bool:
         """Whether ``answer`` to a question that asks for a figure (``reply.asks_quantity``) rests

@@ -537,3 +537,12 @@ def test_a_figure_of_zero_gets_one_look_at_the_filter_and_number_parsing_gets_a_
     assert r.answer == "150"  # 5 lines x 30
     assert "h['match'] of a grep whose pattern has one group" in r.of("output")[0]["output"]
     assert prompts.CHECK_ZERO in last_user(llm.chat_requests("root")[3])
+
+
+def test_a_count_of_none_in_words_gets_the_same_look(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: grep(r"service=mailer and level=WARN") matched nothing; "No lines have ...".
+    llm.script("root", repl("print(len(grep('service=api and level=ERROR')))"),
+               repl("FINAL('No lines have service=api and level=ERROR.')"), repl("FINAL('still none')"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=api and level=ERROR?", leads=False)
+    assert r.answer == "still none"
+    assert prompts.CHECK_ZERO in last_user(llm.chat_requests("root")[2])
