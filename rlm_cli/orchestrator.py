@@ -528,7 +528,8 @@ class Orchestrator:
         * a figure (``reply.asks_quantity``: a count, total or extreme) ``written`` out by the
           model that no code of its own printed (:meth:`_unsupported_figure`):
           :func:`prompts.count_with_code`;
-        * an answer that reports finding nothing (:data:`prompts.CHECK_NEGATIVE`);
+        * an answer that reports finding nothing (:data:`prompts.CHECK_NEGATIVE`), or a figure of
+          none (:meth:`_zero_figure`: :data:`prompts.CHECK_ZERO`), once between them;
         * one that leaves out items the question lists (``reply.missing_items``;
           :func:`prompts.check_missing`, which quotes the lines naming them from what the REPL
           showed: ``history``'s outputs and this turn's ``current`` ones). An answer after such a
