@@ -504,9 +504,30 @@ def write_json(doc: dict[str, Any]) -> None:
 
 
 def write_text(text: str) -> None:
-    """Text on stdout as is (the answer, a document)."""
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    """Text on stdout as is (the answer, a document), all of it or an error.
+
+    Written to the binary buffer in a loop: with ``PYTHONUNBUFFERED=1`` (common in containers)
+    that buffer is the raw file, whose ``write`` may take only part of a large text (a pipe
+    took 69,632 bytes of a 5 MB answer), and ``TextIOWrapper`` drops the rest silently; a reader
+    that left mid-way must give ``BrokenPipeError`` (exit 141), not exit 0.
+
+    Raises:
+        OSError: stdout cannot take it (``BrokenPipeError`` when its reader went away).
+    """
+    out = sys.stdout
+    out.flush()
+    buf = getattr(out, "buffer", None)
+    if buf is None:  # a text-only stream (a test's StringIO)
+        out.write(text)
+        out.flush()
+        return
+    view = memoryview(text.encode(out.encoding or "utf-8", out.errors or "strict"))
+    while view:
+        n = buf.write(view)
+        if n is None:  # a non-blocking stdout that is full: wait for its reader
+            time.sleep(0.01)
+        view = view[n or 0:]
+    buf.flush()
 
 
 def _clip(text: str, lines: int) -> str:

@@ -326,6 +326,24 @@ def test_a_reader_that_goes_away_ends_the_run_quietly_with_141(tmp_path: Path, l
     assert bool(llm.chat_requests("root")) == (closed == "stdout")
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_reader_that_leaves_mid_answer_is_141_and_a_whole_answer_is_whole(tmp_path: Path, llm: FakeLLM,
+                                                                            unbuffered: str) -> None:
+    """`rlm ask ... | head -c 5` of a 5 MB answer: with PYTHONUNBUFFERED=1 stdout's raw write took
+    69,632 bytes, the rest was dropped silently and rlm exited 0."""
+    (tmp_path / "a.txt").write_text("alpha\n")
+    llm.default("root", repl("FINAL('x' * 5_000_000)"))
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    argv = [sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stdout.read(5) == b"xxxxx"
+    proc.stdout.close()  # the reader leaves with most of the answer unread
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 141 and b"Traceback" not in stderr, stderr
+    whole = subprocess.run(argv, capture_output=True, env=env, timeout=120)
+    assert whole.returncode == 0 and whole.stdout == b"x" * 5_000_000 + b"\n"
+
+
 def test_a_base_url_that_is_not_a_url_is_a_usage_error_before_any_loading(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
     for flags, env in (["--api-base", "notaurl"], {}), ([], {"RLM_API_BASE": "localhost:8000"}):
