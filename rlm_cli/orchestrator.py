@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli import prompts, reply
+from rlm_cli import prompts, protocol, reply
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, FileEntry
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
@@ -449,6 +449,10 @@ class Orchestrator:
                 elif unseen:
                     notes.append(prompts.final_after_unseen(n))
                     self._notice(f"FINAL in block {n}, after output the model had not seen; refused")
+                elif protocol.GREP_CAPPED_NOTE in result.output and reply.asks_quantity(self._question):
+                    # A figure computed over a grep that stopped at its cap counts part of the matches.
+                    notes.append(prompts.FINAL_ON_CAPPED_GREP)
+                    self._notice("FINAL computed in a block whose grep stopped at max_results; refused")
                 elif result.output_chars and literal_final(code):
                     # The answer was written out before the output of this very block was seen.
                     notes.append(prompts.FINAL_WITH_UNSEEN_CODE)
@@ -522,7 +526,7 @@ class Orchestrator:
                      current: list[str] | None = None, *, written: bool = True) -> str | None:
         """The answer that ends the run, or ``None`` when ``answer`` is sent back (the note goes to
         ``notes``). Sent back once per run each (the next such answer is accepted, whatever it
-        says), except for missing items (at most :data:`ITEM_ASKS` times, each time only when it
+        says; an empty one, ``""`` or ``None``, first), except for missing items (at most :data:`ITEM_ASKS` times, each time only when it
         leaves out fewer items than the last):
 
         * a figure (``reply.asks_quantity``: a count, total or extreme) ``written`` out by the
@@ -535,6 +539,11 @@ class Orchestrator:
           showed: ``history``'s outputs and this turn's ``current`` ones). An answer after such a
           note is joined with the earlier ones that answer other items (:meth:`_with_earlier_parts`).
         """
+        if not loop.checked_empty and answer.strip() in ("", "None"):
+            loop.checked_empty = True
+            notes.append(prompts.EMPTY_FINAL)
+            self._notice("an empty answer; refused once")
+            return None
         asked = loop.quantity_asks[loop.own_code]
         if written and asked < (1 if loop.own_code else 2) and self._unsupported_figure(answer, loop, history, current):
             loop.quantity_asks[loop.own_code] = asked + 1
@@ -853,6 +862,8 @@ class _LoopState:
     checked_negative: bool = False
     #: The leads' output when it showed corpus lines (a first-turn answer may rest on it).
     leads_text: str = ""
+    #: An empty answer (``FINAL("")``, ``FINAL(None)``) was sent back once.
+    checked_empty: bool = False
     #: Answers sent back for leaving out items the question lists (see ``_with_earlier_parts``),
     #: how many times, and how many items the last of them left out.
     parts: list[str] = field(default_factory=list)

@@ -327,6 +327,13 @@ FINAL_WITH_UNSEEN_CODE = ("Your FINAL with a written-out answer came next to cod
                           "seen yet, so it was not accepted. Check the output above; then finish with FINAL "
                           "in a ```repl block.")
 
+FINAL_ON_CAPPED_GREP = ("Your FINAL came from a block whose grep() stopped at its max_results (see the note "
+                        "above), so the figure counts only part of the matches and was not accepted. Pass "
+                        "max_results=None to grep and compute it again.")
+
+EMPTY_FINAL = ("Your FINAL gave an empty answer (nothing, or None), so it was not accepted. Finish with the "
+               "answer itself: FINAL(\"...\") or FINAL_VAR(\"name\") of a variable that holds it.")
+
 CLAIMED_OUTPUT = ("Your reply went on after the code block as if you knew its output. You cannot know it: "
                   "the REPL runs your code after your reply ends, and the real output is the one shown above. "
                   "That text was removed. End each reply right after its ```repl block.")

@@ -37,6 +37,9 @@ BUNDLE_VERSION = 6  # 5: parsed data file (data-*.bin); 6: stray non-UTF-8 bytes
 #: Address space the REPL worker must have free under ``--memory-limit`` once the corpus is
 #: loaded (below it every allocation of model code would fail): checked by the CLI and the worker.
 MIN_FREE_MEMORY = 64 * 1024**2
+#: How the worker's note on a grep that stopped at its ``max_results`` starts (the loop refuses
+#: a figure computed in that block: it rests on part of the matches).
+GREP_CAPPED_NOTE = "[note: a grep() call stopped at max_results="
 #: Largest frame accepted by default: 256 MiB (an answer or output far beyond any real use).
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 #: Largest control frame (worker -> parent result) the parent accepts: 64 MiB. The worker keeps

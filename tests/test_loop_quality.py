@@ -546,3 +546,20 @@ def test_a_count_of_none_in_words_gets_the_same_look(tmp_path: Path, llm: FakeLL
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=api and level=ERROR?", leads=False)
     assert r.answer == "still none"
     assert prompts.CHECK_ZERO in last_user(llm.chat_requests("root")[2])
+
+
+def test_a_figure_computed_over_a_capped_grep_and_an_empty_answer_are_refused_once(tmp_path: Path,
+                                                                                   llm: FakeLLM) -> None:
+    # Seen in a trial: n = len(grep(...)) then FINAL(str(n)) answered 200 for 233,309 lines.
+    llm.script("root", repl("print(len(files))"), repl("n = len(grep('service=', max_results=5))\nFINAL(str(n))"),
+               repl("FINAL(str(len(grep('service=', max_results=None))))"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have a service?", leads=False)
+    assert r.answer == "16"
+    assert prompts.FINAL_ON_CAPPED_GREP in last_user(llm.chat_requests("root")[2])
+    # A question that asks for no figure may rest on a capped grep (the first hits can be the answer).
+    llm.script("root", repl("FINAL(grep('service=db', max_results=1)[0]['text'].split()[0])"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "On which day does a db line appear first?", leads=False)
+    assert r.answer == "2026-11-03"
+    llm.script("root", repl("print(1)"), repl("FINAL(None)"), repl("FINAL('')"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], leads=False)
+    assert r.answer == "" and prompts.EMPTY_FINAL in last_user(llm.chat_requests("root")[-1])

@@ -383,7 +383,7 @@ class Worker:
         if by_char:
             notes.append(_BY_CHAR_NOTE)
         if self.corpus.grep_capped:
-            notes.append(f"[note: a grep() call stopped at max_results={self.corpus.grep_capped:,}: there may be more "
+            notes.append(f"{protocol.GREP_CAPPED_NOTE}{self.corpus.grep_capped:,}: there may be more "
                          "matches. To count or add up every match, pass max_results=None.]\n")
         rebound = [k for k in RESERVED if callable(self._helpers.get(k)) and self.namespace.get(k) is not self._helpers[k]]
         if rebound:
