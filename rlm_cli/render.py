@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.spinner import Spinner
 from rich.syntax import Syntax
 from rich.text import Text
@@ -40,6 +40,21 @@ PLAIN_INDEX_INTERVAL_S = 2.0
 COLOR_CHOICES = ("auto", "always", "never")
 #: Used by renderers made without a ``color`` (error lines printed by ``cli.main``).
 default_color = "auto"
+
+#: Terminal control characters (C0 but tab and newline, DEL, C1): model replies, REPL output and
+#: corpus text shown on stderr could otherwise set the window title, clear the screen or write the
+#: clipboard (ESC sequences, seen in a trial); each is shown as U+FFFD instead.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` with its terminal control characters (:data:`_CONTROL`) replaced by U+FFFD."""
+    return _CONTROL.sub("\ufffd", text)
+
+
+def escape(text: str) -> str:
+    """``text`` for rich markup: control characters replaced (:func:`safe_text`), ``[`` escaped."""
+    return _markup_escape(safe_text(text))
 
 
 def display_style(color: str = "auto", stream: IO[str] | None = None,
@@ -139,10 +154,10 @@ class _LiveView:
             if stream.text:
                 tail = stream.text.splitlines()[-STREAM_TAIL_LINES:]
                 for line in tail:
-                    parts.append(Text(indent + line, style="dim", no_wrap=True, overflow="ellipsis"))
+                    parts.append(Text(indent + safe_text(line), style="dim", no_wrap=True, overflow="ellipsis"))
         for gid, ev in list(st.groups.items()):
             shown = dict(ev, elapsed_s=float(ev.get("elapsed_s") or 0) + now - st.received.get(gid, now))
-            parts.append(_SpinLine(self.spinner, Text("  " * int(ev.get("depth", 0)) + progress_line(shown),
+            parts.append(_SpinLine(self.spinner, Text("  " * int(ev.get("depth", 0)) + safe_text(progress_line(shown)),
                                                       style="magenta")))
         if st.index is not None:
             parts.append(_SpinLine(self.spinner, Text(progress_line(st.index), style="cyan")))
@@ -241,7 +256,7 @@ class Renderer:
             self._on_root_call(ev, indent)
         elif kind == "code":
             if self.styled:
-                self.err.print(Syntax(_clip(ev["code"], SHOW_LINES), "python", theme="ansi_dark",
+                self.err.print(Syntax(safe_text(_clip(ev["code"], SHOW_LINES)), "python", theme="ansi_dark",
                                       line_numbers=False, word_wrap=True))
             elif int(ev.get("depth", 0)) not in self._streamed:  # plain: the stream showed it already
                 self.err.print(escape(_indent(_clip(ev["code"], SHOW_LINES), indent + "  ")))
@@ -411,7 +426,7 @@ class Renderer:
             self._live.refresh()
 
     def _write_raw(self, text: str) -> None:
-        self.file.write(text)
+        self.file.write(safe_text(text))
         self.file.flush()
 
     def close(self) -> None:

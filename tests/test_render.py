@@ -267,3 +267,21 @@ def test_quiet_run_prints_only_errors(tmp_path: Path, llm: FakeLLM) -> None:
     assert res.code == 0 and res.stdout == "ok\n" and res.stderr == ""
     res = run_rlm("ask", str(tmp_path / "nope"), "q?", *model_flags(llm), "--quiet")
     assert res.code == 2 and res.stderr.startswith("error: no such file or directory")
+
+
+@pytest.mark.parametrize("color", ["never", "always"])
+def test_terminal_escape_sequences_from_the_model_and_the_repl_never_reach_stderr(tmp_path: Path, llm: FakeLLM,
+                                                                                  color: str) -> None:
+    # A window title, a clipboard write (OSC 52) and a screen clear, in a reply and in printed output.
+    title, clip, clear = "\x1b]0;pwned\x07", "\x1b]52;c;cGF5bG9hZA==\x07", "\x1b[2J"
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("alpha\n")
+    llm.script("root", f"Thinking {title}{clip}\n" + repl("print('\\x1b[2J\\x1b]0;x\\x07 out')"),
+               repl("FINAL('done')"))
+    res = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--mode", "rlm", "--color", color)
+    assert res.code == 0 and res.stdout == "done\n", res.stderr
+    assert "pwned" in res.stderr and " out" in res.stderr  # shown, with their controls replaced
+    for seq in (title, clip, clear, "\x1b]0;", "\x1b]52", "\x07"):
+        assert seq not in res.stderr
+    if color == "never":
+        assert "\x1b" not in res.stderr
