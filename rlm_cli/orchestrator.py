@@ -668,11 +668,18 @@ class Orchestrator:
             # On the first turn, a prose answer that quotes the leads' corpus lines is one at once.
             second_look: list[str] = []
             grounded = iteration == 1 and loop.no_code_streak == 1 and _quotes(text, loop.leads_text, self._question)
+            # The same prose answer again, turns apart (seen: prose answers alternating with code
+            # blocks, so never two in a row, until the iteration limit), is an answer too.
+            said = _norm(reply.without_notes(text)).lower()
+            again = reply.looks_like_answer(text) and said in loop.prose_answers
+            if reply.looks_like_answer(text):
+                loop.prose_answers.add(said)
             taken = (self._second_look(reply.without_notes(text).strip(), loop, second_look, history)
-                     if (loop.no_code_streak >= 2 or grounded) and reply.looks_like_answer(text) else None)
+                     if (loop.no_code_streak >= 2 or grounded or again) and reply.looks_like_answer(text) else None)
             if taken is not None:
                 self._notice("a reply without code that quotes the leads: taking it as the final answer" if grounded
-                             else "two replies without code in a row: taking the reply as the final answer")
+                             else "two replies without code in a row: taking the reply as the final answer"
+                             if loop.no_code_streak >= 2 else "the same answer in prose again: taking it as the final answer")
                 return taken
             if second_look:
                 feedback = second_look[0]
@@ -862,6 +869,8 @@ class _LoopState:
     checked_negative: bool = False
     #: The leads' output when it showed corpus lines (a first-turn answer may rest on it).
     leads_text: str = ""
+    #: Replies without code that read as answers (normalized, lowercased): one said again is taken.
+    prose_answers: set[str] = field(default_factory=set)
     #: An empty answer (``FINAL("")``, ``FINAL(None)``) was sent back once.
     checked_empty: bool = False
     #: Answers sent back for leaving out items the question lists (see ``_with_earlier_parts``),

@@ -563,3 +563,13 @@ def test_a_figure_computed_over_a_capped_grep_and_an_empty_answer_are_refused_on
     llm.script("root", repl("print(1)"), repl("FINAL(None)"), repl("FINAL('')"))
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], leads=False)
     assert r.answer == "" and prompts.EMPTY_FINAL in last_user(llm.chat_requests("root")[-1])
+
+
+def test_the_same_prose_answer_again_turns_apart_is_the_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model (needle-8): prose answer, a block, the same prose answer, a block...
+    # never two replies without code in a row, so it ran to the iteration limit.
+    said = "The code of the urlparse module is in urllib/parse.py."
+    llm.script("root", repl("print(1)"), said, repl("print(2)"), said, repl("FINAL('never reached')"))
+    r = run(llm, [code_corpus(tmp_path)], "Where is urlparse?", leads=False)
+    assert r.answer == said and len(llm.chat_requests("root")) == 4
+    assert any("the same answer in prose again" in n for n in r.notices())
