@@ -588,7 +588,7 @@ class Orchestrator:
                 covered |= theirs
         if not keep:
             return answer
-        self._notice(f"joined with {len(keep)} earlier answer(s) about other items of the question")
+        self._notice("joined with the earlier answers about other items of the question")
         return "\n".join(dict.fromkeys([*keep, answer]))
 
     def _zero_figure(self, answer: str) -> bool:

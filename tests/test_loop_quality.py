@@ -516,7 +516,7 @@ def test_answers_that_each_give_other_listed_items_are_joined(tmp_path: Path, ll
     r = run(llm, [corpus(tmp_path, text)], question, leads=False)
     assert r.answer == "green elk: G-3\nred fox: R-1\nblue owl: B-2"
     assert "leaves out 'blue owl'" in last_user(llm.chat_requests("root")[3])  # the second note: one left
-    assert any("joined with 1 earlier answer(s) about other items" in n for n in r.notices())
+    assert any("joined with the earlier answers about other items" in n for n in r.notices())
     # A later answer about an item replaces the earlier one; no progress: taken as it is.
     llm.script("root", repl("print(grep('code of'))"), repl("FINAL('red fox: R-9')"),
                repl("FINAL('red fox: R-1; blue owl: B-2')"), repl("FINAL('red fox: R-1; blue owl: B-2')"))

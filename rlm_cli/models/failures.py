@@ -149,7 +149,8 @@ def http_status(exc: BaseException) -> int | None:
 
 def hint_for(kind: str) -> str:
     """What to do next about a failure of kind ``kind`` (see :func:`classify_error`); ``""`` when nothing."""
-    return {"auth": "check your API key (--api-key, RLM_API_KEY or the provider's variable) and its permissions",
+    return {"auth": "check your API key (--api-key, RLM_API_KEY or the provider's variable) and its permissions; "
+                    "with --api-base only --api-key or RLM_API_KEY is sent, never the provider's variable",
             "not_found": "check --model / --sub-model (provider/name, e.g. openai/gpt-4o-mini or "
                          "ollama/qwen2.5-coder) and --api-base",
             "context_window": "the prompt is too large for the model: split it",
