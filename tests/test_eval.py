@@ -293,6 +293,12 @@ def test_eval_right_model_scores_100_wrong_model_0(tmp_path: Path, llm: FakeLLM)
     report = (tmp_path / "report.md").read_text()
     assert "| needle | rlm | 3/3 | 100% |" in report
     assert doc["results"][0]["run_id"] in report
+    assert group["cached_calls"] == 0 and group["tokens"] > 0
+    # Again with the LLM cache: the same replies, replayed; the cached calls are counted, not as tokens.
+    res, doc = _run_eval(llm, corpus, tmp_path)
+    (again,) = doc["summary"]
+    assert again["correct"] == 3 and again["cached_calls"] >= 3 and again["tokens"] == 0
+    assert all(r["cached_calls"] >= 1 for r in doc["results"])
 
     # The same questions (same seed) answered wrongly: 0%, and every wrong one is listed.
     llm.default("root", repl("n = len(context)\nFINAL('The secret code is ABCD-1234.')"))

@@ -38,7 +38,9 @@ Emit = Callable[[dict[str, Any]], None]
 @dataclass
 class QuestionResult:
     """The outcome of one question in one mode. ``correct`` is ``None`` when it did not run
-    (``does_not_fit``); ``tokens`` counts input + output tokens of every model call."""
+    (``does_not_fit``); ``tokens`` counts input + output tokens of every model call made;
+    ``cached_calls`` counts the calls answered from the LLM cache instead (no tokens spent: the
+    reply the model gave that exact request before)."""
 
     task: Task
     mode: str
@@ -48,6 +50,7 @@ class QuestionResult:
     iterations: int = 0
     sub_calls: int = 0
     tokens: int = 0
+    cached_calls: int = 0
     cost_usd: float | None = None
     elapsed_s: float = 0.0
     run_id: str | None = None
@@ -60,7 +63,7 @@ class QuestionResult:
         return {"id": t.id, "family": t.family, "kind": t.kind, "mode": self.mode, "question": t.question,
                 "gold": t.gold, "answer": self.answer[:ANSWER_CHARS], "correct": self.correct, "status": self.status,
                 "iterations": self.iterations, "sub_calls": self.sub_calls, "tokens": self.tokens,
-                "cost_usd": self.cost_usd, "elapsed_s": self.elapsed_s, "run_id": self.run_id, "trace": self.trace,
+                "cached_calls": self.cached_calls, "cost_usd": self.cost_usd, "elapsed_s": self.elapsed_s, "run_id": self.run_id, "trace": self.trace,
                 "error": self.error}
 
 
@@ -81,6 +84,7 @@ class GroupSummary:
     cost_usd: float | None = None
     wall_s: float = 0.0
     median_s: float | None = None
+    cached_calls: int = 0
 
     @property
     def accuracy(self) -> float | None:
@@ -113,7 +117,8 @@ def summarize(results: list[QuestionResult]) -> list[GroupSummary]:
             fam, mode, len(rows), len(ran), sum(1 for r in ran if r.correct), len(rows) - len(ran), statuses,
             statistics.median(r.iterations for r in ran) if ran else None, sum(r.sub_calls for r in ran),
             sum(r.tokens for r in ran), None if any(c is None for c in costs) else round(sum(c or 0.0 for c in costs), 6),
-            round(sum(r.elapsed_s for r in ran), 3), statistics.median(r.elapsed_s for r in ran) if ran else None))
+            round(sum(r.elapsed_s for r in ran), 3), statistics.median(r.elapsed_s for r in ran) if ran else None,
+            sum(r.cached_calls for r in ran)))
     return out
 
 
@@ -205,6 +210,7 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
         res.trace = str(exc.trace_path) if getattr(exc, "trace_path", None) else None  # type: ignore[attr-defined]
     res.elapsed_s = round(time.monotonic() - started, 3)
     res.tokens = int(usage.get("total_tokens") or 0)
+    res.cached_calls = int(usage.get("cached_calls") or 0)
     res.cost_usd = usage.get("cost_usd")
     if res.trace and not res.run_id:
         res.run_id = res.trace.rsplit("/", 1)[-1].removesuffix(".jsonl")

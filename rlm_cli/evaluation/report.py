@@ -19,15 +19,16 @@ def _cost(x: float | None) -> str:
 
 
 def summary_table(groups: list[GroupSummary]) -> str:
-    """A Markdown table: one row per family and mode."""
-    rows = ["| family | mode | correct | accuracy | median iterations | sub-calls | tokens | cost | median s |"
-            " not run |", "|---|---|---|---|---|---|---|---|---|---|"]
+    """A Markdown table: one row per family and mode ("cached calls": model calls answered from the
+    LLM cache, which spend no tokens; ``--no-llm-cache`` makes every call anew)."""
+    rows = ["| family | mode | correct | accuracy | median iterations | sub-calls | tokens | cached calls | cost "
+            "| median s | not run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in groups:
         med_it = "n/a" if g.median_iterations is None else f"{g.median_iterations:g}"
         med_s = "n/a" if g.median_s is None else f"{g.median_s:.1f}"
         not_run = f"{g.does_not_fit} does not fit" if g.does_not_fit else ""
         rows.append(f"| {g.family} | {g.mode} | {g.correct}/{g.ran} | {_pct(g.accuracy)} | {med_it} | {g.sub_calls:,} "
-                    f"| {g.tokens:,} | {_cost(g.cost_usd)} | {med_s} | {not_run} |")
+                    f"| {g.tokens:,} | {g.cached_calls:,} | {_cost(g.cost_usd)} | {med_s} | {not_run} |")
     return "\n".join(rows)
 
 
