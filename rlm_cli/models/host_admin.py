@@ -27,12 +27,13 @@ def _each_host(message: dict[str, Any]) -> list[dict[str, Any]]:
     for sock in sorted(folder.glob("host-*.sock")):
         key = sock.name[len("host-"):-len(".sock")]
         files = HostFiles.of(folder, key)
+        pid = host_pid(files)  # read first: a host told to stop may be gone, files and all, before we look
         try:
             conn, reply = ask(files, message, timeout=LEASE_TIMEOUT_S)
         except NoHost:
             continue
         except (OSError, protocol.ProtocolError):
-            replies.append({"key": key, "pid": host_pid(files), "answering": False})
+            replies.append({"key": key, "pid": host_pid(files) or pid, "answering": False})
             continue
         conn.close()
         if reply.get("ok"):
@@ -65,7 +66,7 @@ def stop_all() -> list[int]:
     for host in _each_host({"op": "stop"}):
         pid = int(host.get("pid") or 0)
         if not host.get("answering") and not pid:
-            continue  # it closed the connection and its files are gone: it was already leaving
+            continue  # no pid was ever recorded: nothing to stop or to report
         if not host.get("answering") and folder is not None:
             files = HostFiles.of(folder, str(host["key"]))
             if pid and _is_host(pid, files):
