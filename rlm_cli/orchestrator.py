@@ -508,8 +508,9 @@ class Orchestrator:
         multiple of it; at most :data:`STUCK_ASKS` times a run): nothing new can come of it. Ask,
         without the REPL and resampled, for its answer from the output it has seen
         (:data:`prompts.STUCK_ANSWER`); an answer (a FINAL, or text that reads as one and
-        does not say nothing was found) ends the run; otherwise the loop goes on, told to search
-        differently. The exchange stays in the history."""
+        does not say nothing was found) that passes :meth:`_second_look` ends the run; otherwise
+        the loop goes on, told to search differently or given the second look's note. The
+        exchange stays in the history."""
         if loop.stuck_asks >= STUCK_ASKS or loop.repeat_streak % STUCK_REPEATS:
             return None
         loop.stuck_asks += 1
@@ -518,7 +519,12 @@ class Orchestrator:
         text = self._root_call(history, self.settings.model or "", loop.last_text, resample=True)
         answer = self._best_text(text, sandbox)
         if not answer.startswith(NO_ANSWER_PREFIX) and not reply.negative_answer(answer):
-            return answer
+            notes: list[str] = []  # the same second look as any answer (seen: one of three listed items)
+            taken = self._second_look(answer, loop, notes, history)
+            if taken is not None:
+                return taken
+            history.add(Turn(iteration, text, f"{notes[0]}\n\n{prompts.reminder(self._question)}"))
+            return None
         history.add(Turn(iteration, text, prompts.SEARCH_DIFFERENTLY))
         return None
 

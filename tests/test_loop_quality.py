@@ -573,3 +573,16 @@ def test_the_same_prose_answer_again_turns_apart_is_the_answer(tmp_path: Path, l
     r = run(llm, [code_corpus(tmp_path)], "Where is urlparse?", leads=False)
     assert r.answer == said and len(llm.chat_requests("root")) == 4
     assert any("the same answer in prose again" in n for n in r.notices())
+
+
+def test_a_stuck_model_s_answer_gets_the_same_second_look(tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model (needle, seed 2): stuck on one search, it answered one of three projects.
+    text = "".join(f"The code of the {p} project is {k}.\n" for p, k in
+                   (("red fox", "R-1"), ("blue owl", "B-2"), ("green elk", "G-3")))
+    same = repl("print(grep('code of'))")
+    llm.script("root", same, same, same, "The code of the red fox project is R-1.",
+               repl("FINAL('red fox: R-1; blue owl: B-2; green elk: G-3')"))
+    r = run(llm, [corpus(tmp_path, text)], "What are the codes of the red fox, blue owl and green elk projects?",
+            leads=False, max_iterations=10)
+    assert r.answer == "red fox: R-1; blue owl: B-2; green elk: G-3"
+    assert "leaves out 'blue owl', 'green elk'" in last_user(llm.chat_requests("root")[4])
