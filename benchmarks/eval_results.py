@@ -42,6 +42,8 @@ RUNS: dict[str, tuple[str, list[str], list[str]]] = {
     "code-31mb-noleads": ("local", [STDLIB, *PY], ["--families", "code", "--limit", "10", "--no-leads"]),
     "needle-1mb": ("local", [*ONE_MB, *PY], ["--families", "needle", "--limit", "6"]),
     "needle-31mb": ("local", [STDLIB, *PY], ["--families", "needle", "--limit", "8"]),
+    # Other questions of the same kind (another seed): how far the figure above carries.
+    "needle-31mb-seed2": ("local", [STDLIB, *PY], ["--families", "needle", "--limit", "8", "--seed", "2"]),
     "aggregate-log": ("local", TINY, ["--families", "aggregate", "--limit", "6", "--records", "150",
                                       "--modes", "rlm,direct"]),
     # rlm mode alone (direct mode, unchanged by loop work, takes about 5 minutes a question here).
@@ -137,7 +139,8 @@ def local_model(api_base: str) -> str | None:
 
 def command(name: str, model_flags: list[str]) -> list[str]:
     _, corpus, flags = RUNS[name]
-    return ["rlm", "eval", *corpus, *flags, "--seed", "1", *model_flags, "--json"]
+    seed = [] if "--seed" in flags else ["--seed", "1"]
+    return ["rlm", "eval", *corpus, *flags, *seed, *model_flags, "--json"]
 
 
 def run(name: str, model_flags: list[str], env: dict[str, str]) -> dict[str, Any]:
