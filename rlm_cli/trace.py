@@ -128,13 +128,18 @@ class TraceSink:
         self.writer = writer
         self.forward = forward
         self.totals = totals
+        # Stamping and writing under one lock: events of concurrent sub-calls come from several
+        # threads, and a total read before another thread's write reached the file after it
+        # (1,210 then 1,204 tokens: a trajectory whose running totals went down).
+        self._lock = threading.Lock()
 
     def __call__(self, ev: dict[str, Any]) -> None:
         if self.writer is not None and ev.get("type") not in TRANSIENT_TYPES:
-            if self.totals is not None:
-                tokens, cost = self.totals()
-                ev = {**ev, "total_tokens": tokens, "total_cost_usd": None if cost is None else round(cost, 6)}
-            self.writer.write(ev)
+            with self._lock:
+                if self.totals is not None:
+                    tokens, cost = self.totals()
+                    ev = {**ev, "total_tokens": tokens, "total_cost_usd": None if cost is None else round(cost, 6)}
+                self.writer.write(ev)
         self.forward(ev)
 
 
