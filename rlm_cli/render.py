@@ -48,8 +48,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def safe_text(text: str) -> str:
-    """``text`` with its terminal control characters (:data:`_CONTROL`) replaced by U+FFFD."""
-    return _CONTROL.sub("\ufffd", text)
+    """``text`` with its terminal control characters (:data:`_CONTROL`) replaced by U+FFFD
+    (a CRLF line end is a newline first: servers and Windows files send them)."""
+    return _CONTROL.sub("\ufffd", text.replace("\r\n", "\n"))
 
 
 def escape(text: str) -> str:

@@ -63,8 +63,8 @@ class QuestionResult:
         return {"id": t.id, "family": t.family, "kind": t.kind, "mode": self.mode, "question": t.question,
                 "gold": t.gold, "answer": self.answer[:ANSWER_CHARS], "correct": self.correct, "status": self.status,
                 "iterations": self.iterations, "sub_calls": self.sub_calls, "tokens": self.tokens,
-                "cached_calls": self.cached_calls, "cost_usd": self.cost_usd, "elapsed_s": self.elapsed_s, "run_id": self.run_id, "trace": self.trace,
-                "error": self.error}
+                "cached_calls": self.cached_calls, "cost_usd": self.cost_usd, "elapsed_s": self.elapsed_s,
+                "run_id": self.run_id, "trace": self.trace, "error": self.error}
 
 
 @dataclass
