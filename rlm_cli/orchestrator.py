@@ -170,10 +170,10 @@ def _counted_by_leads(answer: str, leads: str) -> bool:
     return bool(counts & _numbers(answer[:2_000]))
 
 
-def _shown(history: History, current: list[str] | None = None) -> str:
-    """Every output the REPL showed the model so far (the leads, each turn's blocks), then
-    ``current`` (this turn's, not in the history yet), one after another."""
-    return "\n".join([o for t in history.turns for o in t.outputs] + list(current or []))
+def _shown(history: History, current: list[str] | None = None, *, leads: bool = True) -> str:
+    """Every output the REPL showed the model so far (the leads unless ``leads`` is false, each
+    turn's blocks), then ``current`` (this turn's, not in the history yet), one after another."""
+    return "\n".join([o for t in history.turns if leads or t.iteration > 0 for o in t.outputs] + list(current or []))
 
 
 def _norm(code: str) -> str:
@@ -567,8 +567,7 @@ class Orchestrator:
             return answer
         answer = self._with_earlier_parts(answer, loop)
         missing = reply.missing_items(self._question, answer)
-        if missing and loop.item_asks < ITEM_ASKS and len(missing) < loop.items_missing:
-            loop.item_asks += 1
+        if missing and len(loop.parts) < ITEM_ASKS and len(missing) < loop.items_missing:
             loop.items_missing = len(missing)
             loop.parts.append(answer)
             notes.append(prompts.check_missing(missing, items, reply.lines_naming(_shown(history, current), missing)))
@@ -621,8 +620,7 @@ class Orchestrator:
         numbers = _numbers(answer[:2_000])
         if not numbers:
             return False  # a label (the most frequent one): code ran; nothing to check it against
-        printed = "\n".join([o for t in history.turns if t.iteration > 0 for o in t.outputs] + list(current or []))
-        return not numbers & _numbers(_figures_only(printed))
+        return not numbers & _numbers(_figures_only(_shown(history, current, leads=False)))
 
     def _text_final_next_to_code(self, tf: reply.TextFinal, plan: reply.Plan, unseen: int, sandbox: Sandbox,
                                  notes: list[str]) -> tuple[str | None, bool]:
@@ -676,12 +674,13 @@ class Orchestrator:
             grounded = iteration == 1 and loop.no_code_streak == 1 and _quotes(text, loop.leads_text, self._question)
             # The same prose answer again, turns apart (seen: prose answers alternating with code
             # blocks, so never two in a row, until the iteration limit), is an answer too.
-            said = _norm(reply.without_notes(text)).lower()
-            again = reply.looks_like_answer(text) and said in loop.prose_answers
-            if reply.looks_like_answer(text):
+            answer, reads_as_answer = reply.without_notes(text).strip(), reply.looks_like_answer(text)
+            said = _norm(answer).lower()
+            again = reads_as_answer and said in loop.prose_answers
+            if reads_as_answer:
                 loop.prose_answers.add(said)
-            taken = (self._second_look(reply.without_notes(text).strip(), loop, second_look, history)
-                     if (loop.no_code_streak >= 2 or grounded or again) and reply.looks_like_answer(text) else None)
+            taken = (self._second_look(answer, loop, second_look, history)
+                     if (loop.no_code_streak >= 2 or grounded or again) and reads_as_answer else None)
             if taken is not None:
                 self._notice("a reply without code that quotes the leads: taking it as the final answer" if grounded
                              else "two replies without code in a row: taking the reply as the final answer"
@@ -879,10 +878,9 @@ class _LoopState:
     prose_answers: set[str] = field(default_factory=set)
     #: An empty answer (``FINAL("")``, ``FINAL(None)``) was sent back once.
     checked_empty: bool = False
-    #: Answers sent back for leaving out items the question lists (see ``_with_earlier_parts``),
-    #: how many times, and how many items the last of them left out.
+    #: Answers sent back for leaving out items the question lists (see ``_with_earlier_parts``; one
+    #: per note), and how many items the last of them left out.
     parts: list[str] = field(default_factory=list)
-    item_asks: int = 0
     items_missing: int = 1_000
     #: The model ran code of its own (a block that is not only FINAL of a literal) in an earlier turn.
     own_code: bool = False
