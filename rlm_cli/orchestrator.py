@@ -459,7 +459,7 @@ class Orchestrator:
                     self._notice("written-out FINAL in a block that printed output not seen yet; refused")
                 else:
                     final = result.final
-                    written = only_finishes(code) or literal_final(code)
+                    written = literal_final(code)  # FINAL_VAR("n") hands over what code computed
                     more = _more_literal_finals(plan.blocks[n:plan.runnable]) if only_finishes(code) else []
                     joined = "\n".join(dict.fromkeys([final, *more]))
                     # Joined only when the parts answer more of the items the question lists.

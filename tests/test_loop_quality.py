@@ -586,3 +586,11 @@ def test_a_stuck_model_s_answer_gets_the_same_second_look(tmp_path: Path, llm: F
             leads=False, max_iterations=10)
     assert r.answer == "red fox: R-1; blue owl: B-2; green elk: G-3"
     assert "leaves out 'blue owl', 'green elk'" in last_user(llm.chat_requests("root")[4])
+
+
+def test_final_var_of_a_computed_figure_is_not_a_written_out_one(tmp_path: Path, llm: FakeLLM) -> None:
+    # FINAL_VAR('n') hands over a value code computed (only_finishes: it has a literal argument).
+    llm.script("root", repl("n = str(sum(1 for l in context.splitlines() if 'service=db' in l))"),
+               repl("FINAL_VAR('n')"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=db?", leads=False)
+    assert r.answer == "5" and len(llm.chat_requests("root")) == 2
