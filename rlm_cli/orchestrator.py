@@ -147,9 +147,11 @@ def _numbers(text: str) -> set[float]:
     return {float(n.replace(",", "")) for n in _NUMBER.findall(text)}
 
 
-#: What REPL output holds besides figures code computed: the corpus data it shows (a row's line
+#: What REPL output holds besides figures code computed: a traceback's frame lines, the hints and
+#: notes rlm adds (``group(1)`` of a hint's example), and the corpus data it shows (a row's line
 #: number, quoted text, ``key=value`` fields, ``path:line``, read_file's numbered lines).
-_NOT_FIGURES = (re.compile(r"""['"](?:line|start_line|end_line|chunk|score)['"]: \d+"""),
+_NOT_FIGURES = (re.compile(r"""^[ \t]*File "[^"\n]*", line \d+.*$|^hint: .*$|^\[note: .*$""", re.MULTILINE),
+                re.compile(r"""['"](?:line|start_line|end_line|chunk|score)['"]: \d+"""),
                 re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\""),
                 re.compile(r"\S+=\S+|\S+:\d+\b|^[ \t]*\d+: ", re.MULTILINE))
 

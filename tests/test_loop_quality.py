@@ -594,3 +594,15 @@ def test_final_var_of_a_computed_figure_is_not_a_written_out_one(tmp_path: Path,
                repl("FINAL_VAR('n')"))
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=db?", leads=False)
     assert r.answer == "5" and len(llm.chat_requests("root")) == 2
+
+
+def test_a_traceback_s_line_number_is_no_printed_figure_and_search_takes_max_results_none(tmp_path: Path,
+                                                                                          llm: FakeLLM) -> None:
+    # Seen in a new-user trial: search(..., max_results=None) failed; its traceback's "line 1"
+    # then counted as the printed support of the answer "1" (the true count is 6).
+    llm.script("root", repl("int('x')"),
+               "Final answer: there is 1 such line",
+               repl("print(len(search('service db', max_results=None)))"), repl("FINAL('done')"))
+    r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=api and level=ERROR?", leads=False)
+    assert "no code of yours printed that figure" in last_user(llm.chat_requests("root")[2])
+    assert r.answer == "done" and r.of("output")[-2]["output"].strip() == "1"  # the one chunk: no TypeError

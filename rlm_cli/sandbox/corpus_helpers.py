@@ -519,7 +519,7 @@ class CorpusView:
         Terms are runs of letters or digits, compared lowercased (``parse_config`` is ``parse``
         and ``config``; grep's ``ignore_case=``/``flags=`` are accepted and change nothing).
         Returns ``[{"chunk", "file", "start_line", "end_line", "score"}]``, best first; chunks
-        sharing no term with the query are left out. The index takes about 3 s per
+        sharing no term with the query are left out (``k=None``: all the others). The index takes about 3 s per
         30 MB of text to build: :meth:`start_index_build` starts it in the background, otherwise
         the first call builds it (a call during the build waits for it).
         """
@@ -534,6 +534,8 @@ class CorpusView:
                             "Usage: search(query, k=10) -> [{'chunk', 'file', 'start_line', 'end_line', 'score'}]")
         if isinstance(k, str):  # search(query, "*.py")
             k, path_glob = 10, k
+        if k is None:  # max_results=None, as grep takes it: every chunk that shares a term
+            k = len(self.chunks)
         keep = _glob_matcher(path_glob) if path_glob else None
         out: list[dict[str, Any]] = []
         for i, score in self._index().top(str(query), int(k) if keep is None else len(self.chunks)):
