@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli import prompts
+from rlm_cli.loop import prompts
 from rlm_cli.corpus.tokens import count_tokens, encoding
 
 #: Tokens a chat format adds per message (role markers, separators), counted generously.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlm_cli.prompts import LEADS_NOTE
+from rlm_cli.loop.prompts import LEADS_NOTE
 from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.leads import leads, question_terms
 from tests.conftest import model_flags, run_rlm

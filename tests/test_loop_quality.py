@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlm_cli import prompts
+from rlm_cli.loop import prompts
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl
 from tests.inproc import corpus, run

@@ -7,12 +7,12 @@ import random
 import re
 from pathlib import Path
 
-from rlm_cli import prompts
+from rlm_cli.loop import prompts
 from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.corpus import load_corpus
 from rlm_cli.corpus.tokens import count_tokens
 from rlm_cli.history import input_budget, output_limit, request_tokens
-from rlm_cli.orchestrator import corpus_meta, first_messages
+from rlm_cli.loop.orchestrator import corpus_meta, first_messages
 
 HELPERS = ("context", "files", "chunks", "grep(", "read_file(", "search(", "llm_query(", "llm_query_batched(",
            "rlm_query(", "SHOW_VARS()", "FINAL(", "FINAL_VAR(")
@@ -194,7 +194,7 @@ def test_metadata_mentions_pdf_page_markers_and_bounds_each_file_line() -> None:
 
 
 def test_the_missing_items_note_quotes_the_lines_already_shown_that_name_them() -> None:
-    from rlm_cli.prompts import check_missing
+    from rlm_cli.loop.prompts import check_missing
 
     note = check_missing(["b"], ["a", "b"], {"b": ["x.py:3: b is 2"]})
     assert "leaves out 'b'" in note and "\n  x.py:3: b is 2\n" in note and 'FINAL("a: ...; b: ...")' in note

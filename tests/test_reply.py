@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlm_cli.reply import claims_output, code_blocks, error_signature, looks_like_answer, plan
+from rlm_cli.loop.reply import claims_output, code_blocks, error_signature, looks_like_answer, plan
 
 INVENTED = ("Let me search.\n```repl\nhits = grep(r'def urlparse')\nprint(hits[:3])\n```\n"
             "Output: [{'file': 'distutils/command/upload.py', 'line': 14}]\n"
@@ -86,7 +86,7 @@ def test_error_signature_is_the_last_exception_line() -> None:
     ("```repl\n# Final answer: not this\n```", None),
 ])
 def test_a_final_answer_line_is_a_literal_final(text: str, literal: str | None) -> None:
-    from rlm_cli.reply import find_text_final
+    from rlm_cli.loop.reply import find_text_final
 
     found = find_text_final(text)
     assert (found.literal() if found else None) == literal
@@ -105,7 +105,7 @@ def test_a_final_answer_line_is_a_literal_final(text: str, literal: str | None) 
     ("4", False),
 ])
 def test_negative_answers(text: str, negative: bool) -> None:
-    from rlm_cli.reply import negative_answer
+    from rlm_cli.loop.reply import negative_answer
 
     assert negative_answer(text) is negative
 
@@ -125,7 +125,7 @@ def test_negative_answers(text: str, negative: bool) -> None:
     ("Which files define urlparse, upload and urljoin?", "urlparse: urllib/parse.py; upload: upload.py", ["urljoin"]),
 ])
 def test_items_a_question_lists_that_the_answer_leaves_out(question: str, answer: str, missing: list[str]) -> None:
-    from rlm_cli.reply import listed_items, missing_items
+    from rlm_cli.loop.reply import listed_items, missing_items
 
     assert missing_items(question, answer) == missing
     if "misty" in question:
@@ -133,7 +133,7 @@ def test_items_a_question_lists_that_the_answer_leaves_out(question: str, answer
 
 
 def test_lines_naming_the_items_an_answer_left_out() -> None:
-    from rlm_cli.reply import lines_naming
+    from rlm_cli.loop.reply import lines_naming
 
     seen = ("lines with the most question words:\n  a.py:3: # The code of the Crimson Delta project is J-1.\n"
             "  b.py:9: # delta only\n  c.py:1: # crimson delta again, a second line\n  d.py:2: # and a third\n")

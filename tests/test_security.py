@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from rlm_cli import prompts, protocol
+from rlm_cli import protocol
+from rlm_cli.loop import prompts
 from rlm_cli.config import Settings
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.relay import LMHandler

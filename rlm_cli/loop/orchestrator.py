@@ -2,7 +2,7 @@
 
 The orchestrator never prints; it reports everything through ``emit`` (trajectory events, see
 ``rlm_cli.trace``), which the runner sends to the renderer and the trajectory file. Reading a
-reply (its blocks, text that claims their output, a FINAL written as text) is ``rlm_cli.reply``.
+reply (its blocks, text that claims their output, a FINAL written as text) is ``rlm_cli.loop.reply``.
 
 Finishing rules (each has a test in ``tests/test_orchestrator.py``):
 
@@ -44,7 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli import prompts, protocol, reply
+from rlm_cli import protocol
+from rlm_cli.loop import prompts, reply
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, FileEntry
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError

@@ -1,0 +1,12 @@
+"""The RLM loop: root-model turns, code run in the REPL worker, and the answer checks.
+
+* ``orchestrator``: one question at one depth: plan a reply, run its blocks, ask the policy about
+  any answer, record the turn (``Orchestrator``), and direct mode (``run_direct``).
+* ``policy``: the presets ``paper``, ``standard`` and ``guided``, and ``auto``'s choice among them.
+* ``checks``: every rule that may send an answer back or rewrite it, each a small unit with one
+  interface and a per-run limit.
+* ``reply``: reading a reply (blocks, claimed output, FINAL lines, prose answers).
+* ``prompts``: the text the root model reads (pure functions).
+
+Nothing here prints; events go through an ``emit`` callback (``rlm_cli.trace``).
+"""
