@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli.loop import prompts
 from rlm_cli.corpus.tokens import count_tokens, encoding
+from rlm_cli.loop import prompts
 
 #: Tokens a chat format adds per message (role markers, separators), counted generously.
 MESSAGE_OVERHEAD = 4

@@ -51,16 +51,16 @@ from rlm_cli.errors import (
     PartialAnswerError,
     RLMError,
 )
+from rlm_cli.loop.orchestrator import Orchestrator, RunResult, corpus_meta, run_direct
+from rlm_cli.loop.prompts import session_note
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.detect import ensure_model
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.usage import CallRecord, Usage
-from rlm_cli.loop.orchestrator import Orchestrator, RunResult, corpus_meta, run_direct
 from rlm_cli.phases import PhaseTagger
 from rlm_cli.progress import Progress, index_callback
-from rlm_cli.loop.prompts import session_note
 from rlm_cli.runner import (
     AskOutcome,
     _attach,

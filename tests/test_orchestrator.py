@@ -11,7 +11,13 @@ import pytest
 from rlm_cli.errors import MaxIterationsError
 from rlm_cli.history import request_tokens
 from rlm_cli.loop.orchestrator import only_finishes
-from rlm_cli.loop.prompts import FINAL_WITH_UNSEEN_CODE, FIRST_TURN_FINAL, FORMAT_REMINDER, PROSE_FINAL, final_after_unseen
+from rlm_cli.loop.prompts import (
+    FINAL_WITH_UNSEEN_CODE,
+    FIRST_TURN_FINAL,
+    FORMAT_REMINDER,
+    PROSE_FINAL,
+    final_after_unseen,
+)
 from rlm_cli.loop.reply import code_blocks, find_text_final, mentions_final
 from tests.fake_llm import FakeLLM, last_user, repl
 from tests.inproc import corpus, run

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from rlm_cli import protocol
-from rlm_cli.loop import prompts
 from rlm_cli.config import Settings
+from rlm_cli.loop import prompts
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.sandbox.launcher import BWRAP_SYSTEM_DIRS, Limits, _python_roots, plan_drop, protections

@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm_cli import protocol
-from rlm_cli.loop import prompts, reply
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, FileEntry
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
+from rlm_cli.loop import prompts, reply
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
