@@ -139,15 +139,19 @@ RouterOpt = Annotated[Path | None, Opt("--router-config", exists=True, dir_okay=
                                        "Router config (YAML/JSON model_list) to spread calls over "
                                        "several deployments.")]
 NoLlmCacheOpt = Annotated[bool, Opt("--no-llm-cache", help="Do not read or write the model-response cache.")]
-NoLeadsOpt = Annotated[bool, Opt("--no-leads", help="Do not run leads(question), the keyword search of the "
-                                 "question's names and words shown to the root model before its first turn.")]
+LeadsOpt = Annotated[bool | None, Opt("--leads/--no-leads", help="Run (or not) leads(question), the keyword "
+                                     "search of the question's names and words shown to the root model before its first "
+                                     "turn (default: the policy's choice; on under guided).", show_default=False)]
+PolicyOpt = Annotated[str | None, Opt("--policy", help="The loop's answer checks and aids: auto (default: standard for "
+                                      "a model with a known window of 32k+ tokens, else guided), paper, standard or "
+                                      "guided. Env: RLM_POLICY.")]
 TemperatureOpt = Annotated[float | None, Opt("--temperature", min=0, help="Sampling temperature of every model "
                                              "request (default: the provider's; 0 for the most repeatable "
                                              "answers).")]
 VerboseOpt = Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")]
 
 
-def _run_settings(*, memory_limit: str | None, no_llm_cache: bool, corpus: Any, no_leads: bool = False,
+def _run_settings(*, memory_limit: str | None, no_llm_cache: bool, corpus: Any, leads: bool | None = None,
                   **flags: Any) -> Any:
     """Settings from the run flags shared by ``ask`` and ``eval`` (``None`` = not given), the
     environment and the config file; ``corpus`` is the ``CorpusOptions`` to use.
@@ -159,7 +163,7 @@ def _run_settings(*, memory_limit: str | None, no_llm_cache: bool, corpus: Any, 
 
     flags["memory_limit"] = None if memory_limit is None else parse_size(memory_limit, "--memory-limit")
     flags["llm_cache"] = False if no_llm_cache else None
-    flags["leads"] = False if no_leads else None
+    flags["leads"] = leads
     settings = config.resolve(flags)
     settings.corpus = corpus
     return settings
@@ -215,7 +219,8 @@ def ask(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
-    no_leads: NoLeadsOpt = False,
+    leads: LeadsOpt = None,
+    policy: PolicyOpt = None,
     temperature: TemperatureOpt = None,
     json_out: JsonOpt = False,
     cite: Annotated[bool, Opt("--cite", help="After the answer, list the corpus lines it rests on "
@@ -251,7 +256,7 @@ def ask(
             root_model_window=root_model_window, trace=trace, cell_timeout=cell_timeout, memory_limit=memory_limit,
             max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout, max_cost=max_cost,
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
-            router_config=router_config, no_llm_cache=no_llm_cache, no_leads=no_leads, temperature=temperature,
+            router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                    chunk_tokens))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
@@ -474,7 +479,8 @@ def chat(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
-    no_leads: NoLeadsOpt = False,
+    leads: LeadsOpt = None,
+    policy: PolicyOpt = None,
     temperature: TemperatureOpt = None,
     json_out: Annotated[bool, Opt("--json", help="One JSON document per answer, one per line.")] = False,
     cite: Annotated[bool, Opt("--cite", help="After each answer, list the corpus lines it rests on.")] = False,
@@ -500,7 +506,7 @@ def chat(
             cell_timeout=cell_timeout, memory_limit=memory_limit, max_concurrency=max_concurrency, retries=retries,
             request_timeout=request_timeout, max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
             timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
-            no_llm_cache=no_llm_cache, no_leads=no_leads, temperature=temperature,
+            no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                    chunk_tokens))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
@@ -558,7 +564,8 @@ def eval_cmd(
     sub_model_window: SubWindowOpt = None,
     router_config: RouterOpt = None,
     no_llm_cache: NoLlmCacheOpt = False,
-    no_leads: NoLeadsOpt = False,
+    leads: LeadsOpt = None,
+    policy: PolicyOpt = None,
     temperature: TemperatureOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -577,7 +584,7 @@ def eval_cmd(
         max_depth=max_depth, sandbox=sandbox, root_model_window=root_model_window, cell_timeout=cell_timeout,
         memory_limit=memory_limit, max_concurrency=max_concurrency, retries=retries,
         request_timeout=request_timeout, max_cost=max_cost, max_tokens=max_tokens, max_sub_calls=max_sub_calls,
-        timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache, no_leads=no_leads,
+        timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy,
         temperature=temperature,
         corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                chunk_tokens))

@@ -31,6 +31,7 @@ ENV_VARS: dict[str, str] = {
     "api_key": "RLM_API_KEY",
     "sandbox": "RLM_SANDBOX",
     "mode": "RLM_MODE",
+    "policy": "RLM_POLICY",
 }
 
 #: Sent as the API key when an api base is set without a key: local OpenAI-compatible servers
@@ -144,8 +145,12 @@ class Settings:
     #: Sampling temperature of every model request (``None``: the provider's default).
     temperature: float | None = None
     #: Run ``leads(question)`` (a keyword search of the question's names and words) in the REPL
-    #: before the root model's first turn and show its output there (``--no-leads``: off).
-    leads: bool = True
+    #: before the root model's first turn and show its output there (``--leads``/``--no-leads``;
+    #: ``None``: the policy's choice, on under ``guided`` only).
+    leads: bool | None = None
+    #: The loop's rules (``rlm_cli.loop.policy``): ``auto``, ``paper``, ``standard`` or ``guided``.
+    #: A session replaces ``auto`` by the preset it resolved to.
+    policy: str = "auto"
     #: ``auto`` (direct when the corpus fits comfortably, else rlm), ``rlm`` or ``direct``.
     mode: str = "auto"
     #: Auto mode goes direct only under this many corpus tokens...
@@ -412,6 +417,7 @@ def _edit_toml_line(text: str, key: str, toml_value: str | None) -> str:
 CHOICES: dict[str, tuple[str, ...]] = {
     "sandbox": ("auto", "bwrap", "sandbox-exec", "process", "none"),
     "mode": ("auto", "rlm", "direct"),
+    "policy": ("auto", "paper", "standard", "guided"),
 }
 
 

@@ -15,12 +15,14 @@ ASK_SCHEMA = "ask-result.v1"
 
 def ask_document(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
                  corpus: Any, mode: str, sandbox: str, sources: list[dict[str, Any]] | None = None,
-                 sources_omitted: int = 0) -> dict[str, Any]:
-    """The ``--json`` document of a run (``elapsed`` in wall seconds; ``corpus`` may be ``None``)."""
+                 sources_omitted: int = 0, policy: str = "") -> dict[str, Any]:
+    """The ``--json`` document of a run (``elapsed`` in wall seconds; ``corpus`` may be ``None``;
+    ``policy`` the loop policy the run used)."""
     from rlm_cli.runner import skipped_files
 
     return {"schema": ASK_SCHEMA, "answer": answer, "status": status, "iterations": iterations,
-            "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "sandbox": sandbox,
+            "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "policy": policy,
+            "sandbox": sandbox,
             "corpus": {"files": len(corpus.files), "chars": corpus.chars, "tokens": corpus.total_tokens,
                        "chunks": len(corpus.chunks), **skipped_files(corpus)} if corpus is not None else None,
             "sources": sources or [], "sources_omitted": sources_omitted}
@@ -30,7 +32,7 @@ def outcome_document(outcome: Any, elapsed: float) -> dict[str, Any]:
     """The document of a finished run (a ``runner.AskOutcome``), ``trace`` included."""
     r = outcome.result
     doc = ask_document(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, elapsed, outcome.corpus, r.mode,
-                       outcome.sandbox, outcome.sources, outcome.sources_omitted)
+                       outcome.sandbox, outcome.sources, outcome.sources_omitted, r.policy)
     doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
     return doc
 
@@ -46,7 +48,7 @@ def partial_document(exc: PartialAnswerError, sandbox: str, elapsed: float) -> d
     doc = ask_document(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
                        getattr(exc, "usage", None) or {}, elapsed, getattr(exc, "corpus", None),
                        getattr(exc, "mode", "rlm"), sandbox, getattr(exc, "sources", None),
-                       getattr(exc, "sources_omitted", 0))
+                       getattr(exc, "sources_omitted", 0), result.policy if result else getattr(exc, "policy", ""))
     trace_path = getattr(exc, "trace_path", None)
     doc["trace"] = str(trace_path) if trace_path else None
     if status == "budget_exceeded":

@@ -26,9 +26,11 @@ from rlm_cli.errors import (
     UsageError,
 )
 from rlm_cli.history import input_budget, request_tokens
-from rlm_cli.loop.orchestrator import DEFAULT_WINDOW, Orchestrator, RunResult, corpus_meta, first_messages, text_meta
+from rlm_cli.loop.meta import corpus_meta, first_messages, text_meta
+from rlm_cli.loop.orchestrator import Orchestrator, RunResult
 from rlm_cli.loop.prompts import direct_prompt
 from rlm_cli.models.client import ModelClient
+from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sources import SourceCollector, build_sources, direct_rows

@@ -51,7 +51,9 @@ from rlm_cli.errors import (
     PartialAnswerError,
     RLMError,
 )
-from rlm_cli.loop.orchestrator import Orchestrator, RunResult, corpus_meta, run_direct
+from rlm_cli.loop.meta import corpus_meta
+from rlm_cli.loop.orchestrator import Orchestrator, RunResult, run_direct
+from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
@@ -322,8 +324,11 @@ class Session:
         s.root_model_window, s.sub_model_window = root_window, sub_window
         self.mode, self.reason = choose_mode(s, corpus.total_tokens, root_window)
         self.mode, self.reason = self._question_mode(first_question, "")
+        policy, policy_reason = resolve_policy(s.policy, root_window, root_src)
+        requested, s.policy = s.policy, policy.name
         self._mode_fields = {"root_window": root_window, "root_window_source": root_src, "sub_window": sub_window,
-                             "sub_window_source": sub_src}
+                             "sub_window_source": sub_src, "policy": policy.name, "policy_requested": requested,
+                             "policy_reason": policy_reason}
         self._mode_event = event("mode", 0, mode=self.mode, reason=self.reason, **self._mode_fields)
         emit(self._mode_event)
         if self.mode == "rlm":
@@ -559,7 +564,7 @@ class Session:
         if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
             result = RunResult(answer=exc.partial, status=status, iterations=root_turns,
                                sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
-                               mode=getattr(exc, "mode", "rlm"))
+                               mode=getattr(exc, "mode", "rlm"), policy=self.settings.policy)
             exc.result = result  # type: ignore[attr-defined]
         corpus = getattr(exc, "corpus", None)
         found, omitted = (_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))

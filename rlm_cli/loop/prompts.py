@@ -12,7 +12,6 @@ prompts can be rendered and measured in tests (``tests/test_prompts.py``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +53,7 @@ The REPL holds:
 - `context`: str, the whole corpus; each file starts with a line `==> path <==`. `context["path"]` is one file's text.
 - `files`: list of dicts (path, size, chars, lines, tokens, start, end); a file's text is context[f["start"]:f["end"]].
 - `chunks`: list of dicts (id, path, start_line, end_line, start, end, tokens): the corpus cut along semantic boundaries (functions, sections, paragraphs).
-- `grep(pattern, path_glob=None, ignore_case=False, max_results=200)` -> [{"file", "line", "text", "in"}]: regex per line (max_results=None: every match; h["match"] is the text of the pattern's group); "in" is the function or class holding the line (Python files): `{h["in"] for h in grep(r"\\bsave\\(", "app.py") if "in" in h}` are the functions of app.py that call save.
+- `grep(pattern, path_glob=None, ignore_case=False, max_results=100000)` -> [{"file", "line", "text", "in"}]: every line matching the regex (up to max_results; None: no limit); h["match"] is the text of the pattern's group; "in" is the function or class holding the line (Python files).
 - `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> the text of chunk i.
 - `search(query, k=10)` -> chunks ranked by keyword relevance (BM25): [{"chunk", "file", "start_line", "end_line", "score"}].
 - `data[path]`: a JSON/JSONL/CSV/TSV file parsed (JSON -> its object; JSONL/CSV -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
@@ -192,21 +191,21 @@ def example_messages() -> list[dict[str, str]]:
     """A worked example as real chat turns, sent between the system prompt and the question: the
     model's reply ends right after its code block, and the output arrives as the next (user)
     message. Small models imitate a transcript written inside the system prompt, invented output
-    included; as separate turns, the turn-taking is what they learn (issue #10). Its answer states
-    the fact asked for, not where it was found: with a "where is it defined" example, a 1.5B model
-    answered every question with a location. (An example asking for two facts, answered both,
-    was measured too: code questions fell from 10/10 to 7/10, the model listing invented extra
-    facts, and three-part needle questions were still answered with one part.)"""
+    included; as separate turns, the turn-taking is what they learn. Its subject (an environment
+    variable a program reads) is unlike any question ``rlm eval`` generates, and its answer
+    states the fact asked for first, then where it was found."""
     return [
-        {"role": "user", "content": "Example question (not your task): What is the default value of the parameter "
-                                    "`retries` of the function `fetch`?"},
-        {"role": "assistant", "content": 'I will find the definition of `fetch`.\n```repl\nhits = grep(r"def '
-                                         'fetch\\b")\nprint(len(hits), hits[:5])\n```'},
-        {"role": "user", "content": "Output:\n1 [{'file': 'app/net.py', 'line': 12, 'text': 'def fetch(url, "
-                                    "retries=3, timeout=10):'}]\n\nContinue."},
-        {"role": "assistant", "content": 'The signature answers what was asked, the default of `retries`: 3.\n'
-                                         '```repl\nFINAL("The default value of `retries` in `fetch` (app/net.py, line '
-                                         '12) is 3.")\n```'},
+        {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
+                                    "tool keeps its cache?"},
+        {"role": "assistant", "content": 'I will look for environment variables the code reads.\n```repl\nhits = '
+                                         'grep(r"environ")\nprint(len(hits))\nfor h in hits[:5]:\n    print(h["file"], '
+                                         'h["line"], h["text"].strip())\n```'},
+        {"role": "user", "content": "Output:\n2\ntool/paths.py 8 root = os.environ.get(\"TOOL_CACHE_HOME\", "
+                                    "\"~/.cache/tool\")\ntool/cli.py 30 debug = os.environ.get(\"TOOL_DEBUG\") == "
+                                    "\"1\"\n\nContinue."},
+        {"role": "assistant", "content": 'Line 8 of tool/paths.py reads the cache folder from TOOL_CACHE_HOME.\n'
+                                         '```repl\nFINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8; the default is '
+                                         '~/.cache/tool)")\n```'},
     ]
 
 
@@ -317,8 +316,8 @@ def omitted_turns(first: int, last: int) -> tuple[str, str]:
 FORMAT_REMINDER = ("Your reply had no ```repl code block and no FINAL. Write Python in a ```repl block to "
                    "explore `context`, or finish with FINAL(answer) inside a ```repl block.")
 
-FIRST_TURN_FINAL = ("You tried to finish before running any code, so it was not accepted. Explore `context` "
-                    "with a ```repl block first; the answer must come from the corpus.")
+FIRST_TURN_FINAL = ("You answered before reading any output of code, so the answer was not accepted. Explore "
+                    "`context` with a ```repl block first; the answer must come from the corpus.")
 
 PROSE_FINAL = ("You mentioned FINAL in your text, but that does not finish the run. When you have the "
                "answer, call FINAL(answer) or FINAL_VAR(name) inside a ```repl block.")
@@ -327,19 +326,12 @@ FINAL_WITH_UNSEEN_CODE = ("Your FINAL with a written-out answer came next to cod
                           "seen yet, so it was not accepted. Check the output above; then finish with FINAL "
                           "in a ```repl block.")
 
-FINAL_ON_CAPPED_GREP = ("Your FINAL came from a block whose grep() stopped at its max_results (see the note "
-                        "above), so the figure counts only part of the matches and was not accepted. Pass "
-                        "max_results=None to grep and compute it again.")
-
 EMPTY_FINAL = ("Your FINAL gave an empty answer (nothing, or None), so it was not accepted. Finish with the "
                "answer itself: FINAL(\"...\") or FINAL_VAR(\"name\") of a variable that holds it.")
 
 CLAIMED_OUTPUT = ("Your reply went on after the code block as if you knew its output. You cannot know it: "
                   "the REPL runs your code after your reply ends, and the real output is the one shown above. "
                   "That text was removed. End each reply right after its ```repl block.")
-
-FINAL_AFTER_CLAIM = ("Your FINAL came after text that guessed the code's output, so it was not accepted. "
-                     "Read the real output above, then finish.")
 
 NOT_AN_ANSWER = ("That reply does not answer the question. Run code in a ```repl block to find the answer in "
                  "`context`, or, if the output above already shows it, call FINAL(answer).")
@@ -349,66 +341,37 @@ CHECK_ZERO = ("Your answer is 0, which is what code gives when its filter matche
               "print len() of the lines it keeps and two of them (a regex or split that fails on every line gives 0 "
               "too). If you are sure, call FINAL with the same answer again.")
 CHECK_NEGATIVE = ("Your answer says nothing was found. A search that finds nothing proves little: look again "
-                  "another way (a shorter or looser pattern, ignore_case=True, `def name` or `class name`, read the "
-                  "file around the definition with read_file) before you conclude. If you are sure, call FINAL with "
-                  "the same answer again.")
-
-#: ``key=value`` in a question (``service=auth``): what a log line holds, the natural filters of an example.
-_KEY_VALUE = re.compile(r"(?<![\w=])([A-Za-z_][\w.-]*)=([\w.:/-]+)")
-#: The field a question totals or ranks by: ``total latency_ms``, ``which user has the most``.
-_TOTAL_OF = re.compile(r"\b(?:total|sum|average|mean)\s+(?:of\s+)?(?:the\s+)?`?([A-Za-z_]\w*)`?", re.IGNORECASE)
-_RANK_BY = re.compile(r"\bwhich\s+`?([A-Za-z_]\w*)`?\s+(?:has|had|have|is|gets|got|sees|saw)\b", re.IGNORECASE)
+                  "another way (a shorter or looser pattern, ignore_case=True, another spelling or file, read_file "
+                  "around a likely place) before you conclude. If you are sure, call FINAL with the same answer again.")
 
 
-def _word_regex(text: str) -> str:
-    """``text`` as a regex matched as a whole word (``\\b`` where it starts or ends with one)."""
-    return ("\\b" if text[:1].isalnum() or text[:1] == "_" else "") + re.escape(text) + (
-        "\\b" if text[-1:].isalnum() or text[-1:] == "_" else "")
+def ungrounded(tokens: list[str]) -> str:
+    """The note for a written-out answer naming ``tokens`` that appear nowhere the model was
+    shown (``checks.Ungrounded``)."""
+    named = ", ".join(f"`{t}`" for t in tokens[:6])
+    return (f"Your answer names {named}, which appear{'s' if len(tokens) == 1 else ''} nowhere in the output you "
+            "were shown. Check with code (grep, read_file, or print the value) and answer from what the REPL "
+            "printed. If you are sure, call FINAL with the same answer again.")
 
 
-def count_with_code(question: str) -> str:
-    """The note for a figure (a count, total or extreme) that no code of the model printed
-    (``Orchestrator._unsupported_figure``): the leads show example lines, not all of them. When
-    the question names ``key=value`` filters (``service=auth``), it ends with a ```repl example
-    built from them and from the field it totals or ranks by (``total latency_ms``, ``which user
-    has the most``); a 1.5B model was seen to copy placeholder filters such as ``a=1``
-    literally, so without such filters the note says what to do in words only."""
-    pairs = [f"{k}={v}" for k, v in _KEY_VALUE.findall(question[:2_000])][:3]
-    head = ("The question asks for a figure over every line that matches (a count, a total or a ranking), but the "
-            "leads show only a few example lines, and no code of yours printed that figure: an answer read off "
-            "example lines is a guess. Compute it with code over every match and print it before you answer")
-    if not pairs:
-        return (head + ": select the lines with grep(pattern, max_results=None), then count them with len(), add a "
-                "field up with sum() or tally one with collections.Counter, and print the result.")
-    cond = " and ".join(f"re.search(r'{_word_regex(c)}', h['text'])" for c in pairs[1:])
-    lines = ["import re", "from collections import Counter",
-             f"rows = [h['text'] for h in grep(r'{_word_regex(pairs[0])}', max_results=None)"
-             + (f" if {cond}]" if cond else "]"),
-             "print(len(rows))  # a count"]
-    if total := _TOTAL_OF.search(question):
-        f = total.group(1)
-        lines.append(f"print(sum(float(re.search(r'\\b{f}=([\\d.]+)', t).group(1)) for t in rows))  # the total {f}")
-    if rank := _RANK_BY.search(question):
-        f = rank.group(1)
-        lines.append(f"print(Counter(re.search(r'\\b{f}=(\\S+)', t).group(1) for t in rows).most_common())"
-                     f"  # lines per {f}")
-    return (head + ", for lines holding " + " and ".join(f"`{c}`" for c in pairs) + ":\n```repl\n"
-            + "\n".join(lines) + "\n```")
+def default_cap(helpers: list[str]) -> str:
+    """The note for a figure given in a turn where ``helpers`` stopped at their default cap
+    (``checks.DefaultCap``)."""
+    return (f"In this turn {' and '.join(f'{h}()' for h in helpers)} stopped at its default max_results, so a count "
+            "or total over its result leaves out the rest. Pass max_results=None (or narrow the pattern) and "
+            "compute it again. If the cap does not matter here, call FINAL with the same answer again.")
 
 
 def check_missing(missing: list[str], items: list[str], lines: dict[str, list[str]] | None = None) -> str:
     """The note for an answer that leaves out ``missing``, of the ``items`` the question lists
-    (``reply.missing_items``): it names them, quotes the lines of the output already shown that
-    name them (``lines``: ``{item: [line]}``, from ``reply.lines_naming``) and shows the shape of
-    a whole answer."""
+    (``reply.missing_items``): it names them and quotes the lines of the output already shown
+    that name them (``lines``: ``{item: [line]}``, from ``reply.lines_naming``)."""
     named = ", ".join(f"'{i}'" for i in missing)
-    shape = "; ".join(f"{i}: ..." for i in items)
     quoted = [f"  {line}" for item in missing for line in (lines or {}).get(item, [])]
     seen = ("\nLines of the output above that name them:\n" + "\n".join(quoted) + "\n") if quoted else " "
     return (f"The question asks about each of {len(items)} things, and your answer leaves out {named}.{seen}"
-            f"Answer for each of them in one FINAL, like FINAL(\"{shape}\"), from the output above or from code "
-            "that looks them up (say which one you cannot find). If your answer covers them already, call FINAL "
-            "with the same answer again.")
+            "Answer about all of them in one FINAL, from the output above or from code that looks them up (say "
+            "which you cannot find). If your answer covers them already, call FINAL with the same answer again.")
 
 
 REPEATED_CODE = ("You ran this same code before; its output is above and will not change. Do something "
@@ -430,8 +393,8 @@ def answer_now(times: int) -> str:
 
 #: How each helper is called, quoted when the model calls it wrongly.
 HELPER_USAGE = {
-    "grep": "grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches all of `context` "
-            "(no need to pass it) and returns [{'file', 'line', 'text'}]; max_results=None returns every match",
+    "grep": "grep(pattern, path_glob=None, ignore_case=False, max_results=100000) searches all of `context` "
+            "(no need to pass it) and returns [{'file', 'line', 'text'}] for every matching line",
     "read_file": "read_file(path, start_line=None, end_line=None) returns numbered lines of one file",
     "search": "search(query, k=10) returns the best chunks: [{'chunk', 'file', 'start_line', 'end_line', 'score'}]",
     "chunk_text": "chunk_text(i) returns the text of chunk i (chunks[i]), or of the chunk holding a text or a "
@@ -440,12 +403,6 @@ HELPER_USAGE = {
     "llm_query_batched": "llm_query_batched([prompt1, prompt2, ...]) returns a list of answers",
     "FINAL_VAR": "FINAL_VAR('name') finishes with the value of the variable called name",
 }
-
-
-def final_after_unseen(block: int) -> str:
-    """Why a FINAL in a later block of a reply was refused."""
-    return (f"Your FINAL in block {block} came after earlier blocks printed output you had not seen yet, so it "
-            "was not accepted. Read the output above; then finish with FINAL.")
 
 
 def later_blocks_skipped(n: int) -> str:

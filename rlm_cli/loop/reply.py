@@ -150,9 +150,15 @@ def plan(text: str) -> Plan:
     return Plan(blocks, len(blocks), len(text), False)
 
 
-def find_text_final(text: str) -> TextFinal | None:
-    """The first FINAL/FINAL_VAR call that starts a line of ``text`` outside code blocks, else a
-    "Final answer: ..." line (:func:`find_answer_line`).
+def plan_all(text: str) -> Plan:
+    """Every block of a reply, run in order (the paper's loop: no claimed-output cut)."""
+    blocks = code_blocks(text)
+    return Plan(blocks, len(blocks), len(text), False)
+
+
+def find_text_final(text: str, *, answer_lines: bool = True) -> TextFinal | None:
+    """The first FINAL/FINAL_VAR call that starts a line of ``text`` outside code blocks, else
+    (with ``answer_lines``) a "Final answer: ..." line (:func:`find_answer_line`).
 
     Mentions inside prose ("I will call FINAL() later") do not count: the call must start its
     own line. A one-line call ends at its last ``)``; a call whose first line does not close
@@ -162,7 +168,7 @@ def find_text_final(text: str) -> TextFinal | None:
     fences = [(f.start(), f.end()) for f in _ANY_FENCE.finditer(text)]
     m = next((c for c in _FINAL_START.finditer(text) if not any(a <= c.start() < b for a, b in fences)), None)
     if m is None:
-        return find_answer_line(text)
+        return find_answer_line(text) if answer_lines else None
     rest = outside_code(text[m.end():])
     first_line = rest.split("\n", 1)[0].rstrip().rstrip("`*_ .")
     if first_line.endswith(")"):
@@ -231,24 +237,14 @@ def negative_answer(text: str) -> bool:
     return len(text) <= 400 and _NEGATIVE.search(text) is not None
 
 
-#: What a question asking for a quantity over many lines or records says: a count, a total, an
-#: average or an extreme (``how many``, ``the total latency``, ``which user has the most lines``).
-_QUANTITY = re.compile(r"\b(?:how many|how much|number of|count|total|sum|average|mean|median|most|fewest|least|"
-                       r"highest|lowest|largest|smallest|maximum|minimum|more than|fewer than)\b", re.IGNORECASE)
-
-
-def asks_quantity(question: str) -> bool:
-    """Whether ``question`` (its first 2,000 characters) asks for a count, a total, an average or
-    an extreme: a figure that only code over every matching line can give, never a few example
-    lines (measured with ``rlm eval``'s aggregate family and a 1.5B model: answers counted off the
-    leads' six example lines were all wrong)."""
-    return _QUANTITY.search(question[:2_000]) is not None
-
-
 #: One item of a list in a question: a backticked name, or one to three words (``misty willow``).
 _ITEM = r"(?:`[^`\n]{1,60}`|[\w./-]+(?: [\w./-]+){0,2})"
 #: A list of three or more items in a question: ``A, B and C`` (also ``A, B, and C``, ``A, B, C and D``).
 _LIST = re.compile(rf"(?<![\w`]){_ITEM}(?:, {_ITEM})+,? and {_ITEM}(?![\w`])")
+#: A list that offers choices rather than naming things to answer about each ("which of A, B and C").
+_CHOICE_LIST = re.compile(r"\b(?:which|what|who)\s+(?:\w+\s+){0,2}?(?:of|among|between)\b(?:\s+[\w`]+){0,3}\s*$|"
+                          r"\b(?:one|any|either|neither|none)\s+of\b(?:\s+[\w`]+){0,3}\s*$|"
+                          r"\b(?:whether|between)\b(?:\s+[\w`]+){0,3}\s*$", re.IGNORECASE)
 #: Words an item may start with, or hold, that name nothing of its own.
 _ITEM_FILLER = frozenset("a an the of and or in on for to with from by its their".split())
 
@@ -281,8 +277,12 @@ def _items(question: str) -> tuple[str, ...]:
     """:func:`listed_items` as a tuple, kept for the last questions (a run asks it of each answer)."""
     items: list[str] = []
     for m in _LIST.finditer(question[:2_000]):  # a list of commas without "and" costs O(n^2) to reject
-        parts = [_item_words(p.strip("` ")) for p in re.split(r",? and |, ", m.group(0))]
+        raw = re.split(r",? and |, ", m.group(0))
+        parts = [_item_words(p.strip("` ")) for p in raw]
         width = max([1, *(len(p) for p in parts[1:-1])])
+        lead = question[max(0, m.start() - 60):m.start()] + " ".join(raw[0].split()[:-width])
+        if _CHOICE_LIST.search(lead):
+            continue  # "which of A, B and C": one of them is the answer
         parts[0], parts[-1] = parts[0][-width:], parts[-1][:width]
         for words in parts:
             text = " ".join(words)

@@ -32,9 +32,22 @@ from rlm_cli.protocol import BUNDLE_VERSION
 
 #: Characters of a matching line kept in a ``grep`` result.
 MAX_LINE_CHARS = 500
+
+
+class _DefaultCap(int):
+    """grep's default ``max_results``: an ``int`` that remembers the caller did not choose it, so
+    that a result stopped there is reported as stopped at the *default* cap (a count over it is
+    a wrong count the model never asked for; ``rlm_cli.loop.checks.DefaultCap``)."""
+
+
+#: grep's default ``max_results``: high enough that a count over a default grep is every match on
+#: any corpus a model can read line by line (31 MB of standard library has 870,000 lines; a grep
+#: that matches 100,000 of them is a pattern that matches almost anything), low enough that a
+#: result fits in memory (about 50 MB of rows).
+DEFAULT_MAX_RESULTS = _DefaultCap(100_000)
 #: Size of the pseudo-chunks made for a raw context (``rlm_query`` with a string).
 RAW_CHUNK_CHARS = 8000
-GREP_USAGE = ("Usage: grep(pattern, path_glob=None, ignore_case=False, max_results=200) searches every file of "
+GREP_USAGE = ("Usage: grep(pattern, path_glob=None, ignore_case=False, max_results=100000) searches every file of "
               "`context` and returns [{'file', 'line', 'text'}] (max_results=None: every match); "
               "e.g. grep(r'def main\\b', '*.py')")
 READ_USAGE = "Usage: read_file(path, start_line=None, end_line=None), e.g. read_file('src/app.py', 10, 40)"
@@ -136,8 +149,10 @@ class CorpusView:
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
         self._bm25_wanted = False
-        #: The ``max_results`` a :meth:`grep` call stopped at since this was last set to 0 (0: none).
+        #: The ``max_results`` a :meth:`grep` call stopped at since this was last set to 0 (0: none),
+        #: and whether that was the default one (:data:`DEFAULT_MAX_RESULTS`).
         self.grep_capped = 0
+        self.grep_capped_default = False
         #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).
         self.structured: list[tuple[str, int, int, dict[str, Any]]] = []
         _VIEWS.add(self)
@@ -174,15 +189,17 @@ class CorpusView:
 
     # -- grep ----------------------------------------------------------------------------------
     def grep(self, pattern: str | re.Pattern[str] | None = None, where: Any = None, *more: Any,
-             path_glob: str | None = None, ignore_case: bool = False, max_results: int | None = 200,
-             **aliases: Any) -> list[dict[str, Any]]:
+             path_glob: str | None = None, ignore_case: bool = False,
+             max_results: int | None = DEFAULT_MAX_RESULTS, **aliases: Any) -> list[dict[str, Any]]:
         """Lines matching the regex ``pattern`` in every file (or those matching ``path_glob``).
 
         Returns at most ``max_results`` dicts ``{"file", "line", "text"}`` in corpus order, one
         per matching line (``line`` is 1-based; ``text`` is the line, cut at 500 characters);
         ``max_results=None`` returns every one. A call that stops at its ``max_results`` sets
-        :attr:`grep_capped` to that number (the worker then tells the model there may be more:
-        ``len(grep(...))`` silently capped at 200 was a wrong count).
+        :attr:`grep_capped` to that number, and :attr:`grep_capped_default` when it was the
+        default (:data:`DEFAULT_MAX_RESULTS`): the worker then tells the model there may be
+        more and reports the default cap to the loop (a default cap of 200 once made
+        ``len(grep(...))`` a wrong count of 200).
         ``^`` and ``$`` match at line boundaries. ``path_glob`` is an fnmatch pattern tried on the
         whole path and, when it has no ``/``, on the file name (``"*.py"``, ``"src/*"``).
 
@@ -198,6 +215,7 @@ class CorpusView:
         """
         pattern, spans, path_glob, ignore_case, limit = self._grep_args(
             pattern, where, more, path_glob, ignore_case, max_results, aliases)
+        default = isinstance(limit, _DefaultCap)
         max_results = sys.maxsize if limit is None else int(limit)
         flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
         if isinstance(pattern, re.Pattern):
@@ -206,8 +224,9 @@ class CorpusView:
             rx = re.compile(pattern, flags)
         if isinstance(spans, str):  # a text that is not part of `context`: its own lines
             own = CorpusView(spans)
-            hits = own.grep(rx, max_results=max_results)
-            self.grep_capped = own.grep_capped or self.grep_capped
+            hits = own.grep(rx, max_results=DEFAULT_MAX_RESULTS if default else max_results)
+            if own.grep_capped:
+                self.grep_capped, self.grep_capped_default = own.grep_capped, own.grep_capped_default
             return hits
         keep = _glob_matcher(path_glob) if path_glob else None
         ctx = self.context
@@ -242,7 +261,7 @@ class CorpusView:
                     break
                 pos = le + 1
         if len(out) >= max_results:
-            self.grep_capped = max_results
+            self.grep_capped, self.grep_capped_default = max_results, default
         return out
 
     def _enclosing(self, f: dict[str, Any], line: int) -> str | None:

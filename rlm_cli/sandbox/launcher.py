@@ -312,6 +312,8 @@ class ExecResult:
     helpers: dict[str, int] = field(default_factory=dict)
     #: Corpus lines the block looked at: ``(how, path, start_line, end_line)``.
     sources: list[tuple[str, str, int, int]] = field(default_factory=list)
+    #: Helpers that stopped at their default cap in the block (``["grep"]``; see ``loop.checks.DefaultCap``).
+    default_caps: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -850,7 +852,20 @@ def _parse_result(msg: dict[str, Any]) -> ExecResult:
         output = output[:MAX_OUTPUT_CHARS]
     return ExecResult(output=output, output_chars=chars, ok=ok, final=opt_str("final"),
                       final_error=opt_str("final_error"), elapsed_s=float(elapsed),
-                      helpers=_helper_counts(msg.get("helpers")), sources=_source_rows(msg.get("sources")))
+                      helpers=_helper_counts(msg.get("helpers")), sources=_source_rows(msg.get("sources")),
+                      default_caps=_cap_names(msg.get("default_caps")))
+
+
+#: The helpers whose default cap a result may report (anything else from the worker is dropped).
+CAPPED_HELPERS = frozenset({"grep"})
+
+
+def _cap_names(value: Any) -> list[str]:
+    """The ``default_caps`` of a result frame: known helper names only (model code controls the
+    worker, so nothing it sends is trusted as is)."""
+    if not isinstance(value, list):
+        return []
+    return [v for v in dict.fromkeys(value) if isinstance(v, str) and v in CAPPED_HELPERS]
 
 
 #: How a block may have looked at a source (``sandbox.observe``); other rows are dropped.

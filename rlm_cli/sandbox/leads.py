@@ -33,18 +33,19 @@ RARE_TERMS = 8
 #: Definitions shown per name.
 DEFS_PER_NAME = 4
 
-#: Question words that say what kind of answer is wanted, not where it is (English function words
-#: and the nouns of questions about code and files: "which file defines the function...").
+#: Words that name nothing to look for: English function words (the NLTK English stop-word list,
+#: words of three letters or more) and the verbs a question asks with. Content words are never
+#: stop words, whatever the question: a common one ("file", "function") costs little, since each
+#: term is weighted by its rarity in the corpus.
 STOPWORDS = frozenset("""
-a about above after again all also an and answer answers any are as at be been before being below between
-both but by can could corpus define defined defines definition did do does doing done each either else every
-exactly file files find for found from function functions give given has have here how if in into is it its
-itself just list many may method methods might more most much must name named names no not number of on once
-one only or other our out over own path paths please project projects same say says should show so some
-somewhere such tell than that the their them then there these they this those through to too under until up
-use used uses using value values was way we were what when where which while who whom whose why will with
-within without would write written yes you your class classes code codes line lines call calls called
-parameter parameters default base bases
+about above after again against all and any are aren because been before being below between both but can
+could couldn did didn does doesn doing don down during each either else every few for from further had hadn
+has hasn have haven having her here hers herself him himself his how into isn its itself just many may might
+mightn more most much must mustn myself needn nor not now off once only other our ours ourselves out over own
+same shall shan she should shouldn some such than that the their theirs them themselves then there these they
+this those through too under until very was wasn were weren what when where which while who whom whose why
+will with within without won would wouldn yes you your yours yourself yourselves also
+please tell show find explain describe know mean means
 """.split())
 #: An identifier, possibly dotted (``Class.method``).
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -336,8 +337,7 @@ def _name_leads(sc: _Scanner, name: str, *, minor: bool = False) -> list[str]:
             elif caller not in callers:
                 callers.append(caller)
         shown = ", ".join(callers[:10]) + (", ..." if len(callers) > 10 else "")
-        who = "function or method" if len(callers) == 1 else "functions and methods"
-        line = (f"`{last}` is called by {len(callers)} {who} in {path}" + (f": {shown}" if callers else "")
+        line = (f"`{last}` is called in {path} inside {_plural(len(callers), 'definition')}: {shown}"
                 if callers else f"`{last}` is called in {path}")
         out.append(line + ("; also at module level" if module_level and callers else
                            " at module level" if module_level else ""))

@@ -341,7 +341,7 @@ class Worker:
         self.namespace["__builtins__"] = _BUILTINS
         self.final = _FinalSignal()
         self.observer.begin_block(None)
-        self.corpus.grep_capped = 0
+        self.corpus.grep_capped, self.corpus.grep_capped_default = 0, False
         out = CappedWriter()
         old = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
@@ -383,7 +383,8 @@ class Worker:
         if by_char:
             notes.append(_BY_CHAR_NOTE)
         if self.corpus.grep_capped:
-            notes.append(f"{protocol.GREP_CAPPED_NOTE}{self.corpus.grep_capped:,}: there may be more "
+            which = " (its default)" if self.corpus.grep_capped_default else ""
+            notes.append(f"{protocol.GREP_CAPPED_NOTE}{self.corpus.grep_capped:,}{which}: there may be more "
                          "matches. To count or add up every match, pass max_results=None.]\n")
         rebound = [k for k in RESERVED if callable(self._helpers.get(k)) and self.namespace.get(k) is not self._helpers[k]]
         if rebound:
@@ -397,7 +398,7 @@ class Worker:
         return {"type": "result", "ok": ok, "output": text, "output_chars": total,
                 "final": self.final.value, "final_error": self.final.error,
                 "elapsed_s": round(time.monotonic() - started, 4), "helpers": seen["helpers"],
-                "sources": seen["sources"]}
+                "sources": seen["sources"], "default_caps": ["grep"] if self.corpus.grep_capped_default else []}
 
 
 def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:

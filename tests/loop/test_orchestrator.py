@@ -16,7 +16,6 @@ from rlm_cli.loop.prompts import (
     FIRST_TURN_FINAL,
     FORMAT_REMINDER,
     PROSE_FINAL,
-    final_after_unseen,
 )
 from rlm_cli.loop.reply import code_blocks, find_text_final, mentions_final
 from tests.fake_llm import FakeLLM, last_user, repl
@@ -175,7 +174,7 @@ def test_first_turn_literal_final_in_a_second_block_is_refused_as_unseen(tmp_pat
     r = run(llm, [corpus(tmp_path)])
     assert r.answer == "alpha, seen"
     second = last_user(llm.chat_requests("root")[1])
-    assert final_after_unseen(2) in second and FIRST_TURN_FINAL not in second
+    assert FINAL_WITH_UNSEEN_CODE in second and FIRST_TURN_FINAL not in second
     assert "'file': 'notes.txt'" in second  # the grep output was shown
 
 
@@ -198,15 +197,17 @@ def test_second_reply_without_code_is_taken_as_final(tmp_path: Path, llm: FakeLL
     assert FORMAT_REMINDER in last_user(llm.chat_requests("root")[2])
 
 
-def test_two_prose_replies_before_any_code_finish_after_one_reminder(tmp_path: Path, llm: FakeLLM) -> None:
-    llm.script("root", "Probably alpha.", "Surely alpha.", "never asked")
-    r = run(llm, [corpus(tmp_path)], max_iterations=5)
-    assert r.error is None
-    assert r.answer == "Surely alpha."
+def test_two_prose_replies_before_any_code_are_a_guess_sent_back_once(tmp_path: Path, llm: FakeLLM) -> None:
+    # Guided: the second prose reply in a row is an answer, but one given before any output was
+    # read rests on nothing (the evidence check); after the model looks, its prose answer stands.
+    llm.script("root", "Probably alpha.", "Surely alpha.", repl("print(context[:10])"), "It is alpha.",
+               "It is alpha, the first word.")
+    r = run(llm, [corpus(tmp_path)], max_iterations=6, leads=False)
+    assert r.error is None and r.answer == "It is alpha, the first word."
     assert r.outcome is not None and r.outcome.result.status == "final"
     reqs = llm.chat_requests("root")
-    assert len(reqs) == 2
-    assert FORMAT_REMINDER in last_user(reqs[1])
+    assert len(reqs) == 5
+    assert FORMAT_REMINDER in last_user(reqs[1]) and FIRST_TURN_FINAL in last_user(reqs[2])
 
 
 def test_a_reply_with_code_resets_the_prose_count(tmp_path: Path, llm: FakeLLM) -> None:

@@ -12,7 +12,7 @@ from rlm_cli.corpus import load_corpus
 from rlm_cli.corpus.tokens import count_tokens
 from rlm_cli.history import input_budget, output_limit, request_tokens
 from rlm_cli.loop import prompts
-from rlm_cli.loop.orchestrator import corpus_meta, first_messages
+from rlm_cli.loop.meta import corpus_meta, first_messages
 
 HELPERS = ("context", "files", "chunks", "grep(", "read_file(", "search(", "llm_query(", "llm_query_batched(",
            "rlm_query(", "SHOW_VARS()", "FINAL(", "FINAL_VAR(")
@@ -35,10 +35,10 @@ def test_the_worked_example_is_real_turns_the_output_arriving_as_the_next_messag
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
     ask, code, output, final = msgs[1:5]
     assert "not your task" in ask["content"]
-    assert code["content"].rstrip().endswith("```") and 'grep(r"def fetch\\b")' in code["content"]
+    assert code["content"].rstrip().endswith("```") and 'grep(r"environ")' in code["content"]
     assert "Output:" not in code["content"]
-    assert output["content"].startswith("Output:\n1 [{'file': 'app/net.py'")
-    assert 'FINAL("The default value of `retries` in `fetch`' in final["content"]
+    assert output["content"].startswith("Output:\n2\ntool/paths.py 8 ")
+    assert 'FINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8' in final["content"]
     assert msgs[-1]["content"].endswith("Do not answer before running code.") and "Question: q" in msgs[-1]["content"]
 
 
@@ -197,5 +197,5 @@ def test_the_missing_items_note_quotes_the_lines_already_shown_that_name_them() 
     from rlm_cli.loop.prompts import check_missing
 
     note = check_missing(["b"], ["a", "b"], {"b": ["x.py:3: b is 2"]})
-    assert "leaves out 'b'" in note and "\n  x.py:3: b is 2\n" in note and 'FINAL("a: ...; b: ...")' in note
+    assert "leaves out 'b'" in note and "\n  x.py:3: b is 2\n" in note and "a: ..." not in note  # no answer shape
     assert "Lines of the output" not in check_missing(["b"], ["a", "b"], {})

@@ -1,0 +1,407 @@
+"""Answer checks: every rule of the loop that may send an answer back or rewrite it.
+
+Each check is a small unit with one interface: :meth:`Check.review` takes a :class:`Candidate`
+(the question, the answer, whether the model wrote it out or code computed it, and what the
+model had been shown when it gave it) and returns a :class:`Verdict`: accept, send back with a
+note (the loop goes on, the note in the next message), or rewrite the answer. A :class:`Judge`
+runs a policy's checks in order, enforces each one's limit per run (a check past its limit
+accepts) and emits one ``check`` trajectory event per check per answer it reviewed.
+
+None of them reads the question to guess what kind of answer is wanted (no "does it ask for a
+figure" classifier: the one that was here fired on "What does the `retries` parameter mean?").
+They look at the answer and at the run's evidence only:
+
+* ``evidence`` (standard): a written-out answer given next to code output the model had not
+  read yet, or before it had read any REPL output at all.
+* ``empty`` (standard): ``""`` or ``None``.
+* ``ungrounded`` (standard): a written-out answer naming specific tokens (identifiers, paths,
+  numbers) that appear nowhere the model was shown.
+* ``default_cap`` (standard): an answer with a figure, given in a turn (or right after one) in
+  which a helper stopped at its *default* cap, so the figure may count part of the matches.
+* ``nothing_found`` (guided): an answer that reports finding nothing or counts zero: small
+  models give up after one search that matched nothing.
+* ``listed_items`` (guided): the question lists three or more things and the answer leaves
+  some out; answers split over several FINAL blocks or replies are joined (a rewrite).
+
+Every check has a table of realistic questions and answers it must stay silent on
+(``tests/loop/test_checks.py``), unlike any ``rlm eval`` template.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rlm_cli.loop import prompts, reply
+
+Emit = Callable[[dict[str, Any]], None]
+
+ACCEPT_ACTION, SEND_BACK, REWRITE = "accept", "send_back", "rewrite"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An answer the loop may end on, with what the checks need to judge it.
+
+    ``written_out``: the model wrote the answer itself (a literal in ``FINAL("...")``, a FINAL
+    line of its text, a prose reply); ``False`` when code computed it (``FINAL(n)``,
+    ``FINAL_VAR("report")``, an f-string with fields). ``source``: ``block``, ``text``, ``prose``
+    or ``stuck``. ``unseen_chars``: characters that this reply's code printed before the answer
+    and the model had not read (it only reads output in the next message). ``seen_output``: the
+    model had read some REPL output (or leads showing corpus lines) before this reply.
+    ``shown``: what the model had been shown of the corpus (the first message, every output it
+    read, without rlm's notes and tracebacks; ``outputs`` is that output alone). ``default_caps``: helpers that stopped at their default cap in this turn or
+    the one before (``["grep"]``). ``extra_answers``: literal answers of further FINAL-only
+    blocks of the same reply (a small model writes one per part of its answer).
+    """
+
+    question: str
+    answer: str
+    written_out: bool
+    source: str = "block"
+    iteration: int = 0
+    unseen_chars: int = 0
+    seen_output: bool = True
+    shown: str = ""
+    default_caps: tuple[str, ...] = ()
+    extra_answers: tuple[str, ...] = ()
+    #: The REPL output the model read (part of ``shown``), without rlm's notes and tracebacks.
+    outputs: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a check says: ``action`` is ``accept``, ``send_back`` (``note`` says why, for the
+    model) or ``rewrite`` (``answer`` is the new answer, ``note`` says what changed, for the
+    trajectory)."""
+
+    action: str
+    note: str = ""
+    answer: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.action != SEND_BACK
+
+
+ACCEPT = Verdict(ACCEPT_ACTION)
+
+
+class Check:
+    """One answer check. Subclasses set :attr:`name` and implement :meth:`review`; a fresh
+    instance serves one run (a check may keep state across the answers of that run)."""
+
+    name = "check"
+
+    def __init__(self, limit: int = 1) -> None:
+        #: How often this check may fire (send back or rewrite) in one run; past it, it accepts.
+        self.limit = limit
+
+    def review(self, c: Candidate) -> Verdict:  # pragma: no cover - abstract
+        """The verdict on ``c`` (never raises)."""
+        raise NotImplementedError
+
+
+# -- evidence ----------------------------------------------------------------------------------------
+
+class Evidence(Check):
+    """A written-out answer must rest on output the model has read: refused when this reply's
+    code printed output it had not read yet (it wrote the answer before the REPL ran), or when
+    it had read no REPL output at all (a guess from the corpus description). A computed answer
+    (code produced it) is never refused here."""
+
+    name = "evidence"
+
+    def review(self, c: Candidate) -> Verdict:
+        if not c.written_out:
+            return ACCEPT
+        if c.unseen_chars > 0:
+            return Verdict(SEND_BACK, prompts.FINAL_WITH_UNSEEN_CODE)
+        if not c.seen_output:
+            return Verdict(SEND_BACK, prompts.FIRST_TURN_FINAL)
+        return ACCEPT
+
+
+class Empty(Check):
+    """``FINAL("")``, ``FINAL(None)``: no answer at all."""
+
+    name = "empty"
+
+    def review(self, c: Candidate) -> Verdict:
+        if c.answer.strip() in ("", "None"):
+            return Verdict(SEND_BACK, prompts.EMPTY_FINAL)
+        return ACCEPT
+
+
+# -- ungrounded ----------------------------------------------------------------------------------
+
+#: A path: two or more parts joined by ``/`` (``json/decoder.py``, ``/static/app.css``), or a
+#: file name with a short extension (``setup.cfg``).
+_PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]*/)+[\w.-]*\w|(?<![\w/.-])[\w-]{2,}\.[A-Za-z][A-Za-z0-9]{0,5}(?![\w/]|\.\w)")
+#: A code joined by hyphens, with letters and digits (``XKWR-7354``, ``utf-8``, ``sha-256``).
+_CODE = re.compile(r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+(?![\w-])")
+#: An identifier, possibly dotted.
+_IDENT = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?![\w])")
+#: What makes one part of an identifier specific: an inner underscore, a digit, a lower-to-upper
+#: change (``parseConfig``, ``HTTPServer``) or two capitals before a lower-case letter.
+_SPECIFIC_PART = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|\d|[a-z][A-Z]|[A-Z]{2}[a-z]")
+#: A number as written in an answer (``1,234``, ``12.5``; not part of a word or a version).
+_ANSWER_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,]|\.\d)|(?<![\w.,])\d+(?:\.\d+)?(?![\w,]|\.\d)")
+#: Any run of digits (with a fraction) in what the model was shown: a number there counts as
+#: shown wherever it stands (``T1234`` shows 1234; ``1,234`` is read with its commas removed).
+_SHOWN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def shown_numbers(shown: str) -> set[float]:
+    """Every number that appears in ``shown`` (digit runs, with thousands separators removed)."""
+    return {float(n) for n in _SHOWN_NUMBER.findall(_THOUSANDS.sub("", shown))}
+
+
+def specific_tokens(answer: str, min_number: float = 10) -> tuple[list[str], list[str], list[float]]:
+    """``(paths, identifiers, numbers)`` of ``answer`` (its first 2,000 characters) that name
+    something specific: paths and file names; identifiers with an inner ``_``, a digit or a
+    change of case (``parse_config``, ``HTTPServer``, ``os.path.join``; plain words are not
+    specific); numbers whose absolute value is at least ``min_number`` (small counts are read
+    off a signature or a few lines by eye, which a strong model does reliably)."""
+    text = answer[:2_000]
+    paths = list(dict.fromkeys(m.group(0).strip(".") for m in _PATH.finditer(text)
+                               if not _is_version(m.group(0)) and re.search(r"[A-Za-z]", m.group(0))))
+    rest = _PATH.sub(" ", text)
+    idents: list[str] = [m.group(0) for m in _CODE.finditer(rest)]
+    rest = _CODE.sub(" ", rest)
+    for m in _IDENT.finditer(rest):
+        tok = m.group(0)
+        parts = tok.split(".")
+        if any(len(p) < 2 for p in parts) or len(tok) < 3:
+            continue  # e.g., i.e.
+        if any(_SPECIFIC_PART.search(p) for p in parts) or (len(parts) > 1 and all(len(p) >= 2 for p in parts)):
+            idents.append(tok)
+    rest = _IDENT.sub(" ", rest)
+    numbers = [n for n in (_number(x) for x in _ANSWER_NUMBER.findall(rest)) if abs(n) >= min_number]
+    return paths, list(dict.fromkeys(idents)), list(dict.fromkeys(numbers))
+
+
+def _is_version(token: str) -> bool:
+    return re.fullmatch(r"v?\d+(?:\.\d+)+", token) is not None
+
+
+def unseen_tokens(answer: str, shown: str, min_number: float = 10, numbers_shown: str | None = None) -> list[str]:
+    """The :func:`specific_tokens` of ``answer`` that appear nowhere in ``shown``: a path counts
+    as shown when its file name does (``Lib/json/decoder.py`` for ``json/decoder.py``), a dotted
+    name when its last part does, a number when the same value does (``1,234`` = ``1234.0``) in
+    ``numbers_shown`` (default: ``shown``)."""
+    paths, idents, numbers = specific_tokens(answer, min_number)
+    missing: list[str] = []
+    for p in paths:
+        name = p.rstrip("/").rsplit("/", 1)[-1]
+        if name and name not in shown:
+            missing.append(p)
+    for ident in idents:
+        if ident not in shown and ident.rsplit(".", 1)[-1] not in shown:
+            missing.append(ident)
+    if numbers:
+        have = shown_numbers(shown if numbers_shown is None else numbers_shown)
+        missing += [_show_number(n) for n in numbers if n not in have]
+    return missing
+
+
+def _show_number(n: float) -> str:
+    return str(int(n)) if n.is_integer() else str(n)
+
+
+class Ungrounded(Check):
+    """A written-out answer whose specific tokens (paths, identifiers, numbers of at least
+    ``min_number``) appear nowhere the model was shown (the first message, the REPL output it
+    read) nor in the question: a small model invents outputs and answers from them. Numbers are
+    looked for in the REPL output and the question only (the corpus description's counts of
+    files, characters and tokens hold every small number). A computed answer is not checked
+    (code read the corpus for it)."""
+
+    name = "ungrounded"
+
+    def __init__(self, limit: int = 1, min_number: float = 10) -> None:
+        super().__init__(limit)
+        self.min_number = min_number
+
+    def review(self, c: Candidate) -> Verdict:
+        if not c.written_out:
+            return ACCEPT
+        missing = unseen_tokens(c.answer, f"{c.shown}\n{c.question}", self.min_number, f"{c.outputs}\n{c.question}")
+        if missing:
+            return Verdict(SEND_BACK, prompts.ungrounded(missing))
+        return ACCEPT
+
+
+# -- default cap ---------------------------------------------------------------------------------
+
+class DefaultCap(Check):
+    """An answer that holds a figure (a number the question does not have), given in a turn in
+    which a helper stopped at its *default* cap (or right after such a turn): a count or total
+    over a capped result misses the rest. A cap the model chose (``max_results=5``) is its own
+    decision and is not checked."""
+
+    name = "default_cap"
+
+    def review(self, c: Candidate) -> Verdict:
+        if not c.default_caps:
+            return ACCEPT
+        asked = {_number(n) for n in _ANSWER_NUMBER.findall(c.question)}
+        figures = [n for n in (_number(x) for x in _ANSWER_NUMBER.findall(c.answer[:2_000])) if n not in asked]
+        if not figures:
+            return ACCEPT
+        return Verdict(SEND_BACK, prompts.default_cap(sorted(set(c.default_caps))))
+
+
+# -- guided: nothing found ---------------------------------------------------------------------------
+
+#: An answer that counts nothing: "0", "0 requests", "zero", "none", "no matching lines".
+_COUNTS_NOTHING = re.compile(
+    r"^\W*(?:0|zero|none|no)\W*$|\b(?:0|zero|no)\s+(?:\w+\s+){0,2}?(?:requests?|lines?|rows?|records?|entries|"
+    r"matches|results|hits|occurrences?|items?|files?|calls?|errors?|events?|times|users?|customers?|orders?)\b",
+    re.IGNORECASE)
+
+
+def counts_nothing(answer: str) -> bool:
+    """Whether a short answer (up to 200 characters) counts nothing: ``0``, ``none``, ``0 rows``,
+    ``no matching requests``."""
+    return len(answer) <= 200 and _COUNTS_NOTHING.search(answer) is not None
+
+
+class NothingFound(Check):
+    """An answer that says nothing was found (``reply.negative_answer``) or counts zero
+    (:func:`counts_nothing`): one search that matched nothing proves little, and small models
+    stop there (seen: a filter that matched nothing answered as "none"). Sent back once for a
+    second look; the same answer again is accepted."""
+
+    name = "nothing_found"
+
+    def review(self, c: Candidate) -> Verdict:
+        if counts_nothing(c.answer):
+            return Verdict(SEND_BACK, prompts.CHECK_ZERO)
+        if reply.negative_answer(c.answer):
+            return Verdict(SEND_BACK, prompts.CHECK_NEGATIVE)
+        return ACCEPT
+
+
+# -- guided: listed items ----------------------------------------------------------------------------
+
+@dataclass
+class _Parts:
+    answers: list[str] = field(default_factory=list)
+    missing: int = 1_000
+
+
+class ListedItems(Check):
+    """The question lists three or more things (``A, B and C``; not "which of A, B and C", which
+    asks for one of them) and the answer leaves some out (``reply.missing_items``): sent back
+    with the lines of the output already shown that name them. Answers that each give other
+    items are joined (a rewrite): the extra FINAL-only blocks of one reply, and the answers sent
+    back earlier in the run."""
+
+    name = "listed_items"
+
+    def __init__(self, limit: int = 3) -> None:
+        super().__init__(limit)
+        self.parts = _Parts()
+
+    def review(self, c: Candidate) -> Verdict:
+        q = c.question
+        items = reply.listed_items(q)
+        if not items:
+            return ACCEPT
+        answer = c.answer
+        if c.extra_answers:
+            joined = "\n".join(dict.fromkeys([answer, *c.extra_answers]))
+            if len(reply.missing_items(q, joined)) < len(reply.missing_items(q, answer)):
+                answer = joined
+        answer = self._with_earlier_parts(q, answer)
+        missing = reply.missing_items(q, answer)
+        if missing and len(missing) < self.parts.missing and not self.parts.answers:
+            self.parts.missing = len(missing)
+            self.parts.answers.append(answer)
+            return Verdict(SEND_BACK, prompts.check_missing(missing, items, reply.lines_naming(c.outputs, missing)))
+        if answer != c.answer:
+            return Verdict(REWRITE, "joined the answers that each give other items of the question", answer)
+        return ACCEPT
+
+    def _with_earlier_parts(self, q: str, answer: str) -> str:
+        """``answer`` joined with earlier answers that give only items it leaves out (the later
+        answer corrects an earlier one about the same item)."""
+        if not self.parts.answers:
+            return answer
+        items = set(reply.listed_items(q))
+        covered = items - set(reply.missing_items(q, answer))
+        keep: list[str] = []
+        for part in reversed(self.parts.answers):
+            theirs = items - set(reply.missing_items(q, part))
+            if theirs and not theirs & covered:
+                keep.insert(0, part)
+                covered |= theirs
+        return "\n".join(dict.fromkeys([*keep, answer])) if keep else answer
+
+
+# -- the judge ---------------------------------------------------------------------------------------
+
+#: Every check by name (what ``Policy.checks`` lists).
+CHECKS: dict[str, Callable[..., Check]] = {
+    "evidence": Evidence, "empty": Empty, "ungrounded": Ungrounded, "default_cap": DefaultCap,
+    "nothing_found": NothingFound, "listed_items": ListedItems,
+}
+
+
+@dataclass
+class Judged:
+    """The outcome of :meth:`Judge.review`: the answer to end on (``None`` when sent back) and
+    the note for the model."""
+
+    answer: str | None
+    note: str = ""
+
+
+class Judge:
+    """Runs ``checks`` (fresh instances, in order) over each candidate answer of one run.
+
+    The first check that sends the answer back stops the review; a rewrite hands the new answer
+    to the checks after it. A check that has fired (sent back or rewritten) ``limit`` times
+    accepts from then on. Each check consulted emits one ``check`` event: ``check`` (its name),
+    ``verdict`` (``accept``, ``send_back`` or ``rewrite``), ``iteration``, ``source``,
+    ``written_out``, ``answer`` (the answer it judged), ``fired`` (times so far, this one
+    included), and ``note`` / ``rewritten`` / ``limit_reached`` where they apply.
+    """
+
+    def __init__(self, checks: list[Check], emit: Emit, depth: int = 0) -> None:
+        self.checks = checks
+        self.emit = emit
+        self.depth = depth
+        self.fired: dict[str, int] = {c.name: 0 for c in checks}
+
+    def review(self, c: Candidate) -> Judged:
+        from rlm_cli.trace import event
+
+        for check in self.checks:
+            verdict = check.review(c)
+            exhausted = verdict.action != ACCEPT_ACTION and self.fired[check.name] >= check.limit
+            fields: dict[str, Any] = {"check": check.name, "iteration": c.iteration, "source": c.source,
+                                      "written_out": c.written_out, "answer": c.answer[:4_000]}
+            if exhausted:
+                self.emit(event("check", self.depth, verdict=ACCEPT_ACTION, limit_reached=True,
+                                fired=self.fired[check.name], **fields))
+                continue
+            if verdict.action != ACCEPT_ACTION:
+                self.fired[check.name] += 1
+            extra = {"note": verdict.note} if verdict.note else {}
+            if verdict.action == REWRITE and verdict.answer is not None:
+                extra["rewritten"] = verdict.answer[:4_000]
+            self.emit(event("check", self.depth, verdict=verdict.action, fired=self.fired[check.name], **fields, **extra))
+            if verdict.action == SEND_BACK:
+                return Judged(None, verdict.note)
+            if verdict.action == REWRITE and verdict.answer is not None:
+                c = replace(c, answer=verdict.answer)
+        return Judged(c.answer)
