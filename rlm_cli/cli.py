@@ -530,6 +530,8 @@ def eval_cmd(
                                  "pairs.")] = "needle,code,aggregate,pairs",
     limit: Annotated[int, Opt("--limit", min=1, help="Questions per family.")] = 10,
     seed: Annotated[int, Opt("--seed", help="Same seed and corpus, same questions.")] = 0,
+    split: Annotated[str, Opt("--split", help="dev: the families' own wording (tune on it); test: other wordings "
+                              "and seeds (report it, never tune on it).")] = "dev",
     modes: Annotated[str, Opt("--modes", help="Comma-separated: rlm, direct (direct only where the corpus fits "
                               "the root model's window).")] = "rlm",
     jobs: Annotated[int, Opt("--jobs", min=1, help="Questions run at once.")] = 1,
@@ -591,7 +593,7 @@ def eval_cmd(
     ui = render.Renderer(quiet=quiet, verbose=verbose)
     doc, markdown = cli_run.evaluate(settings, paths, families=_words(families, "--families"),
                                      modes=_words(modes, "--modes"), limit=limit, seed=seed, jobs=jobs,
-                                     records=records, ui=ui, command=_command_line())
+                                     records=records, ui=ui, command=_command_line(), split=split)
     if report is not None:
         cli_run.write_atomic(report, markdown)
         ui.info(f"report written to {report}")

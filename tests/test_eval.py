@@ -341,3 +341,62 @@ def test_eval_usage_errors(tmp_path: Path, llm: FakeLLM) -> None:
     res = run_rlm("eval", str(corpus), "--families", "code", *model_flags(llm))
     assert res.code == 2 and "no question could be generated" in res.stderr
     assert "no parsable Python files" in res.stderr
+
+
+# -- splits and answer-check statistics --------------------------------------------------------------
+
+
+def test_the_dev_split_asks_what_the_families_always_asked_and_test_words_it_otherwise(py_corpus: Any) -> None:
+    from rlm_cli.evaluation.phrasing import TEMPLATES
+
+    ct = corpus_text(py_corpus)
+    dev = generate(["needle", "code", "aggregate", "pairs"], ct, limit=8, seed=1, records=200)
+    assert dev == generate(["needle", "code", "aggregate", "pairs"], ct, limit=8, seed=1, records=200, split="dev")
+    assert any(t.question.startswith("Which file defines the function `") for t in dev["code"])
+    test = generate(["needle", "code", "aggregate", "pairs"], ct, limit=8, seed=1, records=200, split="test")
+    dev_q = {t.question for ts in dev.values() for t in ts}
+    for fam, tasks in test.items():
+        assert tasks, fam
+        for t in tasks:
+            assert t.question not in dev_q and "{" not in t.question  # other wording, every field filled
+            assert not any(t.question == tpl for tpl in TEMPLATES[(fam, t.kind)]["dev"])
+    # Other seeds: other needles, files and records.
+    assert {t.gold if isinstance(t.gold, str) else tuple(t.gold) for t in test["needle"]}.isdisjoint(
+        {t.gold if isinstance(t.gold, str) else tuple(t.gold) for t in dev["needle"]})
+    # The test needles are planted in other sentences; each planted key is in the derived text once.
+    for t in test["needle"]:
+        assert t.edit is not None
+        text = "".join(t.edit.replace.values())
+        for key in ([t.gold] if isinstance(t.gold, str) else t.gold):
+            assert text.count(key) == 1 and "secret code" not in text.split(key)[0][-80:]
+
+
+def _right_any_wording(req: dict[str, Any]) -> str:
+    """Finds a planted key whatever the split's wording: the one ``AAAA-0000`` token in the corpus
+    after the team or project the question names."""
+    q = _question(req)
+    m = re.search(r"(?:the|of the) (\w+ \w+) (?:team|project)", q)
+    assert m, q
+    name = m.group(1)
+    return repl(f"import re\nm = re.search(r'{name}[^\\n]*?([A-Z]{{4}}-\\d{{4}})', context)\nFINAL(m.group(1))")
+
+
+def test_rlm_eval_split_test_and_the_checks_it_reports(tmp_path: Path, llm: FakeLLM) -> None:
+    corpus = _haystack(tmp_path / "logs")
+
+    # Each question: a written-out guess before reading anything (the evidence check sends it back), then code.
+    guess = repl("FINAL('ZZZZ-0000')")
+    llm.script("root", guess, _right_any_wording, guess, _right_any_wording)
+    res = run_rlm("eval", str(corpus), "--families", "needle", "--limit", "2", "--split", "test", "--json",
+                  "--no-llm-cache", "--no-leads", "--report", str(tmp_path / "r.md"), *model_flags(llm))
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["meta"]["split"] == "test" and doc["summary"][0]["correct"] == 2
+    assert all("team" in r["question"] for r in doc["results"])
+    (ev,) = doc["checks"]
+    assert ev == {"check": "evidence", "fired": 2, "questions": 2, "changed": 2, "right_to_wrong": 0,
+                  "wrong_to_right": 2}
+    assert all(r["checks"][0]["answer"] == "ZZZZ-0000" and r["checks"][0]["right"] is False for r in doc["results"])
+    assert "| evidence | 2 | 2 | 2 | 0 | 2 |" in (tmp_path / "r.md").read_text()
+    res = run_rlm("eval", str(corpus), "--split", "holdout", *model_flags(llm))
+    assert res.code == 2 and "unknown split 'holdout'" in res.stderr

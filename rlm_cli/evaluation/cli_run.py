@@ -17,12 +17,13 @@ from typing import Any
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
 from rlm_cli.evaluation.harness import MODES, QuestionResult, corpus_text, run_eval, summarize
+from rlm_cli.evaluation.phrasing import SPLITS
 from rlm_cli.evaluation.report import document, markdown, summary_table
 from rlm_cli.evaluation.tasks import FAMILIES, generate
 
 
 def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes: list[str], limit: int, seed: int,
-             jobs: int, records: int, ui: Any, command: str = "") -> tuple[dict[str, Any], str]:
+             jobs: int, records: int, ui: Any, command: str = "", split: str = "dev") -> tuple[dict[str, Any], str]:
     """Run the evaluation; returns the ``--json`` document and the Markdown report.
 
     Raises:
@@ -37,6 +38,8 @@ def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes
     bad = [f for f in families if f not in FAMILIES]
     if bad:
         raise UsageError(f"unknown family {bad[0]!r}", hint=f"choose from {', '.join(FAMILIES)}")
+    if split not in SPLITS:
+        raise UsageError(f"unknown split {split!r}", hint=f"choose from {', '.join(SPLITS)}")
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise UsageError(f"unknown mode {bad[0]!r}", hint=f"choose from {', '.join(MODES)}")
@@ -46,7 +49,7 @@ def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes
     corpus = load_corpus(paths, settings.corpus, on_warning=ui.warning)
     try:
         ui.info(f"corpus {corpus.summary()}")
-        generated = generate(families, corpus_text(corpus), limit=limit, seed=seed, records=records)
+        generated = generate(families, corpus_text(corpus), limit=limit, seed=seed, records=records, split=split)
         for fam, tasks in generated.items():
             if not tasks:
                 ui.warning(f"family {fam}: no question could be generated from this corpus"
@@ -77,8 +80,9 @@ def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes
             "sub_model": settings.effective_sub_model, "corpus": {"files": len(corpus.files),
                                                                   "tokens": corpus.total_tokens,
                                                                   "bytes": corpus.total_bytes},
-            "paths": [os.path.abspath(p) for p in paths], "seed": seed, "families": families, "modes": modes,
-            "limit": limit, "records": records, "sandbox": settings.sandbox, "command": command}
+            "paths": [os.path.abspath(p) for p in paths], "split": split, "seed": seed, "families": families,
+            "modes": modes, "limit": limit, "records": records, "policy": settings.policy, "sandbox": settings.sandbox,
+            "command": command}
     return document(meta, groups, results), markdown(meta, groups, results)
 
 

@@ -56,6 +56,12 @@ class QuestionResult:
     run_id: str | None = None
     trace: str | None = None
     error: str | None = None
+    #: The root loop's checks that fired (sent the answer back or rewrote it), in order: ``check``,
+    #: ``verdict``, ``iteration``, ``answer`` (the answer it judged) and ``right`` (whether that
+    #: answer, had it been taken, would have scored correct).
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    #: The loop policy the run used (``auto`` resolved).
+    policy: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used in ``rlm eval --json``'s ``results``."""
@@ -64,7 +70,8 @@ class QuestionResult:
                 "gold": t.gold, "answer": self.answer[:ANSWER_CHARS], "correct": self.correct, "status": self.status,
                 "iterations": self.iterations, "sub_calls": self.sub_calls, "tokens": self.tokens,
                 "cached_calls": self.cached_calls, "cost_usd": self.cost_usd, "elapsed_s": self.elapsed_s,
-                "run_id": self.run_id, "trace": self.trace, "error": self.error}
+                "run_id": self.run_id, "trace": self.trace, "error": self.error, "policy": self.policy,
+                "checks": [{k: (v[:ANSWER_CHARS] if k == "answer" else v) for k, v in c.items()} for c in self.checks]}
 
 
 @dataclass
@@ -182,10 +189,18 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
     s = dataclasses.replace(settings, mode=mode, trace=None)
     started = time.monotonic()
     res = QuestionResult(task, mode, "error")
+
+    def tap(ev: dict[str, Any]) -> None:
+        if ev.get("type") == "check" and ev.get("depth") == 0 and ev.get("verdict") != "accept":
+            res.checks.append({"check": ev.get("check"), "verdict": ev.get("verdict"),
+                               "iteration": ev.get("iteration"), "answer": str(ev.get("answer") or "")})
+        emit(ev)
+
     try:
-        outcome = runner.ask(s, paths, task.question, emit=emit, corpus=corpus)
+        outcome = runner.ask(s, paths, task.question, emit=tap, corpus=corpus)
         r = outcome.result
         res.status, res.answer, res.iterations, res.sub_calls = r.status, r.answer, r.iterations, r.sub_calls
+        res.policy = r.policy
         res.run_id, res.trace = outcome.run_id, str(outcome.trace_path) if outcome.trace_path else None
         usage = outcome.usage
     except DoesNotFitError as exc:
@@ -197,6 +212,7 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
         res.status = result.status if result is not None else "budget_exceeded"
         res.answer, res.error = exc.partial or "", exc.message
         res.iterations = result.iterations if result is not None else 0
+        res.policy = result.policy if result is not None else ""
         res.sub_calls = result.sub_calls if result is not None else 0
         usage = getattr(exc, "usage", None) or {}
         res.trace = str(exc.trace_path) if getattr(exc, "trace_path", None) else None  # type: ignore[attr-defined]
@@ -215,7 +231,48 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
     if res.trace and not res.run_id:
         res.run_id = res.trace.rsplit("/", 1)[-1].removesuffix(".jsonl")
     res.correct = res.status == "final" and score(task.scorer, res.answer, task.gold, **task.extra)
+    for c in res.checks:
+        c["right"] = bool(score(task.scorer, c["answer"], task.gold, **task.extra))
     return res
+
+
+@dataclass
+class CheckSummary:
+    """How one answer check did over an evaluation: ``fired`` (times it sent an answer back or
+    rewrote it), ``questions`` (questions it fired on), ``changed`` (firings after which the
+    question's final answer differs from the answer judged), ``right_to_wrong`` (the judged
+    answer would have scored correct, the final one did not) and ``wrong_to_right``."""
+
+    check: str
+    fired: int = 0
+    questions: int = 0
+    changed: int = 0
+    right_to_wrong: int = 0
+    wrong_to_right: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form used in ``rlm eval --json``'s ``checks``."""
+        return dataclasses.asdict(self)
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.split()).lower() == " ".join(b.split()).lower()
+
+
+def summarize_checks(results: list[QuestionResult]) -> list[CheckSummary]:
+    """One :class:`CheckSummary` per check that fired in ``results``, by name."""
+    out: dict[str, CheckSummary] = {}
+    for r in results:
+        final_right = bool(r.correct)
+        for name in dict.fromkeys(c["check"] for c in r.checks):
+            out.setdefault(name, CheckSummary(name)).questions += 1
+        for c in r.checks:
+            cs = out.setdefault(c["check"], CheckSummary(c["check"]))
+            cs.fired += 1
+            cs.changed += not _same(c["answer"], r.answer)
+            cs.right_to_wrong += c["right"] and not final_right
+            cs.wrong_to_right += (not c["right"]) and final_right
+    return [out[k] for k in sorted(out)]
 
 
 def run_eval(settings: Settings, paths: list[str], base: Corpus, tasks: list[Task], *, modes: list[str],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_cli.evaluation.harness import GroupSummary, QuestionResult
+from rlm_cli.evaluation.harness import GroupSummary, QuestionResult, summarize_checks
 
 #: Version of the ``rlm eval --json`` document.
 EVAL_SCHEMA = 1
@@ -32,6 +32,19 @@ def summary_table(groups: list[GroupSummary]) -> str:
     return "\n".join(rows)
 
 
+def checks_table(results: list[QuestionResult]) -> str:
+    """A Markdown table of the answer checks that fired (``harness.summarize_checks``), or a line
+    saying none did."""
+    rows = summarize_checks(results)
+    if not rows:
+        return "No answer check fired."
+    out = ["| check | fired | questions | answer changed | right -> wrong | wrong -> right |",
+           "|---|---|---|---|---|---|"]
+    out += [f"| {c.check} | {c.fired} | {c.questions} | {c.changed} | {c.right_to_wrong} | {c.wrong_to_right} |"
+            for c in rows]
+    return "\n".join(out)
+
+
 def _cell(text: Any, n: int = 80) -> str:
     s = " ".join(str(text).split())
     s = s if len(s) <= n else s[: n - 1] + "…"
@@ -42,8 +55,8 @@ def markdown(meta: dict[str, Any], groups: list[GroupSummary], results: list[Que
     """The whole report: what was run (model, corpus, seed, command), the summary table, the
     failure kinds by status, and one row per question with its trajectory id."""
     lines = ["# rlm eval report", ""]
-    for key in ("date", "model", "sub_model", "corpus", "seed", "families", "modes", "limit", "records",
-                "sandbox", "command"):
+    for key in ("date", "model", "sub_model", "corpus", "split", "seed", "families", "modes", "limit", "records",
+                "policy", "sandbox", "command"):
         if meta.get(key) not in (None, ""):
             value = meta[key]
             if isinstance(value, dict):
@@ -52,7 +65,8 @@ def markdown(meta: dict[str, Any], groups: list[GroupSummary], results: list[Que
                 value = ", ".join(map(str, value))
             lines.append(f"- **{key.replace('_', ' ')}**: `{value}`" if key == "command" else
                          f"- **{key.replace('_', ' ')}**: {value}")
-    lines += ["", "## Summary", "", summary_table(groups), "", "## Questions", "",
+    lines += ["", "## Summary", "", summary_table(groups), "", "## Answer checks", "", checks_table(results), "",
+              "## Questions", "",
               "| id | kind | mode | status | correct | gold | answer | iterations | s | trace |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -64,7 +78,8 @@ def markdown(meta: dict[str, Any], groups: list[GroupSummary], results: list[Que
 
 
 def document(meta: dict[str, Any], groups: list[GroupSummary], results: list[QuestionResult]) -> dict[str, Any]:
-    """The ``--json`` document: ``schema``, ``meta``, ``summary`` (per family and mode) and
-    ``results`` (per question)."""
+    """The ``--json`` document: ``schema``, ``meta``, ``summary`` (per family and mode),
+    ``checks`` (per answer check that fired: ``harness.CheckSummary``) and ``results`` (per
+    question, each with the checks that fired on it)."""
     return {"schema": EVAL_SCHEMA, "status": "done", "meta": meta, "summary": [g.to_dict() for g in groups],
-            "results": [r.to_dict() for r in results]}
+            "checks": [c.to_dict() for c in summarize_checks(results)], "results": [r.to_dict() for r in results]}

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm_cli.evaluation.phrasing import Phrasing
+
 FAMILIES = ("needle", "code", "aggregate", "pairs")
 #: Folder of the generated files appended to the corpus (a suffix is added if the corpus has it).
 GENERATED_DIR = "rlm-eval"
@@ -71,24 +73,28 @@ class CorpusText:
     context: Callable[[], str]
 
 
-def generate(families: list[str], corpus: CorpusText, *, limit: int, seed: int, records: int) -> dict[str, list[Task]]:
+def generate(families: list[str], corpus: CorpusText, *, limit: int, seed: int, records: int,
+             split: str = "dev") -> dict[str, list[Task]]:
     """Up to ``limit`` tasks per family in ``families`` (fewer where the corpus cannot give more:
-    ``code`` needs Python files). ``records`` sizes the generated log and ticket list.
+    ``code`` needs Python files). ``records`` sizes the generated log and ticket list. ``split``
+    (``evaluation.phrasing``): ``dev``, the wording and seeds the families always had, or
+    ``test``, other wordings and other random streams (``f"{seed}:{family}:test"``).
 
     Raises:
-        ValueError: an unknown family name.
+        ValueError: an unknown family name or split.
     """
     out: dict[str, list[Task]] = {}
     for fam in families:
-        rng = random.Random(f"{seed}:{fam}")
+        rng = random.Random(f"{seed}:{fam}" if split == "dev" else f"{seed}:{fam}:{split}")
+        phr = Phrasing(split, random.Random(f"{seed}:{fam}:{split}:phrasing"))
         if fam == "needle":
-            out[fam] = needle_tasks(corpus, rng, limit)
+            out[fam] = needle_tasks(corpus, rng, limit, phr)
         elif fam == "code":
-            out[fam] = code_tasks(corpus, rng, limit)
+            out[fam] = code_tasks(corpus, rng, limit, phr)
         elif fam == "aggregate":
-            out[fam] = aggregate_tasks(corpus, rng, limit, records)
+            out[fam] = aggregate_tasks(corpus, rng, limit, records, phr)
         elif fam == "pairs":
-            out[fam] = pairs_tasks(corpus, rng, limit, records)
+            out[fam] = pairs_tasks(corpus, rng, limit, records, phr)
         else:
             raise ValueError(f"unknown family {fam!r}; choose from {', '.join(FAMILIES)}")
     return out
@@ -127,8 +133,9 @@ def _pick_file(corpus: CorpusText, rng: random.Random, sizes: list[int], total: 
     return corpus.paths[-1], 0.5
 
 
-def needle_tasks(corpus: CorpusText, rng: random.Random, limit: int) -> list[Task]:
+def needle_tasks(corpus: CorpusText, rng: random.Random, limit: int, phr: Phrasing | None = None) -> list[Task]:
     """Single-key questions, and every third one a three-key question (kind ``multi``)."""
+    phr = phr or Phrasing("dev")
     sizes = [len(corpus.text(p)) for p in corpus.paths]
     total = sum(sizes)
     tasks = []
@@ -139,15 +146,13 @@ def needle_tasks(corpus: CorpusText, rng: random.Random, limit: int) -> list[Tas
         replace: dict[str, str] = {}
         for (adj, noun), key in zip(names, keys, strict=True):
             path, frac = _pick_file(corpus, rng, sizes, total)
-            sentence = f"The secret code of the {adj} {noun} project is {key}."
+            sentence = phr.ask("needle", "sentence", adj=adj, noun=noun, key=key)
             replace[path] = plant(replace.get(path, corpus.text(path)), sentence, frac, path)
         projects = [f"{a} {b}" for a, b in names]
         if n == 1:
-            question = (f"What is the secret code of the {projects[0]} project? It is written somewhere in the "
-                        "corpus. Answer with the code.")
+            question = phr.ask("needle", "single", p=projects[0])
         else:
-            question = (f"What are the secret codes of the {', '.join(projects[:-1])} and {projects[-1]} projects? "
-                        "Each is written somewhere in the corpus. Answer with each project and its code.")
+            question = phr.ask("needle", "multi", ps=", ".join(projects[:-1]), last=projects[-1])
         tasks.append(Task(f"needle-{i + 1}", "needle", "single" if n == 1 else "multi", question,
                           keys[0] if n == 1 else keys, "key", edit=CorpusEdit(f"needle-{i + 1}", replace)))
     return tasks
@@ -179,19 +184,19 @@ def _all_defs(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
 
 
 def _q_defines(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: str,
-               rng: random.Random) -> Task | None:
+               rng: random.Random, phr: Phrasing) -> Task | None:
     names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
              and len(n.name) >= 6 and not n.name.startswith(("test", "__"))]
     rng.shuffle(names)
     for name in names[:8]:
         if len(_defs_regex(name).findall(ctx)) == 1:
-            return Task("", "code", "defines", f"Which file defines the function `{name}`? Give the file's path.",
+            return Task("", "code", "defines", phr.ask("code", "defines", name=name),
                         path, "path", {"paths": corpus.paths})
     return None
 
 
 def _q_default(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: str,
-               rng: random.Random) -> Task | None:
+               rng: random.Random, phr: Phrasing) -> Task | None:
     counts = Counter(n.name for n in _all_defs(tree))
     cands = []
     for qual, node, _ in _functions(tree):
@@ -209,12 +214,12 @@ def _q_default(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: 
         return None
     qual, param, value = rng.choice(cands)
     what = f"the method `{qual}`" if "." in qual else f"the function `{qual}`"
-    return Task("", "code", "default", f"In the file `{path}`, what is the default value of the parameter "
-                f"`{param}` of {what}?", value, "literal")
+    return Task("", "code", "default", phr.ask("code", "default", path=path, param=param, what=what, qual=qual),
+                value, "literal")
 
 
 def _q_bases(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: str,
-             rng: random.Random) -> Task | None:
+             rng: random.Random, phr: Phrasing) -> Task | None:
     counts = Counter(n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
     cands = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.bases and counts[n.name] == 1
              and all(isinstance(b, (ast.Name, ast.Attribute)) for b in n.bases)]
@@ -222,12 +227,12 @@ def _q_bases(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: st
         return None
     node = rng.choice(cands)
     bases = [ast.unparse(b) for b in node.bases]
-    return Task("", "code", "bases", f"In the file `{path}`, what are the base classes of the class "
-                f"`{node.name}`?", bases, "names", {"ignore": [node.name]})
+    return Task("", "code", "bases", phr.ask("code", "bases", path=path, cls=node.name), bases, "names",
+                {"ignore": [node.name]})
 
 
 def _q_calls(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: str,
-             rng: random.Random) -> Task | None:
+             rng: random.Random, phr: Phrasing) -> Task | None:
     """A name called (as a plain ``name(...)``) by 2-8 top-level functions or methods, and used
     nowhere else in the file (no attribute call ``.name(``, no reference without a call, no
     call at module level or from a nested function): the count is then unambiguous."""
@@ -253,14 +258,13 @@ def _q_calls(path: str, tree: ast.Module, text: str, corpus: CorpusText, ctx: st
     if not cands:
         return None
     name, count = rng.choice(cands)
-    return Task("", "code", "calls", f"In the file `{path}`, how many functions and methods call `{name}`? "
-                "Answer with the number.", count, "number")
+    return Task("", "code", "calls", phr.ask("code", "calls", path=path, name=name), count, "number")
 
 
 _CODE_MAKERS = {"defines": _q_defines, "default": _q_default, "bases": _q_bases, "calls": _q_calls}
 
 
-def code_tasks(corpus: CorpusText, rng: random.Random, limit: int) -> list[Task]:
+def code_tasks(corpus: CorpusText, rng: random.Random, limit: int, phr: Phrasing | None = None) -> list[Task]:
     """Questions about the corpus's Python files, the four kinds in turn (see the module doc).
     Files are visited in a seeded random order; each file gives at most one question."""
     py = [p for p in corpus.paths if p.endswith(".py")]
@@ -282,7 +286,7 @@ def code_tasks(corpus: CorpusText, rng: random.Random, limit: int) -> list[Task]
         kind = kinds[len(tasks) % len(kinds)]
         if misses[kind] > 200:  # this corpus has none of that kind: take the next
             kind = kinds[(len(tasks) + 1) % len(kinds)]
-        task = _CODE_MAKERS[kind](path, tree, text, corpus, ctx, rng)
+        task = _CODE_MAKERS[kind](path, tree, text, corpus, ctx, rng, phr or Phrasing("dev"))
         if task is None:
             misses[kind] += 1
             continue
@@ -339,10 +343,12 @@ def _unique_extreme(counter: Counter[str], labels: list[str], most: bool) -> str
     return ranked[0]
 
 
-def aggregate_tasks(corpus: CorpusText, rng: random.Random, limit: int, records: int) -> list[Task]:
+def aggregate_tasks(corpus: CorpusText, rng: random.Random, limit: int, records: int,
+                    phr: Phrasing | None = None) -> list[Task]:
     """Questions over a generated log of ``records`` lines (kinds ``count``, ``sum``, ``most``,
     ``least``, in turn; most/least ask for a service given a level or a user given a service, and
     only where the extreme is unique); every line can change the answer."""
+    phr = phr or Phrasing("dev")
     recs = generate_log(rng, records)
     path = _free_path(corpus, "service.log")
     edit = CorpusEdit("aggregate", add=((path, log_text(recs)),))
@@ -356,12 +362,10 @@ def aggregate_tasks(corpus: CorpusText, rng: random.Random, limit: int, records:
         task: Task | None = None
         if kind == "count":
             n = sum(1 for r in recs if r["service"] == svc and r["level"] == lvl)
-            task = Task("", "aggregate", kind, f"In `{path}`, how many lines have service={svc} and level={lvl}? "
-                        "Answer with the number.", n, "number")
+            task = Task("", "aggregate", kind, phr.ask("aggregate", kind, path=path, svc=svc, lvl=lvl), n, "number")
         elif kind == "sum":
             n = sum(r["latency_ms"] for r in recs if r["service"] == svc)
-            task = Task("", "aggregate", kind, f"In `{path}`, what is the total latency_ms of all lines with "
-                        f"service={svc}? Answer with the number.", n, "number")
+            task = Task("", "aggregate", kind, phr.ask("aggregate", kind, path=path, svc=svc), n, "number")
         else:  # most / least: services given a level, or users given a service
             most = kind == "most"
             if rng.random() < 0.5:
@@ -373,8 +377,9 @@ def aggregate_tasks(corpus: CorpusText, rng: random.Random, limit: int, records:
                 label = _unique_extreme(c, sorted(c), most=most)
                 what, labels, where = "user", users, f"service={svc}"
             if label:
-                task = Task("", "aggregate", kind, f"In `{path}`, which {what} has the {'most' if most else 'fewest'} "
-                            f"lines with {where}? Answer with the {what}.", label, "label", {"labels": labels})
+                task = Task("", "aggregate", kind, phr.ask("aggregate", kind, path=path, what=what, where=where,
+                                                           where_words=where.replace("=", " is ")),
+                            label, "label", {"labels": labels})
         if task is not None and not any(t.question == task.question for t in tasks):
             task.id, task.edit = f"aggregate-{len(tasks) + 1}", edit
             tasks.append(task)
@@ -407,9 +412,11 @@ def tickets_text(tickets: list[dict[str, str]]) -> str:
     return "".join(f"ticket {t['id']} customer={t['customer']} product={t['product']}\n" for t in tickets)
 
 
-def pairs_tasks(corpus: CorpusText, rng: random.Random, limit: int, records: int) -> list[Task]:
+def pairs_tasks(corpus: CorpusText, rng: random.Random, limit: int, records: int,
+                phr: Phrasing | None = None) -> list[Task]:
     """Questions over a generated ticket list of ``records`` lines, each with its own list: which
     pairs share a customer and a product (kind ``list``) and how many such pairs (``count``)."""
+    phr = phr or Phrasing("dev")
     tasks = []
     for i in range(limit):
         n_pairs = rng.randint(2, 5)
@@ -417,11 +424,9 @@ def pairs_tasks(corpus: CorpusText, rng: random.Random, limit: int, records: int
         path = _free_path(corpus, f"tickets-{i + 1}.txt")
         edit = CorpusEdit(f"pairs-{i + 1}", add=((path, tickets_text(tickets)),))
         if i % 2 == 0:
-            tasks.append(Task(f"pairs-{i + 1}", "pairs", "list", f"In `{path}`, which pairs of tickets have the "
-                              "same customer and the same product? List each pair of ticket ids.", gold, "pairs",
+            tasks.append(Task(f"pairs-{i + 1}", "pairs", "list", phr.ask("pairs", "list", path=path), gold, "pairs",
                               {"id_pattern": r"\bT\d{4,}\b"}, edit))
         else:
-            tasks.append(Task(f"pairs-{i + 1}", "pairs", "count", f"In `{path}`, how many pairs of tickets have "
-                              "the same customer and the same product? Answer with the number.", len(gold),
+            tasks.append(Task(f"pairs-{i + 1}", "pairs", "count", phr.ask("pairs", "count", path=path), len(gold),
                               "number", edit=edit))
     return tasks

@@ -164,78 +164,94 @@ def shown_numbers(shown: str) -> set[float]:
     return {float(n) for n in _SHOWN_NUMBER.findall(_THOUSANDS.sub("", shown))}
 
 
-def specific_tokens(answer: str, min_number: float = 10) -> tuple[list[str], list[str], list[float]]:
-    """``(paths, identifiers, numbers)`` of ``answer`` (its first 2,000 characters) that name
-    something specific: paths and file names; identifiers with an inner ``_``, a digit or a
-    change of case (``parse_config``, ``HTTPServer``, ``os.path.join``; plain words are not
-    specific); numbers whose absolute value is at least ``min_number`` (small counts are read
-    off a signature or a few lines by eye, which a strong model does reliably)."""
+def specific_tokens(answer: str, min_number: float = 10) -> list[tuple[str, str]]:
+    """The tokens of ``answer`` (its first 2,000 characters) that name something specific, as
+    ``(kind, token)`` in order: ``path`` (paths and file names), ``version`` (``3.11.7``),
+    ``name`` (identifiers with an inner ``_``, a digit or a change of case: ``parse_config``,
+    ``HTTPServer``, ``os.path.join``; codes of letters and digits joined by hyphens:
+    ``XKWR-7354``; plain words are not specific) and ``number`` (written as in the answer, at
+    least ``min_number`` in absolute value: small counts are read off a signature or a few lines
+    by eye, which a strong model does reliably)."""
     text = answer[:2_000]
-    paths = list(dict.fromkeys(m.group(0).strip(".") for m in _PATH.finditer(text)
-                               if not _is_version(m.group(0)) and re.search(r"[A-Za-z]", m.group(0))))
+    out: list[tuple[str, str]] = []
+    for m in _PATH.finditer(text):
+        tok = m.group(0).strip(".")
+        if re.search(r"[A-Za-z]", tok):
+            out.append(("path", tok))
     rest = _PATH.sub(" ", text)
-    idents: list[str] = [m.group(0) for m in _CODE.finditer(rest)]
+    out += [("version", m.group(0)) for m in _VERSION.finditer(rest)]
+    rest = _VERSION.sub(" ", rest)
+    out += [("name", m.group(0)) for m in _CODE.finditer(rest)]
     rest = _CODE.sub(" ", rest)
     for m in _IDENT.finditer(rest):
         tok = m.group(0)
         parts = tok.split(".")
         if any(len(p) < 2 for p in parts) or len(tok) < 3:
             continue  # e.g., i.e.
-        if any(_SPECIFIC_PART.search(p) for p in parts) or (len(parts) > 1 and all(len(p) >= 2 for p in parts)):
-            idents.append(tok)
+        if any(_SPECIFIC_PART.search(p) for p in parts) or len(parts) > 1:
+            out.append(("name", tok))
     rest = _IDENT.sub(" ", rest)
-    numbers = [n for n in (_number(x) for x in _ANSWER_NUMBER.findall(rest)) if abs(n) >= min_number]
-    return paths, list(dict.fromkeys(idents)), list(dict.fromkeys(numbers))
+    out += [("number", x) for x in _ANSWER_NUMBER.findall(rest) if abs(_number(x)) >= min_number]
+    return list(dict.fromkeys(out))
 
 
-def _is_version(token: str) -> bool:
-    return re.fullmatch(r"v?\d+(?:\.\d+)+", token) is not None
+#: A version of three or more parts (``3.11.7``, ``v2.4.1``).
+_VERSION = re.compile(r"(?<![\w.])v?\d+(?:\.\d+){2,}(?![\w]|\.\d)")
 
 
-def unseen_tokens(answer: str, shown: str, min_number: float = 10, numbers_shown: str | None = None) -> list[str]:
-    """The :func:`specific_tokens` of ``answer`` that appear nowhere in ``shown``: a path counts
-    as shown when its file name does (``Lib/json/decoder.py`` for ``json/decoder.py``), a dotted
-    name when its last part does, a number when the same value does (``1,234`` = ``1234.0``) in
-    ``numbers_shown`` (default: ``shown``)."""
-    paths, idents, numbers = specific_tokens(answer, min_number)
-    missing: list[str] = []
-    for p in paths:
-        name = p.rstrip("/").rsplit("/", 1)[-1]
-        if name and name not in shown:
-            missing.append(p)
-    for ident in idents:
-        if ident not in shown and ident.rsplit(".", 1)[-1] not in shown:
-            missing.append(ident)
-    if numbers:
-        have = shown_numbers(shown if numbers_shown is None else numbers_shown)
-        missing += [_show_number(n) for n in numbers if n not in have]
-    return missing
-
-
-def _show_number(n: float) -> str:
-    return str(int(n)) if n.is_integer() else str(n)
+def grounding(answer: str, question: str, shown: str, numbers_shown: str | None = None,
+              min_number: float = 10) -> tuple[list[str], list[str]]:
+    """``(tokens, unseen)``: the :func:`specific_tokens` of ``answer`` that the ``question`` does
+    not have (restating it proves nothing either way), and those of them that appear nowhere in
+    ``shown``. A path counts as shown when its file name does (``Lib/json/decoder.py`` for
+    ``json/decoder.py``), a dotted name when its last part does, a number when the same value
+    does (``1,234`` = ``1234.0``) in ``numbers_shown`` (default: ``shown``)."""
+    asked_numbers = shown_numbers(question)
+    have: set[float] | None = None
+    tokens: list[str] = []
+    unseen: list[str] = []
+    for kind, tok in specific_tokens(answer, min_number):
+        if kind == "number":
+            value = _number(tok)
+            if value in asked_numbers:
+                continue
+            if have is None:
+                have = shown_numbers(shown if numbers_shown is None else numbers_shown)
+            seen = value in have
+        else:
+            last = tok.rstrip("/").rsplit("/", 1)[-1] if kind == "path" else tok.rsplit(".", 1)[-1]
+            if tok in question or last in question:
+                continue
+            seen = tok in shown or (bool(last) and last in shown)
+        tokens.append(tok)
+        if not seen:
+            unseen.append(tok)
+    return tokens, unseen
 
 
 class Ungrounded(Check):
-    """A written-out answer whose specific tokens (paths, identifiers, numbers of at least
-    ``min_number``) appear nowhere the model was shown (the first message, the REPL output it
-    read) nor in the question: a small model invents outputs and answers from them. Numbers are
-    looked for in the REPL output and the question only (the corpus description's counts of
-    files, characters and tokens hold every small number). A computed answer is not checked
-    (code read the corpus for it)."""
+    """A written-out answer whose specific tokens (paths, versions, names, numbers of at least
+    ``min_number``; those of the question left out) appear nowhere the model was shown (the
+    first message, the REPL output it read): a small model invents outputs and answers from
+    them. ``strict=False`` (standard) fires only when *none* of them was shown (an answer quoting
+    what it read may add a figure it worked out: ``10 * 1024 * 1024``, "10,485,760 bytes");
+    ``strict=True`` (guided) fires on any one not shown. Numbers are looked for in the REPL
+    output only (the corpus description's counts of files, characters and tokens hold every
+    small number). A computed answer is not checked (code read the corpus for it)."""
 
     name = "ungrounded"
 
-    def __init__(self, limit: int = 1, min_number: float = 10) -> None:
+    def __init__(self, limit: int = 1, min_number: float = 10, strict: bool = False) -> None:
         super().__init__(limit)
         self.min_number = min_number
+        self.strict = strict
 
     def review(self, c: Candidate) -> Verdict:
         if not c.written_out:
             return ACCEPT
-        missing = unseen_tokens(c.answer, f"{c.shown}\n{c.question}", self.min_number, f"{c.outputs}\n{c.question}")
-        if missing:
-            return Verdict(SEND_BACK, prompts.ungrounded(missing))
+        tokens, unseen = grounding(c.answer, c.question, c.shown, c.outputs, self.min_number)
+        if unseen and (self.strict or len(unseen) == len(tokens)):
+            return Verdict(SEND_BACK, prompts.ungrounded(unseen))
         return ACCEPT
 
 
@@ -318,7 +334,7 @@ class ListedItems(Check):
             return ACCEPT
         answer = c.answer
         if c.extra_answers:
-            joined = "\n".join(dict.fromkeys([answer, *c.extra_answers]))
+            joined = "\n".join(dict.fromkeys(p for p in [answer, *c.extra_answers] if p.strip()))
             if len(reply.missing_items(q, joined)) < len(reply.missing_items(q, answer)):
                 answer = joined
         answer = self._with_earlier_parts(q, answer)

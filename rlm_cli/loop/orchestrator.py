@@ -144,8 +144,7 @@ def _quotes(answer: str, leads: str, question: str) -> bool:
     if not leads:
         return False
     asked = question.lower()
-    paths, idents, _ = specific_tokens(answer)
-    return any(tok in leads and tok.lower() not in asked for tok in [*paths, *idents])
+    return any(tok in leads and tok.lower() not in asked for kind, tok in specific_tokens(answer) if kind != "number")
 
 
 @dataclass

@@ -10,8 +10,8 @@
   the first turn, text that claims a block's output cut from the history, prose replies and
   ``Final answer:`` lines taken as answers, notes on repeated code (and a resampled call, and a
   plain ask for the answer when the model is stuck), the checks ``nothing_found`` and
-  ``listed_items``, every number of a written-out answer checked against what was shown, and
-  ``evidence`` sending back up to three times.
+  ``listed_items``, ``ungrounded`` strict (any specific token or number of a written-out answer
+  that was never shown), and ``evidence`` sending back up to three times.
 * ``auto`` (default): ``standard`` when the root model's input window is known (litellm's model
   info or ``--root-model-window``) and at least :data:`AUTO_STANDARD_WINDOW` tokens, else
   ``guided``: a model litellm does not know is most often a small local one.
@@ -62,7 +62,8 @@ class Policy:
             if name == "evidence":
                 out.append(Evidence(limit=3 if self.name == "guided" else 1))
             elif name == "ungrounded":
-                out.append(Ungrounded(min_number=0 if self.name == "guided" else 10))
+                guided = self.name == "guided"
+                out.append(Ungrounded(min_number=0 if guided else 10, strict=guided))
             elif name == "listed_items":
                 out.append(ListedItems())
             else:

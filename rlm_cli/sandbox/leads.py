@@ -45,7 +45,7 @@ mightn more most much must mustn myself needn nor not now off once only other ou
 same shall shan she should shouldn some such than that the their theirs them themselves then there these they
 this those through too under until very was wasn were weren what when where which while who whom whose why
 will with within without won would wouldn yes you your yours yourself yourselves also
-please tell show find explain describe know mean means
+please tell show explain describe know mean means
 """.split())
 #: An identifier, possibly dotted (``Class.method``).
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
