@@ -222,3 +222,13 @@ def test_a_question_naming_three_rare_pairs_of_words_gets_all_three_lines() -> N
     text = leads(corpus_view(files), "What are the secret codes of the golden citadel, rapid beacon and amber "
                                      "glacier projects?")
     assert all(key in text for key in ("A-1", "B-2", "C-3")), text
+
+
+def test_lines_holding_a_name_the_question_gives_come_before_lines_that_share_its_phrasing() -> None:
+    # Seen on the standard library: "# Given the path to a ... defined .pyc file, return the path"
+    # outranked the line defining the function the question named (it shares "give", "path", "file").
+    v = corpus_view({"a/notes.py": "# Given the path to a defined file, give the path of the file\n" * 3,
+                     "b/tool.py": "def frobnicate_widget(x):\n    return x\n"})
+    text = leads(v, "Which file defines the function `frobnicate_widget`? Give the file's path.")
+    lines = text.split("lines with the most question words", 1)[1]
+    assert "b/tool.py:1" in lines and "a/notes.py" not in lines

@@ -61,6 +61,10 @@ PLACEHOLDER_NAMES = frozenset({"answer", "final_answer", "result", "results", "r
 #: asked for its answer (again after as many more, at most :data:`STUCK_ASKS` times a run).
 STUCK_REPEATS = 2
 STUCK_ASKS = 3
+#: Turns in a row that met the error of the turn before after which a ``guided`` model is asked
+#: for its answer too (seen: one TypeError 19 turns in a row, the slice in the failing line
+#: shifted by one each time, so never the same code twice).
+STUCK_ERRORS = 3
 #: Sampling temperature of the root call after a repeated turn (a deterministic server gives the
 #: same reply to the same request; a small model shown its own repeat tends to repeat it again).
 RESAMPLE_TEMPERATURE = 1.0
@@ -379,7 +383,9 @@ class Orchestrator:
             outputs, notes=notes, left=self.settings.max_iterations - iteration, question=self._question),
             codes=[c for c, _ in outputs], outputs=[o for _, o in outputs]),
             replace_last=pol.repeats and again and loop.repeat_streak < 2)
-        if pol.repeats and loop.repeat_streak >= STUCK_REPEATS and iteration < self.settings.max_iterations:
+        stuck = (loop.repeat_streak and loop.repeat_streak % STUCK_REPEATS == 0) or (
+            loop.error_streak and loop.error_streak % STUCK_ERRORS == 0)
+        if pol.repeats and stuck and iteration < self.settings.max_iterations:
             return self._answer_when_stuck(iteration, history, sandbox, loop)
         return None
 
@@ -540,16 +546,18 @@ class Orchestrator:
 
     def _answer_when_stuck(self, iteration: int, history: History, sandbox: Sandbox, loop: _LoopState) -> str | None:
         """Guided: the model ran only code it had run before, with the same output,
-        :data:`STUCK_REPEATS` turns in a row (or a multiple of it; at most :data:`STUCK_ASKS`
-        times a run). Ask, without the REPL and resampled, for its answer from the output it
+        :data:`STUCK_REPEATS` turns in a row, or met the same error :data:`STUCK_ERRORS` turns
+        in a row after its first (or a multiple of either; at most :data:`STUCK_ASKS` times a
+        run). Ask, without the REPL and resampled, for its answer from the output it
         has seen (:data:`prompts.STUCK_ANSWER`); an answer (a FINAL, or text that reads as one)
         goes through the checks like any other (a computed one as computed; one saying nothing
         was found may be the truth). Otherwise the loop goes on, told to search differently or
         given the check's note. The exchange stays in the history."""
-        if loop.stuck_asks >= STUCK_ASKS or loop.repeat_streak % STUCK_REPEATS:
+        if loop.stuck_asks >= STUCK_ASKS:
             return None
         loop.stuck_asks += 1
-        self._notice(f"the model repeated itself {loop.repeat_streak} turns in a row; asked for its answer")
+        self._notice(f"the model repeated itself {max(loop.repeat_streak, loop.error_streak + 1)} turns in a row; "
+                     "asked for its answer")
         history.extend_last_feedback(prompts.STUCK_ANSWER)
         text = self._root_call(history, self.settings.model or "", loop.last_text, resample=True)
         answer, written = self._best_text(text, sandbox)

@@ -245,6 +245,8 @@ _LIST = re.compile(rf"(?<![\w`]){_ITEM}(?:, {_ITEM})+,? and {_ITEM}(?![\w`])")
 _CHOICE_LIST = re.compile(r"\b(?:which|what|who)\s+(?:\w+\s+){0,2}?(?:of|among|between)\b(?:\s+[\w`]+){0,3}\s*$|"
                           r"\b(?:one|any|either|neither|none)\s+of\b(?:\s+[\w`]+){0,3}\s*$|"
                           r"\b(?:whether|between)\b(?:\s+[\w`]+){0,3}\s*$", re.IGNORECASE)
+#: Question words: an item that holds one is part of the question's sentence, not a thing it lists.
+_ASKING = re.compile(r"\b(?:how|what|which|who|whom|where|when|why|many|much)\b", re.IGNORECASE)
 #: Words an item may start with, or hold, that name nothing of its own.
 _ITEM_FILLER = frozenset("a an the of and or in on for to with from by its their".split())
 
@@ -283,6 +285,9 @@ def _items(question: str) -> tuple[str, ...]:
         lead = question[max(0, m.start() - 60):m.start()] + " ".join(raw[0].split()[:-width])
         if _CHOICE_LIST.search(lead):
             continue  # "which of A, B and C": one of them is the answer
+        ticks = [p.strip().startswith("`") for p in raw]
+        if (any(ticks) and not all(ticks)) or any(_ASKING.search(p) for p in raw):
+            continue  # "In `a.py`, how many X and Y ...": a clause and a question, not a list of things
         parts[0], parts[-1] = parts[0][-width:], parts[-1][:width]
         for words in parts:
             text = " ".join(words)

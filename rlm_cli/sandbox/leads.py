@@ -348,7 +348,10 @@ def _name_leads(sc: _Scanner, name: str, *, minor: bool = False) -> list[str]:
 
 def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
     """The lines holding the most of the question's words, names and phrases, each term weighted
-    by its rarity (``log(1 + lines / hits)``); lines are found through the rarest terms."""
+    by its rarity (``log(1 + lines / hits)``); lines are found through the rarest terms. When the
+    question names something (an identifier or a quoted phrase) that the corpus has, the lines are
+    those holding it: it is what the question is about, and the words around it ("which file",
+    "give the path") would otherwise pick lines that merely share the question's phrasing."""
     if not terms["words"] and not terms["phrases"]:
         return []
     labels = terms["words"][:10] + [n.rsplit(".", 1)[-1] for n in terms["names"][:4]] + terms["phrases"][:3]
@@ -364,7 +367,9 @@ def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
         if all(not s for _, _, s in found):
             return []  # nothing to show: no line holds any of the words
         return [head + ": every word is common; narrow the search with code"]
-    candidates = set().union(*(s for _, _, s in rare))
+    anchors = {n.rsplit(".", 1)[-1] for n in terms["names"][:4]} | set(terms["phrases"][:3])
+    anchored = [s for label, _, s in found if label in anchors and 0 < len(s) <= COMMON_HITS]
+    candidates = set().union(*anchored) if anchored else set().union(*(s for _, _, s in rare))
     scored = []
     for start in candidates:
         text = sc.text(start).lower()

@@ -508,6 +508,10 @@ def _format_error(info: Any) -> str:
         if etype is TypeError and re.search(r"(Row|Hit) found", str(evalue)):  # ", ".join(grep(...)) and the like
             text += ("hint: grep and search return rows (dicts), not strings: join their fields, e.g. "
                      "'\n'.join(f\"{h['file']}:{h['line']}: {h['text']}\" for h in hits)\n")
+        if etype is TypeError and str(evalue).startswith("list indices must be") and frames and \
+                re.search(r"\bfiles\s*\[\s*[\"'fr]", frames[-1].line or ""):  # files["a.py"]: a list, not a dict
+            text += ("hint: `files` is a list of dicts, one per file (f['path'], f['lines'], f['start'], f['end']); "
+                     "a file's text is context['a.py'], its numbered lines read_file('a.py', 20, 40)\n")
         if etype is ValueError and str(evalue).startswith(("invalid literal for int()", "could not convert string")):
             text += ("hint: that text is not a number; take the number out of a line with a regex group, e.g. "
                      "int(re.search(r'latency=(\\d+)', h['text']).group(1)), or h['match'] of a grep whose "

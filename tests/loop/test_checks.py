@@ -194,6 +194,7 @@ def test_listed_items_sends_back_an_answer_that_leaves_some_out_and_joins_the_pa
     ("Is the default one of red, green and blue?", "blue"),
     ("What do `get`, `put` and `delete` return?", "get returns the value, put returns None, delete returns True."),
     ("What do `get` and `put` return?", "get returns the value."),  # two items: no list of three
+    ("In the file `kv.py`, how many functions and methods call `get`?", "2"),  # a clause, not a list
 ])
 def test_listed_items_stays_silent_on_choices_and_whole_answers(question: str, answer: str) -> None:
     assert ListedItems().review(cand(answer, question)).action == "accept"

@@ -568,3 +568,16 @@ def test_a_traceback_s_line_number_is_no_printed_figure_and_search_takes_max_res
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "How many lines have service=api and level=ERROR?", leads=False)
     assert prompts.ungrounded(["1"]) in last_user(llm.chat_requests("root")[2])
     assert r.answer == "done" and r.of("output")[-2]["output"].strip() == "1"  # the one chunk: no TypeError
+
+
+def test_the_same_error_turn_after_turn_counts_as_stuck_and_files_indexed_by_path_gets_a_hint(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: files["path"][21:23], the slice shifted by one each turn, the same
+    # TypeError 19 turns in a row (never the same code twice, so never "repeated code").
+    bad = [repl(f"print(files['urllib/parse.py'][{i}:23])") for i in range(4)]
+    llm.script("root", *bad, "urlparse is defined in urllib/parse.py.")
+    r = run(llm, [code_corpus(tmp_path)], "Where is urlparse defined?", max_iterations=10, leads=False)
+    assert r.answer == "urlparse is defined in urllib/parse.py."
+    reqs = llm.chat_requests("root")
+    assert len(reqs) == 5 and prompts.STUCK_ANSWER in last_user(reqs[4])
+    assert "`files` is a list of dicts, one per file" in r.of("output")[0]["output"]
