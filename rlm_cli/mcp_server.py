@@ -70,6 +70,9 @@ MAX_RESULT_CHARS = 150_000
 PREVIEW_CHARS = 400
 #: Seconds between two progress messages of one sub-call batch (its start and end always go).
 PROGRESS_INTERVAL_S = 0.5
+#: Seconds without news after which a call in progress sends a progress message anyway (clients
+#: that reset their request timeout on progress then keep waiting through a long model call).
+HEARTBEAT_S = 10.0
 #: The line the worker prints a helper's result document after.
 _MARK = "\x1erlm-mcp\x1e"
 
@@ -743,21 +746,31 @@ async def _serve_protocol(calls: Calls, paths: list[str]) -> None:
 
         call = Call(ctx.request_id, params.name, args, post)
         ahead = calls.put(call)
-        sent, done = 0, False
+        sent, done, started = 0, False, loop.time()
+        last = f"queued behind {ahead} call(s)" if ahead else ""
+
+        async def note(message: str) -> None:
+            nonlocal sent
+            sent += 1
+            try:
+                await ctx.session.report_progress(sent, None, message)
+            except Exception:  # noqa: BLE001 - a progress note that cannot go is no reason to fail
+                pass
+
         try:
             if ahead:
-                sent += 1
-                await ctx.session.report_progress(sent, None, f"queued behind {ahead} call(s)")
+                await note(last)
             while True:
-                kind, value = await inbox.get()
+                try:
+                    kind, value = await asyncio.wait_for(inbox.get(), HEARTBEAT_S)
+                except TimeoutError:  # quiet for a while (a long model call, a long queue): say so
+                    await note(f"{last or 'working'} ({loop.time() - started:.0f} s so far)")
+                    continue
                 if kind == "result":
                     done = True
                     return _call_result(value)
-                sent += 1
-                try:
-                    await ctx.session.report_progress(sent, None, str(value))
-                except Exception:  # noqa: BLE001 - a progress note that cannot go is no reason to fail
-                    pass
+                last = str(value)
+                await note(last)
         finally:
             if not done:
                 calls.cancel(call)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,16 @@ PRICED = "gpt-4o-mini"
 
 
 @contextlib.asynccontextmanager
-async def served(tmp_path: Path, *args: str) -> AsyncIterator[ClientSession]:
+async def served(tmp_path: Path, *args: str, heartbeat_s: float | None = None) -> AsyncIterator[ClientSession]:
     """``rlm mcp ARGS`` as a subprocess (its TMPDIR in ``tmp_path/tmp``, its stderr in
-    ``tmp_path/server.err``), initialised."""
+    ``tmp_path/server.err``; ``heartbeat_s`` replaces ``mcp_server.HEARTBEAT_S``), initialised."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
-    params = StdioServerParameters(command=sys.executable, args=["-m", "rlm_cli", "mcp", *args], env=env,
-                                   cwd=str(tmp_path))
+    command = ["-m", "rlm_cli", "mcp", *args]
+    if heartbeat_s is not None:
+        command = ["-c", f"import sys; from rlm_cli import cli, mcp_server; mcp_server.HEARTBEAT_S = {heartbeat_s}; "
+                   "sys.argv = ['rlm', *sys.argv[1:]]; cli.main()", "mcp", *args]
+    params = StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(tmp_path))
     with open(tmp_path / "server.err", "w") as err:
         async with stdio_client(params, errlog=err) as (read, write):
             async with ClientSession(read, write) as session:
@@ -76,7 +80,8 @@ def test_tools_helpers_bad_arguments_and_corpus_edits(tmp_path: Path, llm: FakeL
     root = two_file_repo(tmp_path)
 
     async def scenario() -> None:
-        async with served(tmp_path, str(root), *model_flags(llm), "--sandbox", "process") as s:
+        # auto mode: the tiny corpus goes direct, so no worker starts until grep needs one
+        async with served(tmp_path, str(root), *model_flags(llm), "--sandbox", "process", "--mode", "auto") as s:
             tools = {t.name: t for t in (await s.list_tools()).tools}
             assert list(tools) == ["ask", "search", "grep", "corpus_info"]
             for tool in tools.values():  # every input documented, every output declared
@@ -88,10 +93,12 @@ def test_tools_helpers_bad_arguments_and_corpus_edits(tmp_path: Path, llm: FakeL
 
             info = doc(await s.call_tool("corpus_info", {}))
             assert (info["files"], info["paths"]) == (2, [str(root)])
-            assert info["tokens"] > 0 and info["by_type"][0]["type"] == ".py" and info["mode"] == "rlm"
+            assert info["tokens"] > 0 and info["by_type"][0]["type"] == ".py" and info["mode"] == "direct"
+            assert workers(tmp_path) == []
 
             hits = doc(await s.call_tool("grep", {"pattern": r"def foo\b"}))
             assert hits == {"matches": [{"path": "a.py", "line": 1, "text": "def foo():"}], "truncated": False}
+            assert len(workers(tmp_path)) == 1
             capped = doc(await s.call_tool("grep", {"pattern": ".", "max_results": 1}))
             assert len(capped["matches"]) == 1 and capped["truncated"] is True
             only_b = doc(await s.call_tool("grep", {"pattern": "=", "path_glob": "b.py"}))
@@ -186,7 +193,8 @@ def test_cancelled_ask_stops_the_run_and_leaves_nothing_behind(tmp_path: Path, l
     timings: dict[str, float] = {}
 
     async def scenario() -> None:
-        async with served(tmp_path, str(root), *model_flags(llm), "--no-llm-cache", "--sandbox", "process") as s:
+        async with served(tmp_path, str(root), *model_flags(llm), "--no-llm-cache", "--sandbox", "process",
+                          heartbeat_s=0.4) as s:
             assert doc(await s.call_tool("grep", {"pattern": "x"}))  # the worker is up
             before = workers(tmp_path)
             assert len(before) == 1
@@ -199,9 +207,14 @@ def test_cancelled_ask_stops_the_run_and_leaves_nothing_behind(tmp_path: Path, l
                 timings["grep done"] = time.monotonic()
                 assert hits["matches"][0]["path"] == "a.py"
 
+            asked: list[str] = []
+
+            async def ask_note(value: float, total: float | None, message: str | None) -> None:
+                asked.append(str(message))
+
             async with anyio.create_task_group() as outer:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(s.call_tool, "ask", {"question": "Sleep first?"})
+                    tg.start_soon(partial(s.call_tool, "ask", {"question": "Sleep first?"}, progress_callback=ask_note))
                     while not llm.chat_requests("root"):  # the root model has answered: the block sleeps
                         await anyio.sleep(0.05)
                     await anyio.sleep(1.0)
@@ -209,7 +222,11 @@ def test_cancelled_ask_stops_the_run_and_leaves_nothing_behind(tmp_path: Path, l
                     await anyio.sleep(0.5)
                     timings["cancelled"] = time.monotonic()
                     tg.cancel_scope.cancel()  # notifications/cancelled for the ask
-            assert queued == ["queued behind 1 call(s)"]
+            # while the block sleeps nothing happens: a heartbeat says the calls are still on
+            assert queued[0] == "queued behind 1 call(s)"
+            assert all(n.startswith("queued behind 1 call(s) (") and n.endswith(" s so far)") for n in queued[1:])
+            assert asked[0] == "iteration 1 of at most 20"
+            assert any(n.startswith("iteration 1 of at most 20 (") for n in asked[1:]), asked
             assert timings["grep done"] - timings["cancelled"] < 8, timings  # not the 60 s the block sleeps
             assert workers(tmp_path) == before  # the worker stopped its block and was kept: no orphan
 
@@ -246,3 +263,17 @@ def test_the_cli_imports_neither_the_sdk_nor_litellm_until_the_command_runs() ->
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stderr.endswith("rc=0 "), proc.stderr
     assert " mcp " in proc.stdout  # the command is listed
+
+
+def test_a_session_that_cannot_open_answers_every_call_with_its_error(tmp_path: Path, llm: FakeLLM) -> None:
+    async def scenario() -> None:
+        async with served(tmp_path, str(tmp_path / "nowhere"), *model_flags(llm)) as s:
+            assert [t.name for t in (await s.list_tools()).tools] == ["ask", "search", "grep", "corpus_info"]
+            for tool, args in (("corpus_info", {}), ("ask", {"question": "q?"})):
+                assert error_text(await s.call_tool(tool, args)) == (
+                    f"error: no such file or directory: {tmp_path / 'nowhere'} (check the path)")
+
+    run(scenario)
+    assert f"error: no such file or directory: {tmp_path / 'nowhere'}" in (tmp_path / "server.err").read_text()
+    res = run_rlm("mcp", str(tmp_path / "nowhere"), *model_flags(llm), stdin="")  # the client left at once
+    assert res.code == 2 and res.stdout == "" and "error: no such file or directory" in res.stderr
