@@ -586,7 +586,8 @@ def mcp(
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                    chunk_tokens))
-        code = mcp_server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose))
+        code = mcp_server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
+                                debug=_debug)
     finally:
         host.close()
     if code:

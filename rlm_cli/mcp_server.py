@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import queue
 import re
@@ -241,16 +242,22 @@ def require_sdk() -> None:
                          hint=INSTALL_HINT) from None
 
 
+@functools.cache
+def _validator(tool: str) -> Any:
+    """The compiled JSON-schema validator of ``tool``'s input (jsonschema comes with the SDK)."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(next(t for t in TOOLS if t["name"] == tool)["input_schema"])
+
+
 def check_arguments(tool: str, arguments: dict[str, Any]) -> str | None:
     """The one-line error for ``arguments`` of ``tool`` that do not fit its input schema (``None``:
     they fit), e.g. ``error: invalid arguments for ask: 'question' is a required property``."""
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    spec = next((t for t in TOOLS if t["name"] == tool), None)
-    if spec is None:
+    if tool not in TOOL_NAMES:
         return f"error: unknown tool {tool!r} (the tools are {', '.join(TOOL_NAMES)})"
-    problem = best_match(Draft202012Validator(spec["input_schema"]).iter_errors(arguments))
+    problem = best_match(_validator(tool).iter_errors(arguments))
     if problem is None:
         return None
     where = ".".join(str(p) for p in problem.absolute_path)
@@ -423,14 +430,16 @@ class Service:
     """The warm session and the tools over it, run by the main thread (see the module docstring).
 
     ``settings`` are the run flags (windows and policy are resolved into the session's copy when
-    it opens); ``ui`` is the ``render.Renderer`` of stderr.
+    it opens); ``ui`` is the ``render.Renderer`` of stderr; ``debug`` prints the traceback of an
+    internal error there.
     """
 
-    def __init__(self, settings: Settings, paths: list[str], *, host: Any, ui: Any) -> None:
+    def __init__(self, settings: Settings, paths: list[str], *, host: Any, ui: Any, debug: bool = False) -> None:
         self.settings = settings
         self.paths = paths
         self.host = host
         self.ui = ui
+        self.debug = debug
         self.session: Any = None
         self.base: Settings | None = None
         self.stamp: Any = None
@@ -514,12 +523,12 @@ class Service:
         except RLMError as exc:
             return Result(error=f"error: {exc}")
         except Exception as exc:  # noqa: BLE001 - a bug: one line for the client, the server goes on
-            if getattr(self.ui, "verbose", False):
+            if self.debug:
                 import traceback
 
                 traceback.print_exception(exc)
             return Result(error=f"error: internal error: {type(exc).__name__}: {exc} (rerun the server with "
-                                "--debug and report it)")
+                                "--debug for the traceback on its stderr, and report it)")
 
     def refresh(self, call: Call) -> None:
         """Load the corpus again when its files changed since the last check (``corpus.watch``).
@@ -792,9 +801,10 @@ def _protocol_thread(calls: Calls, paths: list[str], ui: Any) -> None:
         calls.stop()
 
 
-def serve(settings: Settings, paths: list[str], *, host: Any, ui: Any) -> int:
+def serve(settings: Settings, paths: list[str], *, host: Any, ui: Any, debug: bool = False) -> int:
     """Serve ``rlm mcp`` on stdin/stdout until the client closes it; returns the exit code (0, or
-    the code of the error that kept the session from opening).
+    the code of the error that kept the session from opening). ``host`` is the started model host,
+    ``ui`` the stderr renderer; ``debug`` shows internal errors' tracebacks on stderr.
 
     Raises:
         UsageError: no path, ``-`` among them, or the SDK is missing.
@@ -807,7 +817,7 @@ def serve(settings: Settings, paths: list[str], *, host: Any, ui: Any) -> int:
         raise UsageError("rlm mcp speaks the protocol on standard input, so the corpus cannot come from it",
                          hint="give files or folders")
     calls = Calls()
-    service = Service(settings, paths, host=host, ui=ui)
+    service = Service(settings, paths, host=host, ui=ui, debug=debug)
     previous = signal.signal(signal.SIGINT, calls.on_sigint)
     thread = threading.Thread(target=_protocol_thread, args=(calls, paths, ui), name="mcp-protocol", daemon=True)
     try:
