@@ -293,11 +293,11 @@ def _start_host() -> Any:
 
 
 def _host_first(argv: list[str]) -> None:
-    """Start the model host before anything else when the command is ``ask`` or ``chat`` (not
+    """Start the model host before anything else when the command is ``ask``, ``chat`` or ``mcp`` (not
     ``--help``): its litellm import then overlaps even the parsing of the command line."""
     global _early_host
     words = [a for a in argv if not a.startswith("-")]
-    if words[:1] in (["ask"], ["chat"]) and not {"--help", "-h", "--version"} & set(argv):
+    if words[:1] in (["ask"], ["chat"], ["mcp"]) and not {"--help", "-h", "--version"} & set(argv):
         import atexit
 
         from rlm_cli.models.host import HostBackend
@@ -517,6 +517,77 @@ def chat(
             session.open()
             code = Chat(session, ui, json_out=json_out, cite=cite).run()
             ui.info(cost_text(session))
+    finally:
+        host.close()
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def mcp(
+    paths: PathsArg,
+    model: ModelOpt = None,
+    sub_model: SubModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    api_key: ApiKeyOpt = None,
+    max_iterations: Annotated[int | None, Opt("--max-iterations", min=1, help="Root-model turns of each ask "
+                                              "(default 20; a call's max_iterations can lower it).")] = None,
+    max_depth: MaxDepthOpt = None,
+    mode: Annotated[str | None, Opt("--mode", help="auto|rlm|direct (see rlm ask --help). Env: RLM_MODE.")] = None,
+    direct_max_tokens: Annotated[int | None, Opt("--direct-max-tokens", min=0, help="Auto mode goes direct only "
+                                                 "under this many corpus tokens (default 30000).")] = None,
+    root_model_window: RootWindowOpt = None,
+    sandbox: SandboxOpt = None,
+    cell_timeout: CellTimeoutOpt = None,
+    memory_limit: MemoryOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    hidden: HiddenOpt = False,
+    no_ignore: NoIgnoreOpt = False,
+    max_file_size: MaxSizeOpt = None,
+    truncate_large: TruncateOpt = False,
+    no_cache: NoCacheOpt = False,
+    chunk_tokens: ChunkOpt = None,
+    max_concurrency: ConcurrencyOpt = None,
+    retries: RetriesOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+    max_cost: Annotated[float | None, Opt("--max-cost", min=0, help="Stop each ask once it has cost this many USD "
+                                          "(priced models only; a call's max_cost can lower it).")] = None,
+    max_tokens: Annotated[int | None, Opt("--max-tokens", min=1, help="Stop each ask once it has used this many "
+                                          "tokens.")] = None,
+    max_sub_calls: Annotated[int | None, Opt("--max-sub-calls", min=0, help="Sub-calls allowed in each ask.")] = None,
+    timeout: Annotated[float | None, Opt("--timeout", min=0.1, help="Seconds each ask may take.")] = None,
+    sub_model_window: SubWindowOpt = None,
+    router_config: RouterOpt = None,
+    no_llm_cache: NoLlmCacheOpt = False,
+    leads: LeadsOpt = None,
+    policy: PolicyOpt = None,
+    temperature: TemperatureOpt = None,
+    quiet: QuietOpt = False,
+    verbose: Annotated[bool, Opt("--verbose", "-v", help="Show every run on stderr as rlm ask does.")] = False,
+    color: ColorOpt = "auto",
+    debug: DebugOpt = False,
+) -> None:
+    """Serve the corpus at PATH... to coding agents and editors over the Model Context Protocol (stdio):
+    tools ask, search, grep and corpus_info over one warm session. Needs the mcp extra:
+    pip install 'rlm-cli\\[mcp]'."""
+    from rlm_cli import mcp_server, render
+
+    host = _start_host()
+    try:
+        _use_color(color)
+        mcp_server.require_sdk()
+        settings = _run_settings(
+            model=model, sub_model=sub_model, api_base=api_base, api_key=api_key, max_iterations=max_iterations,
+            max_depth=max_depth, sandbox=sandbox, mode=mode, direct_max_tokens=direct_max_tokens,
+            root_model_window=root_model_window, cell_timeout=cell_timeout, memory_limit=memory_limit,
+            max_concurrency=max_concurrency, retries=retries, request_timeout=request_timeout, max_cost=max_cost,
+            max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
+            router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
+            corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
+                                   chunk_tokens))
+        code = mcp_server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
+                                debug=_debug)
     finally:
         host.close()
     if code:

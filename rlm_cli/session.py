@@ -305,10 +305,7 @@ class Session:
                                       on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")),
                                       on_progress=index_callback(emit))
         corpus = self.corpus
-        self._corpus_event = event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
-                                   tokens=corpus.total_tokens, chunks=len(corpus.chunks),
-                                   load_s=round(time.monotonic() - started, 3), sandbox=self.level,
-                                   **skipped_files(corpus))
+        self._corpus_event = self._corpus_loaded(corpus, time.monotonic() - started)
         emit(self._corpus_event)
         self.meta = corpus_meta(corpus)
         # The worker starts while litellm is still being imported when the mode cannot be direct.
@@ -337,6 +334,34 @@ class Session:
             self.lane.close()
             self.lane = None
 
+    def _corpus_loaded(self, corpus: Corpus, load_s: float) -> dict[str, Any]:
+        """The ``corpus`` event of ``corpus``, loaded in ``load_s`` seconds."""
+        return event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
+                     tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(load_s, 3),
+                     sandbox=self.level, **skipped_files(corpus))
+
+    def use_corpus(self, corpus: Corpus, load_s: float = 0.0) -> Corpus | None:
+        """Answer the next questions over ``corpus``, a new load of the session's paths (``rlm
+        mcp`` after files changed): the corpus description, the ``corpus`` event of the next
+        trajectories and the mode follow it, and the worker is restarted on its bundle (the REPL's
+        variables are gone). Call it between questions, from the thread that opened the session.
+        Returns the corpus it replaces, which the caller releases (``Corpus.release``).
+
+        Raises:
+            SandboxError: the new worker failed to start.
+        """
+        s = self.settings
+        assert s.root_model_window is not None, "open() the session first"
+        old, self.corpus = self.corpus, corpus
+        self.meta = corpus_meta(corpus)
+        self._corpus_event = self._corpus_loaded(corpus, load_s)
+        self.mode, self.reason = choose_mode(s, corpus.total_tokens, s.root_model_window)
+        if self.lane is not None:
+            self.lane.sandbox.spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
+                                                data_file=corpus.data_file)
+            self.lane.reset()
+        return old
+
     def _question_mode(self, question: str, note: str) -> tuple[str, str]:
         """``(mode, reason)`` of one question: the session's, except that auto mode keeps a
         question in the REPL when the corpus with it needs over half the root model's window."""
@@ -357,6 +382,15 @@ class Session:
         if self.lane is None:
             self.lane = Lane(self)
         return self.lane
+
+    def worker_lane(self) -> Lane:
+        """The session's REPL worker, started now when it is not yet (a session in direct mode has
+        none until something needs the REPL helpers: ``rlm mcp``'s ``grep`` and ``search``).
+
+        Raises:
+            SandboxError: the worker failed to start.
+        """
+        return self._rlm_lane()
 
     def pause(self) -> None:
         """Waiting for the user: ``--timeout`` does not run meanwhile."""
@@ -408,11 +442,18 @@ class Session:
         if self._given_client is not None:
             return self._given_client
         base = self.client
-        qclient = QuestionClient(self.settings, QuestionUsage(self.usage), self.budget, cache=base.cache,
+        usage = QuestionUsage(self.usage)
+        qclient = QuestionClient(self.settings, usage, self.question_budget(usage), cache=base.cache,
                                  backend=base.backend, limiter=base.limiter,
                                  notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
         qclient.fatal = self.fatal
         return qclient
+
+    def question_budget(self, usage: Usage) -> Budget:
+        """The budget a question's model calls are checked against (``usage``: the question's
+        own): the session's, whose limits hold for every question together; ``rlm mcp`` gives
+        each question a budget of its own."""
+        return self.budget
 
     def ask(self, question: str, *, emit: Emit, qid: Any = None, lane: Lane | None = None) -> AskOutcome:
         """Answer ``question`` with its own trajectory (``settings.trace`` or a new file under

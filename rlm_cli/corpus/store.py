@@ -209,6 +209,17 @@ class Corpus:
             self._context = read_context(self.context_file)
         return self._context
 
+    def release(self) -> None:
+        """Let go of the bundle once nothing reads it any more (``rlm mcp``, after a reload):
+        close the shared lock that keeps its context file from being collected (a later load
+        deletes the file when no process holds it) and delete a temporary bundle. Idempotent."""
+        if self._pin is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pin)
+            self._pin = None
+        if self.temporary:
+            shutil.rmtree(self.bundle_dir, ignore_errors=True)
+
     def head(self, n: int = 300) -> str:
         """The first ``n`` characters of ``context`` without decoding all of it."""
         if self._context is not None:
