@@ -53,7 +53,7 @@ def test_apostrophes_are_not_quotes_and_long_questions_are_read_only_so_far() ->
 def test_a_name_gets_its_definition_with_the_whole_signature_and_its_callers() -> None:
     text = leads(view(), "Which file defines the function `parse_config`?")
     assert "pkg/config.py:8: def parse_config(path, strict=False, retries=3):" in text
-    assert "`parse_config` is called in pkg/app.py inside 1 definition: main" in text
+    assert "`parse_config` is called from 1 function in pkg/app.py: main" in text
     found = text.split("lines with the most question words")[0]
     assert "pkg/app.py:1" not in found  # the import is neither a definition nor a call
 
@@ -61,7 +61,7 @@ def test_a_name_gets_its_definition_with_the_whole_signature_and_its_callers() -
 def test_callers_are_counted_per_function_and_attribute_calls_are_not_calls() -> None:
     text = leads(view(), "In the file `pkg/config.py`, how many functions call `load`?")
     assert "files named in the question: pkg/config.py" in text
-    assert "`load` is called in pkg/config.py inside 2 definitions: parse_config, reload" in text  # not app.py's cfg.load()
+    assert "`load` is called from 2 functions in pkg/config.py: parse_config, reload" in text  # not app.py's cfg.load()
 
 
 def test_a_name_missing_from_the_named_file_is_looked_up_in_the_whole_corpus() -> None:
@@ -230,5 +230,17 @@ def test_lines_holding_a_name_the_question_gives_come_before_lines_that_share_it
     v = corpus_view({"a/notes.py": "# Given the path to a defined file, give the path of the file\n" * 3,
                      "b/tool.py": "def frobnicate_widget(x):\n    return x\n"})
     text = leads(v, "Which file defines the function `frobnicate_widget`? Give the file's path.")
-    lines = text.split("lines with the most question words", 1)[1]
-    assert "b/tool.py:1" in lines and "a/notes.py" not in lines
+    assert "b/tool.py:1: def frobnicate_widget(x):" in text and "a/notes.py" not in text
+    # Without a definition of the name, the lines holding it are the leads, before those sharing the phrasing.
+    v = corpus_view({"a/notes.py": "# Given the path to a defined file, give the path of the file\n" * 3,
+                     "b/tool.py": "x = 1\nfrobnicate_widget(x)\n"})
+    lines = leads(v, "Which file uses `frobnicate_widget`? Give the file's path.").split("question words", 1)[1]
+    assert "b/tool.py:2" in lines and "a/notes.py" not in lines
+
+
+def test_a_method_s_definition_names_its_class_and_defined_names_need_no_word_lines() -> None:
+    v = corpus_view({"shop/cart.py": "class Cart:\n    def apply_coupon(self, code):\n        return code\n",
+                     "shop/other.py": "# a class with a method\n"})
+    text = leads(v, "Which class has a method named `apply_coupon`?")
+    assert "shop/cart.py:2 (in Cart): def apply_coupon(self, code):" in text
+    assert "question words" not in text and "shop/other.py" not in text

@@ -194,7 +194,7 @@ class _Scanner:
                     break
         text = text if len(text) <= width else text[:width - 3] + "..."
         self.shown.append((str(f["path"]), line))
-        inside = None if signature else self.enclosing(f, line)
+        inside = self.enclosing(f, line)  # of a definition's own line: the class or function holding it
         return f"{f['path']}:{line}" + (f" (in {inside})" if inside else "") + f": {text}"
 
     def enclosing(self, f: dict[str, Any], line: int) -> str | None:
@@ -236,7 +236,10 @@ def leads(view: Any, question: str, max_chars: int = MAX_CHARS, shown: list[tupl
             found = [f"`{name}` is not in {', '.join(f['path'] for f in scope[:4])}; in the whole corpus:"]
             found += _name_leads(whole, name)
         out += found
-    out += _line_leads(sc, terms)
+    if not (names and set(names) <= major and not terms["phrases"]):
+        # Every name the question gives has a definition: those are the leads; lines that merely
+        # mention a name beside the question's other words ("class", "base") only distract.
+        out += _line_leads(sc, terms)
     text = "\n".join(out)
     if len(text) > max_chars:
         text = text[: max(0, max_chars - 20)].rsplit("\n", 1)[0] + "\n[... leads cut]"
@@ -337,7 +340,7 @@ def _name_leads(sc: _Scanner, name: str, *, minor: bool = False) -> list[str]:
             elif caller not in callers:
                 callers.append(caller)
         shown = ", ".join(callers[:10]) + (", ..." if len(callers) > 10 else "")
-        line = (f"`{last}` is called in {path} inside {_plural(len(callers), 'definition')}: {shown}"
+        line = (f"`{last}` is called from {_plural(len(callers), 'function')} in {path}: {shown}"
                 if callers else f"`{last}` is called in {path}")
         out.append(line + ("; also at module level" if module_level and callers else
                            " at module level" if module_level else ""))
