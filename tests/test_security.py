@@ -541,8 +541,12 @@ _RAW_CALL = ("import socket, struct, json, re\nw = llm_query.__self__\n"
              "             if re.fullmatch('[0-9a-f]{32}', str(c.cell_contents)))\n"
              "def call(msg=None, raw=None):\n"
              "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.settimeout(10)\n"
-             "    s.connect(w.socket_path)\n    body = raw if raw is not None else json.dumps(msg).encode()\n"
-             "    s.sendall(body if raw is not None else struct.pack('>I', len(body)) + body)\n"
+             "    s.connect(w.socket_path)\n"
+             "    if raw is None:  # the hello (token, type), then the request\n"
+             "        hello = json.dumps({'token': msg.get('token'), 'type': msg.get('type')}).encode()\n"
+             "        body = json.dumps({k: v for k, v in msg.items() if k not in ('token', 'type')}).encode()\n"
+             "        raw = struct.pack('>I', len(hello)) + hello + struct.pack('>I', len(body)) + body\n"
+             "    try:\n        s.sendall(raw)\n    except BrokenPipeError:  # closed unread\n        return b''\n"
              "    s.shutdown(socket.SHUT_WR)\n"
              "    data = b''\n    while True:\n        try:\n            chunk = s.recv(65536)\n"
              "        except ConnectionResetError:\n            chunk = b''\n        if not chunk:\n"
@@ -785,11 +789,15 @@ def dig(obj, want, seen=None, level=0):
             return found
     return None
 def relay(path, msg):
-    body = json.dumps(msg).encode()
+    hello = json.dumps({'token': msg.get('token'), 'type': msg.get('type')}).encode()
+    body = json.dumps({k: v for k, v in msg.items() if k not in ('token', 'type')}).encode()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(200)
     s.connect(path)
-    s.sendall(struct.pack('>I', len(body)) + body)
+    try:
+        s.sendall(struct.pack('>I', len(hello)) + hello + struct.pack('>I', len(body)) + body)
+    except BrokenPipeError:  # closed unread
+        return 'NO ANSWER'
     data = b''
     while True:
         try:

@@ -355,7 +355,8 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
     """The user a worker at ``level`` becomes (``None``: it keeps rlm's user) and a note to show
     once per run.
 
-    Only a root parent drops, at the ``process`` and ``bwrap`` levels: to ``nobody``; when
+    Only a root parent drops, at the ``process`` and ``bwrap`` levels: to ``nobody``, with a group
+    of its own (:func:`private_gid`: the relay's folder is shared with that group only); when
     ``nobody`` cannot read the interpreter or the package, the worker keeps CAP_DAC_READ_SEARCH.
     When rlm itself lacks what that takes (a hardened container: root without CAP_SETUID,
     CAP_SETGID or CAP_CHOWN, or without CAP_DAC_READ_SEARCH to lend), the worker stays root with
@@ -364,10 +365,10 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
     if level not in ("process", "bwrap") or os.geteuid() != 0:
         return None, None
     try:
-        pw = pwd.getpwnam("nobody")
-        uid, gid = pw.pw_uid, pw.pw_gid
+        uid = pwd.getpwnam("nobody").pw_uid
     except KeyError:
-        uid, gid = 65534, 65534
+        uid = 65534
+    gid = private_gid()
     caps = _effective_caps()
     confined = ("; Landlock still confines what it can read and write" if level == "process"
                 and confinement().landlock_abi >= 1 else "")
@@ -390,6 +391,50 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
         "the Python installation is not readable by other users, so the worker (running as nobody) keeps the "
         "capability to read every file (CAP_DAC_READ_SEARCH)" + confined + "; install Python in a world-readable "
         "place to remove it")
+
+
+_private_gid: int | None = None
+
+
+def private_gid() -> int:
+    """A group id no one else uses, chosen once per rlm process: the group of its workers when
+    they run as ``nobody`` (every worker of this rlm, sub-RLMs' included). Other runs' workers,
+    also ``nobody``, have other groups, so they cannot enter this run's relay folder."""
+    global _private_gid
+    if _private_gid is None:
+        import grp
+
+        while True:
+            gid = 0x40000000 + secrets.randbelow(0x3FFF0000)
+            try:
+                grp.getgrgid(gid)
+            except KeyError:
+                _private_gid = gid
+                break
+    return _private_gid
+
+
+def share_relay(socket_path: str, gid: int) -> str | None:
+    """Let a worker of group ``gid`` (another user) reach the relay socket: the folder becomes
+    0710 and the socket 0660, both of that group (rlm keeps owning them). Returns a note when
+    that is impossible (rlm cannot change their group: no CAP_CHOWN): the folder and socket are
+    then opened to every local user (0711 and 0666), the relay still reading nothing from a
+    process that is not a worker of this run."""
+    folder = os.path.dirname(socket_path)
+    try:
+        os.chown(folder, -1, gid)
+        os.chown(socket_path, -1, gid)
+        os.chmod(folder, 0o710)
+        os.chmod(socket_path, 0o660)
+        return None
+    except OSError as exc:
+        try:
+            os.chmod(folder, 0o711)
+            os.chmod(socket_path, 0o666)
+        except OSError:
+            pass
+        return (f"the model relay's socket cannot be given the worker's own group ({exc.strerror or exc}), so other "
+                "local users can connect to it; the relay reads nothing from a process that is not this run's worker")
 
 
 def run_notes(level: str) -> list[str]:
@@ -470,6 +515,10 @@ class Sandbox:
         self.drop = drop = plan_drop(self.level)[0]
         if drop and drop.uid != os.geteuid() and self.level != "bwrap":  # bwrap's scratch is its own tmpfs
             os.chown(self.scratch, drop.uid, drop.gid)
+        if drop and drop.uid != os.geteuid() and os.path.exists(self.socket_path):
+            note = share_relay(self.socket_path, drop.gid)
+            if note:
+                self.notes.append(f"sandbox: {note}")
         if self.level in ("process", "none"):
             _become_subreaper()
         p_read, c_write = os.pipe()

@@ -410,11 +410,13 @@ def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
     processes (see ``rlm_cli.models.relay``).
     """
     def request(message: dict[str, Any]) -> str:
-        message = dict(message, token=token)
+        body = {k: v for k, v in message.items() if k != "type"}
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.connect(socket_path)
-                protocol.send_message(sock, message)
+                # The hello first: the relay reads the request only once it knows the caller.
+                protocol.send_message(sock, {"token": token, "type": message.get("type")})
+                protocol.send_message(sock, body)
                 reply = protocol.recv_message(sock)
         except (OSError, protocol.ProtocolError) as exc:
             return f"Error: the model relay could not be reached ({exc})"
