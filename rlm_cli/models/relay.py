@@ -132,7 +132,8 @@ class LMHandler:
         self._closing = False
         #: Connections closed unread (peer not a worker) or at the hello (bad token, frame too large).
         self.refused = 0
-        self.dir = Path(tempfile.mkdtemp(prefix="rlm-lm-"))
+        # rlm's pid in the name: a later rlm removes the folder if this one is killed (sandbox.reaper).
+        self.dir = Path(tempfile.mkdtemp(prefix=f"rlm-lm-{os.getpid()}-"))
         os.chmod(self.dir, 0o700)
         self.socket_path = str(self.dir / "lm.sock")
         handler = self

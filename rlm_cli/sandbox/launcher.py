@@ -44,6 +44,7 @@ from typing import Any
 from rlm_cli import protocol
 from rlm_cli.config import CHOICES
 from rlm_cli.errors import SandboxError, UsageError
+from rlm_cli.sandbox import reaper
 
 LEVELS = CHOICES["sandbox"]
 #: Environment variables passed to the worker (everything else, keys included, is dropped).
@@ -58,6 +59,10 @@ BWRAP_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx
                      "/nix/store", "/gnu/store")
 #: Size of the sandbox's own /dev/shm (multiprocessing needs it for its locks).
 SHM_BYTES = 64 * 1024**2
+#: Seconds between two looks at the size of a scratch folder on the disk (no tmpfs could be
+#: mounted), and the most entries it may hold.
+SCRATCH_POLL_S = 0.1
+MAX_SCRATCH_ENTRIES = 100_000
 #: Host paths hidden even inside the bound system folders.
 BWRAP_ALWAYS_HIDDEN = ("/etc/ssh", "/etc/ssl/private")
 #: Folders the ``process`` level lets the worker read and execute under Landlock (when they
@@ -335,7 +340,7 @@ class Drop:
 
 
 #: Capability numbers (linux/capability.h) rlm needs to lend the worker another user.
-_CAP_CHOWN, _CAP_DAC_READ_SEARCH, _CAP_SETGID, _CAP_SETUID, _CAP_SETPCAP = 0, 2, 6, 7, 8
+_CAP_CHOWN, _CAP_DAC_READ_SEARCH, _CAP_SETGID, _CAP_SETUID, _CAP_SETPCAP, _CAP_SYS_ADMIN = 0, 2, 6, 7, 8, 21
 
 
 def _effective_caps() -> int:
@@ -485,6 +490,10 @@ class Sandbox:
         self.interrupt_lost: str | None = None
         self._worker_ns_pid: int | None = None
         self._closed = False
+        #: The scratch folder is on the host disk (no tmpfs), its size watched by a thread.
+        self.scratch_on_disk = False
+        self._watch: threading.Thread | None = None
+        self._quota_hit: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -510,8 +519,9 @@ class Sandbox:
             raise
 
     def _start(self) -> None:
+        self.notes += reaper.sweep()  # what a killed rlm left (once per process)
         if self.scratch is None:
-            self.scratch = Path(tempfile.mkdtemp(prefix="rlm-scratch-"))
+            self.scratch = Path(tempfile.mkdtemp(prefix=reaper.folder_prefix(reaper.SCRATCH_PREFIX)))
         self.drop = drop = plan_drop(self.level)[0]
         if drop and drop.uid != os.geteuid() and self.level != "bwrap":  # bwrap's scratch is its own tmpfs
             os.chown(self.scratch, drop.uid, drop.gid)
@@ -542,6 +552,8 @@ class Sandbox:
                 os.close(fd)
             raise SandboxError(f"cannot start the REPL worker: {exc}") from None
         self._started_ticks = _start_ticks(self.proc.pid)
+        if self.level in ("process", "none"):  # found and killed by the next rlm if this one is killed
+            reaper.record(self.proc.pid, self._started_ticks, drop.uid if drop else os.geteuid())
         os.close(c_read)
         os.close(c_write)
         self._rfd, self._wfd = p_read, p_write
@@ -561,6 +573,7 @@ class Sandbox:
             "landlock": self._landlock_policy(),
             "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
             "context_text": self.spec.context_text,
+            "scratch_tmpfs": self.limits.file_bytes if self.level == "process" and _can_mount() else None,
         }
         deadline = time.monotonic() + START_TIMEOUT
         try:
@@ -579,6 +592,11 @@ class Sandbox:
         self.notes += [str(n) for n in reply.get("notes", [])]
         pid = reply.get("pid")
         self._worker_ns_pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+        self.scratch_on_disk = self.level == "process" and reply.get("scratch") != "tmpfs"
+        if self.scratch_on_disk:  # no tmpfs to bound it: its size is watched
+            self._watch = threading.Thread(target=self._watch_scratch, args=(self.proc, self._drain_stop),
+                                           name="sandbox-scratch", daemon=True)
+            self._watch.start()
 
     def close(self) -> None:
         """Kill the worker (and every process it started) and delete the scratch folder. A block
@@ -608,6 +626,9 @@ class Sandbox:
                     pass
             if self.level in ("process", "none"):
                 _kill_strays(pid, self._started_ticks, self.drop.uid if self.drop else None)
+                # Everything it started is still in its session (setsid is refused to model code).
+                reaper.kill_session(pid, self._started_ticks, self.drop.uid if self.drop else None)
+                reaper.forget(pid)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -732,10 +753,34 @@ class Sandbox:
                 return int(entry)
         return None
 
+    def _watch_scratch(self, proc: subprocess.Popen[bytes], stop: threading.Event) -> None:
+        """Kill the worker when its scratch folder on the disk (no tmpfs could be mounted) holds
+        more than ``limits.file_bytes`` (or :data:`MAX_SCRATCH_ENTRIES` entries), counting the
+        deleted files its processes still hold open; checked every :data:`SCRATCH_POLL_S` s (or
+        four times as long as a look takes), so a fast disk may take a little more first."""
+        scratch, quota = self.scratch, self.limits.file_bytes
+        pause = SCRATCH_POLL_S
+        while scratch is not None and not stop.wait(pause):
+            began = time.monotonic()
+            used, entries = scratch_usage(scratch, proc.pid)
+            pause = max(SCRATCH_POLL_S, 4 * (time.monotonic() - began))  # a big tree is walked less often
+            if used > quota or entries > MAX_SCRATCH_ENTRIES:
+                self._quota_hit = (f"the scratch folder grew past its limit of {format_bytes(quota)} "
+                                   f"({format_bytes(used)}, {entries:,} entries) and the worker was killed")
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(proc.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                return
+
     def _failure(self, exc: BaseException) -> str:
         """Why the control channel failed: the worker died (how), or it broke the protocol."""
         if self.proc is None:
             return "the REPL worker was not running"
+        if self._quota_hit:
+            hit, self._quota_hit = self._quota_hit, None
+            return hit
         try:
             code = self.proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
@@ -938,6 +983,63 @@ def _descends(pid: int, ancestor: int) -> bool:
             return False
         pid = stat[0]
     return False
+
+
+def _can_mount() -> bool:
+    """Whether this process may mount a tmpfs for a worker's scratch folder (Linux, root with
+    ``CAP_SYS_ADMIN``); the worker tries, and says when it could not."""
+    return sys.platform.startswith("linux") and os.geteuid() == 0 and bool(_effective_caps() & (1 << _CAP_SYS_ADMIN))
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as ``512 MiB``, ``3.2 GiB``..."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:,.3g} {unit}"
+    return f"{n:,} bytes"
+
+
+def scratch_usage(scratch: Path, session: int) -> tuple[int, int]:
+    """``(bytes, entries)`` a worker's scratch folder on the disk takes: the blocks of what is in
+    it (symlinks not followed; at most :data:`MAX_SCRATCH_ENTRIES` + 1 entries are looked at),
+    plus those of files under it that were deleted but are still open in a process of the
+    worker's ``session``."""
+    used = entries = 0
+    seen: set[tuple[int, int]] = set()
+    stack = [str(scratch)]
+    while stack and entries <= MAX_SCRATCH_ENTRIES:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    root = str(scratch).rstrip("/") + "/"
+    for pid in reaper.session_members(session, 0, None):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith(root) and target.endswith(" (deleted)"):
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        used += st.st_blocks * 512
+            except OSError:
+                continue
+    return used, entries
 
 
 def _become_subreaper() -> bool:

@@ -705,19 +705,30 @@ def drop_privileges(uid: int, gid: int, keep_caps: list[str] | tuple[str, ...] =
         raise OSError(f"still uid {os.geteuid()} after setuid({uid})")
 
 
-#: Syscalls the seccomp filter checks, per architecture: (audit arch, clone, unshare, clone3, socket,
-#: socketpair, refused outright). New user namespaces (clone/unshare with CLONE_NEWUSER) would hand
-#: model code a full capability set inside them, the usual door to kernel exploits; bpf,
-#: userfaultfd, perf_event_open, the key-ring calls and io_uring are kernel attack surface no REPL
-#: needs; ``socket``/``socketpair`` are allowed for AF_UNIX only (the model relay), so no TCP, UDP,
-#: raw, packet or netlink socket can be made. Numbers: the kernel's syscall tables
-#: (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h).
-_SECCOMP_TABLE: dict[str, tuple[int, int, int, int, int, int, tuple[int, ...]]] = {
-    "x86_64": (0xC000003E, 56, 272, 435, 41, 53, (321, 323, 298, 250, 248, 249, 425)),
-    "aarch64": (0xC00000B7, 220, 97, 435, 198, 199, (280, 282, 241, 219, 217, 218, 425)),
+#: Syscalls the seccomp filter checks, per architecture (the kernel's syscall tables:
+#: arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h). ``refused`` are
+#: refused outright: bpf, userfaultfd, perf_event_open, the key-ring calls and io_uring are kernel
+#: attack surface no REPL needs; memfd_create and memfd_secret make memory that ``RLIMIT_AS``
+#: does not count (pages of a memfd written with ``write()`` are never mapped); setsid would let a
+#: process leave the worker's session, the mark by which what it started is found and killed
+#: (``sandbox.reaper``), so it is refused too (``os.setsid``, ``start_new_session=True``). ``self_only`` act
+#: on the process their first argument names and pass only when it is 0 (the caller itself):
+#: prlimit64 (a CPU limit of 1 s on rlm would kill it), sched_setaffinity, sched_setparam,
+#: sched_setscheduler and sched_setattr.
+_SECCOMP_TABLE: dict[str, dict[str, Any]] = {
+    "x86_64": {"arch": 0xC000003E, "clone": 56, "unshare": 272, "clone3": 435, "socket": 41, "socketpair": 53,
+               "setpriority": 141, "ioprio_set": 251,
+               "self_only": (302, 203, 142, 144, 314),
+               "refused": (321, 323, 298, 250, 248, 249, 425, 319, 447, 112)},
+    "aarch64": {"arch": 0xC00000B7, "clone": 220, "unshare": 97, "clone3": 435, "socket": 198, "socketpair": 199,
+                "setpriority": 140, "ioprio_set": 30,
+                "self_only": (261, 122, 118, 119, 274),
+                "refused": (280, 282, 241, 219, 217, 218, 425, 279, 447, 157)},
 }
 _CLONE_NEWUSER = 0x10000000
 _AF_UNIX = 1
+#: ``setpriority``'s ``which`` for one process, ``ioprio_set``'s (linux/resource.h, linux/ioprio.h).
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 
 
 def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
@@ -728,25 +739,34 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
     numbers below cannot be bypassed (i386's ``socketcall`` included); ``clone3`` answers ENOSYS so
     the C library falls back to ``clone``, whose flags the filter can read; ``socket`` and
     ``socketpair`` pass only when their first argument (the address family, an ``int``: the low
-    32 bits of ``args[0]``) is AF_UNIX, and fail with EPERM otherwise.
+    32 bits of ``args[0]``) is AF_UNIX, and fail with EPERM otherwise. The ``self_only`` calls
+    pass only for pid 0 (the low 32 bits of ``args[0]``: a ``pid_t``); ``setpriority`` only as
+    ``(PRIO_PROCESS, 0, ...)`` (``os.nice``) and ``ioprio_set`` only as ``(IOPRIO_WHO_PROCESS,
+    0, ...)``: no process but the caller's own priority, CPU set, scheduling or limits can be
+    changed, whatever the user ids allow.
     """
     entry = _SECCOMP_TABLE.get(machine)
     if entry is None:
         return None
-    arch, clone, unshare, clone3, sock, sockpair, refused = entry
     ld_w, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    args0 = 16  # offsetof(struct seccomp_data, args[0]); the low word on these little-endian machines
+    args0, args1 = 16, 24  # offsetof(struct seccomp_data, args[i]); the low word on these little-endian machines
     # Jump targets are labels (str) or 0 (the next instruction); labels are resolved below.
     source: list[str | tuple[int, int | str, int | str, int]] = [
-        (ld_w, 0, 0, 4), (jeq, 0, "eperm", arch),  # foreign ABI: refused
+        (ld_w, 0, 0, 4), (jeq, 0, "eperm", entry["arch"]),  # foreign ABI: refused
         (ld_w, 0, 0, 0), (jge, "eperm", 0, 0x40000000),  # x32 numbers: refused
-        (jeq, "flags", 0, clone), (jeq, "flags", 0, unshare), (jeq, "enosys", 0, clone3),
-        (jeq, "family", 0, sock), (jeq, "family", 0, sockpair),
-        *[(jeq, "eperm", 0, nr) for nr in refused],
+        (jeq, "flags", 0, entry["clone"]), (jeq, "flags", 0, entry["unshare"]), (jeq, "enosys", 0, entry["clone3"]),
+        (jeq, "family", 0, entry["socket"]), (jeq, "family", 0, entry["socketpair"]),
+        *[(jeq, "self", 0, nr) for nr in entry["self_only"]],
+        (jeq, "prio", 0, entry["setpriority"]), (jeq, "ioprio", 0, entry["ioprio_set"]),
+        *[(jeq, "eperm", 0, nr) for nr in entry["refused"]],
         (ret, 0, 0, allow),
         "flags", (ld_w, 0, 0, args0), (jset, "eperm", "allow", _CLONE_NEWUSER),
         "family", (ld_w, 0, 0, args0), (jeq, "allow", "eperm", _AF_UNIX),
+        "self", (ld_w, 0, 0, args0), (jeq, "allow", "eperm", 0),
+        "prio", (ld_w, 0, 0, args0), (jeq, 0, "eperm", _PRIO_PROCESS), (ld_w, 0, 0, args1), (jeq, "allow", "eperm", 0),
+        "ioprio", (ld_w, 0, 0, args0), (jeq, 0, "eperm", _IOPRIO_WHO_PROCESS), (ld_w, 0, 0, args1),
+        (jeq, "allow", "eperm", 0),
         "allow", (ret, 0, 0, allow),
         "eperm", (ret, 0, 0, eperm),
         "enosys", (ret, 0, 0, enosys),
@@ -867,6 +887,32 @@ def apply_landlock(policy: dict[str, Any]) -> int:
     return abi
 
 
+#: ``unshare`` and ``mount`` flags (linux/sched.h, linux/mount.h).
+_CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x00020000, 2, 4, 1 << 14, 1 << 18
+
+
+def mount_scratch(path: str, size: int, uid: int, gid: int) -> None:
+    """Make ``path`` (the scratch folder) a tmpfs of at most ``size`` bytes owned by
+    ``uid``/``gid``, in a mount namespace of this process's own (inherited by what it starts),
+    so that its files cannot fill the host's disk and leave nothing there. Needs
+    ``CAP_SYS_ADMIN`` (a root rlm); call it while single-threaded, before the drop and Landlock.
+
+    Raises:
+        OSError: a step failed (the scratch folder then stays on the host disk).
+    """
+    import ctypes
+
+    libc = _libc()
+    steps = ((lambda: libc.unshare(_CLONE_NEWNS), "unshare"),
+             (lambda: libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "mount --make-rprivate"),
+             (lambda: libc.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+                                 f"size={int(size)},mode=0700,uid={int(uid)},gid={int(gid)}".encode()), "mount tmpfs"))
+    for call, what in steps:
+        if call() != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
 def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_seccomp: bool = False) -> list[str]:
     """Linux hardening that needs no privileges: no new privileges through setuid binaries or
     file capabilities (``PR_SET_NO_NEW_PRIVS``), death with the parent (``PR_SET_PDEATHSIG``),
@@ -943,6 +989,14 @@ def main(argv: list[str] | None = None) -> None:
         protocol.write_message_fd(wfd, {"type": "error", "error": f"{type(exc).__name__}: {exc}"})
         return
     notes: list[str] = []
+    scratch = "disk"
+    if config.get("scratch_tmpfs") and config.get("cwd"):
+        owner = config.get("drop_to") or [os.getuid(), os.getgid()]
+        try:
+            mount_scratch(str(config["cwd"]), int(config["scratch_tmpfs"]), int(owner[0]), int(owner[1]))
+            scratch = "tmpfs"
+        except OSError as exc:
+            notes.append(f"the scratch folder stays on the disk ({exc.strerror or exc}); rlm watches its size")
     step = "cannot drop privileges"
     try:
         if config.get("drop_to") is not None:
@@ -963,7 +1017,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     notes += apply_limits(config.get("limits", {}))
     protocol.write_message_fd(wfd, {"type": "ready", "notes": notes, "pid": os.getpid(),
-                                    "context_chars": len(worker.context)})
+                                    "context_chars": len(worker.context), "scratch": scratch})
     del config
     # Limited and hardened now: the threads inherit all of it. The line index first (0.8 s for
     # 31 MB; the output of the first code block is mapped with it), then the search index (2 s;
