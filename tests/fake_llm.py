@@ -53,7 +53,7 @@ class Reply:
     stream_cut_after: int | None = None
     #: False: the reply carries no ``usage`` (a server that does not count), streamed or not.
     usage: bool = True
-    #: Streamed replies: send the text again and again, never ending (``text`` is one piece).
+    #: Streamed replies: send the text again and again, numbered, never ending (``text`` is one piece).
     endless: bool = False
 
 
@@ -252,8 +252,8 @@ class FakeLLM:
 
         step = max(1, spec.stream_chunk_chars)
         pieces: Any = [text[i:i + step] for i in range(0, len(text), step)] or [""]
-        if spec.endless:
-            pieces = itertools.repeat(text)
+        if spec.endless:  # numbered: litellm stops a stream that repeats one chunk
+            pieces = (f"{text}{n} " for n in itertools.count())
         event(chunk({"role": "assistant", "content": ""}))
         for n, piece in enumerate(pieces):
             if spec.stream_cut_after is not None and n >= spec.stream_cut_after:

@@ -437,6 +437,7 @@ class ModelClient:
                                or "connection error" in str(error).lower())
                 hint = (f"could not connect to {s.api_base or 'the provider'}: check --api-base and that the "
                         "server is running" if unreachable else
+                        "raise --request-timeout for longer replies" if isinstance(error, ReplyTimeoutError) else
                         "the provider kept failing; try again later or raise --retries")
                 raise CallFailed(f"{message} (after {attempts} attempt{'s' if attempts > 1 else ''})",
                                  fatal=False, status=status, hint=hint) from None

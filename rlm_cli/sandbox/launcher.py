@@ -53,6 +53,8 @@ ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 START_TIMEOUT = 60.0
 #: Characters of one block's output the parent accepts (the worker keeps 220,000).
 MAX_OUTPUT_CHARS = 256_000
+#: Seconds a block out of time gets, after SIGINT, to hand over what it printed before it is killed.
+TIMEOUT_GRACE_S = 1.0
 #: Folders bound read-only into the bwrap sandbox when they exist; everything else on the host
 #: (home folders, /work, /srv, /mnt, /opt, /var, /run, /tmp...) is simply absent.
 BWRAP_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
@@ -697,12 +699,68 @@ class Sandbox:
             raise
         except TimeoutError:
             lost = f"the cell timed out after {limit:g} s and was killed"
+            printed = self._printed_before_kill(req_id)
+            if printed is not None:
+                self.restart()
+                lost += printed_note(printed.output, printed.output_chars)
+                return ExecResult(printed.output, printed.output_chars, False, elapsed_s=time.monotonic() - started,
+                                  lost=lost, helpers=printed.helpers, sources=printed.sources)
         except (OSError, protocol.ProtocolError) as exc:
             lost = self._failure(exc)
         else:
             return result
         self.restart()
         return ExecResult("", 0, False, elapsed_s=time.monotonic() - started, lost=lost)
+
+    def _printed_before_kill(self, req_id: str) -> ExecResult | None:
+        """What block ``req_id``, out of time, printed: the worker is sent SIGINT (the block ends
+        with a KeyboardInterrupt and its result frame carries its output) and given
+        :data:`TIMEOUT_GRACE_S` to answer; ``None`` when it does not (a block that catches the
+        interrupt, or stuck in C code). The worker is restarted by the caller either way."""
+        pid = self._worker_pid()
+        if pid is None or self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            os.kill(pid, signal.SIGINT)
+            deadline = time.monotonic() + TIMEOUT_GRACE_S
+            while True:
+                reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
+                if reply.get("id") == req_id:
+                    result = _parse_result(reply)
+                    break
+        except (TimeoutError, OSError, protocol.ProtocolError):
+            return None
+        output = result.output
+        cut = output.rfind("Traceback (most recent call last):")
+        if cut >= 0 and output.rstrip().endswith("KeyboardInterrupt"):  # the interrupt's own traceback
+            result.output_chars -= len(output) - cut
+            result.output = output[:cut]
+        return result if result.output.strip() else None
+
+    def tampered(self) -> list[str]:
+        """What of the worker's own code earlier blocks changed (``worker.Integrity``): names such
+        as ``rlm_cli.sandbox.worker.Worker.FINAL``; ``["(no valid answer)"]`` when the worker
+        does not answer the check properly within 10 s. ``[]``: nothing (as far as it can tell).
+
+        A changed worker would rewrite the answers of later questions: call this between the
+        questions of a session and restart the worker when it returns anything.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            return []  # a worker that is not running is started fresh anyway
+        req_id = secrets.token_hex(8)
+        deadline = time.monotonic() + 10.0
+        try:
+            protocol.write_message_fd(self._wfd, {"type": "check", "id": req_id}, deadline)
+            while True:
+                reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
+                if reply.get("id") == req_id:
+                    break
+        except (OSError, protocol.ProtocolError):
+            return ["(no valid answer)"]
+        changed = reply.get("changed")
+        if reply.get("type") != "checked" or not isinstance(changed, list):
+            return ["(no valid answer)"]
+        return [str(c)[:120] for c in changed[:20]]
 
     def _interrupt_block(self, req_id: str) -> None:
         """Ctrl-C while block ``req_id`` runs: send the worker SIGINT (its block ends with a
@@ -920,6 +978,20 @@ class Sandbox:
             if self.drop.keep_caps:
                 args += ["--cap-add", "CAP_DAC_READ_SEARCH"]
         return [*args, *self._python_argv("/tmp/rlm/pkg", rfd, wfd)]
+
+
+#: Characters of a timed-out block's output kept in the note about its timeout (head and tail).
+PRINTED_NOTE_CHARS = 4_000
+
+
+def printed_note(output: str, chars: int) -> str:
+    """The end of a timeout's ``lost`` text: what the block printed before it was killed, at
+    most :data:`PRINTED_NOTE_CHARS` characters of it (its head and tail)."""
+    text = output.rstrip("\n")
+    if len(text) > PRINTED_NOTE_CHARS:
+        half = PRINTED_NOTE_CHARS // 2
+        text = f"{text[:half]}\n[... {len(text) - 2 * half:,} characters omitted ...]\n{text[-half:]}"
+    return f". Before that it printed ({max(chars, len(output)):,} characters):\n{text}\n[end of what it printed]"
 
 
 def _parse_result(msg: dict[str, Any]) -> ExecResult:

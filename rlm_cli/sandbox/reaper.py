@@ -29,6 +29,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ def session_members(sid: int, since: int, uid: int | None) -> list[int]:
 
 def kill_session(sid: int, since: int, uid: int | None) -> int:
     """SIGKILL every process of :func:`session_members` until none is left; how many were killed."""
-    killed = 0
+    killed: set[int] = set()
     for _ in range(50):  # a fork loop stops growing once its members die
         members = session_members(sid, since, uid)
         if not members:
@@ -155,10 +156,11 @@ def kill_session(sid: int, since: int, uid: int | None) -> int:
         for pid in members:
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
+                killed.add(pid)
             except OSError:
                 pass
-    return killed
+        time.sleep(0.01)  # SIGKILL takes a moment to land
+    return len(killed)
 
 
 def sweep() -> list[str]:
