@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import loader
 from rlm_cli.corpus.loader import LoadReport, discover
-from rlm_cli.config import CorpusOptions
 from rlm_cli.errors import UsageError
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, Reply, last_user, repl
