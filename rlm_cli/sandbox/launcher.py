@@ -13,9 +13,15 @@ What each level does (the README has the user-facing table; ``tests/test_securit
 * ``process`` (and ``bwrap``): ``setrlimit`` limits (address space, CPU seconds, processes, file
   size, open files, no core dumps), no-new-privileges and death with the parent. Run as root,
   the worker becomes ``nobody`` (Linux does not apply the process limit to root, and ``nobody``
-  cannot signal the parent); if ``nobody`` cannot read the interpreter it keeps only
+  cannot signal the parent; its group is one of this rlm's own, :func:`private_gid`, with which
+  the relay's folder is shared); if ``nobody`` cannot read the interpreter it keeps only
   ``CAP_DAC_READ_SEARCH``. On Linux the parent becomes a child subreaper, so processes the
-  worker detaches (``setsid`` + double fork) come back to it and are killed with the worker.
+  worker detaches (double fork) come back to it and are killed with the worker; ``setsid`` is
+  refused by the seccomp filter, so all of them stay in the worker's session, by which a later
+  rlm finds and kills what the worker of a SIGKILLed rlm left (``sandbox.reaper``). The scratch
+  folder is a tmpfs of ``Limits.file_bytes`` in a mount namespace of the worker's own when rlm
+  may mount (root with ``CAP_SYS_ADMIN``), else a host folder whose size a thread watches
+  (:func:`scratch_usage`), killing the worker past its quota.
 * ``bwrap``: bubblewrap namespaces: no network (``--unshare-net``), private PID/IPC/UTS/cgroup,
   an empty root filesystem with only the system folders (``/usr``, ``/etc``...), the Python
   installation and the worker package bound read-only; the scratch folder is a size-limited
@@ -1330,8 +1336,8 @@ def level_protects(level: str) -> str:
     scoped = [n.replace("_", " ") for n in ("signals", "abstract_unix_sockets", "unix_socket_paths") if n in present]
     if scoped:
         parts.append(f"{', '.join(scoped)}: only its own or the relay's")
-    parts.append("memory, CPU, process, file-size and open-file limits; per-cell timeout; processes it detaches are "
-                 "killed with it")
+    parts.append("memory, CPU, process, file-size and open-file limits; a scratch quota; per-cell timeout; processes "
+                 "it detaches are killed with it (or by the next rlm, if rlm itself is killed)")
     drop = plan_drop(level)[0]
     if drop is not None:
         parts.append("as root it runs as nobody (the process limit applies)" if drop.uid != 0 else
