@@ -16,8 +16,15 @@ Policy, all enforced here in the parent process (the worker can neither see nor 
   4xx are never retried. A 401/403/404 on any call is *fatal*: it is kept in
   ``ModelClient.fatal`` and every later call raises it, so the run stops with exit 4. Any other
   failure of a sub-call reaches the model's code as an error string.
-* **Budgets**: :class:`Budget` is checked before every request (and retry); once a limit is
-  reached no further request starts.
+* **Budgets**: :class:`Budget` is checked before every request (and retry); with
+  ``--max-tokens`` or ``--max-cost`` each attempt first *reserves* its worst case: its input
+  tokens (tiktoken's count times :data:`INPUT_MARGIN`, or the larger ratio a reply of that model
+  showed) and its ``max_tokens``, priced (``models.budget``: nothing is sent that could cross a
+  budget; the last requests get a lowered ``max_tokens``, and are then not cached). A reply
+  without token counts is counted with tiktoken (said once per model) and priced from them. Once
+  a limit is reached no further request starts.
+* **Replies**: a streamed reply must end within ``--request-timeout`` (else it is cut and retried
+  like a timeout); a reply over ``backend.MAX_REPLY_CHARS`` is cut there, said once.
 * **Windows**: a sub-call prompt larger than the sub-model's input window is refused before
   sending (:class:`PromptTooLargeError`).
 * **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.llm_cache.LLMCache`.
