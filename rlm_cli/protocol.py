@@ -10,12 +10,17 @@ Two channels use it:
 * **control** (parent <-> worker, over inherited pipes): the parent sends
   ``{"type": "load", ...}``, ``{"type": "exec", "code": str}``, ``{"type": "shutdown"}``;
   the worker answers each with ``{"type": "ready"|"result"|"error", ...}``.
-* **lm** (worker -> LMHandler, one Unix-socket connection per request): the worker sends
-  ``{"token": str, "type": "completion"|"rlm_query", ...}`` and reads one reply
-  ``{"ok": bool, "text": str, "error": str}``.
+* **lm** (worker -> LMHandler, one Unix-socket connection per request): the worker sends two
+  frames, first the *hello* ``{"token": str, "type": "completion"|"rlm_query"}`` (at most
+  :data:`MAX_HELLO_BYTES`), then the request itself ``{...}`` (at most the size the relay allows
+  for that type), and reads one reply ``{"ok": bool, "text": str, "error": str}``. The relay reads
+  nothing from a connection whose peer is not one of its workers, and nothing past the hello of
+  one whose token is wrong.
 
-Pipe reads and writes can take a ``deadline`` (a ``time.monotonic()`` value): the whole frame
-must arrive by then, so a peer that sends a header and stalls cannot hang the reader.
+Reads and writes can take a ``deadline`` (a ``time.monotonic()`` value): the whole frame must
+arrive by then, so a peer that sends a header and stalls cannot hang the reader. A frame's
+buffer grows with the bytes that really arrive, so a header announcing a large frame costs
+nothing until its body comes.
 
 This module is imported by the worker, so it uses only the standard library.
 """
@@ -45,6 +50,10 @@ MAX_FRAME_BYTES = 256 * 1024 * 1024
 #: Largest control frame (worker -> parent result) the parent accepts: 64 MiB. The worker keeps
 #: its own results under it (printed output is capped far below; a larger FINAL is refused).
 MAX_CONTROL_BYTES = 64 * 1024 * 1024
+#: Largest first frame (the hello: token and request type) of an lm connection.
+MAX_HELLO_BYTES = 256
+#: Bytes read at most per ``recv``: a frame's buffer grows by at most this much a step.
+_STEP = 1 << 20
 
 
 class ProtocolError(Exception):
@@ -80,15 +89,19 @@ def decode_body(body: bytes | bytearray) -> dict[str, Any]:
 
 # -- sockets -----------------------------------------------------------------------------------
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], min(n - got, 1 << 20))
-        if not k:
-            raise ProtocolError(f"connection closed after {got} of {n} bytes")
-        got += k
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
+    """Exactly ``n`` bytes from ``sock``, the buffer growing as they arrive (never ``n`` at once)."""
+    buf = bytearray()
+    while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the peer did not complete the frame in time")
+            sock.settimeout(left)
+        chunk = sock.recv(min(n - len(buf), _STEP))
+        if not chunk:
+            raise ProtocolError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
     return buf
 
 
@@ -97,17 +110,29 @@ def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(encode_frame(message))
 
 
-def recv_message(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> dict[str, Any]:
-    """Read exactly one frame from ``sock`` (the socket's timeout applies to each read).
+def recv_message(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: float | None = None,
+                 admit: Any = None) -> dict[str, Any]:
+    """Read exactly one frame from ``sock``.
+
+    Args:
+        max_bytes: a larger frame is refused on its header, before its body is read.
+        deadline: ``time.monotonic()`` value by which the whole frame must have arrived (without
+            one, the socket's own timeout applies to each read).
+        admit: called with the announced size before the body is read (a context manager
+            factory: the relay counts the bytes all its connections are receiving); may raise
+            ``ProtocolError`` to refuse the frame.
 
     Raises:
         ProtocolError: closed connection, oversize frame or bad body.
         OSError: the socket failed or timed out (``TimeoutError``).
     """
-    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
+    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline))
     if size > max_bytes:
         raise ProtocolError(f"frame of {size} bytes exceeds the {max_bytes}-byte limit")
-    return decode_body(_recv_exact(sock, size))
+    if admit is None:
+        return decode_body(_recv_exact(sock, size, deadline))
+    with admit(size):
+        return decode_body(_recv_exact(sock, size, deadline))
 
 
 # -- pipes / files -----------------------------------------------------------------------------
@@ -126,15 +151,14 @@ def _wait(fd: int, deadline: float | None, *, write: bool) -> None:
 
 
 def _read_exact_fd(fd: int, n: int, deadline: float | None) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
+    """Exactly ``n`` bytes from ``fd``, the buffer growing as they arrive (never ``n`` at once)."""
+    buf = bytearray()
+    while len(buf) < n:
         _wait(fd, deadline, write=False)
-        k = os.readv(fd, [view[got:got + (1 << 20)]])
-        if not k:
-            raise ProtocolError(f"pipe closed after {got} of {n} bytes")
-        got += k
+        chunk = os.read(fd, min(n - len(buf), _STEP))
+        if not chunk:
+            raise ProtocolError(f"pipe closed after {len(buf)} of {n} bytes")
+        buf += chunk
     return buf
 
 

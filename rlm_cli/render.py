@@ -504,9 +504,24 @@ class Renderer:
 
 
 def write_answer(text: str) -> None:
-    """The answer alone on stdout (plain text, newline-terminated)."""
+    """The answer alone on stdout (plain text, newline-terminated); on a terminal its control
+    characters are neutralised (:func:`for_stdout`)."""
+    text = for_stdout(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
+
+
+def for_stdout(text: str, stream: IO[str] | None = None) -> str:
+    """``text`` as written to stdout (or ``stream``): as it is into a pipe or a file, with its
+    terminal control characters replaced (:func:`safe_text`: ESC sequences such as OSC 52, which
+    writes the clipboard, or a clear-screen) when it is a terminal. The answer, ``--cite``'s
+    source paths and a ``--json`` document all come from the model or the corpus."""
+    out = stream or sys.stdout
+    try:
+        tty = bool(out.isatty())
+    except (AttributeError, ValueError, OSError):
+        tty = False
+    return safe_text(text) if tty else text
 
 
 def json_text(doc: dict[str, Any]) -> str:
@@ -520,7 +535,8 @@ def write_json(doc: dict[str, Any]) -> None:
 
 
 def write_text(text: str) -> None:
-    """Text on stdout as is (the answer, a document), all of it or an error.
+    """Text on stdout as is (the answer, a document), all of it or an error; on a terminal with
+    its control characters neutralised (:func:`for_stdout`).
 
     Written to the binary buffer in a loop: with ``PYTHONUNBUFFERED=1`` (common in containers)
     that buffer is the raw file, whose ``write`` may take only part of a large text (a pipe
@@ -531,6 +547,7 @@ def write_text(text: str) -> None:
         OSError: stdout cannot take it (``BrokenPipeError`` when its reader went away).
     """
     out = sys.stdout
+    text = for_stdout(text, out)
     out.flush()
     buf = getattr(out, "buffer", None)
     if buf is None:  # a text-only stream (a test's StringIO)

@@ -303,7 +303,7 @@ class Session:
         if self.corpus is None:
             self.corpus = load_corpus(self.paths, s.corpus, stdin_bytes=self.stdin_bytes,
                                       on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")),
-                                      on_progress=index_callback(emit))
+                                      on_progress=index_callback(emit), deadline=self.budget.deadline)
         corpus = self.corpus
         self._corpus_event = self._corpus_loaded(corpus, time.monotonic() - started)
         emit(self._corpus_event)
@@ -561,6 +561,13 @@ class Session:
                 raise
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
         lane = lane or self._rlm_lane()
+        if lane.questions:
+            changed = lane.sandbox.tampered()
+            if changed:  # an earlier question's code changed the worker itself: it could rewrite this answer
+                lane.reset()
+                emit(event("notice", 0, level="warning", message=(
+                    f"an earlier question's code changed the REPL worker's own code ({', '.join(changed[:3])}); "
+                    "a fresh worker was started, so the REPL variables of earlier questions are gone")))
         if lane.questions and self.independent:
             lane.clear()
         elif lane.questions:  # what earlier questions left in the REPL

@@ -16,6 +16,7 @@ Setting ``FakeLLM.refuse_stream`` answers every streamed request with a 400 inst
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -50,6 +51,10 @@ class Reply:
     no_stream: bool = False
     #: Streamed replies: drop the connection after this many text pieces (a broken stream).
     stream_cut_after: int | None = None
+    #: False: the reply carries no ``usage`` (a server that does not count), streamed or not.
+    usage: bool = True
+    #: Streamed replies: send the text again and again, numbered, never ending (``text`` is one piece).
+    endless: bool = False
 
 
 class FakeLLM:
@@ -75,6 +80,12 @@ class FakeLLM:
         self.refuse_stream = False
         #: ``time.monotonic()`` when each streamed chunk was written: ``(model, text piece, time)``.
         self.stream_log: list[tuple[str, str, float]] = []
+        #: When set, counts the tokens of a text for the default ``usage`` (else 4 characters a
+        #: token): with :func:`openai_tokens` the server counts as OpenAI does.
+        self.count_tokens: Callable[[str], int] | None = None
+        #: ``(model, prompt_tokens, completion_tokens)`` of every reply sent with status 200, as the
+        #: server counted them (what a provider would bill), whether or not it sent ``usage``.
+        self.billed: list[tuple[str, int, int]] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -180,19 +191,29 @@ class FakeLLM:
             handler._send(spec.status, body, spec.headers)
             return
         text = spec.text(req) if callable(spec.text) else spec.text
-        prompt_chars = sum(len(str(m.get("content", ""))) for m in req.get("messages", []))
-        usage = {"prompt_tokens": spec.prompt_tokens if spec.prompt_tokens is not None else max(1, prompt_chars // 4),
+        messages = req.get("messages", [])
+        if self.count_tokens is not None:  # as OpenAI counts: 3 tokens a message and 3 a request
+            prompt_default = sum(self.count_tokens(str(m.get("content", ""))) + 3 for m in messages) + 3
+            completion_default = self.count_tokens(text)
+        else:
+            prompt_default = max(1, sum(len(str(m.get("content", ""))) for m in messages) // 4)
+            completion_default = max(1, len(text) // 4)
+        usage = {"prompt_tokens": spec.prompt_tokens if spec.prompt_tokens is not None else prompt_default,
                  "completion_tokens": spec.completion_tokens if spec.completion_tokens is not None
-                 else max(1, len(text) // 4)}
+                 else completion_default}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        with self.lock:
+            self.billed.append((model, usage["prompt_tokens"], usage["completion_tokens"]))
         if req.get("stream") and not spec.no_stream:
             self._stream(handler, req, spec, model, text, usage)
             return
-        body = json.dumps({
+        doc: dict[str, Any] = {
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": text}}],
-            "usage": usage}).encode()
+                                         "message": {"role": "assistant", "content": text}}]}
+        if spec.usage:
+            doc["usage"] = usage
+        body = json.dumps(doc).encode()
         if spec.cut_after is not None:  # the connection dies in the middle of the answer
             handler.close_connection = True
             handler.send_response(200)
@@ -230,7 +251,9 @@ class FakeLLM:
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
         step = max(1, spec.stream_chunk_chars)
-        pieces = [text[i:i + step] for i in range(0, len(text), step)] or [""]
+        pieces: Any = [text[i:i + step] for i in range(0, len(text), step)] or [""]
+        if spec.endless:  # numbered: litellm stops a stream that repeats one chunk
+            pieces = (f"{text}{n} " for n in itertools.count())
         event(chunk({"role": "assistant", "content": ""}))
         for n, piece in enumerate(pieces):
             if spec.stream_cut_after is not None and n >= spec.stream_cut_after:
@@ -243,12 +266,19 @@ class FakeLLM:
                 self.stream_log.append((model, piece, time.monotonic()))
             event(chunk({"content": piece}))
         event(chunk({}, "stop"))
-        if spec.stream_usage and (req.get("stream_options") or {}).get("include_usage"):
+        if spec.usage and spec.stream_usage and (req.get("stream_options") or {}).get("include_usage"):
             event({"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
                    "choices": [], "usage": usage})
         event("[DONE]")
         handler.wfile.write(b"0\r\n\r\n")
         handler.wfile.flush()
+
+
+def openai_tokens(text: str) -> int:
+    """Tokens of ``text`` as OpenAI's newer models count them (tiktoken ``o200k_base``)."""
+    from rlm_cli.corpus.tokens import count_tokens
+
+    return count_tokens(text)
 
 
 def repl(code: str) -> str:

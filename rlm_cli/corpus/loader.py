@@ -6,7 +6,8 @@ Rules (see :func:`discover`):
 * ``.git/`` is always skipped; dotfiles and dot-folders are skipped unless ``hidden``;
 * ``.gitignore``, ``.ignore`` and ``.rlmignore`` files at any depth are honoured (gitignore
   syntax through pathspec; a deeper file overrides a shallower one, and an ignored folder is
-  not entered) unless ``no_ignore``;
+  not entered) unless ``no_ignore``; one whose patterns take over :data:`IGNORE_FILE_SECONDS`
+  to match stops the load with an error naming it, and a ``deadline`` (``--timeout``) stops it too;
 * ``--exclude`` globs (gitignore syntax, relative to each folder argument) prune folders and
   skip files; ``--include`` globs keep only matching files; files named explicitly on the command
   line bypass the ignore files and ``--include`` (like ripgrep) but not ``--exclude``;
@@ -27,11 +28,15 @@ empty-corpus error read.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import glob
 import os
 import re
+import signal
 import stat
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,7 +46,7 @@ import pathspec
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import formats
-from rlm_cli.errors import UsageError
+from rlm_cli.errors import BudgetExceededError, UsageError
 
 IGNORE_FILES = (".gitignore", ".ignore", ".rlmignore")
 #: Bytes inspected for binary detection (the same window git and ripgrep use).
@@ -135,12 +140,75 @@ class Decoded:
         return ",".join((["truncated"] if self.truncated else []) + tags)
 
 
+#: Seconds the patterns of one ignore file may spend matching paths in one walk: a pathological
+#: pattern (``*a*a*a*a*a*a*a*a*a*a*a*a*b``: its regex backtracks exponentially) stops the load
+#: with an error naming the file, rather than hanging it or dropping its rules.
+IGNORE_FILE_SECONDS = 5.0
+
+
+class _Clock:
+    """The time limits of one :func:`discover`: the ``--timeout`` deadline (checked at each entry
+    of a walk) and each ignore file's matching time. In the main thread an interval timer
+    (``SIGALRM``, every 0.25 s, only while a walk runs) interrupts a single runaway regex match;
+    elsewhere a match is judged once it returns."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()  # per thread: ``deadline``, and ``current`` (spec, since)
+
+    def over(self) -> None:
+        """Raise when this thread's walk is past its deadline.
+
+        Raises:
+            BudgetExceededError: ``--timeout`` ran out while the corpus was loading.
+        """
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is not None and time.monotonic() > deadline:
+            raise BudgetExceededError("time budget reached while loading the corpus", budget="timeout",
+                                      hint="raise --timeout, or name fewer files")
+
+    def matching(self, spec: _Spec | None) -> None:
+        """Say which spec this thread is matching with now (``None``: none)."""
+        self._local.current = None if spec is None else (spec, time.monotonic())
+
+    def _tick(self, signum: int, frame: Any) -> None:
+        current = getattr(self._local, "current", None)  # the handler runs in the main thread
+        if current is not None:
+            spec, since = current
+            if spec.used + time.monotonic() - since > IGNORE_FILE_SECONDS:
+                self._local.current = None
+                raise spec.too_slow()
+            self.over()
+
+    @contextlib.contextmanager
+    def running(self, deadline: float | None) -> Iterator[None]:
+        """Arm the limits for one walk in this thread (and the interval timer where it can run)."""
+        self._local.deadline, self._local.current = deadline, None
+        armed = (threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+                 and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None))
+        if armed:
+            signal.signal(signal.SIGALRM, self._tick)
+            signal.setitimer(signal.ITIMER_REAL, 0.25, 0.25)
+        try:
+            yield
+        finally:
+            if armed:
+                signal.setitimer(signal.ITIMER_REAL, 0, 0)
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            self._local.deadline, self._local.current = None, None
+
+
+_clock = _Clock()
+
+
 class _Spec:
     """A pathspec ``GitIgnoreSpec`` with a fast negative answer: one combined regex says when no
     pattern can match (the usual case on a big tree), and only then is pathspec's exact
-    gitignore logic skipped. Paths are relative, ``/``-separated, with ``/`` after a folder."""
+    gitignore logic skipped. Paths are relative, ``/``-separated, with ``/`` after a folder.
+    ``source`` names the ignore file(s) the lines come from; ``used`` is the seconds spent matching."""
 
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self, lines: list[str], source: str = "") -> None:
+        self.source = source
+        self.used = 0.0
         self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
         self.any: re.Pattern[str] | None = None
         try:
@@ -153,19 +221,39 @@ class _Spec:
             self.any = None
 
     def check(self, path: str) -> bool | None:
-        """True: matched by an ignore pattern; False: re-included by a ``!`` pattern; None: no match."""
-        if self.any is not None and self.any.match(path) is None:
-            return None
-        return self.spec.check_file(path).include
+        """True: matched by an ignore pattern; False: re-included by a ``!`` pattern; None: no match.
+
+        Raises:
+            UsageError: the patterns took over :data:`IGNORE_FILE_SECONDS` in this walk.
+        """
+        since = time.monotonic()
+        _clock.matching(self)
+        try:
+            if self.any is not None and self.any.match(path) is None:
+                verdict = None
+            else:
+                verdict = self.spec.check_file(path).include
+        finally:
+            _clock.matching(None)
+            self.used += time.monotonic() - since
+        if self.used > IGNORE_FILE_SECONDS:
+            raise self.too_slow()
+        return verdict
+
+    def too_slow(self) -> UsageError:
+        """The error for patterns that took too long."""
+        return UsageError(f"the ignore rules of {self.source} took over {IGNORE_FILE_SECONDS:g} s to match the "
+                          "corpus's paths (a pattern whose regex backtracks, such as *a*a*a*a*a*a*a*b)",
+                          hint="simplify that pattern, or pass --no-ignore")
 
     def match_file(self, path: str) -> bool:
         """True if the last matching pattern includes ``path`` (pathspec's ``match_file``)."""
         return bool(self.check(path))
 
 
-def _compile(lines: list[str]) -> _Spec | None:
+def _compile(lines: list[str], source: str = "") -> _Spec | None:
     lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-    return _Spec(lines) if lines else None
+    return _Spec(lines, source) if lines else None
 
 
 class _Walker:
@@ -174,8 +262,8 @@ class _Walker:
     def __init__(self, options: CorpusOptions, report: LoadReport) -> None:
         self.options = options
         self.report = report
-        self.include = _compile(list(options.include))
-        self.exclude = _compile(list(options.exclude))
+        self.include = _compile(list(options.include), "--include")
+        self.exclude = _compile(list(options.exclude), "--exclude")
         self.seen: set[tuple[int, int]] = set()  # files already selected (dev, inode)
         self.visited: set[tuple[int, int]] = set()  # folders already walked
 
@@ -236,6 +324,7 @@ class _Walker:
             if entry is None:
                 stack.pop()
                 continue
+            _clock.over()
             name = entry.name
             if name == ".git":
                 continue
@@ -304,7 +393,7 @@ class _Walker:
                                 lines.extend(fh.read().splitlines())
                         except OSError:
                             continue
-                spec = _compile(lines)
+                spec = _compile(lines, " and ".join(os.path.join(rel_dir, n) for n in IGNORE_FILES if n in names))
                 if spec is not None:
                     specs = specs + [(rel_dir, spec)]
         return iter(entries), rel_dir, specs, ancestors
@@ -319,7 +408,8 @@ def _ignored(specs: list[tuple[str, _Spec]], rel: str, is_dir: bool) -> bool:
     return False
 
 
-def discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> list[SourceFile]:
+def discover(paths: list[str], options: CorpusOptions, report: LoadReport,
+             deadline: float | None = None) -> list[SourceFile]:
     """Expand ``paths`` (files, folders, globs; not ``-``) into the files to read.
 
     Order: arguments in the order given; inside a folder, paths sorted by name (depth first).
@@ -327,8 +417,15 @@ def discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> li
     the current directory when inside it, else absolute.
 
     Raises:
-        UsageError: a path that does not exist and matches no glob.
+        UsageError: a path that does not exist and matches no glob; an ignore file whose
+            patterns took over :data:`IGNORE_FILE_SECONDS` to match.
+        BudgetExceededError: ``deadline`` (``time.monotonic()``: ``--timeout``) passed.
     """
+    with _clock.running(deadline):
+        return _discover(paths, options, report)
+
+
+def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> list[SourceFile]:
     roots: list[str] = []
     for raw in paths:
         if os.path.lexists(raw):

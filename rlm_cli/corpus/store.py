@@ -49,7 +49,7 @@ from rlm_cli.corpus import structured
 from rlm_cli.corpus.chunker import split_text
 from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, decode_bytes, discover, is_binary, read_source
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING, TokenPool
-from rlm_cli.errors import EmptyCorpusError
+from rlm_cli.errors import BudgetExceededError, EmptyCorpusError
 from rlm_cli.protocol import BUNDLE_VERSION
 
 try:
@@ -832,7 +832,8 @@ def _parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
 
 
 def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes | None = None,
-                on_warning: Callable[[str], None] | None = None, on_progress: OnProgress | None = None) -> Corpus:
+                on_warning: Callable[[str], None] | None = None, on_progress: OnProgress | None = None,
+                deadline: float | None = None) -> Corpus:
     """Load ``paths`` (``'-'`` = ``stdin_bytes``) into a saved, chunk-indexed :class:`Corpus`.
 
     With ``options.use_cache`` (and no stdin) the bundle lives in the user cache dir and is
@@ -840,14 +841,20 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
     (``corpus.temporary``). Warnings (skipped files, a rebuilt cache) go to ``on_warning``; each
     file of a (re)build is reported to ``on_progress`` (a cache hit reads no file and reports none).
 
+    ``deadline`` (a ``time.monotonic()`` value: ``--timeout``) bounds the walk (every entry, and
+    each ignore file's matching: ``loader.discover``) and the reading (every file).
+
     Raises:
-        UsageError: a path does not exist.
+        UsageError: a path does not exist; an ignore file's patterns take too long to match.
         EmptyCorpusError: no readable text file remained; the message names the reasons.
+        BudgetExceededError: ``deadline`` passed while loading.
     """
     report = LoadReport()
     scan_ns = time.time_ns()
     file_paths = [p for p in paths if p != "-"]
-    sources = discover(file_paths, options, report) if file_paths else []
+    sources = discover(file_paths, options, report, deadline) if file_paths else []
+    if deadline is not None:
+        on_progress = _until(deadline, on_progress)
     stdin = SourceFile(STDIN_NAME, None, len(stdin_bytes or b""), 0) if "-" in paths else None
     use_cache = bool(options.use_cache and file_paths and stdin is None)
     try:
@@ -912,6 +919,22 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
         if on_warning:
             for w in report.warnings:
                 on_warning(w)
+
+
+def _until(deadline: float, on_progress: OnProgress | None) -> OnProgress:
+    """``on_progress``, after a check that ``deadline`` has not passed.
+
+    The returned callback raises BudgetExceededError past ``deadline``.
+    """
+    def progress(files_done: int, files_total: int, bytes_done: int, bytes_total: int) -> None:
+        if time.monotonic() > deadline:
+            raise BudgetExceededError(f"time budget reached while loading the corpus ({files_done:,} of "
+                                      f"{files_total:,} files read)", budget="timeout",
+                                      hint="raise --timeout, or name fewer files")
+        if on_progress is not None:
+            on_progress(files_done, files_total, bytes_done, bytes_total)
+
+    return progress
 
 
 def _read_cached(directory: Path, report: LoadReport) -> _Cached | None:

@@ -37,7 +37,9 @@ class Answer:
     says whether the model it was priced as is in litellm's bundled price map (when not, the
     cost is unknown, not zero). ``not_streamed`` marks a streamed request that the provider
     answered with a plain body; ``text`` is then empty and the request must be sent again
-    without streaming.
+    without streaming. ``cut`` says why the reply is incomplete: ``"time"`` (a stream still
+    running at the deadline), ``"size"`` (longer than :data:`MAX_REPLY_CHARS`: the rest was
+    dropped), ``""`` when whole; ``chars`` is its length before a ``size`` cut.
     """
 
     text: str = ""
@@ -46,6 +48,8 @@ class Answer:
     cost_usd: float | None = None
     priced: bool = False
     not_streamed: bool = False
+    cut: str = ""
+    chars: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The answer as a JSON-able dict (the model host's reply)."""
@@ -58,6 +62,9 @@ class Answer:
         return cls(**known)
 
 OnPiece = Callable[[str], None]
+#: Characters of a reply kept: far beyond any ``max_tokens`` rlm asks for (16,384 tokens); a
+#: longer reply (a broken or hostile server) is cut here and the client says so.
+MAX_REPLY_CHARS = 1_000_000
 
 class Backend(Protocol):
     """Where litellm runs for a ``ModelClient``: :class:`LocalBackend` or the model host's client."""
@@ -69,6 +76,10 @@ class Backend(Protocol):
 
     def facts(self, model: str) -> tuple[int | None, bool]:
         """``(input window or None, price known)`` (see :meth:`LocalBackend.facts`)."""
+        ...
+
+    def prices(self, model: str) -> tuple[float, float] | None:
+        """USD per input and output token, or ``None`` (see :meth:`LocalBackend.prices`)."""
         ...
 
     def router_groups(self, router_config: str | Path | None) -> dict[str, str]:
@@ -128,6 +139,13 @@ class LocalBackend:
                 self._facts[model] = (detect.input_window(litellm, model), detect.price_known(litellm, model))
             return self._facts[model]
 
+    def prices(self, model: str) -> tuple[float, float] | None:
+        """``(USD per input token, USD per output token)`` per litellm's map (the dearest tier),
+        or ``None`` when the price is unknown (``detect.prices``)."""
+        from rlm_cli.models import detect
+
+        return detect.prices(self.load(), model)
+
     def warm(self, models_: list[str]) -> None:
         """Run litellm's first-call path once per model without a request (``mock_response``):
         a process's first completion imports provider modules and loads a tokenizer (0.3-1 s),
@@ -180,15 +198,21 @@ class LocalBackend:
         litellm = self.load()
         chunks: list[Any] = []
         shown = False
+        chars, cut = 0, ""
         try:
             for chunk in stream:
-                chunks.append(chunk)
                 piece = _delta_text(chunk)
+                if chars + len(piece) > MAX_REPLY_CHARS:
+                    cut = "size"  # the rest is dropped: this chunk and what follows
+                    break
+                chunks.append(chunk)
+                chars += len(piece)
                 if piece:
                     shown = True
                     if on_piece is not None:
                         on_piece(piece)
                 if deadline is not None and time.monotonic() >= deadline:
+                    cut = "time"
                     break
         finally:
             close = getattr(stream, "close", None)
@@ -204,10 +228,14 @@ class LocalBackend:
         response = litellm.stream_chunk_builder(chunks, messages=messages)
         if response is None:
             return Answer(not_streamed=True)
-        return self._answer(response, model, groups)
+        answer = self._answer(response, model, groups)
+        if cut:
+            answer.cut, answer.chars = cut, max(answer.chars, chars)
+        return answer
 
     def _answer(self, response: Any, model: str, groups: dict[str, str]) -> Answer:
-        """Text, tokens and cost of a whole reply (a streamed one rebuilt by litellm)."""
+        """Text, tokens and cost of a whole reply (a streamed one rebuilt by litellm); a text over
+        :data:`MAX_REPLY_CHARS` is cut to it (``cut="size"``)."""
         usage = getattr(response, "usage", None)
         hidden = getattr(response, "_hidden_params", None) or {}
         priced_as = str(hidden.get("litellm_model_name") or groups.get(model, model))
@@ -218,9 +246,12 @@ class LocalBackend:
                 cost = self.load().completion_cost(completion_response=response, model=priced_as)
             except Exception:  # noqa: BLE001 - litellm could not price it after all: unknown
                 cost = None
-        return Answer(text=_response_text(response), input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        text = _response_text(response)
+        chars = len(text)
+        cut = "size" if chars > MAX_REPLY_CHARS else ""
+        return Answer(text=text[:MAX_REPLY_CHARS], input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                       output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-                      cost_usd=None if cost is None else float(cost), priced=priced)
+                      cost_usd=None if cost is None else float(cost), priced=priced, cut=cut, chars=chars)
 
 def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
     """A ``litellm.Router`` from a YAML or JSON file and ``{model group: first deployment's model}``.

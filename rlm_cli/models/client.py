@@ -16,8 +16,15 @@ Policy, all enforced here in the parent process (the worker can neither see nor 
   4xx are never retried. A 401/403/404 on any call is *fatal*: it is kept in
   ``ModelClient.fatal`` and every later call raises it, so the run stops with exit 4. Any other
   failure of a sub-call reaches the model's code as an error string.
-* **Budgets**: :class:`Budget` is checked before every request (and retry); once a limit is
-  reached no further request starts.
+* **Budgets**: :class:`Budget` is checked before every request (and retry); with
+  ``--max-tokens`` or ``--max-cost`` each attempt first *reserves* its worst case: its input
+  tokens (tiktoken's count times :data:`INPUT_MARGIN`, or the larger ratio a reply of that model
+  showed) and its ``max_tokens``, priced (``models.budget``: nothing is sent that could cross a
+  budget; the last requests get a lowered ``max_tokens``, and are then not cached). A reply
+  without token counts is counted with tiktoken (said once per model) and priced from them. Once
+  a limit is reached no further request starts.
+* **Replies**: a streamed reply must end within ``--request-timeout`` (else it is cut and retried
+  like a timeout); a reply over ``backend.MAX_REPLY_CHARS`` is cut there, said once.
 * **Windows**: a sub-call prompt larger than the sub-model's input window is refused before
   sending (:class:`PromptTooLargeError`).
 * **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.llm_cache.LLMCache`.
@@ -46,12 +53,13 @@ from typing import Any
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, ProviderError, RLMError
 from rlm_cli.llm_cache import LLMCache
-from rlm_cli.models.backend import Answer, Backend, LocalBackend
-from rlm_cli.models.budget import Budget
+from rlm_cli.models.backend import MAX_REPLY_CHARS, Answer, Backend, LocalBackend
+from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.failures import (
     CallFailed,
     PromptTooLargeError,
+    ReplyTimeoutError,
     classify_error,
     error_class_names,
     hint_for,
@@ -71,6 +79,9 @@ MAX_RETRY_AFTER_S = 120.0
 MAX_FREE_RATE_LIMIT_RETRIES = 10
 #: Tokens added per message (and per request) to the prompt's text tokens for the window check.
 MESSAGE_OVERHEAD_TOKENS = 4
+#: A budget reserves this many times tiktoken's count of a request's input (tokenizers of other
+#: providers count up to about 10% more than ``o200k_base``), or the larger ratio a reply showed.
+INPUT_MARGIN = 1.1
 
 
 @dataclass
@@ -113,6 +124,9 @@ class ModelClient:
         self._windows: dict[str, int] = {}
         self._warned: set[str] = set()
         self._seen: dict[str, int] = {}
+        self._prices: dict[str, tuple[float, float] | None] = {}
+        #: Per model: the largest ratio of a provider's input count to tiktoken's seen in this run.
+        self._ratios: dict[str, float] = {}
         #: Models whose provider could not stream in this run (asked without streaming since).
         self._no_stream: set[str] = set()
 
@@ -206,15 +220,30 @@ class ModelClient:
                 if on_delta is not None:
                     on_delta(hit["text"])
                 return Completion(hit["text"], record)
-        answer, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta,
-                                                   temperature=temperature)
-        text, tin, tout = answer.text, answer.input_tokens, answer.output_tokens
-        if on_delta is not None:  # streamed: a provider without a usage chunk is counted here
-            tin, tout = _counted_tokens(messages, text, tin, tout)
-        cost = self._cost(answer, model)
-        record = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started, attempts=attempts)
-        self.usage.add(record)
-        if key is not None and self.cache is not None:
+        held: list[Reservation] = []  # the reservation of the attempt that answered, settled below
+        estimate = _Estimate(messages) if self.budget.reserves else None
+        try:
+            answer, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta,
+                                                       temperature=temperature, estimate=estimate, held=held)
+            text, tin, tout = answer.text, answer.input_tokens, answer.output_tokens
+            if not tin or (not tout and text):  # a provider that sent no counts: counted here
+                tin, tout = _counted_tokens(messages, text, tin, tout)
+                self._say_once(f"uncounted:{model}", f"{model} sent no token counts; rlm counts its requests with "
+                                                     "tiktoken (o200k_base) for the usage and the budgets")
+                cost = self._cost(answer, model, counted=(tin, tout))
+            else:
+                self._learn_ratio(model, tin, estimate)
+                cost = self._cost(answer, model)
+            if answer.cut == "size":
+                self._say(f"the reply of {model} was {answer.chars:,} characters; only the first "
+                          f"{MAX_REPLY_CHARS:,} were kept")
+            record = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started, attempts=attempts)
+            self.usage.add(record)
+        finally:
+            for reservation in held:
+                self.budget.settle(reservation)
+        lowered = any(r.max_output < self.reply_cap(model) for r in held)
+        if key is not None and self.cache is not None and not lowered and not answer.cut:
             self.cache.put(key, {"model": model, "text": text, "input_tokens": tin, "output_tokens": tout,
                                  "cost_usd": cost, "created": time.time()})
         return Completion(text, record)
@@ -261,10 +290,63 @@ class ModelClient:
                 f"it was not sent. Split it into pieces of at most about {window * 3 // 4:,} tokens "
                 "(e.g. chunk_text) and query each piece")
 
+    def _reserve(self, estimate: _Estimate, model: str) -> Reservation:
+        """Reserve a request's worst case (``models.budget``): its input tokens (tiktoken's count
+        times :data:`INPUT_MARGIN`, or the larger ratio a reply of ``model`` showed) and its reply
+        cap, priced for a priced model.
+
+        Raises:
+            BudgetExceededError: it cannot fit the budget.
+        """
+        with self._info_lock:
+            ratio = max(INPUT_MARGIN, self._ratios.get(model, 0.0))
+        tokens = math.ceil(estimate.tokens() * ratio)
+        return self.budget.reserve(tokens, self.reply_cap(model), self.prices(model))
+
+    def prices(self, model: str) -> tuple[float, float] | None:
+        """USD per input and output token of ``model`` (a Router group: its first deployment's
+        model) per litellm's map, the dearest tier; ``None`` when unknown. Cached."""
+        with self._info_lock:
+            if model in self._prices:
+                return self._prices[model]
+        target = self.router_models().get(model, model)
+        try:
+            got = self.backend.prices(target)
+        except RLMError:
+            got = None
+        with self._info_lock:
+            self._prices[model] = got
+        return got
+
+    def _learn_ratio(self, model: str, input_tokens: int, estimate: _Estimate | None) -> None:
+        """Remember by how much ``model``'s provider counted more input tokens than tiktoken did."""
+        if estimate is None or not estimate.counted:
+            return
+        ratio = input_tokens / max(1, estimate.tokens())
+        with self._info_lock:
+            if ratio > self._ratios.get(model, 0.0):
+                self._ratios[model] = ratio
+
+    def _say(self, message: str) -> None:
+        if self.notify:
+            self.notify(message)
+
+    def _say_once(self, key: str, message: str) -> None:
+        with self._info_lock:
+            first = key not in self._warned
+            self._warned.add(key)
+        if first:
+            self._say(message)
+
     def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool,
-                           on_delta: OnDelta | None = None, temperature: float | None = None) -> tuple[Answer, int]:
+                           on_delta: OnDelta | None = None, temperature: float | None = None,
+                           estimate: _Estimate | None = None,
+                           held: list[Reservation] | None = None) -> tuple[Answer, int]:
         """Send one request, retrying per the module policy; ``(answer, attempts)``. With
-        ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring)."""
+        ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring).
+        With ``estimate`` (a token or cost budget is set) each attempt first reserves its worst
+        case; the reservation of the attempt that answers is appended to ``held`` (the caller
+        settles it once the usage is recorded), a failed attempt's is settled here."""
         s = self.settings
         retries_used = 0
         free_rate_limits = 0
@@ -281,7 +363,6 @@ class ModelClient:
                     epoch, limit = self.limiter.acquire(timeout=remaining)
                 except TimeoutError:  # the deadline passed while waiting for a slot
                     continue  # budget.check() raises
-            attempts += 1
             kind = "ok"
             stream = on_delta is not None and model not in self._no_stream
             shown: list[str] = []  # pieces of this attempt's stream already passed on
@@ -291,13 +372,26 @@ class ModelClient:
                 if on_delta is not None:
                     on_delta(text)
 
+            reservation: Reservation | None = None
             try:
+                if estimate is not None:
+                    reservation = self._reserve(estimate, model)
+                # A whole reply must arrive within the request's timeout (a stream too) and --timeout.
+                deadline = time.monotonic() + timeout
+                if self.budget.deadline is not None:
+                    deadline = min(deadline, self.budget.deadline)
+                attempts += 1
                 answer = self.backend.complete(
-                    self._request(messages, model, timeout, temperature), router_config=self._router_file(model),
-                    stream=stream, on_piece=piece if stream else None, deadline=self.budget.deadline)
+                    self._request(messages, model, timeout, temperature,
+                                  None if reservation is None else reservation.max_output),
+                    router_config=self._router_file(model),
+                    stream=stream, on_piece=piece if stream else None, deadline=deadline)
                 if stream:
                     self.budget.check()  # --timeout passed while the stream was read: refused like any request
-            except BudgetExceededError:  # --timeout passed while a stream was read
+                if answer.cut == "time":  # the stream was still running at --request-timeout
+                    raise ReplyTimeoutError(f"the streamed reply did not end within --request-timeout "
+                                            f"({s.request_timeout:g} s)")
+            except BudgetExceededError:  # a reservation that cannot fit, or --timeout passed during a stream
                 kind = "budget"
                 raise
             except RLMError:  # not the provider: the model host is gone, or --router-config is bad
@@ -309,10 +403,18 @@ class ModelClient:
             finally:
                 if gated:
                     self.limiter.release(epoch, rate_limited=kind == "rate_limit", success=kind == "ok")
+                if reservation is not None and (kind != "ok" or answer.not_streamed):
+                    self.budget.settle(reservation)  # nothing is charged for a failed attempt
+                    reservation = None
             if kind == "ok" and answer.not_streamed:
                 self._stop_streaming(model, "answered a streamed request with a plain reply")
                 continue  # asked again, without streaming; not a retry
             if kind == "ok":
+                if reservation is not None:
+                    if held is None:
+                        self.budget.settle(reservation)
+                    else:
+                        held.append(reservation)
                 if on_delta is not None and not stream:
                     on_delta(answer.text)  # the whole reply at once
                 return answer, attempts
@@ -342,6 +444,7 @@ class ModelClient:
                                or "connection error" in str(error).lower())
                 hint = (f"could not connect to {s.api_base or 'the provider'}: check --api-base and that the "
                         "server is running" if unreachable else
+                        "raise --request-timeout for longer replies" if isinstance(error, ReplyTimeoutError) else
                         "the provider kept failing; try again later or raise --retries")
                 raise CallFailed(f"{message} (after {attempts} attempt{'s' if attempts > 1 else ''})",
                                  fatal=False, status=status, hint=hint) from None
@@ -366,11 +469,15 @@ class ModelClient:
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
 
     def _request(self, messages: list[dict[str, Any]], model: str, timeout: float,
-                 temperature: float | None = None) -> dict[str, Any]:
+                 temperature: float | None = None, max_output: int | None = None) -> dict[str, Any]:
         """The request for the backend: model, messages, timeout, the sampling parameters
-        (:meth:`_sampling`: the reply cap and ``--temperature``), and the base URL and key."""
+        (:meth:`_sampling`: the reply cap, lowered to ``max_output`` when a budget's reservation
+        did, and ``--temperature``), and the base URL and key."""
+        sampling = self._sampling(model, temperature)
+        if max_output is not None and max_output < sampling["max_tokens"]:
+            sampling["max_tokens"] = max(1, max_output)
         request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
-                                   "sampling": self._sampling(model, temperature)}
+                                   "sampling": sampling}
         if self.settings.api_base:
             request["api_base"] = self.settings.api_base
         key = self.settings.effective_api_key
@@ -389,8 +496,14 @@ class ModelClient:
         if first and self.notify:
             self.notify(f"{model} {why}: its replies are shown once complete")
 
-    def _cost(self, answer: Answer, model: str) -> float | None:
-        """Cost in USD from litellm's offline price map; ``None`` when the model is not priced."""
+    def _cost(self, answer: Answer, model: str, counted: tuple[int, int] | None = None) -> float | None:
+        """Cost in USD from litellm's offline price map; ``None`` when the model is not priced.
+        ``counted``: the ``(input, output)`` tokens rlm counted for a reply without counts,
+        priced here (litellm priced it from no tokens)."""
+        if counted is not None and answer.priced:
+            rates = self.prices(model)
+            if rates is not None:
+                return counted[0] * rates[0] + counted[1] * rates[1]
         if answer.cost_usd is None or not answer.priced:
             if self.settings.max_cost is not None and model not in self._warned:
                 self._warned.add(model)
@@ -398,6 +511,28 @@ class ModelClient:
                     self.notify(f"the price of {model} is unknown, so --max-cost cannot count its calls")
             return None
         return float(answer.cost_usd)
+
+class _Estimate:
+    """A request's input tokens as tiktoken counts them (``history.request_tokens``), counted on
+    first use only (a request answered from the cache is never counted)."""
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = messages
+        self._tokens: int | None = None
+
+    @property
+    def counted(self) -> bool:
+        """Whether :meth:`tokens` has been counted."""
+        return self._tokens is not None
+
+    def tokens(self) -> int:
+        """The count (tokens, message overheads included)."""
+        if self._tokens is None:
+            from rlm_cli.history import request_tokens
+
+            self._tokens = request_tokens(self.messages)
+        return self._tokens
+
 
 def _content_text(content: Any) -> str:
     if isinstance(content, str):

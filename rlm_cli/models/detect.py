@@ -238,6 +238,22 @@ def input_window(litellm: Any, model: str) -> int | None:
     return int(window) if window else None
 
 
+def prices(litellm: Any, model: str) -> tuple[float, float] | None:
+    """``(USD per input token, USD per output token)`` of ``model`` per litellm's price map, the
+    dearest of its tiers (``..._above_128k_tokens``: a worst case for a budget), or ``None`` when
+    the price is not known (:func:`price_known`)."""
+    if not price_known(litellm, model):
+        return None
+    info = model_info(litellm, model) or {}
+
+    def dearest(kind: str) -> float:
+        values = [info.get(f"{kind}_cost_per_token")]
+        values += [v for k, v in info.items() if k.startswith(f"{kind}_cost_per_token_above_")]
+        return max((float(v) for v in values if isinstance(v, (int, float))), default=0.0)
+
+    return dearest("input"), dearest("output")
+
+
 def price_known(litellm: Any, model: str) -> bool:
     """Whether litellm's bundled price map prices ``model``. litellm answers some families it
     does not price (OpenRouter) with a zero cost; those count as unknown, not free."""

@@ -36,6 +36,11 @@ class CallFailed(ProviderError):
         self.status = status
 
 
+class ReplyTimeoutError(Exception):
+    """A streamed reply still running when its ``--request-timeout`` ran out (retried like a
+    timeout)."""
+
+
 class RemoteCallError(Exception):
     """A provider error raised in the model host, carried over: ``class_names`` (the litellm
     exception's class and its bases), ``status_code``, the retry headers and the message."""
@@ -99,7 +104,7 @@ def classify_error(exc: BaseException) -> str:
     status = http_status(exc)
     if "ContextWindowExceededError" in names:
         return "context_window"
-    if names & {"Timeout", "APITimeoutError"}:
+    if names & {"Timeout", "APITimeoutError", "ReplyTimeoutError"}:
         return "retry"
     if status in (401, 403) or names & {"AuthenticationError", "PermissionDeniedError"} or _NO_KEY.search(str(exc)):
         return "auth"

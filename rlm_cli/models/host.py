@@ -25,8 +25,8 @@ Channels:
 * **a Unix socket** in a private 0700 folder (the parent's temporary one, or the user's runtime
   folder for a shared host), one request per connection: the
   parent sends ``{"token", "op", ...}`` with ``op`` one of ``complete`` (``request``,
-  ``router_config``, ``stream``, ``deadline_in``: seconds left before ``--timeout``), ``facts``
-  (``model``) or ``router`` (``router_config``). A ``complete`` reply is zero or more
+  ``router_config``, ``stream``, ``deadline_in``: seconds left before the reply must be whole),
+  ``facts`` (``model``), ``prices`` (``model``) or ``router`` (``router_config``). A ``complete`` reply is zero or more
   ``{"piece": text}`` frames (streamed text as it arrives), then ``{"ok": true, "answer": {...}}``
   (``backend.Answer``) or ``{"ok": false, "error": {names, status, message, headers}}`` (a
   provider error, raised by the parent as ``RemoteCallError``), ``{"ok": false, "usage": msg}``
@@ -89,6 +89,7 @@ class HostBackend:
         self._stdin_lock = threading.Lock()
         self._up = False
         self._facts: dict[str, tuple[int | None, bool]] = {}
+        self._prices: dict[str, tuple[float, float] | None] = {}
         self._routers: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -235,6 +236,18 @@ class HostBackend:
             known = (None if window is None else int(window), bool(priced))
             with self._lock:
                 self._facts[model] = known
+        return known
+
+    def prices(self, model: str) -> tuple[float, float] | None:
+        """USD per input and output token from litellm's map, in the host (cached; ``None``:
+        unknown price)."""
+        with self._lock:
+            if model in self._prices:
+                return self._prices[model]
+        got = self._call({"op": "prices", "model": model}).get("prices")
+        known = (float(got[0]), float(got[1])) if isinstance(got, list) and len(got) == 2 else None
+        with self._lock:
+            self._prices[model] = known
         return known
 
     def router_groups(self, router_config: str | Path | None) -> dict[str, str]:

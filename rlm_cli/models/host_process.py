@@ -165,6 +165,9 @@ class _Host:
         try:
             if op == "facts":
                 return {"ok": True, "facts": list(self.backend.facts(str(request.get("model"))))}
+            if op == "prices":
+                got = self.backend.prices(str(request.get("model")))
+                return {"ok": True, "prices": None if got is None else list(got)}
             if op == "router":
                 return {"ok": True, "groups": self.backend.router_groups(request.get("router_config"))}
             if op != "complete":

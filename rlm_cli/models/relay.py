@@ -2,12 +2,32 @@
 ``llm_query``/``llm_query_batched`` sub-calls through ``models.client.ModelClient`` (whose policy
 applies: budgets, retries, concurrency) and hands ``rlm_query`` to the runner's sub-RLM loop.
 
-Socket protocol (``rlm_cli.protocol`` frames, one request per connection): the worker sends
-``{"token", "type": "completion", "prompt": str | [messages], "model": str | None}`` or
-``{"token", "type": "rlm_query", "prompt": str, "context": str | None}`` and reads
-``{"ok": true, "text": str}`` or ``{"ok": false, "error": str}``. A connection whose token is
-unknown is closed without an answer. The token also tells the handler the *depth* of the
-worker that is calling, so the depth limit never depends on what the worker says.
+Socket protocol (``rlm_cli.protocol`` frames, one request per connection): the worker sends a
+*hello* ``{"token", "type": "completion" | "rlm_query"}`` (at most ``protocol.MAX_HELLO_BYTES``),
+then the request: ``{"prompt": str | [messages], "model": str | None}`` (a completion) or
+``{"prompt": str, "context": str | None}`` (an rlm_query), and reads ``{"ok": true, "text": str}``
+or ``{"ok": false, "error": str}``. The token also tells the handler the *depth* of the worker
+that is calling, so the depth limit never depends on what the worker says.
+
+**Nothing is read before the caller is known.** A connection is accepted, its peer read from
+the kernel (``SO_PEERCRED``), and closed at once, before a byte is read and before a thread is
+started for it, unless that peer is a registered worker or one of its descendants (rule 1
+below). Then the hello must arrive whole within :data:`HELLO_TIMEOUT_S` seconds and carry that
+worker's token; only then is the request read, capped by its type (:data:`MAX_REQUEST_BYTES`),
+within :data:`REQUEST_READ_TIMEOUT_S` seconds, and while the frames being read by all
+connections together announce at most :data:`MAX_PENDING_BYTES` (a frame's buffer grows with
+the bytes that arrive, never with what its header announces). At most :data:`MAX_CONNECTIONS`
+connections are served at once; more wait in the kernel's listen queue. The socket lives in a
+fresh folder of mode 0700, the socket itself 0600: only rlm's user reaches it. When the worker
+runs as another user (``nobody``, rlm being root), the launcher gives both a private group of
+that worker (folder 0710, socket 0660; ``launcher.share_relay``), so neither other local users
+nor the workers of other runs can connect.
+
+**Sub-calls carry text only.** A completion's messages are rebuilt before they reach litellm:
+roles ``system``, ``user`` and ``assistant``, each with text content (a string, or a list of
+``{"type": "text", "text": ...}`` parts, joined); any other part (``image_url``, ``file``,
+``input_audio``...) or key is refused with an error naming it, since litellm would fetch a
+URL in such a part from this process, outside the sandbox.
 
 **Why a request is always served at its own worker's depth.** The worker's code is hostile, so
 its token is not a secret from it (the worker keeps it in a closure, out of plain attributes, but
@@ -36,6 +56,7 @@ time, and its other threads cannot call models meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -45,7 +66,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +76,20 @@ from rlm_cli.errors import BudgetExceededError, RLMError
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
 
-#: Largest request frame accepted from the worker (a sub-call prompt): 64 MiB.
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: Largest request frame accepted from the worker, by request type: a sub-call prompt (no model's
+#: input window holds more than a few MiB of text), and an ``rlm_query`` with its context.
+MAX_REQUEST_BYTES = {"completion": 32 * 1024 * 1024, "rlm_query": 64 * 1024 * 1024}
+#: Connections served at once (a batch of sub-calls uses up to 32); the rest wait in the kernel.
+MAX_CONNECTIONS = 64
+#: Bytes the request frames being read by all connections may announce together.
+MAX_PENDING_BYTES = 256 * 1024 * 1024
+#: Seconds a connection has to send its whole hello, and then its whole request.
+HELLO_TIMEOUT_S = 5.0
+REQUEST_READ_TIMEOUT_S = 60.0
+#: Seconds a worker has to take its answer.
+REPLY_SEND_TIMEOUT_S = 60.0
+#: Message roles a sub-call may carry.
+ROLES = ("system", "user", "assistant")
 RlmQueryHandler = Callable[[str, "str | None", int], str]
 SubCallObserver = Callable[[dict[str, Any]], None]
 #: ``(stage, depth, request, reply)``: ``start`` before an authenticated request is served,
@@ -76,9 +109,10 @@ class _Registration:
 class LMHandler:
     """Unix-socket server relaying worker requests to :class:`ModelClient`.
 
-    One thread per connection, so ``llm_query_batched`` runs concurrently (the client caps it
-    at ``--max-concurrency``). Socket file lives in a private 0711 folder; use as a context
-    manager or call ``close()``, which removes both. Who may ask what: see the module docstring.
+    One thread per connection (at most :data:`MAX_CONNECTIONS`), so ``llm_query_batched`` runs
+    concurrently (the client caps it at ``--max-concurrency``). The socket file lives in a
+    private 0700 folder; use as a context manager or call ``close()``, which removes both. Who
+    may ask what, and what is read from whom: see the module docstring.
     """
 
     #: Refusal sent to a worker's other threads while its ``rlm_query`` sub-RLM runs.
@@ -93,21 +127,48 @@ class LMHandler:
         self.on_request = on_request
         self._tokens: dict[str, _Registration] = {}
         self._lock = threading.Lock()
-        self.dir = Path(tempfile.mkdtemp(prefix="rlm-lm-"))
-        os.chmod(self.dir, 0o711)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._pending = 0
+        self._closing = False
+        #: Connections closed unread (peer not a worker) or at the hello (bad token, frame too large).
+        self.refused = 0
+        # rlm's pid in the name: a later rlm removes the folder if this one is killed (sandbox.reaper).
+        self.dir = Path(tempfile.mkdtemp(prefix=f"rlm-lm-{os.getpid()}-"))
+        os.chmod(self.dir, 0o700)
         self.socket_path = str(self.dir / "lm.sock")
         handler = self
 
         class _Req(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                handler._handle(self.request)
+                try:
+                    handler._handle(self.request)
+                finally:
+                    handler._slots.release()
 
         class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True
             request_queue_size = 128  # a batch of 64+ prompts connects at once
 
-        self._server = _Server(self.socket_path, _Req)
-        os.chmod(self.socket_path, 0o666)  # the worker may run as another user; token and peer guard it
+            def verify_request(self, request: Any, client_address: Any) -> bool:
+                return handler._admitted(request)
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                while not handler._slots.acquire(timeout=0.05):  # the rest wait in the listen queue
+                    if handler._closing:
+                        self.shutdown_request(request)
+                        return
+                try:
+                    super().process_request(request, client_address)
+                except BaseException:
+                    handler._slots.release()
+                    raise
+
+        old_umask = os.umask(0o177)  # the socket is made 0600, never briefly wider
+        try:
+            self._server = _Server(self.socket_path, _Req)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
         # A short poll interval: close() waits for the serving loop to notice, on Ctrl-C too.
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="lm-handler", daemon=True)
@@ -151,6 +212,7 @@ class LMHandler:
 
     def close(self) -> None:
         """Stop serving and remove the socket and its folder."""
+        self._closing = True
         self._server.shutdown()
         self._server.server_close()
         try:
@@ -162,16 +224,71 @@ class LMHandler:
         except OSError:
             pass
 
-    def _handle(self, conn: socket.socket) -> None:
-        conn.settimeout(30)
-        try:
-            request = protocol.recv_message(conn, MAX_REQUEST_BYTES)
-        except (OSError, protocol.ProtocolError):
-            return
+    def _admitted(self, conn: socket.socket) -> bool:
+        """Whether the peer of a new connection is a registered worker or below it (read from the
+        kernel, before anything is read from the connection); counts the refused ones."""
+        pid = peer_pid(conn)
         with self._lock:
-            reg = self._tokens.get(str(request.get("token", "")))
+            owners = [reg.owner for reg in self._tokens.values() if reg.owner is not None]
+        for owner in owners:
+            try:
+                root = owner()
+            except Exception:  # noqa: BLE001 - a stopped worker has no pid
+                root = None
+            if pid is not None and root is not None and descends_from(pid, root):
+                return True
+        with self._lock:
+            self.refused += 1
+        return False
+
+    @contextlib.contextmanager
+    def _receiving(self, size: int) -> Iterator[None]:
+        """Count ``size`` announced bytes against :data:`MAX_PENDING_BYTES` while a frame is read.
+
+        Raises:
+            ProtocolError: the frames being read would announce more than that together.
+        """
+        with self._lock:
+            if self._pending + size > MAX_PENDING_BYTES:
+                raise protocol.ProtocolError("the relay is receiving too much at once")
+            self._pending += size
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pending -= size
+
+    def _read_request(self, conn: socket.socket) -> tuple[_Registration, dict[str, Any]] | None:
+        """The hello and then the request of a connection, or ``None`` (closed unanswered)."""
+        try:
+            hello = protocol.recv_message(conn, protocol.MAX_HELLO_BYTES, time.monotonic() + HELLO_TIMEOUT_S)
+        except (OSError, protocol.ProtocolError):
+            with self._lock:
+                self.refused += 1
+            return None
+        with self._lock:
+            reg = self._tokens.get(str(hello.get("token", "")))
         if reg is None or not self._from_owner(conn, reg):
-            return  # unknown, or used outside its own worker: close without a word
+            with self._lock:
+                self.refused += 1
+            return None  # unknown, or used outside its own worker: close without a word
+        kind = hello.get("type")
+        cap = MAX_REQUEST_BYTES.get(kind) if isinstance(kind, str) else None
+        if cap is None:
+            return reg, {"type": kind}  # answered: unknown request type
+        try:
+            request = protocol.recv_message(conn, cap, time.monotonic() + REQUEST_READ_TIMEOUT_S,
+                                            admit=self._receiving)
+        except (OSError, protocol.ProtocolError):
+            return None
+        request["type"] = kind
+        return reg, request
+
+    def _handle(self, conn: socket.socket) -> None:
+        got = self._read_request(conn)
+        if got is None:
+            return
+        reg, request = got
         # A sub-RLM holds its parent: nothing else of the parent is served until it returns.
         holds = request.get("type") == "rlm_query" and self.recurses(reg.depth)
         with self._lock:
@@ -200,6 +317,7 @@ class LMHandler:
                     reg.waiting = False
         self._observe("end", reg.depth, request, reply)
         try:
+            conn.settimeout(REPLY_SEND_TIMEOUT_S)
             protocol.send_message(conn, reply)
         except OSError:
             pass
@@ -221,8 +339,10 @@ class LMHandler:
     def _serve(self, request: dict[str, Any], depth: int) -> dict[str, Any]:
         kind = request.get("type")
         if kind == "completion":
-            prompt = request.get("prompt")
-            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+            try:
+                messages = text_messages(request.get("prompt"))
+            except ValueError as exc:
+                return {"ok": False, "error": str(exc)}
             model = request.get("model") or self.client.settings.effective_sub_model
             assert model is not None
             allowed = self.client.allowed_models()
@@ -246,6 +366,50 @@ class LMHandler:
             text = self.on_rlm_query(str(request.get("prompt", "")), None if ctx is None else str(ctx), depth)
             return {"ok": True, "text": text}
         return {"ok": False, "error": f"unknown request type {kind!r}"}
+
+def text_messages(prompt: Any) -> list[dict[str, str]]:
+    """A sub-call's prompt as chat messages of text only: a string is one user message; a list
+    of messages is rebuilt as ``{"role", "content"}`` with roles from :data:`ROLES` and text
+    content (a list of ``text`` parts is joined). Nothing else reaches litellm.
+
+    Raises:
+        ValueError: a message that is not a dict, another role, or a part that is not text
+            (``image_url``, ``file``...: litellm would fetch its URL outside the sandbox); the
+            message is the error the model's code sees.
+    """
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, list) or not prompt:
+        return [{"role": "user", "content": "" if prompt is None else str(prompt)}]
+    out: list[dict[str, str]] = []
+    for n, message in enumerate(prompt, 1):
+        if not isinstance(message, dict):
+            raise ValueError(f"sub-call message {n} is a {type(message).__name__}, not a dict with role and content")
+        role = message.get("role", "user")
+        if role not in ROLES:
+            raise ValueError(f"sub-call message {n} has role {str(role)[:40]!r}; use one of {', '.join(ROLES)}")
+        extra = sorted(str(k)[:40] for k in message if k not in ("role", "content"))
+        if extra:
+            raise ValueError(f"sub-call message {n} has {', '.join(map(repr, extra))}; messages carry only role "
+                             "and content")
+        content = message.get("content")
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if not (isinstance(part, dict) and kind == "text" and isinstance(part.get("text"), str)
+                        and set(part) <= {"type", "text"}):
+                    raise ValueError(f"sub-call message {n} has a part of type {str(kind)[:40]!r}; sub-calls carry "
+                                     "text only (no images, files, audio or URLs to fetch)")
+                texts.append(part["text"])
+            content = "\n".join(texts)
+        elif content is None:
+            content = ""
+        elif not isinstance(content, str):
+            raise ValueError(f"sub-call message {n} has content of type {type(content).__name__}; give text")
+        out.append({"role": str(role), "content": content})
+    return out
+
 
 #: ``getsockopt`` level and option of macOS's ``LOCAL_PEERPID`` (``sys/un.h``).
 _SOL_LOCAL, _LOCAL_PEERPID = 0, 0x002

@@ -13,9 +13,15 @@ What each level does (the README has the user-facing table; ``tests/test_securit
 * ``process`` (and ``bwrap``): ``setrlimit`` limits (address space, CPU seconds, processes, file
   size, open files, no core dumps), no-new-privileges and death with the parent. Run as root,
   the worker becomes ``nobody`` (Linux does not apply the process limit to root, and ``nobody``
-  cannot signal the parent); if ``nobody`` cannot read the interpreter it keeps only
+  cannot signal the parent; its group is one of this rlm's own, :func:`private_gid`, with which
+  the relay's folder is shared); if ``nobody`` cannot read the interpreter it keeps only
   ``CAP_DAC_READ_SEARCH``. On Linux the parent becomes a child subreaper, so processes the
-  worker detaches (``setsid`` + double fork) come back to it and are killed with the worker.
+  worker detaches (double fork) come back to it and are killed with the worker; ``setsid`` is
+  refused by the seccomp filter, so all of them stay in the worker's session, by which a later
+  rlm finds and kills what the worker of a SIGKILLed rlm left (``sandbox.reaper``). The scratch
+  folder is a tmpfs of ``Limits.file_bytes`` in a mount namespace of the worker's own when rlm
+  may mount (root with ``CAP_SYS_ADMIN``), else a host folder whose size a thread watches
+  (:func:`scratch_usage`), killing the worker past its quota.
 * ``bwrap``: bubblewrap namespaces: no network (``--unshare-net``), private PID/IPC/UTS/cgroup,
   an empty root filesystem with only the system folders (``/usr``, ``/etc``...), the Python
   installation and the worker package bound read-only; the scratch folder is a size-limited
@@ -44,6 +50,7 @@ from typing import Any
 from rlm_cli import protocol
 from rlm_cli.config import CHOICES
 from rlm_cli.errors import SandboxError, UsageError
+from rlm_cli.sandbox import reaper
 
 LEVELS = CHOICES["sandbox"]
 #: Environment variables passed to the worker (everything else, keys included, is dropped).
@@ -52,12 +59,18 @@ ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 START_TIMEOUT = 60.0
 #: Characters of one block's output the parent accepts (the worker keeps 220,000).
 MAX_OUTPUT_CHARS = 256_000
+#: Seconds a block out of time gets, after SIGINT, to hand over what it printed before it is killed.
+TIMEOUT_GRACE_S = 1.0
 #: Folders bound read-only into the bwrap sandbox when they exist; everything else on the host
 #: (home folders, /work, /srv, /mnt, /opt, /var, /run, /tmp...) is simply absent.
 BWRAP_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
                      "/nix/store", "/gnu/store")
 #: Size of the sandbox's own /dev/shm (multiprocessing needs it for its locks).
 SHM_BYTES = 64 * 1024**2
+#: Seconds between two looks at the size of a scratch folder on the disk (no tmpfs could be
+#: mounted), and the most entries it may hold.
+SCRATCH_POLL_S = 0.1
+MAX_SCRATCH_ENTRIES = 100_000
 #: Host paths hidden even inside the bound system folders.
 BWRAP_ALWAYS_HIDDEN = ("/etc/ssh", "/etc/ssl/private")
 #: Folders the ``process`` level lets the worker read and execute under Landlock (when they
@@ -337,7 +350,7 @@ class Drop:
 
 
 #: Capability numbers (linux/capability.h) rlm needs to lend the worker another user.
-_CAP_CHOWN, _CAP_DAC_READ_SEARCH, _CAP_SETGID, _CAP_SETUID, _CAP_SETPCAP = 0, 2, 6, 7, 8
+_CAP_CHOWN, _CAP_DAC_READ_SEARCH, _CAP_SETGID, _CAP_SETUID, _CAP_SETPCAP, _CAP_SYS_ADMIN = 0, 2, 6, 7, 8, 21
 
 
 def _effective_caps() -> int:
@@ -357,7 +370,8 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
     """The user a worker at ``level`` becomes (``None``: it keeps rlm's user) and a note to show
     once per run.
 
-    Only a root parent drops, at the ``process`` and ``bwrap`` levels: to ``nobody``; when
+    Only a root parent drops, at the ``process`` and ``bwrap`` levels: to ``nobody``, with a group
+    of its own (:func:`private_gid`: the relay's folder is shared with that group only); when
     ``nobody`` cannot read the interpreter or the package, the worker keeps CAP_DAC_READ_SEARCH.
     When rlm itself lacks what that takes (a hardened container: root without CAP_SETUID,
     CAP_SETGID or CAP_CHOWN, or without CAP_DAC_READ_SEARCH to lend), the worker stays root with
@@ -366,10 +380,10 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
     if level not in ("process", "bwrap") or os.geteuid() != 0:
         return None, None
     try:
-        pw = pwd.getpwnam("nobody")
-        uid, gid = pw.pw_uid, pw.pw_gid
+        uid = pwd.getpwnam("nobody").pw_uid
     except KeyError:
-        uid, gid = 65534, 65534
+        uid = 65534
+    gid = private_gid()
     caps = _effective_caps()
     confined = ("; Landlock still confines what it can read and write" if level == "process"
                 and confinement().landlock_abi >= 1 else "")
@@ -392,6 +406,50 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
         "the Python installation is not readable by other users, so the worker (running as nobody) keeps the "
         "capability to read every file (CAP_DAC_READ_SEARCH)" + confined + "; install Python in a world-readable "
         "place to remove it")
+
+
+_private_gid: int | None = None
+
+
+def private_gid() -> int:
+    """A group id no one else uses, chosen once per rlm process: the group of its workers when
+    they run as ``nobody`` (every worker of this rlm, sub-RLMs' included). Other runs' workers,
+    also ``nobody``, have other groups, so they cannot enter this run's relay folder."""
+    global _private_gid
+    if _private_gid is None:
+        import grp
+
+        while True:
+            gid = 0x40000000 + secrets.randbelow(0x3FFF0000)
+            try:
+                grp.getgrgid(gid)
+            except KeyError:
+                _private_gid = gid
+                break
+    return _private_gid
+
+
+def share_relay(socket_path: str, gid: int) -> str | None:
+    """Let a worker of group ``gid`` (another user) reach the relay socket: the folder becomes
+    0710 and the socket 0660, both of that group (rlm keeps owning them). Returns a note when
+    that is impossible (rlm cannot change their group: no CAP_CHOWN): the folder and socket are
+    then opened to every local user (0711 and 0666), the relay still reading nothing from a
+    process that is not a worker of this run."""
+    folder = os.path.dirname(socket_path)
+    try:
+        os.chown(folder, -1, gid)
+        os.chown(socket_path, -1, gid)
+        os.chmod(folder, 0o710)
+        os.chmod(socket_path, 0o660)
+        return None
+    except OSError as exc:
+        try:
+            os.chmod(folder, 0o711)
+            os.chmod(socket_path, 0o666)
+        except OSError:
+            pass
+        return (f"the model relay's socket cannot be given the worker's own group ({exc.strerror or exc}), so other "
+                "local users can connect to it; the relay reads nothing from a process that is not this run's worker")
 
 
 def run_notes(level: str) -> list[str]:
@@ -442,6 +500,10 @@ class Sandbox:
         self.interrupt_lost: str | None = None
         self._worker_ns_pid: int | None = None
         self._closed = False
+        #: The scratch folder is on the host disk (no tmpfs), its size watched by a thread.
+        self.scratch_on_disk = False
+        self._watch: threading.Thread | None = None
+        self._quota_hit: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -467,11 +529,16 @@ class Sandbox:
             raise
 
     def _start(self) -> None:
+        self.notes += reaper.sweep()  # what a killed rlm left (once per process)
         if self.scratch is None:
-            self.scratch = Path(tempfile.mkdtemp(prefix="rlm-scratch-"))
+            self.scratch = Path(tempfile.mkdtemp(prefix=reaper.folder_prefix(reaper.SCRATCH_PREFIX)))
         self.drop = drop = plan_drop(self.level)[0]
         if drop and drop.uid != os.geteuid() and self.level != "bwrap":  # bwrap's scratch is its own tmpfs
             os.chown(self.scratch, drop.uid, drop.gid)
+        if drop and drop.uid != os.geteuid() and os.path.exists(self.socket_path):
+            note = share_relay(self.socket_path, drop.gid)
+            if note:
+                self.notes.append(f"sandbox: {note}")
         if self.level in ("process", "none"):
             _become_subreaper()
         p_read, c_write = os.pipe()
@@ -495,6 +562,8 @@ class Sandbox:
                 os.close(fd)
             raise SandboxError(f"cannot start the REPL worker: {exc}") from None
         self._started_ticks = _start_ticks(self.proc.pid)
+        if self.level in ("process", "none"):  # found and killed by the next rlm if this one is killed
+            reaper.record(self.proc.pid, self._started_ticks, drop.uid if drop else os.geteuid())
         os.close(c_read)
         os.close(c_write)
         self._rfd, self._wfd = p_read, p_write
@@ -514,6 +583,7 @@ class Sandbox:
             "landlock": self._landlock_policy(),
             "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
             "context_text": self.spec.context_text,
+            "scratch_tmpfs": self.limits.file_bytes if self.level == "process" and _can_mount() else None,
         }
         deadline = time.monotonic() + START_TIMEOUT
         try:
@@ -532,6 +602,11 @@ class Sandbox:
         self.notes += [str(n) for n in reply.get("notes", [])]
         pid = reply.get("pid")
         self._worker_ns_pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+        self.scratch_on_disk = self.level == "process" and reply.get("scratch") != "tmpfs"
+        if self.scratch_on_disk:  # no tmpfs to bound it: its size is watched
+            self._watch = threading.Thread(target=self._watch_scratch, args=(self.proc, self._drain_stop),
+                                           name="sandbox-scratch", daemon=True)
+            self._watch.start()
 
     def close(self) -> None:
         """Kill the worker (and every process it started) and delete the scratch folder. A block
@@ -561,6 +636,9 @@ class Sandbox:
                     pass
             if self.level in ("process", "none"):
                 _kill_strays(pid, self._started_ticks, self.drop.uid if self.drop else None)
+                # Everything it started is still in its session (setsid is refused to model code).
+                reaper.kill_session(pid, self._started_ticks, self.drop.uid if self.drop else None)
+                reaper.forget(pid)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -629,12 +707,68 @@ class Sandbox:
             raise
         except TimeoutError:
             lost = f"the cell timed out after {limit:g} s and was killed"
+            printed = self._printed_before_kill(req_id)
+            if printed is not None:
+                self.restart()
+                lost += printed_note(printed.output, printed.output_chars)
+                return ExecResult(printed.output, printed.output_chars, False, elapsed_s=time.monotonic() - started,
+                                  lost=lost, helpers=printed.helpers, sources=printed.sources)
         except (OSError, protocol.ProtocolError) as exc:
             lost = self._failure(exc)
         else:
             return result
         self.restart()
         return ExecResult("", 0, False, elapsed_s=time.monotonic() - started, lost=lost)
+
+    def _printed_before_kill(self, req_id: str) -> ExecResult | None:
+        """What block ``req_id``, out of time, printed: the worker is sent SIGINT (the block ends
+        with a KeyboardInterrupt and its result frame carries its output) and given
+        :data:`TIMEOUT_GRACE_S` to answer; ``None`` when it does not (a block that catches the
+        interrupt, or stuck in C code). The worker is restarted by the caller either way."""
+        pid = self._worker_pid()
+        if pid is None or self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            os.kill(pid, signal.SIGINT)
+            deadline = time.monotonic() + TIMEOUT_GRACE_S
+            while True:
+                reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
+                if reply.get("id") == req_id:
+                    result = _parse_result(reply)
+                    break
+        except (TimeoutError, OSError, protocol.ProtocolError):
+            return None
+        output = result.output
+        cut = output.rfind("Traceback (most recent call last):")
+        if cut >= 0 and output.rstrip().endswith("KeyboardInterrupt"):  # the interrupt's own traceback
+            result.output_chars -= len(output) - cut
+            result.output = output[:cut]
+        return result if result.output.strip() else None
+
+    def tampered(self) -> list[str]:
+        """What of the worker's own code earlier blocks changed (``worker.Integrity``): names such
+        as ``rlm_cli.sandbox.worker.Worker.FINAL``; ``["(no valid answer)"]`` when the worker
+        does not answer the check properly within 10 s. ``[]``: nothing (as far as it can tell).
+
+        A changed worker would rewrite the answers of later questions: call this between the
+        questions of a session and restart the worker when it returns anything.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            return []  # a worker that is not running is started fresh anyway
+        req_id = secrets.token_hex(8)
+        deadline = time.monotonic() + 10.0
+        try:
+            protocol.write_message_fd(self._wfd, {"type": "check", "id": req_id}, deadline)
+            while True:
+                reply = protocol.read_message_fd(self._rfd, protocol.MAX_CONTROL_BYTES, deadline)
+                if reply.get("id") == req_id:
+                    break
+        except (OSError, protocol.ProtocolError):
+            return ["(no valid answer)"]
+        changed = reply.get("changed")
+        if reply.get("type") != "checked" or not isinstance(changed, list):
+            return ["(no valid answer)"]
+        return [str(c)[:120] for c in changed[:20]]
 
     def _interrupt_block(self, req_id: str) -> None:
         """Ctrl-C while block ``req_id`` runs: send the worker SIGINT (its block ends with a
@@ -685,10 +819,34 @@ class Sandbox:
                 return int(entry)
         return None
 
+    def _watch_scratch(self, proc: subprocess.Popen[bytes], stop: threading.Event) -> None:
+        """Kill the worker when its scratch folder on the disk (no tmpfs could be mounted) holds
+        more than ``limits.file_bytes`` (or :data:`MAX_SCRATCH_ENTRIES` entries), counting the
+        deleted files its processes still hold open; checked every :data:`SCRATCH_POLL_S` s (or
+        four times as long as a look takes), so a fast disk may take a little more first."""
+        scratch, quota = self.scratch, self.limits.file_bytes
+        pause = SCRATCH_POLL_S
+        while scratch is not None and not stop.wait(pause):
+            began = time.monotonic()
+            used, entries = scratch_usage(scratch, proc.pid)
+            pause = max(SCRATCH_POLL_S, 4 * (time.monotonic() - began))  # a big tree is walked less often
+            if used > quota or entries > MAX_SCRATCH_ENTRIES:
+                self._quota_hit = (f"the scratch folder grew past its limit of {format_bytes(quota)} "
+                                   f"({format_bytes(used)}, {entries:,} entries) and the worker was killed")
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(proc.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                return
+
     def _failure(self, exc: BaseException) -> str:
         """Why the control channel failed: the worker died (how), or it broke the protocol."""
         if self.proc is None:
             return "the REPL worker was not running"
+        if self._quota_hit:
+            hit, self._quota_hit = self._quota_hit, None
+            return hit
         try:
             code = self.proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
@@ -830,6 +988,20 @@ class Sandbox:
         return [*args, *self._python_argv("/tmp/rlm/pkg", rfd, wfd)]
 
 
+#: Characters of a timed-out block's output kept in the note about its timeout (head and tail).
+PRINTED_NOTE_CHARS = 4_000
+
+
+def printed_note(output: str, chars: int) -> str:
+    """The end of a timeout's ``lost`` text: what the block printed before it was killed, at
+    most :data:`PRINTED_NOTE_CHARS` characters of it (its head and tail)."""
+    text = output.rstrip("\n")
+    if len(text) > PRINTED_NOTE_CHARS:
+        half = PRINTED_NOTE_CHARS // 2
+        text = f"{text[:half]}\n[... {len(text) - 2 * half:,} characters omitted ...]\n{text[-half:]}"
+    return f". Before that it printed ({max(chars, len(output)):,} characters):\n{text}\n[end of what it printed]"
+
+
 def _parse_result(msg: dict[str, Any]) -> ExecResult:
     """Check a ``result`` frame field by field (model code can forge frames).
 
@@ -904,6 +1076,63 @@ def _descends(pid: int, ancestor: int) -> bool:
             return False
         pid = stat[0]
     return False
+
+
+def _can_mount() -> bool:
+    """Whether this process may mount a tmpfs for a worker's scratch folder (Linux, root with
+    ``CAP_SYS_ADMIN``); the worker tries, and says when it could not."""
+    return sys.platform.startswith("linux") and os.geteuid() == 0 and bool(_effective_caps() & (1 << _CAP_SYS_ADMIN))
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as ``512 MiB``, ``3.2 GiB``..."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:,.3g} {unit}"
+    return f"{n:,} bytes"
+
+
+def scratch_usage(scratch: Path, session: int) -> tuple[int, int]:
+    """``(bytes, entries)`` a worker's scratch folder on the disk takes: the blocks of what is in
+    it (symlinks not followed; at most :data:`MAX_SCRATCH_ENTRIES` + 1 entries are looked at),
+    plus those of files under it that were deleted but are still open in a process of the
+    worker's ``session``."""
+    used = entries = 0
+    seen: set[tuple[int, int]] = set()
+    stack = [str(scratch)]
+    while stack and entries <= MAX_SCRATCH_ENTRIES:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    root = str(scratch).rstrip("/") + "/"
+    for pid in reaper.session_members(session, 0, None):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith(root) and target.endswith(" (deleted)"):
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        used += st.st_blocks * 512
+            except OSError:
+                continue
+    return used, entries
 
 
 def _become_subreaper() -> bool:
@@ -1122,8 +1351,8 @@ def level_protects(level: str) -> str:
     scoped = [n.replace("_", " ") for n in ("signals", "abstract_unix_sockets", "unix_socket_paths") if n in present]
     if scoped:
         parts.append(f"{', '.join(scoped)}: only its own or the relay's")
-    parts.append("memory, CPU, process, file-size and open-file limits; per-cell timeout; processes it detaches are "
-                 "killed with it")
+    parts.append("memory, CPU, process, file-size and open-file limits; a scratch quota; per-cell timeout; processes "
+                 "it detaches are killed with it (or by the next rlm, if rlm itself is killed)")
     drop = plan_drop(level)[0]
     if drop is not None:
         parts.append("as root it runs as nobody (the process limit applies)" if drop.uid != 0 else

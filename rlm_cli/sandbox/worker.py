@@ -401,6 +401,76 @@ class Worker:
                 "sources": seen["sources"], "default_caps": ["grep"] if self.corpus.grep_capped_default else []}
 
 
+#: Modules besides rlm's own whose functions the worker's replies pass through (framing, JSON).
+_WATCHED_MODULES = ("json", "json.encoder", "json.decoder", "os", "struct", "io", "socket", "select")
+_MISSING = object()
+
+
+class Integrity:
+    """The worker's own code as it was before any model code ran, to tell whether a code block
+    changed it (``sys.modules['rlm_cli.sandbox.worker'].Worker.FINAL = ...``, a helper in
+    ``_helpers``, ``json.dumps``...): such a change would rewrite the answers of later questions
+    of a session, so the parent starts a fresh worker then (``launcher.Sandbox.tampered``).
+
+    Recorded: every function and class of the ``rlm_cli`` modules loaded and of
+    :data:`_WATCHED_MODULES` (a function with its code, defaults and closure cells, a class with
+    every entry of its ``__dict__``), and the worker's callable attributes and helpers; compared by
+    identity. Best effort: code that rewrites the interpreter's own structures (``ctypes``, frame
+    locals) can hide its changes.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.items = self._collect()
+
+    def _collect(self) -> dict[str, Any]:
+        items: dict[str, Any] = {}
+        for name, module in list(sys.modules.items()):
+            if not (name == "rlm_cli" or name.startswith("rlm_cli.") or name in _WATCHED_MODULES):
+                continue
+            for attr, value in list(vars(module).items()):
+                key = f"{name}.{attr}"
+                if isinstance(value, type):
+                    if getattr(value, "__module__", None) == name:
+                        items[key] = value
+                        for k, v in list(vars(value).items()):
+                            items[f"{key}.{k}"] = v
+                            self._function(f"{key}.{k}", getattr(v, "__func__", v), items)
+                elif callable(value):
+                    items[key] = value
+                    self._function(key, value, items)
+        for k, v in list(vars(self.worker).items()):
+            if callable(v):
+                items[f"worker.{k}"] = v
+                self._function(f"worker.{k}", v, items)
+        for k, v in list(self.worker._helpers.items()):
+            items[f"helper.{k}"] = v
+        return items
+
+    @staticmethod
+    def _function(key: str, value: Any, items: dict[str, Any]) -> None:
+        code = getattr(value, "__code__", None)
+        if code is None:
+            return
+        items[f"{key}.__code__"] = code
+        items[f"{key}.__defaults__"] = getattr(value, "__defaults__", None)
+        items[f"{key}.__kwdefaults__"] = getattr(value, "__kwdefaults__", None)
+        for n, cell in enumerate(getattr(value, "__closure__", None) or ()):
+            try:
+                items[f"{key}.<cell {n}>"] = cell.cell_contents
+            except ValueError:
+                items[f"{key}.<cell {n}>"] = _MISSING
+
+    def changed(self) -> list[str]:
+        """The names recorded that now hold something else (or are gone), and entries added to a
+        recorded class (at most 20, sorted)."""
+        now = self._collect()
+        names = [k for k, v in self.items.items() if now.get(k, _MISSING) is not v]
+        classes = {k for k, v in self.items.items() if isinstance(v, type)}
+        names += [k for k in now if k not in self.items and k.rsplit(".", 1)[0] in classes]
+        return sorted(names)[:20]
+
+
 def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
     """The function that sends one request (a dict) to the parent's model relay and returns the
     answer text, or ``'Error: ...'`` (never raises).
@@ -411,11 +481,13 @@ def _relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
     processes (see ``rlm_cli.models.relay``).
     """
     def request(message: dict[str, Any]) -> str:
-        message = dict(message, token=token)
+        body = {k: v for k, v in message.items() if k != "type"}
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.connect(socket_path)
-                protocol.send_message(sock, message)
+                # The hello first: the relay reads the request only once it knows the caller.
+                protocol.send_message(sock, {"token": token, "type": message.get("type")})
+                protocol.send_message(sock, body)
                 reply = protocol.recv_message(sock)
         except (OSError, protocol.ProtocolError) as exc:
             return f"Error: the model relay could not be reached ({exc})"
@@ -708,19 +780,30 @@ def drop_privileges(uid: int, gid: int, keep_caps: list[str] | tuple[str, ...] =
         raise OSError(f"still uid {os.geteuid()} after setuid({uid})")
 
 
-#: Syscalls the seccomp filter checks, per architecture: (audit arch, clone, unshare, clone3, socket,
-#: socketpair, refused outright). New user namespaces (clone/unshare with CLONE_NEWUSER) would hand
-#: model code a full capability set inside them, the usual door to kernel exploits; bpf,
-#: userfaultfd, perf_event_open, the key-ring calls and io_uring are kernel attack surface no REPL
-#: needs; ``socket``/``socketpair`` are allowed for AF_UNIX only (the model relay), so no TCP, UDP,
-#: raw, packet or netlink socket can be made. Numbers: the kernel's syscall tables
-#: (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h).
-_SECCOMP_TABLE: dict[str, tuple[int, int, int, int, int, int, tuple[int, ...]]] = {
-    "x86_64": (0xC000003E, 56, 272, 435, 41, 53, (321, 323, 298, 250, 248, 249, 425)),
-    "aarch64": (0xC00000B7, 220, 97, 435, 198, 199, (280, 282, 241, 219, 217, 218, 425)),
+#: Syscalls the seccomp filter checks, per architecture (the kernel's syscall tables:
+#: arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h). ``refused`` are
+#: refused outright: bpf, userfaultfd, perf_event_open, the key-ring calls and io_uring are kernel
+#: attack surface no REPL needs; memfd_create and memfd_secret make memory that ``RLIMIT_AS``
+#: does not count (pages of a memfd written with ``write()`` are never mapped); setsid would let a
+#: process leave the worker's session, the mark by which what it started is found and killed
+#: (``sandbox.reaper``), so it is refused too (``os.setsid``, ``start_new_session=True``). ``self_only`` act
+#: on the process their first argument names and pass only when it is 0 (the caller itself):
+#: prlimit64 (a CPU limit of 1 s on rlm would kill it), sched_setaffinity, sched_setparam,
+#: sched_setscheduler and sched_setattr.
+_SECCOMP_TABLE: dict[str, dict[str, Any]] = {
+    "x86_64": {"arch": 0xC000003E, "clone": 56, "unshare": 272, "clone3": 435, "socket": 41, "socketpair": 53,
+               "setpriority": 141, "ioprio_set": 251,
+               "self_only": (302, 203, 142, 144, 314),
+               "refused": (321, 323, 298, 250, 248, 249, 425, 319, 447, 112)},
+    "aarch64": {"arch": 0xC00000B7, "clone": 220, "unshare": 97, "clone3": 435, "socket": 198, "socketpair": 199,
+                "setpriority": 140, "ioprio_set": 30,
+                "self_only": (261, 122, 118, 119, 274),
+                "refused": (280, 282, 241, 219, 217, 218, 425, 279, 447, 157)},
 }
 _CLONE_NEWUSER = 0x10000000
 _AF_UNIX = 1
+#: ``setpriority``'s ``which`` for one process, ``ioprio_set``'s (linux/resource.h, linux/ioprio.h).
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 
 
 def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
@@ -731,25 +814,34 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
     numbers below cannot be bypassed (i386's ``socketcall`` included); ``clone3`` answers ENOSYS so
     the C library falls back to ``clone``, whose flags the filter can read; ``socket`` and
     ``socketpair`` pass only when their first argument (the address family, an ``int``: the low
-    32 bits of ``args[0]``) is AF_UNIX, and fail with EPERM otherwise.
+    32 bits of ``args[0]``) is AF_UNIX, and fail with EPERM otherwise. The ``self_only`` calls
+    pass only for pid 0 (the low 32 bits of ``args[0]``: a ``pid_t``); ``setpriority`` only as
+    ``(PRIO_PROCESS, 0, ...)`` (``os.nice``) and ``ioprio_set`` only as ``(IOPRIO_WHO_PROCESS,
+    0, ...)``: no process but the caller's own priority, CPU set, scheduling or limits can be
+    changed, whatever the user ids allow.
     """
     entry = _SECCOMP_TABLE.get(machine)
     if entry is None:
         return None
-    arch, clone, unshare, clone3, sock, sockpair, refused = entry
     ld_w, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    args0 = 16  # offsetof(struct seccomp_data, args[0]); the low word on these little-endian machines
+    args0, args1 = 16, 24  # offsetof(struct seccomp_data, args[i]); the low word on these little-endian machines
     # Jump targets are labels (str) or 0 (the next instruction); labels are resolved below.
     source: list[str | tuple[int, int | str, int | str, int]] = [
-        (ld_w, 0, 0, 4), (jeq, 0, "eperm", arch),  # foreign ABI: refused
+        (ld_w, 0, 0, 4), (jeq, 0, "eperm", entry["arch"]),  # foreign ABI: refused
         (ld_w, 0, 0, 0), (jge, "eperm", 0, 0x40000000),  # x32 numbers: refused
-        (jeq, "flags", 0, clone), (jeq, "flags", 0, unshare), (jeq, "enosys", 0, clone3),
-        (jeq, "family", 0, sock), (jeq, "family", 0, sockpair),
-        *[(jeq, "eperm", 0, nr) for nr in refused],
+        (jeq, "flags", 0, entry["clone"]), (jeq, "flags", 0, entry["unshare"]), (jeq, "enosys", 0, entry["clone3"]),
+        (jeq, "family", 0, entry["socket"]), (jeq, "family", 0, entry["socketpair"]),
+        *[(jeq, "self", 0, nr) for nr in entry["self_only"]],
+        (jeq, "prio", 0, entry["setpriority"]), (jeq, "ioprio", 0, entry["ioprio_set"]),
+        *[(jeq, "eperm", 0, nr) for nr in entry["refused"]],
         (ret, 0, 0, allow),
         "flags", (ld_w, 0, 0, args0), (jset, "eperm", "allow", _CLONE_NEWUSER),
         "family", (ld_w, 0, 0, args0), (jeq, "allow", "eperm", _AF_UNIX),
+        "self", (ld_w, 0, 0, args0), (jeq, "allow", "eperm", 0),
+        "prio", (ld_w, 0, 0, args0), (jeq, 0, "eperm", _PRIO_PROCESS), (ld_w, 0, 0, args1), (jeq, "allow", "eperm", 0),
+        "ioprio", (ld_w, 0, 0, args0), (jeq, 0, "eperm", _IOPRIO_WHO_PROCESS), (ld_w, 0, 0, args1),
+        (jeq, "allow", "eperm", 0),
         "allow", (ret, 0, 0, allow),
         "eperm", (ret, 0, 0, eperm),
         "enosys", (ret, 0, 0, enosys),
@@ -870,6 +962,32 @@ def apply_landlock(policy: dict[str, Any]) -> int:
     return abi
 
 
+#: ``unshare`` and ``mount`` flags (linux/sched.h, linux/mount.h).
+_CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x00020000, 2, 4, 1 << 14, 1 << 18
+
+
+def mount_scratch(path: str, size: int, uid: int, gid: int) -> None:
+    """Make ``path`` (the scratch folder) a tmpfs of at most ``size`` bytes owned by
+    ``uid``/``gid``, in a mount namespace of this process's own (inherited by what it starts),
+    so that its files cannot fill the host's disk and leave nothing there. Needs
+    ``CAP_SYS_ADMIN`` (a root rlm); call it while single-threaded, before the drop and Landlock.
+
+    Raises:
+        OSError: a step failed (the scratch folder then stays on the host disk).
+    """
+    import ctypes
+
+    libc = _libc()
+    steps = ((lambda: libc.unshare(_CLONE_NEWNS), "unshare"),
+             (lambda: libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "mount --make-rprivate"),
+             (lambda: libc.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+                                 f"size={int(size)},mode=0700,uid={int(uid)},gid={int(gid)}".encode()), "mount tmpfs"))
+    for call, what in steps:
+        if call() != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
 def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_seccomp: bool = False) -> list[str]:
     """Linux hardening that needs no privileges: no new privileges through setuid binaries or
     file capabilities (``PR_SET_NO_NEW_PRIVS``), death with the parent (``PR_SET_PDEATHSIG``),
@@ -946,6 +1064,14 @@ def main(argv: list[str] | None = None) -> None:
         protocol.write_message_fd(wfd, {"type": "error", "error": f"{type(exc).__name__}: {exc}"})
         return
     notes: list[str] = []
+    scratch = "disk"
+    if config.get("scratch_tmpfs") and config.get("cwd"):
+        owner = config.get("drop_to") or [os.getuid(), os.getgid()]
+        try:
+            mount_scratch(str(config["cwd"]), int(config["scratch_tmpfs"]), int(owner[0]), int(owner[1]))
+            scratch = "tmpfs"
+        except OSError as exc:
+            notes.append(f"the scratch folder stays on the disk ({exc.strerror or exc}); rlm watches its size")
     step = "cannot drop privileges"
     try:
         if config.get("drop_to") is not None:
@@ -966,7 +1092,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     notes += apply_limits(config.get("limits", {}))
     protocol.write_message_fd(wfd, {"type": "ready", "notes": notes, "pid": os.getpid(),
-                                    "context_chars": len(worker.context)})
+                                    "context_chars": len(worker.context), "scratch": scratch})
     del config
     # Limited and hardened now: the threads inherit all of it. The line index first (0.8 s for
     # 31 MB; the output of the first code block is mapped with it), then the search index (2 s;
@@ -992,12 +1118,17 @@ def main(argv: list[str] | None = None) -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_interrupt)
+    integrity = Integrity(worker)  # before any model code: what "unchanged" means
+    changed = integrity.changed  # the loop holds its own references
+    read, write = protocol.read_message_fd, protocol.write_message_fd
     while True:
         try:
-            msg = protocol.read_message_fd(rfd)
+            msg = read(rfd)
         except protocol.ProtocolError:
             return
-        if msg.get("type") == "exec":
+        if msg.get("type") == "check":
+            write(wfd, {"type": "checked", "id": msg.get("id"), "changed": changed()})
+        elif msg.get("type") == "exec":
             result = worker.execute(str(msg.get("code", "")), int(msg.get("cell", 0)), msg.get("map") is not False)
             result["id"] = msg.get("id")
             protocol.write_message_fd(wfd, _result_frame(result))
