@@ -165,7 +165,8 @@ class Lane:
         token = self.handler.register(0)
         spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file, data_file=corpus.data_file)
         self.sandbox = Sandbox(session.level, spec, socket_path=self.handler.socket_path, token=token,
-                               limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
+                               limits=Limits(memory_bytes=s.memory_limit, sub_call_threads=s.max_concurrency),
+                               cell_timeout=s.cell_timeout)
         self.sandbox.hide_paths = session.hide
         self.sandbox.interrupt_grace_s = session.interrupt_grace_s
         # The token is served only to this worker's process (and its descendants), restarted or not.

@@ -161,6 +161,21 @@ def test_sub_call_reservations_never_overshoot() -> None:
     assert budget.exceeded is not None and budget.exceeded.budget == "sub_calls"
 
 
+
+def test_a_granted_sub_call_may_retry_after_the_sub_call_budget_is_spent() -> None:
+    usage = Usage()
+    budget = Budget(Settings(max_sub_calls=1, max_tokens=100), usage)
+    budget.check(sub_call=True)  # the one sub-call granted; its first attempt fails (a dead server)
+    with pytest.raises(BudgetExceededError):
+        budget.check(sub_call=True)  # a second sub-call is refused: the budget is spent
+    budget.check(counted=True)  # the granted call's retry still goes out: it is the same call
+    with pytest.raises(BudgetExceededError, match="sub-call budget"):
+        budget.check()  # anything else (a root call) is refused
+    usage.add(CallRecord("m", "sub", 1, 90, 20, None, 0.1))
+    with pytest.raises(BudgetExceededError, match="token budget"):
+        budget.check(counted=True)  # the other limits still stop a retry
+    assert budget.exceeded is not None and budget.exceeded.budget == "sub_calls"
+
 def test_next_check_notices_deadline_and_spend() -> None:
     budget = Budget(Settings(timeout=0.2), Usage())
     budget.check()

@@ -84,9 +84,12 @@ class Budget:
         """Seconds left before ``--timeout`` (``None`` without one; may be negative)."""
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def check(self, *, sub_call: bool = False) -> None:
+    def check(self, *, sub_call: bool = False, counted: bool = False) -> None:
         """Raise if a budget is spent; with ``sub_call`` also count one sub-call against
-        ``--max-sub-calls`` (refusing it when none is left).
+        ``--max-sub-calls`` (refusing it when none is left). ``counted`` marks a request of a
+        sub-call already counted (its first attempt or a retry): the sub-call budget, which that
+        call was granted, does not stop it (a retry after a server failed is the same call); the
+        other limits do.
 
         Raises:
             BudgetExceededError: a limit is reached (the same error on every later call).
@@ -103,6 +106,11 @@ class Budget:
                         self.sub_calls_started += 1
                 self._exceeded = err
             if self._exceeded is not None:
+                if counted and self._exceeded.budget == "sub_calls":
+                    late = self._evaluate()
+                    if late is not None:
+                        raise late
+                    return
                 raise self._exceeded
 
     @property

@@ -352,7 +352,7 @@ class ModelClient:
         free_rate_limits = 0
         attempts = 0
         while True:
-            self.budget.check()
+            self.budget.check(counted=gated)  # a sub-call's attempts spend the one sub-call it was granted
             timeout = s.request_timeout
             remaining = self.budget.remaining_s()
             if remaining is not None:  # in 0.5 s steps: litellm reuses its HTTP client per timeout value

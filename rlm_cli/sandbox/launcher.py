@@ -285,12 +285,18 @@ class Limits:
     open_files: int = 256
     #: Processes (threads count) beyond those the worker's user already has.
     extra_processes: int = 128
+    #: Threads ``llm_query_batched`` sends its prompts from, at most (the parent lets
+    #: ``--max-concurrency`` of them be in flight; a thread more than that only waits). Those over
+    #: 32 are added to the process and open-file limits (each holds a socket while it waits).
+    sub_call_threads: int = 32
 
     def rlimits(self, uid: int) -> dict[str, int]:
         """``setrlimit`` names and values for a worker running as ``uid``."""
+        more = max(0, self.sub_call_threads - 32)
+        processes = self.extra_processes + more
         return {"RLIMIT_AS": self.memory_bytes, "RLIMIT_CPU": self.cpu_seconds,
-                "RLIMIT_FSIZE": self.file_bytes, "RLIMIT_NOFILE": self.open_files,
-                "RLIMIT_CORE": 0, "RLIMIT_NPROC": _count_processes(uid) + self.extra_processes}
+                "RLIMIT_FSIZE": self.file_bytes, "RLIMIT_NOFILE": self.open_files + more,
+                "RLIMIT_CORE": 0, "RLIMIT_NPROC": _count_processes(uid) + processes}
 
 
 def _count_processes(uid: int) -> int:
@@ -582,7 +588,7 @@ class Sandbox:
             "seccomp": self.level in ("process", "bwrap") and confinement().seccomp,
             "landlock": self._landlock_policy(),
             "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
-            "context_text": self.spec.context_text,
+            "context_text": self.spec.context_text, "sub_call_threads": self.limits.sub_call_threads,
             "scratch_tmpfs": self.limits.file_bytes if self.level == "process" and _can_mount() else None,
         }
         deadline = time.monotonic() + START_TIMEOUT

@@ -133,6 +133,8 @@ class Worker:
         self.observer = Observer(self.context, self.corpus.files)
         self._cell_names: set[str] = set()
         self._batches = 0
+        #: Threads a batch sends from, at most (``Limits.sub_call_threads``: ``--max-concurrency``).
+        self._batch_threads = max(1, int(config.get("sub_call_threads") or 32))
         self._helpers = self._make_helpers()
 
     # -- model calls ---------------------------------------------------------------------------
@@ -189,7 +191,7 @@ class Worker:
         self.observer.count("llm_query_batched")
         self._batches += 1
         batch = {"id": self._batches, "size": len(prompts)}  # for the parent's progress line
-        with ThreadPoolExecutor(max_workers=min(32, len(prompts))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self._batch_threads, len(prompts))) as pool:
             return list(pool.map(lambda p: self._sub_call(p, model, batch), prompts))
 
     def rlm_query(self, prompt: str, context: Any = None) -> str:
