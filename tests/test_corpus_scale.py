@@ -1,0 +1,110 @@
+"""A large build (issue 25): beyond ``store.EXACT_TOKENS_BYTES`` of files to read, a sample of the
+chunks is counted and the rest estimated, and the files are read in worker processes; the
+bundle is otherwise the one a small build writes. The limit is lowered here so a small tree is
+"large"."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import store
+from rlm_cli.corpus.store import Corpus, load_corpus
+from rlm_cli.corpus.tokens import count_tokens
+
+OLD = time.time() - 3600
+
+
+def tree(root: Path) -> Path:
+    """Forty code and text files, plus the files a build skips, warns about or parses."""
+    files: dict[str, bytes] = {}
+    for i in range(30):
+        files[f"pkg/mod_{i:02d}.py"] = "".join(
+            f"def function_{i}_{j}(value):\n    '''Return the value that the caller asked for.'''\n"
+            "    return value\n\n\n" for j in range(40 + i)).encode()
+    for i in range(10):
+        files[f"logs/app-{i}.log"] = "".join(
+            f"level info from service number {j % 7} about request {j} of the day\n"
+            for j in range(400)).encode()
+    files["legacy.txt"] = "caf\xe9 na\xefve\n".encode("latin-1") * 50
+    files["image.bin"] = b"\x00\x01\x02" * 100
+    files["empty.txt"] = b""
+    files["rows.jsonl"] = b"".join(json.dumps({"id": i, "ok": i % 2 == 0}).encode() + b"\n" for i in range(50))
+    files["big.txt"] = b"word " * 5000
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        os.utime(p, (OLD, OLD))
+    return root
+
+
+def load(root: Path, monkeypatch: pytest.MonkeyPatch, *, large: bool, processes: int = 2,
+         use_cache: bool = False) -> Corpus:
+    monkeypatch.setattr(store, "EXACT_TOKENS_BYTES", 0 if large else 1 << 40)
+    monkeypatch.setattr(store, "default_threads", lambda: processes)
+    options = CorpusOptions(use_cache=use_cache, max_file_size=20_000, truncate_large=True, chunk_tokens=300)
+    return load_corpus([str(root)], options)
+
+
+def files_of(c: Corpus) -> list[tuple[object, ...]]:
+    return [(f.path, f.size, f.chars, f.lines, f.start, f.end, f.sha1, f.width, f.notes, f.kind, f.dmeta)
+            for f in c.files]
+
+
+def layout(c: Corpus, prefix: str = "") -> list[tuple[object, ...]]:
+    return [(c.path, c.start, c.end, c.start_line, c.end_line, c.sha1) for c in c.chunks if c.path.startswith(prefix)]
+
+
+def test_a_large_build_writes_the_same_bundle_with_sampled_token_counts(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tree(tmp_path / "repo")
+    exact = load(root, monkeypatch, large=False)
+    sampled = load(root, monkeypatch, large=True)  # read by 2 worker processes
+    assert sampled.context == exact.context  # the same files, text and layout
+    assert files_of(sampled) == files_of(exact)
+    # Chunks tile every file; where no chunk is dense enough to be split again (prose-like code and
+    # logs), they are those of the small build. (Dense ones, such as JSON rows, are split by a guess.)
+    for f in sampled.files:
+        own = sampled.chunks[f.first_chunk:f.first_chunk + f.n_chunks]
+        assert own[0].start == f.start and own[-1].end == f.end
+        assert all(a.end == b.start for a, b in zip(own, own[1:], strict=False))
+    for prefix in ("pkg/", "logs/"):
+        assert layout(sampled, prefix) == layout(exact, prefix)
+    # Skips, warnings and counts are those of the sequential build, in the same order.
+    assert sampled.report.warnings == exact.report.warnings and sampled.report.warnings
+    assert sampled.report.named == exact.report.named
+    assert (sampled.report.skipped, sampled.report.decoded, sampled.report.kinds) == \
+        (exact.report.skipped, exact.report.decoded, exact.report.kinds)
+    assert sampled.skipped_files == exact.skipped_files
+    assert sampled.data_digest == exact.data_digest  # the parsed JSONL, byte for byte
+    # 1 chunk in SAMPLE_EVERY is counted exactly; the others are estimates, and say so.
+    counted = [c for c in sampled.chunks if store._is_sample(c.sha1)]
+    assert counted and all(c.tokens == count_tokens(sampled.context[c.start:c.end]) for c in counted)
+    assert sum(f.estimated for f in sampled.files) == len(sampled.chunks) - len(counted)
+    assert sampled.tokens_estimated and not exact.tokens_estimated
+    assert "about " in sampled.summary() and "about " not in exact.summary()
+    assert abs(sampled.total_tokens / exact.total_tokens - 1) < 0.10
+    # In one process (a single CPU) the build is the same.
+    single = load(root, monkeypatch, large=True, processes=1)
+    assert [(c.start, c.end, c.tokens) for c in single.chunks] == [(c.start, c.end, c.tokens) for c in sampled.chunks]
+
+
+def test_the_cache_keeps_which_counts_are_estimates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tree(tmp_path / "repo")
+    first = load(root, monkeypatch, large=True, use_cache=True)
+    again = load(root, monkeypatch, large=False, use_cache=True)  # a cache hit reads nothing
+    assert again.from_cache == len(again.files) and again.reindexed == 0
+    assert [f.estimated for f in again.files] == [f.estimated for f in first.files]
+    assert again.total_tokens == first.total_tokens and "about " in again.summary()
+    # A bundle written before the column existed loads, its counts exact.
+    index = json.loads(again.index_file.read_text())
+    del index["files"]["estimated"]
+    again.index_file.write_text(json.dumps(index))
+    old = load(root, monkeypatch, large=False, use_cache=True)
+    assert old.from_cache == len(old.files) and not old.tokens_estimated
