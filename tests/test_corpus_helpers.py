@@ -136,6 +136,36 @@ def test_grep_agrees_with_naive_search_on_random_corpora(tmp_path: Path) -> None
     assert view.grep("needle", ignore_case=True, max_results=10_000) == naive_grep(ordered, "needle", re.M | re.I)
 
 
+def test_one_scan_across_files_finds_exactly_what_a_search_per_file_finds(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(5)
+    words = ["alpha", "beta", "needle", "x", "==>", "<==", "", "  ", "end", "\t", "42"]
+    files = {}
+    for i in range(30):
+        lines = [" ".join(rng.choice(words) for _ in range(rng.randrange(0, 5))) for _ in range(rng.randrange(1, 12))]
+        files[f"d{i % 4}/f{i:02d}.py" if i % 3 else f"d{i % 4}/f{i:02d}.txt"] = \
+            "\n".join(lines) + rng.choice(["", "\n", "\n\n", "\r\n", " "])
+    files["d0/code.py"] = "class A:\n    def m(self):\n        return 'needle'\n\ndef f():\n    return 42\n"
+    corpus = load_corpus([str(make_tree(tmp_path / "r", files))], CorpusOptions(use_cache=False, chunk_tokens=40))
+    view = CorpusView.from_bundle(str(corpus.index_file), str(corpus.context_file))
+    patterns = ["needle", "^beta", "x$", "alpha beta", "end\\s*", "\\s+", "==>", "<==", "\\bend\\b", "\\n",
+                "(?s)needle.+alpha", "[\\s\\S]{3}", "needle\\s*$", "^", "$", "(?<=\\n)end", "\\Aalpha", "x(?=\\n)",
+                "end\\Z", "(?-m:$)", "(?-m:beta$)", "\\d+", "(a|b)", "(?i)ALPHA", "x\\n+", " $", "return (\\w+)"]
+    fast = {p: view.grep(p, max_results=None) for p in patterns}
+    capped = {p: view.grep(p, max_results=7) for p in patterns}
+    globbed = {p: view.grep(p, "*.py", max_results=None) for p in patterns}
+    from rlm_cli.sandbox import corpus_helpers
+    assert corpus_helpers._scans_across_files(re.compile("needle", re.M))
+    assert not corpus_helpers._scans_across_files(re.compile("x(?=\\n)", re.M))
+    monkeypatch.setattr(corpus_helpers, "_scans_across_files", lambda rx: False)  # one search per file
+    for p in patterns:
+        slow = view.grep(p, max_results=None)
+        assert [(h["file"], h["line"], h["text"], h["match"], h.get("in")) for h in fast[p]] == \
+            [(h["file"], h["line"], h["text"], h["match"], h.get("in")) for h in slow], p
+        assert capped[p] == view.grep(p, max_results=7), p
+        assert globbed[p] == view.grep(p, "*.py", max_results=None), p
+
+
 def test_read_file_ranges(view: CorpusView) -> None:
     assert view.read_file("src/app.py", 3, 4) == "3: def main():\n4:     retry = 3  # RETRY policy"
     assert view.read_file("src/app.py") == ("1: import os\n2: \n3: def main():\n4:     retry = 3  # RETRY policy\n"

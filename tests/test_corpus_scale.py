@@ -108,3 +108,26 @@ def test_the_cache_keeps_which_counts_are_estimates(tmp_path: Path, monkeypatch:
     again.index_file.write_text(json.dumps(index))
     old = load(root, monkeypatch, large=False, use_cache=True)
     assert old.from_cache == len(old.files) and not old.tokens_estimated
+
+
+def test_a_large_context_file_is_trusted_by_its_recorded_stat_and_rehashed_when_it_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tree(tmp_path / "repo")
+    monkeypatch.setattr(store, "FULL_VERIFY_BYTES", 0)  # every context file counts as large
+    first = load(root, monkeypatch, large=False, use_cache=True)
+    good = first.context
+    os.close(first._pin or os.open(os.devnull, os.O_RDONLY))
+    digests: list[object] = []
+    real = store.hashlib.file_digest
+    monkeypatch.setattr(store.hashlib, "file_digest", lambda *a, **k: digests.append(a) or real(*a, **k))
+    assert load(root, monkeypatch, large=False, use_cache=True).from_cache == len(first.files)
+    assert digests == []  # size, mtime and inode as recorded: not read
+    ctx = first.context_file
+    data = bytearray(ctx.read_bytes())
+    data[100] ^= 0x01
+    ctx.write_bytes(bytes(data))  # a new mtime: hashed, found damaged, rebuilt
+    warnings: list[str] = []
+    monkeypatch.setattr(store, "EXACT_TOKENS_BYTES", 1 << 40)
+    second = load_corpus([str(root)], CorpusOptions(max_file_size=20_000, truncate_large=True, chunk_tokens=300),
+                         on_warning=warnings.append)
+    assert digests and any("is corrupt" in w for w in warnings) and second.context == good

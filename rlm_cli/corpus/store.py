@@ -15,7 +15,9 @@ more than :data:`RACY_NS` (otherwise it is re-read and reused only if its conten
 matches: an edit within the same clock tick cannot go unnoticed). Reused files keep their
 chunks and token counts and their bytes are copied from the old context file; only new or
 changed files are read, chunked and tokenized. A second run on an unchanged tree reads only
-``index.json`` and checks the context file's size and SHA-1.
+``index.json`` and checks the context file's size and SHA-1 (a file over
+:data:`FULL_VERIFY_BYTES`: its size, mtime and inode, as recorded when it was written; when they
+differ, its SHA-1). The chunks of a bundle read back are made into objects only when used.
 
 Writes are atomic: the context file is written to a temporary name and renamed to its content
 digest, then ``index.json`` is replaced; a killed run leaves at most a stray temporary file,
@@ -38,11 +40,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, overload
 
 from rlm_cli.config import CorpusOptions, cache_dir
 from rlm_cli.corpus import structured
@@ -79,14 +81,14 @@ SAMPLE_EVERY = 16
 MIN_SAMPLE_CHUNKS = 8
 #: UTF-8 bytes per token assumed when deciding whether a chunk is too large (code and English: about 4).
 PRIOR_BYTES_PER_TOKEN = 4.0
-#: Tokens per UTF-8 byte of ASCII letters, of ASCII whitespace, of other ASCII (digits,
-#: punctuation) and of non-ASCII bytes: a least-squares fit of o200k_base on 100 MB of Python,
-#: text and logs (within 5% per chunk at the median, 16% at the 90th percentile once corrected).
-TOKENS_PER_BYTE = (0.17, 0.155, 0.71, 0.45)
+#: Tokens per UTF-8 byte of ASCII letters and whitespace, of other ASCII (digits, punctuation)
+#: and of non-ASCII bytes: a least-squares fit of o200k_base on 100 MB of Python, text and logs
+#: (within 5% per chunk at the median, 16% at the 90th percentile once a build's sample corrects it).
+TOKENS_PER_BYTE = (0.165, 0.71, 0.45)
 #: A chunk is split again when its guess over this margin is still over the target (the guess
 #: is within 10% for most chunks, and a needless split makes two small chunks).
 GUESS_MARGIN = 1.1
-_LETTERS = bytes(range(65, 91)) + bytes(range(97, 123))
+_WORDS = bytes(range(65, 91)) + bytes(range(97, 123)) + b" \t\n\r"
 _HIGH = bytes(range(128, 256))
 FILE_FIELDS = ("path", "size", "mtime_ns", "chars", "lines", "tokens", "start", "end", "bstart", "bend", "sha1",
                "first_chunk", "n_chunks", "width", "notes", "kind", "dstart", "dend", "dmeta")
@@ -183,6 +185,48 @@ class Chunk:
     sha1: str
 
 
+class _CachedChunks(Sequence[Chunk]):
+    """The chunks of a bundle read back from the cache: ``len()`` answers from the index's
+    columns, and the :class:`Chunk` objects are made on first use (most runs only count them:
+    270,000 of them take a second to make on a 1 GB corpus)."""
+
+    def __init__(self, columns: dict[str, list[Any]], paths: list[str]) -> None:
+        self.columns = columns
+        self._paths = paths
+        self._n = len(columns["start"])
+        self._made: list[Chunk] | None = None
+
+    def _list(self) -> list[Chunk]:
+        if self._made is None:
+            c, paths = self.columns, self._paths
+            self._made = [Chunk(i, paths[fi], sl, el, s, e, t, h) for i, (fi, sl, el, s, e, t, h)
+                          in enumerate(zip(*(c[k] for k in CHUNK_FIELDS), strict=True))]
+        return self._made
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> Chunk: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Chunk]: ...
+    def __getitem__(self, i: int | slice) -> Chunk | list[Chunk]:
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _CachedChunks):
+            other = other._list()
+        return self._list() == other
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the list it stands for
+
+    def __repr__(self) -> str:
+        return repr(self._list())
+
+
 @dataclass
 class Corpus:
     """A loaded corpus: files, chunks and the saved bundle holding ``context``.
@@ -195,7 +239,7 @@ class Corpus:
     """
 
     files: list[FileEntry]
-    chunks: list[Chunk]
+    chunks: Sequence[Chunk]
     context_file: Path
     chars: int
     context_bytes: int
@@ -302,7 +346,13 @@ class Corpus:
 
     def index_dict(self, *, scan_ns: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
         """The JSON document saved as ``index.json`` (columns of files and chunks)."""
-        file_pos = {f.path: i for i, f in enumerate(self.files)}
+        cached = self.chunks.columns if isinstance(self.chunks, _CachedChunks) else None
+        if cached is not None:
+            chunk_columns = {k: cached[k] for k in CHUNK_FIELDS}
+        else:
+            file_pos = {f.path: i for i, f in enumerate(self.files)}
+            chunk_columns = {"file": [file_pos[c.path] for c in self.chunks],
+                             **{k: [getattr(c, k) for c in self.chunks] for k in CHUNK_FIELDS[1:]}}
         return {
             "version": INDEX_VERSION, "encoding": self.encoding, "chunk_tokens": self.chunk_tokens,
             "scan_ns": scan_ns, "context_file": self.context_file.name, "context_chars": self.chars,
@@ -312,10 +362,32 @@ class Corpus:
             "totals": {"files": len(self.files), "bytes": self.total_bytes, "tokens": self.total_tokens,
                        "chunks": len(self.chunks)},
             "files": {k: [getattr(f, k) for f in self.files] for k in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS)},
-            "chunks": {"file": [file_pos[c.path] for c in self.chunks],
-                       **{k: [getattr(c, k) for c in self.chunks] for k in CHUNK_FIELDS[1:]}},
+            "chunks": chunk_columns,
             "skipped": {k: [row[i] for row in self.skipped_files] for i, k in enumerate(SKIP_FIELDS)},
+            "context_stat": _stat_key(self.context_file), "data_stat": _stat_key(self.data_file),
         }
+
+
+#: A context or data file larger than this is checked by its size, mtime and inode, as recorded
+#: when it was written, instead of its SHA-1 (which takes 0.7 s per GB), when those still match.
+FULL_VERIFY_BYTES = 64 * 1024**2
+
+
+def _stat_key(path: Path | None) -> list[int] | None:
+    """``[size, mtime_ns, inode]`` of ``path`` (``None`` when there is no such file)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _needs_digest(path: Path, recorded: Any) -> bool:
+    """Whether ``path`` must be hashed to be trusted: small, or changed since it was recorded."""
+    key = _stat_key(path)
+    return key is None or key[0] <= FULL_VERIFY_BYTES or key != recorded
 
 
 def read_context(path: Path) -> str:
@@ -376,7 +448,8 @@ def index_root() -> Path:
 def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
     """Read and check the bundle in ``directory``; ``None`` if there is none (or an old version).
 
-    With ``verify`` the context file's SHA-1 is checked too (about 20 ms per 30 MB).
+    With ``verify`` the context file's SHA-1 is checked too (about 20 ms per 30 MB), unless it is
+    over :data:`FULL_VERIFY_BYTES` and its size, mtime and inode are still those recorded.
 
     Raises:
         CorruptCache: the bundle exists but is unreadable or inconsistent.
@@ -424,7 +497,7 @@ def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
         raise CorruptCache(f"its context file is missing ({exc.strerror or exc})") from None
     if size != index["context_bytes"]:
         raise CorruptCache(f"its context file has {size:,} bytes instead of {index['context_bytes']:,}")
-    if verify:
+    if verify and _needs_digest(context_file, index.get("context_stat")):
         with open(context_file, "rb") as fh:
             digest = hashlib.file_digest(fh, lambda: hashlib.sha1(usedforsecurity=False)).hexdigest()
         if digest != index["digest"]:
@@ -436,7 +509,7 @@ def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
             raise CorruptCache(f"its data file is missing ({exc.strerror or exc})") from None
         if size != index["data_bytes"]:
             raise CorruptCache(f"its data file has {size:,} bytes instead of {index['data_bytes']:,}")
-        if verify:
+        if verify and _needs_digest(data_file, index.get("data_stat")):
             with open(data_file, "rb") as fh:
                 digest = hashlib.file_digest(fh, lambda: hashlib.sha1(usedforsecurity=False)).hexdigest()
             if digest != index["data_digest"]:
@@ -453,8 +526,7 @@ def _corpus_from_index(cached: _Cached, report: LoadReport) -> Corpus:
     f, c, idx = cached.files, cached.chunks, cached.index
     paths = f["path"]
     files = list(map(FileEntry, *(f[k] for k in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS))))
-    chunks = [Chunk(i, paths[fi], sl, el, s, e, t, h) for i, (fi, sl, el, s, e, t, h)
-              in enumerate(zip(*(c[k] for k in CHUNK_FIELDS), strict=True))]
+    chunks = _CachedChunks(c, paths)
     for notes, kind in zip(f["notes"], f["kind"], strict=True):
         report.count_decoded(notes)
         report.count_kind(kind)
@@ -525,11 +597,10 @@ def _sampled_spans(text: str, path: str, target: int) -> list[list[Any]]:
 def _guess_tokens(data: bytes) -> float:
     """Tokens of UTF-8 ``data`` by :data:`TOKENS_PER_BYTE` (before a build's sample corrects it)."""
     n = len(data)
-    letters = n - len(data.translate(None, _LETTERS))
-    spaces = data.count(b" ") + data.count(b"\n") + data.count(b"\t") + data.count(b"\r")
+    rest = len(data.translate(None, _WORDS))  # bytes that are neither ASCII letters nor whitespace
     high = 0 if data.isascii() else n - len(data.translate(None, _HIGH))
-    a, b, c, d = TOKENS_PER_BYTE
-    return a * letters + b * spaces + c * (n - letters - spaces - high) + d * high
+    a, b, c = TOKENS_PER_BYTE
+    return a * (n - rest) + b * (rest - high) + c * high
 
 
 def _is_sample(sha1: str) -> bool:

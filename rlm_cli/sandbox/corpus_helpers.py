@@ -145,6 +145,8 @@ class CorpusView:
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
         self._starts = [f["start"] for f in self.files]
         self._cstarts: list[int] = []  # chunks' starts, made on first use (chunk_text of an offset)
+        self._index_of: dict[int, int] = {}  # id(file dict) -> its position in `files` (grep's runs)
+        self._sep_ok: bool | None = None
         self._defs: dict[str, list[tuple[int, int, str]]] = {}  # per Python file, for grep's "in"
         self._bm25: _BM25 | None = None
         self._bm25_lock = threading.Lock()
@@ -232,37 +234,127 @@ class CorpusView:
         ctx = self.context
         search, count, rfind, find = rx.search, ctx.count, ctx.rfind, ctx.find
         out: list[dict[str, Any]] = []
-        for f, (fs, fe, line0) in self._spans(spans):
-            if len(out) >= max_results:
-                break
-            if keep is not None and not keep(f["path"]):
-                continue
-            pos, counted, line = fs, fs, line0
-            while pos < fe:
-                m = search(ctx, pos, fe)
-                if m is None:
-                    break
-                ms = m.start()
-                line += count("\n", counted, ms)
-                counted = ms
-                ls = max(rfind("\n", f["start"], ms) + 1, f["start"])
-                le = find("\n", ms, f["end"])
-                if le < 0:
-                    le = f["end"]
-                text = ctx[ls:min(le, ls + MAX_LINE_CHARS)]
-                hit = Hit(file=f["path"], line=line, text=text[:-1] if text.endswith("\r") else text)
-                hit._match, hit._groups = m.group(1) if rx.groups == 1 else m.group(0), m.groups()
-                if f["path"].endswith(_PY_SUFFIXES):
-                    where = self._enclosing(f, line)
-                    if where:
-                        hit["in"] = where
-                out.append(hit)
+
+        def emit(f: dict[str, Any], m: re.Match[str], ms: int, line: int) -> int:
+            """Append the hit of match ``m`` (at ``ms``, on line ``line`` of ``f``); returns its line's end."""
+            ls = max(rfind("\n", f["start"], ms) + 1, f["start"])
+            le = find("\n", ms, f["end"])
+            if le < 0:
+                le = f["end"]
+            text = str.__getitem__(ctx, slice(ls, min(le, ls + MAX_LINE_CHARS)))
+            hit = Hit(file=f["path"], line=line, text=text[:-1] if text.endswith("\r") else text)
+            hit._match, hit._groups = m.group(1) if rx.groups == 1 else m.group(0), m.groups()
+            if f["path"].endswith(_PY_SUFFIXES):
+                where = self._enclosing(f, line)
+                if where:
+                    hit["in"] = where
+            out.append(hit)
+            return le
+
+        if spans is None and self._separated() and _scans_across_files(rx):
+            files = self.files if keep is None else [f for f in self.files if keep(f["path"])]
+            for run in self._runs(files):
                 if len(out) >= max_results:
                     break
-                pos = le + 1
+                self._scan_run(rx, run, out, max_results, emit)
+        else:
+            for f, (fs, fe, line0) in self._spans(spans):
+                if len(out) >= max_results:
+                    break
+                if keep is not None and not keep(f["path"]):
+                    continue
+                pos, counted, line = fs, fs, line0
+                while pos < fe:
+                    m = search(ctx, pos, fe)
+                    if m is None:
+                        break
+                    ms = m.start()
+                    line += count("\n", counted, ms)
+                    counted = ms
+                    le = emit(f, m, ms, line)
+                    if len(out) >= max_results:
+                        break
+                    pos = le + 1
         if len(out) >= max_results:
             self.grep_capped, self.grep_capped_default = max_results, default
         return out
+
+    def _runs(self, files: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """``files`` (in corpus order) cut into runs of files that follow each other in ``context``."""
+        runs: list[list[dict[str, Any]]] = []
+        last = -2
+        index = self._file_index()
+        for f in files:
+            i = index[id(f)]
+            if i == last + 1 and runs:
+                runs[-1].append(f)
+            else:
+                runs.append([f])
+            last = i
+        return runs
+
+    def _separated(self) -> bool:
+        """Whether every file's text is followed by ``\\n`` or the end of ``context`` (as in every
+        bundle), which :meth:`_scan_run` needs; checked once."""
+        if self._sep_ok is None:
+            ctx, n = self.context, len(self.context)
+            self._sep_ok = all(f["end"] >= n or str.__getitem__(ctx, f["end"]) == "\n" for f in self.files)
+        return self._sep_ok
+
+    def _file_index(self) -> dict[int, int]:
+        if len(self._index_of) != len(self.files):
+            self._index_of = {id(f): i for i, f in enumerate(self.files)}
+        return self._index_of
+
+    def _scan_run(self, rx: re.Pattern[str], run: list[dict[str, Any]], out: list[dict[str, Any]],
+                  max_results: int, emit: Callable[[dict[str, Any], re.Match[str], int, int], int]) -> None:
+        """:meth:`grep` over consecutive files with one scan of their part of ``context``.
+
+        A per-file search (``rx.search(context, pos, file_end)``) costs a call per file; this
+        searches the whole run and places each match in its file. The hits are the per-file
+        search's, for a pattern :func:`_scans_across_files` accepts: it cannot match the empty
+        string, so none starts at a file's end, and without lookaheads or ``\\Z`` a match that
+        ends inside its file is the one the per-file search finds there (a match never looks
+        past its end but to the character after it, which is ``\\n`` after every file, as the
+        end of the file is to ``$`` and ``\\b``). A match that starts between two files (on a
+        header line) is passed over; one that runs past the end of its file is searched again
+        inside that file.
+        """
+        ctx, search = self.context, rx.search
+        starts = [f["start"] for f in run]
+        end = run[-1]["end"]
+        k, pos = 0, run[0]["start"]
+        f = run[0]
+        line, counted = 1, f["start"]
+        while pos < end and len(out) < max_results:
+            m = search(ctx, pos, end)
+            if m is None:
+                return
+            ms = m.start()
+            if ms >= f["end"]:  # past this file: into the one that holds the match, if any
+                k = bisect.bisect_right(starts, ms, k) - 1
+                f = run[k]
+                line, counted = 1, f["start"]
+                if ms >= f["end"]:  # on the header line of the next file: no match starts there
+                    if k + 1 >= len(run):
+                        return
+                    k += 1
+                    f = run[k]
+                    pos, line, counted = f["start"], 1, f["start"]
+                    continue
+            if m.end() > f["end"]:  # runs into the next file: what the file alone holds from here
+                m = search(ctx, ms, f["end"])
+                if m is None:
+                    if k + 1 >= len(run):
+                        return
+                    k += 1
+                    f = run[k]
+                    pos, line, counted = f["start"], 1, f["start"]
+                    continue
+                ms = m.start()
+            line += ctx.count("\n", counted, ms)
+            counted = ms
+            pos = emit(f, m, ms, line) + 1
 
     def _enclosing(self, f: dict[str, Any], line: int) -> str | None:
         """The function or class (qualified: ``Class.method``) whose body holds line ``line`` of
@@ -610,6 +702,27 @@ if hasattr(os, "register_at_fork"):
 
 
 _PY_SUFFIXES = (".py", ".pyi", ".pyw")
+#: Inline flags that turn a flag off (``(?-m:...)``, ``(?i-m)``): ``$`` without MULTILINE differs at a file's end.
+_FLAGS_OFF = re.compile(r"\(\?[a-zA-Z]*-")
+
+
+def _scans_across_files(rx: re.Pattern[str]) -> bool:
+    """Whether :meth:`CorpusView._scan_run` finds exactly the per-file hits of ``rx``: no lookahead,
+    no ``\\Z``, no flag turned off inline, and no match of the empty string (the pattern's
+    smallest width, by ``re``'s own parser, is above 0). When unsure (a parser that changed), no."""
+    src = rx.pattern
+    if not isinstance(src, str) or "(?=" in src or "(?!" in src or "\\Z" in src or _FLAGS_OFF.search(src):
+        return False
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        return bool(_parser.parse(src, rx.flags).getwidth()[0] > 0)
+    except Exception:  # noqa: BLE001 - another Python's private parser: take the per-file path
+        return False
+
+
+#: The fields of statements (``if``, ``try``, ``match``...) that hold statements, and of their ``except``/``case`` parts.
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
 def _definitions(text: str) -> list[tuple[int, int, str]]:
@@ -623,16 +736,19 @@ def _definitions(text: str) -> list[tuple[int, int, str]]:
         return []
     out: list[tuple[int, int, str]] = []
 
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
+    def visit(stmts: list[Any], prefix: str) -> None:  # statements only: no definition is inside an expression
+        for child in stmts:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 qual = prefix + child.name
                 out.append((child.body[0].lineno, child.end_lineno or child.body[0].lineno, qual))
-                visit(child, qual + ".")
+                visit(child.body, qual + ".")
             else:
-                visit(child, prefix)
+                for name in _BLOCKS:
+                    block = getattr(child, name, None)
+                    if isinstance(block, list):
+                        visit(block, prefix)
 
-    visit(tree, "")
+    visit(tree.body, "")
     out.sort()
     return out
 
@@ -674,7 +790,14 @@ class _BM25:
     """Okapi BM25 over chunks with Lucene's idf, ``log(1 + (N - df + 0.5) / (df + 0.5))``, and term
     weight ``tf / (tf + k1 * (1 - b + b * dl / avgdl))`` (the ranking bm25s's default gives).
 
-    Postings are compact arrays: about 30 MB for 30 MB of code.
+    Compact, for corpora of a gigabyte: once built, the postings of all terms are two flat
+    arrays (chunk numbers and term frequencies, 8 bytes a posting) in the order of the terms'
+    64-bit hashes, which a sorted ``array('q')`` holds with each term's first posting (16 bytes a
+    term); a query term is found by binary search on its hash. The terms' strings are not kept
+    (two terms of one corpus share a 64-bit hash with a chance of about ``terms**2 / 2**65``:
+    one in 10**7 for a million terms). While building, a term seen in one chunk only (most
+    terms of logs: request ids, numbers) is one packed ``int`` under its hash, and from its second
+    chunk on an ``array('Q')`` of packed ``chunk << 32 | tf``.
     """
 
     def __init__(self, context: str, spans: list[tuple[int, int]], k1: float = 1.5, b: float = 0.75,
@@ -684,28 +807,53 @@ class _BM25:
         self.k1, self.b = k1, b
         self.n = len(spans)
         self.lens = array("I")
-        postings: dict[str, tuple[array[int], array[int]]] = {}
+        postings: dict[int, Any] = {}  # hash(term) -> chunk << 32 | tf (one chunk so far), or array of those
         findall = _TERM.findall
+        get = postings.get
         for i, (start, end) in enumerate(spans):
             if pause is not None and not i % 64:
                 pause()
             terms = findall(context[start:end].lower())
             self.lens.append(len(terms))
             for term, tf in Counter(terms).items():
-                p = postings.get(term)
+                h = hash(term)
+                p = get(h)
                 if p is None:
-                    p = postings[term] = (array("I"), array("I"))
-                p[0].append(i)
-                p[1].append(tf)
-        self.postings = postings
+                    postings[h] = i << 32 | tf
+                elif type(p) is int:
+                    postings[h] = array("Q", (p, i << 32 | tf))
+                else:
+                    p.append(i << 32 | tf)
         self.avgdl = (sum(self.lens) / self.n) if self.n else 0.0
+        self.keys = array("q", sorted(postings))  # the terms' hashes, sorted
+        self.first = array("Q")  # index of each term's first posting; one more at the end
+        self.docs = array("I")
+        self.tfs = array("I")
+        for h in self.keys:
+            self.first.append(len(self.docs))
+            p = postings.pop(h)
+            if type(p) is int:
+                self.docs.append(p >> 32)
+                self.tfs.append(p & 0xFFFFFFFF)
+            else:
+                self.docs.extend(x >> 32 for x in p)
+                self.tfs.extend(x & 0xFFFFFFFF for x in p)
+        self.first.append(len(self.docs))
+
+    def _range(self, term: str) -> tuple[int, int]:
+        """``(first, end)`` of ``term``'s postings in :attr:`docs` (empty for an unknown term)."""
+        h = hash(term)
+        i = bisect.bisect_left(self.keys, h)
+        if i < len(self.keys) and self.keys[i] == h:
+            return self.first[i], self.first[i + 1]
+        return 0, 0
 
     def idf(self, term: str) -> float:
         """Lucene's non-negative idf of ``term`` (0 for an unknown term)."""
-        p = self.postings.get(term)
-        if p is None:
+        a, z = self._range(term)
+        if z == a:
             return 0.0
-        df = len(p[0])
+        df = z - a
         return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
 
     def top(self, query: str, k: int) -> list[tuple[int, float]]:
@@ -713,10 +861,10 @@ class _BM25:
         scores: dict[int, float] = {}
         k1, b, avg, lens = self.k1, self.b, self.avgdl or 1.0, self.lens
         for term in dict.fromkeys(_TERM.findall(query.lower())):
-            p = self.postings.get(term)
-            if p is None:
+            a, z = self._range(term)
+            if z == a:
                 continue
             idf = self.idf(term)
-            for i, tf in zip(p[0], p[1], strict=True):
+            for i, tf in zip(self.docs[a:z], self.tfs[a:z], strict=True):
                 scores[i] = scores.get(i, 0.0) + idf * tf / (tf + k1 * (1 - b + b * lens[i] / avg))
         return heapq.nsmallest(max(0, k), scores.items(), key=lambda kv: (-kv[1], kv[0]))

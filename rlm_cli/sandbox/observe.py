@@ -62,11 +62,13 @@ class _LineIndex:
     def __init__(self, context: str, pause: Callable[[], None] | None = None) -> None:
         """Index ``context``; ``pause`` (a background build's) is called between blocks of about 1 MiB."""
         self.context = context
-        keys: list[int] = []
         n = len(context)
         if n >= 1 << 32:
             self.keys = array("q")
             return
+        # Keys go to 256 arrays by their top byte (8 bytes a key) and each is sorted on its own,
+        # so the Python ints of a sort (40 bytes a key) exist for one 256th of the lines at a time.
+        buckets = [array("q") for _ in range(256)]
         pos = 0
         block = 1 << 20  # split per MiB: the lines of one block at a time in memory
         while pos < n:
@@ -77,11 +79,14 @@ class _LineIndex:
             offset = pos
             for line in context[pos:end].split("\n"):
                 if len(line) >= MIN_LINE_CHARS:
-                    keys.append(((hash(line) >> 32) << 32) | offset)
+                    key = ((hash(line) >> 32) << 32) | offset
+                    buckets[(key >> 56) + 128].append(key)
                 offset += len(line) + 1
             pos = end
-        keys.sort()
-        self.keys = array("q", keys)
+        self.keys = array("q")
+        for i, bucket in enumerate(buckets):  # top bytes -128..127: ascending order of the signed keys
+            self.keys.extend(sorted(bucket))
+            buckets[i] = array("q")
 
     def lookup(self, line: str) -> list[int]:
         """Offsets of ``line`` as a whole line of ``context`` (at most ``MAX_CANDIDATES + 1``)."""
