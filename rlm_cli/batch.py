@@ -173,6 +173,7 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
 
     Raises:
         KeyboardInterrupt / SystemExit: Ctrl-C or SIGTERM; the other questions are stopped first.
+        UsageError: ``jobs`` workers would not fit in memory (``sandbox.memory``); none is started.
     """
     import time
 
@@ -189,6 +190,10 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
             on_result(result)
         return results
     session.independent = True
+    if session.mode == "rlm":  # the workers start at once: their peaks add up
+        from rlm_cli.sandbox.memory import check_workers_fit
+
+        check_workers_fit(session.corpus, min(jobs, len(questions)), session.settings.memory_limit)
     return _run_parallel(session, questions, min(jobs, len(questions)), emit_for, on_result, results)
 
 

@@ -78,6 +78,7 @@ from rlm_cli.runner import (
     sub_call_event,
 )
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, resolve_level, run_notes
+from rlm_cli.sandbox.memory import check_workers_fit
 from rlm_cli.sources import SourceCollector
 from rlm_cli.trace import TraceSink, TraceWriter, event, new_run_id, traces_dir
 
@@ -312,6 +313,7 @@ class Session:
         # The worker starts while litellm is still being imported when the mode cannot be direct.
         surely_rlm = s.mode == "rlm" or (s.mode == "auto" and corpus.total_tokens >= s.direct_max_tokens)
         if surely_rlm:
+            check_workers_fit(corpus, 1, s.memory_limit)  # before a worker can be killed for memory
             self.lane = Lane(self)
         encoding()  # tiktoken's table (0.3-0.7 s; every request is measured with it), loaded while litellm is
         # still being imported in the model host
@@ -381,6 +383,8 @@ class Session:
             for note in run_notes(self.level):  # once per session, not once per sub-RLM worker
                 self.emit(event("notice", 0, message=note))
         if self.lane is None:
+            assert self.corpus is not None
+            check_workers_fit(self.corpus, 1, self.settings.memory_limit)
             self.lane = Lane(self)
         return self.lane
 

@@ -1,0 +1,106 @@
+"""Will the REPL workers fit in memory? Checked by rlm before it starts them, so that a corpus too
+large for the machine (or for ``--memory-limit``) is a usage error (exit 2) that says what it
+needs, instead of a worker killed by the kernel's out-of-memory killer halfway through loading.
+
+What a worker needs, from the figures of ``benchmarks/bench_scale.py``:
+
+* ``context`` itself: ``chars * bytes per character`` (1, 2 or 4, see ``Corpus.context_memory``);
+* while loading, the same again: CPython decodes the context file into a ``str`` and copies it
+  into the ``Context`` subclass (a str subclass cannot be decoded into directly);
+* ``files`` and ``chunks`` as dicts, and the JSON index: about :data:`ROW_BYTES` per file and per chunk;
+* the indexes built in the background: the ``search`` index and the line index of
+  ``sandbox.observe``, at most :data:`INDEX_BYTES_PER_CHAR` per character while they are built;
+* the interpreter and the helpers: :data:`BASE_BYTES`.
+
+The peak is the larger of loading (twice the string) and indexing (the string plus the indexes).
+Several workers (``--jobs``) start at once, so their peaks add up. The memory rlm may use is the
+kernel's ``MemAvailable``, or less in a cgroup with a limit (a container); ``RLM_MEMORY_AVAILABLE``
+(a size: ``12G``) replaces it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlm_cli.errors import UsageError
+
+#: The interpreter, the REPL's helpers and their imports (measured: 20-30 MiB).
+BASE_BYTES = 48 * 1024**2
+#: Memory of one entry of ``files`` or ``chunks`` in the worker, with its share of the parsed index.
+ROW_BYTES = 1536
+#: Peak memory of the background indexes per character of ``context`` (measured: 1.1 for the
+#: search index and 0.4 for the line index on 100 MB of code and logs).
+INDEX_BYTES_PER_CHAR = 2.0
+
+
+def worker_need(corpus: Any) -> int:
+    """Bytes one REPL worker needs at its peak for ``corpus`` (a ``Corpus``; see the module docstring)."""
+    rows = (len(corpus.files) + len(corpus.chunks)) * ROW_BYTES
+    string = int(corpus.context_memory)
+    return BASE_BYTES + rows + max(2 * string, string + int(INDEX_BYTES_PER_CHAR * corpus.chars))
+
+
+def available_memory() -> int | None:
+    """Bytes rlm may use now: ``RLM_MEMORY_AVAILABLE``, else ``MemAvailable`` of ``/proc/meminfo``
+    capped by the cgroup's limit less its use; ``None`` where neither is known (macOS).
+
+    Raises:
+        UsageError: ``RLM_MEMORY_AVAILABLE`` is not a size.
+    """
+    given = os.environ.get("RLM_MEMORY_AVAILABLE")
+    if given:
+        from rlm_cli.config import parse_size
+
+        return parse_size(given, "RLM_MEMORY_AVAILABLE")
+    free: int | None = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as fh:
+            used = int(fh.read().strip())
+        if limit != "max":
+            room = max(0, int(limit) - used)
+            free = room if free is None else min(free, room)
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+def check_workers_fit(corpus: Any, workers: int, memory_limit: int) -> None:
+    """Refuse to start ``workers`` REPL workers on ``corpus`` that cannot fit.
+
+    Raises:
+        UsageError: one worker's ``context`` alone leaves less than the 64 MiB the worker needs
+            free under ``memory_limit`` (``--memory-limit``, bytes: the worker would refuse to run
+            once loaded), or the workers' peaks add up to more than :func:`available_memory`.
+    """
+    from rlm_cli.config import format_size
+    from rlm_cli.protocol import MIN_FREE_MEMORY
+
+    string = int(corpus.context_memory)
+    width = int(corpus.char_width)
+    wide = (f"; its files hold characters beyond U+{'FFFF' if width == 4 else '00FF'}, so every character takes "
+            f"{width} bytes (`rlm stats` lists the files that do: --exclude them)" if width > 1 else "")
+    if string + MIN_FREE_MEMORY > memory_limit:
+        advise = -(-(2 * string + MIN_FREE_MEMORY) // (64 * 1024**2)) * 64
+        raise UsageError(f"--memory-limit {format_size(memory_limit)} is too small for this corpus: its context "
+                         f"string alone takes {format_size(string)} in the REPL worker ({corpus.chars:,} characters"
+                         f"{wide})", hint=f"use --memory-limit {advise:,}M or more, or narrow the corpus")
+    free = available_memory()
+    need = workers * worker_need(corpus)
+    if free is not None and need > free:
+        each = f"{workers} REPL workers need {format_size(need)} at their peak" if workers > 1 else \
+            f"the REPL worker needs {format_size(need)} at its peak"
+        raise UsageError(f"this corpus does not fit in memory: {each} (its context string takes "
+                         f"{format_size(string)}, twice that while it loads{wide}), and {format_size(free)} is "
+                         "available", hint=("lower --jobs, " if workers > 1 else "") +
+                         "narrow the corpus with --include/--exclude, or free memory")
