@@ -27,7 +27,6 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Generator, Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,11 +71,23 @@ class Read:
             else:
                 report.warnings.append(ev[1])
 
-    def counted(self) -> Future[list[int]]:
-        """The counted chunks' tokens as the finished future the store's writer expects."""
-        done: Future[list[int]] = Future()
-        done.set_result(self.counts)
-        return done
+    def counted(self) -> Counted:
+        """The counted chunks' tokens, answered like the store's token-counting jobs."""
+        return Counted(self.counts)
+
+
+class Counted:
+    """Token counts already made (by a worker), with the ``result()`` of a finished future (a
+    real ``Future`` per file costs a lock and a condition: 0.5 s on 16,000 files)."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self, counts: list[int]) -> None:
+        self.counts = counts
+
+    def result(self) -> list[Any]:
+        """The counts."""
+        return self.counts
 
 
 class _Events(list):  # type: ignore[type-arg]

@@ -50,6 +50,7 @@ from rlm_cli.config import CorpusOptions, cache_dir
 from rlm_cli.corpus import structured
 from rlm_cli.corpus.chunker import split_text
 from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, decode_bytes, discover, is_binary, read_source
+from rlm_cli.corpus.parallel import Counted
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING, TokenPool, default_threads
 from rlm_cli.errors import BudgetExceededError, EmptyCorpusError
 from rlm_cli.protocol import BUNDLE_VERSION
@@ -630,7 +631,7 @@ class _Pending:
 
     entry: FileEntry
     old_i: int = -1
-    job: Future[Any] | None = None
+    job: Future[Any] | Counted | None = None
     spans: list[list[Any]] | None = None
 
 
@@ -680,7 +681,7 @@ class _Writer:
     def add(self, sf: SourceFile, data: bytes | memoryview, chars: int, lines: int, sha1: str, width: int,
             notes: str, old_i: int = -1, text: str | None = None, kind: str = "",
             payload: bytes | memoryview | None = None, dmeta: dict[str, Any] | None = None,
-            spans: list[list[Any]] | None = None, counted: Future[list[int]] | None = None) -> None:
+            spans: list[list[Any]] | None = None, counted: Counted | None = None) -> None:
         """Append one file: reused (``old_i`` >= 0), to be chunked from ``text``, or chunked
         already (``spans`` of :func:`_sampled_spans` and ``counted``, the tokens of its counted
         chunks: a worker process read it); ``width`` is :func:`char_width` of its text, ``notes``
