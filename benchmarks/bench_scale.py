@@ -237,6 +237,38 @@ def step_worker(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+ASK_CODE = """Counting the errors.
+```repl
+hits = grep(r"level=ERROR service=(\\w+)", max_results=None)
+FINAL(str(len(hits)))
+```"""
+
+
+def ask(args: argparse.Namespace, cache: Path, memory_mb: int) -> dict[str, Any]:
+    """A whole ``rlm ask`` on the corpus (cache warm) with a scripted root model that greps and
+    answers: the time to an answer through the real sandboxed worker."""
+    from benchmarks.scripted_server import Process
+
+    reply = cache.parent / "ask-reply.txt"
+    reply.write_text(ASK_CODE)
+    server = Process(4, 0.0, str(reply))
+    env = {**os.environ, "RLM_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO), "RLM_HOST_IDLE": "0",
+           "RLM_CONFIG_DIR": str(cache.parent / "config"), "RLM_DATA_DIR": str(cache.parent / "data"),
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "RLM_PROBE_PORTS": "off", "RLM_PROBE_OLLAMA": "off"}
+    cmd = [sys.executable, "-m", "rlm_cli", "ask", args.corpus, "How many ERROR lines are there?", "--model",
+           "openai/root", "--api-base", server.url, "--policy", "paper", "--no-leads", "--mode", "rlm", "--json",
+           "--no-llm-cache", "--root-model-window", "32768", "--memory-limit", f"{memory_mb}M", "--cell-timeout", "600"]
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=3600)
+        wall = time.perf_counter() - t0
+    finally:
+        server.close()
+    if proc.returncode != 0:
+        return {"wall_s": wall, "error": proc.stderr.strip().splitlines()[-1:] or [str(proc.returncode)]}
+    return {"wall_s": wall, "answer": json.loads(proc.stdout)["answer"]}
+
+
 STEPS = {"floor": step_floor, "load": step_load, "worker": step_worker}
 
 
@@ -267,6 +299,7 @@ def main() -> None:
     parser.add_argument("--source", default=sysconfig.get_paths()["stdlib"],
                         help="folder whose text files are copied (default: this Python's lib, with site-packages)")
     parser.add_argument("--keep", help="build the corpus in this folder and keep it (reused when it exists)")
+    parser.add_argument("--no-ask", action="store_true", help="skip the whole `rlm ask` run")
     parser.add_argument("--step", choices=sorted(STEPS), help=argparse.SUPPRESS)
     parser.add_argument("--index", help=argparse.SUPPRESS)
     parser.add_argument("--context", help=argparse.SUPPRESS)
@@ -290,6 +323,7 @@ def main() -> None:
         cold = run_step("load", args, tmp / "cache")
         warm = run_step("load", args, tmp / "cache")
         worker = run_step("worker", args, tmp / "cache", index=warm["index"], context=warm["context"])
+        asked = None if args.no_ask else ask(args, tmp / "cache", int(-(-cold["worker_need_mb"] // 1024) * 1024))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     size_mb = cold["bytes"] / MB
@@ -315,6 +349,10 @@ def main() -> None:
     row("search: first call (builds BM25)", worker["search_first_s"], None)
     row("search: next call", worker["search_next_s"], None)
     row("observer line index (background)", worker["line_index_s"], None)
+    if asked is not None:
+        errors = next(g for g in worker["grep"] if g["name"] == "regex, log lines")["hits"]
+        got = asked.get("answer") or f"failed: {asked.get('error')}"
+        row(f"`rlm ask` (warm cache, sandboxed worker): {got} ERROR lines (grep: {errors:,})", asked["wall_s"], None)
     s = worker["string_mb"]
     print(f"\n{'memory (anonymous resident MiB)':48} {'MiB':>9} {'string':>9} {'ratio':>7} {'target':>14}")
 

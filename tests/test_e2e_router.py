@@ -87,7 +87,7 @@ def test_the_sub_call_budget_counts_calls_not_attempts_on_a_dead_deployment(tmp_
 
 
 def test_max_concurrency_above_32_puts_that_many_sub_calls_in_flight(tmp_path: Path, llm: FakeLLM) -> None:
-    llm.default("sub", Reply(text="ok", delay_s=0.6))
+    llm.default("sub", Reply(text="ok", delay_s=1.5))
     llm.script("root", repl("answers = llm_query_batched([f'part {i}' for i in range(48)])\n"
                             "FINAL(str(sum(a == 'ok' for a in answers)))"))
     (tmp_path / "notes.txt").write_text("one line\n")
@@ -96,4 +96,4 @@ def test_max_concurrency_above_32_puts_that_many_sub_calls_in_flight(tmp_path: P
                   "--no-leads")
     assert res.code == 0, res.stderr
     assert res.stdout == "48\n"
-    assert llm.max_in_flight >= 40  # the worker used to send from at most 32 threads
+    assert llm.max_in_flight > 32  # the worker used to send from at most 32 threads
