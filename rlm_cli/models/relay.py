@@ -17,7 +17,8 @@ worker's token; only then is the request read, capped by its type (:data:`MAX_RE
 within :data:`REQUEST_READ_TIMEOUT_S` seconds, and while the frames being read by all
 connections together announce at most :data:`MAX_PENDING_BYTES` (a frame's buffer grows with
 the bytes that arrive, never with what its header announces). At most :data:`MAX_CONNECTIONS`
-connections are served at once; more wait in the kernel's listen queue. The socket lives in a
+connections (or ``--max-concurrency``, when higher) are served at once; more wait in the kernel's
+listen queue. The socket lives in a
 fresh folder of mode 0700, the socket itself 0600: only rlm's user reaches it. When the worker
 runs as another user (``nobody``, rlm being root), the launcher gives both a private group of
 that worker (folder 0710, socket 0660; ``launcher.share_relay``), so neither other local users
@@ -109,7 +110,8 @@ class _Registration:
 class LMHandler:
     """Unix-socket server relaying worker requests to :class:`ModelClient`.
 
-    One thread per connection (at most :data:`MAX_CONNECTIONS`), so ``llm_query_batched`` runs
+    One thread per connection (at most :data:`MAX_CONNECTIONS`, or ``--max-concurrency`` when
+    that is higher), so ``llm_query_batched`` runs
     concurrently (the client caps it at ``--max-concurrency``). The socket file lives in a
     private 0700 folder; use as a context manager or call ``close()``, which removes both. Who
     may ask what, and what is read from whom: see the module docstring.
@@ -127,7 +129,9 @@ class LMHandler:
         self.on_request = on_request
         self._tokens: dict[str, _Registration] = {}
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        # --max-concurrency above the cap is the user's own choice of a bound (a cluster's slots).
+        slots = max(MAX_CONNECTIONS, int(getattr(client.settings, "max_concurrency", 0) or 0))
+        self._slots = threading.BoundedSemaphore(slots)
         self._pending = 0
         self._closing = False
         #: Connections closed unread (peer not a worker) or at the hello (bad token, frame too large).
@@ -147,7 +151,7 @@ class LMHandler:
 
         class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True
-            request_queue_size = 128  # a batch of 64+ prompts connects at once
+            request_queue_size = max(128, 2 * slots)  # a whole batch connects at once
 
             def verify_request(self, request: Any, client_address: Any) -> bool:
                 return handler._admitted(request)
