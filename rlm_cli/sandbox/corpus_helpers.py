@@ -145,7 +145,6 @@ class CorpusView:
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
         self._starts = [f["start"] for f in self.files]
         self._cstarts: list[int] = []  # chunks' starts, made on first use (chunk_text of an offset)
-        self._index_of: dict[int, int] = {}  # id(file dict) -> its position in `files` (grep's runs)
         self._sep_ok: bool | None = None
         self._defs: dict[str, list[tuple[int, int, str]]] = {}  # per Python file, for grep's "in"
         self._bm25: _BM25 | None = None
@@ -252,8 +251,7 @@ class CorpusView:
             return le
 
         if spans is None and self._separated() and _scans_across_files(rx):
-            files = self.files if keep is None else [f for f in self.files if keep(f["path"])]
-            for run in self._runs(files):
+            for run in self._runs(keep):
                 if len(out) >= max_results:
                     break
                 self._scan_run(rx, run, out, max_results, emit)
@@ -279,13 +277,14 @@ class CorpusView:
             self.grep_capped, self.grep_capped_default = max_results, default
         return out
 
-    def _runs(self, files: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-        """``files`` (in corpus order) cut into runs of files that follow each other in ``context``."""
+    def _runs(self, keep: Callable[[str], bool] | None) -> list[list[dict[str, Any]]]:
+        """The files ``keep`` accepts (all without it), cut into runs of neighbours in ``files``
+        (so in ``context``)."""
         runs: list[list[dict[str, Any]]] = []
         last = -2
-        index = self._file_index()
-        for f in files:
-            i = index[id(f)]
+        for i, f in enumerate(self.files):
+            if keep is not None and not keep(f["path"]):
+                continue
             if i == last + 1 and runs:
                 runs[-1].append(f)
             else:
@@ -300,11 +299,6 @@ class CorpusView:
             ctx, n = self.context, len(self.context)
             self._sep_ok = all(f["end"] >= n or str.__getitem__(ctx, f["end"]) == "\n" for f in self.files)
         return self._sep_ok
-
-    def _file_index(self) -> dict[int, int]:
-        if len(self._index_of) != len(self.files):
-            self._index_of = {id(f): i for i, f in enumerate(self.files)}
-        return self._index_of
 
     def _scan_run(self, rx: re.Pattern[str], run: list[dict[str, Any]], out: list[dict[str, Any]],
                   max_results: int, emit: Callable[[dict[str, Any], re.Match[str], int, int], int]) -> None:
