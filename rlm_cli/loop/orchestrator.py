@@ -250,7 +250,7 @@ class Orchestrator:
         token = self.handler.register(self.depth) if own else ""
         if sandbox is None:
             sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
-                              limits=Limits(memory_bytes=s.memory_limit), cell_timeout=s.cell_timeout)
+                              limits=Limits(memory_bytes=s.memory_limit, sub_call_threads=s.max_concurrency), cell_timeout=s.cell_timeout)
             sandbox.hide_paths = self.hide_paths
             # The token is served only to this sandbox's worker process (and its descendants).
             own_sandbox = sandbox
