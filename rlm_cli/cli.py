@@ -56,6 +56,8 @@ IncludeOpt = Annotated[list[str] | None, Opt("--include", help="Only files match
 ExcludeOpt = Annotated[list[str] | None, Opt("--exclude", help="Skip files matching this glob (repeatable).")]
 HiddenOpt = Annotated[bool, Opt("--hidden", help="Include dotfiles and dot-folders.")]
 NoIgnoreOpt = Annotated[bool, Opt("--no-ignore", help="Do not honour .gitignore/.ignore/.rlmignore.")]
+FollowOpt = Annotated[bool, Opt("--follow", "-L", help="Follow symlinks that lead out of the PATHs given "
+                                                      "(default: skip and count them).")]
 MaxSizeOpt = Annotated[str | None, Opt("--max-file-size", help="Skip larger files (default 10M).")]
 TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of files over --max-file-size "
                                                         "instead of skipping them.")]
@@ -205,6 +207,7 @@ def ask(
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
     no_ignore: NoIgnoreOpt = False,
+    follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
     no_cache: NoCacheOpt = False,
@@ -258,7 +261,7 @@ def ask(
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens))
+                                   chunk_tokens, follow=follow))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if multi:
             from rlm_cli.batch import read_questions
@@ -461,6 +464,7 @@ def chat(
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
     no_ignore: NoIgnoreOpt = False,
+    follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
     no_cache: NoCacheOpt = False,
@@ -508,7 +512,7 @@ def chat(
             timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
             no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens))
+                                   chunk_tokens, follow=follow))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if verbose:
             _say_setup(ui, settings, host)
@@ -544,6 +548,7 @@ def mcp(
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
     no_ignore: NoIgnoreOpt = False,
+    follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
     no_cache: NoCacheOpt = False,
@@ -585,7 +590,7 @@ def mcp(
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens))
+                                   chunk_tokens, follow=follow))
         code = mcp_server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
                                 debug=_debug)
     finally:
@@ -623,6 +628,7 @@ def eval_cmd(
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
     no_ignore: NoIgnoreOpt = False,
+    follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
     no_cache: NoCacheOpt = False,
@@ -660,7 +666,7 @@ def eval_cmd(
         timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy,
         temperature=temperature,
         corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                               chunk_tokens))
+                               chunk_tokens, follow=follow))
     ui = render.Renderer(quiet=quiet, verbose=verbose)
     doc, markdown = cli_run.evaluate(settings, paths, families=_words(families, "--families"),
                                      modes=_words(modes, "--modes"), limit=limit, seed=seed, jobs=jobs,
@@ -926,12 +932,13 @@ def doctor(json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
 
 
 def _corpus_options(include: list[str] | None, exclude: list[str] | None, hidden: bool, no_ignore: bool,
-                    max_file_size: str | None, truncate_large: bool, no_cache: bool, chunk_tokens: int | None) -> Any:
+                    max_file_size: str | None, truncate_large: bool, no_cache: bool, chunk_tokens: int | None,
+                    *, follow: bool = False) -> Any:
     """A ``CorpusOptions`` from the corpus flags (``'-'`` is refused by the callers)."""
     from rlm_cli.config import CorpusOptions
 
     options = CorpusOptions(include=include or [], exclude=exclude or [], hidden=hidden, no_ignore=no_ignore,
-                            truncate_large=truncate_large, use_cache=not no_cache)
+                            truncate_large=truncate_large, use_cache=not no_cache, follow=follow)
     if max_file_size:
         options.max_file_size = parse_size(max_file_size, "--max-file-size")
     options.chunk_tokens = chunk_tokens or options.chunk_tokens
@@ -956,7 +963,8 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
 
 @app.command()
 def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
-          no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
+          no_ignore: NoIgnoreOpt = False, follow: FollowOpt = False, max_file_size: MaxSizeOpt = None,
+          truncate_large: TruncateOpt = False,
           no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None, json_out: JsonOpt = False,
           quiet: QuietOpt = False, color: ColorOpt = "auto", debug: DebugOpt = False) -> None:
     """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
@@ -966,7 +974,7 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     _use_color(color)
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                              chunk_tokens)
+                              chunk_tokens, follow=follow)
     corpus, elapsed = _load(paths, options, ui)
     where = "not cached (--no-cache)" if corpus.temporary else f"cache: {corpus.bundle_dir}"
     ui.info(f"{corpus.summary()} in {elapsed:.2f} s; {where}")
@@ -976,7 +984,8 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
 
 @app.command()
 def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
-          no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
+          no_ignore: NoIgnoreOpt = False, follow: FollowOpt = False, max_file_size: MaxSizeOpt = None,
+          truncate_large: TruncateOpt = False,
           no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None,
           top: Annotated[int, Opt("--top", min=0, help="How many of the largest files to list.")] = 10,
           json_out: JsonOpt = False, quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
@@ -986,7 +995,7 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
 
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                              chunk_tokens)
+                              chunk_tokens, follow=follow)
     corpus, _ = _load(paths, options, ui)
     doc = corpus_stats(corpus, top=top)
     if json_out:
