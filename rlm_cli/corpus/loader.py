@@ -275,11 +275,18 @@ class _Walker:
         self.shown: set[str] = set()  # display paths given out (two names may display alike)
         self.include = _compile(list(options.include), "--include")
         self.exclude = _compile(list(options.exclude), "--exclude")
-        self.seen: set[tuple[int, int]] = set()  # files already selected (dev, inode)
+        self.seen: dict[tuple[int, int], SourceFile] = {}  # files already selected (dev, inode)
         self.visited: set[tuple[int, int]] = set()  # folders already walked
+        # A file or folder reached through a link is read at its own path when the walk meets
+        # that path too (a folder is walked at most twice: through a link, then at its own path).
+        self.walked_direct: set[tuple[int, int]] = set()  # folders walked at a path without links
+        self.linked: set[int] = set()  # ids of the selected files reached through a link
+        self.dropped: set[int] = set()  # ids of those later met at their own path (left out)
 
-    def file(self, full: str, shown: str, st: os.stat_result | None = None) -> SourceFile | None:
-        """Check one file (stat'ed, never opened); ``None`` when skipped (counted)."""
+    def file(self, full: str, shown: str, st: os.stat_result | None = None,
+             via_link: bool = False) -> SourceFile | None:
+        """Check one file (stat'ed, never opened); ``None`` when skipped (counted). ``via_link``:
+        its path goes through a symlink (it gives way to the same file met at a path without)."""
         if st is None:
             try:
                 st = os.stat(full)
@@ -293,9 +300,11 @@ class _Walker:
                              path=shown)
             return None
         key = (st.st_dev, st.st_ino)
-        if key in self.seen:
-            return None  # the same file reached twice (two arguments, a symlink): read it once
-        self.seen.add(key)
+        first = self.seen.get(key)
+        if first is not None:  # the same file reached twice (two arguments, a symlink): read it once
+            if via_link or id(first) not in self.linked or id(first) in self.dropped:
+                return None
+            self.dropped.add(id(first))  # first met through a link: read at its own path instead
         limit = self.options.max_file_size
         if st.st_size > limit and not self.options.truncate_large:
             self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
@@ -305,7 +314,11 @@ class _Walker:
         if st.st_size == 0:
             self.report.skip("empty", path=shown)
             return None
-        return SourceFile(self._unique(shown, full), full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        sf = SourceFile(self._unique(shown, full), full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        self.seen[key] = sf
+        if via_link:
+            self.linked.add(id(sf))
+        return sf
 
     def _unique(self, shown: str, full: str) -> str:
         """``shown``, or another text form of it when a file already has that display path (two
@@ -346,17 +359,21 @@ class _Walker:
             self._stat_failed(root, prefix or root, exc)
             return
         root_key = (st.st_dev, st.st_ino)
-        if root_key in self.visited:
+        if root_key in self.walked_direct:
             return
         self.visited.add(root_key)
-        # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys).
+        self.walked_direct.add(root_key)
+        # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys), and
+        # for each level whether its path goes through a symlink.
         stack = [self._open_dir(root, "", [], frozenset([root_key]))]
+        vias = [False]
         while stack:
             item = stack[-1]
             entries, rel_dir, specs, ancestors = item
             entry = next(entries, None)
             if entry is None:
                 stack.pop()
+                vias.pop()
                 continue
             _clock.over()
             name = entry.name
@@ -377,8 +394,10 @@ class _Walker:
             if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
                 self.report.skip("excluded", path=shown + "/" if is_dir else shown)
                 continue
-            if entry.is_symlink() and self.escapes(entry.path, shown, is_dir):
+            link = entry.is_symlink()
+            if link and self.escapes(entry.path, shown, is_dir):
                 continue
+            via = vias[-1] or link
             if is_dir:
                 try:
                     dst = entry.stat()
@@ -390,10 +409,13 @@ class _Walker:
                     self.report.skip("symlink loop", f"skipped {shown}/: symlink loop (it leads back to a "
                                                      "folder above it)", path=shown + "/")
                     continue
-                if key in self.visited:
-                    continue  # already walked through another link
+                if key in (self.visited if via else self.walked_direct):
+                    continue  # already walked (through another link, or at its own path)
                 self.visited.add(key)
+                if not via:
+                    self.walked_direct.add(key)
                 stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}))
+                vias.append(via)
                 continue
             if self.include is not None and not self.include.match_file(rel):
                 self.report.skip("not included", path=shown)
@@ -403,7 +425,7 @@ class _Walker:
             except OSError as exc:
                 self._stat_failed(entry.path, shown, exc)
                 continue
-            sf = self.file(entry.path, shown, fst)
+            sf = self.file(entry.path, shown, fst, via)
             if sf is not None:
                 yield sf
 
@@ -508,7 +530,7 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> l
         sf = walker.file(root, shown)
         if sf is not None:
             out.append(sf)
-    return out
+    return [sf for sf in out if id(sf) not in walker.dropped]
 
 
 def _through_link(path: str) -> bool:
