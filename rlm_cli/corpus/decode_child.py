@@ -175,7 +175,9 @@ def serve(sock: socket.socket) -> None:
             else:
                 answer = {"ok": False, "reason": "unreadable", "message": "a malformed decode request"}
         except formats.Unreadable as exc:
-            answer = {"ok": False, "reason": exc.reason, "message": str(exc)}
+            # The readers turn any exception into a skip reason, a MemoryError too: it is the limit's.
+            out_of_memory = isinstance(exc.__context__, MemoryError)
+            answer = {"ok": False, "reason": "decode memory" if out_of_memory else exc.reason, "message": str(exc)}
         except MemoryError:
             out_of_memory = True
             answer = {"ok": False, "reason": "decode memory", "message": ""}
