@@ -77,6 +77,8 @@ MAX_META_BYTES = 64 * 1024
 _NEEDS = {"pdf": ("pypdf", "reading PDF files needs pypdf: pip install 'rlm-cli[documents]'"),
           "parquet": ("pandas", "reading Parquet files needs pandas and pyarrow: pip install 'rlm-cli[data]'"),
           "excel": ("pandas", "reading Excel files needs pandas and openpyxl: pip install 'rlm-cli[data]'")}
+#: Modules the child imports before the first file of a kind (timed by the start, not the file).
+_READERS = {"pdf": ["pypdf"], "parquet": ["pandas", "pyarrow.parquet"], "excel": ["pandas", "openpyxl"]}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
 
 
@@ -137,6 +139,8 @@ class Decoder:
         self._box: Any = None
         self._sock: socket.socket | None = None
         self._broken: str | None = None
+        #: Kinds whose readers the running child has imported.
+        self._warm: set[str] = set()
 
     # -- requests --------------------------------------------------------------------------------
     def decode_file(self, fd: int, sf: SourceFile, kind: str, comp: str, options: CorpusOptions) -> Decoded:
@@ -155,6 +159,10 @@ class Decoder:
         need = _NEEDS.get(kind)
         if need is not None and not comp and not _importable(need[0]):
             raise formats.Unreadable("extra not installed", f"skipped {sf.display}: {need[1]}")
+        readers = _READERS.get(kind, []) if not comp else []
+        if readers and kind not in self._warm:
+            self._request({"type": "import", "modules": readers}, (), None, sf.display, 0, START_TIMEOUT_S)
+            self._warm.add(kind)
         header = {"type": "file", "kind": kind, "comp": comp, "shown": sf.display, "size": sf.size, "cap": cap,
                   "truncate": options.truncate_large}
         answer, (text, payload) = self._request(header, (), fd, sf.display, self._reply_limit(cap))
@@ -205,8 +213,9 @@ class Decoder:
         return formats.Unreadable("decode crash", f"skipped {shown}: the document decoder sent {what}; it was stopped")
 
     def _request(self, header: dict[str, Any], blobs: tuple[bytes, ...], fd: int | None, shown: str,
-                 limit: int) -> tuple[dict[str, Any], tuple[bytes, bytes]]:
-        """Send one request and wait for its answer: ``(answer header, (text, payload))``.
+                 limit: int, seconds: float | None = None) -> tuple[dict[str, Any], tuple[bytes, bytes]]:
+        """Send one request and wait for its answer (at most ``seconds``, else ``timeout_s``):
+        ``(answer header, (text, payload))``; each blob may hold at most ``limit`` bytes.
 
         Raises:
             formats.Unreadable: the child's own skip reason, or :data:`REASONS` (timeout, memory,
@@ -215,9 +224,10 @@ class Decoder:
         sock = self._ensure(shown)
         from rlm_cli.corpus import decode_child
 
-        deadline = time.monotonic() + self.timeout_s
+        seconds = self.timeout_s if seconds is None else seconds
+        deadline = time.monotonic() + seconds
         try:
-            sock.settimeout(self.timeout_s)
+            sock.settimeout(seconds)
             decode_child.send(sock, header, blobs, fd)
             answer = protocol.recv_message(sock, decode_child.MAX_HEADER_BYTES, deadline)
             sizes = answer.get("blobs", [])
@@ -231,8 +241,10 @@ class Decoder:
             parts = [bytes(protocol._recv_exact(sock, n, deadline)) for n in sizes]
         except TimeoutError:
             self._kill()
-            raise formats.Unreadable("decode timeout", f"skipped {shown}: decoding it took over --decode-timeout "
-                                                       f"{self.timeout_s:g} s (the decoder was stopped)") from None
+            what = "decoding it" if seconds == self.timeout_s else "loading its reader in the decoder"
+            raise formats.Unreadable("decode timeout", f"skipped {shown}: {what} took over "
+                                                       f"{'--decode-timeout ' if seconds == self.timeout_s else ''}"
+                                                       f"{seconds:g} s (the decoder was stopped)") from None
         except (protocol.ProtocolError, OSError):
             raise self._died(shown) from None
         if answer.get("ok") is not True:
@@ -328,6 +340,7 @@ class Decoder:
         finally:
             child.close()
         self._sock = parent
+        self._warm = set()
         self.starts += 1
         box._started_ticks = launcher._start_ticks(box.proc.pid)
         if level in ("process", "none"):

@@ -22,6 +22,8 @@ followed by the raw *blobs* whose byte lengths its ``blobs`` list gives:
 * ``{"type": "file", "kind", "comp", "shown", "size", "cap", "truncate"}`` with the file's
   descriptor attached to the frame's first byte: decompress (``comp``) and decode it by
   ``kind`` (``loader._decode_kind``); a structured result is parsed here too.
+* ``{"type": "import", "modules": [...]}``: import a kind's readers (pypdf; pandas and pyarrow or
+  openpyxl) before its first file, so ``--decode-timeout`` times the file, not the import.
 * ``{"type": "parse", "kind", "shown", "blobs": [n]}`` with the UTF-8 text: parse it
   (``structured.parse``) into the payload of the data file.
 * answers: ``{"type": "result", "ok": true, "kind", "encoding", "truncated", "cut", "meta":
@@ -172,6 +174,14 @@ def serve(sock: socket.socket) -> None:
                 answer, parts = _decode_file(header, fds[0])
             elif header.get("type") == "parse" and blobs:
                 answer, parts = _parse(header, blobs[0])
+            elif header.get("type") == "import":
+                for name in header.get("modules", []):
+                    try:
+                        __import__(str(name))
+                    except ImportError:
+                        pass  # the reader names the missing extra when a file of that kind comes
+                answer = {"ok": True, "kind": "", "meta": None}
+                parts = (b"", b"")
             else:
                 answer = {"ok": False, "reason": "unreadable", "message": "a malformed decode request"}
         except formats.Unreadable as exc:

@@ -174,15 +174,14 @@ def test_a_nested_json_memory_bomb_is_skipped_at_the_decode_memory_limit(tmp_pat
 @needs_linux
 def test_rlm_index_stays_within_the_decode_limits(tmp_path: Path) -> None:
     """The peak memory of ``rlm index`` and every process under it (the decoder included) stays far
-    under what parsing the bomb takes in-process (340 MB), and the bombs cost their limits only."""
+    under what parsing the bomb takes in-process (340 MB)."""
     root = tmp_path / "corpus"
     good_files(root)
     json_bomb(root / "bomb.json")
-    (root / "hang.pdf").write_bytes(slow_pdf())
     probe = ("import resource, subprocess, sys, time\n"
              "t = time.monotonic()\n"
              "p = subprocess.run([sys.executable, '-m', 'rlm_cli', 'index', sys.argv[1], '--no-cache', "
-             "'--decode-timeout', '3', '--decode-memory', '128M'], capture_output=True, text=True)\n"
+             "'--decode-memory', '128M'], capture_output=True, text=True)\n"
              "print(p.returncode, time.monotonic() - t, "
              "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
              "sys.stderr.write(p.stderr)\n")
@@ -191,7 +190,7 @@ def test_rlm_index_stays_within_the_decode_limits(tmp_path: Path) -> None:
                          timeout=240)
     code, seconds, peak_mib = res.stdout.split()
     assert code == "0", res.stderr
-    assert "1 decode memory, 1 decode timeout" in res.stderr
+    assert "skipped 1 decode memory; read as 1 pdf" in res.stderr
     assert float(seconds) < 60
     assert int(peak_mib) < 200, peak_mib  # rlm index alone uses about 60 MiB; the decoder at most 128 MiB
     assert no_decoder_left(tmp_path)
