@@ -62,6 +62,12 @@ MaxSizeOpt = Annotated[str | None, Opt("--max-file-size", help="Skip larger file
 TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of files over --max-file-size "
                                                         "instead of skipping them.")]
 NoCacheOpt = Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")]
+DecodeTimeoutOpt = Annotated[float | None, Opt("--decode-timeout", min=0.1, metavar="SECONDS",
+                                               help="Skip a PDF, notebook, table or compressed file whose "
+                                                    "decoding takes longer (default 60; config decode_timeout).")]
+DecodeMemoryOpt = Annotated[str | None, Opt("--decode-memory", metavar="SIZE", help="Address-space limit of the "
+                                            "confined document decoder, e.g. 1G (default 2G; config "
+                                            "decode_memory).")]
 ChunkOpt = Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens (default 2000).")]
 JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")]
 
@@ -210,6 +216,8 @@ def ask(
     follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
+    decode_timeout: DecodeTimeoutOpt = None,
+    decode_memory: DecodeMemoryOpt = None,
     no_cache: NoCacheOpt = False,
     chunk_tokens: ChunkOpt = None,
     max_concurrency: ConcurrencyOpt = None,
@@ -261,7 +269,7 @@ def ask(
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens, follow=follow))
+                                   chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if multi:
             from rlm_cli.batch import read_questions
@@ -467,6 +475,8 @@ def chat(
     follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
+    decode_timeout: DecodeTimeoutOpt = None,
+    decode_memory: DecodeMemoryOpt = None,
     no_cache: NoCacheOpt = False,
     chunk_tokens: ChunkOpt = None,
     max_concurrency: ConcurrencyOpt = None,
@@ -512,7 +522,7 @@ def chat(
             timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
             no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens, follow=follow))
+                                   chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if verbose:
             _say_setup(ui, settings, host)
@@ -551,6 +561,8 @@ def mcp(
     follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
+    decode_timeout: DecodeTimeoutOpt = None,
+    decode_memory: DecodeMemoryOpt = None,
     no_cache: NoCacheOpt = False,
     chunk_tokens: ChunkOpt = None,
     max_concurrency: ConcurrencyOpt = None,
@@ -590,7 +602,7 @@ def mcp(
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens, follow=follow))
+                                   chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
         code = mcp_server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
                                 debug=_debug)
     finally:
@@ -631,6 +643,8 @@ def eval_cmd(
     follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
+    decode_timeout: DecodeTimeoutOpt = None,
+    decode_memory: DecodeMemoryOpt = None,
     no_cache: NoCacheOpt = False,
     chunk_tokens: ChunkOpt = None,
     max_concurrency: ConcurrencyOpt = None,
@@ -666,7 +680,7 @@ def eval_cmd(
         timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy,
         temperature=temperature,
         corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                               chunk_tokens, follow=follow))
+                               chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
     ui = render.Renderer(quiet=quiet, verbose=verbose)
     doc, markdown = cli_run.evaluate(settings, paths, families=_words(families, "--families"),
                                      modes=_words(modes, "--modes"), limit=limit, seed=seed, jobs=jobs,
@@ -933,15 +947,17 @@ def doctor(json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
 
 def _corpus_options(include: list[str] | None, exclude: list[str] | None, hidden: bool, no_ignore: bool,
                     max_file_size: str | None, truncate_large: bool, no_cache: bool, chunk_tokens: int | None,
-                    *, follow: bool = False) -> Any:
-    """A ``CorpusOptions`` from the corpus flags (``'-'`` is refused by the callers)."""
-    from rlm_cli.config import CorpusOptions
+                    decode: tuple[float | None, str | None] = (None, None), *, follow: bool = False) -> Any:
+    """A ``CorpusOptions`` from the corpus flags (``'-'`` is refused by the callers); ``decode`` is
+    ``(--decode-timeout, --decode-memory)``, completed from the config file."""
+    from rlm_cli.config import CorpusOptions, decode_limits
 
     options = CorpusOptions(include=include or [], exclude=exclude or [], hidden=hidden, no_ignore=no_ignore,
                             truncate_large=truncate_large, use_cache=not no_cache, follow=follow)
     if max_file_size:
         options.max_file_size = parse_size(max_file_size, "--max-file-size")
     options.chunk_tokens = chunk_tokens or options.chunk_tokens
+    options.decode_timeout, options.decode_memory = decode_limits(*decode)
     return options
 
 
@@ -965,7 +981,7 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
 def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
           no_ignore: NoIgnoreOpt = False, follow: FollowOpt = False, max_file_size: MaxSizeOpt = None,
           truncate_large: TruncateOpt = False,
-          no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None, json_out: JsonOpt = False,
+          decode_timeout: DecodeTimeoutOpt = None, decode_memory: DecodeMemoryOpt = None, no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None, json_out: JsonOpt = False,
           quiet: QuietOpt = False, color: ColorOpt = "auto", debug: DebugOpt = False) -> None:
     """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
     from rlm_cli import render
@@ -974,7 +990,7 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     _use_color(color)
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                              chunk_tokens, follow=follow)
+                              chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow)
     corpus, elapsed = _load(paths, options, ui)
     where = "not cached (--no-cache)" if corpus.temporary else f"cache: {corpus.bundle_dir}"
     ui.info(f"{corpus.summary()} in {elapsed:.2f} s; {where}")
@@ -986,7 +1002,7 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
 def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
           no_ignore: NoIgnoreOpt = False, follow: FollowOpt = False, max_file_size: MaxSizeOpt = None,
           truncate_large: TruncateOpt = False,
-          no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None,
+          decode_timeout: DecodeTimeoutOpt = None, decode_memory: DecodeMemoryOpt = None, no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None,
           top: Annotated[int, Opt("--top", min=0, help="How many of the largest files to list.")] = 10,
           json_out: JsonOpt = False, quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
     """Show files, chunks and tokens by file type and the largest files of PATH... (builds the cache)."""
@@ -995,7 +1011,7 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
 
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                              chunk_tokens, follow=follow)
+                              chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow)
     corpus, _ = _load(paths, options, ui)
     doc = corpus_stats(corpus, top=top)
     if json_out:

@@ -115,6 +115,10 @@ class CorpusOptions:
     #: Target chunk size in tokens.
     chunk_tokens: int = 2000
     use_cache: bool = True
+    #: Wall-clock seconds one document may take in the confined decoder (``rlm_cli.corpus.decode``).
+    decode_timeout: float = 60.0
+    #: Address-space limit of the confined decoder in bytes.
+    decode_memory: int = 2 * 1024**3
 
 
 @dataclass
@@ -164,6 +168,10 @@ class Settings:
     sub_model_window: int | None = None
     root_model_window: int | None = None
     router_config: Path | None = None
+    #: Config-file values of the corpus options ``decode_timeout`` (seconds) and ``decode_memory``
+    #: (bytes): the CLI copies them into ``corpus`` when no flag gives them (:func:`decode_limits`).
+    decode_timeout: float = 60.0
+    decode_memory: int = 2 * 1024**3
     corpus: CorpusOptions = field(default_factory=CorpusOptions)
 
     @property
@@ -440,7 +448,7 @@ def check_choice(key: str, value: Any, source: str = "") -> str:
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
                "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
 #: Settings given in bytes, which also take sizes such as ``4G`` (in flags, env and config file).
-SIZE_KEYS = frozenset({"memory_limit"})
+SIZE_KEYS = frozenset({"memory_limit", "decode_memory"})
 
 
 def parse_size(text: str, flag: str) -> int:
@@ -518,7 +526,8 @@ def _coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
     if key == "api_base" and isinstance(value, str) and value.strip():
         return check_api_base(value, source)
     if key in SIZE_KEYS and isinstance(value, str):
-        return check_memory_limit(parse_size(value, f"setting {key!r}{where}"), f"setting {key!r}{where}")
+        check = check_decode_memory if key == "decode_memory" else check_memory_limit
+        return check(parse_size(value, f"setting {key!r}{where}"), f"setting {key!r}{where}")
     try:
         if "bool" in text:
             if isinstance(value, bool):
@@ -546,10 +555,57 @@ def _coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
                          f"not {value!r}")
     if key == "memory_limit":
         check_memory_limit(int(number), f"setting {key!r}{where}")
+    if key == "decode_memory":
+        check_decode_memory(int(number), f"setting {key!r}{where}")
     return number
+
+
+#: The least ``--decode-memory``: the decoder's interpreter and pypdf take about 60 MiB of address space.
+MIN_DECODE_MEMORY = 128 * 1024**2
+
+
+def check_decode_memory(value: int, source: str = "--decode-memory") -> int:
+    """``value`` (bytes) if it can be the document decoder's address-space limit.
+
+    Raises:
+        UsageError: under :data:`MIN_DECODE_MEMORY`, or beyond what ``setrlimit`` takes (2**62 here).
+    """
+    if value < MIN_DECODE_MEMORY:
+        raise UsageError(f"{source} {format_size(value)} is too small: the document decoder needs at least "
+                         f"{format_size(MIN_DECODE_MEMORY)}", hint="the default is "
+                                                                  f"{format_size(CorpusOptions.decode_memory)}")
+    if value >= 2**62:
+        raise UsageError(f"{source} {format_size(value)} is too large", hint="give a size such as 4G")
+    return value
+
+
+def decode_limits(timeout: float | None, memory: str | None,
+                  file_values: dict[str, Any] | None = None) -> tuple[float, int]:
+    """``(seconds, bytes)`` for the document decoder: ``--decode-timeout`` and ``--decode-memory``
+    when given, else the config file's ``decode_timeout`` and ``decode_memory``, else the defaults
+    (:class:`CorpusOptions`).
+
+    Raises:
+        UsageError: a bad flag or config-file value, or an unreadable config file.
+    """
+    values = read_config_file() if file_values is None else file_values
+    fields_ = settable_fields()
+    source = f"config file {config_path()}"
+    seconds = (float(timeout) if timeout is not None else
+               _coerce("decode_timeout", values["decode_timeout"], fields_["decode_timeout"].type, source)
+               if "decode_timeout" in values else CorpusOptions.decode_timeout)
+    if memory is not None:
+        size = check_decode_memory(parse_size(memory, "--decode-memory"))
+    elif "decode_memory" in values:
+        size = _coerce("decode_memory", values["decode_memory"], fields_["decode_memory"].type, source)
+    else:
+        size = CorpusOptions.decode_memory
+    if not seconds > 0:
+        raise UsageError(f"--decode-timeout must be positive, not {seconds:g}")
+    return float(seconds), int(size)
 
 
 #: Numeric settings that must be above zero (the others must be zero or more).
 _POSITIVE = frozenset({"max_iterations", "max_depth", "max_output_chars", "cell_timeout", "memory_limit",
                        "max_concurrency", "request_timeout", "timeout", "sub_model_window",
-                       "root_model_window", "direct_max_tokens"})
+                       "root_model_window", "direct_max_tokens", "decode_timeout", "decode_memory"})

@@ -140,6 +140,10 @@ class Decoded:
     truncated: bool = False
     kind: str = ""
     payload: dict[str, Any] | None = None
+    #: The payload already encoded for the data file, and its summary, when the confined decoder
+    #: parsed the file (``rlm_cli.corpus.decode``).
+    encoded: bytes | None = None
+    meta: dict[str, Any] | None = None
 
     @property
     def notes(self) -> str:
@@ -621,13 +625,18 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
     non-blocking and checked again to be a regular file, so a path swapped for a FIFO after
     :func:`discover` cannot hang the run. Compressed files, PDFs, notebooks, Parquet and Excel
     files are turned into text by ``rlm_cli.corpus.formats`` (their decompressed or rendered
-    size counts against ``--max-file-size``); one that cannot be read is skipped with a warning.
+    size counts against ``--max-file-size``) in the confined decoder (``rlm_cli.corpus.decode``,
+    which also parses large JSON, JSONL, CSV and TSV files); one that cannot be read, or that
+    exceeds the decoder's limits, is skipped with a warning.
     """
+    from rlm_cli.corpus import decode
+
     assert sf.path is not None
     kind, comp = formats.kind_of(sf.path)
     cap = options.max_file_size
     limit = cap if options.truncate_large else -1
     cut = False
+    child: Decoded | None = None
     try:
         fd = os.open(sf.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         with open(fd, "rb", buffering=0) as fh:
@@ -635,7 +644,9 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
                 report.skip("special file", f"skipped {sf.display}: not a regular file", path=sf.display)
                 return None
             head = _read_up_to(fh, SNIFF_BYTES)
-            if comp and formats.magic_matches(comp, head):
+            if decode.in_child(kind, comp, head):
+                child, data = decode.decoder(options).decode_file(fd, sf, kind, comp, options), b""
+            elif comp and formats.magic_matches(comp, head):
                 fh.seek(0)
                 data, cut = formats.decompress(fh, comp, cap, sf.display)
                 if cut and not options.truncate_large:
@@ -666,10 +677,13 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
         report.skip("unreadable", f"skipped {sf.display}: {exc.strerror or exc}", path=sf.display)
         return None
     except formats.Unreadable as exc:
-        report.skip(exc.reason, str(exc), path=sf.display)
+        report.skip(exc.reason, str(exc) or None, path=sf.display)
         return None
     try:
-        decoded = _decode_kind(data, kind, comp, sf, options, cut)
+        decoded = child if child is not None else _decode_kind(data, kind, comp, sf, options, cut)
+        if child is None and decoded is not None and len(decoded.data) >= decode.CHILD_PARSE_BYTES \
+                and decoded.kind.split(",")[0] in ("json", "jsonl", "csv", "tsv"):
+            decode.decoder(options).parse(decoded, sf, options)
     except formats.Unreadable as exc:
         report.skip(exc.reason, str(exc), path=sf.display)
         return None

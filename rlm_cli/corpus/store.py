@@ -1081,6 +1081,8 @@ def _parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
     """The encoded payload and summary of a structured file (``None, None`` for other files):
     a Parquet/Excel payload read by the loader, or JSON/JSONL/CSV/TSV text parsed now."""
     kind = decoded.kind.split(",")[0]
+    if decoded.encoded is not None:  # parsed by the confined decoder (rlm_cli.corpus.decode)
+        return decoded.encoded, decoded.meta
     if decoded.payload is not None:
         payload = decoded.payload
         meta = structured.summarize(payload)
@@ -1109,6 +1111,17 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
         EmptyCorpusError: no readable text file remained; the message names the reasons.
         BudgetExceededError: ``deadline`` passed while loading.
     """
+    try:
+        return _load_corpus(paths, options, stdin_bytes, on_warning, on_progress, deadline)
+    finally:
+        from rlm_cli.corpus import decode
+
+        decode.close_decoder()  # its child served this load only
+
+
+def _load_corpus(paths: list[str], options: CorpusOptions, stdin_bytes: bytes | None,
+                 on_warning: Callable[[str], None] | None, on_progress: OnProgress | None,
+                 deadline: float | None) -> Corpus:
     report = LoadReport()
     scan_ns = time.time_ns()
     file_paths = [p for p in paths if p != "-"]
