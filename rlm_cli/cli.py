@@ -56,6 +56,8 @@ IncludeOpt = Annotated[list[str] | None, Opt("--include", help="Only files match
 ExcludeOpt = Annotated[list[str] | None, Opt("--exclude", help="Skip files matching this glob (repeatable).")]
 HiddenOpt = Annotated[bool, Opt("--hidden", help="Include dotfiles and dot-folders.")]
 NoIgnoreOpt = Annotated[bool, Opt("--no-ignore", help="Do not honour .gitignore/.ignore/.rlmignore.")]
+FollowOpt = Annotated[bool, Opt("--follow", "-L", help="Follow symlinks that lead out of the PATHs given "
+                                                      "(default: skip and count them).")]
 MaxSizeOpt = Annotated[str | None, Opt("--max-file-size", help="Skip larger files (default 10M).")]
 TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of files over --max-file-size "
                                                         "instead of skipping them.")]
@@ -211,6 +213,7 @@ def ask(
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
     no_ignore: NoIgnoreOpt = False,
+    follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
     decode_timeout: DecodeTimeoutOpt = None,
@@ -266,7 +269,7 @@ def ask(
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens, decode=(decode_timeout, decode_memory)))
+                                   chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if multi:
             from rlm_cli.batch import read_questions
@@ -469,6 +472,7 @@ def chat(
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
     no_ignore: NoIgnoreOpt = False,
+    follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
     decode_timeout: DecodeTimeoutOpt = None,
@@ -518,7 +522,7 @@ def chat(
             timeout=timeout, sub_model_window=sub_model_window, router_config=router_config,
             no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens, decode=(decode_timeout, decode_memory)))
+                                   chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if verbose:
             _say_setup(ui, settings, host)
@@ -554,6 +558,7 @@ def mcp(
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
     no_ignore: NoIgnoreOpt = False,
+    follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
     decode_timeout: DecodeTimeoutOpt = None,
@@ -597,7 +602,7 @@ def mcp(
             max_tokens=max_tokens, max_sub_calls=max_sub_calls, timeout=timeout, sub_model_window=sub_model_window,
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                                   chunk_tokens, decode=(decode_timeout, decode_memory)))
+                                   chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
         code = mcp_server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
                                 debug=_debug)
     finally:
@@ -635,6 +640,7 @@ def eval_cmd(
     exclude: ExcludeOpt = None,
     hidden: HiddenOpt = False,
     no_ignore: NoIgnoreOpt = False,
+    follow: FollowOpt = False,
     max_file_size: MaxSizeOpt = None,
     truncate_large: TruncateOpt = False,
     decode_timeout: DecodeTimeoutOpt = None,
@@ -674,7 +680,7 @@ def eval_cmd(
         timeout=timeout, sub_model_window=sub_model_window, router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy,
         temperature=temperature,
         corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                               chunk_tokens, decode=(decode_timeout, decode_memory)))
+                               chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
     ui = render.Renderer(quiet=quiet, verbose=verbose)
     doc, markdown = cli_run.evaluate(settings, paths, families=_words(families, "--families"),
                                      modes=_words(modes, "--modes"), limit=limit, seed=seed, jobs=jobs,
@@ -941,13 +947,13 @@ def doctor(json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
 
 def _corpus_options(include: list[str] | None, exclude: list[str] | None, hidden: bool, no_ignore: bool,
                     max_file_size: str | None, truncate_large: bool, no_cache: bool, chunk_tokens: int | None,
-                    decode: tuple[float | None, str | None] = (None, None)) -> Any:
+                    decode: tuple[float | None, str | None] = (None, None), *, follow: bool = False) -> Any:
     """A ``CorpusOptions`` from the corpus flags (``'-'`` is refused by the callers); ``decode`` is
     ``(--decode-timeout, --decode-memory)``, completed from the config file."""
     from rlm_cli.config import CorpusOptions, decode_limits
 
     options = CorpusOptions(include=include or [], exclude=exclude or [], hidden=hidden, no_ignore=no_ignore,
-                            truncate_large=truncate_large, use_cache=not no_cache)
+                            truncate_large=truncate_large, use_cache=not no_cache, follow=follow)
     if max_file_size:
         options.max_file_size = parse_size(max_file_size, "--max-file-size")
     options.chunk_tokens = chunk_tokens or options.chunk_tokens
@@ -973,7 +979,8 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
 
 @app.command()
 def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
-          no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
+          no_ignore: NoIgnoreOpt = False, follow: FollowOpt = False, max_file_size: MaxSizeOpt = None,
+          truncate_large: TruncateOpt = False,
           decode_timeout: DecodeTimeoutOpt = None, decode_memory: DecodeMemoryOpt = None, no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None, json_out: JsonOpt = False,
           quiet: QuietOpt = False, color: ColorOpt = "auto", debug: DebugOpt = False) -> None:
     """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
@@ -983,7 +990,7 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     _use_color(color)
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                              chunk_tokens, decode=(decode_timeout, decode_memory))
+                              chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow)
     corpus, elapsed = _load(paths, options, ui)
     where = "not cached (--no-cache)" if corpus.temporary else f"cache: {corpus.bundle_dir}"
     ui.info(f"{corpus.summary()} in {elapsed:.2f} s; {where}")
@@ -993,7 +1000,8 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
 
 @app.command()
 def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = None, hidden: HiddenOpt = False,
-          no_ignore: NoIgnoreOpt = False, max_file_size: MaxSizeOpt = None, truncate_large: TruncateOpt = False,
+          no_ignore: NoIgnoreOpt = False, follow: FollowOpt = False, max_file_size: MaxSizeOpt = None,
+          truncate_large: TruncateOpt = False,
           decode_timeout: DecodeTimeoutOpt = None, decode_memory: DecodeMemoryOpt = None, no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None,
           top: Annotated[int, Opt("--top", min=0, help="How many of the largest files to list.")] = 10,
           json_out: JsonOpt = False, quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
@@ -1003,7 +1011,7 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
 
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
-                              chunk_tokens, decode=(decode_timeout, decode_memory))
+                              chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow)
     corpus, _ = _load(paths, options, ui)
     doc = corpus_stats(corpus, top=top)
     if json_out:

@@ -107,6 +107,8 @@ class CorpusOptions:
     exclude: list[str] = field(default_factory=list)
     hidden: bool = False
     no_ignore: bool = False
+    #: Follow symlinks that lead out of the paths given (``--follow``; otherwise they are skipped).
+    follow: bool = False
     #: Files larger than this many bytes are skipped (or truncated with ``truncate_large``).
     max_file_size: int = 10 * 1024 * 1024
     truncate_large: bool = False

@@ -55,6 +55,14 @@ class Reply:
     usage: bool = True
     #: Streamed replies: send the text again and again, numbered, never ending (``text`` is one piece).
     endless: bool = False
+    #: A 200 without a reply, streamed or not: ``choices`` is empty (every chunk's, when streamed).
+    no_choices: bool = False
+    #: A 200 whose one choice has a message (or deltas) without ``content``.
+    no_content: bool = False
+
+
+#: A 200 body that is not JSON at all (a captive portal, a misrouted proxy), streamed or not.
+NOT_JSON = b"<html><body>Service temporarily rerouted</body></html>"
 
 
 class FakeLLM:
@@ -211,6 +219,10 @@ class FakeLLM:
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "finish_reason": "stop",
                                          "message": {"role": "assistant", "content": text}}]}
+        if spec.no_choices:
+            doc["choices"] = []
+        elif spec.no_content:
+            doc["choices"][0]["message"] = {"role": "assistant"}
         if spec.usage:
             doc["usage"] = usage
         body = json.dumps(doc).encode()
@@ -254,6 +266,17 @@ class FakeLLM:
         pieces: Any = [text[i:i + step] for i in range(0, len(text), step)] or [""]
         if spec.endless:  # numbered: litellm stops a stream that repeats one chunk
             pieces = (f"{text}{n} " for n in itertools.count())
+        if spec.no_choices or spec.no_content:  # a 200 stream that carries no reply
+            if spec.no_choices:
+                event({"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
+                       "choices": []})
+            else:
+                event(chunk({"role": "assistant"}))
+                event(chunk({}, "stop"))
+            event("[DONE]")
+            handler.wfile.write(b"0\r\n\r\n")
+            handler.wfile.flush()
+            return
         event(chunk({"role": "assistant", "content": ""}))
         for n, piece in enumerate(pieces):
             if spec.stream_cut_after is not None and n >= spec.stream_cut_after:

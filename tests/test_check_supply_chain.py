@@ -47,7 +47,7 @@ def test_neighbouring_releases_pass(tmp_path: Path) -> None:
     _fake_dist(tmp_path, "litellm", "1.82.6")
     _fake_dist(tmp_path / "other", "litellm", "1.82.9")
     res = _check("--path", str(tmp_path), "--path", str(tmp_path / "other"))
-    assert res.returncode == 0, res.stderr
+    assert "known-bad release installed" not in res.stderr  # (both are below the floor: see test_untrusted_deps)
 
 
 def test_rlm_requires_no_known_bad_release() -> None:
@@ -57,4 +57,4 @@ def test_rlm_requires_no_known_bad_release() -> None:
         assert name in reqs
         for version in versions:
             assert not reqs[name].specifier.contains(version), f"{name} {version} is admitted"
-    assert reqs["litellm"].specifier.contains("1.82.9") and reqs["litellm"].specifier.contains("1.82.6")
+    assert not reqs["litellm"].specifier.contains("1.82.6")  # below the floor (tests/test_untrusted_deps.py)

@@ -206,7 +206,7 @@ def test_fifos_sockets_and_devices_are_never_opened(tmp_path: Path) -> None:
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(root / "sock"))
     try:
-        corpus = load_corpus([str(root)], CorpusOptions(use_cache=False))
+        corpus = load_corpus([str(root)], CorpusOptions(use_cache=False, follow=True))  # /dev is outside
     finally:
         sock.close()
     assert [f.path for f in corpus.files] == ["a.txt"]

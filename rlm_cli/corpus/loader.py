@@ -11,8 +11,13 @@ Rules (see :func:`discover`):
 * ``--exclude`` globs (gitignore syntax, relative to each folder argument) prune folders and
   skip files; ``--include`` globs keep only matching files; files named explicitly on the command
   line bypass the ignore files and ``--include`` (like ripgrep) but not ``--exclude``;
-* symlinks are followed; a symlink loop, a broken link or an unreadable file or folder is
-  skipped with a warning; FIFOs, sockets and devices are never opened;
+* a symlink whose real target lies outside every root (a PATH named, or the folder a glob starts
+  from) is skipped, counted as ``symlink outside`` and named, unless ``follow`` (``--follow``);
+  other links are followed, each file and folder read once (``rlm_cli.corpus.links``); a root
+  that is itself a link is followed; a symlink loop, a broken link or an unreadable file or
+  folder is skipped with a warning; FIFOs, sockets and devices are never opened;
+* file names are kept as the OS gives them for opening, and shown (``SourceFile.display``) with
+  U+FFFD for bytes that are not UTF-8 and for control characters (``links.display_text``);
 * files over ``max_file_size`` bytes are skipped with a warning, or truncated to that size
   with ``truncate_large``;
 * binary files (a NUL byte, or more than 30% control bytes, in the first 8 KiB) are skipped;
@@ -45,7 +50,7 @@ from typing import Any
 import pathspec
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import formats
+from rlm_cli.corpus import formats, links
 from rlm_cli.errors import BudgetExceededError, UsageError
 
 IGNORE_FILES = (".gitignore", ".ignore", ".rlmignore")
@@ -63,13 +68,17 @@ _BOMS_16_32 = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, co
 
 @dataclass(slots=True)
 class SourceFile:
-    """A file selected for reading. ``display`` is its path as shown to the model; ``path`` the
-    path to open (``None`` for stdin); ``size`` in bytes and ``mtime_ns`` from ``stat``."""
+    """A file selected for reading. ``display`` is its path as shown to the model (UTF-8 text:
+    ``links.display_text``); ``path`` the path to open, as the OS gave it (``None`` for stdin);
+    ``size`` in bytes, ``mtime_ns``, ``ctime_ns`` and ``ino`` from ``stat`` (the cache trusts a
+    file whose four are unchanged; 0 when unknown)."""
 
     display: str
     path: str | None
     size: int
     mtime_ns: int
+    ctime_ns: int = 0
+    ino: int = 0
 
 
 #: Skipped files named (path and reason) in a report; the counts cover every one.
@@ -263,16 +272,25 @@ def _compile(lines: list[str], source: str = "") -> _Spec | None:
 class _Walker:
     """Walks folder arguments applying the rules of the module docstring."""
 
-    def __init__(self, options: CorpusOptions, report: LoadReport) -> None:
+    def __init__(self, options: CorpusOptions, report: LoadReport, bounds: links.Bounds | None = None) -> None:
         self.options = options
         self.report = report
+        self.bounds = bounds if bounds is not None else links.Bounds([], follow=True)
+        self.shown: set[str] = set()  # display paths given out (two names may display alike)
         self.include = _compile(list(options.include), "--include")
         self.exclude = _compile(list(options.exclude), "--exclude")
-        self.seen: set[tuple[int, int]] = set()  # files already selected (dev, inode)
+        self.seen: dict[tuple[int, int], SourceFile] = {}  # files already selected (dev, inode)
         self.visited: set[tuple[int, int]] = set()  # folders already walked
+        # A file or folder reached through a link is read at its own path when the walk meets
+        # that path too (a folder is walked at most twice: through a link, then at its own path).
+        self.walked_direct: set[tuple[int, int]] = set()  # folders walked at a path without links
+        self.linked: set[int] = set()  # ids of the selected files reached through a link
+        self.dropped: set[int] = set()  # ids of those later met at their own path (left out)
 
-    def file(self, full: str, shown: str, st: os.stat_result | None = None) -> SourceFile | None:
-        """Check one file (stat'ed, never opened); ``None`` when skipped (counted)."""
+    def file(self, full: str, shown: str, st: os.stat_result | None = None,
+             via_link: bool = False) -> SourceFile | None:
+        """Check one file (stat'ed, never opened); ``None`` when skipped (counted). ``via_link``:
+        its path goes through a symlink (it gives way to the same file met at a path without)."""
         if st is None:
             try:
                 st = os.stat(full)
@@ -286,9 +304,11 @@ class _Walker:
                              path=shown)
             return None
         key = (st.st_dev, st.st_ino)
-        if key in self.seen:
-            return None  # the same file reached twice (two arguments, a symlink): read it once
-        self.seen.add(key)
+        first = self.seen.get(key)
+        if first is not None:  # the same file reached twice (two arguments, a symlink): read it once
+            if via_link or id(first) not in self.linked or id(first) in self.dropped:
+                return None
+            self.dropped.add(id(first))  # first met through a link: read at its own path instead
         limit = self.options.max_file_size
         if st.st_size > limit and not self.options.truncate_large:
             self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
@@ -298,7 +318,34 @@ class _Walker:
         if st.st_size == 0:
             self.report.skip("empty", path=shown)
             return None
-        return SourceFile(shown, full, st.st_size, st.st_mtime_ns)
+        sf = SourceFile(self._unique(shown, full), full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        self.seen[key] = sf
+        if via_link:
+            self.linked.add(id(sf))
+        return sf
+
+    def _unique(self, shown: str, full: str) -> str:
+        """``shown``, or another text form of it when a file already has that display path (two
+        names whose bytes differ only where they are not UTF-8)."""
+        if shown in self.shown:
+            alt = shown[:len(shown) - len(links.display_text(os.path.basename(full)))] + links.escaped_text(
+                os.path.basename(full))
+            n = 2
+            while alt in self.shown:
+                alt, n = f"{shown}~{n}", n + 1
+            shown = alt
+        self.shown.add(shown)
+        return shown
+
+    def escapes(self, full: str, shown: str, is_dir: bool) -> bool:
+        """Whether ``full`` (a symlink, or a path through one) resolves outside the roots; then it
+        is skipped and counted."""
+        if not self.bounds.escapes(full):
+            return False
+        name = shown + "/" if is_dir else shown
+        self.report.skip(links.OUTSIDE, f"skipped {name}: a symlink to a path outside the corpus "
+                                        "(--follow reads it)", path=name)
+        return True
 
     def _stat_failed(self, full: str, shown: str, exc: OSError) -> None:
         if exc.errno == errno.ELOOP:
@@ -316,24 +363,28 @@ class _Walker:
             self._stat_failed(root, prefix or root, exc)
             return
         root_key = (st.st_dev, st.st_ino)
-        if root_key in self.visited:
+        if root_key in self.walked_direct:
             return
         self.visited.add(root_key)
-        # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys).
+        self.walked_direct.add(root_key)
+        # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys), and
+        # for each level whether its path goes through a symlink.
         stack = [self._open_dir(root, "", [], frozenset([root_key]))]
+        vias = [False]
         while stack:
             item = stack[-1]
             entries, rel_dir, specs, ancestors = item
             entry = next(entries, None)
             if entry is None:
                 stack.pop()
+                vias.pop()
                 continue
             _clock.over()
             name = entry.name
             if name == ".git":
                 continue
             rel = rel_dir + name
-            shown = prefix + rel
+            shown = prefix + links.display_text(rel)
             try:
                 is_dir = entry.is_dir()  # follows symlinks; False for a broken link
             except OSError:
@@ -347,6 +398,10 @@ class _Walker:
             if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
                 self.report.skip("excluded", path=shown + "/" if is_dir else shown)
                 continue
+            link = entry.is_symlink()
+            if link and self.escapes(entry.path, shown, is_dir):
+                continue
+            via = vias[-1] or link
             if is_dir:
                 try:
                     dst = entry.stat()
@@ -358,10 +413,13 @@ class _Walker:
                     self.report.skip("symlink loop", f"skipped {shown}/: symlink loop (it leads back to a "
                                                      "folder above it)", path=shown + "/")
                     continue
-                if key in self.visited:
-                    continue  # already walked through another link
+                if key in (self.visited if via else self.walked_direct):
+                    continue  # already walked (through another link, or at its own path)
                 self.visited.add(key)
+                if not via:
+                    self.walked_direct.add(key)
                 stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}))
+                vias.append(via)
                 continue
             if self.include is not None and not self.include.match_file(rel):
                 self.report.skip("not included", path=shown)
@@ -371,7 +429,7 @@ class _Walker:
             except OSError as exc:
                 self._stat_failed(entry.path, shown, exc)
                 continue
-            sf = self.file(entry.path, shown, fst)
+            sf = self.file(entry.path, shown, fst, via)
             if sf is not None:
                 yield sf
 
@@ -431,6 +489,8 @@ def discover(paths: list[str], options: CorpusOptions, report: LoadReport,
 
 def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> list[SourceFile]:
     roots: list[str] = []
+    globbed: list[str] = []  # the folders globs start from (also roots: links may lead there)
+    matched: set[str] = set()  # roots found by a glob (not named: a link among them is checked)
     for raw in paths:
         if os.path.lexists(raw):
             roots.append(raw)
@@ -442,8 +502,14 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> l
                 raise UsageError(f"no file matches the glob {raw}",
                                  hint=f"check the pattern: ** crosses folders{hidden}")
             raise UsageError(f"no such file or directory: {raw}", hint="check the path")
-        roots.extend(m for m in matches if os.path.basename(m) != ".git" and "/.git/" not in m)
-    walker = _Walker(options, report)
+        globbed.append(links.glob_base(raw))
+        found = [m for m in matches if os.path.basename(m) != ".git" and "/.git/" not in m]
+        roots.extend(found)
+        matched.update(found)
+    bounds = links.Bounds([r for r in roots if r not in matched], follow=options.follow)
+    for base in globbed:
+        bounds.add(base)
+    walker = _Walker(options, report, bounds)
     single_dir = len(roots) == 1 and os.path.isdir(roots[0])
     cwd = os.getcwd()
     out: list[SourceFile] = []
@@ -454,7 +520,10 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> l
             absolute = os.path.abspath(root)
             inside = absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep)
             shown = os.path.relpath(absolute, cwd) if inside else absolute
-            shown = shown.replace(os.sep, "/")
+            shown = links.display_text(shown.replace(os.sep, "/"))
+        if root in matched and not options.follow and _through_link(root) and walker.escapes(
+                os.path.abspath(root), shown, os.path.isdir(root)):
+            continue
         if os.path.isdir(root):
             out.extend(walker.walk(root, "" if single_dir else shown.rstrip("/") + "/"))
             continue
@@ -465,7 +534,12 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> l
         sf = walker.file(root, shown)
         if sf is not None:
             out.append(sf)
-    return out
+    return [sf for sf in out if id(sf) not in walker.dropped]
+
+
+def _through_link(path: str) -> bool:
+    """Whether resolving ``path`` goes through a symlink (its real path is another)."""
+    return os.path.realpath(path) != os.path.abspath(path)
 
 
 def is_binary(head: bytes) -> bool:

@@ -10,9 +10,11 @@ The parent process never needs the whole ``context`` in memory: it is written fi
 :attr:`Corpus.context` decodes it only when asked.
 
 Cache: one bundle directory per (roots, options) under ``cache_dir()/index``. A file is reused
-when its path, size and mtime match the index and its mtime is older than the index's scan by
-more than :data:`RACY_NS` (otherwise it is re-read and reused only if its content hash still
-matches: an edit within the same clock tick cannot go unnoticed). Reused files keep their
+when its path, size, ``mtime_ns``, ``ctime_ns`` and inode match the index (:func:`same_stat`:
+``cp -p``, ``rsync -a`` and ``tar x`` restore the mtime but cannot restore the ctime) and its
+mtime is older than the index's scan by more than :data:`RACY_NS` (otherwise it is re-read and
+reused only if its content hash still matches: an edit within the same clock tick cannot go
+unnoticed). Reused files keep their
 chunks and token counts and their bytes are copied from the old context file; only new or
 changed files are read, chunked and tokenized. A second run on an unchanged tree reads only
 ``index.json`` and checks the context file's size and SHA-1 (a file over
@@ -95,8 +97,11 @@ FILE_FIELDS = ("path", "size", "mtime_ns", "chars", "lines", "tokens", "start", 
                "first_chunk", "n_chunks", "width", "notes", "kind", "dstart", "dend", "dmeta")
 CHUNK_FIELDS = ("file", "start_line", "end_line", "start", "end", "tokens", "sha1")
 SKIP_FIELDS = ("path", "size", "mtime_ns", "reason")
-#: File columns an index written by an earlier release may lack (then: 0 for every file).
-OPTIONAL_FILE_FIELDS = ("estimated",)
+#: File columns an index written by an earlier release may lack (then: 0 for every file; a file
+#: whose ``ctime_ns`` or ``ino`` is 0 is re-hashed once, then trusted by all four of its stat fields).
+OPTIONAL_FILE_FIELDS = ("estimated", "ctime_ns", "ino")
+#: Columns of the skipped files an earlier release may lack (then: 0 for every file).
+OPTIONAL_SKIP_FIELDS = ("ctime_ns", "ino")
 #: Skip reasons decided by a file's content: remembered in the index so that an unchanged binary
 #: file is not read again (permissions can change without a new mtime, so "unreadable" is not).
 CACHED_SKIPS = ("binary", "empty")
@@ -169,6 +174,9 @@ class FileEntry:
     dmeta: dict[str, Any] | None = None
     #: How many of its chunks have an estimated token count (see :data:`EXACT_TOKENS_BYTES`).
     estimated: int = 0
+    #: ``st_ctime_ns`` and ``st_ino`` when it was read (with ``size`` and ``mtime_ns``: the cache key).
+    ctime_ns: int = 0
+    ino: int = 0
 
 
 @dataclass(slots=True)
@@ -251,8 +259,9 @@ class Corpus:
     from_cache: int = 0
     reindexed: int = 0
     temporary: bool = False
-    #: Files read and skipped for a reason in ``CACHED_SKIPS``: ``(path, size, mtime_ns, reason)``.
-    skipped_files: list[tuple[str, int, int, str]] = field(default_factory=list, repr=False)
+    #: Files read and skipped for a reason in ``CACHED_SKIPS``: ``(path, size, mtime_ns, reason,
+    #: ctime_ns, ino)``.
+    skipped_files: list[tuple[str, int, int, str, int, int]] = field(default_factory=list, repr=False)
     data_file: Path | None = None
     data_bytes: int = 0
     data_digest: str = ""
@@ -364,7 +373,8 @@ class Corpus:
                        "chunks": len(self.chunks)},
             "files": {k: [getattr(f, k) for f in self.files] for k in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS)},
             "chunks": chunk_columns,
-            "skipped": {k: [row[i] for row in self.skipped_files] for i, k in enumerate(SKIP_FIELDS)},
+            "skipped": {k: [row[i] for row in self.skipped_files]
+                        for i, k in enumerate((*SKIP_FIELDS, *OPTIONAL_SKIP_FIELDS))},
             "context_stat": _stat_key(self.context_file), "data_stat": _stat_key(self.data_file),
         }
 
@@ -437,6 +447,7 @@ def cache_key(paths: list[str], options: CorpusOptions) -> str:
         "no_ignore": options.no_ignore, "max_file_size": options.max_file_size,
         "truncate_large": options.truncate_large, "chunk_tokens": options.chunk_tokens,
         "version": INDEX_VERSION, "encoding": DEFAULT_ENCODING,
+        **({"follow": True} if options.follow else {}),
     }
     return hashlib.blake2b(json.dumps(spec, sort_keys=True).encode(), digest_size=12).hexdigest()
 
@@ -473,9 +484,11 @@ def read_index(directory: Path, *, verify: bool = True) -> _Cached | None:
         skipped = index["skipped"]
         for k in OPTIONAL_FILE_FIELDS:
             files.setdefault(k, [0] * n_files)
+        for k in OPTIONAL_SKIP_FIELDS:
+            skipped.setdefault(k, [0] * len(skipped["path"]))
         if any(len(files[k]) != n_files for k in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS)) or any(len(chunks[k]) != n_chunks
                                                                      for k in CHUNK_FIELDS) or any(
-                len(skipped[k]) != len(skipped["path"]) for k in SKIP_FIELDS):
+                len(skipped[k]) != len(skipped["path"]) for k in (*SKIP_FIELDS, *OPTIONAL_SKIP_FIELDS)):
             raise CorruptCache("index.json has columns of different lengths")
         if n_files and (files["first_chunk"][-1] + files["n_chunks"][-1] != n_chunks
                         or files["end"][-1] > index["context_chars"]):
@@ -536,7 +549,8 @@ def _corpus_from_index(cached: _Cached, report: LoadReport) -> Corpus:
     return Corpus(files, chunks, cached.context_file, idx["context_chars"], idx["context_bytes"], idx["digest"],
                   report, idx["encoding"], idx["chunk_tokens"], from_cache=len(files), data_file=data_file,
                   data_bytes=idx["data_bytes"], data_digest=idx["data_digest"],
-                  skipped_files=[tuple(row) for row in zip(*(sk[k] for k in SKIP_FIELDS), strict=True)])
+                  skipped_files=[tuple(row) for row in zip(*(sk[k] for k in (*SKIP_FIELDS, *OPTIONAL_SKIP_FIELDS)),
+                                                             strict=True)])
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -697,7 +711,8 @@ class _Writer:
         self._put(b"\n" if ends_nl else b"\n\n", 1 if ends_nl else 2)
         dstart, dend = self._put_data(payload) if payload else (0, 0)
         entry = FileEntry(sf.display, sf.size, sf.mtime_ns, chars, lines, 0, start, end, bstart, bend, sha1, 0, 0,
-                          max(width, char_width(head)), notes, kind, dstart, dend, dmeta if payload else None)
+                          max(width, char_width(head)), notes, kind, dstart, dend, dmeta if payload else None,
+                          ctime_ns=sf.ctime_ns, ino=sf.ino)
         pending = _Pending(entry, old_i)
         if spans is not None:
             pending.spans, pending.job = spans, counted
@@ -948,7 +963,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
                 with open(old.context_file.parent / old.index["data_file"], "rb") as fh:
                     dmm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         from_cache = 0
-        skipped_files: list[tuple[str, int, int, str]] = []
+        skipped_files: list[tuple[str, int, int, str, int, int]] = []
         if writer.sample_tokens and default_threads() > 1:  # a large build: read in worker processes
             from rlm_cli.corpus import parallel
 
@@ -958,7 +973,7 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
         for sf, state in sources:
             if state.startswith("skip:"):
                 report.skip(state[5:], path=sf.display)
-                skipped_files.append((sf.display, sf.size, sf.mtime_ns, state[5:]))
+                skipped_files.append((sf.display, sf.size, sf.mtime_ns, state[5:], sf.ctime_ns, sf.ino))
                 done(sf)
                 continue
             i = old_pos.get(sf.display, -1)
@@ -1047,11 +1062,12 @@ def _build(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdi
     return corpus
 
 
-def _remember_skip(report: LoadReport, sf: SourceFile, skipped_files: list[tuple[str, int, int, str]]) -> None:
+def _remember_skip(report: LoadReport, sf: SourceFile,
+                   skipped_files: list[tuple[str, int, int, str, int, int]]) -> None:
     """Keep ``sf`` in the index's skipped files when it was just skipped for a reason of
     :data:`CACHED_SKIPS` (so an unchanged binary file is not read again)."""
     if report.last_skip is not None and report.last_skip[0] == sf.display and report.last_skip[1] in CACHED_SKIPS:
-        skipped_files.append((sf.display, sf.size, sf.mtime_ns, report.last_skip[1]))
+        skipped_files.append((sf.display, sf.size, sf.mtime_ns, report.last_skip[1], sf.ctime_ns, sf.ino))
 
 
 def _old_data(of: dict[str, list[Any]], i: int, dmm: mmap.mmap | None) -> dict[str, Any]:
@@ -1214,13 +1230,14 @@ def _classify(sources: list[SourceFile], old: _Cached | None) -> list[str]:
     states = []
     for sf in sources:
         i = pos.get(sf.display, -1)
+        settled = sf.mtime_ns < trusted_before
         if i < 0:
             j = skip_pos.get(sf.display, -1)
-            if j >= 0 and sk["size"][j] == sf.size and sk["mtime_ns"][j] == sf.mtime_ns < trusted_before:
+            if j >= 0 and settled and same_stat(sk, j, sf):
                 states.append("skip:" + sk["reason"][j])
             else:
                 states.append("new")
-        elif f["size"][i] == sf.size and f["mtime_ns"][i] == sf.mtime_ns and sf.mtime_ns < trusted_before:
+        elif settled and same_stat(f, i, sf):
             states.append("same")
         else:
             states.append("check")
@@ -1248,8 +1265,17 @@ def _is_hit(sources: list[SourceFile], states: list[str], old: _Cached, options:
                 prefetched[sf.display] = decoded
             return False
     for i, n in checks:
-        f["mtime_ns"][n] = sources[i].mtime_ns
+        f["mtime_ns"][n], f["ctime_ns"][n], f["ino"][n] = sources[i].mtime_ns, sources[i].ctime_ns, sources[i].ino
     return True
+
+
+def same_stat(columns: dict[str, list[Any]], i: int, sf: SourceFile) -> bool:
+    """Whether row ``i`` of an index's file (or skipped-file) columns records ``sf``'s ``stat``
+    exactly: size, ``mtime_ns``, ``ctime_ns`` and inode. ``ctime`` cannot be set by ``touch``,
+    ``cp -p``, ``rsync -a`` or ``tar x`` (the kernel sets it on every write or ``utime``), and a
+    file replaced by a rename has another inode; a row without them (an older index) never matches."""
+    return (columns["size"][i] == sf.size and columns["mtime_ns"][i] == sf.mtime_ns
+            and columns["ctime_ns"][i] == sf.ctime_ns != 0 and columns["ino"][i] == sf.ino != 0)
 
 
 def _write_index(corpus: Corpus, scan_ns: int, roots: list[str], options: CorpusOptions,

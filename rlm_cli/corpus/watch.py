@@ -2,7 +2,7 @@
 before each call, under the cache rules of ``rlm ask``.
 
 :func:`stamp` walks the paths as a load does (``loader.discover``: the same globs, ignore rules and
-options) and records each selected file's display path, size and modification time, opening none.
+options) and records each selected file's display path, size, mtime, ctime and inode, opening none.
 A session loads the corpus again (``load_corpus``, which re-reads only new or changed files and
 reuses the rest from the cache) when :func:`changed` says so: the new stamp differs from the one
 taken at the previous check (a file added, removed, resized or touched; an ignore rule changed),
@@ -24,16 +24,16 @@ from rlm_cli.corpus.store import RACY_NS
 
 @dataclass(frozen=True)
 class Stamp:
-    """The files a load of some paths would read: ``(display path, size in bytes, mtime in ns)``
-    each, in load order, and when the walk started (``time.time_ns()``)."""
+    """The files a load of some paths would read: ``(display path, size in bytes, mtime in ns,
+    ctime in ns, inode)`` each, in load order, and when the walk started (``time.time_ns()``)."""
 
-    files: tuple[tuple[str, int, int], ...]
+    files: tuple[tuple[str, int, int, int, int], ...]
     taken_ns: int
 
     @property
     def racy(self) -> bool:
         """Some file was modified less than ``RACY_NS`` before the walk (or after it started)."""
-        return any(mtime >= self.taken_ns - RACY_NS for _, _, mtime in self.files)
+        return any(mtime >= self.taken_ns - RACY_NS for _, _, mtime, _, _ in self.files)
 
 
 def stamp(paths: list[str], options: CorpusOptions) -> Stamp:
@@ -44,7 +44,7 @@ def stamp(paths: list[str], options: CorpusOptions) -> Stamp:
     """
     taken = time.time_ns()
     found = discover([p for p in paths if p != "-"], options, LoadReport())
-    return Stamp(tuple((f.display, f.size, f.mtime_ns) for f in found), taken)
+    return Stamp(tuple((f.display, f.size, f.mtime_ns, f.ctime_ns, f.ino) for f in found), taken)
 
 
 def changed(before: Stamp | None, now: Stamp) -> bool:

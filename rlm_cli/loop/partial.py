@@ -1,8 +1,9 @@
 """The answer of a run that stopped before the model gave one (a budget, the iteration limit).
 
 What a user reads there is what the model said or what its code computed, never a note rlm
-wrote for the model: tracebacks, ``hint:`` lines, ``[note: ...]`` lines and truncation markers
-stay in the trajectory (the ``output`` events keep them whole).
+wrote for the model: tracebacks, ``hint:`` lines, ``[note: ...]`` lines, truncation markers and
+the ``Error: ...`` strings a failed sub-call returns to the code (shown as
+:data:`SUB_CALL_FAILED`) stay in the trajectory (the ``output`` events keep them whole).
 """
 
 from __future__ import annotations
@@ -28,12 +29,22 @@ _FOR_THE_MODEL = (
 )
 
 
+#: What a failed sub-call's ``Error: ...`` string (rlm's words for the model, printed by the code)
+#: becomes in a partial answer.
+SUB_CALL_FAILED = "[a sub-call failed]"
+#: Those strings: ``llm_query``'s and ``rlm_query``'s errors (the model host's, the relay's, a
+#: sub-RLM's), up to the end of the line or of the quoted string holding them (a printed list).
+_SUB_CALL_ERROR = re.compile(r"Error: (?:budget exceeded|model \S+: |the model relay |the sub-RLM |"
+                             r"[^\n'\"]*; pass long text as context= instead)[^\n'\"]*")
+
+
 def model_output(output: str) -> str:
     """``output`` (what a block's output looked like to the model) without what rlm wrote there
-    for the model (:data:`_FOR_THE_MODEL`): what the code itself printed."""
+    for the model (:data:`_FOR_THE_MODEL`; a failed sub-call's error string becomes
+    :data:`SUB_CALL_FAILED`): what the code itself printed."""
     for rx in _FOR_THE_MODEL:
         output = rx.sub("", output)
-    return output.strip()
+    return _SUB_CALL_ERROR.sub(SUB_CALL_FAILED, output).strip()
 
 
 def partial_answer(last_reply: str, outputs: list[str]) -> str:

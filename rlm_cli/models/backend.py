@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlm_cli.errors import UsageError
-from rlm_cli.models.failures import short_error
+from rlm_cli.models.failures import check_reply, short_error
 
 
 @dataclass
@@ -228,14 +228,19 @@ class LocalBackend:
         response = litellm.stream_chunk_builder(chunks, messages=messages)
         if response is None:
             return Answer(not_streamed=True)
-        answer = self._answer(response, model, groups)
+        answer = self._answer(response, model, groups, streamed_nothing=not shown and not cut)
         if cut:
             answer.cut, answer.chars = cut, max(answer.chars, chars)
         return answer
 
-    def _answer(self, response: Any, model: str, groups: dict[str, str]) -> Answer:
+    def _answer(self, response: Any, model: str, groups: dict[str, str], *, streamed_nothing: bool = False) -> Answer:
         """Text, tokens and cost of a whole reply (a streamed one rebuilt by litellm); a text over
-        :data:`MAX_REPLY_CHARS` is cut to it (``cut="size"``)."""
+        :data:`MAX_REPLY_CHARS` is cut to it (``cut="size"``).
+
+        Raises:
+            EmptyReplyError: the response holds no reply (no choices, or no message content).
+        """
+        check_reply(response, streamed_nothing=streamed_nothing)
         usage = getattr(response, "usage", None)
         hidden = getattr(response, "_hidden_params", None) or {}
         priced_as = str(hidden.get("litellm_model_name") or groups.get(model, model))

@@ -64,6 +64,7 @@ from rlm_cli.models.failures import (
     error_class_names,
     hint_for,
     http_status,
+    reply_failure,
     retry_after_s,
     short_error,
 )
@@ -424,7 +425,8 @@ class ModelClient:
                     on_delta(None)  # whatever was shown of this attempt is void: it is asked again
                 continue
             status = http_status(error)
-            message = f"model {model}: {short_error(error)}"
+            empty = reply_failure(error)  # a 200 without a reply: say what came back, not litellm's words
+            message = f"model {model}: {empty or short_error(error)}"
             if kind in ("auth", "not_found"):
                 failed = CallFailed(message, fatal=True, status=status, hint=hint_for(kind))
                 self.fatal = self.fatal or failed
@@ -445,6 +447,8 @@ class ModelClient:
                 hint = (f"could not connect to {s.api_base or 'the provider'}: check --api-base and that the "
                         "server is running" if unreachable else
                         "raise --request-timeout for longer replies" if isinstance(error, ReplyTimeoutError) else
+                        f"check that {s.api_base or 'the provider'} serves OpenAI-style chat completions for "
+                        f"{model}" if empty else
                         "the provider kept failing; try again later or raise --retries")
                 raise CallFailed(f"{message} (after {attempts} attempt{'s' if attempts > 1 else ''})",
                                  fatal=False, status=status, hint=hint) from None

@@ -36,6 +36,60 @@ class CallFailed(ProviderError):
         self.status = status
 
 
+class EmptyReplyError(Exception):
+    """A provider answered a request with HTTP 200 but no reply in it: no ``choices``, or a
+    choice without message content. Retried like an outage (a proxy or a local server between
+    two states gives such bodies); the message says what came back."""
+
+
+def check_reply(response: Any, *, streamed_nothing: bool = False) -> None:
+    """Raise when a chat completion (litellm's ``ModelResponse``, a streamed one rebuilt) holds
+    no reply: no choices, no message, or message content ``None`` (an empty string is a reply,
+    except from a stream that sent no text at all: ``streamed_nothing``).
+
+    Raises:
+        EmptyReplyError: the message names what was missing (and the ``finish_reason``).
+    """
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise EmptyReplyError("the provider answered HTTP 200 with no choices (an empty reply)")
+    first = choices[0]
+    message = getattr(first, "message", None)
+    finish = getattr(first, "finish_reason", None)
+    why = f", finish_reason {finish!r}" if finish else ""
+    if message is None:
+        raise EmptyReplyError(f"the provider answered HTTP 200 with a choice without a message{why}")
+    if getattr(message, "content", None) is None or (streamed_nothing and not message.content):
+        raise EmptyReplyError(f"the provider answered HTTP 200 with a message without content{why}")
+
+
+#: litellm's words for a 200 reply whose body it could not read as a chat completion.
+_UNREADABLE_BODY = re.compile(r"Expecting value|JSONDecodeError|Unterminated string|Extra data: line|"
+                              r"Invalid control character|Expecting ',' delimiter|Expecting property name")
+#: litellm's words for a body without ``choices`` (``{}``, or an error object sent with status 200).
+_NO_CHOICES = re.compile(r"response with no 'choices'")
+#: litellm's words for a stream that ended without a finish_reason (no choices, or cut short).
+_STREAM_UNFINISHED = re.compile(r"Stream ended before a finish_reason was received")
+#: ... and how it names the 200 reply it could not read (its status may then say 500).
+_REPLY_200 = re.compile(r"Received response - <APIResponse \[200")
+
+
+def reply_failure(exc: BaseException) -> str | None:
+    """What came back, in words, when ``exc`` is about a 200 reply that held no chat completion
+    (:class:`EmptyReplyError`, or litellm failing to parse the body); else ``None``."""
+    names = error_class_names(exc)
+    if "EmptyReplyError" in names:
+        return short_error(exc)
+    text = str(exc)
+    if _NO_CHOICES.search(text):
+        return "the provider answered HTTP 200 with no choices (an empty reply)"
+    if _STREAM_UNFINISHED.search(text):
+        return "the provider's streamed reply (HTTP 200) ended before it was complete (no finish_reason)"
+    if _UNREADABLE_BODY.search(text) and (_REPLY_200.search(text) or http_status(exc) in (None, 200)):
+        return "the provider answered HTTP 200 with a body that is not a chat completion (not JSON)"
+    return None
+
+
 class ReplyTimeoutError(Exception):
     """A streamed reply still running when its ``--request-timeout`` ran out (retried like a
     timeout)."""
@@ -98,13 +152,13 @@ _NO_KEY = re.compile(r"Missing credentials|api_key client option must be set", r
 
 def classify_error(exc: BaseException) -> str:
     """What a litellm/openai exception means for retrying: ``rate_limit``, ``retry`` (5xx,
-    timeout, connection, malformed body), ``auth`` (401/403), ``not_found`` (404, unknown
+    timeout, connection, malformed body, a 200 without a reply), ``auth`` (401/403), ``not_found`` (404, unknown
     provider), ``context_window``, or ``bad_request`` (other 4xx and anything unrecognised)."""
     names = error_class_names(exc)
     status = http_status(exc)
     if "ContextWindowExceededError" in names:
         return "context_window"
-    if names & {"Timeout", "APITimeoutError", "ReplyTimeoutError"}:
+    if names & {"Timeout", "APITimeoutError", "ReplyTimeoutError", "EmptyReplyError"}:
         return "retry"
     if status in (401, 403) or names & {"AuthenticationError", "PermissionDeniedError"} or _NO_KEY.search(str(exc)):
         return "auth"
