@@ -18,7 +18,7 @@ def ask_document(answer: str, status: str, iterations: int, sub_calls: int, usag
                  sources_omitted: int = 0, policy: str = "") -> dict[str, Any]:
     """The ``--json`` document of a run (``elapsed`` in wall seconds; ``corpus`` may be ``None``;
     ``policy`` the loop policy the run used)."""
-    from rlm_cli.runner import skipped_files
+    from rlm_cli.app.outcome import skipped_files
 
     return {"schema": ASK_SCHEMA, "answer": answer, "status": status, "iterations": iterations,
             "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "policy": policy,

@@ -40,6 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import __version__
+from rlm_cli.app.outcome import AskOutcome, TurnCounter, attach_partial, run_sources, skipped_files
+from rlm_cli.app.phases import PhaseTagger
+from rlm_cli.app.planning import choose_mode, direct_tokens, fit_question, model_window, require_model
+from rlm_cli.app.recursion import recursion_handler, sub_call_event
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, load_corpus
 from rlm_cli.corpus.tokens import encoding
@@ -61,22 +65,7 @@ from rlm_cli.models.detect import ensure_model
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.usage import CallRecord, Usage
-from rlm_cli.phases import PhaseTagger
 from rlm_cli.progress import Progress, index_callback
-from rlm_cli.runner import (
-    AskOutcome,
-    _attach,
-    _recursion,
-    _sources,
-    _TurnCounter,
-    choose_mode,
-    direct_tokens,
-    fit_question,
-    model_window,
-    require_model,
-    skipped_files,
-    sub_call_event,
-)
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, resolve_level, run_notes
 from rlm_cli.sandbox.memory import check_workers_fit
 from rlm_cli.sources import SourceCollector
@@ -489,7 +478,7 @@ class Session:
         progress = Progress(TraceSink(writer, emit, totals=totals), totals)
         collector = SourceCollector(progress)
         sink = PhaseTagger(collector)
-        turns = _TurnCounter(sink)
+        turns = TurnCounter(sink)
         started = time.monotonic()
         extra = {"session": self.id, "turn": turn, "id": qid} if self.numbered else {}
         sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
@@ -509,7 +498,7 @@ class Session:
         try:
             outcome = self._answer(question, note, mode, turns, client, progress, lane)
             res = outcome.result
-            outcome.sources, outcome.sources_omitted = _sources(collector, res.answer, outcome.corpus, res.mode)
+            outcome.sources, outcome.sources_omitted = run_sources(collector, res.answer, outcome.corpus, res.mode)
             sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
                        sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3),
                        sources=outcome.sources, sources_omitted=outcome.sources_omitted))
@@ -562,7 +551,7 @@ class Session:
                 result = run_direct(s, client, f"{note}\n\nQuestion: {question}" if note else question,
                                     corpus.context, emit=emit)
             except PartialAnswerError as exc:
-                _attach(exc, client, corpus, "direct")
+                attach_partial(exc, client, corpus, "direct")
                 raise
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
         lane = lane or self._rlm_lane()
@@ -585,12 +574,12 @@ class Session:
         handler.client = client
         handler.on_sub_call = lambda info: emit(sub_call_event(info))
         handler.on_request = progress.on_request
-        handler.on_rlm_query = _recursion(s, client, handler, self.level, emit, corpus, self.hide)
+        handler.on_rlm_query = recursion_handler(s, client, handler, self.level, emit, corpus, self.hide)
         orch = Orchestrator(s, client, handler, sandbox_level=self.level, emit=emit, hide_paths=self.hide)
         try:
             result = orch.run(question, lane.sandbox.spec, self.meta, sandbox=lane.sandbox, note=note)
         except PartialAnswerError as exc:
-            _attach(exc, client, corpus, "rlm")
+            attach_partial(exc, client, corpus, "rlm")
             raise
         finally:
             if client.fatal is not None:
@@ -620,7 +609,7 @@ class Session:
                                mode=getattr(exc, "mode", "rlm"), policy=self.settings.policy)
             exc.result = result  # type: ignore[attr-defined]
         corpus = getattr(exc, "corpus", None)
-        found, omitted = (_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
+        found, omitted = (run_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
                           if corpus is not None else ([], 0))
         exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
         sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
