@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import __version__
+from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
 from rlm_cli.app.outcome import AskOutcome, TurnCounter, attach_partial, run_sources, skipped_files
 from rlm_cli.app.phases import PhaseTagger
 from rlm_cli.app.planning import choose_mode, direct_tokens, fit_question, model_window, require_model
@@ -60,13 +61,12 @@ from rlm_cli.loop.orchestrator import Orchestrator, RunResult, run_direct
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
 from rlm_cli.models.budget import Budget
-from rlm_cli.models.client import Completion, ModelClient, OnDelta
+from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import ensure_model
 from rlm_cli.models.failures import CallFailed
-from rlm_cli.models.relay import LMHandler
-from rlm_cli.models.usage import CallRecord, Usage
+from rlm_cli.models.usage import Usage
 from rlm_cli.progress import Progress, index_callback
-from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, resolve_level, run_notes
+from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level, run_notes
 from rlm_cli.sandbox.memory import check_workers_fit
 from rlm_cli.sources import SourceCollector
 from rlm_cli.trace import TraceSink, TraceWriter, event, new_run_id, traces_dir
@@ -76,126 +76,6 @@ Emit = Callable[[dict[str, Any]], None]
 #: Seconds a Ctrl-C in ``rlm chat`` gives the running code block to stop before the worker is
 #: restarted (losing its variables).
 INTERRUPT_GRACE_S = 3.0
-
-
-class QuestionUsage(Usage):
-    """One question's usage: its own records and counters, each also added to the session's
-    ``parent`` (which the budgets read)."""
-
-    def __init__(self, parent: Usage) -> None:
-        super().__init__()
-        self.parent = parent
-        self.limiter = parent.limiter
-
-    def add(self, record: CallRecord) -> None:
-        """Append one request's usage here and to the session."""
-        super().add(record)
-        self.parent.add(record)
-
-    def count(self, name: str, n: int = 1) -> None:
-        """Add ``n`` to counter ``name`` here and in the session."""
-        super().count(name, n)
-        self.parent.count(name, n)
-
-
-class SessionBudget(Budget):
-    """The session's budgets; :meth:`pause`/:meth:`resume` keep time spent waiting for the user
-    out of ``--timeout`` (the deadline moves by the pause)."""
-
-    def __init__(self, settings: Settings, usage: Usage, *, started: float | None = None) -> None:
-        super().__init__(settings, usage, started=started)
-        self._paused_at: float | None = None
-
-    def pause(self) -> None:
-        """Stop the ``--timeout`` clock (idempotent)."""
-        if self._paused_at is None:
-            self._paused_at = time.monotonic()
-
-    def resume(self) -> None:
-        """Restart the ``--timeout`` clock, moving the deadline by the time paused."""
-        if self._paused_at is not None:
-            if self.deadline is not None:
-                self.deadline += time.monotonic() - self._paused_at
-            self._paused_at = None
-
-
-class QuestionClient(ModelClient):
-    """A question's model client: refuses every call once ``cancelled`` is set (Ctrl-C), so the
-    sub-RLM loops of an interrupted question stop at their next model call."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.cancelled = threading.Event()
-
-    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
-                 on_delta: OnDelta | None = None, temperature: float | None = None) -> Completion:
-        """``ModelClient.complete``, unless the question was interrupted.
-
-        Raises:
-            InterruptedRunError: the question was interrupted (Ctrl-C).
-        """
-        if self.cancelled.is_set():
-            raise InterruptedRunError("interrupted (Ctrl-C)")
-        return super().complete(messages, model=model, role=role, depth=depth, on_delta=on_delta,
-                                temperature=temperature)
-
-
-class Lane:
-    """One REPL worker at depth 0 and the relay serving it, for questions one after another.
-
-    The worker dies with the thread that started it (see ``Sandbox``): create, use and close a
-    lane in one thread. Before each question :meth:`Session.ask` points the relay at that
-    question's client and event sink.
-    """
-
-    def __init__(self, session: Session) -> None:
-        s, corpus = session.settings, session.corpus
-        assert corpus is not None
-        self.handler = LMHandler(session.client)
-        token = self.handler.register(0)
-        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file, data_file=corpus.data_file)
-        self.sandbox = Sandbox(session.level, spec, socket_path=self.handler.socket_path, token=token,
-                               limits=Limits(memory_bytes=s.memory_limit, sub_call_threads=s.max_concurrency),
-                               cell_timeout=s.cell_timeout)
-        self.sandbox.hide_paths = session.hide
-        self.sandbox.interrupt_grace_s = session.interrupt_grace_s
-        # The token is served only to this worker's process (and its descendants), restarted or not.
-        self.handler.bind(token, lambda: getattr(self.sandbox.proc, "pid", None))
-        self.questions = 0
-        try:
-            self.sandbox.start()
-        except BaseException:
-            self.handler.close()
-            raise
-        for note in self.sandbox.notes:
-            session.emit(event("notice", 0, message=note))
-
-    def variables(self) -> str:
-        """The worker's ``SHOW_VARS()`` listing (``""`` when it cannot be read)."""
-        result = self.sandbox.execute("_rlm_vars = SHOW_VARS()\ndel _rlm_vars", cell=0, timeout=10.0,
-                                      map_output=False)
-        return "" if result.lost or not result.ok else result.output
-
-    def clear(self) -> None:
-        """Delete every variable of the REPL namespace, keeping the worker (``context`` and the
-        helpers are put back before the next block): questions run with ``--jobs`` start clean."""
-        self.sandbox.execute("for _rlm_k in [k for k in globals() if not (k.startswith('__') and k.endswith('__'))]:\n"
-                             "    globals().pop(_rlm_k, None)\nglobals().pop('_rlm_k', None)", cell=0, timeout=10.0,
-                             map_output=False)
-
-    def reset(self) -> None:
-        """A fresh worker: every variable is gone; ``context`` and the helpers are loaded again.
-
-        Raises:
-            SandboxError: the new worker failed to start.
-        """
-        self.sandbox.restart()
-        self.questions = 0
-
-    def close(self) -> None:
-        """Stop the worker and the relay (idempotent)."""
-        self.sandbox.close()
-        self.handler.close()
 
 
 @dataclasses.dataclass
