@@ -23,7 +23,7 @@ from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.errors import ProviderError, UsageError
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.usage import CallRecord
-from rlm_cli.trace import event, read_trace, request_key
+from rlm_cli.output.trace import event, read_trace, request_key
 
 Emit = Callable[[dict[str, Any]], None]
 

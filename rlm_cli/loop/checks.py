@@ -399,7 +399,7 @@ class Judge:
         self.fired: dict[str, int] = {c.name: 0 for c in checks}
 
     def review(self, c: Candidate) -> Judged:
-        from rlm_cli.trace import event
+        from rlm_cli.output.trace import event
 
         for check in self.checks:
             verdict = check.review(c)

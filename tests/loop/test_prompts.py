@@ -10,8 +10,8 @@ from pathlib import Path
 from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.corpus import load_corpus
 from rlm_cli.corpus.tokens import count_tokens
-from rlm_cli.history import input_budget, output_limit, request_tokens
 from rlm_cli.loop import prompts
+from rlm_cli.loop.history import input_budget, output_limit, request_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages
 
 HELPERS = ("context", "files", "chunks", "grep(", "read_file(", "search(", "llm_query(", "llm_query_batched(",

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.trace import event
+from rlm_cli.output.trace import event
 
 Emit = Callable[[dict[str, Any]], None]
 #: Seconds between two progress events of one group (its start and end are always sent).

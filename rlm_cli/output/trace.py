@@ -29,7 +29,7 @@ Event types and their main fields:
   written once the iteration is over. ``output`` events carry ``helpers`` and ``phase`` too.
 * ``final``: ``status``, ``answer``, ``iterations``.
 * ``summary``: the run's outcome: ``status``, ``answer``, ``mode``, ``usage``, ``elapsed_s``,
-  ``sources`` (see ``rlm_cli.sources``).
+  ``sources`` (see ``rlm_cli.output.sources``).
 
 Transient events (:data:`TRANSIENT_TYPES`: ``stream``, the root model's reply as it arrives, and
 ``progress``, sub-call, sub-RLM and indexing progress) reach the terminal only: the trajectory

@@ -538,8 +538,8 @@ class Service:
             SandboxError: the worker failed to restart on the new corpus.
         """
         from rlm_cli.corpus import load_corpus, watch
-        from rlm_cli.progress import index_callback
-        from rlm_cli.trace import event
+        from rlm_cli.output.progress import index_callback
+        from rlm_cli.output.trace import event
 
         now = watch.stamp(self.paths, self.settings.corpus)
         before, self.stamp = self.stamp, now
@@ -571,7 +571,7 @@ class Service:
             UsageError, ProviderError, SandboxError...: the run failed (the CLI's errors).
             KeyboardInterrupt: cancelled.
         """
-        from rlm_cli.documents import partial_document
+        from rlm_cli.output.documents import partial_document
 
         question = str(call.args["question"]).strip()
         if not question:
@@ -607,7 +607,7 @@ class Service:
         finally:
             session.settings = base
             self.ui.close()
-        from rlm_cli.documents import outcome_document
+        from rlm_cli.output.documents import outcome_document
 
         doc = outcome_document(outcome, round(time.monotonic() - started, 3))
         self.ui.summary(doc)

@@ -206,7 +206,7 @@ class Renderer:
 
     # -- events ------------------------------------------------------------------------------------
     def on_event(self, ev: dict[str, Any]) -> None:
-        """Render one event (see ``rlm_cli.trace`` for the types)."""
+        """Render one event (see ``rlm_cli.output.trace`` for the types)."""
         with self._lock:
             try:
                 self._on_event(ev)
