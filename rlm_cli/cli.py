@@ -99,10 +99,10 @@ def _use_color(color: str) -> None:
     Raises:
         UsageError: not auto, always or never.
     """
-    from rlm_cli.output import render
+    from rlm_cli.output import render, style
 
     try:
-        render.display_style(color)
+        style.display_style(color)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     render.default_color = color
@@ -418,7 +418,7 @@ def _batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any,
     """``(write(doc, result), finish())``: each question's document (a JSON line) or answer under
     a header goes to stdout as it completes, or, with ``--output``, into FILE at the end."""
     from rlm_cli.batch import header
-    from rlm_cli.output import render
+    from rlm_cli.output import answer
     from rlm_cli.output.documents import answer_text
 
     kept: list[str] = []
@@ -439,7 +439,7 @@ def _batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any,
             body = answer_text(doc, cite) if doc.get("answer") else f"(no answer: {why})\n"
             text = ("\n" if count[0] > 1 else "") + header(result.question) + "\n" + body
         if _output_path is None:
-            render.write_text(text)
+            answer.write_text(text)
         else:
             kept.append(text)
 
@@ -670,7 +670,7 @@ def eval_cmd(
     """Measure answer quality on your own corpus: generated questions with exact answers, run like
     `rlm ask` and scored. Budgets (--timeout, --max-cost...) apply to each question."""
     from rlm_cli.evaluation import cli_run
-    from rlm_cli.output import render
+    from rlm_cli.output import answer, render
 
     _use_color(color)
     settings = _run_settings(
@@ -689,7 +689,7 @@ def eval_cmd(
     if report is not None:
         cli_run.write_atomic(report, markdown)
         ui.info(f"report written to {report}")
-    render.write_json(doc) if json_out else render.write_answer(cli_run.summary_text(doc))
+    answer.write_json(doc) if json_out else answer.write_answer(cli_run.summary_text(doc))
 
 
 def _words(value: str, flag: str) -> list[str]:
@@ -742,12 +742,12 @@ def _paths_and_question(args: list[str], question_file: str | None) -> tuple[lis
 def _deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
     """The document (``--json``) or the answer (with its sources under ``--cite``) to stdout, or
     to ``--output`` atomically."""
-    from rlm_cli.output import render
+    from rlm_cli.output import answer
     from rlm_cli.output.documents import answer_text
 
-    text = render.json_text(doc) if json_out else answer_text(doc, cite)
+    text = answer.json_text(doc) if json_out else answer_text(doc, cite)
     if _output_path is None:
-        render.write_text(text)
+        answer.write_text(text)
         return
     from rlm_cli.output.outfile import write_atomic
 
@@ -774,26 +774,26 @@ app.add_typer(trace_app, name="trace")
 @trace_app.command("list")
 def trace_list(json_out: JsonOpt = False) -> None:
     """List the recorded trajectories, newest first."""
-    from rlm_cli.output import render, trace
+    from rlm_cli.output import answer, render, tables, trace
 
     infos = trace.list_traces()
     if json_out:
-        render.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
+        answer.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
         return
     if not infos:
         render.Renderer().info(f"no trajectories in {trace.traces_dir()}")
         return
-    render.print_trace_list(infos)
+    tables.print_trace_list(infos)
 
 
 @trace_app.command("show")
 def trace_show(ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a "
                                                   ".jsonl path.")]) -> None:
     """Show one trajectory as a tree: iterations, code, outputs, sub-calls, recursion."""
-    from rlm_cli.output import render, trace
+    from rlm_cli.output import trace, trace_view
 
     events = trace.read_trace(trace.find_trace(ref))
-    render.print_trace_tree(events[0], trace.build_tree(events))
+    trace_view.print_trace_tree(events[0], trace.build_tree(events))
 
 
 @trace_app.command("export")
@@ -803,14 +803,14 @@ def trace_export(
     output: Annotated[Path | None, Opt("--output", "-o", help="Where to write (default: ID.html here).")] = None,
 ) -> None:
     """Export one trajectory to share it (HTML)."""
-    from rlm_cli.output import render, trace
+    from rlm_cli.output import render, trace, trace_view
 
     if not html:
         raise UsageError("choose an export format", hint="--html")
     path = trace.find_trace(ref)
     events = trace.read_trace(path)
     out = output or Path(f"{path.stem}.html")
-    page = render.trace_html(events[0], trace.build_tree(events))
+    page = trace_view.trace_html(events[0], trace.build_tree(events))
     try:  # private like the trajectory it comes from (it holds the corpus excerpts the model saw)
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -831,7 +831,7 @@ def replay(
 ) -> None:
     """Re-run a recorded run from its recorded model responses, without calling any provider."""
     from rlm_cli import replay as replay_mod
-    from rlm_cli.output import render, trace
+    from rlm_cli.output import answer, render, trace
 
     started = time.monotonic()
     _use_color(color)
@@ -854,7 +854,7 @@ def replay(
     if not doc["same_answer"]:
         ui.warning("the replayed answer differs from the recorded one")
     ui.summary(doc)
-    render.write_json(doc) if json_out else render.write_answer(r.answer)
+    answer.write_json(doc) if json_out else answer.write_answer(r.answer)
 
 
 config_app = typer.Typer(no_args_is_help=True, help="Show or change settings (config.toml in the user config dir).")
@@ -866,7 +866,7 @@ def config_show(json_out: JsonOpt = False) -> None:
     """Show every setting: its value (secrets redacted) and where it comes from."""
     from rlm_cli import config
     from rlm_cli.models import detect as models
-    from rlm_cli.output import render
+    from rlm_cli.output import answer, render
 
     problems: list[str] = []  # shown after the settings, so a bad entry can be seen in context
     entries = config.config_entries(problems=problems)
@@ -885,12 +885,12 @@ def config_show(json_out: JsonOpt = False) -> None:
             model["source"] = "not set and nothing detected"
     path = config.config_path()
     if json_out:
-        render.write_json({"path": str(path), "exists": path.exists(), "settings": entries,
+        answer.write_json({"path": str(path), "exists": path.exists(), "settings": entries,
                            "problems": list(dict.fromkeys(problems))})
     else:
         lines = [f"# {path}" + ("" if path.exists() else " (not created yet)")]
         lines += [f"{e['key']} = {_show_value(e['value'], e['key'])}  # {e['source']}" for e in entries]
-        render.write_answer("\n".join(lines))
+        answer.write_answer("\n".join(lines))
     if problems:  # after the document (no second one on stdout), like any error: exit 2
         ui = render.Renderer()
         for problem in dict.fromkeys(problems):
@@ -930,19 +930,19 @@ def config_set(
 def config_path_cmd() -> None:
     """Print the config file's path."""
     from rlm_cli import config
-    from rlm_cli.output import render
+    from rlm_cli.output import answer
 
-    render.write_answer(str(config.config_path()))
+    answer.write_answer(str(config.config_path()))
 
 
 @app.command()
 def doctor(json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
     """Report the sandbox level a run would use and what it protects, bwrap, Python, litellm, paths."""
     from rlm_cli import doctor as checkup
-    from rlm_cli.output import render
+    from rlm_cli.output import answer
 
     report = checkup.collect()
-    render.write_json(report) if json_out else render.write_answer("\n".join(checkup.lines(report)))
+    answer.write_json(report) if json_out else answer.write_answer("\n".join(checkup.lines(report)))
 
 
 # -- corpus commands: rlm index, rlm stats, rlm cache -----------------------------------------------
@@ -989,7 +989,7 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
           quiet: QuietOpt = False, color: ColorOpt = "auto", debug: DebugOpt = False) -> None:
     """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
     from rlm_cli.corpus.stats import index_summary
-    from rlm_cli.output import render
+    from rlm_cli.output import answer, render
 
     _use_color(color)
     ui = render.Renderer(quiet=quiet)
@@ -999,7 +999,7 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     where = "not cached (--no-cache)" if corpus.temporary else f"cache: {corpus.bundle_dir}"
     ui.info(f"{corpus.summary()} in {elapsed:.2f} s; {where}")
     if json_out:
-        render.write_json(index_summary(corpus, elapsed))
+        answer.write_json(index_summary(corpus, elapsed))
 
 
 @app.command()
@@ -1011,7 +1011,7 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
           json_out: JsonOpt = False, quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
     """Show files, chunks and tokens by file type and the largest files of PATH... (builds the cache)."""
     from rlm_cli.corpus.stats import corpus_stats
-    from rlm_cli.output import render
+    from rlm_cli.output import answer, render
 
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
@@ -1019,7 +1019,7 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     corpus, _ = _load(paths, options, ui)
     doc = corpus_stats(corpus, top=top)
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
         return
     ui.info(corpus.summary())
     ui.table(f"{doc['files']:,} files, {doc['chunks']:,} chunks, {doc['tokens']:,} tokens by file type",
@@ -1056,11 +1056,11 @@ app.add_typer(cache_app, name="cache")
 def cache_info(json_out: JsonOpt = False) -> None:
     """Show the cache folder, the size of each cache and the cached corpus indexes."""
     from rlm_cli.corpus.cache import cache_info as info
-    from rlm_cli.output import render
+    from rlm_cli.output import answer, render
 
     doc = info()
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
         return
     ui = render.Renderer()
     ui.info(f"cache folder: {doc['path']} ({doc['bytes']:,} bytes)")
@@ -1080,14 +1080,14 @@ def cache_clear(
 ) -> None:
     """Delete the cached corpus indexes (index) and model responses (llm)."""
     from rlm_cli.corpus.cache import cache_clear as clear
-    from rlm_cli.output import render
+    from rlm_cli.output import answer, render
 
     try:
         doc = clear(which)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
     render.Renderer().info("removed " + ", ".join(f"{r['name']}/ ({r['files']:,} files, {r['bytes']:,} bytes)"
                                                    for r in doc["removed"]) + f" from {doc['path']}")
 
@@ -1101,7 +1101,7 @@ app.add_typer(host_app, name="host")
 def host_status(json_out: JsonOpt = False) -> None:
     """List this user's shared model hosts: pid, age, idle time, commands using it, requests served."""
     from rlm_cli.models import host_admin, shared
-    from rlm_cli.output import render
+    from rlm_cli.output import answer, render
 
     hosts = host_admin.running()
     folder = shared.runtime_path()
@@ -1109,7 +1109,7 @@ def host_status(json_out: JsonOpt = False) -> None:
     idle = shared.idle_seconds()
     sharing = "off: RLM_HOST_IDLE=0" if idle <= 0 else f"off: {unsafe}" if unsafe else "on"
     if json_out:
-        render.write_json({"folder": str(folder), "sharing": sharing, "idle_limit_s": idle, "hosts": hosts})
+        answer.write_json({"folder": str(folder), "sharing": sharing, "idle_limit_s": idle, "hosts": hosts})
         return
     ui = render.Renderer()
     ui.info(f"runtime folder {folder}; sharing {sharing}; this shell's {shared.IDLE_ENV}: {idle:g} s")
@@ -1129,11 +1129,11 @@ def host_status(json_out: JsonOpt = False) -> None:
 def host_stop(json_out: JsonOpt = False) -> None:
     """Ask every shared model host of this user to exit (each as soon as no command is using it)."""
     from rlm_cli.models import host_admin
-    from rlm_cli.output import render
+    from rlm_cli.output import answer, render
 
     pids = host_admin.stop_all()
     if json_out:
-        render.write_json({"stopped": pids})
+        answer.write_json({"stopped": pids})
         return
     render.Renderer().info(f"stopping {len(pids)} shared model host(s)" + (f": pid {', '.join(map(str, pids))}"
                                                                            if pids else ""))
@@ -1226,7 +1226,7 @@ def _json_error(message: str, code: int, *, status: str = "error") -> None:
     ``ask`` and ``replay`` documents name their schema (``ask-result.v1``) like a success does."""
     if not _json_errors:
         return
-    from rlm_cli.output.render import json_text, write_text
+    from rlm_cli.output.answer import json_text, write_text
 
     doc: dict[str, Any] = {"status": status, "error": message, "exit_code": int(code), "answer": None}
     if _command() in ("ask", "replay", "chat"):

@@ -35,7 +35,7 @@ Transient events (:data:`TRANSIENT_TYPES`: ``stream``, the root model's reply as
 ``progress``, sub-call, sub-RLM and indexing progress) reach the terminal only: the trajectory
 keeps the whole reply in ``root_call`` and the counts in ``sub_call`` events.
 
-This module reads and writes; it never renders (see ``render.py``).
+This module reads and writes; it never renders (see ``render.py`` and ``trace_view.py``).
 """
 
 from __future__ import annotations
