@@ -25,13 +25,13 @@ from rlm_cli.errors import (
     RLMError,
     UsageError,
 )
-from rlm_cli.loop.history import input_budget, request_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages, text_meta
 from rlm_cli.loop.orchestrator import Orchestrator, RunResult
 from rlm_cli.loop.prompts import direct_prompt
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
+from rlm_cli.models.window import input_budget, request_tokens
 from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
 from rlm_cli.output.trace import PROMPT_HEAD_CHARS, event, request_key
 from rlm_cli.sandbox.launcher import WorkerSpec

@@ -36,13 +36,14 @@ from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.loop import prompts, reply
 from rlm_cli.loop.checks import Candidate, Judge
-from rlm_cli.loop.history import History, Turn, input_budget, output_limit, request_tokens
+from rlm_cli.loop.history import History, Turn, output_limit
 from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
 from rlm_cli.loop.policy import PRESETS, Policy, resolve_policy
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
+from rlm_cli.models.window import input_budget, request_tokens
 from rlm_cli.output.progress import stream_callback
 from rlm_cli.output.trace import event, request_key
 from rlm_cli.sandbox.launcher import ExecResult, Limits, Sandbox, WorkerSpec

@@ -253,8 +253,8 @@ class ModelClient:
         return model in self.router_models()
 
     def reply_cap(self, model: str) -> int:
-        """``max_tokens`` asked of ``model``: :func:`history.reply_tokens` of its input window."""
-        from rlm_cli.loop.history import reply_tokens
+        """``max_tokens`` asked of ``model``: :func:`~rlm_cli.models.window.reply_tokens` of its input window."""
+        from rlm_cli.models.window import reply_tokens
 
         return reply_tokens(self.input_window(model))
 
@@ -517,7 +517,7 @@ class ModelClient:
         return float(answer.cost_usd)
 
 class _Estimate:
-    """A request's input tokens as tiktoken counts them (``history.request_tokens``), counted on
+    """A request's input tokens as tiktoken counts them (``models.window.request_tokens``), counted on
     first use only (a request answered from the cache is never counted)."""
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
@@ -532,7 +532,7 @@ class _Estimate:
     def tokens(self) -> int:
         """The count (tokens, message overheads included)."""
         if self._tokens is None:
-            from rlm_cli.loop.history import request_tokens
+            from rlm_cli.models.window import request_tokens
 
             self._tokens = request_tokens(self.messages)
         return self._tokens
@@ -551,6 +551,6 @@ def _counted_tokens(messages: list[dict[str, Any]], text: str, tin: int, tout: i
     if tin and (tout or not text):
         return tin, tout
     from rlm_cli.corpus.tokens import count_tokens
-    from rlm_cli.loop.history import request_tokens
+    from rlm_cli.models.window import request_tokens
 
     return tin or request_tokens(messages), tout or (count_tokens(text) if text else 0)
