@@ -588,13 +588,13 @@ def mcp(
     """Serve the corpus at PATH... to coding agents and editors over the Model Context Protocol (stdio):
     tools ask, search, grep and corpus_info over one warm session. Needs the mcp extra:
     pip install 'rlm-cli\\[mcp]'."""
-    from rlm_cli.mcp import service
+    from rlm_cli.mcp import protocol, server
     from rlm_cli.output import render
 
     host = _start_host()
     try:
         _use_color(color)
-        service.require_sdk()
+        protocol.require_sdk()
         settings = _run_settings(
             model=model, sub_model=sub_model, api_base=api_base, api_key=api_key, max_iterations=max_iterations,
             max_depth=max_depth, sandbox=sandbox, mode=mode, direct_max_tokens=direct_max_tokens,
@@ -604,8 +604,8 @@ def mcp(
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                    chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
-        code = service.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
-                             debug=_debug)
+        code = server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
+                            debug=_debug)
     finally:
         host.close()
     if code:
