@@ -33,10 +33,8 @@ from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.window import input_budget, request_tokens
 from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
-from rlm_cli.output.trace import PROMPT_HEAD_CHARS, event, request_key
+from rlm_cli.output.trace import PROMPT_HEAD_CHARS, Emit, event, request_key
 from rlm_cli.sandbox.launcher import WorkerSpec
-
-Emit = Callable[[dict[str, Any]], None]
 
 NO_MODEL_HINT = ("set one with --model (e.g. --model openai/gpt-5-mini), the RLM_MODEL environment variable, "
                  "or `rlm config set model MODEL`")

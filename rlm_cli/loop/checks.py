@@ -35,8 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlm_cli.loop import prompts, reply
-
-Emit = Callable[[dict[str, Any]], None]
+from rlm_cli.output.trace import Emit
 
 ACCEPT_ACTION, SEND_BACK, REWRITE = "accept", "send_back", "rewrite"
 

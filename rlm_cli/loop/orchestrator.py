@@ -28,7 +28,6 @@ import ast
 import hashlib
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,10 +44,8 @@ from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.window import input_budget, request_tokens
 from rlm_cli.output.progress import stream_callback
-from rlm_cli.output.trace import event, request_key
+from rlm_cli.output.trace import Emit, event, request_key
 from rlm_cli.sandbox.launcher import ExecResult, Limits, Sandbox, WorkerSpec
-
-Emit = Callable[[dict[str, Any]], None]
 
 _FINISHERS = ("FINAL", "FINAL_VAR")
 #: Seconds ``leads(question)`` may take before the first root call (it takes well under one

@@ -3,8 +3,8 @@ the trajectory files, and the viewers of both.
 
 Written by the core (standard library only, never rich, never printing):
 
-* ``trace``: trajectory events (:func:`~rlm_cli.output.trace.event`), their JSONL files and
-  reading them back as a list or a tree.
+* ``trace``: trajectory events (:func:`~rlm_cli.output.trace.event`, the ``Emit`` callback type),
+  their JSONL files and reading them back as a list or a tree.
 * ``progress``: transient ``stream`` and ``progress`` events (streamed replies, sub-call batches,
   corpus indexing).
 * ``sources``: what a run looked at and which ranges its answer cites.
