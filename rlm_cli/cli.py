@@ -99,10 +99,10 @@ def _use_color(color: str) -> None:
     Raises:
         UsageError: not auto, always or never.
     """
-    from rlm_cli import render
+    from rlm_cli.output import render, style
 
     try:
-        render.display_style(color)
+        style.display_style(color)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     render.default_color = color
@@ -245,7 +245,7 @@ def ask(
 ) -> None:
     """Answer QUESTION about the corpus at PATH... (the last argument is the question, unless -q,
     --questions or --question-file give it)."""
-    from rlm_cli import render
+    from rlm_cli.output import render
 
     global _output_path
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
@@ -253,7 +253,7 @@ def ask(
     try:
         _use_color(color)
         if output is not None:
-            from rlm_cli.outfile import check_writable
+            from rlm_cli.output.outfile import check_writable
 
             _output_path = check_writable(output)
         multi = bool(question) or questions is not None
@@ -353,7 +353,7 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
              started: float, verbose: bool) -> None:
     """One question, answered as ``rlm ask`` always has (one document or the answer)."""
     from rlm_cli import runner
-    from rlm_cli.documents import outcome_document
+    from rlm_cli.output.documents import outcome_document
 
     stdin_bytes = _stdin_corpus(paths)
     if verbose:
@@ -417,9 +417,9 @@ def _question_events(question: Any, ui: Any, jobs: int) -> Any:
 def _batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any, Any]:
     """``(write(doc, result), finish())``: each question's document (a JSON line) or answer under
     a header goes to stdout as it completes, or, with ``--output``, into FILE at the end."""
-    from rlm_cli import render
     from rlm_cli.batch import header
-    from rlm_cli.documents import answer_text
+    from rlm_cli.output import answer
+    from rlm_cli.output.documents import answer_text
 
     kept: list[str] = []
     count = [0]
@@ -439,13 +439,13 @@ def _batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any,
             body = answer_text(doc, cite) if doc.get("answer") else f"(no answer: {why})\n"
             text = ("\n" if count[0] > 1 else "") + header(result.question) + "\n" + body
         if _output_path is None:
-            render.write_text(text)
+            answer.write_text(text)
         else:
             kept.append(text)
 
     def finish() -> None:
         if _output_path is not None:
-            from rlm_cli.outfile import write_atomic
+            from rlm_cli.output.outfile import write_atomic
 
             write_atomic(_output_path, "".join(kept))
             ui.info(f"wrote {_output_path}")
@@ -504,8 +504,8 @@ def chat(
 ) -> None:
     """Ask questions one after another about the corpus at PATH...: one loaded corpus, one REPL whose
     variables are kept, follow-up questions understood. /help lists the commands; Ctrl-D ends it."""
-    from rlm_cli import render
     from rlm_cli.chat import Chat, cost_text
+    from rlm_cli.output import render
     from rlm_cli.session import INTERRUPT_GRACE_S, Session
 
     host = _start_host()
@@ -588,12 +588,13 @@ def mcp(
     """Serve the corpus at PATH... to coding agents and editors over the Model Context Protocol (stdio):
     tools ask, search, grep and corpus_info over one warm session. Needs the mcp extra:
     pip install 'rlm-cli\\[mcp]'."""
-    from rlm_cli import mcp_server, render
+    from rlm_cli.mcp import protocol, server
+    from rlm_cli.output import render
 
     host = _start_host()
     try:
         _use_color(color)
-        mcp_server.require_sdk()
+        protocol.require_sdk()
         settings = _run_settings(
             model=model, sub_model=sub_model, api_base=api_base, api_key=api_key, max_iterations=max_iterations,
             max_depth=max_depth, sandbox=sandbox, mode=mode, direct_max_tokens=direct_max_tokens,
@@ -603,8 +604,8 @@ def mcp(
             router_config=router_config, no_llm_cache=no_llm_cache, leads=leads, policy=policy, temperature=temperature,
             corpus=_corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
                                    chunk_tokens, decode=(decode_timeout, decode_memory), follow=follow))
-        code = mcp_server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
-                                debug=_debug)
+        code = server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
+                            debug=_debug)
     finally:
         host.close()
     if code:
@@ -668,8 +669,8 @@ def eval_cmd(
 ) -> None:
     """Measure answer quality on your own corpus: generated questions with exact answers, run like
     `rlm ask` and scored. Budgets (--timeout, --max-cost...) apply to each question."""
-    from rlm_cli import render
     from rlm_cli.evaluation import cli_run
+    from rlm_cli.output import answer, render
 
     _use_color(color)
     settings = _run_settings(
@@ -688,7 +689,7 @@ def eval_cmd(
     if report is not None:
         cli_run.write_atomic(report, markdown)
         ui.info(f"report written to {report}")
-    render.write_json(doc) if json_out else render.write_answer(cli_run.summary_text(doc))
+    answer.write_json(doc) if json_out else answer.write_answer(cli_run.summary_text(doc))
 
 
 def _words(value: str, flag: str) -> list[str]:
@@ -741,14 +742,14 @@ def _paths_and_question(args: list[str], question_file: str | None) -> tuple[lis
 def _deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
     """The document (``--json``) or the answer (with its sources under ``--cite``) to stdout, or
     to ``--output`` atomically."""
-    from rlm_cli import render
-    from rlm_cli.documents import answer_text
+    from rlm_cli.output import answer
+    from rlm_cli.output.documents import answer_text
 
-    text = render.json_text(doc) if json_out else answer_text(doc, cite)
+    text = answer.json_text(doc) if json_out else answer_text(doc, cite)
     if _output_path is None:
-        render.write_text(text)
+        answer.write_text(text)
         return
-    from rlm_cli.outfile import write_atomic
+    from rlm_cli.output.outfile import write_atomic
 
     write_atomic(_output_path, text)
     ui.info(f"wrote {_output_path}")
@@ -756,7 +757,7 @@ def _deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
 
 def _emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any, elapsed: float, *,
                   cite: bool = False) -> None:
-    from rlm_cli.documents import partial_document
+    from rlm_cli.output.documents import partial_document
 
     doc = partial_document(exc, settings.sandbox, elapsed)
     ui.summary(doc)
@@ -773,26 +774,26 @@ app.add_typer(trace_app, name="trace")
 @trace_app.command("list")
 def trace_list(json_out: JsonOpt = False) -> None:
     """List the recorded trajectories, newest first."""
-    from rlm_cli import render, trace
+    from rlm_cli.output import answer, render, tables, trace
 
     infos = trace.list_traces()
     if json_out:
-        render.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
+        answer.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
         return
     if not infos:
         render.Renderer().info(f"no trajectories in {trace.traces_dir()}")
         return
-    render.print_trace_list(infos)
+    tables.print_trace_list(infos)
 
 
 @trace_app.command("show")
 def trace_show(ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a "
                                                   ".jsonl path.")]) -> None:
     """Show one trajectory as a tree: iterations, code, outputs, sub-calls, recursion."""
-    from rlm_cli import render, trace
+    from rlm_cli.output import trace, trace_view
 
     events = trace.read_trace(trace.find_trace(ref))
-    render.print_trace_tree(events[0], trace.build_tree(events))
+    trace_view.print_trace_tree(events[0], trace.build_tree(events))
 
 
 @trace_app.command("export")
@@ -802,14 +803,14 @@ def trace_export(
     output: Annotated[Path | None, Opt("--output", "-o", help="Where to write (default: ID.html here).")] = None,
 ) -> None:
     """Export one trajectory to share it (HTML)."""
-    from rlm_cli import render, trace
+    from rlm_cli.output import render, trace, trace_view
 
     if not html:
         raise UsageError("choose an export format", hint="--html")
     path = trace.find_trace(ref)
     events = trace.read_trace(path)
     out = output or Path(f"{path.stem}.html")
-    page = render.trace_html(events[0], trace.build_tree(events))
+    page = trace_view.trace_html(events[0], trace.build_tree(events))
     try:  # private like the trajectory it comes from (it holds the corpus excerpts the model saw)
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -829,8 +830,8 @@ def replay(
     debug: DebugOpt = False,
 ) -> None:
     """Re-run a recorded run from its recorded model responses, without calling any provider."""
-    from rlm_cli import render, trace
     from rlm_cli import replay as replay_mod
+    from rlm_cli.output import answer, render, trace
 
     started = time.monotonic()
     _use_color(color)
@@ -844,7 +845,7 @@ def replay(
         raise
     finally:
         ui.close()
-    from rlm_cli.documents import outcome_document
+    from rlm_cli.output.documents import outcome_document
 
     r = outcome.result
     doc = outcome_document(outcome, round(time.monotonic() - started, 3))
@@ -853,7 +854,7 @@ def replay(
     if not doc["same_answer"]:
         ui.warning("the replayed answer differs from the recorded one")
     ui.summary(doc)
-    render.write_json(doc) if json_out else render.write_answer(r.answer)
+    answer.write_json(doc) if json_out else answer.write_answer(r.answer)
 
 
 config_app = typer.Typer(no_args_is_help=True, help="Show or change settings (config.toml in the user config dir).")
@@ -863,8 +864,9 @@ app.add_typer(config_app, name="config")
 @config_app.command("show")
 def config_show(json_out: JsonOpt = False) -> None:
     """Show every setting: its value (secrets redacted) and where it comes from."""
-    from rlm_cli import config, render
+    from rlm_cli import config
     from rlm_cli.models import detect as models
+    from rlm_cli.output import answer, render
 
     problems: list[str] = []  # shown after the settings, so a bad entry can be seen in context
     entries = config.config_entries(problems=problems)
@@ -883,12 +885,12 @@ def config_show(json_out: JsonOpt = False) -> None:
             model["source"] = "not set and nothing detected"
     path = config.config_path()
     if json_out:
-        render.write_json({"path": str(path), "exists": path.exists(), "settings": entries,
+        answer.write_json({"path": str(path), "exists": path.exists(), "settings": entries,
                            "problems": list(dict.fromkeys(problems))})
     else:
         lines = [f"# {path}" + ("" if path.exists() else " (not created yet)")]
         lines += [f"{e['key']} = {_show_value(e['value'], e['key'])}  # {e['source']}" for e in entries]
-        render.write_answer("\n".join(lines))
+        answer.write_answer("\n".join(lines))
     if problems:  # after the document (no second one on stdout), like any error: exit 2
         ui = render.Renderer()
         for problem in dict.fromkeys(problems):
@@ -916,7 +918,8 @@ def config_set(
     value: Annotated[str, typer.Argument(help="New value; 'none' removes the setting from the file.")],
 ) -> None:
     """Store a setting in the config file (created with mode 0600)."""
-    from rlm_cli import config, render
+    from rlm_cli import config
+    from rlm_cli.output import render
 
     name, typed, path = config.set_config_value(key, value)
     shown = config.redact_secret(str(typed)) if name in config.SECRET_KEYS and typed is not None else typed
@@ -926,19 +929,20 @@ def config_set(
 @config_app.command("path")
 def config_path_cmd() -> None:
     """Print the config file's path."""
-    from rlm_cli import config, render
+    from rlm_cli import config
+    from rlm_cli.output import answer
 
-    render.write_answer(str(config.config_path()))
+    answer.write_answer(str(config.config_path()))
 
 
 @app.command()
 def doctor(json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
     """Report the sandbox level a run would use and what it protects, bwrap, Python, litellm, paths."""
     from rlm_cli import doctor as checkup
-    from rlm_cli import render
+    from rlm_cli.output import answer
 
     report = checkup.collect()
-    render.write_json(report) if json_out else render.write_answer("\n".join(checkup.lines(report)))
+    answer.write_json(report) if json_out else answer.write_answer("\n".join(checkup.lines(report)))
 
 
 # -- corpus commands: rlm index, rlm stats, rlm cache -----------------------------------------------
@@ -965,7 +969,7 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
     import time
 
     from rlm_cli.corpus import load_corpus
-    from rlm_cli.progress import index_callback
+    from rlm_cli.output.progress import index_callback
 
     if "-" in paths:
         raise UsageError("'-' (stdin) is not cached; give files or folders")
@@ -984,8 +988,8 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
           decode_timeout: DecodeTimeoutOpt = None, decode_memory: DecodeMemoryOpt = None, no_cache: NoCacheOpt = False, chunk_tokens: ChunkOpt = None, json_out: JsonOpt = False,
           quiet: QuietOpt = False, color: ColorOpt = "auto", debug: DebugOpt = False) -> None:
     """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
-    from rlm_cli import render
     from rlm_cli.corpus.stats import index_summary
+    from rlm_cli.output import answer, render
 
     _use_color(color)
     ui = render.Renderer(quiet=quiet)
@@ -995,7 +999,7 @@ def index(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     where = "not cached (--no-cache)" if corpus.temporary else f"cache: {corpus.bundle_dir}"
     ui.info(f"{corpus.summary()} in {elapsed:.2f} s; {where}")
     if json_out:
-        render.write_json(index_summary(corpus, elapsed))
+        answer.write_json(index_summary(corpus, elapsed))
 
 
 @app.command()
@@ -1006,8 +1010,8 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
           top: Annotated[int, Opt("--top", min=0, help="How many of the largest files to list.")] = 10,
           json_out: JsonOpt = False, quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
     """Show files, chunks and tokens by file type and the largest files of PATH... (builds the cache)."""
-    from rlm_cli import render
     from rlm_cli.corpus.stats import corpus_stats
+    from rlm_cli.output import answer, render
 
     ui = render.Renderer(quiet=quiet)
     options = _corpus_options(include, exclude, hidden, no_ignore, max_file_size, truncate_large, no_cache,
@@ -1015,7 +1019,7 @@ def stats(paths: PathsArg, include: IncludeOpt = None, exclude: ExcludeOpt = Non
     corpus, _ = _load(paths, options, ui)
     doc = corpus_stats(corpus, top=top)
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
         return
     ui.info(corpus.summary())
     ui.table(f"{doc['files']:,} files, {doc['chunks']:,} chunks, {doc['tokens']:,} tokens by file type",
@@ -1051,12 +1055,12 @@ app.add_typer(cache_app, name="cache")
 @cache_app.command("info")
 def cache_info(json_out: JsonOpt = False) -> None:
     """Show the cache folder, the size of each cache and the cached corpus indexes."""
-    from rlm_cli import render
     from rlm_cli.corpus.cache import cache_info as info
+    from rlm_cli.output import answer, render
 
     doc = info()
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
         return
     ui = render.Renderer()
     ui.info(f"cache folder: {doc['path']} ({doc['bytes']:,} bytes)")
@@ -1075,15 +1079,15 @@ def cache_clear(
     json_out: JsonOpt = False,
 ) -> None:
     """Delete the cached corpus indexes (index) and model responses (llm)."""
-    from rlm_cli import render
     from rlm_cli.corpus.cache import cache_clear as clear
+    from rlm_cli.output import answer, render
 
     try:
         doc = clear(which)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
     render.Renderer().info("removed " + ", ".join(f"{r['name']}/ ({r['files']:,} files, {r['bytes']:,} bytes)"
                                                    for r in doc["removed"]) + f" from {doc['path']}")
 
@@ -1096,8 +1100,8 @@ app.add_typer(host_app, name="host")
 @host_app.command("status")
 def host_status(json_out: JsonOpt = False) -> None:
     """List this user's shared model hosts: pid, age, idle time, commands using it, requests served."""
-    from rlm_cli import render
     from rlm_cli.models import host_admin, shared
+    from rlm_cli.output import answer, render
 
     hosts = host_admin.running()
     folder = shared.runtime_path()
@@ -1105,7 +1109,7 @@ def host_status(json_out: JsonOpt = False) -> None:
     idle = shared.idle_seconds()
     sharing = "off: RLM_HOST_IDLE=0" if idle <= 0 else f"off: {unsafe}" if unsafe else "on"
     if json_out:
-        render.write_json({"folder": str(folder), "sharing": sharing, "idle_limit_s": idle, "hosts": hosts})
+        answer.write_json({"folder": str(folder), "sharing": sharing, "idle_limit_s": idle, "hosts": hosts})
         return
     ui = render.Renderer()
     ui.info(f"runtime folder {folder}; sharing {sharing}; this shell's {shared.IDLE_ENV}: {idle:g} s")
@@ -1124,12 +1128,12 @@ def host_status(json_out: JsonOpt = False) -> None:
 @host_app.command("stop")
 def host_stop(json_out: JsonOpt = False) -> None:
     """Ask every shared model host of this user to exit (each as soon as no command is using it)."""
-    from rlm_cli import render
     from rlm_cli.models import host_admin
+    from rlm_cli.output import answer, render
 
     pids = host_admin.stop_all()
     if json_out:
-        render.write_json({"stopped": pids})
+        answer.write_json({"stopped": pids})
         return
     render.Renderer().info(f"stopping {len(pids)} shared model host(s)" + (f": pid {', '.join(map(str, pids))}"
                                                                            if pids else ""))
@@ -1222,14 +1226,14 @@ def _json_error(message: str, code: int, *, status: str = "error") -> None:
     ``ask`` and ``replay`` documents name their schema (``ask-result.v1``) like a success does."""
     if not _json_errors:
         return
-    from rlm_cli.render import json_text, write_text
+    from rlm_cli.output.answer import json_text, write_text
 
     doc: dict[str, Any] = {"status": status, "error": message, "exit_code": int(code), "answer": None}
     if _command() in ("ask", "replay", "chat"):
         doc = {"schema": ASK_SCHEMA, **doc}
     text = json.dumps(doc, ensure_ascii=False, default=str) + "\n" if _json_lines else json_text(doc)
     if _output_path is not None:
-        from rlm_cli.outfile import write_atomic
+        from rlm_cli.output.outfile import write_atomic
 
         try:
             write_atomic(_output_path, text)
@@ -1284,7 +1288,7 @@ def _fail(exc: BaseException | None, code: int, message: str) -> None:
     if code == ExitCode.INTERRUPTED:
         sys.stderr.write("\nrlm: interrupted\n")
     else:
-        from rlm_cli.render import Renderer
+        from rlm_cli.output.render import Renderer
 
         Renderer().error(message)
     sys.stderr.flush()

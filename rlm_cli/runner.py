@@ -2,7 +2,7 @@
 
 Kept apart from ``cli.py`` so the command functions stay thin and the core can be driven from
 tests or other programs: ``ask(settings, paths, question, emit=...)`` returns an
-:class:`AskOutcome` or raises an ``RLMError``. Every run writes a trajectory (``rlm_cli.trace``)
+:class:`AskOutcome` or raises an ``RLMError``. Every run writes a trajectory (``rlm_cli.output.trace``)
 unless ``record=False``.
 """
 
@@ -25,18 +25,16 @@ from rlm_cli.errors import (
     RLMError,
     UsageError,
 )
-from rlm_cli.history import input_budget, request_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages, text_meta
 from rlm_cli.loop.orchestrator import Orchestrator, RunResult
 from rlm_cli.loop.prompts import direct_prompt
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
+from rlm_cli.models.window import input_budget, request_tokens
+from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
+from rlm_cli.output.trace import PROMPT_HEAD_CHARS, Emit, event, request_key
 from rlm_cli.sandbox.launcher import WorkerSpec
-from rlm_cli.sources import SourceCollector, build_sources, direct_rows
-from rlm_cli.trace import PROMPT_HEAD_CHARS, event, request_key
-
-Emit = Callable[[dict[str, Any]], None]
 
 NO_MODEL_HINT = ("set one with --model (e.g. --model openai/gpt-5-mini), the RLM_MODEL environment variable, "
                  "or `rlm config set model MODEL`")
@@ -53,7 +51,7 @@ class AskOutcome:
     sandbox: str
     run_id: str = ""
     trace_path: Path | None = None
-    #: What the run looked at (``rlm_cli.sources``) and how many ranges were left out of the list.
+    #: What the run looked at (``rlm_cli.output.sources``) and how many ranges were left out of the list.
     sources: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     sources_omitted: int = 0
 
@@ -181,7 +179,7 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
 
 
 def _sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str) -> tuple[list[dict[str, Any]], int]:
-    """The run's ``sources`` and how many were left out (see ``rlm_cli.sources``)."""
+    """The run's ``sources`` and how many were left out (see ``rlm_cli.output.sources``)."""
     files = [(f.path, f.lines) for f in corpus.files]
     rows = direct_rows(files) if mode == "direct" else collector.rows
     return build_sources(rows, answer, files)

@@ -35,7 +35,6 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +60,10 @@ from rlm_cli.models.detect import ensure_model
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.usage import CallRecord, Usage
+from rlm_cli.output.progress import Progress, index_callback
+from rlm_cli.output.sources import SourceCollector
+from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id, traces_dir
 from rlm_cli.phases import PhaseTagger
-from rlm_cli.progress import Progress, index_callback
 from rlm_cli.runner import (
     AskOutcome,
     _attach,
@@ -79,10 +80,6 @@ from rlm_cli.runner import (
 )
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, resolve_level, run_notes
 from rlm_cli.sandbox.memory import check_workers_fit
-from rlm_cli.sources import SourceCollector
-from rlm_cli.trace import TraceSink, TraceWriter, event, new_run_id, traces_dir
-
-Emit = Callable[[dict[str, Any]], None]
 
 #: Seconds a Ctrl-C in ``rlm chat`` gives the running code block to stop before the worker is
 #: restarted (losing its variables).

@@ -927,7 +927,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 #: ``on_progress(files_done, files_total, bytes_done, bytes_total)``: called after each file of a
-#: build (bytes are sizes on disk); ``rlm_cli.progress.index_callback`` makes events of it.
+#: build (bytes are sizes on disk); ``rlm_cli.output.progress.index_callback`` makes events of it.
 OnProgress = Callable[[int, int, int, int], None]
 
 

@@ -7,6 +7,7 @@
   interface and a per-run limit.
 * ``reply``: reading a reply (blocks, claimed output, FINAL lines, prose answers).
 * ``prompts``: the text the root model reads (pure functions).
+* ``history``: the root model's conversation, fitted to its input window on every request.
 
-Nothing here prints; events go through an ``emit`` callback (``rlm_cli.trace``).
+Nothing here prints; events go through an ``emit`` callback (``rlm_cli.output.trace``).
 """

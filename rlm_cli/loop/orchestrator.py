@@ -1,7 +1,7 @@
 """The RLM loop: root model turns, code blocks run in the REPL worker, FINAL ends it.
 
 The orchestrator never prints; it reports everything through ``emit`` (trajectory events, see
-``rlm_cli.trace``). Each turn is: plan the reply (``rlm_cli.loop.reply``: its blocks, and under
+``rlm_cli.output.trace``). Each turn is: plan the reply (``rlm_cli.loop.reply``: its blocks, and under
 ``guided`` where text claims their output), run its blocks, ask the policy's checks about any
 answer (``rlm_cli.loop.checks``), record the turn. Which rules apply is the run's policy
 (``rlm_cli.loop.policy``); these hold under every policy:
@@ -28,26 +28,24 @@ import ast
 import hashlib
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
-from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
 from rlm_cli.loop import prompts, reply
 from rlm_cli.loop.checks import Candidate, Judge
+from rlm_cli.loop.history import History, Turn, output_limit
 from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
 from rlm_cli.loop.policy import PRESETS, Policy, resolve_policy
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
-from rlm_cli.progress import stream_callback
+from rlm_cli.models.window import input_budget, request_tokens
+from rlm_cli.output.progress import stream_callback
+from rlm_cli.output.trace import Emit, event, request_key
 from rlm_cli.sandbox.launcher import ExecResult, Limits, Sandbox, WorkerSpec
-from rlm_cli.trace import event, request_key
-
-Emit = Callable[[dict[str, Any]], None]
 
 _FINISHERS = ("FINAL", "FINAL_VAR")
 #: Seconds ``leads(question)`` may take before the first root call (it takes well under one

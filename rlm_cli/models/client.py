@@ -27,7 +27,7 @@ Policy, all enforced here in the parent process (the worker can neither see nor 
   like a timeout); a reply over ``backend.MAX_REPLY_CHARS`` is cut there, said once.
 * **Windows**: a sub-call prompt larger than the sub-model's input window is refused before
   sending (:class:`PromptTooLargeError`).
-* **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.llm_cache.LLMCache`.
+* **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.models.llm_cache.LLMCache`.
   The n-th identical request of a run is keyed apart from the first, so asking the same prompt
   twice in a run still gets two samples, and a rerun replays both.
 * **Streaming**: a call given ``on_delta`` (root calls) asks the provider to stream
@@ -52,7 +52,6 @@ from typing import Any
 
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, ProviderError, RLMError
-from rlm_cli.llm_cache import LLMCache
 from rlm_cli.models.backend import MAX_REPLY_CHARS, Answer, Backend, LocalBackend
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.detect import DEFAULT_WINDOW
@@ -69,6 +68,7 @@ from rlm_cli.models.failures import (
     short_error,
 )
 from rlm_cli.models.limiter import AdaptiveLimiter
+from rlm_cli.models.llm_cache import LLMCache
 from rlm_cli.models.usage import CallRecord, Usage
 
 #: First backoff (seconds); doubled per retry, with jitter, up to :data:`MAX_BACKOFF_S`.
@@ -253,8 +253,8 @@ class ModelClient:
         return model in self.router_models()
 
     def reply_cap(self, model: str) -> int:
-        """``max_tokens`` asked of ``model``: :func:`history.reply_tokens` of its input window."""
-        from rlm_cli.history import reply_tokens
+        """``max_tokens`` asked of ``model``: :func:`~rlm_cli.models.window.reply_tokens` of its input window."""
+        from rlm_cli.models.window import reply_tokens
 
         return reply_tokens(self.input_window(model))
 
@@ -517,7 +517,7 @@ class ModelClient:
         return float(answer.cost_usd)
 
 class _Estimate:
-    """A request's input tokens as tiktoken counts them (``history.request_tokens``), counted on
+    """A request's input tokens as tiktoken counts them (``models.window.request_tokens``), counted on
     first use only (a request answered from the cache is never counted)."""
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
@@ -532,7 +532,7 @@ class _Estimate:
     def tokens(self) -> int:
         """The count (tokens, message overheads included)."""
         if self._tokens is None:
-            from rlm_cli.history import request_tokens
+            from rlm_cli.models.window import request_tokens
 
             self._tokens = request_tokens(self.messages)
         return self._tokens
@@ -551,6 +551,6 @@ def _counted_tokens(messages: list[dict[str, Any]], text: str, tin: int, tout: i
     if tin and (tout or not text):
         return tin, tout
     from rlm_cli.corpus.tokens import count_tokens
-    from rlm_cli.history import request_tokens
+    from rlm_cli.models.window import request_tokens
 
     return tin or request_tokens(messages), tout or (count_tokens(text) if text else 0)

@@ -13,7 +13,7 @@ it can report two things with the block's result:
   (1-based, inclusive): ``read_file`` ranges; ``grep`` hits whose line the block printed;
   ``printed`` slices of ``context`` (a chunk, a window) found in the block's output; and
   ``sub_call`` / ``rlm_query`` slices of ``context`` found in the prompts and contexts sent to
-  sub-calls and sub-RLMs. The parent merges them into the run's ``sources`` (``rlm_cli.sources``).
+  sub-calls and sub-RLMs. The parent merges them into the run's ``sources`` (``rlm_cli.output.sources``).
 
 Finding slices of ``context`` in a text (a prompt, the output) uses a line index: every line of
 ``context`` with at least :data:`MIN_LINE_CHARS` characters, keyed by the high 32 bits of its hash

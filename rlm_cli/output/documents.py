@@ -65,7 +65,7 @@ def error_document(message: str, code: int, *, status: str = "error") -> dict[st
 def answer_text(doc: dict[str, Any], cite: bool = False) -> str:
     """The plain answer of a document, newline-terminated; with ``cite`` a ``Sources:`` list of
     the ranges it rests on follows (``sources.cite_lines``)."""
-    from rlm_cli.sources import cite_lines
+    from rlm_cli.output.sources import cite_lines
 
     answer = doc.get("answer") or ""
     text = answer if answer.endswith("\n") else answer + "\n"
