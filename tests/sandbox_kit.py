@@ -39,10 +39,10 @@ def all_levels() -> list[object]:
 def expect_protected(level: str, name: str) -> None:
     """Skip (never pass) an attack on ``name`` (a ``launcher.protections`` name: ``network``,
     ``files``, ``signals``, ``abstract_unix_sockets``, ``unix_socket_paths``) where ``level`` does
-    not protect it on this machine, as the README's table says; otherwise the attack must fail."""
+    not protect it on this machine, as the table in docs/sandbox.md says; otherwise the attack must fail."""
     for p in protections(level):
         if p.name == name and not p.present:
-            pytest.skip(f"{level} does not protect {name.replace('_', ' ')} here: {p.detail} (the README's table)")
+            pytest.skip(f"{level} does not protect {name.replace('_', ' ')} here: {p.detail} (the table in docs/sandbox.md)")
 
 
 @contextmanager

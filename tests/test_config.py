@@ -190,7 +190,7 @@ def test_keys_never_reach_the_worker_the_model_the_trajectory_or_the_output(tmp_
     config.set_config_value("api_key", file_key)
     (tmp_path / "a.txt").write_text("hello\n")
     # Under bwrap, and at the process level confined by Landlock, the parent's /proc entries are out
-    # of reach too; a process level without Landlock can read them (the README says so), so only the
+    # of reach too; a process level without Landlock can read them (docs/sandbox.md says so), so only the
     # worker's own environment is checked there.
     level = resolve_level("auto")[0]
     confined = level == "bwrap" or any(p.name == "files" and p.present for p in protections(level))

@@ -5,7 +5,7 @@ for speed; a few through ``rlm ask`` with FakeLLM) and asserts the attack FAILS,
 this machine has (``bwrap`` and ``process``). Where a level does not protect something here (the
 ``process`` level on a kernel without Landlock or seccomp, as ``rlm doctor`` reports), the attack
 is skipped with the reason, never passed. CI runs this file twice: with bubblewrap, and with it
-hidden from rlm (the fresh-machine default, ``auto`` = ``process``). The README's Sandbox table
+hidden from rlm (the fresh-machine default, ``auto`` = ``process``). The table in docs/sandbox.md
 states what these tests prove.
 """
 
@@ -63,7 +63,7 @@ def keys_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _skip_process_unless_root(level: str) -> None:
     if level == "process" and not IS_ROOT:
-        pytest.skip("process level as a non-root user: the worker runs as you (see the README)")
+        pytest.skip("process level as a non-root user: the worker runs as you (see docs/sandbox.md)")
 
 
 def _as_nobody(argv: list[str]) -> list[str]:

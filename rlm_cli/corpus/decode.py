@@ -22,7 +22,7 @@ started by the launcher's own code (``launcher.Sandbox``'s command, environment,
 and stray reaping), and is given its limits: ``RLIMIT_AS`` of ``--decode-memory``, no network,
 no file to read but the one it is handed (an open descriptor), none to write. One child serves
 every document of a build in turn (one process start per build and per reader process, not per
-file: see the README's figures); it is stopped at the end of ``load_corpus`` and dies with rlm.
+file: see the figures in docs/usage.md); it is stopped at the end of ``load_corpus`` and dies with rlm.
 
 A document that outlives ``--decode-timeout`` (the child is killed), exhausts ``--decode-memory``
 or crashes the child is skipped with the reason ``decode timeout``, ``decode memory`` or
