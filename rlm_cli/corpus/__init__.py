@@ -4,6 +4,7 @@ Nothing in this package calls a model. ``load_corpus`` is the entry point the CL
 """
 
 from rlm_cli.corpus.loader import LoadReport, SourceFile, discover
-from rlm_cli.corpus.store import Chunk, Corpus, FileEntry, load_corpus
+from rlm_cli.corpus.model import Chunk, Corpus, FileEntry
+from rlm_cli.corpus.store import load_corpus
 
 __all__ = ["Chunk", "Corpus", "FileEntry", "LoadReport", "SourceFile", "discover", "load_corpus"]
