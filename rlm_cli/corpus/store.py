@@ -45,9 +45,10 @@ from rlm_cli.corpus.bundle import (
     write_index,
 )
 from rlm_cli.corpus.cleanup import collect_garbage, remove_old_versions
-from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, discover, read_source
+from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, read_source
 from rlm_cli.corpus.model import Corpus, sha1_hex
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING
+from rlm_cli.corpus.walk import discover
 from rlm_cli.errors import BudgetExceededError, EmptyCorpusError
 
 STDIN_NAME = "<stdin>"
@@ -66,7 +67,7 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
     file of a (re)build is reported to ``on_progress`` (a cache hit reads no file and reports none).
 
     ``deadline`` (a ``time.monotonic()`` value: ``--timeout``) bounds the walk (every entry, and
-    each ignore file's matching: ``loader.discover``) and the reading (every file).
+    each ignore file's matching: ``walk.discover``) and the reading (every file).
 
     Raises:
         UsageError: a path does not exist; an ignore file's patterns take too long to match.
