@@ -27,8 +27,9 @@ from rlm_cli.errors import (
 )
 from rlm_cli.history import input_budget, request_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages, text_meta
-from rlm_cli.loop.orchestrator import Orchestrator, RunResult
+from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.prompts import direct_prompt
+from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler

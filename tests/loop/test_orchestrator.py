@@ -10,7 +10,7 @@ import pytest
 
 from rlm_cli.errors import MaxIterationsError
 from rlm_cli.history import request_tokens
-from rlm_cli.loop.orchestrator import only_finishes
+from rlm_cli.loop.answers import only_finishes
 from rlm_cli.loop.prompts import (
     FINAL_WITH_UNSEEN_CODE,
     FIRST_TURN_FINAL,
