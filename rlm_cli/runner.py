@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlm_cli.config import CHOICES, Settings
+from rlm_cli.config import Settings
+from rlm_cli.config_keys import CHOICES
 from rlm_cli.corpus import Corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
