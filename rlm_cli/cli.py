@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from rlm_cli import __version__
-from rlm_cli.config import parse_size
+from rlm_cli.config_keys import parse_size
 from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError, UsageError
 
 app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -901,7 +901,7 @@ def config_show(json_out: JsonOpt = False) -> None:
 
 def _show_value(value: Any, key: str = "") -> str:
     """A setting's value as in the TOML file (``(unset)`` for none; sizes as ``"4G"``)."""
-    from rlm_cli.config import SIZE_KEYS, format_size
+    from rlm_cli.config_keys import SIZE_KEYS, format_size
 
     if value is None:
         return "(unset)"

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlm_cli.config import CHOICES, Settings
+from rlm_cli.config import Settings
+from rlm_cli.config_keys import CHOICES
 from rlm_cli.corpus import Corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
@@ -26,8 +27,9 @@ from rlm_cli.errors import (
     UsageError,
 )
 from rlm_cli.loop.meta import corpus_meta, first_messages, text_meta
-from rlm_cli.loop.orchestrator import Orchestrator, RunResult
+from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.prompts import direct_prompt
+from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler

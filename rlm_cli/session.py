@@ -50,10 +50,12 @@ from rlm_cli.errors import (
     PartialAnswerError,
     RLMError,
 )
+from rlm_cli.loop.direct import run_direct
 from rlm_cli.loop.meta import corpus_meta
-from rlm_cli.loop.orchestrator import Orchestrator, RunResult, run_direct
+from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
+from rlm_cli.loop.result import RunResult
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.detect import ensure_model

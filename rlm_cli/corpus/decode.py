@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import protocol
-from rlm_cli.config import CorpusOptions, format_size
+from rlm_cli.config import CorpusOptions
+from rlm_cli.config_keys import format_size
 from rlm_cli.corpus import formats
 from rlm_cli.corpus.loader import Decoded, SourceFile
 

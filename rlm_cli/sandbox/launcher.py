@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import protocol
-from rlm_cli.config import CHOICES
+from rlm_cli.config_keys import CHOICES
 from rlm_cli.errors import SandboxError, UsageError
 from rlm_cli.sandbox import reaper
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.errors import MaxIterationsError
-from rlm_cli.loop.orchestrator import only_finishes
+from rlm_cli.loop.answers import only_finishes
 from rlm_cli.loop.prompts import (
     FINAL_WITH_UNSEEN_CODE,
     FIRST_TURN_FINAL,
