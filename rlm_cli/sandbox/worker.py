@@ -257,7 +257,7 @@ class Worker:
             if rows:  # numbered lines "12: text": the first and last numbers are the range shown
                 first, last = rows[0].split(":", 1)[0].strip(), rows[-1].split(":", 1)[0].strip()
                 try:
-                    path = c._resolve(c.path_of(args[0] if args else kwargs.get("path") or kwargs.get("file")))["path"]
+                    path = c.resolve(c.path_of(args[0] if args else kwargs.get("path") or kwargs.get("file")))["path"]
                     obs.read(path, int(first), int(last))
                 except (FileNotFoundError, TypeError, ValueError):
                     pass
@@ -509,7 +509,7 @@ def _corpus_entry(view: CorpusView, path: str) -> dict[str, Any] | None:
         if not tail:
             continue
         try:
-            return view._resolve(tail)
+            return view.resolve(tail)
         except FileNotFoundError:
             continue
     return None
