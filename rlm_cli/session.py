@@ -77,8 +77,10 @@ from rlm_cli.runner import (
     skipped_files,
     sub_call_event,
 )
-from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, resolve_level, run_notes
+from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.levels import resolve_level
 from rlm_cli.sandbox.memory import check_workers_fit
+from rlm_cli.sandbox.users import run_notes
 from rlm_cli.sources import SourceCollector
 from rlm_cli.trace import TraceSink, TraceWriter, event, new_run_id, traces_dir
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlm_cli import doctor
-from rlm_cli.sandbox.launcher import bwrap_status, level_exposes, level_protects, protections
+from rlm_cli.sandbox.levels import level_exposes, level_protects, protections
+from rlm_cli.sandbox.probes import bwrap_status
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, repl
 

@@ -44,7 +44,8 @@ from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.progress import stream_callback
-from rlm_cli.sandbox.launcher import ExecResult, Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.results import ExecResult
 from rlm_cli.trace import event, request_key
 
 Emit = Callable[[dict[str, Any]], None]
