@@ -1073,8 +1073,9 @@ def test_code_cannot_change_other_processes_limits_priority_or_cpus_nor_make_mem
         assert res.code == 0, res.stderr  # rlm itself was not given a 1 s CPU limit
         shown = last_user(llm.chat_requests("root")[1])
         refused = "Operation not permitted"
+        nice = min(os.nice(0) + 1, 19)  # the worker's own nice works: one more than it inherited (tests may run niced)
         assert (f"prlimit {refused} | prlimit {refused} | setpriority {refused} | setpriority user {refused} | "
-                f"affinity {refused} | ioprio {refused} | memfd {refused} | own nice 1 | callback 42") in shown, shown
+                f"affinity {refused} | ioprio {refused} | memfd {refused} | own nice {nice} | callback 42") in shown, shown
         assert "Max cpu time              unlimited" in Path(f"/proc/{victim.pid}/limits").read_text()
         assert victim.poll() is None
     finally:
