@@ -133,7 +133,8 @@ def step_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def step_sandbox(args: argparse.Namespace) -> dict[str, Any]:
     """Start the real REPL worker (the strongest sandbox available) on the bundle; grep inside it."""
-    from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec, resolve_level
+    from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec
+    from rlm_cli.sandbox.levels import resolve_level
 
     level, _ = resolve_level("auto")
     spec = WorkerSpec(index_file=Path(args.index), context_file=Path(args.context))

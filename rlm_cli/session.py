@@ -80,8 +80,10 @@ from rlm_cli.runner import (
     skipped_files,
     sub_call_event,
 )
-from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, resolve_level, run_notes
+from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.levels import resolve_level
 from rlm_cli.sandbox.memory import check_workers_fit
+from rlm_cli.sandbox.users import run_notes
 
 #: Seconds a Ctrl-C in ``rlm chat`` gives the running code block to stop before the worker is
 #: restarted (losing its variables).

@@ -13,7 +13,7 @@ import pytest
 from rlm_cli import config
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
-from rlm_cli.sandbox.launcher import protections, resolve_level
+from rlm_cli.sandbox.levels import protections, resolve_level
 from tests.conftest import run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl
 

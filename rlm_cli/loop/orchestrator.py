@@ -51,7 +51,8 @@ from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.window import input_budget, request_tokens
 from rlm_cli.output.progress import stream_callback
 from rlm_cli.output.trace import Emit, event, request_key
-from rlm_cli.sandbox.launcher import ExecResult, Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.results import ExecResult
 
 #: Seconds ``leads(question)`` may take before the first root call (it takes well under one
 #: second on the 31 MB standard library).

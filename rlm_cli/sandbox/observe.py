@@ -56,7 +56,7 @@ READ_HELPERS = ("grep", "read_file", "search", "chunk_text", "files", "chunks", 
 CALL_HELPERS = ("llm_query", "rlm_query")
 
 
-class _LineIndex:
+class LineIndex:
     """Sorted packed ``(hash(line) >> 32) << 32 | offset`` of every long line of ``context``."""
 
     def __init__(self, context: str, pause: Callable[[], None] | None = None) -> None:
@@ -149,7 +149,7 @@ class Observer:
         self.files = files
         self._starts = [int(f["start"]) for f in files]
         self._lock = threading.Lock()
-        self._index: _LineIndex | None = None
+        self._index: LineIndex | None = None
         self._index_failed = False
         self._index_lock = threading.Lock()
         self._wanted = False  # a lookup waits for the index: the background build stops pausing
@@ -250,18 +250,18 @@ class Observer:
                 time.sleep(0.005)
         self._line_index(piece)
 
-    def _line_index(self, pause: Callable[[], None] | None = None) -> _LineIndex | None:
+    def _line_index(self, pause: Callable[[], None] | None = None) -> LineIndex | None:
         if pause is None:
             self._wanted = True  # a build paused in the background goes on without pausing
         with self._index_lock:
             if self._index is None and not self._index_failed:
                 try:
-                    self._index = _LineIndex(self.context, pause)
+                    self._index = LineIndex(self.context, pause)
                 except MemoryError:
                     self._index_failed = True
             return self._index
 
-    def find_slices(self, text: str, index: _LineIndex) -> list[tuple[int, int]]:
+    def find_slices(self, text: str, index: LineIndex) -> list[tuple[int, int]]:
         """``[(start, end)]`` offsets of ``context`` that appear in ``text``, in text order."""
         ctx = self.context
         out: list[tuple[int, int]] = []
