@@ -75,6 +75,21 @@ def data_dir() -> Path:
     return Path(os.environ.get("RLM_DATA_DIR") or user_data_path(APP_NAME))
 
 
+def runtime_path() -> Path:
+    """Where the shared model hosts' folder is (``RLM_RUNTIME_DIR``, else the user's runtime folder
+    plus ``rlm``), as an absolute path, without making it. The sandbox hides it from the REPL worker."""
+    raw = os.environ.get("RLM_RUNTIME_DIR")
+    if not raw:
+        import warnings
+
+        from platformdirs import user_runtime_dir
+
+        with warnings.catch_warnings():  # "XDG_RUNTIME_DIR is not set, falling back to ..." is not news
+            warnings.simplefilter("ignore")
+            raw = user_runtime_dir(APP_NAME)
+    return Path(os.path.abspath(raw))
+
+
 def config_path() -> Path:
     """Path of the TOML config file."""
     return config_dir() / "config.toml"

@@ -37,7 +37,12 @@ MAX_LINES = 500
 #: Modules (dotted, without the package name) allowed over :data:`MAX_LINES`, each with why.
 #: Keep this short: an entry is a debt with a reason, not a permission.
 #: Entries look like ``"sandbox.seccomp": "one BPF program: its syscall table reads best whole"``.
-SIZE_EXCEPTIONS: dict[str, str] = {}
+SIZE_EXCEPTIONS: dict[str, str] = {
+    "sandbox.launcher": "551 lines, ~455 of them the Sandbox class: one worker's lifecycle (start, "
+                        "exec, interrupt, restart, stop) shares its state; split further it would pass it around",
+    "sandbox.corpus_helpers": "538 lines, ~455 of them CorpusView: the REPL helpers over one corpus view "
+                              "(grep, search, read_file, files, chunks) share its caches",
+}
 
 #: The rank of each unit, lowest first: a unit may import only units of a strictly lower rank
 #: (and itself); units of equal rank must not import each other. Derived from the data flow
@@ -48,19 +53,20 @@ LAYERS: dict[str, int] = {
     "errors": 0,          # the exception tree and exit codes: imports nothing of the project
     "protocol": 1,        # framing and the message types of both channels
     "schemas": 1,         # JSON Schema files (data only)
-    "config": 2,          # settings from flags > env > file > defaults, user folders, keys
-    "output": 3,          # render, answer files, trajectories, progress, sources, --json documents:
+    "config_keys": 2,     # value rules: choices, sizes, URL checks (no settings resolution)
+    "config": 3,          # settings from flags > env > file > defaults, user folders, keys
+    "output": 4,          # render, answer files, trajectories, progress, sources, --json documents:
                           # plain data in, text out; the end of the flow, so everything may use it
-    "sandbox": 4,         # the worker launcher and the worker (the confined document decoder too)
-    "corpus": 5,          # walking, reading, chunking, the index; decodes documents in the sandbox
-    "models": 6,          # client, host, relay, budgets, detection, the response cache; counts
+    "sandbox": 5,         # the worker launcher and the worker (the confined document decoder too)
+    "corpus": 6,          # walking, reading, chunking, the index; decodes documents in the sandbox
+    "models": 7,          # client, host, relay, budgets, detection, the response cache; counts
                           # tokens with corpus.tokens
-    "loop": 7,            # the iteration loop, prompts, history, policies and answer checks
-    "app": 8,             # session, one-question runner, batch, replay, chat, phases, doctor
-    "evaluation": 9,      # rlm eval: runs generated questions through app
-    "mcp": 9,             # the MCP server over one app session
-    "commands": 10,       # the Typer CLI only: parse, build settings, call app, render, exit codes
-    "__main__": 11,       # ``python -m rlm_cli``
+    "loop": 8,            # the iteration loop, prompts, history, policies and answer checks
+    "app": 9,             # session, one-question runner, batch, replay, chat, phases, doctor
+    "evaluation": 10,      # rlm eval: runs generated questions through app
+    "mcp": 10,             # the MCP server over one app session
+    "commands": 11,       # the Typer CLI only: parse, build settings, call app, render, exit codes
+    "__main__": 12,       # ``python -m rlm_cli``
 }
 
 

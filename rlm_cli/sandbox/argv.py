@@ -86,8 +86,7 @@ def bwrap_argv(python: list[str], *, scratch: Path, socket_path: str, corpus: di
     package; ``scratch`` a tmpfs of ``file_bytes``, the relay's folder and the ``corpus`` files
     (host paths by :data:`INSIDE_CORPUS` key) bound read-only; ``hide_paths`` hidden besides
     home and rlm's folders; the capabilities to become ``drop``'s user kept."""
-    from rlm_cli.config import cache_dir, config_dir, data_dir
-    from rlm_cli.models.shared import runtime_path
+    from rlm_cli.config import cache_dir, config_dir, data_dir, runtime_path
 
     args = ["bwrap", *bwrap_ns_flags(), "--die-with-parent", "--new-session"]
     bound: list[str] = []

@@ -51,8 +51,7 @@ def landlock_read_paths(hide: tuple[str, ...] | list[str] = ()) -> list[str]:
     working folder, absent from the worker's path) is left out, and so is any entry that is or
     holds the working folder, the temporary folder, home, rlm's config, cache or data folder or
     a corpus root (``hide``)."""
-    from rlm_cli.config import cache_dir, config_dir, data_dir
-    from rlm_cli.models.shared import runtime_path
+    from rlm_cli.config import cache_dir, config_dir, data_dir, runtime_path
 
     private = [os.path.realpath(p) for p in (str(Path.home()), str(config_dir()), str(cache_dir()),
                                              str(data_dir()), str(runtime_path()), os.getcwd(),

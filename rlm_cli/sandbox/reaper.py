@@ -63,7 +63,7 @@ def folder_prefix(prefix: str) -> str:
 
 
 def _state_dir() -> Path:
-    from rlm_cli.models.shared import runtime_path
+    from rlm_cli.config import runtime_path
 
     return runtime_path() / "workers"
 
