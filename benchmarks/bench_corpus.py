@@ -70,7 +70,8 @@ def _private_mb() -> float:
 
 def step_floor(args: argparse.Namespace) -> dict[str, Any]:
     """List the files with the loader's rules, then read every byte (twice: the first warms)."""
-    from rlm_cli.corpus.loader import LoadReport, discover
+    from rlm_cli.corpus.loader import LoadReport
+    from rlm_cli.corpus.walk import discover
 
     t0 = time.perf_counter()
     files = discover([args.root], _options(args), LoadReport())
@@ -132,7 +133,8 @@ def step_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def step_sandbox(args: argparse.Namespace) -> dict[str, Any]:
     """Start the real REPL worker (the strongest sandbox available) on the bundle; grep inside it."""
-    from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec, resolve_level
+    from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec
+    from rlm_cli.sandbox.levels import resolve_level
 
     level, _ = resolve_level("auto")
     spec = WorkerSpec(index_file=Path(args.index), context_file=Path(args.context))
@@ -203,7 +205,8 @@ def cli_index(args: argparse.Namespace, cache: Path, root: str) -> float:
 
 def edit_one_file(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """Copy the selected files, index the copy, edit one file and time the refresh."""
-    from rlm_cli.corpus.loader import LoadReport, discover
+    from rlm_cli.corpus.loader import LoadReport
+    from rlm_cli.corpus.walk import discover
 
     src = discover([args.root], _options(args), LoadReport())
     copy = tmp / "copy"

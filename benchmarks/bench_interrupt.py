@@ -84,7 +84,7 @@ def one_run(level: str, sig: int, url: str, work: Path, requests: list[object]) 
 
 
 def main() -> None:
-    from rlm_cli.sandbox.launcher import bwrap_available
+    from rlm_cli.sandbox.probes import bwrap_available
     from tests.fake_llm import FakeLLM, repl
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -150,7 +150,8 @@ def build_corpus(dest: Path, size: int, source: Path) -> dict[str, Any]:
 def step_floor(args: argparse.Namespace) -> dict[str, Any]:
     """List the files with the loader's rules, then read every byte (twice: the first warms)."""
     from rlm_cli.config import CorpusOptions
-    from rlm_cli.corpus.loader import LoadReport, discover
+    from rlm_cli.corpus.loader import LoadReport
+    from rlm_cli.corpus.walk import discover
 
     t0 = time.perf_counter()
     files = discover([args.corpus], CorpusOptions(), LoadReport())

@@ -45,7 +45,7 @@ def main() -> None:
     from rlm_cli.config import CorpusOptions
     from rlm_cli.corpus import load_corpus
     from rlm_cli.sandbox.corpus_helpers import CorpusView
-    from rlm_cli.sandbox.observe import Observer, _LineIndex
+    from rlm_cli.sandbox.observe import LineIndex, Observer
 
     options = CorpusOptions(include=args.include or ["*.py"], exclude=["site-packages/"], use_cache=False)
     corpus = load_corpus([args.root], options)
@@ -59,7 +59,7 @@ def main() -> None:
     print(f"floor: one str.find of a 64-character needle over context: {floor * 1000:,.1f} ms")
 
     started = time.perf_counter()
-    index = _LineIndex(ctx)
+    index = LineIndex(ctx)
     build = time.perf_counter() - started
     print(f"line index: {len(index.keys):,} lines, {index.keys.itemsize * len(index.keys) / 2**20:,.1f} MiB, "
           f"built in {build:,.2f} s ({build / floor:,.0f}x the floor; "

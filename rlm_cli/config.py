@@ -1,5 +1,7 @@
 """Settings: flags > environment > config file > defaults, plus the tool's platformdirs paths.
 
+How each key's value is checked and typed (its words, sizes, limits) is ``rlm_cli.config_keys``.
+
 Nothing here prints or prompts, and importing it creates no directory. The config file is TOML
 at ``config_path()`` (``~/.config/rlm/config.toml`` on Linux) with flat keys named like the
 flags (``model = "openai/gpt-5-mini"``, ``max_iterations = 30``).
@@ -19,6 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm_cli.config_keys import (
+    CHOICES,
+    DEFAULT_DECODE_MEMORY,
+    DEFAULT_MEMORY_LIMIT,
+    SIZE_KEYS,
+    check_api_base,
+    check_choice,
+    check_decode_memory,
+    check_memory_limit,
+    coerce,
+    parse_size,
+    redact_url,
+)
 from rlm_cli.errors import UsageError
 
 APP_NAME = "rlm"
@@ -58,6 +73,21 @@ def data_dir() -> Path:
     from platformdirs import user_data_path
 
     return Path(os.environ.get("RLM_DATA_DIR") or user_data_path(APP_NAME))
+
+
+def runtime_path() -> Path:
+    """Where the shared model hosts' folder is (``RLM_RUNTIME_DIR``, else the user's runtime folder
+    plus ``rlm``), as an absolute path, without making it. The sandbox hides it from the REPL worker."""
+    raw = os.environ.get("RLM_RUNTIME_DIR")
+    if not raw:
+        import warnings
+
+        from platformdirs import user_runtime_dir
+
+        with warnings.catch_warnings():  # "XDG_RUNTIME_DIR is not set, falling back to ..." is not news
+            warnings.simplefilter("ignore")
+            raw = user_runtime_dir(APP_NAME)
+    return Path(os.path.abspath(raw))
 
 
 def config_path() -> Path:
@@ -118,7 +148,7 @@ class CorpusOptions:
     #: Wall-clock seconds one document may take in the confined decoder (``rlm_cli.corpus.decode``).
     decode_timeout: float = 60.0
     #: Address-space limit of the confined decoder in bytes.
-    decode_memory: int = 2 * 1024**3
+    decode_memory: int = DEFAULT_DECODE_MEMORY
 
 
 @dataclass
@@ -136,7 +166,7 @@ class Settings:
     #: Seconds one code block may run before the worker is killed and restarted.
     cell_timeout: float = 120.0
     #: Address-space limit of the worker in bytes.
-    memory_limit: int = 4 * 1024**3
+    memory_limit: int = DEFAULT_MEMORY_LIMIT
     sandbox: str = "auto"
     max_concurrency: int = 16
     retries: int = 3
@@ -171,7 +201,7 @@ class Settings:
     #: Config-file values of the corpus options ``decode_timeout`` (seconds) and ``decode_memory``
     #: (bytes): the CLI copies them into ``corpus`` when no flag gives them (:func:`decode_limits`).
     decode_timeout: float = 60.0
-    decode_memory: int = 2 * 1024**3
+    decode_memory: int = DEFAULT_DECODE_MEMORY
     corpus: CorpusOptions = field(default_factory=CorpusOptions)
 
     @property
@@ -204,13 +234,6 @@ def redact_secret(value: str | None) -> str | None:
     if not value:
         return value
     return "***" if len(value) < 16 else f"{value[:3]}...{value[-4:]}"
-
-
-def redact_url(url: str | None) -> str | None:
-    """``url`` with any ``user:password@`` part replaced by ``***@`` (``None`` stays ``None``)."""
-    if not url:
-        return url
-    return re.sub(r"(?<=://)[^/@\s]+@", "***@", url)
 
 
 def json_safe(value: Any) -> Any:
@@ -260,7 +283,7 @@ def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None
             if key not in fields_:
                 raise UsageError(f"unknown key {key!r} in config file {config_path()}",
                                  hint="see `rlm config show` for the known keys")
-            setattr(settings, key, _coerce(key, value, fields_[key].type, source))
+            setattr(settings, key, coerce(key, value, fields_[key].type, source))
             sources[key] = label
         except UsageError as exc:
             if problems is None:
@@ -342,7 +365,7 @@ def set_config_value(key: str, value: str, path: Path | None = None) -> tuple[st
     word = value.strip().lower()
     # "none"/"null" remove a key, except where "none" is one of the key's own words (--sandbox none).
     remove = word == "" or (word in ("none", "null") and word not in CHOICES.get(name, ()))
-    typed = None if remove else _coerce(name, value, settable_fields()[name].type)
+    typed = None if remove else coerce(name, value, settable_fields()[name].type)
     if isinstance(typed, Path):
         typed = str(typed)
     if typed is not None and name in SIZE_KEYS:
@@ -423,162 +446,6 @@ def _edit_toml_line(text: str, key: str, toml_value: str | None) -> str:
     return head + f"{key} = {toml_value}\n"
 
 
-#: Settings that take one of a fixed set of words.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "sandbox": ("auto", "bwrap", "sandbox-exec", "process", "none"),
-    "mode": ("auto", "rlm", "direct"),
-    "policy": ("auto", "paper", "standard", "guided"),
-}
-
-
-def check_choice(key: str, value: Any, source: str = "") -> str:
-    """``value`` as one of the words ``CHOICES[key]`` allows (lower-cased).
-
-    Raises:
-        UsageError: another word; the message names ``source`` (a flag, env var or the file).
-    """
-    word = str(value).strip().lower()
-    if word not in CHOICES[key]:
-        where = f" (from {source})" if source else ""
-        raise UsageError(f"setting {key!r} has a bad value {value!r}{where}",
-                         hint=f"use one of {', '.join(CHOICES[key])}")
-    return word
-
-
-_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
-               "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
-#: Settings given in bytes, which also take sizes such as ``4G`` (in flags, env and config file).
-SIZE_KEYS = frozenset({"memory_limit", "decode_memory"})
-
-
-def parse_size(text: str, flag: str) -> int:
-    """Parse ``4G``, ``512M``, ``10MB``, ``1.5g``, ``123`` (bytes) into bytes (units of 1024).
-
-    Raises:
-        UsageError: not a positive size; the message names ``flag``.
-    """
-    raw = str(text).strip().upper()
-    num = raw.rstrip("KMGTIB")
-    unit = raw[len(num):]
-    try:
-        value = float(num)
-    except ValueError:
-        value = -1
-    if not value > 0 or value == float("inf") or unit not in _SIZE_UNITS:
-        raise UsageError(f"{flag}: {text!r} is not a size", hint="use a number with K, M, G or T, e.g. 4G")
-    return int(value * _SIZE_UNITS[unit])
-
-
-def format_size(value: float) -> str:
-    """Bytes the way sizes are typed: ``4G``, ``40M``, ``1.5G``, ``512K``, ``100`` (units of 1024)."""
-    for unit, size in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
-        if value >= size:
-            n = value / size
-            return f"{n:.4g}{unit}" if n < 10_000 else f"{n:,.0f}{unit}"
-    return f"{value:.0f}"
-
-
-def check_memory_limit(value: int, source: str = "--memory-limit") -> int:
-    """``value`` (bytes) if it can be a worker's address-space limit.
-
-    Raises:
-        UsageError: at most the 64 MiB the worker needs free once loaded
-            (``protocol.MIN_FREE_MEMORY``), or beyond what ``setrlimit`` takes (2**62 here).
-    """
-    from rlm_cli.protocol import MIN_FREE_MEMORY
-
-    shown = format_size(value)
-    if value <= MIN_FREE_MEMORY:
-        raise UsageError(f"{source} {shown} is too small: the REPL worker needs 64 MiB free beyond what the "
-                         "loaded corpus takes", hint=f"the default is {format_size(Settings.memory_limit)}; "
-                                                  "`rlm stats` shows what context takes")
-    if value >= 2**62:
-        raise UsageError(f"{source} {shown} is too large", hint="give a size such as 16G")
-    return value
-
-
-def check_api_base(value: str, source: str = "") -> str:
-    """``value`` when it is an ``http://`` or ``https://`` URL with a host.
-
-    Raises:
-        UsageError: anything else (``notaurl``, ``localhost:8000`` without a scheme); the message
-            shows the value with any password replaced by ``***``.
-    """
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(value.strip())
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:  # e.g. a bad IPv6 literal or port
-        ok = False
-    if not ok:
-        where = f" (from {source})" if source else ""
-        raise UsageError(f"setting 'api_base' has a bad value {redact_url(value)!r}{where}: not an http(s) URL",
-                         hint="give the server's base URL, e.g. http://127.0.0.1:8000/v1")
-    return value.strip()
-
-
-def _coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
-    text = str(annotation)
-    where = f" (from {source})" if source else ""
-    if key in CHOICES:
-        return check_choice(key, value, source)
-    if key == "api_base" and isinstance(value, str) and value.strip():
-        return check_api_base(value, source)
-    if key in SIZE_KEYS and isinstance(value, str):
-        check = check_decode_memory if key == "decode_memory" else check_memory_limit
-        return check(parse_size(value, f"setting {key!r}{where}"), f"setting {key!r}{where}")
-    try:
-        if "bool" in text:
-            if isinstance(value, bool):
-                return value
-            word = str(value).strip().lower()
-            if word in ("1", "true", "yes", "on"):
-                return True
-            if word in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if "int" in text and "float" not in text:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            number: Any = int(value)
-        elif "float" in text:
-            number = float(value)
-        elif "Path" in text:
-            return Path(str(value)).expanduser()
-        else:
-            return str(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"setting {key!r} has a bad value {value!r}{where}") from None
-    if number < 0 or (number == 0 and key in _POSITIVE):
-        raise UsageError(f"setting {key!r} must be {'positive' if key in _POSITIVE else 'zero or more'}, "
-                         f"not {value!r}")
-    if key == "memory_limit":
-        check_memory_limit(int(number), f"setting {key!r}{where}")
-    if key == "decode_memory":
-        check_decode_memory(int(number), f"setting {key!r}{where}")
-    return number
-
-
-#: The least ``--decode-memory``: the decoder's interpreter and pypdf take about 60 MiB of address space.
-MIN_DECODE_MEMORY = 128 * 1024**2
-
-
-def check_decode_memory(value: int, source: str = "--decode-memory") -> int:
-    """``value`` (bytes) if it can be the document decoder's address-space limit.
-
-    Raises:
-        UsageError: under :data:`MIN_DECODE_MEMORY`, or beyond what ``setrlimit`` takes (2**62 here).
-    """
-    if value < MIN_DECODE_MEMORY:
-        raise UsageError(f"{source} {format_size(value)} is too small: the document decoder needs at least "
-                         f"{format_size(MIN_DECODE_MEMORY)}", hint="the default is "
-                                                                  f"{format_size(CorpusOptions.decode_memory)}")
-    if value >= 2**62:
-        raise UsageError(f"{source} {format_size(value)} is too large", hint="give a size such as 4G")
-    return value
-
-
 def decode_limits(timeout: float | None, memory: str | None,
                   file_values: dict[str, Any] | None = None) -> tuple[float, int]:
     """``(seconds, bytes)`` for the document decoder: ``--decode-timeout`` and ``--decode-memory``
@@ -592,20 +459,14 @@ def decode_limits(timeout: float | None, memory: str | None,
     fields_ = settable_fields()
     source = f"config file {config_path()}"
     seconds = (float(timeout) if timeout is not None else
-               _coerce("decode_timeout", values["decode_timeout"], fields_["decode_timeout"].type, source)
+               coerce("decode_timeout", values["decode_timeout"], fields_["decode_timeout"].type, source)
                if "decode_timeout" in values else CorpusOptions.decode_timeout)
     if memory is not None:
         size = check_decode_memory(parse_size(memory, "--decode-memory"))
     elif "decode_memory" in values:
-        size = _coerce("decode_memory", values["decode_memory"], fields_["decode_memory"].type, source)
+        size = coerce("decode_memory", values["decode_memory"], fields_["decode_memory"].type, source)
     else:
         size = CorpusOptions.decode_memory
     if not seconds > 0:
         raise UsageError(f"--decode-timeout must be positive, not {seconds:g}")
     return float(seconds), int(size)
-
-
-#: Numeric settings that must be above zero (the others must be zero or more).
-_POSITIVE = frozenset({"max_iterations", "max_depth", "max_output_chars", "cell_timeout", "memory_limit",
-                       "max_concurrency", "request_timeout", "timeout", "sub_model_window",
-                       "root_model_window", "direct_max_tokens", "decode_timeout", "decode_memory"})

@@ -89,7 +89,7 @@ def decode_body(body: bytes | bytearray) -> dict[str, Any]:
 
 # -- sockets -----------------------------------------------------------------------------------
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
     """Exactly ``n`` bytes from ``sock``, the buffer growing as they arrive (never ``n`` at once)."""
     buf = bytearray()
     while len(buf) < n:
@@ -126,13 +126,13 @@ def recv_message(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline
         ProtocolError: closed connection, oversize frame or bad body.
         OSError: the socket failed or timed out (``TimeoutError``).
     """
-    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline))
+    (size,) = HEADER.unpack(recv_exact(sock, HEADER.size, deadline))
     if size > max_bytes:
         raise ProtocolError(f"frame of {size} bytes exceeds the {max_bytes}-byte limit")
     if admit is None:
-        return decode_body(_recv_exact(sock, size, deadline))
+        return decode_body(recv_exact(sock, size, deadline))
     with admit(size):
-        return decode_body(_recv_exact(sock, size, deadline))
+        return decode_body(recv_exact(sock, size, deadline))
 
 
 # -- pipes / files -----------------------------------------------------------------------------

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.sandbox.corpus_helpers import CorpusView
-from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec, bwrap_status, protections
+from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.levels import protections
+from rlm_cli.sandbox.probes import bwrap_status
 
 BWRAP_OK, BWRAP_DETAIL = bwrap_status()
 IS_ROOT = os.geteuid() == 0
@@ -37,12 +39,12 @@ def all_levels() -> list[object]:
 
 
 def expect_protected(level: str, name: str) -> None:
-    """Skip (never pass) an attack on ``name`` (a ``launcher.protections`` name: ``network``,
+    """Skip (never pass) an attack on ``name`` (a ``levels.protections`` name: ``network``,
     ``files``, ``signals``, ``abstract_unix_sockets``, ``unix_socket_paths``) where ``level`` does
-    not protect it on this machine, as the README's table says; otherwise the attack must fail."""
+    not protect it on this machine, as the table in docs/sandbox.md says; otherwise the attack must fail."""
     for p in protections(level):
         if p.name == name and not p.present:
-            pytest.skip(f"{level} does not protect {name.replace('_', ' ')} here: {p.detail} (the README's table)")
+            pytest.skip(f"{level} does not protect {name.replace('_', ' ')} here: {p.detail} (the table in docs/sandbox.md)")
 
 
 @contextmanager

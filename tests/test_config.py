@@ -13,7 +13,7 @@ import pytest
 from rlm_cli import config
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
-from rlm_cli.sandbox.launcher import protections, resolve_level
+from rlm_cli.sandbox.levels import protections, resolve_level
 from tests.conftest import run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl
 
@@ -190,7 +190,7 @@ def test_keys_never_reach_the_worker_the_model_the_trajectory_or_the_output(tmp_
     config.set_config_value("api_key", file_key)
     (tmp_path / "a.txt").write_text("hello\n")
     # Under bwrap, and at the process level confined by Landlock, the parent's /proc entries are out
-    # of reach too; a process level without Landlock can read them (the README says so), so only the
+    # of reach too; a process level without Landlock can read them (docs/sandbox.md says so), so only the
     # worker's own environment is checked there.
     level = resolve_level("auto")[0]
     confined = level == "bwrap" or any(p.name == "files" and p.present for p in protections(level))

@@ -14,7 +14,7 @@ import pytest
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import formats, load_corpus
-from rlm_cli.corpus.store import Corpus
+from rlm_cli.corpus.model import Corpus
 from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.data_helpers import DataView
 from tests.data_kit import encrypt_pdf, make_pdf, notebook

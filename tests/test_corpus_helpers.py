@@ -14,7 +14,8 @@ import pytest
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus.store import load_corpus
-from rlm_cli.sandbox.corpus_helpers import _TERM, CorpusView
+from rlm_cli.sandbox.bm25 import TERM
+from rlm_cli.sandbox.corpus_helpers import CorpusView
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:
@@ -154,10 +155,10 @@ def test_one_scan_across_files_finds_exactly_what_a_search_per_file_finds(tmp_pa
     fast = {p: view.grep(p, max_results=None) for p in patterns}
     capped = {p: view.grep(p, max_results=7) for p in patterns}
     globbed = {p: view.grep(p, "*.py", max_results=None) for p in patterns}
-    from rlm_cli.sandbox import corpus_helpers
-    assert corpus_helpers._scans_across_files(re.compile("needle", re.M))
-    assert not corpus_helpers._scans_across_files(re.compile("x(?=\\n)", re.M))
-    monkeypatch.setattr(corpus_helpers, "_scans_across_files", lambda rx: False)  # one search per file
+    from rlm_cli.sandbox import grep_engine
+    assert grep_engine.scans_across_files(re.compile("needle", re.M))
+    assert not grep_engine.scans_across_files(re.compile("x(?=\\n)", re.M))
+    monkeypatch.setattr(grep_engine, "scans_across_files", lambda rx: False)  # one search per file
     for p in patterns:
         slow = view.grep(p, max_results=None)
         assert [(h["file"], h["line"], h["text"], h["match"], h.get("in")) for h in fast[p]] == \
@@ -263,9 +264,9 @@ def test_search_scores_match_bm25s(tmp_path: Path) -> None:
                             "end": pos + len(d) + 1})
         pos += len(d) + 1
     model = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
-    model.index([_TERM.findall(d.lower()) for d in docs], show_progress=False)
+    model.index([TERM.findall(d.lower()) for d in docs], show_progress=False)
     for query in ["alpha", "beta gamma", "kappa iota theta", "zeta epsilon alpha"]:
-        expected = model.get_scores(_TERM.findall(query))
+        expected = model.get_scores(TERM.findall(query))
         got = {r["chunk"]: r["score"] for r in view.search(query, k=len(docs))}
         for i, score in enumerate(expected):
             assert got.get(i, 0.0) == pytest.approx(float(score), abs=1e-3), (query, i)

@@ -17,8 +17,9 @@ import pytest
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import loader
-from rlm_cli.corpus.loader import LoadReport, decode_bytes, discover, is_binary, read_source
+from rlm_cli.corpus.loader import LoadReport, decode_bytes, is_binary, read_source
 from rlm_cli.corpus.store import load_corpus
+from rlm_cli.corpus.walk import discover
 from rlm_cli.errors import EmptyCorpusError, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent

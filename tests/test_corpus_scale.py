@@ -1,4 +1,4 @@
-"""A large build (issue 25): beyond ``store.EXACT_TOKENS_BYTES`` of files to read, a sample of the
+"""A large build (issue 25): beyond ``build.EXACT_TOKENS_BYTES`` of files to read, a sample of the
 chunks is counted and the rest estimated, and the files are read in worker processes; the
 bundle is otherwise the one a small build writes. The limit is lowered here so a small tree is
 "large"."""
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import store
-from rlm_cli.corpus.store import Corpus, load_corpus
+from rlm_cli.corpus import build, bundle, indexing
+from rlm_cli.corpus.model import Corpus
+from rlm_cli.corpus.store import load_corpus
 from rlm_cli.corpus.tokens import count_tokens
 
 OLD = time.time() - 3600
@@ -46,8 +47,8 @@ def tree(root: Path) -> Path:
 
 def load(root: Path, monkeypatch: pytest.MonkeyPatch, *, large: bool, processes: int = 2,
          use_cache: bool = False) -> Corpus:
-    monkeypatch.setattr(store, "EXACT_TOKENS_BYTES", 0 if large else 1 << 40)
-    monkeypatch.setattr(store, "default_threads", lambda: processes)
+    monkeypatch.setattr(build, "EXACT_TOKENS_BYTES", 0 if large else 1 << 40)
+    monkeypatch.setattr(build, "default_threads", lambda: processes)
     options = CorpusOptions(use_cache=use_cache, max_file_size=20_000, truncate_large=True, chunk_tokens=300)
     return load_corpus([str(root)], options)
 
@@ -84,7 +85,7 @@ def test_a_large_build_writes_the_same_bundle_with_sampled_token_counts(tmp_path
     assert sampled.skipped_files == exact.skipped_files
     assert sampled.data_digest == exact.data_digest  # the parsed JSONL, byte for byte
     # 1 chunk in SAMPLE_EVERY is counted exactly; the others are estimates, and say so.
-    counted = [c for c in sampled.chunks if store._is_sample(c.sha1)]
+    counted = [c for c in sampled.chunks if indexing.is_sample(c.sha1)]
     assert counted and all(c.tokens == count_tokens(sampled.context[c.start:c.end]) for c in counted)
     assert sum(f.estimated for f in sampled.files) == len(sampled.chunks) - len(counted)
     assert sampled.tokens_estimated and not exact.tokens_estimated
@@ -113,13 +114,13 @@ def test_the_cache_keeps_which_counts_are_estimates(tmp_path: Path, monkeypatch:
 def test_a_large_context_file_is_trusted_by_its_recorded_stat_and_rehashed_when_it_changed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tree(tmp_path / "repo")
-    monkeypatch.setattr(store, "FULL_VERIFY_BYTES", 0)  # every context file counts as large
+    monkeypatch.setattr(bundle, "FULL_VERIFY_BYTES", 0)  # every context file counts as large
     first = load(root, monkeypatch, large=False, use_cache=True)
     good = first.context
     os.close(first._pin or os.open(os.devnull, os.O_RDONLY))
     digests: list[object] = []
-    real = store.hashlib.file_digest
-    monkeypatch.setattr(store.hashlib, "file_digest", lambda *a, **k: digests.append(a) or real(*a, **k))
+    real = bundle.hashlib.file_digest
+    monkeypatch.setattr(bundle.hashlib, "file_digest", lambda *a, **k: digests.append(a) or real(*a, **k))
     assert load(root, monkeypatch, large=False, use_cache=True).from_cache == len(first.files)
     assert digests == []  # size, mtime and inode as recorded: not read
     ctx = first.context_file
@@ -127,7 +128,7 @@ def test_a_large_context_file_is_trusted_by_its_recorded_stat_and_rehashed_when_
     data[100] ^= 0x01
     ctx.write_bytes(bytes(data))  # a new mtime: hashed, found damaged, rebuilt
     warnings: list[str] = []
-    monkeypatch.setattr(store, "EXACT_TOKENS_BYTES", 1 << 40)
+    monkeypatch.setattr(build, "EXACT_TOKENS_BYTES", 1 << 40)
     second = load_corpus([str(root)], CorpusOptions(max_file_size=20_000, truncate_large=True, chunk_tokens=300),
                          on_warning=warnings.append)
     assert digests and any("is corrupt" in w for w in warnings) and second.context == good

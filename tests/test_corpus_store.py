@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import store
-from rlm_cli.corpus.store import Corpus, cache_key, index_root, load_corpus, read_context
+from rlm_cli.corpus import build, bundle, cleanup, indexing, model, store
+from rlm_cli.corpus.bundle import cache_key, index_root
+from rlm_cli.corpus.model import Corpus, read_context
+from rlm_cli.corpus.store import load_corpus
 from rlm_cli.corpus.tokens import count_tokens
 from rlm_cli.errors import EmptyCorpusError
 
@@ -45,13 +47,19 @@ def opts(**kw: object) -> CorpusOptions:
     return CorpusOptions(chunk_tokens=100, **kw)  # type: ignore[arg-type]
 
 
+def patch_reads(monkeypatch: pytest.MonkeyPatch, read: object) -> None:
+    """Replace ``loader.read_source`` where the store (cache checks) and the build call it."""
+    monkeypatch.setattr(store, "read_source", read)
+    monkeypatch.setattr(build, "read_source", read)
+
+
 def assert_consistent(corpus: Corpus) -> None:
     """Every record agrees with the context text and with tiktoken."""
     ctx = corpus.context
     assert len(ctx) == corpus.chars
     assert corpus.context_file.stat().st_size == corpus.context_bytes
     for f in corpus.files:
-        assert ctx[f.start - len(store.header_line(f.path)):f.start] == store.header_line(f.path)
+        assert ctx[f.start - len(model.header_line(f.path)):f.start] == model.header_line(f.path)
         text = ctx[f.start:f.end]
         assert f.lines == text.count("\n") + (0 if text.endswith("\n") else 1)
         mine = corpus.chunks[f.first_chunk:f.first_chunk + f.n_chunks]
@@ -83,7 +91,7 @@ def test_context_layout_and_records(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "width"), [("", 1), ("plain", 1), ("café ÿ\x00", 1), ("Ā", 2), ("жук", 2),
                                              ("\uffff", 2), ("ok 😀", 4), ("\U0010ffff", 4)])
 def test_char_width_is_what_cpython_stores_per_character(text: str, width: int) -> None:
-    assert store.char_width(text) == width
+    assert model.char_width(text) == width
     if text:  # CPython agrees: 1,000 more copies take 1,000 * len * width more bytes
         assert sys.getsizeof(text * 2000) - sys.getsizeof(text * 1000) == 1000 * len(text) * width
 
@@ -106,20 +114,20 @@ def test_each_file_records_the_width_context_needs_and_the_cache_keeps_it(tmp_pa
 def test_bundles_of_another_layout_version_are_removed_unless_in_use(tmp_path: Path) -> None:
     first = load_corpus([str(sample(tmp_path))], opts())
     root = first.bundle_dir.parent
-    m = store._VERSION_HEAD.match(first.index_file.read_bytes())
-    assert m is not None and int(m[1]) == store.INDEX_VERSION  # the sweep reads real indexes right
+    m = cleanup.VERSION_HEAD.match(first.index_file.read_bytes())
+    assert m is not None and int(m[1]) == model.INDEX_VERSION  # the sweep reads real indexes right
     stale, busy = root / ("a" * 24), root / ("b" * 24)
     for d in (stale, busy):
         d.mkdir()
         (d / "index.json").write_text('{"version": 1, "files": {}}')
         (d / "context-0123.txt").write_text("old")
-    holder = store._pin(busy / "context-0123.txt")  # a run of the old version still uses it
+    holder = bundle.pin(busy / "context-0123.txt")  # a run of the old version still uses it
     other = make_tree(tmp_path / "other", {"x.txt": "x\n"})
     load_corpus([str(other)], opts())  # a new bundle folder: old versions are swept
     assert not stale.exists() and busy.exists() and first.bundle_dir.exists()
     assert holder is not None
     os.close(holder)
-    assert store.remove_old_versions(root) == 1 and not busy.exists() and first.bundle_dir.exists()
+    assert cleanup.remove_old_versions(root) == 1 and not busy.exists() and first.bundle_dir.exists()
 
 
 def test_a_load_that_fails_leaves_no_cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,7 +144,7 @@ def test_a_load_that_fails_leaves_no_cache_folder(tmp_path: Path, monkeypatch: p
             raise KeyboardInterrupt
         return real(sf, o, r)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store, "read_source", interrupted)
+    patch_reads(monkeypatch, interrupted)
     with pytest.raises(KeyboardInterrupt):
         load_corpus([str(sample(tmp_path))], opts())
     assert not index_root().exists()  # Ctrl-C during a first index: no folder, no temp file
@@ -177,7 +185,7 @@ def test_second_load_reuses_the_cache_without_reading_files(tmp_path: Path, monk
     def no_read(*a: object, **k: object) -> None:
         raise AssertionError("an unchanged file was read")
 
-    monkeypatch.setattr(store, "read_source", no_read)
+    patch_reads(monkeypatch, no_read)
     second = load_corpus([str(root)], opts())
     assert (second.from_cache, second.reindexed) == (4, 0)
     assert "(all from cache)" in second.summary()
@@ -192,7 +200,7 @@ def test_an_edit_reindexes_only_the_changed_file(tmp_path: Path, monkeypatch: py
     (root / "b" / "b.py").write_text(code_file(31, "B"))
     read: list[str] = []
     real = store.read_source
-    monkeypatch.setattr(store, "read_source", lambda sf, o, r: read.append(sf.display) or real(sf, o, r))
+    patch_reads(monkeypatch, lambda sf, o, r: read.append(sf.display) or real(sf, o, r))
     second = load_corpus([str(root)], opts())
     assert read == ["b/b.py"]
     assert (second.from_cache, second.reindexed) == (3, 1)
@@ -228,11 +236,11 @@ def test_binary_and_empty_files_are_remembered_and_not_read_again(tmp_path: Path
     def no_read(*a: object, **k: object) -> None:
         raise AssertionError("a remembered binary or empty file was read again")
 
-    monkeypatch.setattr(store, "read_source", no_read)
+    patch_reads(monkeypatch, no_read)
     second = load_corpus([str(root)], opts())
     assert (second.from_cache, second.reindexed) == (1, 0)  # a full cache hit...
     assert dict(second.report.skipped) == {"binary": 1, "empty": 2}  # ...that still reports the skipped files
-    monkeypatch.setattr(store, "read_source", real)
+    patch_reads(monkeypatch, real)
     make_tree(root, {"img.png": "now it is text\n"})
     third = load_corpus([str(root)], opts())
     assert [f.path for f in third.files] == ["a.py", "img.png"] and third.reindexed == 1
@@ -257,7 +265,7 @@ def test_a_touched_but_unchanged_file_keeps_its_chunks(tmp_path: Path, monkeypat
     def no_chunking(*a: object, **k: object) -> None:
         raise AssertionError("a file whose content did not change was chunked again")
 
-    monkeypatch.setattr(store, "_index_file", no_chunking)
+    monkeypatch.setattr(build, "index_text", no_chunking)
     second = load_corpus([str(root)], opts())
     assert (second.from_cache, second.reindexed) == (4, 0)
     assert second.chunks == first.chunks
@@ -295,7 +303,7 @@ def test_dense_text_is_split_again_to_stay_near_the_token_target(tmp_path: Path)
     cjk = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(3000))  # ~1 token per character
     text = "\n".join(cjk[i:i + 60] for i in range(0, len(cjk), 60)) + "\n"
     corpus = load_corpus([str(make_tree(tmp_path / "r", {"zh.txt": text}))], opts())
-    assert max(c.tokens for c in corpus.chunks) <= 100 * store.OVERSIZE
+    assert max(c.tokens for c in corpus.chunks) <= 100 * indexing.OVERSIZE
     assert_consistent(corpus)
 
 
@@ -337,27 +345,27 @@ def test_a_corrupt_cache_is_rebuilt_with_a_warning(tmp_path: Path, case: str) ->
 _CRASH = """
 import os, signal, sys
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import store
+from rlm_cli.corpus import build, bundle, store
 where = sys.argv[2]
 if where == "context":
-    real_put = store._Writer._put
+    real_put = build.BundleWriter._put
     def put(self, data, chars):
         if self.nbytes > 2000:
             os.kill(os.getpid(), signal.SIGKILL)  # killed in the middle of the context file
         real_put(self, data, chars)
-    store._Writer._put = put
+    build.BundleWriter._put = put
 else:
     def write(path, data):
         with open(path, "wb") as fh:  # a NON-atomic write killed halfway would corrupt the index...
             fh.write(data[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
-    real = store._atomic_write
+    real = bundle.atomic_write
     def atomic(path, data):  # ...so kill the real atomic write after its temp file is half written
         import tempfile
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
         os.write(fd, data[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
-    store._atomic_write = atomic
+    bundle.atomic_write = atomic
 store.load_corpus([sys.argv[1]], CorpusOptions(chunk_tokens=100))
 """
 
@@ -439,7 +447,7 @@ def test_parsed_data_is_cached_and_only_an_edited_file_is_parsed_again(tmp_path:
     monkeypatch.setattr(structured, "parse", lambda kind, text: parsed.append(kind) or real(kind, text))
     first = load_corpus([str(root)], opts())
     assert sorted(parsed) == ["csv", "json", "jsonl"]
-    assert first.data_file is not None and first.data_file.name == store.data_name(first.context_file)
+    assert first.data_file is not None and first.data_file.name == bundle.data_name(first.context_file)
     expected = worker_data(first)
     assert expected["b.csv"] == [{"x": 1, "y": 2}, {"x": 3, "y": 4}] and len(expected["a.jsonl"]) == 300  # type: ignore[arg-type]
     parsed.clear()
@@ -456,7 +464,7 @@ def test_parsed_data_is_cached_and_only_an_edited_file_is_parsed_again(tmp_path:
     assert worker_data(third) == {**expected, "b.csv": [{"x": 5, "y": 6}]}
     assert not first.context_file.exists() and not first.data_file.exists()  # swept together
     assert sorted(p.name for p in third.bundle_dir.iterdir()) == sorted(
-        ["index.json", third.context_file.name, store.data_name(third.context_file)])
+        ["index.json", third.context_file.name, bundle.data_name(third.context_file)])
 
 
 @pytest.mark.parametrize("case", ["flipped byte", "missing", "other python"])

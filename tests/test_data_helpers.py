@@ -13,7 +13,7 @@ import pytest
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import load_corpus
-from rlm_cli.corpus.store import Corpus
+from rlm_cli.corpus.model import Corpus
 from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.data_helpers import PANDAS_HINT, DataView, Records, Rows
 from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.app import doctor
-from rlm_cli.sandbox.launcher import bwrap_status, level_exposes, level_protects, protections
+from rlm_cli.sandbox.levels import level_exposes, level_protects, protections
+from rlm_cli.sandbox.probes import bwrap_status
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, repl
 
@@ -92,4 +93,4 @@ def test_ask_verbose_prints_the_sandbox_level_first(tmp_path: Path, llm: FakeLLM
     level = "bwrap" if bwrap_status()[0] else "process"
     assert res.stderr.splitlines()[0].startswith(f"sandbox: {level} (")
     assert "not protected:" in res.stderr.splitlines()[0]
-    assert res.stderr.count("sandbox: ") == 1
+    assert res.stderr.count(f"sandbox: {level} (") == 1  # once (other notes, e.g. the worker's user, may follow)

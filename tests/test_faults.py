@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import loader
-from rlm_cli.corpus.loader import LoadReport, discover
+from rlm_cli.corpus import ignore
+from rlm_cli.corpus.loader import LoadReport
+from rlm_cli.corpus.walk import discover
 from rlm_cli.errors import UsageError
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, Reply, last_user, repl
@@ -73,7 +74,7 @@ def test_an_ignore_file_that_matches_too_slowly_is_an_error_naming_it(tmp_path: 
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Without --timeout, each ignore file has a time cap; dropping its rules would load what the
     user meant to hide, so the load stops instead."""
-    monkeypatch.setattr(loader, "IGNORE_FILE_SECONDS", 0.4)
+    monkeypatch.setattr(ignore, "IGNORE_FILE_SECONDS", 0.4)
     root = tmp_path / "repo"
     (root / "sub").mkdir(parents=True)
     (root / "sub" / ".gitignore").write_text(PATHOLOGICAL + "\n")

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli.config import Settings
-from rlm_cli.llm_cache import LLMCache, default_dir
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
+from rlm_cli.models.llm_cache import LLMCache, default_dir
 from tests import inproc
 from tests.fake_llm import FakeLLM, Reply, repl
 

@@ -456,7 +456,7 @@ def test_the_time_budget_stops_a_slow_stream(llm: FakeLLM) -> None:
 
 
 def test_streamed_replies_are_cached_and_replayed_whole_with_unknown_cost_kept(llm: FakeLLM, tmp_path: Path) -> None:
-    from rlm_cli.llm_cache import LLMCache
+    from rlm_cli.models.llm_cache import LLMCache
 
     llm.script("root", "first streamed")
     llm.script("gpt-4o-mini", Reply("priced streamed", prompt_tokens=100, completion_tokens=10))

@@ -29,12 +29,13 @@ PRICED = "gpt-4o-mini"
 @contextlib.asynccontextmanager
 async def served(tmp_path: Path, *args: str, heartbeat_s: float | None = None) -> AsyncIterator[ClientSession]:
     """``rlm mcp ARGS`` as a subprocess (its TMPDIR in ``tmp_path/tmp``, its stderr in
-    ``tmp_path/server.err``; ``heartbeat_s`` replaces ``mcp_server.HEARTBEAT_S``), initialised."""
+    ``tmp_path/server.err``; ``heartbeat_s`` replaces ``rlm_cli.mcp.protocol.HEARTBEAT_S``), initialised."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
     command = ["-m", "rlm_cli", "mcp", *args]
     if heartbeat_s is not None:
-        command = ["-c", f"import sys; from rlm_cli import mcp_server; from rlm_cli.commands import app as cli; mcp_server.HEARTBEAT_S = {heartbeat_s}; "
+        command = ["-c", f"import sys; from rlm_cli.commands import app as cli; from rlm_cli.mcp import protocol; "
+                   f"protocol.HEARTBEAT_S = {heartbeat_s}; "
                    "sys.argv = ['rlm', *sys.argv[1:]]; cli.main()", "mcp", *args]
     params = StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(tmp_path))
     with open(tmp_path / "server.err", "w") as err:

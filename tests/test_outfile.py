@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.errors import UsageError
-from rlm_cli.outfile import check_writable, write_atomic
+from rlm_cli.output.outfile import check_writable, write_atomic
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, repl
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import load_corpus
-from rlm_cli.progress import INDEX_QUIET_S, Progress, index_callback, stream_callback
-from rlm_cli.trace import TRANSIENT_TYPES, TraceSink, TraceWriter, event, read_trace
+from rlm_cli.output.progress import INDEX_QUIET_S, Progress, index_callback, stream_callback
+from rlm_cli.output.trace import TRANSIENT_TYPES, TraceSink, TraceWriter, event, read_trace
 
 
 class Clock:

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from rlm_cli.render import Renderer, display_style, progress_line
-from rlm_cli.trace import event
+from rlm_cli.output.render import Renderer
+from rlm_cli.output.style import display_style
+from rlm_cli.output.text import progress_line
+from rlm_cli.output.trace import event
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, Reply, repl
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.errors import UsageError
-from rlm_cli.sandbox import launcher
-from rlm_cli.sandbox.launcher import Limits, resolve_level
-from rlm_cli.sandbox.worker import KEEP_HEAD, KEEP_TAIL, CappedWriter
+from rlm_cli.sandbox import levels, probes, results, users
+from rlm_cli.sandbox.execution import KEEP_HEAD, KEEP_TAIL, CappedWriter
+from rlm_cli.sandbox.launcher import Limits
+from rlm_cli.sandbox.levels import resolve_level
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl
 from tests.sandbox_kit import BWRAP_OK, IS_ROOT, LINUX, all_levels, need_bwrap, procs_named, sandbox, set_comm
@@ -36,7 +37,7 @@ def test_auto_picks_the_strongest_level_and_warns_only_on_fallback() -> None:
 
 
 def _missing_words(warning: str) -> dict[str, bool]:
-    return {name: phrase in warning for name, phrase in launcher._MISSING.items()}
+    return {name: phrase in warning for name, phrase in levels.MISSING.items()}
 
 
 @pytest.mark.skipif(not LINUX, reason="the process level's confinement is Linux-only")
@@ -44,12 +45,12 @@ def test_the_fallback_warning_names_only_what_this_kernel_leaves_open(monkeypatc
     """Without bubblewrap, `auto` falls back to the confined process level; its warning names each
     missing protection and nothing that is present (with Landlock and seccomp: no "CAN reach the
     network", no "CAN read your files")."""
-    monkeypatch.setattr(launcher, "_bwrap_probe", (False, "hidden for this test"))
+    monkeypatch.setattr(probes, "_bwrap_probe", (False, "hidden for this test"))
     level, warning = resolve_level("auto")
     assert level == "process" and warning is not None
-    present = {p.name: p.present for p in launcher.protections("process")}
+    present = {p.name: p.present for p in levels.protections("process")}
     assert _missing_words(warning) == {name: not ok for name, ok in present.items()}, warning
-    assert f"a confined process ({launcher.process_summary()})" in warning
+    assert f"a confined process ({levels.process_summary()})" in warning
 
 
 @pytest.mark.skipif(not LINUX, reason="the process level's confinement is Linux-only")
@@ -57,14 +58,14 @@ def test_a_kernel_without_landlock_or_seccomp_runs_as_before_with_the_warning(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Where the kernel lacks both, the worker still starts (no Landlock asked for, the filter not
     required) and the warning says it CAN reach the network and read your files."""
-    monkeypatch.setattr(launcher, "_bwrap_probe", (False, "hidden for this test"))
-    monkeypatch.setattr(launcher, "_confinement", launcher.Confinement(0, "not in this kernel", False, "no seccomp"))
+    monkeypatch.setattr(probes, "_bwrap_probe", (False, "hidden for this test"))
+    monkeypatch.setattr(probes, "_confinement", probes.Confinement(0, "not in this kernel", False, "no seccomp"))
     level, warning = resolve_level("auto")
     assert level == "process" and warning is not None
     words = _missing_words(warning)
-    assert words.pop("signals") == (launcher.plan_drop("process")[0] is None)  # as root: runs as nobody
+    assert words.pop("signals") == (users.plan_drop("process")[0] is None)  # as root: runs as nobody
     assert all(words.values()) and "a plain process with resource limits" in warning, warning
-    assert "CAN read your files" in launcher.level_exposes("process")
+    assert "CAN read your files" in levels.level_exposes("process")
     (tmp_path / "readable.txt").write_text("plain file")
     (tmp_path / "readable.txt").chmod(0o644)
     tmp_path.chmod(0o755)
@@ -85,14 +86,14 @@ def test_unknown_or_unavailable_levels_are_usage_errors() -> None:
 
 
 def test_describe_says_what_each_level_protects() -> None:
-    assert "no network" in launcher.describe("bwrap")
-    assert "untested" in launcher.describe("sandbox-exec")
-    present = {p.name for p in launcher.protections("process") if p.present}
-    assert ("no network" in launcher.describe("process")) == ("network" in present)
-    assert ("CAN reach the network" in launcher.level_exposes("process")) == ("network" not in present)
-    assert ("CAN read your files" in launcher.level_exposes("process")) == ("files" not in present)
-    assert all(p.present for p in launcher.protections("bwrap"))
-    assert not any(p.present for p in launcher.protections("none"))
+    assert "no network" in levels.describe("bwrap")
+    assert "untested" in levels.describe("sandbox-exec")
+    present = {p.name for p in levels.protections("process") if p.present}
+    assert ("no network" in levels.describe("process")) == ("network" in present)
+    assert ("CAN reach the network" in levels.level_exposes("process")) == ("network" not in present)
+    assert ("CAN read your files" in levels.level_exposes("process")) == ("files" not in present)
+    assert all(p.present for p in levels.protections("bwrap"))
+    assert not any(p.present for p in levels.protections("none"))
 
 
 # -- cells -------------------------------------------------------------------------------------
@@ -136,7 +137,7 @@ def test_every_top_level_expression_shows_its_value_like_the_interactive_console
 def test_threads_subprocesses_and_multiprocessing_work(level: str) -> None:
     """Threads, fork and subprocess work everywhere; multiprocessing's locks need /dev/shm, which
     Landlock keeps out of reach at the process level (bwrap gives a private one)."""
-    landlocked = level == "process" and any(p.name == "files" and p.present for p in launcher.protections(level))
+    landlocked = level == "process" and any(p.name == "files" and p.present for p in levels.protections(level))
     with sandbox(level) as sb:
         r = sb.execute("import multiprocessing as mp, os, subprocess\nfrom concurrent.futures import ThreadPoolExecutor\n"
                        "try:\n    with mp.Pool(2) as pool:\n        print(pool.map(abs, [-1, -2]))\n"
@@ -174,7 +175,7 @@ def test_final_answer_over_the_control_frame_limit_is_refused_with_a_reason() ->
 
 
 def test_seccomp_program_is_well_formed_and_only_for_known_architectures() -> None:
-    from rlm_cli.sandbox.worker import seccomp_program
+    from rlm_cli.sandbox.hardening import seccomp_program
 
     assert seccomp_program("riscv64") is None
     for machine in ("x86_64", "aarch64"):
@@ -216,7 +217,7 @@ def test_stderr_flood_through_the_raw_descriptor_keeps_the_parent_tail_small() -
                        "os.write(1, b'o' * 10_000_000)\nprint('done')")
         assert r.output == "done\n"
         time.sleep(0.3)
-        assert len(sb._stderr_tail) <= 8192
+        assert len(sb.stderr_tail) <= 8192
 
 
 # -- timeouts, crashes, the control channel ----------------------------------------------------
@@ -276,7 +277,7 @@ def test_oversized_output_in_a_forged_frame_is_clipped_by_the_parent() -> None:
     with sandbox("process") as sb:
         r = sb.execute(_FIND_CONTROL + "send({'type': 'result', 'ok': True, 'output': 'z' * 5_000_000, "
                                        "'output_chars': 1, 'id': rid, 'final': None})\nos._exit(0)")
-        assert len(r.output) == launcher.MAX_OUTPUT_CHARS and r.output_chars == 5_000_000
+        assert len(r.output) == results.MAX_OUTPUT_CHARS and r.output_chars == 5_000_000
 
 
 @pytest.mark.parametrize("level", all_levels())
@@ -421,8 +422,15 @@ def test_root_without_dac_capabilities_runs_and_leaves_nothing_behind(level: str
     assert proc.stdout.strip() == "done: scratch works"
     assert "scratch works 0\n" in last_user(llm.chat_requests("root")[1])  # the worker holds no capability
     assert sorted(os.listdir(tmp)) == []  # no rlm-scratch-*, rlm-lm-*, rlm-corpus-*
-    drop_note = launcher.plan_drop(level)[1]
-    assert proc.stderr.count("sandbox: ") <= 1 + (drop_note is not None)
+    # Its notes, each once: the worker user's note as rlm without those capabilities gives it (asked of
+    # rlm under the same capabilities: it differs where Python is not world-readable) and no other
+    # (the notes about what an earlier, killed rlm left running aside).
+    probe = subprocess.run(_without_dac([sys.executable, "-c", "from rlm_cli.sandbox.users import run_notes; "
+                                         f"print(*run_notes({level!r}), sep='\\n')"]),
+                           capture_output=True, text=True, timeout=60)
+    shown = [line[line.index("sandbox: "):] for line in proc.stderr.splitlines()
+             if "sandbox: " in line and "left running by an earlier" not in line]
+    assert shown == [line for line in probe.stdout.splitlines() if line], proc.stderr
 
 
 @pytest.mark.skipif(not (IS_ROOT and LINUX), reason="needs root to make files as nobody")
@@ -438,9 +446,9 @@ def test_a_scratch_folder_filled_by_nobody_is_removed_by_root_without_dac() -> N
         subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "sh",
                         "-c", "mkdir -p a/b && echo x > a/b/f && echo y > g && ln -s /etc/passwd l && "
                         "chmod 700 a/b a . && chmod 600 g"], cwd=scratch, check=True, timeout=30)
-        code = ("import shutil, sys\nfrom pathlib import Path\nfrom rlm_cli.sandbox.launcher import _remove_tree\n"
+        code = ("import shutil, sys\nfrom pathlib import Path\nfrom rlm_cli.sandbox.paths import remove_tree\n"
                 "p = Path(sys.argv[2])\nif sys.argv[1] == 'plain':\n    shutil.rmtree(p, ignore_errors=True)\n"
-                "else:\n    _remove_tree(p)\nprint(p.exists())")
+                "else:\n    remove_tree(p)\nprint(p.exists())")
         plain = subprocess.run(_without_dac([sys.executable, "-c", code, "plain", str(scratch)]),
                                capture_output=True, text=True, timeout=60)
         assert plain.stdout == "True\n", plain.stderr  # what rlm did before: the folder stayed
@@ -454,7 +462,7 @@ def test_a_scratch_folder_filled_by_nobody_is_removed_by_root_without_dac() -> N
 
 @pytest.mark.skipif(not (IS_ROOT and LINUX), reason="the note is about the user a root rlm gives the worker")
 def test_the_worker_user_note_is_printed_once_per_run_not_per_child(tmp_path: Path, llm: FakeLLM) -> None:
-    note = launcher.plan_drop("process")[1]
+    note = users.plan_drop("process")[1]
     if note is None:
         pytest.skip("Python is world-readable here: the worker runs as nobody with no note to print")
     (tmp_path / "a.txt").write_text("alpha\n")

@@ -1,4 +1,4 @@
-"""``sources``: what a run looked at, how, and what its answer cites (``rlm_cli.sources``)."""
+"""``sources``: what a run looked at, how, and what its answer cites (``rlm_cli.output.sources``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm_cli.sources import build_sources, cite_lines, direct_rows, merge_rows
+from rlm_cli.output.sources import build_sources, cite_lines, direct_rows, merge_rows
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, repl
 

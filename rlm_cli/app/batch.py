@@ -267,8 +267,8 @@ def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: 
 def result_document(result: Result, sandbox: str) -> dict[str, Any]:
     """The ``--json`` line of one question: ``id`` and ``question``, then the same document as a
     single ``rlm ask --json`` (an answer, a partial answer, or an error with ``exit_code``)."""
-    from rlm_cli.documents import error_document, outcome_document, partial_document
     from rlm_cli.errors import PartialAnswerError
+    from rlm_cli.output.documents import error_document, outcome_document, partial_document
 
     elapsed = round(result.elapsed_s, 3)
     if result.error is None:

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli.app.batch import worst_exit_code
-from rlm_cli.documents import answer_text, error_document, outcome_document, partial_document
 from rlm_cli.errors import PartialAnswerError, RLMError
+from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
 
 #: Questions kept in the history file.
 HISTORY_LINES = 1000
@@ -163,13 +163,13 @@ class Chat:
         if not turns:
             self.ui.info("no trajectory yet: ask a question first")
             return
-        from rlm_cli import render, trace
+        from rlm_cli.output import trace, trace_view
 
         for n, t in enumerate(turns, 1):
             self.ui.info(f"{n}. [{t.status}] {t.trace_path}")
         last = turns[-1].trace_path
         events = trace.read_trace(last)
-        render.print_trace_tree(events[0], trace.build_tree(events), file=sys.stderr)
+        trace_view.print_trace_tree(events[0], trace.build_tree(events), file=sys.stderr)
 
     # -- questions -------------------------------------------------------------------------------------
     def _question(self, text: str) -> None:
@@ -208,7 +208,7 @@ class Chat:
         self._deliver(doc)
 
     def _deliver(self, doc: dict[str, Any]) -> None:
-        from rlm_cli.render import write_text
+        from rlm_cli.output.answer import write_text
 
         if self.json_out:
             write_text(json.dumps(doc, ensure_ascii=False, default=str) + "\n")

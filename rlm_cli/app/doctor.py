@@ -26,7 +26,7 @@ def _package_version(name: str) -> str | None:
 
 
 def _worker_user(level: str | None) -> str:
-    from rlm_cli.sandbox.launcher import plan_drop
+    from rlm_cli.sandbox.users import plan_drop
 
     if level is None:
         return "-"
@@ -42,31 +42,31 @@ def _worker_user(level: str | None) -> str:
 def sandbox_report(requested: str) -> dict[str, Any]:
     """``{"requested", "level", "warning", "protects", "exposes", "protections", "error"}`` for a
     level name; ``protections`` lists ``{"name", "present", "detail"}`` per protection of that
-    level on this machine (``launcher.protections``).
+    level on this machine (``levels.protections``).
 
     ``level`` is ``None`` (and ``error`` set) when ``requested`` is unknown or not available here.
     """
-    from rlm_cli.sandbox import launcher
+    from rlm_cli.sandbox import levels
 
     try:
-        level, warning = launcher.resolve_level(requested)
+        level, warning = levels.resolve_level(requested)
     except UsageError as exc:
         return {"requested": requested, "level": None, "warning": None, "protects": None, "exposes": None,
                 "protections": [], "error": str(exc)}
     return {"requested": requested, "level": level, "warning": warning,
-            "protects": launcher.level_protects(level), "exposes": launcher.level_exposes(level),
-            "protections": [vars(p) for p in launcher.protections(level)], "error": None}
+            "protects": levels.level_protects(level), "exposes": levels.level_exposes(level),
+            "protections": [vars(p) for p in levels.protections(level)], "error": None}
 
 
 def kernel_report() -> dict[str, Any]:
     """What the kernel gives the ``process`` level: ``{"landlock_abi", "landlock", "seccomp",
     "seccomp_detail", "process_level": [protections]}`` (reported whatever level a run uses)."""
-    from rlm_cli.sandbox import launcher
+    from rlm_cli.sandbox import levels, probes
 
-    c = launcher.confinement()
+    c = probes.confinement()
     return {"landlock_abi": c.landlock_abi, "landlock": c.landlock_detail, "seccomp": c.seccomp,
             "seccomp_detail": c.seccomp_detail,
-            "process_level": [vars(p) for p in launcher.protections("process")]}
+            "process_level": [vars(p) for p in levels.protections("process")]}
 
 
 def sandbox_line(requested: str) -> str:
@@ -75,16 +75,16 @@ def sandbox_line(requested: str) -> str:
     Raises:
         UsageError: ``requested`` is unknown or not available here (the same error the run gives).
     """
-    from rlm_cli.sandbox import launcher
+    from rlm_cli.sandbox import levels
 
-    level, _ = launcher.resolve_level(requested)
-    return f"sandbox: {launcher.describe(level)}; not protected: {launcher.level_exposes(level)}"
+    level, _ = levels.resolve_level(requested)
+    return f"sandbox: {levels.describe(level)}; not protected: {levels.level_exposes(level)}"
 
 
 def collect() -> dict[str, Any]:
     """Everything ``rlm doctor`` reports, as a JSON-able dict (never raises for a bad config)."""
     from rlm_cli import config
-    from rlm_cli.sandbox import launcher
+    from rlm_cli.sandbox import probes
 
     problems: list[str] = []
     try:
@@ -95,7 +95,7 @@ def collect() -> dict[str, Any]:
     sandbox = sandbox_report(requested)
     if sandbox["error"]:
         problems.append(sandbox["error"])
-    bwrap_ok, bwrap_detail = launcher.bwrap_status()
+    bwrap_ok, bwrap_detail = probes.bwrap_status()
     litellm = _package_version("litellm")
     if litellm is None:
         problems.append("litellm is not installed: no model can be called (pip install litellm)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from rlm_cli.config import Settings
@@ -21,9 +20,8 @@ from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.usage import CallRecord, Usage
+from rlm_cli.output.trace import Emit
 from rlm_cli.sandbox.launcher import WorkerSpec
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 class LaneOwner(Protocol):

@@ -1,21 +1,19 @@
-"""What a run hands back: the :class:`AskOutcome`, its sources, its skipped files, and what an
-early stop (``PartialAnswerError``) carries."""
+"""What a run hands back: the :class:`AskOutcome`, its sources, what an early stop
+(``PartialAnswerError``) carries, and the :class:`Turn` a session remembers of it."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlm_cli.corpus import Corpus
-from rlm_cli.errors import PartialAnswerError
-from rlm_cli.loop.orchestrator import RunResult
+from rlm_cli.errors import InterruptedRunError, MaxIterationsError, PartialAnswerError, RLMError
+from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
-from rlm_cli.sources import SourceCollector, build_sources, direct_rows
-
-Emit = Callable[[dict[str, Any]], None]
+from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
+from rlm_cli.output.trace import Emit
 
 
 @dataclass
@@ -28,21 +26,13 @@ class AskOutcome:
     sandbox: str
     run_id: str = ""
     trace_path: Path | None = None
-    #: What the run looked at (``rlm_cli.sources``) and how many ranges were left out of the list.
+    #: What the run looked at (``rlm_cli.output.sources``) and how many ranges were left out of the list.
     sources: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     sources_omitted: int = 0
 
 
-def skipped_files(corpus: Corpus) -> dict[str, Any]:
-    """``{"skipped": [{"path", "reason"}, ...], "skipped_count": n}``: the files and folders the
-    corpus left out (the first ``loader.MAX_NAMED_SKIPS``; a folder's path ends with ``/``) and
-    how many there were in all (``--json``'s corpus section and the trajectory's corpus event)."""
-    return {"skipped": [{"path": path, "reason": reason} for path, reason in corpus.report.named],
-            "skipped_count": sum(corpus.report.skipped.values())}
-
-
 def run_sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str) -> tuple[list[dict[str, Any]], int]:
-    """The run's ``sources`` and how many were left out (see ``rlm_cli.sources``)."""
+    """The run's ``sources`` and how many were left out (see ``rlm_cli.output.sources``)."""
     files = [(f.path, f.lines) for f in corpus.files]
     rows = direct_rows(files) if mode == "direct" else collector.rows
     return build_sources(rows, answer, files)
@@ -69,3 +59,26 @@ class TurnCounter:
         if ev.get("type") == "root_call" and ev.get("depth") == 0:
             self.root_turns += 1
         self.forward(ev)
+
+
+@dataclasses.dataclass
+class Turn:
+    """An earlier question of the session: what was asked, the answer (or partial answer), its
+    status (``final``, ``max_iterations``, ``budget_exceeded``, ``error``, ``interrupted``) and
+    its trajectory."""
+
+    question: str
+    answer: str
+    status: str
+    trace_path: Path | None = None
+
+
+def status_of(exc: RLMError) -> str:
+    """The ``status`` of a question that raised ``exc``."""
+    if isinstance(exc, MaxIterationsError):
+        return "max_iterations"
+    if isinstance(exc, PartialAnswerError):
+        return "budget_exceeded"
+    if isinstance(exc, InterruptedRunError):
+        return "interrupted"
+    return "error"

@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli.trace import event
+from rlm_cli.output.trace import Emit, event
 
 PHASES = ("explore", "decompose", "aggregate", "terminate")
 #: Helper names whose use is a look at the corpus (explore) or a model call (decompose).
 EXPLORE = frozenset({"grep", "read_file", "search", "leads", "chunk_text", "files", "chunks", "context"})
 DECOMPOSE = frozenset({"llm_query", "llm_query_batched", "rlm_query"})
 
-Emit = Callable[[dict[str, Any]], None]
 
 
 def block_phase(helpers: dict[str, int]) -> str:

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_cli.config import CHOICES, Settings
+from rlm_cli.config import Settings
+from rlm_cli.config_keys import CHOICES
 from rlm_cli.corpus import Corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import NoModelError, RLMError, UsageError
-from rlm_cli.history import input_budget, request_tokens
 from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.prompts import direct_prompt
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
+from rlm_cli.models.window import input_budget, request_tokens
 
 NO_MODEL_HINT = ("set one with --model (e.g. --model openai/gpt-5-mini), the RLM_MODEL environment variable, "
                  "or `rlm config set model MODEL`")

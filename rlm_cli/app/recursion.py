@@ -15,10 +15,8 @@ from rlm_cli.loop.meta import corpus_meta, text_meta
 from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.relay import LMHandler
+from rlm_cli.output.trace import PROMPT_HEAD_CHARS, Emit, event, request_key
 from rlm_cli.sandbox.launcher import WorkerSpec
-from rlm_cli.trace import PROMPT_HEAD_CHARS, event, request_key
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 def sub_call_event(info: dict[str, Any], *, depth: int | None = None) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,7 @@ from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.errors import ProviderError, UsageError
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.usage import CallRecord
-from rlm_cli.trace import event, read_trace, request_key
-
-Emit = Callable[[dict[str, Any]], None]
+from rlm_cli.output.trace import Emit, event, read_trace, request_key
 
 
 @dataclass

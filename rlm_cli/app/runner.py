@@ -2,12 +2,11 @@
 ``paths``, answers and returns an :class:`~rlm_cli.app.outcome.AskOutcome` or raises an
 ``RLMError`` (a one-question :class:`~rlm_cli.app.session.Session`). The commands stay thin and
 the core can be driven from tests or other programs (``rlm eval``, ``rlm replay``). Every run
-writes a trajectory (``rlm_cli.trace``) unless ``record=False``.
+writes a trajectory (``rlm_cli.output.trace``) unless ``record=False``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rlm_cli.app.outcome import AskOutcome
@@ -15,8 +14,7 @@ from rlm_cli.app.session import Session
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.models.client import ModelClient
-
-Emit = Callable[[dict[str, Any]], None]
+from rlm_cli.output.trace import Emit
 
 
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,

@@ -35,13 +35,12 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlm_cli import __version__
 from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
-from rlm_cli.app.outcome import AskOutcome, TurnCounter, attach_partial, run_sources, skipped_files
+from rlm_cli.app.outcome import AskOutcome, Turn, TurnCounter, attach_partial, run_sources, status_of
 from rlm_cli.app.phases import PhaseTagger
 from rlm_cli.app.planning import choose_mode, direct_tokens, fit_question, model_window, require_model
 from rlm_cli.app.recursion import recursion_handler, sub_call_event
@@ -51,43 +50,32 @@ from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
     DoesNotFitError,
     ExitCode,
-    InterruptedRunError,
-    MaxIterationsError,
     PartialAnswerError,
     RLMError,
 )
+from rlm_cli.loop.direct import run_direct
 from rlm_cli.loop.meta import corpus_meta
-from rlm_cli.loop.orchestrator import Orchestrator, RunResult, run_direct
+from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
+from rlm_cli.loop.result import RunResult
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import ensure_model
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.usage import Usage
-from rlm_cli.progress import Progress, index_callback
-from rlm_cli.sandbox.launcher import WorkerSpec, resolve_level, run_notes
+from rlm_cli.output.documents import skipped_files
+from rlm_cli.output.progress import Progress, index_callback
+from rlm_cli.output.sources import SourceCollector
+from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id, traces_dir
+from rlm_cli.sandbox.launcher import WorkerSpec
+from rlm_cli.sandbox.levels import resolve_level
 from rlm_cli.sandbox.memory import check_workers_fit
-from rlm_cli.sources import SourceCollector
-from rlm_cli.trace import TraceSink, TraceWriter, event, new_run_id, traces_dir
-
-Emit = Callable[[dict[str, Any]], None]
+from rlm_cli.sandbox.users import run_notes
 
 #: Seconds a Ctrl-C in ``rlm chat`` gives the running code block to stop before the worker is
 #: restarted (losing its variables).
 INTERRUPT_GRACE_S = 3.0
-
-
-@dataclasses.dataclass
-class Turn:
-    """An earlier question of the session: what was asked, the answer (or partial answer), its
-    status (``final``, ``max_iterations``, ``budget_exceeded``, ``error``, ``interrupted``) and
-    its trajectory."""
-
-    question: str
-    answer: str
-    status: str
-    trace_path: Path | None = None
 
 
 class Session:
@@ -385,7 +373,7 @@ class Session:
             self._remember(question, res.answer, res.status, trace_path)
         except RLMError as exc:
             self._failed(exc, client, collector, sink, started, trace_path, turns.root_turns)
-            self._remember(question, getattr(exc, "partial", "") or "", _status(exc), trace_path)
+            self._remember(question, getattr(exc, "partial", "") or "", status_of(exc), trace_path)
             if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
                     and writer is not None and created):
                 # Bad input that never reached a model leaves nothing behind (no stray trajectory).
@@ -482,7 +470,7 @@ class Session:
         if isinstance(exc, CallFailed) and exc.fatal:
             self.fatal = self.fatal or exc
         result = getattr(exc, "result", None)
-        status = _status(exc)
+        status = status_of(exc)
         if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
             result = RunResult(answer=exc.partial, status=status, iterations=root_turns,
                                sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
@@ -509,14 +497,3 @@ class Session:
             return Path(given)
         given = Path(given)
         return given.with_name(f"{given.stem}-{turn}{given.suffix or '.jsonl'}")
-
-
-def _status(exc: RLMError) -> str:
-    """The ``status`` of a question that raised ``exc``."""
-    if isinstance(exc, MaxIterationsError):
-        return "max_iterations"
-    if isinstance(exc, PartialAnswerError):
-        return "budget_exceeded"
-    if isinstance(exc, InterruptedRunError):
-        return "interrupted"
-    return "error"

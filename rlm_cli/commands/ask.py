@@ -54,14 +54,14 @@ def ask(
 ) -> None:
     """Answer QUESTION about the corpus at PATH... (the last argument is the question, unless -q,
     --questions or --question-file give it)."""
-    from rlm_cli import render
+    from rlm_cli.output import render
 
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
     host = INVOCATION.take_host()  # first: litellm is imported there while the corpus loads
     try:
         use_color(color)
         if output is not None:
-            from rlm_cli.outfile import check_writable
+            from rlm_cli.output.outfile import check_writable
 
             INVOCATION.output_path = check_writable(output)
         multi = bool(question) or questions is not None
@@ -116,7 +116,7 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
              started: float, verbose: bool) -> None:
     """One question, answered as ``rlm ask`` always has (one document or the answer)."""
     from rlm_cli.app import runner
-    from rlm_cli.documents import outcome_document
+    from rlm_cli.output.documents import outcome_document
 
     stdin_bytes = _stdin_corpus(paths)
     if verbose:
@@ -135,7 +135,7 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
 
 def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, ui: Any, json_out: bool,
               cite: bool, jobs: int, started: float, verbose: bool) -> int:
-    """Several questions over one loaded corpus (``rlm_cli.batch``); returns the worst exit code."""
+    """Several questions over one loaded corpus (``rlm_cli.app.batch``); returns the worst exit code."""
     from rlm_cli.app import batch
     from rlm_cli.app.session import Session
 

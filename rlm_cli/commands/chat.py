@@ -50,9 +50,9 @@ def chat(
 ) -> None:
     """Ask questions one after another about the corpus at PATH...: one loaded corpus, one REPL whose
     variables are kept, follow-up questions understood. /help lists the commands; Ctrl-D ends it."""
-    from rlm_cli import render
     from rlm_cli.app.chat import Chat, cost_text
     from rlm_cli.app.session import INTERRUPT_GRACE_S, Session
+    from rlm_cli.output import render
 
     host = INVOCATION.take_host()
     try:

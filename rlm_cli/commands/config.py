@@ -17,8 +17,9 @@ config_app = typer.Typer(no_args_is_help=True, help="Show or change settings (co
 @config_app.command("show")
 def config_show(json_out: JsonOpt = False) -> None:
     """Show every setting: its value (secrets redacted) and where it comes from."""
-    from rlm_cli import config, render
+    from rlm_cli import config
     from rlm_cli.models import detect as models
+    from rlm_cli.output import answer, render
 
     problems: list[str] = []  # shown after the settings, so a bad entry can be seen in context
     entries = config.config_entries(problems=problems)
@@ -37,12 +38,12 @@ def config_show(json_out: JsonOpt = False) -> None:
             model["source"] = "not set and nothing detected"
     path = config.config_path()
     if json_out:
-        render.write_json({"path": str(path), "exists": path.exists(), "settings": entries,
+        answer.write_json({"path": str(path), "exists": path.exists(), "settings": entries,
                            "problems": list(dict.fromkeys(problems))})
     else:
         lines = [f"# {path}" + ("" if path.exists() else " (not created yet)")]
         lines += [f"{e['key']} = {_show_value(e['value'], e['key'])}  # {e['source']}" for e in entries]
-        render.write_answer("\n".join(lines))
+        answer.write_answer("\n".join(lines))
     if problems:  # after the document (no second one on stdout), like any error: exit 2
         ui = render.Renderer()
         for problem in dict.fromkeys(problems):
@@ -53,7 +54,7 @@ def config_show(json_out: JsonOpt = False) -> None:
 
 def _show_value(value: Any, key: str = "") -> str:
     """A setting's value as in the TOML file (``(unset)`` for none; sizes as ``"4G"``)."""
-    from rlm_cli.config import SIZE_KEYS, format_size
+    from rlm_cli.config_keys import SIZE_KEYS, format_size
 
     if value is None:
         return "(unset)"
@@ -70,7 +71,8 @@ def config_set(
     value: Annotated[str, typer.Argument(help="New value; 'none' removes the setting from the file.")],
 ) -> None:
     """Store a setting in the config file (created with mode 0600)."""
-    from rlm_cli import config, render
+    from rlm_cli import config
+    from rlm_cli.output import render
 
     name, typed, path = config.set_config_value(key, value)
     shown = config.redact_secret(str(typed)) if name in config.SECRET_KEYS and typed is not None else typed
@@ -80,16 +82,17 @@ def config_set(
 @config_app.command("path")
 def config_path_cmd() -> None:
     """Print the config file's path."""
-    from rlm_cli import config, render
+    from rlm_cli import config
+    from rlm_cli.output import answer
 
-    render.write_answer(str(config.config_path()))
+    answer.write_answer(str(config.config_path()))
 
 
 
 def doctor(json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
     """Report the sandbox level a run would use and what it protects, bwrap, Python, litellm, paths."""
-    from rlm_cli import render
     from rlm_cli.app import doctor as checkup
+    from rlm_cli.output import answer
 
     report = checkup.collect()
-    render.write_json(report) if json_out else render.write_answer("\n".join(checkup.lines(report)))
+    answer.write_json(report) if json_out else answer.write_answer("\n".join(checkup.lines(report)))

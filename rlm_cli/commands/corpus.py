@@ -24,7 +24,7 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
     import time
 
     from rlm_cli.corpus import load_corpus
-    from rlm_cli.progress import index_callback
+    from rlm_cli.output.progress import index_callback
 
     if "-" in paths:
         raise UsageError("'-' (stdin) is not cached; give files or folders")
@@ -40,8 +40,8 @@ def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
 def index(paths: PathsArg, *, flags: CorpusFlags, json_out: JsonOpt = False, quiet: QuietOpt = False,
           color: ColorOpt = "auto", debug: DebugOpt = False) -> None:
     """Build or refresh the chunk-index cache of PATH... and print the summary on stderr."""
-    from rlm_cli import render
     from rlm_cli.corpus.stats import index_summary
+    from rlm_cli.output import answer, render
 
     use_color(color)
     ui = render.Renderer(quiet=quiet)
@@ -49,7 +49,7 @@ def index(paths: PathsArg, *, flags: CorpusFlags, json_out: JsonOpt = False, qui
     where = "not cached (--no-cache)" if corpus.temporary else f"cache: {corpus.bundle_dir}"
     ui.info(f"{corpus.summary()} in {elapsed:.2f} s; {where}")
     if json_out:
-        render.write_json(index_summary(corpus, elapsed))
+        answer.write_json(index_summary(corpus, elapsed))
 
 
 @corpus_options
@@ -57,14 +57,14 @@ def stats(paths: PathsArg, *, flags: CorpusFlags,
           top: Annotated[int, Opt("--top", min=0, help="How many of the largest files to list.")] = 10,
           json_out: JsonOpt = False, quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
     """Show files, chunks and tokens by file type and the largest files of PATH... (builds the cache)."""
-    from rlm_cli import render
     from rlm_cli.corpus.stats import corpus_stats
+    from rlm_cli.output import answer, render
 
     ui = render.Renderer(quiet=quiet)
     corpus, _ = _load(paths, flags.options(), ui)
     doc = corpus_stats(corpus, top=top)
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
         return
     ui.info(corpus.summary())
     ui.table(f"{doc['files']:,} files, {doc['chunks']:,} chunks, {doc['tokens']:,} tokens by file type",
@@ -101,12 +101,12 @@ cache_app = typer.Typer(no_args_is_help=True, help="Show or clear the cache (cor
 @cache_app.command("info")
 def cache_info(json_out: JsonOpt = False) -> None:
     """Show the cache folder, the size of each cache and the cached corpus indexes."""
-    from rlm_cli import render
     from rlm_cli.corpus.cache import cache_info as info
+    from rlm_cli.output import answer, render
 
     doc = info()
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
         return
     ui = render.Renderer()
     ui.info(f"cache folder: {doc['path']} ({doc['bytes']:,} bytes)")
@@ -125,14 +125,14 @@ def cache_clear(
     json_out: JsonOpt = False,
 ) -> None:
     """Delete the cached corpus indexes (index) and model responses (llm)."""
-    from rlm_cli import render
     from rlm_cli.corpus.cache import cache_clear as clear
+    from rlm_cli.output import answer, render
 
     try:
         doc = clear(which)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if json_out:
-        render.write_json(doc)
+        answer.write_json(doc)
     render.Renderer().info("removed " + ", ".join(f"{r['name']}/ ({r['files']:,} files, {r['bytes']:,} bytes)"
                                                    for r in doc["removed"]) + f" from {doc['path']}")

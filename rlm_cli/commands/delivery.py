@@ -12,9 +12,9 @@ from rlm_cli.errors import PartialAnswerError
 def batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any, Any]:
     """``(write(doc, result), finish())``: each question's document (a JSON line) or answer under
     a header goes to stdout as it completes, or, with ``--output``, into FILE at the end."""
-    from rlm_cli import render
     from rlm_cli.app.batch import header
-    from rlm_cli.documents import answer_text
+    from rlm_cli.output import answer
+    from rlm_cli.output.documents import answer_text
 
     kept: list[str] = []
     count = [0]
@@ -34,13 +34,13 @@ def batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any, 
             body = answer_text(doc, cite) if doc.get("answer") else f"(no answer: {why})\n"
             text = ("\n" if count[0] > 1 else "") + header(result.question) + "\n" + body
         if INVOCATION.output_path is None:
-            render.write_text(text)
+            answer.write_text(text)
         else:
             kept.append(text)
 
     def finish() -> None:
         if INVOCATION.output_path is not None:
-            from rlm_cli.outfile import write_atomic
+            from rlm_cli.output.outfile import write_atomic
 
             write_atomic(INVOCATION.output_path, "".join(kept))
             ui.info(f"wrote {INVOCATION.output_path}")
@@ -51,14 +51,14 @@ def batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any, 
 def deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
     """The document (``--json``) or the answer (with its sources under ``--cite``) to stdout, or
     to ``--output`` atomically."""
-    from rlm_cli import render
-    from rlm_cli.documents import answer_text
+    from rlm_cli.output import answer
+    from rlm_cli.output.documents import answer_text
 
-    text = render.json_text(doc) if json_out else answer_text(doc, cite)
+    text = answer.json_text(doc) if json_out else answer_text(doc, cite)
     if INVOCATION.output_path is None:
-        render.write_text(text)
+        answer.write_text(text)
         return
-    from rlm_cli.outfile import write_atomic
+    from rlm_cli.output.outfile import write_atomic
 
     write_atomic(INVOCATION.output_path, text)
     ui.info(f"wrote {INVOCATION.output_path}")
@@ -66,7 +66,7 @@ def deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
 
 def emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any, elapsed: float, *,
                   cite: bool = False) -> None:
-    from rlm_cli.documents import partial_document
+    from rlm_cli.output.documents import partial_document
 
     doc = partial_document(exc, settings.sandbox, elapsed)
     ui.summary(doc)

@@ -46,8 +46,8 @@ def eval_cmd(
 ) -> None:
     """Measure answer quality on your own corpus: generated questions with exact answers, run like
     `rlm ask` and scored. Budgets (--timeout, --max-cost...) apply to each question."""
-    from rlm_cli import render
     from rlm_cli.evaluation import cli_run
+    from rlm_cli.output import answer, render
 
     use_color(color)
     settings = run.settings()
@@ -58,7 +58,7 @@ def eval_cmd(
     if report is not None:
         cli_run.write_atomic(report, markdown)
         ui.info(f"report written to {report}")
-    render.write_json(doc) if json_out else render.write_answer(cli_run.summary_text(doc))
+    answer.write_json(doc) if json_out else answer.write_answer(cli_run.summary_text(doc))
 
 
 def _words(value: str, flag: str) -> list[str]:

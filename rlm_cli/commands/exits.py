@@ -103,14 +103,14 @@ def _json_error(message: str, code: int, *, status: str = "error") -> None:
     ``ask`` and ``replay`` documents name their schema (``ask-result.v1``) like a success does."""
     if not INVOCATION.json_errors:
         return
-    from rlm_cli.render import json_text, write_text
+    from rlm_cli.output.answer import json_text, write_text
 
     doc: dict[str, Any] = {"status": status, "error": message, "exit_code": int(code), "answer": None}
     if command_word() in ("ask", "replay", "chat"):
         doc = {"schema": ASK_SCHEMA, **doc}
     text = json.dumps(doc, ensure_ascii=False, default=str) + "\n" if INVOCATION.json_lines else json_text(doc)
     if INVOCATION.output_path is not None:
-        from rlm_cli.outfile import write_atomic
+        from rlm_cli.output.outfile import write_atomic
 
         try:
             write_atomic(INVOCATION.output_path, text)
@@ -155,7 +155,7 @@ def _fail(exc: BaseException | None, code: int, message: str) -> None:
     if code == ExitCode.INTERRUPTED:
         sys.stderr.write("\nrlm: interrupted\n")
     else:
-        from rlm_cli.render import Renderer
+        from rlm_cli.output.render import Renderer
 
         Renderer().error(message)
     sys.stderr.flush()

@@ -13,8 +13,8 @@ host_app = typer.Typer(no_args_is_help=True, help="Show or stop the shared model
 @host_app.command("status")
 def host_status(json_out: JsonOpt = False) -> None:
     """List this user's shared model hosts: pid, age, idle time, commands using it, requests served."""
-    from rlm_cli import render
     from rlm_cli.models import host_admin, shared
+    from rlm_cli.output import answer, render
 
     hosts = host_admin.running()
     folder = shared.runtime_path()
@@ -22,7 +22,7 @@ def host_status(json_out: JsonOpt = False) -> None:
     idle = shared.idle_seconds()
     sharing = "off: RLM_HOST_IDLE=0" if idle <= 0 else f"off: {unsafe}" if unsafe else "on"
     if json_out:
-        render.write_json({"folder": str(folder), "sharing": sharing, "idle_limit_s": idle, "hosts": hosts})
+        answer.write_json({"folder": str(folder), "sharing": sharing, "idle_limit_s": idle, "hosts": hosts})
         return
     ui = render.Renderer()
     ui.info(f"runtime folder {folder}; sharing {sharing}; this shell's {shared.IDLE_ENV}: {idle:g} s")
@@ -41,12 +41,12 @@ def host_status(json_out: JsonOpt = False) -> None:
 @host_app.command("stop")
 def host_stop(json_out: JsonOpt = False) -> None:
     """Ask every shared model host of this user to exit (each as soon as no command is using it)."""
-    from rlm_cli import render
     from rlm_cli.models import host_admin
+    from rlm_cli.output import answer, render
 
     pids = host_admin.stop_all()
     if json_out:
-        render.write_json({"stopped": pids})
+        answer.write_json({"stopped": pids})
         return
     render.Renderer().info(f"stopping {len(pids)} shared model host(s)" + (f": pid {', '.join(map(str, pids))}"
                                                                            if pids else ""))

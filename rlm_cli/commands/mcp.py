@@ -47,15 +47,16 @@ def mcp(
     """Serve the corpus at PATH... to coding agents and editors over the Model Context Protocol (stdio):
     tools ask, search, grep and corpus_info over one warm session. Needs the mcp extra:
     pip install 'rlm-cli\\[mcp]'."""
-    from rlm_cli import mcp_server, render
+    from rlm_cli.mcp import protocol, server
+    from rlm_cli.output import render
 
     host = INVOCATION.take_host()
     try:
         use_color(color)
-        mcp_server.require_sdk()
+        protocol.require_sdk()
         settings = run.settings()
-        code = mcp_server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
-                                debug=INVOCATION.debug)
+        code = server.serve(settings, paths, host=host, ui=render.Renderer(quiet=quiet, verbose=verbose),
+                            debug=INVOCATION.debug)
     finally:
         host.close()
     if code:

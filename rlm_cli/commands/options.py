@@ -21,7 +21,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from rlm_cli.commands.invocation import INVOCATION
-from rlm_cli.config import parse_size
+from rlm_cli.config_keys import parse_size
 from rlm_cli.errors import UsageError
 
 Opt = typer.Option
@@ -238,10 +238,10 @@ def use_color(color: str) -> None:
     Raises:
         UsageError: not auto, always or never.
     """
-    from rlm_cli import render
+    from rlm_cli.output import render, style
 
     try:
-        render.display_style(color)
+        style.display_style(color)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     render.default_color = color

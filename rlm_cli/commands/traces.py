@@ -21,26 +21,26 @@ trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectorie
 @trace_app.command("list")
 def trace_list(json_out: JsonOpt = False) -> None:
     """List the recorded trajectories, newest first."""
-    from rlm_cli import render, trace
+    from rlm_cli.output import answer, render, tables, trace
 
     infos = trace.list_traces()
     if json_out:
-        render.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
+        answer.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
         return
     if not infos:
         render.Renderer().info(f"no trajectories in {trace.traces_dir()}")
         return
-    render.print_trace_list(infos)
+    tables.print_trace_list(infos)
 
 
 @trace_app.command("show")
 def trace_show(ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a "
                                                   ".jsonl path.")]) -> None:
     """Show one trajectory as a tree: iterations, code, outputs, sub-calls, recursion."""
-    from rlm_cli import render, trace
+    from rlm_cli.output import trace, trace_view
 
     events = trace.read_trace(trace.find_trace(ref))
-    render.print_trace_tree(events[0], trace.build_tree(events))
+    trace_view.print_trace_tree(events[0], trace.build_tree(events))
 
 
 @trace_app.command("export")
@@ -50,14 +50,14 @@ def trace_export(
     output: Annotated[Path | None, Opt("--output", "-o", help="Where to write (default: ID.html here).")] = None,
 ) -> None:
     """Export one trajectory to share it (HTML)."""
-    from rlm_cli import render, trace
+    from rlm_cli.output import render, trace, trace_view
 
     if not html:
         raise UsageError("choose an export format", hint="--html")
     path = trace.find_trace(ref)
     events = trace.read_trace(path)
     out = output or Path(f"{path.stem}.html")
-    page = render.trace_html(events[0], trace.build_tree(events))
+    page = trace_view.trace_html(events[0], trace.build_tree(events))
     try:  # private like the trajectory it comes from (it holds the corpus excerpts the model saw)
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -77,8 +77,8 @@ def replay(
     debug: DebugOpt = False,
 ) -> None:
     """Re-run a recorded run from its recorded model responses, without calling any provider."""
-    from rlm_cli import render, trace
     from rlm_cli.app import replay as replay_mod
+    from rlm_cli.output import answer, render, trace
 
     started = time.monotonic()
     use_color(color)
@@ -92,7 +92,7 @@ def replay(
         raise
     finally:
         ui.close()
-    from rlm_cli.documents import outcome_document
+    from rlm_cli.output.documents import outcome_document
 
     r = outcome.result
     doc = outcome_document(outcome, round(time.monotonic() - started, 3))
@@ -101,4 +101,4 @@ def replay(
     if not doc["same_answer"]:
         ui.warning("the replayed answer differs from the recorded one")
     ui.summary(doc)
-    render.write_json(doc) if json_out else render.write_answer(r.answer)
+    answer.write_json(doc) if json_out else answer.write_answer(r.answer)

@@ -3,7 +3,9 @@
 Nothing in this package calls a model. ``load_corpus`` is the entry point the CLI uses.
 """
 
-from rlm_cli.corpus.loader import LoadReport, SourceFile, discover
-from rlm_cli.corpus.store import Chunk, Corpus, FileEntry, load_corpus
+from rlm_cli.corpus.loader import LoadReport, SourceFile
+from rlm_cli.corpus.model import Chunk, Corpus, FileEntry
+from rlm_cli.corpus.store import load_corpus
+from rlm_cli.corpus.walk import discover
 
 __all__ = ["Chunk", "Corpus", "FileEntry", "LoadReport", "SourceFile", "discover", "load_corpus"]

@@ -16,13 +16,13 @@ What goes to the child (``rlm_cli.corpus.decode_child``), from ``loader.read_sou
 
 Plain text files never leave rlm's process.
 
-The child runs at the strongest sandbox level this machine has (``launcher.resolve_level("auto")``:
+The child runs at the strongest sandbox level this machine has (``levels.resolve_level("auto")``:
 bubblewrap, else a ``process`` confined by Landlock and seccomp as far as the kernel allows), is
 started by the launcher's own code (``launcher.Sandbox``'s command, environment, user drop, kill
 and stray reaping), and is given its limits: ``RLIMIT_AS`` of ``--decode-memory``, no network,
 no file to read but the one it is handed (an open descriptor), none to write. One child serves
 every document of a build in turn (one process start per build and per reader process, not per
-file: see the README's figures); it is stopped at the end of ``load_corpus`` and dies with rlm.
+file: see the figures in docs/usage.md); it is stopped at the end of ``load_corpus`` and dies with rlm.
 
 A document that outlives ``--decode-timeout`` (the child is killed), exhausts ``--decode-memory``
 or crashes the child is skipped with the reason ``decode timeout``, ``decode memory`` or
@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import protocol
-from rlm_cli.config import CorpusOptions, format_size
+from rlm_cli.config import CorpusOptions
+from rlm_cli.config_keys import format_size
 from rlm_cli.corpus import formats
 from rlm_cli.corpus.loader import Decoded, SourceFile
 
@@ -101,14 +102,14 @@ def _sandbox_class() -> type:
     class DecoderSandbox(launcher.Sandbox):  # type: ignore[misc]
         """The launcher's commands for ``decode_child`` instead of the REPL worker."""
 
-        def _python_argv(self, pkg_parent: str, rfd: int, wfd: int) -> list[str]:
+        def python_argv(self, pkg_parent: str, rfd: int, wfd: int) -> list[str]:
             boot = (f"import sys; sys.path.insert(0, {pkg_parent!r}); "
                     "from rlm_cli.corpus.decode_child import main; main()")
             return [sys.executable, "-I", "-c", boot, str(rfd)]
 
-        def _landlock_policy(self) -> dict[str, Any] | None:
+        def landlock_policy(self) -> dict[str, Any] | None:
             """Read Python, rlm and the system folders only; write nothing; no Unix socket by path."""
-            policy = super()._landlock_policy()
+            policy = super().landlock_policy()
             if policy is not None and policy.get("files"):
                 policy.update(write=[], unix=[])
             return policy
@@ -118,9 +119,9 @@ def _sandbox_class() -> type:
 
 def _level() -> str:
     """The sandbox level of the child: the strongest available here (never ``none``)."""
-    from rlm_cli.sandbox import launcher
+    from rlm_cli.sandbox import levels
 
-    return launcher.resolve_level("auto")[0]
+    return levels.resolve_level("auto")[0]
 
 
 class Decoder:
@@ -238,7 +239,7 @@ class Decoder:
                 self._kill()
                 raise formats.Unreadable("too large", f"skipped {shown}: its decoded text is over "
                                                       f"{limit:,} bytes ({max(sizes):,})")
-            parts = [bytes(protocol._recv_exact(sock, n, deadline)) for n in sizes]
+            parts = [bytes(protocol.recv_exact(sock, n, deadline)) for n in sizes]
         except TimeoutError:
             self._kill()
             what = "decoding it" if seconds == self.timeout_s else "loading its reader in the decoder"
@@ -300,7 +301,7 @@ class Decoder:
             self._kill()
             detail = ""
             if self._box is not None:
-                tail = self._box._stderr_tail.decode("utf-8", "replace").strip().splitlines()
+                tail = self._box.stderr_tail.decode("utf-8", "replace").strip().splitlines()
                 detail = f": {tail[-1][:200]}" if tail else ""
             self._broken = f"the document decoder could not start ({exc}{detail})"
             raise formats.Unreadable("decoder unavailable", f"skipped {shown}: {self._broken}") from None
@@ -311,7 +312,7 @@ class Decoder:
         Raises:
             OSError, protocol.ProtocolError: it failed to start or to confine itself.
         """
-        from rlm_cli.sandbox import launcher, reaper
+        from rlm_cli.sandbox import launcher, probes, processes, reaper, users
 
         self.level = level = _level()
         scratch = Path(tempfile.mkdtemp(prefix=reaper.folder_prefix(reaper.SCRATCH_PREFIX)))
@@ -321,39 +322,29 @@ class Decoder:
                                limits=limits, cell_timeout=self.timeout_s)
         box.scratch = scratch
         self._box = box
-        box.drop = drop = launcher.plan_drop(level)[0]
+        box.drop = drop = users.plan_drop(level)[0]
         if drop and drop.uid != os.geteuid() and level != "bwrap":
             os.chown(scratch, drop.uid, drop.gid)
         if level in ("process", "none"):
-            launcher._become_subreaper()
+            processes.become_subreaper()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            argv = box._command(child.fileno(), child.fileno())
+            argv = box.command(child.fileno(), child.fileno())
             env = {k: os.environ[k] for k in launcher.ENV_ALLOW if k in os.environ}
             env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="1",
                        OMP_NUM_THREADS="1")
-            with launcher._LIVE_LOCK:
-                box.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.PIPE, pass_fds=(child.fileno(),), cwd="/", env=env,
-                                            start_new_session=True)
-                launcher._LIVE.add(box.proc.pid)
+            box.spawn(argv, pass_fds=(child.fileno(),), env=env, name="decoder-stderr")
         finally:
             child.close()
         self._sock = parent
         self._warm = set()
         self.starts += 1
-        box._started_ticks = launcher._start_ticks(box.proc.pid)
-        if level in ("process", "none"):
-            reaper.record(box.proc.pid, box._started_ticks, drop.uid if drop else os.geteuid())
-        box._drain = threading.Thread(target=box._drain_stderr, args=(box.proc, box._drain_stop),
-                                      name="decoder-stderr", daemon=True)
-        box._drain.start()
         rlimits = limits.rlimits(drop.uid if drop else os.geteuid())
         rlimits.pop("RLIMIT_CPU")  # one child serves many documents: --decode-timeout bounds each one
         config = {"type": "config", "limits": rlimits, "drop_to": [drop.uid, drop.gid] if drop else None,
                   "keep_caps": list(drop.keep_caps) if drop else [], "harden": True,
-                  "landlock": box._landlock_policy(),
-                  "seccomp": level in ("process", "bwrap") and launcher.confinement().seccomp}
+                  "landlock": box.landlock_policy(),
+                  "seccomp": level in ("process", "bwrap") and probes.confinement().seccomp}
         deadline = time.monotonic() + START_TIMEOUT_S
         parent.settimeout(START_TIMEOUT_S)
         protocol.send_message(parent, config)
@@ -372,13 +363,7 @@ class Decoder:
                 pass
             self._sock = None
         if self._box is not None:
-            self._box._closed = True
-            self._box._kill()
-            if self._box.scratch is not None:
-                from rlm_cli.sandbox import launcher
-
-                launcher._remove_tree(self._box.scratch)
-                self._box.scratch = None
+            self._box.stop()
             self._box = None
 
     def close(self) -> None:

@@ -6,7 +6,7 @@ says which files come here). The child is started by the sandbox launcher at the
 this machine has (bubblewrap, else a process confined by Landlock and seccomp, else a process
 with resource limits), with the launcher's scrubbed environment; before it reads any request it
 drops root (to ``nobody``, as the REPL worker does), arms no-new-privileges, the parent-death
-signal, Landlock and the seccomp filter (``sandbox.worker.harden``: no socket but AF_UNIX, so no
+signal, Landlock and the seccomp filter (``sandbox.hardening.harden``: no socket but AF_UNIX, so no
 network) and the resource limits it was given (``RLIMIT_AS`` is ``--decode-memory``; no file may
 be written, ``RLIMIT_FSIZE`` 0). It opens no file itself: each request brings the one file it is
 about as an already open, read-only descriptor (``SCM_RIGHTS``) or as bytes, so Landlock may deny
@@ -21,7 +21,7 @@ followed by the raw *blobs* whose byte lengths its ``blobs`` list gives:
   the child answers ``{"type": "ready", "notes": [...]}`` or ``{"type": "error", "error": str}``.
 * ``{"type": "file", "kind", "comp", "shown", "size", "cap", "truncate"}`` with the file's
   descriptor attached to the frame's first byte: decompress (``comp``) and decode it by
-  ``kind`` (``loader._decode_kind``); a structured result is parsed here too.
+  ``kind`` (``loader.decode_kind``); a structured result is parsed here too.
 * ``{"type": "import", "modules": [...]}``: import a kind's readers (pypdf; pandas and pyarrow or
   openpyxl) before its first file, so ``--decode-timeout`` times the file, not the import.
 * ``{"type": "parse", "kind", "shown", "blobs": [n]}`` with the UTF-8 text: parse it
@@ -83,8 +83,8 @@ def _receive_request(sock: socket.socket) -> tuple[dict[str, Any], list[bytes], 
             raise protocol.ProtocolError("the parent closed the decoder's socket")
         head += data
     (size,) = protocol.HEADER.unpack(head)
-    header = protocol.decode_body(protocol._recv_exact(sock, size))
-    blobs = [bytes(protocol._recv_exact(sock, int(n))) for n in header.get("blobs", [])]
+    header = protocol.decode_body(protocol.recv_exact(sock, size))
+    blobs = [bytes(protocol.recv_exact(sock, int(n))) for n in header.get("blobs", [])]
     return header, blobs, fds
 
 
@@ -111,11 +111,11 @@ def _decode_file(header: dict[str, Any], fd: int) -> tuple[dict[str, Any], tuple
                 raise formats.Unreadable("too large", f"skipped {shown}: over --max-file-size {cap:,} bytes once "
                                                       "decompressed (raise it, or --truncate-large keeps the start)")
         else:
-            data = loader._read_up_to(fh, cap + 1)
+            data = loader.read_up_to(fh, cap + 1)
             if len(data) > cap and kind in formats.BINARY_KINDS:
                 raise formats.Unreadable("too large", f"skipped {shown}: over --max-file-size {cap:,} bytes "
                                                       f"(a {kind} file cannot be cut)")
-    decoded = loader._decode_kind(data, kind, comp, sf, options, cut)
+    decoded = loader.decode_kind(data, kind, comp, sf, options, cut)
     if decoded is None:
         return {"ok": True, "binary": True}, (b"", b"")
     payload, meta = b"", None
@@ -146,15 +146,15 @@ def _confine(config: dict[str, Any], parent_pid: int) -> list[str]:
     Raises:
         OSError: a step failed; the child must then decode nothing.
     """
-    from rlm_cli.sandbox import worker
+    from rlm_cli.sandbox import hardening
 
     if config.get("drop_to") is not None:
         uid, gid = config["drop_to"]
-        worker.drop_privileges(int(uid), int(gid), tuple(config.get("keep_caps") or ()))
+        hardening.drop_privileges(int(uid), int(gid), tuple(config.get("keep_caps") or ()))
     notes: list[str] = []
     if config.get("harden", True):
-        notes += worker.harden(parent_pid, config.get("landlock"), bool(config.get("seccomp")))
-    notes += worker.apply_limits({str(k): int(v) for k, v in config.get("limits", {}).items()})
+        notes += hardening.harden(parent_pid, config.get("landlock"), bool(config.get("seccomp")))
+    notes += hardening.apply_limits({str(k): int(v) for k, v in config.get("limits", {}).items()})
     return notes
 
 

@@ -228,7 +228,7 @@ def table_file(kind: str, data: bytes, shown: str, cap: int, truncate: bool) -> 
         if name is not None:
             parts.append(f"## sheet {name}\n")
             line += 1
-        keys = structured._header([str(c) for c in df.columns])
+        keys = structured.column_names([str(c) for c in df.columns])
         cols: list[list[Any]] = [[_plain(v) for v in df[c].tolist()] for c in df.columns]
         parts.append(render(keys))
         line += parts[-1].count("\n")

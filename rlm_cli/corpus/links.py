@@ -1,7 +1,7 @@
 """Where a corpus ends: symlinks that lead out of the paths given, and file names as text.
 
 A cloned repository is input the user did not write: ``key_file -> ~/.ssh/id_rsa`` is one
-``git clone`` away. The walk (``loader.discover``) therefore asks :class:`Bounds` about every
+``git clone`` away. The walk (``walk.discover``) therefore asks :class:`Bounds` about every
 symlink it meets, the ripgrep convention:
 
 * a **root** is a path the user named (a file, a folder, or the literal folder a glob starts

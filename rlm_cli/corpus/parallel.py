@@ -1,7 +1,7 @@
 """Reading, chunking and counting the files of a large build in worker processes.
 
-A build that reads more than ``store.EXACT_TOKENS_BYTES`` of new or changed files (a sampled build:
-it counts the tokens of 1 chunk in ``store.SAMPLE_EVERY``) spends its time in Python: reading and
+A build that reads more than ``build.EXACT_TOKENS_BYTES`` of new or changed files (a sampled build:
+it counts the tokens of 1 chunk in ``indexing.SAMPLE_EVERY``) spends its time in Python: reading and
 decoding each file, chunking it, hashing each chunk, parsing structured files. One interpreter
 runs that on one core, so :func:`read_many` hands it to a pool of processes, one per CPU: each
 reads a batch of files with ``loader.read_source`` and returns, per file, what the store needs to
@@ -44,7 +44,7 @@ class Read:
     """One file read by a worker. ``data`` is ``None`` when it was skipped (``events`` say why);
     otherwise the file's UTF-8 text bytes, its characters, lines, SHA-1, character width, decoding
     notes, kind, encoded structured payload and summary (``None`` for other files), and ``spans``
-    (``store._sampled_spans``) whose counted chunks' tokens are ``counts``, in order."""
+    (``indexing.sampled_spans``) whose counted chunks' tokens are ``counts``, in order."""
 
     display: str
     data: bytes | None = None
@@ -121,8 +121,9 @@ class _Recorder(LoadReport):
 
 def read_batch(batch: list[SourceFile], options: CorpusOptions) -> list[Read]:
     """Read, decode, chunk and sample-count ``batch`` (runs in a worker process)."""
+    from rlm_cli.corpus.indexing import parse_data, sampled_spans
     from rlm_cli.corpus.loader import read_source
-    from rlm_cli.corpus.store import _parse_data, _sampled_spans, _sha1, char_width
+    from rlm_cli.corpus.model import char_width, sha1_hex
     from rlm_cli.corpus.tokens import encoding
 
     enc = encoding()
@@ -134,11 +135,11 @@ def read_batch(batch: list[SourceFile], options: CorpusOptions) -> list[Read]:
             out.append(Read(sf.display, events=rec.events))
             continue
         text = decoded.text
-        payload, dmeta = _parse_data(decoded)
-        spans = _sampled_spans(text, sf.display, options.chunk_tokens)
+        payload, dmeta = parse_data(decoded)
+        spans = sampled_spans(text, sf.display, options.chunk_tokens)
         counts = [len(enc.encode_ordinary(text[sp[0]:sp[1]])) for sp in spans if sp[6]]
         out.append(Read(sf.display, decoded.data, len(text), text.count("\n") + (0 if text.endswith("\n") else 1),
-                        _sha1(decoded.data), char_width(text), decoded.notes, decoded.kind,
+                        sha1_hex(decoded.data), char_width(text), decoded.notes, decoded.kind,
                         None if payload is None else bytes(payload), dmeta, spans, counts, rec.events))
     return out
 

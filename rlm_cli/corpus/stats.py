@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from rlm_cli.corpus.store import Corpus
+from rlm_cli.corpus.model import Corpus
 
 
 def file_type(path: str) -> str:
@@ -40,7 +40,7 @@ def corpus_stats(corpus: Corpus, *, top: int = 10) -> dict[str, Any]:
     largest first) whose text or name holds characters beyond U+00FF, each with the bytes per
     character it alone needs (``wide_files_count`` counts them all, ``astral_files_count`` those
     beyond U+FFFF; see
-    :func:`rlm_cli.corpus.store.char_width`)."""
+    :func:`rlm_cli.corpus.model.char_width`)."""
     by: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for f in corpus.files:
         row = by[file_type(f.path)]

@@ -292,7 +292,7 @@ def parse_csv(text: str, default_delimiter: str) -> tuple[dict[str, Any], str]:
             if not fields or fields == [""]:
                 continue
             if header is None:
-                header = _header(fields)
+                header = column_names(fields)
                 continue
             rows.append(fields)
             lines.append(start)
@@ -363,7 +363,7 @@ def _fit(sample: str, dialect: Any) -> tuple[float, int]:
     return (count / len(rows), width) if width >= 2 else (0.0, 0)
 
 
-def _header(fields: list[str]) -> list[str]:
+def column_names(fields: list[str]) -> list[str]:
     """Column names: stripped, blanks named ``column_N`` (1-based), repeats suffixed ``_2``, ``_3``."""
     out: list[str] = []
     seen: dict[str, int] = {}

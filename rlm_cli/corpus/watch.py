@@ -1,7 +1,7 @@
 """Whether the files of a loaded corpus changed: the check a long-lived session (``rlm mcp``) makes
 before each call, under the cache rules of ``rlm ask``.
 
-:func:`stamp` walks the paths as a load does (``loader.discover``: the same globs, ignore rules and
+:func:`stamp` walks the paths as a load does (``walk.discover``: the same globs, ignore rules and
 options) and records each selected file's display path, size, mtime, ctime and inode, opening none.
 A session loads the corpus again (``load_corpus``, which re-reads only new or changed files and
 reuses the rest from the cache) when :func:`changed` says so: the new stamp differs from the one
@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus.loader import LoadReport, discover
+from rlm_cli.corpus.loader import LoadReport
 from rlm_cli.corpus.store import RACY_NS
+from rlm_cli.corpus.walk import discover
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,13 @@ from rlm_cli.corpus.store import derive_corpus
 from rlm_cli.errors import DoesNotFitError, PartialAnswerError, ProviderError, RLMError
 from rlm_cli.evaluation.scoring import score
 from rlm_cli.evaluation.tasks import CorpusText, Task
+from rlm_cli.output.trace import Emit
 
 MODES = ("rlm", "direct")
 #: Characters of an answer kept in the results (the trajectory keeps it whole).
 ANSWER_CHARS = 2_000
 
 Progress = Callable[["QuestionResult"], None]
-Emit = Callable[[dict[str, Any]], None]
 
 
 @dataclass

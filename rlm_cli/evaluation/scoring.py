@@ -1,7 +1,7 @@
 """Scorers of ``rlm eval``: lenient to phrasing, exact on the fact.
 
 Each scorer takes the answer text and the gold value of a task and returns ``True`` only when
-the answer states the gold fact. The rules (also in the README's ``rlm eval`` section):
+the answer states the gold fact. The rules (also in docs/eval.md):
 
 * ``key`` (needle): every gold key appears in the answer, compared case-insensitively.
 * ``path`` (which file): the first corpus file the answer mentions (a path, a unique path

@@ -6,7 +6,7 @@ give the same questions, and adding a family does not change another's. Each ret
 records) carries a :class:`CorpusEdit`, applied in memory by ``store.derive_corpus``: the
 user's files are never touched.
 
-Families (the README's ``rlm eval`` section lists them with their scoring rules):
+Families (docs/eval.md lists them with their scoring rules):
 
 * ``needle`` (S-NIAH style): a sentence holding a random key planted as a new line at a
   random depth of ``context`` (kind ``single``); every third question plants three keys in

@@ -35,8 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlm_cli.loop import prompts, reply
-
-Emit = Callable[[dict[str, Any]], None]
+from rlm_cli.output.trace import Emit
 
 ACCEPT_ACTION, SEND_BACK, REWRITE = "accept", "send_back", "rewrite"
 
@@ -399,7 +398,7 @@ class Judge:
         self.fired: dict[str, int] = {c.name: 0 for c in checks}
 
     def review(self, c: Candidate) -> Judged:
-        from rlm_cli.trace import event
+        from rlm_cli.output.trace import event
 
         for check in self.checks:
             verdict = check.review(c)

@@ -8,9 +8,10 @@ from typing import Any
 
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, FileEntry
-from rlm_cli.history import input_budget, output_limit
 from rlm_cli.loop import prompts
+from rlm_cli.loop.history import output_limit
 from rlm_cli.models.detect import DEFAULT_WINDOW
+from rlm_cli.models.window import input_budget
 
 
 def corpus_meta(corpus: Corpus) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The RLM loop: root model turns, code blocks run in the REPL worker, FINAL ends it.
 
 The orchestrator never prints; it reports everything through ``emit`` (trajectory events, see
-``rlm_cli.trace``). Each turn is: plan the reply (``rlm_cli.loop.reply``: its blocks, and under
+``rlm_cli.output.trace``). Each turn is: plan the reply (``rlm_cli.loop.reply``: its blocks, and under
 ``guided`` where text claims their output), run its blocks, ask the policy's checks about any
 answer (``rlm_cli.loop.checks``), record the turn. Which rules apply is the run's policy
 (``rlm_cli.loop.policy``); these hold under every policy:
@@ -24,180 +24,45 @@ repeated code and a plain ask for the answer when the model is stuck on it.
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
-from rlm_cli.history import History, Turn, input_budget, output_limit, request_tokens
 from rlm_cli.loop import prompts, reply
+from rlm_cli.loop.answers import (
+    best_text,
+    literal_final,
+    literal_finals,
+    only_finishes,
+    quotes_leads,
+    text_final_value,
+)
 from rlm_cli.loop.checks import Candidate, Judge
+from rlm_cli.loop.history import History, Turn, output_limit
 from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
-from rlm_cli.loop.policy import PRESETS, Policy, resolve_policy
+from rlm_cli.loop.result import RunResult, policy_of
+from rlm_cli.loop.state import STUCK_ASKS, STUCK_ERRORS, STUCK_REPEATS, LoopState, norm, run_key
 from rlm_cli.loop.workers import new_worker, start_worker
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
-from rlm_cli.progress import stream_callback
-from rlm_cli.sandbox.launcher import ExecResult, Sandbox, WorkerSpec
-from rlm_cli.trace import event, request_key
+from rlm_cli.models.window import input_budget, request_tokens
+from rlm_cli.output.progress import stream_callback
+from rlm_cli.output.trace import Emit, event, request_key
+from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec
+from rlm_cli.sandbox.results import ExecResult
 
-Emit = Callable[[dict[str, Any]], None]
-
-_FINISHERS = ("FINAL", "FINAL_VAR")
 #: Seconds ``leads(question)`` may take before the first root call (it takes well under one
 #: second on the 31 MB standard library).
 LEADS_SECONDS = 20.0
-#: Names that stand for an answer rather than being one: ``FINAL(answer)`` of such a name never
-#: assigned is refused, where ``FINAL(gone)`` is taken as the word written.
-PLACEHOLDER_NAMES = frozenset({"answer", "final_answer", "result", "results", "res", "ans", "output", "out",
-                               "response", "value", "x"})
-#: Turns in a row of code already run (with the same output) after which a ``guided`` model is
-#: asked for its answer (again after as many more, at most :data:`STUCK_ASKS` times a run).
-STUCK_REPEATS = 2
-STUCK_ASKS = 3
-#: Turns in a row that met the error of the turn before after which a ``guided`` model is asked
-#: for its answer too (seen: one TypeError 19 turns in a row, the slice in the failing line
-#: shifted by one each time, so never the same code twice).
-STUCK_ERRORS = 3
 #: Sampling temperature of the root call after a repeated turn (a deterministic server gives the
 #: same reply to the same request; a small model shown its own repeat tends to repeat it again).
 RESAMPLE_TEMPERATURE = 1.0
-_SPACE = re.compile(r"\s+")
 #: A corpus line in the output of ``leads``: ``  path:line: text``.
 _EVIDENCE = re.compile(r"^  \S[^\n]*:\d+[ :(]", re.MULTILINE)
-
-
-def only_finishes(code: str) -> bool:
-    """Whether ``code`` does nothing but call FINAL/FINAL_VAR with literal arguments."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return False
-    calls = 0
-    for stmt in tree.body:
-        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
-            return False
-        call = stmt.value
-        if not (isinstance(call.func, ast.Name) and call.func.id in _FINISHERS):
-            return False
-        if not all(isinstance(a, ast.Constant) for a in call.args) or call.keywords:
-            return False
-        calls += 1
-    return calls > 0
-
-
-def literal_finals(blocks: list[reply.Block]) -> list[str]:
-    """The answers of consecutive blocks that do nothing but call ``FINAL`` with one literal
-    (stops at the first other block): a small model writes one such block per part of its
-    answer, the first of which would end the run with one part."""
-    out: list[str] = []
-    for block in blocks:
-        if not only_finishes(block.code):
-            break
-        for stmt in ast.parse(block.code).body:
-            call = stmt.value  # type: ignore[attr-defined]  # only_finishes: FINAL(...) expressions
-            if call.func.id == "FINAL" and len(call.args) == 1 and isinstance(call.args[0].value, (str, int, float)):
-                out.append(str(call.args[0].value))
-    return out
-
-
-def literal_final(code: str) -> bool:
-    """Whether ``code`` calls FINAL with an answer written out as a literal (a string or number
-    constant, or an f-string without fields), as opposed to a value the code computed, or
-    ``FINAL_VAR`` of a text that is not a variable name."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FINISHERS \
-                and node.args and not node.keywords:
-            args = node.args
-            if node.func.id == "FINAL_VAR":
-                if isinstance(args[0], ast.Constant) and isinstance(args[0].value, str) \
-                        and not args[0].value.isidentifier():
-                    return True
-            elif all(isinstance(a, ast.Constant) or (isinstance(a, ast.JoinedStr) and all(
-                    isinstance(v, ast.Constant) for v in a.values)) for a in args):
-                return True
-    return False
-
-
-def _norm(code: str) -> str:
-    """``code`` with runs of whitespace made one space: what makes two blocks "the same code"."""
-    return _SPACE.sub(" ", code).strip()
-
-
-def _run_key(code: str, output: str) -> str:
-    """A block run as the model saw it: its code and its output. The same code with another
-    output (a cursor, a page of a loop) is a new run, not a repeat."""
-    return hashlib.sha1(f"{_norm(code)}\0{output}".encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _quotes(answer: str, leads: str, question: str) -> bool:
-    """Whether ``answer`` quotes a specific token of the ``leads`` output that the ``question``
-    does not have: a fact taken from the corpus lines it was shown."""
-    from rlm_cli.loop.checks import specific_tokens
-
-    if not leads:
-        return False
-    asked = question.lower()
-    return any(tok in leads and tok.lower() not in asked for kind, tok in specific_tokens(answer) if kind != "number")
-
-
-@dataclass
-class RunResult:
-    """The outcome of a run. ``status`` is ``final`` or ``max_iterations``; ``mode`` ``rlm`` or ``direct``."""
-
-    answer: str
-    status: str
-    iterations: int
-    sub_calls: int
-    elapsed_s: float
-    mode: str = "rlm"
-    depth: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: The loop policy the run used (``paper``, ``standard`` or ``guided``).
-    policy: str = ""
-
-
-def policy_of(settings: Settings) -> Policy:
-    """The policy a loop runs under: ``settings.policy`` when it names a preset (the session
-    resolved ``auto`` already), else ``auto``'s choice for ``settings.root_model_window``."""
-    if settings.policy in PRESETS:
-        return PRESETS[settings.policy]
-    window = settings.root_model_window
-    return resolve_policy(settings.policy, window, "flag" if window else "default")[0]
-
-
-@dataclass
-class _LoopState:
-    last_text: str = ""
-    no_code_streak: int = 0
-    #: Runs (code and output) the model has read; a block run again with the same output is a repeat.
-    seen_runs: set[str] = field(default_factory=set)
-    #: The model has read some REPL output (or leads that showed corpus lines).
-    read_output: bool = False
-    last_errors: set[str] = field(default_factory=set)
-    error_streak: int = 0
-    #: The leads' output when it showed corpus lines (a first-turn prose answer may rest on it).
-    leads_text: str = ""
-    #: Prose replies that read as answers (normalized, lowercased): one said again is taken (guided).
-    prose_answers: set[str] = field(default_factory=set)
-    #: Turns in a row whose runs had all been read before (see ``Orchestrator._answer_when_stuck``).
-    repeat_streak: int = 0
-    stuck_asks: int = 0
-    #: The runs of the last turn: the same again replaces that turn in the history (guided).
-    last_runs: list[str] = field(default_factory=list)
-    #: Helpers that stopped at their default cap, by iteration.
-    default_caps: dict[int, list[str]] = field(default_factory=dict)
 
 
 class Orchestrator:
@@ -246,7 +111,7 @@ class Orchestrator:
         self._question = question
         self._judge = Judge(self.policy.make_checks(), self.emit, self.depth)
         sub_calls_before = self.client.usage.sub_calls
-        loop = _LoopState()
+        loop = LoopState()
         own = sandbox is None
         if sandbox is None:
             sandbox = new_worker(self.handler, self.sandbox_level, spec, s, depth=self.depth, hide_paths=self.hide_paths)
@@ -271,7 +136,7 @@ class Orchestrator:
                 self.handler.unregister(sandbox.token)
 
     def _leads(self, sandbox: Sandbox, question: str, budget_tokens: int, history: History,
-               loop: _LoopState) -> None:
+               loop: LoopState) -> None:
         """Set ``question`` in the REPL and, when leads are on (``settings.leads``, else the
         policy's choice), run ``leads(question)`` there before the first root call (at most
         :data:`LEADS_SECONDS` seconds; output of a sixteenth of the root window's input budget,
@@ -300,13 +165,13 @@ class Orchestrator:
         if _EVIDENCE.search(text) is not None:  # corpus lines shown: evidence for an answer
             loop.read_output = True
             loop.leads_text = text
-        loop.seen_runs.add(_run_key(code, text))
+        loop.seen_runs.add(run_key(code, text))
         history.add(Turn(0, prompts.leads_reply(code), prompts.output_message(
             [(code, text)], notes=[prompts.LEADS_NOTE], left=self.settings.max_iterations, question=question),
             codes=[code], outputs=[text]))
 
     # -- one turn --------------------------------------------------------------------------------
-    def _turn(self, iteration: int, text: str, history: History, sandbox: Sandbox, loop: _LoopState,
+    def _turn(self, iteration: int, text: str, history: History, sandbox: Sandbox, loop: LoopState,
               out_limit: int) -> str | None:
         """Act on one reply: plan it, run its code, ask the checks about any answer, and record
         the turn. Returns the final answer, or ``None`` to go on."""
@@ -327,7 +192,7 @@ class Orchestrator:
             ran = n
             result, shown = self._run_block(sandbox, iteration, n, block.code, out_limit)
             outputs.append((block.code, shown))
-            runs.append(_run_key(block.code, shown))
+            runs.append(run_key(block.code, shown))
             caps += result.default_caps
             if self.client.fatal is not None:  # e.g. a 401 on a sub-call: stop now, exit 4
                 raise self.client.fatal
@@ -364,7 +229,7 @@ class Orchestrator:
                              + (f", {len(plan.blocks) - ran} later block(s) not run" if ran < len(plan.blocks) else ""))
             elif ran < len(plan.blocks):
                 notes.append(prompts.later_blocks_skipped(len(plan.blocks) - ran))
-        notes += self._repetition_notes(loop, runs, outputs)
+        notes += loop.repetition_notes(self.policy, runs, outputs, self._notice)
         again = bool(runs) and runs == loop.last_runs
         loop.last_runs = runs
         loop.seen_runs.update(runs)
@@ -404,7 +269,7 @@ class Orchestrator:
         self._last_output = shown
         return result, shown
 
-    def _candidate(self, answer: str, written: bool, source: str, iteration: int, loop: _LoopState,
+    def _candidate(self, answer: str, written: bool, source: str, iteration: int, loop: LoopState,
                    history: History, unseen: int = 0, extra: tuple[str, ...] = ()) -> Candidate:
         """The :class:`Candidate` for an answer given on ``iteration``: what the model had read
         then about the corpus (the first message and every output in ``history``; not the
@@ -419,68 +284,17 @@ class Orchestrator:
                          tuple(dict.fromkeys(caps)), extra, outputs)
 
     def _text_candidate(self, tf: reply.TextFinal, sandbox: Sandbox, notes: list[str], iteration: int,
-                        loop: _LoopState, history: History, unseen: int) -> Candidate | None:
+                        loop: LoopState, history: History, unseen: int) -> Candidate | None:
         """The candidate a FINAL line of the text gives (``None``, with the reason in ``notes``,
         when it gives no answer). A literal is written out; a variable or expression is
         evaluated in the REPL after the reply's blocks ran (computed)."""
-        value, written = self._text_final_value(sandbox, tf, notes)
+        value, written = text_final_value(sandbox, tf, notes, self._notice)
         if value is None:
             return None
         return self._candidate(value, written, "text", iteration, loop, history, unseen if written else 0)
 
-    def _text_final_value(self, sandbox: Sandbox, tf: reply.TextFinal, notes: list[str]) -> tuple[str | None, bool]:
-        """The answer a FINAL line of the text gives, as the same call in a code block would:
-        ``(answer, written_out)``. A literal is taken as written; a variable or expression is
-        evaluated in the REPL (``FINAL(x)`` gives the value of ``x``); a ``FINAL(...)`` whose
-        argument is not valid, defined Python is taken as the text written (``written_out``).
-        ``(None, False)`` with the reason in ``notes`` when ``FINAL_VAR`` names no variable or
-        the expression fails."""
-        literal = tf.literal()
-        if literal is not None:
-            return literal, True
-        result = sandbox.execute(tf.call, cell=0, map_output=False)
-        if result.final is not None:
-            return result.final, False
-        if tf.func == "FINAL" and not result.final_error and not result.lost:
-            err = reply.error_signature(result.output) or ""
-            if err.startswith(("NameError", "SyntaxError", "AttributeError")) and \
-                    tf.source.strip().lower() not in PLACEHOLDER_NAMES:
-                return tf.source, True  # e.g. FINAL(urllib/parse.py), FINAL(gone): prose that parses as Python
-            # FINAL(answer) of a placeholder never assigned: the model meant a variable it did not make.
-        problem = (result.final_error or result.lost
-                   or f"{tf.call[:80]} failed: {(reply.error_signature(result.output) or result.output.strip())[:300]}")
-        notes.append(problem)
-        self._notice(problem)
-        return None, False
-
-    def _repetition_notes(self, loop: _LoopState, runs: list[str], outputs: list[tuple[str, str]]) -> list[str]:
-        """Notes when this turn repeats runs the model has read (guided), or the error of the
-        previous turn (standard and guided)."""
-        notes = []
-        if self.policy.repeats:
-            if runs and all(r in loop.seen_runs for r in runs):
-                loop.repeat_streak += 1
-                notes.append(prompts.REPEATED_CODE if loop.repeat_streak == 1 else prompts.answer_now(loop.repeat_streak))
-                self._notice(f"the model repeated code it had already run ({loop.repeat_streak} turn(s) in a row); told")
-            else:
-                loop.repeat_streak = 0
-        if not self.policy.error_notes:
-            return notes
-        shown = [o for _, o in outputs]
-        errors = [e for e in (reply.error_signature(o) for o in shown) if e]
-        repeated = [e for e in errors if e in loop.last_errors]
-        if repeated:
-            line = next((reply.failing_line(o) for o in shown if reply.error_signature(o) == repeated[0]), None)
-            notes.append(prompts.repeated_error(repeated[0], loop.error_streak + 1, line))
-            self._notice(f"the same error as the previous turn: {repeated[0][:120]}")
-            loop.error_streak += 1
-        else:
-            loop.error_streak = 0
-        loop.last_errors = set(errors)
-        return notes
-
     def _turn_without_code(self, iteration: int, text: str, text_final: reply.TextFinal | None,
-                           history: History, sandbox: Sandbox, loop: _LoopState) -> str | None:
+                           history: History, sandbox: Sandbox, loop: LoopState) -> str | None:
         feedback: str
         loop.last_runs = []
         if text_final is not None:
@@ -510,7 +324,7 @@ class Orchestrator:
         return None
 
     def _prose_answer(self, iteration: int, text: str, history: History,
-                      loop: _LoopState) -> tuple[str | None, str]:
+                      loop: LoopState) -> tuple[str | None, str]:
         """Guided: a reply without code or FINAL as the answer. The second such reply in a row is
         the answer when it reads as one (not a plan, a refusal or a question:
         ``reply.looks_like_answer``), as is the same prose answer given again turns apart, and on
@@ -518,11 +332,11 @@ class Orchestrator:
         ``(None, note for the model)``."""
         loop.no_code_streak += 1
         answer, reads_as_answer = reply.without_notes(text).strip(), reply.looks_like_answer(text)
-        said = _norm(answer).lower()
+        said = norm(answer).lower()
         again = reads_as_answer and said in loop.prose_answers
         if reads_as_answer:
             loop.prose_answers.add(said)
-        grounded = iteration == 1 and loop.no_code_streak == 1 and _quotes(text, loop.leads_text, self._question)
+        grounded = iteration == 1 and loop.no_code_streak == 1 and quotes_leads(text, loop.leads_text, self._question)
         if reads_as_answer and (loop.no_code_streak >= 2 or grounded or again):
             judged = self._judge.review(self._candidate(answer, True, "prose", iteration, loop, history))
             if judged.answer is not None:
@@ -537,7 +351,7 @@ class Orchestrator:
         self._notice("reply had no code block; reminded the model of the format")
         return None, prompts.FORMAT_REMINDER
 
-    def _answer_when_stuck(self, iteration: int, history: History, sandbox: Sandbox, loop: _LoopState) -> str | None:
+    def _answer_when_stuck(self, iteration: int, history: History, sandbox: Sandbox, loop: LoopState) -> str | None:
         """Guided: the model ran only code it had run before, with the same output,
         :data:`STUCK_REPEATS` turns in a row, or met the same error :data:`STUCK_ERRORS` turns
         in a row after its first (or a multiple of either; at most :data:`STUCK_ASKS` times a
@@ -553,7 +367,7 @@ class Orchestrator:
                      "asked for its answer")
         history.extend_last_feedback(prompts.STUCK_ANSWER)
         text = self._root_call(history, self.settings.model or "", loop.last_text, resample=True)
-        answer, written = self._best_text(text, sandbox)
+        answer, written = best_text(text, sandbox, self._last_output, self._notice)
         if not answer.startswith(NO_ANSWER_PREFIX):
             judged = self._judge.review(self._candidate(answer, written, "stuck", iteration, loop, history))
             if judged.answer is not None:
@@ -587,7 +401,7 @@ class Orchestrator:
                         latency_s=round(r.latency_s, 3)))
         return completion.text
 
-    def _best_answer(self, history: History, sandbox: Sandbox, model: str, loop: _LoopState,
+    def _best_answer(self, history: History, sandbox: Sandbox, model: str, loop: LoopState,
                      sub_calls_before: int, started: float) -> RunResult:
         """The iteration limit: one last call, without the REPL, for the best answer; raises."""
         s = self.settings
@@ -596,35 +410,12 @@ class Orchestrator:
             best = self._root_call(history, model, loop.last_text)
         except BudgetExceededError:
             best = loop.last_text
-        answer, _ = self._best_text(best, sandbox)
+        answer, _ = best_text(best, sandbox, self._last_output, self._notice)
         result = self._done(answer, "max_iterations", s.max_iterations, sub_calls_before, started)
         err = MaxIterationsError(f"no final answer after {s.max_iterations} iterations",
                                  partial=result.answer, hint="raise --max-iterations or narrow the question")
         err.result = result  # type: ignore[attr-defined]
         raise err
-
-    def _best_text(self, best: str, sandbox: Sandbox) -> tuple[str, bool]:
-        """``(answer, written_out)`` of the reply to a last request (the iteration limit, or a
-        stuck model asked for its answer): a FINAL in it (its value), else its text without code
-        when it reads as an answer, else "no answer" with the head of the last output; never raw
-        code. A FINAL called in a code block of the reply counts: that block runs in the REPL
-        (only it; a block without FINAL does not run), and its answer is computed unless the
-        block wrote it out."""
-        found = reply.find_text_final(best, answer_lines=True)
-        if found is not None:
-            value, written = self._text_final_value(sandbox, found, [])
-            if value is not None:
-                return value, written
-        for block in reply.plan(best).blocks:
-            if "FINAL" in block.code:
-                result = sandbox.execute(block.code, cell=0)
-                if result.final is not None:
-                    return result.final, literal_final(block.code)
-                break
-        prose = reply.without_notes(reply.outside_code(best)).strip()
-        if prose and reply.looks_like_answer(prose):
-            return prose, True
-        return partial_answer(best, [self._last_output]), True
 
     def _notice(self, message: str) -> None:
         self.emit(event("notice", self.depth, message=message))
@@ -645,28 +436,3 @@ class Orchestrator:
         self.emit(event("final", self.depth, status=status, iterations=iterations, answer=answer,
                         answer_chars=len(answer), policy=self.policy.name))
         return result
-
-
-def run_direct(settings: Settings, client: ModelClient, question: str, context: str, *, emit: Emit) -> RunResult:
-    """Direct mode: the question and the whole corpus in one root call (no REPL).
-
-    Raises:
-        BudgetExceededError / ProviderError: from the model call.
-    """
-    model = settings.model
-    assert model is not None
-    started = time.monotonic()
-    messages: list[dict[str, Any]] = list(prompts.direct_prompt(question, context))
-    emit(event("iteration", 0, iteration=1))
-    completion = client.complete(messages, model=model, role="root", depth=0,
-                                 on_delta=stream_callback(emit, 0, model))
-    r = completion.record
-    emit(event("root_call", 0, model=model, response=completion.text, request_key=request_key(model, messages),
-               request_tokens=request_tokens(messages), direct=True, input_tokens=r.input_tokens,
-               output_tokens=r.output_tokens, cost_usd=r.cost_usd, latency_s=round(r.latency_s, 3)))
-    found = reply.find_text_final(completion.text)
-    literal = found.literal() if found is not None else None
-    answer = literal if literal is not None else completion.text.strip()
-    emit(event("final", 0, status="final", iterations=1, answer=answer, answer_chars=len(answer)))
-    return RunResult(answer=answer, status="final", iterations=1, sub_calls=0,
-                     elapsed_s=round(time.monotonic() - started, 3), mode="direct", policy=policy_of(settings).name)

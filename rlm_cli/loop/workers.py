@@ -7,15 +7,10 @@ paths and the relay's per-worker token are set the same way for both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from rlm_cli.config import Settings
 from rlm_cli.models.relay import LMHandler
+from rlm_cli.output.trace import Emit, event
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
-from rlm_cli.trace import event
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 def new_worker(handler: LMHandler, level: str, spec: WorkerSpec, settings: Settings, *, depth: int,

@@ -4,6 +4,9 @@ Modules, each importing only those above it (none imports litellm at module leve
 
 * ``detect``: which model to use when none is configured (autodetection), and what litellm's
   bundled map says of a model (input window, whether it is priced).
+* ``window``: how much of an input window a request takes (tokens per message and request, the
+  room kept for the reply).
+* ``llm_cache``: :class:`~rlm_cli.models.llm_cache.LLMCache`, the on-disk cache of model replies.
 * ``limiter``: :class:`~rlm_cli.models.limiter.AdaptiveLimiter`, the sub-call concurrency cap.
 * ``usage``: :class:`~rlm_cli.models.usage.CallRecord` and :class:`~rlm_cli.models.usage.Usage`,
   per-request usage and its totals.

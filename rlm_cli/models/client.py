@@ -18,7 +18,7 @@ Policy, all enforced here in the parent process (the worker can neither see nor 
   failure of a sub-call reaches the model's code as an error string.
 * **Budgets**: :class:`Budget` is checked before every request (and retry); with
   ``--max-tokens`` or ``--max-cost`` each attempt first *reserves* its worst case: its input
-  tokens (tiktoken's count times :data:`INPUT_MARGIN`, or the larger ratio a reply of that model
+  tokens (tiktoken's count times ``estimate.INPUT_MARGIN``, or the larger ratio a reply of that model
   showed) and its ``max_tokens``, priced (``models.budget``: nothing is sent that could cross a
   budget; the last requests get a lowered ``max_tokens``, and are then not cached). A reply
   without token counts is counted with tiktoken (said once per model) and priced from them. Once
@@ -26,8 +26,8 @@ Policy, all enforced here in the parent process (the worker can neither see nor 
 * **Replies**: a streamed reply must end within ``--request-timeout`` (else it is cut and retried
   like a timeout); a reply over ``backend.MAX_REPLY_CHARS`` is cut there, said once.
 * **Windows**: a sub-call prompt larger than the sub-model's input window is refused before
-  sending (:class:`PromptTooLargeError`).
-* **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.llm_cache.LLMCache`.
+  sending (:class:`PromptTooLargeError`, ``models.estimate``).
+* **Cache**: with ``llm_cache`` on, answers are replayed from :class:`~rlm_cli.models.llm_cache.LLMCache`.
   The n-th identical request of a run is keyed apart from the first, so asking the same prompt
   twice in a run still gets two samples, and a rerun replays both.
 * **Streaming**: a call given ``on_delta`` (root calls) asks the provider to stream
@@ -52,13 +52,12 @@ from typing import Any
 
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, ProviderError, RLMError
-from rlm_cli.llm_cache import LLMCache
 from rlm_cli.models.backend import MAX_REPLY_CHARS, Answer, Backend, LocalBackend
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.detect import DEFAULT_WINDOW
+from rlm_cli.models.estimate import INPUT_MARGIN, Estimate, check_window, counted_tokens
 from rlm_cli.models.failures import (
     CallFailed,
-    PromptTooLargeError,
     ReplyTimeoutError,
     classify_error,
     error_class_names,
@@ -69,6 +68,7 @@ from rlm_cli.models.failures import (
     short_error,
 )
 from rlm_cli.models.limiter import AdaptiveLimiter
+from rlm_cli.models.llm_cache import LLMCache
 from rlm_cli.models.usage import CallRecord, Usage
 
 #: First backoff (seconds); doubled per retry, with jitter, up to :data:`MAX_BACKOFF_S`.
@@ -78,11 +78,6 @@ MAX_BACKOFF_S = 20.0
 MAX_RETRY_AFTER_S = 120.0
 #: Rate-limit retries that do not count against ``--retries`` (while concurrency can still drop).
 MAX_FREE_RATE_LIMIT_RETRIES = 10
-#: Tokens added per message (and per request) to the prompt's text tokens for the window check.
-MESSAGE_OVERHEAD_TOKENS = 4
-#: A budget reserves this many times tiktoken's count of a request's input (tokenizers of other
-#: providers count up to about 10% more than ``o200k_base``), or the larger ratio a reply showed.
-INPUT_MARGIN = 1.1
 
 
 @dataclass
@@ -200,7 +195,7 @@ class ModelClient:
             raise self.fatal
         sub = role == "sub"
         if sub:
-            self._check_window(messages, model)
+            check_window(messages, model, self.input_window(model), self.usage)
         self.budget.check(sub_call=sub)
         started = time.monotonic()
         key = None
@@ -222,13 +217,13 @@ class ModelClient:
                     on_delta(hit["text"])
                 return Completion(hit["text"], record)
         held: list[Reservation] = []  # the reservation of the attempt that answered, settled below
-        estimate = _Estimate(messages) if self.budget.reserves else None
+        estimate = Estimate(messages) if self.budget.reserves else None
         try:
             answer, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta,
                                                        temperature=temperature, estimate=estimate, held=held)
             text, tin, tout = answer.text, answer.input_tokens, answer.output_tokens
             if not tin or (not tout and text):  # a provider that sent no counts: counted here
-                tin, tout = _counted_tokens(messages, text, tin, tout)
+                tin, tout = counted_tokens(messages, text, tin, tout)
                 self._say_once(f"uncounted:{model}", f"{model} sent no token counts; rlm counts its requests with "
                                                      "tiktoken (o200k_base) for the usage and the budgets")
                 cost = self._cost(answer, model, counted=(tin, tout))
@@ -253,8 +248,8 @@ class ModelClient:
         return model in self.router_models()
 
     def reply_cap(self, model: str) -> int:
-        """``max_tokens`` asked of ``model``: :func:`history.reply_tokens` of its input window."""
-        from rlm_cli.history import reply_tokens
+        """``max_tokens`` asked of ``model``: :func:`~rlm_cli.models.window.reply_tokens` of its input window."""
+        from rlm_cli.models.window import reply_tokens
 
         return reply_tokens(self.input_window(model))
 
@@ -274,24 +269,7 @@ class ModelClient:
             params["router"] = self.router_models()[model]
         return params
 
-    def _check_window(self, messages: list[dict[str, Any]], model: str) -> None:
-        window = self.input_window(model)
-        texts = [_content_text(m.get("content")) for m in messages]
-        # A token is at least one byte, so a prompt of at most `window` bytes always fits.
-        if sum(len(t.encode("utf-8", "surrogatepass")) for t in texts) + MESSAGE_OVERHEAD_TOKENS * (
-                len(texts) + 1) <= window:
-            return
-        from rlm_cli.corpus.tokens import count_tokens_batch
-
-        tokens = sum(count_tokens_batch(texts)) + MESSAGE_OVERHEAD_TOKENS * (len(texts) + 1)
-        if tokens > window:
-            self.usage.count("refused_oversized")
-            raise PromptTooLargeError(
-                f"prompt of about {tokens:,} tokens is over the input window of {model} ({window:,} tokens); "
-                f"it was not sent. Split it into pieces of at most about {window * 3 // 4:,} tokens "
-                "(e.g. chunk_text) and query each piece")
-
-    def _reserve(self, estimate: _Estimate, model: str) -> Reservation:
+    def _reserve(self, estimate: Estimate, model: str) -> Reservation:
         """Reserve a request's worst case (``models.budget``): its input tokens (tiktoken's count
         times :data:`INPUT_MARGIN`, or the larger ratio a reply of ``model`` showed) and its reply
         cap, priced for a priced model.
@@ -319,7 +297,7 @@ class ModelClient:
             self._prices[model] = got
         return got
 
-    def _learn_ratio(self, model: str, input_tokens: int, estimate: _Estimate | None) -> None:
+    def _learn_ratio(self, model: str, input_tokens: int, estimate: Estimate | None) -> None:
         """Remember by how much ``model``'s provider counted more input tokens than tiktoken did."""
         if estimate is None or not estimate.counted:
             return
@@ -341,7 +319,7 @@ class ModelClient:
 
     def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool,
                            on_delta: OnDelta | None = None, temperature: float | None = None,
-                           estimate: _Estimate | None = None,
+                           estimate: Estimate | None = None,
                            held: list[Reservation] | None = None) -> tuple[Answer, int]:
         """Send one request, retrying per the module policy; ``(answer, attempts)``. With
         ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring).
@@ -515,42 +493,3 @@ class ModelClient:
                     self.notify(f"the price of {model} is unknown, so --max-cost cannot count its calls")
             return None
         return float(answer.cost_usd)
-
-class _Estimate:
-    """A request's input tokens as tiktoken counts them (``history.request_tokens``), counted on
-    first use only (a request answered from the cache is never counted)."""
-
-    def __init__(self, messages: list[dict[str, Any]]) -> None:
-        self.messages = messages
-        self._tokens: int | None = None
-
-    @property
-    def counted(self) -> bool:
-        """Whether :meth:`tokens` has been counted."""
-        return self._tokens is not None
-
-    def tokens(self) -> int:
-        """The count (tokens, message overheads included)."""
-        if self._tokens is None:
-            from rlm_cli.history import request_tokens
-
-            self._tokens = request_tokens(self.messages)
-        return self._tokens
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
-
-def _counted_tokens(messages: list[dict[str, Any]], text: str, tin: int, tout: int) -> tuple[int, int]:
-    """``(input, output)`` tokens of a streamed call: the provider's numbers, or tiktoken's
-    count (``o200k_base``, plus message overhead) where one is missing."""
-    if tin and (tout or not text):
-        return tin, tout
-    from rlm_cli.corpus.tokens import count_tokens
-    from rlm_cli.history import request_tokens
-
-    return tin or request_tokens(messages), tout or (count_tokens(text) if text else 0)

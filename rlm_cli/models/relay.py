@@ -21,7 +21,7 @@ connections (or ``--max-concurrency``, when higher) are served at once; more wai
 listen queue. The socket lives in a
 fresh folder of mode 0700, the socket itself 0600: only rlm's user reaches it. When the worker
 runs as another user (``nobody``, rlm being root), the launcher gives both a private group of
-that worker (folder 0710, socket 0660; ``launcher.share_relay``), so neither other local users
+that worker (folder 0710, socket 0660; ``users.share_relay``), so neither other local users
 nor the workers of other runs can connect.
 
 **Sub-calls carry text only.** A completion's messages are rebuilt before they reach litellm:

@@ -42,13 +42,13 @@ import os
 import socket
 import stat
 import sys
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlm_cli import protocol
+from rlm_cli.config import runtime_path
 from rlm_cli.errors import UsageError
 
 #: The variable that sets the idle period, in seconds; ``0`` turns sharing off.
@@ -89,19 +89,6 @@ def idle_seconds(environ: Any = None) -> float:
         raise UsageError(f"{IDLE_ENV}={raw!r} is not a number of seconds",
                          hint=f"set {IDLE_ENV} to seconds from 0 (a model host per command) to 86400")
     return value
-
-
-def runtime_path() -> Path:
-    """Where the shared hosts' folder is (``RLM_RUNTIME_DIR``, else the user's runtime folder
-    plus ``rlm``), without making it. The sandbox hides it from the REPL worker."""
-    raw = os.environ.get("RLM_RUNTIME_DIR")
-    if not raw:
-        from platformdirs import user_runtime_dir
-
-        with warnings.catch_warnings():  # "XDG_RUNTIME_DIR is not set, falling back to ..." is not news
-            warnings.simplefilter("ignore")
-            raw = user_runtime_dir("rlm")
-    return Path(os.path.abspath(raw))
 
 
 def unsafe_dir(path: Path) -> str | None:

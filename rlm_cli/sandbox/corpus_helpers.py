@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
-import fnmatch
-import heapq
 import json
-import math
 import mmap
 import os
 import re
@@ -23,12 +20,14 @@ import sys
 import threading
 import time
 import weakref
-from array import array
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from rlm_cli.protocol import BUNDLE_VERSION
+from rlm_cli.sandbox import grep_engine, rows
+from rlm_cli.sandbox.bm25 import BM25
+from rlm_cli.sandbox.grep_engine import GREP_USAGE, PY_SUFFIXES
+from rlm_cli.sandbox.rows import CHUNK_KEYS, FILE_KEYS, Row, glob_matcher, make_hit, raw_layout
 
 #: Characters of a matching line kept in a ``grep`` result.
 MAX_LINE_CHARS = 500
@@ -45,66 +44,9 @@ class _DefaultCap(int):
 #: that matches 100,000 of them is a pattern that matches almost anything), low enough that a
 #: result fits in memory (about 50 MB of rows).
 DEFAULT_MAX_RESULTS = _DefaultCap(100_000)
-#: Size of the pseudo-chunks made for a raw context (``rlm_query`` with a string).
-RAW_CHUNK_CHARS = 8000
-GREP_USAGE = ("Usage: grep(pattern, path_glob=None, ignore_case=False, max_results=100000) searches every file of "
-              "`context` and returns [{'file', 'line', 'text'}] (max_results=None: every match); "
-              "e.g. grep(r'def main\\b', '*.py')")
 READ_USAGE = "Usage: read_file(path, start_line=None, end_line=None), e.g. read_file('src/app.py', 10, 40)"
-_FILE_KEYS = ("path", "size", "chars", "lines", "tokens", "start", "end", "first_chunk", "n_chunks", "kind")
 #: ``path:120`` or ``path:100-140``.
 _PATH_LINES = re.compile(r"(.+?):(\d+)(?:-(\d+))?")
-_CHUNK_KEYS = ("start_line", "end_line", "start", "end", "tokens", "sha1")
-#: A search term: a run of letters or digits (``parse_config`` is two terms), compared lowercased.
-_TERM = re.compile(r"[^\W_]+")
-
-
-class Row(dict[str, Any]):
-    """A row the helpers return (a grep hit, a search result, an entry of ``files`` or
-    ``chunks``): a plain dict that also answers the key names a model guesses for what is there
-    under another name (``path`` for ``file`` and back, ``line``/``lineno`` for a start line,
-    ``text``/``content`` for a chunk's or search result's text), and otherwise says which keys
-    it has. Printing shows only its real keys."""
-
-    def __missing__(self, key: Any) -> Any:
-        for alias in _ALIASES.get(key, ()):
-            if alias in self:
-                return self[alias]
-        if key in ("text", "content") and _CURRENT is not None:
-            i = self.get("chunk", self.get("id"))
-            if isinstance(i, int) and "start_line" in self:
-                return _CURRENT.chunk_text(i)
-            if "start" in self and "end" in self and "lines" in self:  # an entry of `files`
-                return str.__getitem__(_CURRENT.context, slice(self["start"], self["end"]))
-        raise KeyError(f"{key!r}: this row has the keys {list(self)}")
-
-
-class Hit(Row):
-    """A grep hit: a :class:`Row` that also answers ``hit["match"]`` (the text the pattern's group
-    caught, as ``re.findall`` gives it: group 1 when the pattern has one group, else the whole
-    match) and ``hit["groups"]`` (all groups), without printing them. Models were seen to
-    grep ``r"service=(\\S+)"`` and read ``hit["match"]`` for the value."""
-
-    __slots__ = ("_match", "_groups")
-    _match: Any
-    _groups: tuple[Any, ...]
-
-    def __missing__(self, key: Any) -> Any:
-        if key in ("match", "matched", "group", "value"):
-            return self._match
-        if key == "groups":
-            return self._groups
-        return super().__missing__(key)
-
-
-#: Other names a model uses for a key a row has (``Row.__missing__``).
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "path": ("file",), "file": ("path",), "filename": ("file", "path"), "file_path": ("file", "path"),
-    "line": ("start_line",), "lineno": ("line", "start_line"), "line_number": ("line", "start_line"),
-    "start": ("start_line",), "end": ("end_line",), "line_text": ("text",), "function": ("in",),
-}
-#: The view whose context ``Row`` reads ``text`` from (one per worker; the last one made).
-_CURRENT: CorpusView | None = None
 
 
 class Context(str):
@@ -134,12 +76,11 @@ class CorpusView:
 
     def __init__(self, context: str = "", files: list[dict[str, Any]] | None = None,
                  chunks: list[dict[str, Any]] | None = None) -> None:
-        global _CURRENT
         self.context = context if isinstance(context, Context) else Context(context)
         self.context._view = self
-        _CURRENT = self
+        rows.set_current(self)
         if files is None:
-            files, chunks = _raw_layout(context)
+            files, chunks = raw_layout(context)
         self.files: list[dict[str, Any]] = files
         self.chunks: list[dict[str, Any]] = chunks or []
         self._file_by_path: dict[str, dict[str, Any]] = {f["path"]: f for f in self.files}
@@ -147,7 +88,7 @@ class CorpusView:
         self._cstarts: list[int] = []  # chunks' starts, made on first use (chunk_text of an offset)
         self._sep_ok: bool | None = None
         self._defs: dict[str, list[tuple[int, int, str]]] = {}  # per Python file, for grep's "in"
-        self._bm25: _BM25 | None = None
+        self._bm25: BM25 | None = None
         self._bm25_lock = threading.Lock()
         self._bm25_wanted = False
         #: The ``max_results`` a :meth:`grep` call stopped at since this was last set to 0 (0: none),
@@ -180,9 +121,9 @@ class CorpusView:
             raise ValueError("the context file does not match the index")
         fcols, ccols = index["files"], index["chunks"]
         paths = fcols["path"]
-        files: list[dict[str, Any]] = [Row(zip(_FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in _FILE_KEYS), strict=True)]
-        chunks: list[dict[str, Any]] = [Row({"id": i, "path": paths[fi], **dict(zip(_CHUNK_KEYS, row, strict=True))})
-                  for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in _CHUNK_KEYS), strict=True))]
+        files: list[dict[str, Any]] = [Row(zip(FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in FILE_KEYS), strict=True)]
+        chunks: list[dict[str, Any]] = [Row({"id": i, "path": paths[fi], **dict(zip(CHUNK_KEYS, row, strict=True))})
+                  for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in CHUNK_KEYS), strict=True))]
         view = cls(context, files, chunks)
         view.structured = [(p, a, b, m) for p, a, b, m in zip(paths, fcols["dstart"], fcols["dend"], fcols["dmeta"],
                                                               strict=True) if b > a and m]
@@ -229,7 +170,7 @@ class CorpusView:
             if own.grep_capped:
                 self.grep_capped, self.grep_capped_default = own.grep_capped, own.grep_capped_default
             return hits
-        keep = _glob_matcher(path_glob) if path_glob else None
+        keep = glob_matcher(path_glob) if path_glob else None
         ctx = self.context
         search, count, rfind, find = rx.search, ctx.count, ctx.rfind, ctx.find
         out: list[dict[str, Any]] = []
@@ -241,20 +182,20 @@ class CorpusView:
             if le < 0:
                 le = f["end"]
             text = str.__getitem__(ctx, slice(ls, min(le, ls + MAX_LINE_CHARS)))
-            hit = Hit(file=f["path"], line=line, text=text[:-1] if text.endswith("\r") else text)
-            hit._match, hit._groups = m.group(1) if rx.groups == 1 else m.group(0), m.groups()
-            if f["path"].endswith(_PY_SUFFIXES):
+            hit = make_hit(f["path"], line, text[:-1] if text.endswith("\r") else text,
+                           m.group(1) if rx.groups == 1 else m.group(0), m.groups())
+            if f["path"].endswith(PY_SUFFIXES):
                 where = self._enclosing(f, line)
                 if where:
                     hit["in"] = where
             out.append(hit)
             return le
 
-        if spans is None and self._separated() and _scans_across_files(rx):
-            for run in self._runs(keep):
+        if spans is None and self._separated() and grep_engine.scans_across_files(rx):
+            for run in grep_engine.runs(self.files, keep):
                 if len(out) >= max_results:
                     break
-                self._scan_run(rx, run, out, max_results, emit)
+                grep_engine.scan_run(self.context, rx, run, out, max_results, emit)
         else:
             for f, (fs, fe, line0) in self._spans(spans):
                 if len(out) >= max_results:
@@ -277,78 +218,13 @@ class CorpusView:
             self.grep_capped, self.grep_capped_default = max_results, default
         return out
 
-    def _runs(self, keep: Callable[[str], bool] | None) -> list[list[dict[str, Any]]]:
-        """The files ``keep`` accepts (all without it), cut into runs of neighbours in ``files``
-        (so in ``context``)."""
-        runs: list[list[dict[str, Any]]] = []
-        last = -2
-        for i, f in enumerate(self.files):
-            if keep is not None and not keep(f["path"]):
-                continue
-            if i == last + 1 and runs:
-                runs[-1].append(f)
-            else:
-                runs.append([f])
-            last = i
-        return runs
-
     def _separated(self) -> bool:
         """Whether every file's text is followed by ``\\n`` or the end of ``context`` (as in every
-        bundle), which :meth:`_scan_run` needs; checked once."""
+        bundle), which ``grep_engine.scan_run`` needs; checked once."""
         if self._sep_ok is None:
             ctx, n = self.context, len(self.context)
             self._sep_ok = all(f["end"] >= n or str.__getitem__(ctx, f["end"]) == "\n" for f in self.files)
         return self._sep_ok
-
-    def _scan_run(self, rx: re.Pattern[str], run: list[dict[str, Any]], out: list[dict[str, Any]],
-                  max_results: int, emit: Callable[[dict[str, Any], re.Match[str], int, int], int]) -> None:
-        """:meth:`grep` over consecutive files with one scan of their part of ``context``.
-
-        A per-file search (``rx.search(context, pos, file_end)``) costs a call per file; this
-        searches the whole run and places each match in its file. The hits are the per-file
-        search's, for a pattern :func:`_scans_across_files` accepts: it cannot match the empty
-        string, so none starts at a file's end, and without lookaheads or ``\\Z`` a match that
-        ends inside its file is the one the per-file search finds there (a match never looks
-        past its end but to the character after it, which is ``\\n`` after every file, as the
-        end of the file is to ``$`` and ``\\b``). A match that starts between two files (on a
-        header line) is passed over; one that runs past the end of its file is searched again
-        inside that file.
-        """
-        ctx, search = self.context, rx.search
-        starts = [f["start"] for f in run]
-        end = run[-1]["end"]
-        k, pos = 0, run[0]["start"]
-        f = run[0]
-        line, counted = 1, f["start"]
-        while pos < end and len(out) < max_results:
-            m = search(ctx, pos, end)
-            if m is None:
-                return
-            ms = m.start()
-            if ms >= f["end"]:  # past this file: into the one that holds the match, if any
-                k = bisect.bisect_right(starts, ms, k) - 1
-                f = run[k]
-                line, counted = 1, f["start"]
-                if ms >= f["end"]:  # on the header line of the next file: no match starts there
-                    if k + 1 >= len(run):
-                        return
-                    k += 1
-                    f = run[k]
-                    pos, line, counted = f["start"], 1, f["start"]
-                    continue
-            if m.end() > f["end"]:  # runs into the next file: what the file alone holds from here
-                m = search(ctx, ms, f["end"])
-                if m is None:
-                    if k + 1 >= len(run):
-                        return
-                    k += 1
-                    f = run[k]
-                    pos, line, counted = f["start"], 1, f["start"]
-                    continue
-                ms = m.start()
-            line += ctx.count("\n", counted, ms)
-            counted = ms
-            pos = emit(f, m, ms, line) + 1
 
     def _enclosing(self, f: dict[str, Any], line: int) -> str | None:
         """The function or class (qualified: ``Class.method``) whose body holds line ``line`` of
@@ -356,54 +232,16 @@ class CorpusView:
         Each file is parsed once, on its first hit."""
         defs = self._defs.get(f["path"])
         if defs is None:
-            defs = self._defs[f["path"]] = _definitions(self.context[f["start"]:f["end"]])
-        i = bisect.bisect_right(defs, (line, float("inf"))) - 1
-        while i >= 0:  # nested bodies are nested intervals: the first that holds the line is innermost
-            start, end, qual = defs[i]
-            if end >= line:
-                return qual
-            i -= 1
-        return None
+            defs = self._defs[f["path"]] = grep_engine.definitions(self.context[f["start"]:f["end"]])
+        return grep_engine.enclosing(defs, line)
 
     def _grep_args(self, pattern: Any, where: Any, more: tuple[Any, ...], path_glob: str | None, ignore_case: bool,
                    max_results: int | None, aliases: dict[str, Any]) -> tuple[Any, Any, str | None, bool, int | None]:
-        """Read a grep call however it was written: ``(pattern, spans, path_glob, ignore_case,
-        max_results)``; ``spans`` is ``None`` (every file), a list of ``(file, start, end, first
-        line)`` or a text of its own (a ``str``)."""
-        for key in ("glob", "file", "path", "files", "path_pattern", "pattern_glob"):
-            if key in aliases and path_glob is None:
-                path_glob = aliases.pop(key)
-        for key in ("limit", "n", "max_hits", "max_matches", "k", "max_count"):
-            if key in aliases:
-                value = aliases.pop(key)
-                max_results = None if value is None else int(value)
-        if "flags" in aliases:
-            ignore_case = ignore_case or bool(int(aliases.pop("flags")) & re.IGNORECASE)
-        if "case_sensitive" in aliases:
-            ignore_case = not aliases.pop("case_sensitive")
-        for key in ("text", "string", "source", "content", "in_text"):
-            if key in aliases and where is None:
-                where = aliases.pop(key)
-        if "regex" in aliases and pattern is None:
-            pattern = aliases.pop("regex")
-        if aliases:
-            raise TypeError(f"grep() got unexpected keyword argument(s) {sorted(aliases)}. {GREP_USAGE}")
-        for extra in more:  # grep(p, where, True) / grep(p, where, 50)
-            if isinstance(extra, bool):
-                ignore_case = extra
-            elif isinstance(extra, int):
-                max_results = extra
-            else:
-                raise TypeError(f"grep() takes at most 2 positional arguments plus flags. {GREP_USAGE}")
-        if isinstance(where, (str, re.Pattern)) and isinstance(pattern, str) and (
-                pattern is self.context or len(pattern) > 1000 >= len(str(where))):
-            pattern, where = where, pattern  # grep(context, "def main")
-        if not isinstance(pattern, (str, re.Pattern)):
-            raise TypeError(f"grep() needs a regex pattern (a str) first, got {type(pattern).__name__}. {GREP_USAGE}")
-        if isinstance(where, bool):
-            return pattern, None, path_glob, where, max_results
-        if isinstance(where, int):
-            return pattern, None, path_glob, ignore_case, where
+        """Read a grep call however it was written (``grep_engine.read_call``): ``(pattern, spans,
+        path_glob, ignore_case, max_results)``; ``spans`` is ``None`` (every file), a list of
+        ``(file, start, end, first line)`` or a text of its own (a ``str``)."""
+        pattern, where, path_glob, ignore_case, max_results = grep_engine.read_call(
+            pattern, where, more, path_glob, ignore_case, max_results, aliases, self.context)
         spans: Any = None
         if where is not None:
             spans, glob = self._where(where)
@@ -426,14 +264,14 @@ class CorpusView:
         if isinstance(where, dict):
             path = where.get("file") or where.get("path")
             if isinstance(path, str):
-                f = self._resolve(path)
+                f = self.resolve(path)
                 return [(f, f["start"], f["end"], 1)], None
         if isinstance(where, (list, tuple, set)):
             spans: list[tuple[dict[str, Any], int, int, int]] = []
             for item in where:
                 part, glob = self._where(item)
                 if glob is not None:
-                    spans += [(f, f["start"], f["end"], 1) for f in self.files if _glob_matcher(glob)(f["path"])]
+                    spans += [(f, f["start"], f["end"], 1) for f in self.files if glob_matcher(glob)(f["path"])]
                 elif isinstance(part, str):
                     return "\n".join(str(x) for x in where), None
                 elif part is not None:
@@ -460,7 +298,12 @@ class CorpusView:
         return [(f, (a, b, line)) for f, a, b, line in spans]
 
     # -- reading -------------------------------------------------------------------------------
-    def _resolve(self, path: str) -> dict[str, Any]:
+    def resolve(self, path: str) -> dict[str, Any]:
+        """The entry of ``files`` that ``path`` names: a corpus path or a unique suffix of one.
+
+        Raises:
+            FileNotFoundError: no such file, or several (the message suggests close paths).
+        """
         f = self._file_by_path.get(path)
         if f is not None:
             return f
@@ -517,7 +360,7 @@ class CorpusView:
         path = self.path_of(path)
         if around is not None and start_line is None:
             start_line, end_line = max(1, int(around) - 10), int(around) + 30
-        f = self._resolve(path)
+        f = self.resolve(path)
         n = int(f["lines"])
         a = 1 if start_line is None else max(1, int(start_line))
         if a > n:
@@ -535,7 +378,7 @@ class CorpusView:
         Raises:
             FileNotFoundError: no such file (the message suggests close paths).
         """
-        f = self._resolve(self.path_of(path))
+        f = self.resolve(self.path_of(path))
         return str.__getitem__(self.context, slice(f["start"], f["end"]))
 
     def path_of(self, target: Any) -> str:
@@ -592,7 +435,7 @@ class CorpusView:
         f = self._file_by_path.get(text)
         if f is None and re.fullmatch(r"[\w./\\-]+\.\w{1,8}", text):
             try:
-                f = self._resolve(text)
+                f = self.resolve(text)
             except FileNotFoundError:
                 if self.context.find(text) < 0:
                     raise  # a path that names no file, nor a text of the corpus: the close paths
@@ -641,7 +484,7 @@ class CorpusView:
             k, path_glob = 10, k
         if k is None:  # max_results=None, as grep takes it: every chunk that shares a term
             k = len(self.chunks)
-        keep = _glob_matcher(path_glob) if path_glob else None
+        keep = glob_matcher(path_glob) if path_glob else None
         out: list[dict[str, Any]] = []
         for i, score in self._index().top(str(query), int(k) if keep is None else len(self.chunks)):
             if keep is not None and not keep(self.chunks[i]["path"]):
@@ -672,12 +515,12 @@ class CorpusView:
         thread.start()
         return thread
 
-    def _index(self, pause: Callable[[], None] | None = None) -> _BM25:
+    def _index(self, pause: Callable[[], None] | None = None) -> BM25:
         if pause is None:
             self._bm25_wanted = True  # a build paused in the background goes on without pausing
         with self._bm25_lock:
             if self._bm25 is None:
-                self._bm25 = _BM25(self.context, [(c["start"], c["end"]) for c in self.chunks], pause=pause)
+                self._bm25 = BM25(self.context, [(c["start"], c["end"]) for c in self.chunks], pause=pause)
             return self._bm25
 
 
@@ -693,172 +536,3 @@ def _fresh_locks_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_locks_after_fork)
-
-
-_PY_SUFFIXES = (".py", ".pyi", ".pyw")
-#: Inline flags that turn a flag off (``(?-m:...)``, ``(?i-m)``): ``$`` without MULTILINE differs at a file's end.
-_FLAGS_OFF = re.compile(r"\(\?[a-zA-Z]*-")
-
-
-def _scans_across_files(rx: re.Pattern[str]) -> bool:
-    """Whether :meth:`CorpusView._scan_run` finds exactly the per-file hits of ``rx``: no lookahead,
-    no ``\\Z``, no flag turned off inline, and no match of the empty string (the pattern's
-    smallest width, by ``re``'s own parser, is above 0). When unsure (a parser that changed), no."""
-    src = rx.pattern
-    if not isinstance(src, str) or "(?=" in src or "(?!" in src or "\\Z" in src or _FLAGS_OFF.search(src):
-        return False
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-
-        return bool(_parser.parse(src, rx.flags).getwidth()[0] > 0)
-    except Exception:  # noqa: BLE001 - another Python's private parser: take the per-file path
-        return False
-
-
-#: The fields of statements (``if``, ``try``, ``match``...) that hold statements, and of their ``except``/``case`` parts.
-_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def _definitions(text: str) -> list[tuple[int, int, str]]:
-    """``(first body line, last line, qualified name)`` of every function and class of Python
-    ``text`` by ``ast``, sorted by first line; ``[]`` when it does not parse."""
-    import ast
-
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    out: list[tuple[int, int, str]] = []
-
-    def visit(stmts: list[Any], prefix: str) -> None:  # statements only: no definition is inside an expression
-        for child in stmts:
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                qual = prefix + child.name
-                out.append((child.body[0].lineno, child.end_lineno or child.body[0].lineno, qual))
-                visit(child.body, qual + ".")
-            else:
-                for name in _BLOCKS:
-                    block = getattr(child, name, None)
-                    if isinstance(block, list):
-                        visit(block, prefix)
-
-    visit(tree.body, "")
-    out.sort()
-    return out
-
-
-def _raw_layout(context: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One pseudo-file ``<context>`` and line-aligned pseudo-chunks for a raw context string."""
-    n = len(context)
-    lines = context.count("\n") + (0 if not context or context.endswith("\n") else 1)
-    files = [{"path": "<context>", "size": n, "chars": n, "lines": lines, "tokens": None, "start": 0, "end": n,
-              "first_chunk": 0, "n_chunks": 0, "kind": ""}]
-    chunks: list[dict[str, Any]] = []
-    pos, line = 0, 1
-    while pos < n:
-        cut = n if n - pos <= RAW_CHUNK_CHARS else (context.rfind("\n", pos, pos + RAW_CHUNK_CHARS) + 1)
-        if cut <= pos:
-            cut = pos + RAW_CHUNK_CHARS
-        end_line = line + context.count("\n", pos, cut - 1)
-        chunks.append({"id": len(chunks), "path": "<context>", "start_line": line, "end_line": end_line,
-                       "start": pos, "end": cut, "tokens": None, "sha1": None})
-        line = end_line + (1 if context[cut - 1] == "\n" else 0)
-        pos = cut
-    files[0]["n_chunks"] = len(chunks)
-    return files, chunks
-
-
-def _glob_matcher(glob: str) -> Callable[[str], bool]:
-    """A predicate for ``path_glob``: fnmatch on the whole path, or on the name when no ``/``."""
-    whole = re.compile(fnmatch.translate(glob)).match
-    tail = glob[3:] if glob.startswith("**/") else None
-    tail_match = re.compile(fnmatch.translate(tail)).match if tail else None
-    if "/" not in glob:
-        return lambda p: bool(whole(p) or whole(p.rsplit("/", 1)[-1]))
-    if tail_match is not None:
-        return lambda p: bool(whole(p) or tail_match(p))
-    return lambda p: bool(whole(p))
-
-
-class _BM25:
-    """Okapi BM25 over chunks with Lucene's idf, ``log(1 + (N - df + 0.5) / (df + 0.5))``, and term
-    weight ``tf / (tf + k1 * (1 - b + b * dl / avgdl))`` (the ranking bm25s's default gives).
-
-    Compact, for corpora of a gigabyte: once built, the postings of all terms are two flat
-    arrays (chunk numbers and term frequencies, 8 bytes a posting) in the order of the terms'
-    64-bit hashes, which a sorted ``array('q')`` holds with each term's first posting (16 bytes a
-    term); a query term is found by binary search on its hash. The terms' strings are not kept
-    (two terms of one corpus share a 64-bit hash with a chance of about ``terms**2 / 2**65``:
-    one in 10**7 for a million terms). While building, a term seen in one chunk only (most
-    terms of logs: request ids, numbers) is one packed ``int`` under its hash, and from its second
-    chunk on an ``array('Q')`` of packed ``chunk << 32 | tf``.
-    """
-
-    def __init__(self, context: str, spans: list[tuple[int, int]], k1: float = 1.5, b: float = 0.75,
-                 pause: Callable[[], None] | None = None) -> None:
-        """Index ``spans`` (``[(start, end)]`` character offsets of ``context``, one per chunk);
-        ``pause`` (a background build's) is called every 64 chunks."""
-        self.k1, self.b = k1, b
-        self.n = len(spans)
-        self.lens = array("I")
-        postings: dict[int, Any] = {}  # hash(term) -> chunk << 32 | tf (one chunk so far), or array of those
-        findall = _TERM.findall
-        get = postings.get
-        for i, (start, end) in enumerate(spans):
-            if pause is not None and not i % 64:
-                pause()
-            terms = findall(context[start:end].lower())
-            self.lens.append(len(terms))
-            for term, tf in Counter(terms).items():
-                h = hash(term)
-                p = get(h)
-                if p is None:
-                    postings[h] = i << 32 | tf
-                elif type(p) is int:
-                    postings[h] = array("Q", (p, i << 32 | tf))
-                else:
-                    p.append(i << 32 | tf)
-        self.avgdl = (sum(self.lens) / self.n) if self.n else 0.0
-        self.keys = array("q", sorted(postings))  # the terms' hashes, sorted
-        self.first = array("Q")  # index of each term's first posting; one more at the end
-        self.docs = array("I")
-        self.tfs = array("I")
-        for h in self.keys:
-            self.first.append(len(self.docs))
-            p = postings.pop(h)
-            if type(p) is int:
-                self.docs.append(p >> 32)
-                self.tfs.append(p & 0xFFFFFFFF)
-            else:
-                self.docs.extend(x >> 32 for x in p)
-                self.tfs.extend(x & 0xFFFFFFFF for x in p)
-        self.first.append(len(self.docs))
-
-    def _range(self, term: str) -> tuple[int, int]:
-        """``(first, end)`` of ``term``'s postings in :attr:`docs` (empty for an unknown term)."""
-        h = hash(term)
-        i = bisect.bisect_left(self.keys, h)
-        if i < len(self.keys) and self.keys[i] == h:
-            return self.first[i], self.first[i + 1]
-        return 0, 0
-
-    def idf(self, term: str) -> float:
-        """Lucene's non-negative idf of ``term`` (0 for an unknown term)."""
-        a, z = self._range(term)
-        if z == a:
-            return 0.0
-        df = z - a
-        return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
-
-    def top(self, query: str, k: int) -> list[tuple[int, float]]:
-        """``[(chunk index, score)]`` of the best ``k`` chunks, best first (ties: lower index)."""
-        scores: dict[int, float] = {}
-        k1, b, avg, lens = self.k1, self.b, self.avgdl or 1.0, self.lens
-        for term in dict.fromkeys(_TERM.findall(query.lower())):
-            a, z = self._range(term)
-            if z == a:
-                continue
-            idf = self.idf(term)
-            for i, tf in zip(self.docs[a:z], self.tfs[a:z], strict=True):
-                scores[i] = scores.get(i, 0.0) + idf * tf / (tf + k1 * (1 - b + b * lens[i] / avg))
-        return heapq.nsmallest(max(0, k), scores.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -32,7 +32,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from rlm_cli.sandbox.corpus_helpers import _glob_matcher
+from rlm_cli.sandbox.rows import glob_matcher
 
 #: Marks a key absent from a row (see ``rlm_cli.corpus.structured``).
 MISSING = ...
@@ -394,7 +394,7 @@ class DataView:
         Returns a :class:`Records` sequence: ``len`` costs nothing, iteration builds each dict
         when it is reached (about 1.5 microseconds per row), ``records()[i]`` and slices work.
         """
-        keep = _glob_matcher(glob) if glob else None
+        keep = glob_matcher(glob) if glob else None
         parts = [(p, self.record_count(p)) for p in self.meta if keep is None or keep(p)]
         return Records(self, [(p, n) for p, n in parts if n])
 

@@ -50,7 +50,7 @@ def available_memory() -> int | None:
     """
     given = os.environ.get("RLM_MEMORY_AVAILABLE")
     if given:
-        from rlm_cli.config import parse_size
+        from rlm_cli.config_keys import parse_size
 
         return parse_size(given, "RLM_MEMORY_AVAILABLE")
     free: int | None = None
@@ -83,7 +83,7 @@ def check_workers_fit(corpus: Any, workers: int, memory_limit: int) -> None:
             free under ``memory_limit`` (``--memory-limit``, bytes: the worker would refuse to run
             once loaded), or the workers' peaks add up to more than :func:`available_memory`.
     """
-    from rlm_cli.config import format_size
+    from rlm_cli.config_keys import format_size
     from rlm_cli.protocol import MIN_FREE_MEMORY
 
     string = int(corpus.context_memory)

@@ -8,12 +8,12 @@ it can report two things with the block's result:
   ``chunks`` or ``context``. Helpers are wrapped and ``files``/``chunks`` are lists that count
   their reads, all at run time; ``context`` is a plain ``str`` (watching its reads would need a
   copy of the whole corpus), so a block counts as reading it when its code loads the name
-  ``context``. The parent infers the iteration's phase from these counts (``rlm_cli.phases``).
+  ``context``. The parent infers the iteration's phase from these counts (``rlm_cli.app.phases``).
 * ``sources``: the corpus lines the block looked at, as ``[how, path, start_line, end_line]``
   (1-based, inclusive): ``read_file`` ranges; ``grep`` hits whose line the block printed;
   ``printed`` slices of ``context`` (a chunk, a window) found in the block's output; and
   ``sub_call`` / ``rlm_query`` slices of ``context`` found in the prompts and contexts sent to
-  sub-calls and sub-RLMs. The parent merges them into the run's ``sources`` (``rlm_cli.sources``).
+  sub-calls and sub-RLMs. The parent merges them into the run's ``sources`` (``rlm_cli.output.sources``).
 
 Finding slices of ``context`` in a text (a prompt, the output) uses a line index: every line of
 ``context`` with at least :data:`MIN_LINE_CHARS` characters, keyed by the high 32 bits of its hash
@@ -56,7 +56,7 @@ READ_HELPERS = ("grep", "read_file", "search", "chunk_text", "files", "chunks", 
 CALL_HELPERS = ("llm_query", "rlm_query")
 
 
-class _LineIndex:
+class LineIndex:
     """Sorted packed ``(hash(line) >> 32) << 32 | offset`` of every long line of ``context``."""
 
     def __init__(self, context: str, pause: Callable[[], None] | None = None) -> None:
@@ -149,7 +149,7 @@ class Observer:
         self.files = files
         self._starts = [int(f["start"]) for f in files]
         self._lock = threading.Lock()
-        self._index: _LineIndex | None = None
+        self._index: LineIndex | None = None
         self._index_failed = False
         self._index_lock = threading.Lock()
         self._wanted = False  # a lookup waits for the index: the background build stops pausing
@@ -250,18 +250,18 @@ class Observer:
                 time.sleep(0.005)
         self._line_index(piece)
 
-    def _line_index(self, pause: Callable[[], None] | None = None) -> _LineIndex | None:
+    def _line_index(self, pause: Callable[[], None] | None = None) -> LineIndex | None:
         if pause is None:
             self._wanted = True  # a build paused in the background goes on without pausing
         with self._index_lock:
             if self._index is None and not self._index_failed:
                 try:
-                    self._index = _LineIndex(self.context, pause)
+                    self._index = LineIndex(self.context, pause)
                 except MemoryError:
                     self._index_failed = True
             return self._index
 
-    def find_slices(self, text: str, index: _LineIndex) -> list[tuple[int, int]]:
+    def find_slices(self, text: str, index: LineIndex) -> list[tuple[int, int]]:
         """``[(start, end)]`` offsets of ``context`` that appear in ``text``, in text order."""
         ctx = self.context
         out: list[tuple[int, int]] = []

@@ -63,7 +63,7 @@ def folder_prefix(prefix: str) -> str:
 
 
 def _state_dir() -> Path:
-    from rlm_cli.models.shared import runtime_path
+    from rlm_cli.config import runtime_path
 
     return runtime_path() / "workers"
 
@@ -210,7 +210,7 @@ def _sweep_workers() -> int:
 def _sweep_folders() -> None:
     """Delete the scratch and relay folders in the temporary folder whose rlm is gone: this
     user's (root's sweep takes any user's, its workers' scratch folders belonging to ``nobody``)."""
-    from rlm_cli.sandbox.launcher import _remove_tree
+    from rlm_cli.sandbox.paths import remove_tree
 
     tmp = tempfile.gettempdir()
     try:
@@ -233,4 +233,4 @@ def _sweep_folders() -> None:
         if entry.name.startswith(RELAY_PREFIX):
             shutil.rmtree(entry.path, ignore_errors=True)
         else:
-            _remove_tree(Path(entry.path))
+            remove_tree(Path(entry.path))

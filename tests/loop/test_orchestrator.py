@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.errors import MaxIterationsError
-from rlm_cli.history import request_tokens
-from rlm_cli.loop.orchestrator import only_finishes
+from rlm_cli.loop.answers import only_finishes
 from rlm_cli.loop.prompts import (
     FINAL_WITH_UNSEEN_CODE,
     FIRST_TURN_FINAL,
@@ -18,6 +17,7 @@ from rlm_cli.loop.prompts import (
     PROSE_FINAL,
 )
 from rlm_cli.loop.reply import code_blocks, find_text_final, mentions_final
+from rlm_cli.models.window import request_tokens
 from tests.fake_llm import FakeLLM, last_user, repl
 from tests.inproc import corpus, run
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.corpus import load_corpus
 from rlm_cli.corpus.tokens import count_tokens
-from rlm_cli.history import input_budget, output_limit, request_tokens
 from rlm_cli.loop import prompts
+from rlm_cli.loop.history import output_limit
 from rlm_cli.loop.meta import corpus_meta, first_messages
+from rlm_cli.models.window import input_budget, request_tokens
 
 HELPERS = ("context", "files", "chunks", "grep(", "read_file(", "search(", "llm_query(", "llm_query_batched(",
            "rlm_query(", "SHOW_VARS()", "FINAL(", "FINAL_VAR(")

@@ -219,7 +219,7 @@ def test_context_indexed_by_a_path_is_that_files_text(tmp_path: Path, llm: FakeL
 def test_replies_are_capped_at_the_windows_reply_room(tmp_path: Path, llm: FakeLLM) -> None:
     """A small model stuck repeating itself stops at max_tokens instead of filling the server's
     context (seen: one root call ran 15 minutes)."""
-    from rlm_cli.history import reply_tokens
+    from rlm_cli.models.window import reply_tokens
 
     llm.default("sub", "ok")
     llm.script("root", repl("print(llm_query('hi'))"), repl("FINAL('done')"))

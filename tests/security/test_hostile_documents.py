@@ -274,11 +274,11 @@ def test_the_decoder_cannot_reach_the_network_or_other_files(tmp_path: Path, lev
     """The child's confinement at each level, probed by code run right after ``decode_child._confine``
     (what a parser bug that runs code in the child would get): no file outside Python and the
     system folders, no network, nothing written."""
-    from rlm_cli.sandbox import launcher
+    from rlm_cli.sandbox import launcher, probes, users
 
-    if level == "bwrap" and not launcher.bwrap_available():
+    if level == "bwrap" and not probes.bwrap_available():
         pytest.skip("bubblewrap is not available here")
-    if level == "process" and launcher.confinement().landlock_abi < 1:
+    if level == "process" and probes.confinement().landlock_abi < 1:
         pytest.skip("no Landlock in this kernel: the process level cannot hide files")
     public = tmp_path / "public"  # readable and writable by anyone: only the confinement stops the child
     public.mkdir()
@@ -301,13 +301,13 @@ def test_the_decoder_cannot_reach_the_network_or_other_files(tmp_path: Path, lev
     scratch.mkdir()
     box = decode._sandbox_class()(level, launcher.WorkerSpec(), socket_path=str(scratch / "none"), token="")
     box.scratch = scratch
-    box.drop = drop = launcher.plan_drop(level)[0]
+    box.drop = drop = users.plan_drop(level)[0]
     if drop and drop.uid != os.geteuid() and level != "bwrap":
         os.chown(scratch, drop.uid, drop.gid)
-    argv = box._command(0, 0)
+    argv = box.command(0, 0)
     boot = argv.index("-c") + 1
     config = {"drop_to": [drop.uid, drop.gid] if drop else None, "keep_caps": list(drop.keep_caps) if drop else [],
-              "harden": True, "landlock": box._landlock_policy(), "seccomp": launcher.confinement().seccomp,
+              "harden": True, "landlock": box.landlock_policy(), "seccomp": probes.confinement().seccomp,
               "limits": {"RLIMIT_AS": 512 * 1024**2}}
     argv[boot] = (argv[boot].split("from rlm_cli")[0] + "import os; from rlm_cli.corpus.decode_child import "
                   f"_confine; _confine({config!r}, os.getppid())\n" + probe + "print(' '.join(out))")

@@ -25,17 +25,17 @@ Event types and their main fields:
   the root model in its first message; empty when it found nothing; no event with
   ``--no-leads``), ``elapsed_s``, ``sources``.
 * ``phase``: ``iteration``, ``phase`` (``explore``, ``decompose``, ``aggregate`` or
-  ``terminate``) and ``helpers`` (what the iteration's code called; see ``rlm_cli.phases``);
+  ``terminate``) and ``helpers`` (what the iteration's code called; see ``rlm_cli.app.phases``);
   written once the iteration is over. ``output`` events carry ``helpers`` and ``phase`` too.
 * ``final``: ``status``, ``answer``, ``iterations``.
 * ``summary``: the run's outcome: ``status``, ``answer``, ``mode``, ``usage``, ``elapsed_s``,
-  ``sources`` (see ``rlm_cli.sources``).
+  ``sources`` (see ``rlm_cli.output.sources``).
 
 Transient events (:data:`TRANSIENT_TYPES`: ``stream``, the root model's reply as it arrives, and
 ``progress``, sub-call, sub-RLM and indexing progress) reach the terminal only: the trajectory
 keeps the whole reply in ``root_call`` and the counts in ``sub_call`` events.
 
-This module reads and writes; it never renders (see ``render.py``).
+This module reads and writes; it never renders (see ``render.py`` and ``trace_view.py``).
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ SCHEMA_VERSION = 1
 TRANSIENT_TYPES = frozenset({"stream", "progress"})
 #: Characters of a sub-call prompt kept in the trajectory (the response is kept whole).
 PROMPT_HEAD_CHARS = 2_000
+#: The event callback every part of a run reports through, one :func:`event` dict at a time (the
+#: session's :class:`TraceSink` writes the trajectory and forwards to the terminal renderer).
+Emit = Callable[[dict[str, Any]], None]
 
 
 def event(type_: str, depth: int = 0, **fields: Any) -> dict[str, Any]:
@@ -123,7 +126,7 @@ class TraceSink:
     run's usage so far (``totals()`` returns ``(tokens, cost_usd or None)``), and forwards it to
     ``forward`` (the terminal renderer)."""
 
-    def __init__(self, writer: TraceWriter | None, forward: Callable[[dict[str, Any]], None],
+    def __init__(self, writer: TraceWriter | None, forward: Emit,
                  totals: Callable[[], tuple[int, float | None]] | None = None) -> None:
         self.writer = writer
         self.forward = forward

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
+
+from rlm_cli.output.trace import Emit
 
 #: Most ranges listed in ``sources`` (the rest are counted in ``sources_omitted``).
 MAX_SOURCES = 100
@@ -30,7 +32,6 @@ HOW_ORDER = ("read_file", "grep", "leads", "printed", "sub_call", "rlm_query", "
 #: Most ranges listed by ``--cite``.
 MAX_CITE_LINES = 10
 
-Emit = Callable[[dict[str, Any]], None]
 
 
 class SourceCollector:

@@ -32,9 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.trace import event
+from rlm_cli.output.trace import Emit, event
 
-Emit = Callable[[dict[str, Any]], None]
 #: Seconds between two progress events of one group (its start and end are always sent).
 MIN_INTERVAL_S = 0.1
 #: Indexing shorter than this shows no progress (small corpora load in a blink).

@@ -1,0 +1,195 @@
+"""The rules of the settings' values: the words a key takes (:data:`CHOICES`), sizes in bytes
+(:func:`parse_size`, :func:`format_size`), the limits of the memory settings and the API base, and
+:func:`coerce`, which types a value from a config file, the environment or ``rlm config set``.
+
+Nothing here reads a file or the environment; ``rlm_cli.config`` resolves the settings.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from rlm_cli.errors import UsageError
+
+#: The default address-space limit of the REPL worker (``Settings.memory_limit``), in bytes.
+DEFAULT_MEMORY_LIMIT = 4 * 1024**3
+#: The default address-space limit of the document decoder (``decode_memory``), in bytes.
+DEFAULT_DECODE_MEMORY = 2 * 1024**3
+
+#: Settings that take one of a fixed set of words.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "sandbox": ("auto", "bwrap", "sandbox-exec", "process", "none"),
+    "mode": ("auto", "rlm", "direct"),
+    "policy": ("auto", "paper", "standard", "guided"),
+}
+
+
+def check_choice(key: str, value: Any, source: str = "") -> str:
+    """``value`` as one of the words ``CHOICES[key]`` allows (lower-cased).
+
+    Raises:
+        UsageError: another word; the message names ``source`` (a flag, env var or the file).
+    """
+    word = str(value).strip().lower()
+    if word not in CHOICES[key]:
+        where = f" (from {source})" if source else ""
+        raise UsageError(f"setting {key!r} has a bad value {value!r}{where}",
+                         hint=f"use one of {', '.join(CHOICES[key])}")
+    return word
+
+
+SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+               "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
+#: Settings given in bytes, which also take sizes such as ``4G`` (in flags, env and config file).
+SIZE_KEYS = frozenset({"memory_limit", "decode_memory"})
+
+
+def parse_size(text: str, flag: str) -> int:
+    """Parse ``4G``, ``512M``, ``10MB``, ``1.5g``, ``123`` (bytes) into bytes (units of 1024).
+
+    Raises:
+        UsageError: not a positive size; the message names ``flag``.
+    """
+    raw = str(text).strip().upper()
+    num = raw.rstrip("KMGTIB")
+    unit = raw[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1
+    if not value > 0 or value == float("inf") or unit not in SIZE_UNITS:
+        raise UsageError(f"{flag}: {text!r} is not a size", hint="use a number with K, M, G or T, e.g. 4G")
+    return int(value * SIZE_UNITS[unit])
+
+
+def format_size(value: float) -> str:
+    """Bytes the way sizes are typed: ``4G``, ``40M``, ``1.5G``, ``512K``, ``100`` (units of 1024)."""
+    for unit, size in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if value >= size:
+            n = value / size
+            return f"{n:.4g}{unit}" if n < 10_000 else f"{n:,.0f}{unit}"
+    return f"{value:.0f}"
+
+
+def check_memory_limit(value: int, source: str = "--memory-limit") -> int:
+    """``value`` (bytes) if it can be a worker's address-space limit.
+
+    Raises:
+        UsageError: at most the 64 MiB the worker needs free once loaded
+            (``protocol.MIN_FREE_MEMORY``), or beyond what ``setrlimit`` takes (2**62 here).
+    """
+    from rlm_cli.protocol import MIN_FREE_MEMORY
+
+    shown = format_size(value)
+    if value <= MIN_FREE_MEMORY:
+        raise UsageError(f"{source} {shown} is too small: the REPL worker needs 64 MiB free beyond what the "
+                         "loaded corpus takes", hint=f"the default is {format_size(DEFAULT_MEMORY_LIMIT)}; "
+                                                  "`rlm stats` shows what context takes")
+    if value >= 2**62:
+        raise UsageError(f"{source} {shown} is too large", hint="give a size such as 16G")
+    return value
+
+
+def check_api_base(value: str, source: str = "") -> str:
+    """``value`` when it is an ``http://`` or ``https://`` URL with a host.
+
+    Raises:
+        UsageError: anything else (``notaurl``, ``localhost:8000`` without a scheme); the message
+            shows the value with any password replaced by ``***``.
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. a bad IPv6 literal or port
+        ok = False
+    if not ok:
+        where = f" (from {source})" if source else ""
+        raise UsageError(f"setting 'api_base' has a bad value {redact_url(value)!r}{where}: not an http(s) URL",
+                         hint="give the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    return value.strip()
+
+
+#: The least ``--decode-memory``: the decoder's interpreter and pypdf take about 60 MiB of address space.
+MIN_DECODE_MEMORY = 128 * 1024**2
+
+
+def check_decode_memory(value: int, source: str = "--decode-memory") -> int:
+    """``value`` (bytes) if it can be the document decoder's address-space limit.
+
+    Raises:
+        UsageError: under :data:`MIN_DECODE_MEMORY`, or beyond what ``setrlimit`` takes (2**62 here).
+    """
+    if value < MIN_DECODE_MEMORY:
+        raise UsageError(f"{source} {format_size(value)} is too small: the document decoder needs at least "
+                         f"{format_size(MIN_DECODE_MEMORY)}", hint="the default is "
+                                                                  f"{format_size(DEFAULT_DECODE_MEMORY)}")
+    if value >= 2**62:
+        raise UsageError(f"{source} {format_size(value)} is too large", hint="give a size such as 4G")
+    return value
+
+
+#: Numeric settings that must be above zero (the others must be zero or more).
+POSITIVE = frozenset({"max_iterations", "max_depth", "max_output_chars", "cell_timeout", "memory_limit",
+                       "max_concurrency", "request_timeout", "timeout", "sub_model_window",
+                       "root_model_window", "direct_max_tokens", "decode_timeout", "decode_memory"})
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` with any ``user:password@`` part replaced by ``***@`` (``None`` stays ``None``)."""
+    if not url:
+        return url
+    return re.sub(r"(?<=://)[^/@\s]+@", "***@", url)
+
+
+def coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
+    """``value`` (from a config file, the environment or ``rlm config set``) typed and checked for
+    the setting ``key`` whose annotation is ``annotation`` (a ``Settings`` field's type, as text):
+    a word of :data:`CHOICES`, an http(s) URL, a size, a bool (``yes``/``off``...), a number, a
+    path (``~`` expanded) or a string.
+
+    Raises:
+        UsageError: a bad value; the message names ``source``.
+    """
+    text = str(annotation)
+    where = f" (from {source})" if source else ""
+    if key in CHOICES:
+        return check_choice(key, value, source)
+    if key == "api_base" and isinstance(value, str) and value.strip():
+        return check_api_base(value, source)
+    if key in SIZE_KEYS and isinstance(value, str):
+        check = check_decode_memory if key == "decode_memory" else check_memory_limit
+        return check(parse_size(value, f"setting {key!r}{where}"), f"setting {key!r}{where}")
+    try:
+        if "bool" in text:
+            if isinstance(value, bool):
+                return value
+            word = str(value).strip().lower()
+            if word in ("1", "true", "yes", "on"):
+                return True
+            if word in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if "int" in text and "float" not in text:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            number: Any = int(value)
+        elif "float" in text:
+            number = float(value)
+        elif "Path" in text:
+            return Path(str(value)).expanduser()
+        else:
+            return str(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"setting {key!r} has a bad value {value!r}{where}") from None
+    if number < 0 or (number == 0 and key in POSITIVE):
+        raise UsageError(f"setting {key!r} must be {'positive' if key in POSITIVE else 'zero or more'}, "
+                         f"not {value!r}")
+    if key == "memory_limit":
+        check_memory_limit(int(number), f"setting {key!r}{where}")
+    if key == "decode_memory":
+        check_decode_memory(int(number), f"setting {key!r}{where}")
+    return number

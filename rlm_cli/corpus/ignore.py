@@ -1,0 +1,149 @@
+"""The ignore rules of a walk: ``.gitignore``, ``.ignore`` and ``.rlmignore`` files and the
+``--include``/``--exclude`` globs (gitignore syntax through pathspec), and the time limits that
+keep a pathological pattern or an expired ``--timeout`` from hanging a walk.
+
+A deeper ignore file overrides a shallower one (:func:`ignored`); one whose patterns take over
+:data:`IGNORE_FILE_SECONDS` to match stops the load with an error naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pathspec
+
+from rlm_cli.errors import BudgetExceededError, UsageError
+
+#: The ignore files honoured in every folder (unless ``--no-ignore``), in the order they are read.
+IGNORE_FILES = (".gitignore", ".ignore", ".rlmignore")
+#: Seconds the patterns of one ignore file may spend matching paths in one walk: a pathological
+#: pattern (``*a*a*a*a*a*a*a*a*a*a*a*a*b``: its regex backtracks exponentially) stops the load
+#: with an error naming the file, rather than hanging it or dropping its rules.
+IGNORE_FILE_SECONDS = 5.0
+
+
+class Clock:
+    """The time limits of one ``walk.discover``: the ``--timeout`` deadline (checked at each entry
+    of a walk) and each ignore file's matching time. In the main thread an interval timer
+    (``SIGALRM``, every 0.25 s, only while a walk runs) interrupts a single runaway regex match;
+    elsewhere a match is judged once it returns."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()  # per thread: ``deadline``, and ``current`` (spec, since)
+
+    def over(self) -> None:
+        """Raise when this thread's walk is past its deadline.
+
+        Raises:
+            BudgetExceededError: ``--timeout`` ran out while the corpus was loading.
+        """
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is not None and time.monotonic() > deadline:
+            raise BudgetExceededError("time budget reached while loading the corpus", budget="timeout",
+                                      hint="raise --timeout, or name fewer files")
+
+    def matching(self, spec: Spec | None) -> None:
+        """Say which spec this thread is matching with now (``None``: none)."""
+        self._local.current = None if spec is None else (spec, time.monotonic())
+
+    def _tick(self, signum: int, frame: Any) -> None:
+        current = getattr(self._local, "current", None)  # the handler runs in the main thread
+        if current is not None:
+            spec, since = current
+            if spec.used + time.monotonic() - since > IGNORE_FILE_SECONDS:
+                self._local.current = None
+                raise spec.too_slow()
+            self.over()
+
+    @contextlib.contextmanager
+    def running(self, deadline: float | None) -> Iterator[None]:
+        """Arm the limits for one walk in this thread (and the interval timer where it can run)."""
+        self._local.deadline, self._local.current = deadline, None
+        armed = (threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+                 and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None))
+        if armed:
+            signal.signal(signal.SIGALRM, self._tick)
+            signal.setitimer(signal.ITIMER_REAL, 0.25, 0.25)
+        try:
+            yield
+        finally:
+            if armed:
+                signal.setitimer(signal.ITIMER_REAL, 0, 0)
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            self._local.deadline, self._local.current = None, None
+
+
+clock = Clock()
+
+
+class Spec:
+    """A pathspec ``GitIgnoreSpec`` with a fast negative answer: one combined regex says when no
+    pattern can match (the usual case on a big tree), and only then is pathspec's exact
+    gitignore logic skipped. Paths are relative, ``/``-separated, with ``/`` after a folder.
+    ``source`` names the ignore file(s) the lines come from; ``used`` is the seconds spent matching."""
+
+    def __init__(self, lines: list[str], source: str = "") -> None:
+        self.source = source
+        self.used = 0.0
+        self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        self.any: re.Pattern[str] | None = None
+        try:
+            regexes = [getattr(p, "regex", None) for p in self.spec.patterns if p.include is not None]
+            if any(rx is None for rx in regexes):
+                raise TypeError("a pattern without a regex")
+            parts = [re.sub(r"\(\?P<\w+>", "(?:", rx.pattern) for rx in regexes if rx is not None]
+            self.any = re.compile("|".join(f"(?:{x})" for x in parts)) if parts else None
+        except (re.error, AttributeError, TypeError):
+            self.any = None
+
+    def check(self, path: str) -> bool | None:
+        """True: matched by an ignore pattern; False: re-included by a ``!`` pattern; None: no match.
+
+        Raises:
+            UsageError: the patterns took over :data:`IGNORE_FILE_SECONDS` in this walk.
+        """
+        since = time.monotonic()
+        clock.matching(self)
+        try:
+            if self.any is not None and self.any.match(path) is None:
+                verdict = None
+            else:
+                verdict = self.spec.check_file(path).include
+        finally:
+            clock.matching(None)
+            self.used += time.monotonic() - since
+        if self.used > IGNORE_FILE_SECONDS:
+            raise self.too_slow()
+        return verdict
+
+    def too_slow(self) -> UsageError:
+        """The error for patterns that took too long."""
+        return UsageError(f"the ignore rules of {self.source} took over {IGNORE_FILE_SECONDS:g} s to match the "
+                          "corpus's paths (a pattern whose regex backtracks, such as *a*a*a*a*a*a*a*b)",
+                          hint="simplify that pattern, or pass --no-ignore")
+
+    def match_file(self, path: str) -> bool:
+        """True if the last matching pattern includes ``path`` (pathspec's ``match_file``)."""
+        return bool(self.check(path))
+
+
+def compile_rules(lines: list[str], source: str = "") -> Spec | None:
+    """A :class:`Spec` of the gitignore ``lines`` (blank lines and comments dropped), or ``None``
+    when none is left; ``source`` names where they come from (for the too-slow error)."""
+    lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    return Spec(lines, source) if lines else None
+
+
+def ignored(specs: list[tuple[str, Spec]], rel: str, is_dir: bool) -> bool:
+    """Gitignore verdict for ``rel`` (relative to the walked root): the deepest matching file wins."""
+    for base, spec in reversed(specs):  # deepest ignore file first
+        verdict = spec.check(rel[len(base):] + ("/" if is_dir else ""))
+        if verdict is not None:
+            return verdict
+    return False

@@ -1,0 +1,131 @@
+"""What one file is indexed as: its chunks with their token counts (counted, or in a large
+build guessed and later corrected by a counted sample) and the parsed payload of a structured file.
+
+The functions that chunk and count run in :class:`~rlm_cli.corpus.tokens.TokenPool` threads or
+in the worker processes of ``rlm_cli.corpus.parallel``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlm_cli.corpus import structured
+from rlm_cli.corpus.chunker import split_text
+from rlm_cli.corpus.loader import Decoded
+from rlm_cli.corpus.model import sha1_hex
+
+#: A chunk whose exact token count exceeds the target by this factor is split again.
+OVERSIZE = 1.5
+#: In such a build, 1 chunk in this many (chosen by the chunk's SHA-1, so the same chunks in
+#: every build) is counted; the others get ``bytes / (bytes per token)`` measured on the counted
+#: chunks of the same file extension (of all of them when an extension has too few).
+SAMPLE_EVERY = 16
+#: Counted chunks an extension needs for a correction of its own.
+MIN_SAMPLE_CHUNKS = 8
+#: UTF-8 bytes per token assumed when deciding whether a chunk is too large (code and English: about 4).
+PRIOR_BYTES_PER_TOKEN = 4.0
+#: Tokens per UTF-8 byte of ASCII letters and whitespace, of other ASCII (digits, punctuation)
+#: and of non-ASCII bytes: a least-squares fit of o200k_base on 100 MB of Python, text and logs
+#: (within 5% per chunk at the median, 16% at the 90th percentile once a build's sample corrects it).
+TOKENS_PER_BYTE = (0.165, 0.71, 0.45)
+#: A chunk is split again when its guess over this margin is still over the target (the guess
+#: is within 10% for most chunks, and a needless split makes two small chunks).
+GUESS_MARGIN = 1.1
+_WORDS = bytes(range(65, 91)) + bytes(range(97, 123)) + b" \t\n\r"
+_HIGH = bytes(range(128, 256))
+
+
+def index_text(enc: Any, text: str, path: str, target: int) -> list[tuple[int, int, int, int, int, str]]:
+    """Chunk one file and count each chunk's tokens (runs in a :class:`TokenPool` thread).
+
+    Returns ``(start, end, start_line, end_line, tokens, sha1)`` per chunk, offsets relative to
+    the file. A chunk far over ``target`` tokens (dense text: CJK, minified code) is split again
+    with the characters-per-token ratio measured on it.
+    """
+    out: list[tuple[int, int, int, int, int, str]] = []
+    for sp in split_text(text, path, target):
+        piece = text[sp.start:sp.end]
+        n = len(enc.encode_ordinary(piece))
+        if n > target * OVERSIZE and len(piece) > 64:
+            subs = split_text(piece, path, target, chars_per_token=max(0.25, 0.9 * len(piece) / n))
+            if len(subs) > 1:
+                for sub in subs:
+                    sub_piece = piece[sub.start:sub.end]
+                    out.append((sp.start + sub.start, sp.start + sub.end, sp.start_line + sub.start_line - 1,
+                                sp.start_line + sub.end_line - 1, len(enc.encode_ordinary(sub_piece)),
+                                sha1_hex(sub_piece.encode("utf-8"))))
+                continue
+        out.append((sp.start, sp.end, sp.start_line, sp.end_line, n, sha1_hex(piece.encode("utf-8"))))
+    return out
+
+
+def sampled_spans(text: str, path: str, target: int) -> list[list[Any]]:
+    """Chunk one file without counting its tokens (a large build: ``build.EXACT_TOKENS_BYTES``).
+
+    Returns ``[start, end, start_line, end_line, guess, sha1, counted]`` per chunk, offsets
+    relative to the file; ``guess`` is :func:`guess_tokens` of its text and ``counted`` marks the
+    1 chunk in :data:`SAMPLE_EVERY` (by SHA-1) whose tokens will be counted. A chunk far over
+    ``target`` by its guess (over :data:`GUESS_MARGIN`) or by :data:`PRIOR_BYTES_PER_TOKEN` is
+    split again, as :func:`index_text` splits one whose count is (a guess can miss: such a chunk
+    may hold up to about twice the target).
+    """
+    out: list[list[Any]] = []
+    for sp in split_text(text, path, target):
+        piece = text[sp.start:sp.end]
+        data = piece.encode("utf-8", "surrogatepass")
+        g = guess_tokens(data)
+        guess = max(len(data) / PRIOR_BYTES_PER_TOKEN, g / GUESS_MARGIN)
+        if guess > target * OVERSIZE and len(piece) > 64:
+            subs = split_text(piece, path, target, chars_per_token=max(0.25, 0.9 * len(piece) / guess))
+            if len(subs) > 1:
+                for sub in subs:
+                    sub_data = piece[sub.start:sub.end].encode("utf-8", "surrogatepass")
+                    h = sha1_hex(sub_data)
+                    out.append([sp.start + sub.start, sp.start + sub.end, sp.start_line + sub.start_line - 1,
+                                sp.start_line + sub.end_line - 1, guess_tokens(sub_data), h, is_sample(h)])
+                continue
+        h = sha1_hex(data)
+        out.append([sp.start, sp.end, sp.start_line, sp.end_line, g, h, is_sample(h)])
+    return out
+
+
+def guess_tokens(data: bytes) -> float:
+    """Tokens of UTF-8 ``data`` by :data:`TOKENS_PER_BYTE` (before a build's sample corrects it)."""
+    n = len(data)
+    rest = len(data.translate(None, _WORDS))  # bytes that are neither ASCII letters nor whitespace
+    high = 0 if data.isascii() else n - len(data.translate(None, _HIGH))
+    a, b, c = TOKENS_PER_BYTE
+    return a * (n - rest) + b * (rest - high) + c * high
+
+
+def is_sample(sha1: str) -> bool:
+    """Whether a chunk of a large build is one of the 1 in :data:`SAMPLE_EVERY` counted exactly."""
+    return int(sha1[:4], 16) % SAMPLE_EVERY == 0
+
+
+def count_pieces(enc: Any, text: str, bounds: list[tuple[int, int]]) -> list[int]:
+    """Tokens of ``text[start:end]`` for each bound (runs in a :class:`TokenPool` thread)."""
+    return [len(enc.encode_ordinary(text[a:b])) for a, b in bounds]
+
+
+def extension(path: str) -> str:
+    """The lowercased extension of ``path`` (``""`` for none): the group of a bytes-per-token ratio."""
+    name = path.rsplit("/", 1)[-1]
+    dot = name.rfind(".")
+    return name[dot:].lower() if dot > 0 else ""
+
+
+def parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
+    """The encoded payload and summary of a structured file (``None, None`` for other files):
+    a Parquet/Excel payload read by the loader, or JSON/JSONL/CSV/TSV text parsed now."""
+    kind = decoded.kind.split(",")[0]
+    if decoded.encoded is not None:  # parsed by the confined decoder (rlm_cli.corpus.decode)
+        return decoded.encoded, decoded.meta
+    if decoded.payload is not None:
+        payload = decoded.payload
+        meta = structured.summarize(payload)
+    elif kind in structured.TEXT_DATA_KINDS:
+        payload, meta = structured.parse(kind, decoded.text)
+    else:
+        return None, None
+    return structured.encode(payload), meta

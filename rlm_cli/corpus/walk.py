@@ -1,0 +1,304 @@
+"""Find the files a run should read, the way ripgrep users expect.
+
+Rules (see :func:`discover`):
+
+* paths may be files, folders or globs (``src/**/*.py``); ``-`` (stdin) is handled by the store;
+* ``.git/`` is always skipped; dotfiles and dot-folders are skipped unless ``hidden``;
+* ``.gitignore``, ``.ignore`` and ``.rlmignore`` files at any depth are honoured (gitignore
+  syntax through pathspec; a deeper file overrides a shallower one, and an ignored folder is
+  not entered) unless ``no_ignore``; one whose patterns take over :data:`IGNORE_FILE_SECONDS`
+  to match stops the load with an error naming it, and a ``deadline`` (``--timeout``) stops it too;
+* ``--exclude`` globs (gitignore syntax, relative to each folder argument) prune folders and
+  skip files; ``--include`` globs keep only matching files; files named explicitly on the command
+  line bypass the ignore files and ``--include`` (like ripgrep) but not ``--exclude``;
+* a symlink whose real target lies outside every root (a PATH named, or the folder a glob starts
+  from) is skipped, counted as ``symlink outside`` and named, unless ``follow`` (``--follow``);
+  other links are followed, each file and folder read once (``rlm_cli.corpus.links``); a root
+  that is itself a link is followed; a symlink loop, a broken link or an unreadable file or
+  folder is skipped with a warning; FIFOs, sockets and devices are never opened;
+* file names are kept as the OS gives them for opening, and shown (``SourceFile.display``) with
+  U+FFFD for bytes that are not UTF-8 and for control characters (``links.display_text``);
+* files over ``max_file_size`` bytes are skipped with a warning, or truncated to that size
+  with ``truncate_large`` (when read); empty files are skipped.
+
+Files are only ``stat``'ed here, never opened; ``rlm_cli.corpus.loader`` reads them. Everything
+skipped is counted by reason in a :class:`~rlm_cli.corpus.loader.LoadReport`.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import stat
+from collections.abc import Iterator
+
+from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import links
+from rlm_cli.corpus.ignore import IGNORE_FILES, Spec, clock, compile_rules, ignored
+from rlm_cli.corpus.loader import LoadReport, SourceFile
+from rlm_cli.errors import UsageError
+
+
+class _Walker:
+    """Walks folder arguments applying the rules of the module docstring."""
+
+    def __init__(self, options: CorpusOptions, report: LoadReport, bounds: links.Bounds | None = None) -> None:
+        self.options = options
+        self.report = report
+        self.bounds = bounds if bounds is not None else links.Bounds([], follow=True)
+        self.shown: set[str] = set()  # display paths given out (two names may display alike)
+        self.include = compile_rules(list(options.include), "--include")
+        self.exclude = compile_rules(list(options.exclude), "--exclude")
+        self.seen: dict[tuple[int, int], SourceFile] = {}  # files already selected (dev, inode)
+        self.visited: set[tuple[int, int]] = set()  # folders already walked
+        # A file or folder reached through a link is read at its own path when the walk meets
+        # that path too (a folder is walked at most twice: through a link, then at its own path).
+        self.walked_direct: set[tuple[int, int]] = set()  # folders walked at a path without links
+        self.linked: set[int] = set()  # ids of the selected files reached through a link
+        self.dropped: set[int] = set()  # ids of those later met at their own path (left out)
+
+    def file(self, full: str, shown: str, st: os.stat_result | None = None,
+             via_link: bool = False) -> SourceFile | None:
+        """Check one file (stat'ed, never opened); ``None`` when skipped (counted). ``via_link``:
+        its path goes through a symlink (it gives way to the same file met at a path without)."""
+        if st is None:
+            try:
+                st = os.stat(full)
+            except OSError as exc:
+                self._stat_failed(full, shown, exc)
+                return None
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode)
+                    else "device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "special file")
+            self.report.skip("special file", f"skipped {shown}: a {kind}, not a regular file (never opened)",
+                             path=shown)
+            return None
+        key = (st.st_dev, st.st_ino)
+        first = self.seen.get(key)
+        if first is not None:  # the same file reached twice (two arguments, a symlink): read it once
+            if via_link or id(first) not in self.linked or id(first) in self.dropped:
+                return None
+            self.dropped.add(id(first))  # first met through a link: read at its own path instead
+        limit = self.options.max_file_size
+        if st.st_size > limit and not self.options.truncate_large:
+            self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
+                                          f"{limit:,} (raise it, or --truncate-large keeps the first {limit:,} bytes)",
+                             path=shown)
+            return None
+        if st.st_size == 0:
+            self.report.skip("empty", path=shown)
+            return None
+        sf = SourceFile(self._unique(shown, full), full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        self.seen[key] = sf
+        if via_link:
+            self.linked.add(id(sf))
+        return sf
+
+    def _unique(self, shown: str, full: str) -> str:
+        """``shown``, or another text form of it when a file already has that display path (two
+        names whose bytes differ only where they are not UTF-8)."""
+        if shown in self.shown:
+            alt = shown[:len(shown) - len(links.display_text(os.path.basename(full)))] + links.escaped_text(
+                os.path.basename(full))
+            n = 2
+            while alt in self.shown:
+                alt, n = f"{shown}~{n}", n + 1
+            shown = alt
+        self.shown.add(shown)
+        return shown
+
+    def escapes(self, full: str, shown: str, is_dir: bool) -> bool:
+        """Whether ``full`` (a symlink, or a path through one) resolves outside the roots; then it
+        is skipped and counted."""
+        if not self.bounds.escapes(full):
+            return False
+        name = shown + "/" if is_dir else shown
+        self.report.skip(links.OUTSIDE, f"skipped {name}: a symlink to a path outside the corpus "
+                                        "(--follow reads it)", path=name)
+        return True
+
+    def _stat_failed(self, full: str, shown: str, exc: OSError) -> None:
+        if exc.errno == errno.ELOOP:
+            self.report.skip("symlink loop", f"skipped {shown}: symlink loop", path=shown)
+        elif exc.errno == errno.ENOENT and os.path.islink(full):
+            self.report.skip("broken symlink", f"skipped {shown}: broken symlink", path=shown)
+        else:
+            self.report.skip("unreadable", f"skipped {shown}: {exc.strerror or exc}", path=shown)
+
+    def walk(self, root: str, prefix: str) -> Iterator[SourceFile]:
+        """Yield the selected files under folder ``root`` in path order; display = prefix + rel."""
+        try:
+            st = os.stat(root)
+        except OSError as exc:
+            self._stat_failed(root, prefix or root, exc)
+            return
+        root_key = (st.st_dev, st.st_ino)
+        if root_key in self.walked_direct:
+            return
+        self.visited.add(root_key)
+        self.walked_direct.add(root_key)
+        # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys), and
+        # for each level whether its path goes through a symlink.
+        stack = [self._open_dir(root, "", [], frozenset([root_key]))]
+        vias = [False]
+        while stack:
+            item = stack[-1]
+            entries, rel_dir, specs, ancestors = item
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                vias.pop()
+                continue
+            clock.over()
+            name = entry.name
+            if name == ".git":
+                continue
+            rel = rel_dir + name
+            shown = prefix + links.display_text(rel)
+            try:
+                is_dir = entry.is_dir()  # follows symlinks; False for a broken link
+            except OSError:
+                is_dir = False
+            if name.startswith(".") and not self.options.hidden:
+                self.report.skip("hidden", path=shown + "/" if is_dir else shown)
+                continue
+            if specs and ignored(specs, rel, is_dir):
+                self.report.skip("ignored", path=shown + "/" if is_dir else shown)
+                continue
+            if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
+                self.report.skip("excluded", path=shown + "/" if is_dir else shown)
+                continue
+            link = entry.is_symlink()
+            if link and self.escapes(entry.path, shown, is_dir):
+                continue
+            via = vias[-1] or link
+            if is_dir:
+                try:
+                    dst = entry.stat()
+                except OSError as exc:
+                    self._stat_failed(entry.path, shown, exc)
+                    continue
+                key = (dst.st_dev, dst.st_ino)
+                if key in ancestors:
+                    self.report.skip("symlink loop", f"skipped {shown}/: symlink loop (it leads back to a "
+                                                     "folder above it)", path=shown + "/")
+                    continue
+                if key in (self.visited if via else self.walked_direct):
+                    continue  # already walked (through another link, or at its own path)
+                self.visited.add(key)
+                if not via:
+                    self.walked_direct.add(key)
+                stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}))
+                vias.append(via)
+                continue
+            if self.include is not None and not self.include.match_file(rel):
+                self.report.skip("not included", path=shown)
+                continue
+            try:
+                fst = entry.stat()
+            except OSError as exc:
+                self._stat_failed(entry.path, shown, exc)
+                continue
+            sf = self.file(entry.path, shown, fst, via)
+            if sf is not None:
+                yield sf
+
+    def _open_dir(self, path: str, rel_dir: str, specs: list[tuple[str, Spec]],
+                  ancestors: frozenset[tuple[int, int]]) -> tuple[Iterator[os.DirEntry[str]], str,
+                                                                   list[tuple[str, Spec]],
+                                                                   frozenset[tuple[int, int]]]:
+        try:
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            self.report.skip("unreadable", f"cannot list {rel_dir or path}: {exc.strerror or exc}",
+                             path=rel_dir or path)
+            entries = []
+        if not self.options.no_ignore:
+            names = {e.name for e in entries if e.name in IGNORE_FILES}
+            if names:
+                lines: list[str] = []
+                for name in IGNORE_FILES:
+                    if name in names:
+                        try:
+                            with open(os.path.join(path, name), encoding="utf-8", errors="replace") as fh:
+                                lines.extend(fh.read().splitlines())
+                        except OSError:
+                            continue
+                spec = compile_rules(lines, " and ".join(os.path.join(rel_dir, n) for n in IGNORE_FILES if n in names))
+                if spec is not None:
+                    specs = specs + [(rel_dir, spec)]
+        return iter(entries), rel_dir, specs, ancestors
+
+
+def discover(paths: list[str], options: CorpusOptions, report: LoadReport,
+             deadline: float | None = None) -> list[SourceFile]:
+    """Expand ``paths`` (files, folders, globs; not ``-``) into the files to read.
+
+    Order: arguments in the order given; inside a folder, paths sorted by name (depth first).
+    Display paths: for a single folder argument they are relative to it; otherwise relative to
+    the current directory when inside it, else absolute.
+
+    Raises:
+        UsageError: a path that does not exist and matches no glob; an ignore file whose
+            patterns took over ``ignore.IGNORE_FILE_SECONDS`` to match.
+        BudgetExceededError: ``deadline`` (``time.monotonic()``: ``--timeout``) passed.
+    """
+    with clock.running(deadline):
+        return _discover(paths, options, report)
+
+
+def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> list[SourceFile]:
+    roots: list[str] = []
+    globbed: list[str] = []  # the folders globs start from (also roots: links may lead there)
+    matched: set[str] = set()  # roots found by a glob (not named: a link among them is checked)
+    for raw in paths:
+        if os.path.lexists(raw):
+            roots.append(raw)
+            continue
+        matches = sorted(glob.glob(raw, recursive=True, include_hidden=options.hidden))
+        if not matches:
+            if any(c in raw for c in "*?["):
+                hidden = "" if options.hidden else ", and dotfiles need --hidden"
+                raise UsageError(f"no file matches the glob {raw}",
+                                 hint=f"check the pattern: ** crosses folders{hidden}")
+            raise UsageError(f"no such file or directory: {raw}", hint="check the path")
+        globbed.append(links.glob_base(raw))
+        found = [m for m in matches if os.path.basename(m) != ".git" and "/.git/" not in m]
+        roots.extend(found)
+        matched.update(found)
+    bounds = links.Bounds([r for r in roots if r not in matched], follow=options.follow)
+    for base in globbed:
+        bounds.add(base)
+    walker = _Walker(options, report, bounds)
+    single_dir = len(roots) == 1 and os.path.isdir(roots[0])
+    cwd = os.getcwd()
+    out: list[SourceFile] = []
+    for root in roots:
+        if single_dir:
+            shown = ""
+        else:
+            absolute = os.path.abspath(root)
+            inside = absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep)
+            shown = os.path.relpath(absolute, cwd) if inside else absolute
+            shown = links.display_text(shown.replace(os.sep, "/"))
+        if root in matched and not options.follow and _through_link(root) and walker.escapes(
+                os.path.abspath(root), shown, os.path.isdir(root)):
+            continue
+        if os.path.isdir(root):
+            out.extend(walker.walk(root, "" if single_dir else shown.rstrip("/") + "/"))
+            continue
+        name = os.path.basename(root)
+        if walker.exclude is not None and (walker.exclude.match_file(shown) or walker.exclude.match_file(name)):
+            report.skip("excluded", path=shown)
+            continue
+        sf = walker.file(root, shown)
+        if sf is not None:
+            out.append(sf)
+    return [sf for sf in out if id(sf) not in walker.dropped]
+
+
+def _through_link(path: str) -> bool:
+    """Whether resolving ``path`` goes through a symlink (its real path is another)."""
+    return os.path.realpath(path) != os.path.abspath(path)

@@ -1,0 +1,97 @@
+"""The answer on stdout, and the run's closing summary line: stdout carries the answer or the
+``--json`` document only, written whole (or an error raised), with its terminal control
+characters neutralised when stdout is a terminal. Standard library only (no rich).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import IO, Any
+
+from rlm_cli.output.text import safe_text
+
+
+def write_answer(text: str) -> None:
+    """The answer alone on stdout (plain text, newline-terminated); on a terminal its control
+    characters are neutralised (:func:`for_stdout`)."""
+    text = for_stdout(text)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def for_stdout(text: str, stream: IO[str] | None = None) -> str:
+    """``text`` as written to stdout (or ``stream``): as it is into a pipe or a file, with its
+    terminal control characters replaced (:func:`safe_text`: ESC sequences such as OSC 52, which
+    writes the clipboard, or a clear-screen) when it is a terminal. The answer, ``--cite``'s
+    source paths and a ``--json`` document all come from the model or the corpus."""
+    out = stream or sys.stdout
+    try:
+        tty = bool(out.isatty())
+    except (AttributeError, ValueError, OSError):
+        tty = False
+    return safe_text(text) if tty else text
+
+
+def json_text(doc: dict[str, Any]) -> str:
+    """A JSON document as printed (indented, UTF-8 characters kept, newline-terminated)."""
+    return json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n"
+
+
+def write_json(doc: dict[str, Any]) -> None:
+    """One JSON document on stdout."""
+    write_text(json_text(doc))
+
+
+def write_text(text: str) -> None:
+    """Text on stdout as is (the answer, a document), all of it or an error; on a terminal with
+    its control characters neutralised (:func:`for_stdout`).
+
+    Written to the binary buffer in a loop: with ``PYTHONUNBUFFERED=1`` (common in containers)
+    that buffer is the raw file, whose ``write`` may take only part of a large text (a pipe
+    took 69,632 bytes of a 5 MB answer), and ``TextIOWrapper`` drops the rest silently; a reader
+    that left mid-way must give ``BrokenPipeError`` (exit 141), not exit 0.
+
+    Raises:
+        OSError: stdout cannot take it (``BrokenPipeError`` when its reader went away).
+    """
+    out = sys.stdout
+    text = for_stdout(text, out)
+    out.flush()
+    buf = getattr(out, "buffer", None)
+    if buf is None:  # a text-only stream (a test's StringIO)
+        out.write(text)
+        out.flush()
+        return
+    view = memoryview(text.encode(out.encoding or "utf-8", out.errors or "strict"))
+    while view:
+        n = buf.write(view)
+        if n is None:  # a non-blocking stdout that is full: wait for its reader
+            time.sleep(0.01)
+        view = view[n or 0:]
+    buf.flush()
+
+
+def summary_line(data: dict[str, Any]) -> str:
+    """The run's closing line (without style): iterations, sub-calls, tokens and cost split
+    between the root model and sub-calls ("unknown" when a model is not priced, "no calls" for a
+    group without calls), cache hits, retries, time. ``data`` is an ``rlm ask --json`` document
+    (``iterations``, ``sub_calls``, ``usage``, ``elapsed_s``; each may be missing)."""
+    usage = data.get("usage") or {}
+    root, sub = usage.get("root") or {}, usage.get("sub") or {}
+
+    def cost(value: Any, group: dict[str, Any] | None = None) -> str:
+        if group is not None and not group.get("calls"):
+            return "no calls"
+        return f"${value:.4f}" if isinstance(value, (int, float)) else "unknown"
+
+    def tokens(group: dict[str, Any]) -> str:
+        return f"{group.get('input_tokens', 0):,} in/{group.get('output_tokens', 0):,} out"
+
+    extra = "".join(f", {usage[k]} {label}" for k, label in (("cached_calls", "cached"), ("retries", "retries"))
+                    if usage.get(k))
+    return (f"{data.get('iterations', 0)} iterations, {data.get('sub_calls', 0)} sub-calls; "
+            f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
+            f"(root {cost(root.get('cost_usd'), root)}, sub {cost(sub.get('cost_usd'), sub)}){extra}; "
+            f"{data.get('elapsed_s', 0):.1f} s")

@@ -1,0 +1,48 @@
+"""Tables on stdout: ``rlm stats``, ``rlm cache info``, ``rlm host status`` (through
+``Renderer.table``) and ``rlm trace list``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from rlm_cli.output.style import escape
+from rlm_cli.output.text import cost_text
+
+
+def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    """A table with ``title`` on stdout: one column per name in ``columns``, one row per list of
+    ``rows`` (each cell shown as ``str``)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*[str(x) for x in r])
+    Console().print(table)
+
+
+def print_trace_list(infos: list[Any]) -> None:
+    """``rlm trace list``: one row per trajectory (``trace.TraceInfo``), newest first, on stdout."""
+    import datetime as _dt
+
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for col in ("id", "started", "status", "mode", "tokens", "cost", "question"):
+        if col == "question":  # the only column that gives way on a narrow terminal
+            table.add_column(col, overflow="ellipsis", no_wrap=True, ratio=1)
+        else:  # ids are what `trace show` takes, statuses what scripts grep for: never cut
+            widest = max([len(col), *(len(i.status) for i in infos)]) if col == "status" else len(col)
+            table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 11}.get(col, widest))
+    this_year = _dt.datetime.now().year
+    for i in infos:
+        when = _dt.datetime.fromtimestamp(i.started)  # like ls -l: the year only when it is not this one
+        started = when.strftime("%m-%d %H:%M" if when.year == this_year else "%Y-%m-%d %H:%M")
+        table.add_row(i.run_id, started, i.status, i.mode, f"{i.tokens:,}",
+                      cost_text(i.cost_usd).removeprefix("cost "), escape(i.question[:80]))
+    Console(soft_wrap=False).print(table)
+

@@ -1,0 +1,60 @@
+"""Plain text shared by the terminal view, the trajectory viewers and the answer writers: the
+control characters that must not reach a terminal, costs, helper counts, progress lines, and
+clipping. Standard library only (no rich): the core may format with it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: Terminal control characters (C0 but tab and newline, DEL, C1): model replies, REPL output and
+#: corpus text shown on stderr could otherwise set the window title, clear the screen or write the
+#: clipboard (ESC sequences, seen in a trial); each is shown as U+FFFD instead.
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` with its terminal control characters (:data:`CONTROL`) replaced by U+FFFD
+    (a CRLF line end is a newline first: servers and Windows files send them)."""
+    return CONTROL.sub("\ufffd", text.replace("\r\n", "\n"))
+
+
+def cost_text(value: Any) -> str:
+    """``$0.0123`` for a number of USD, ``cost unknown`` for anything else (an unpriced model)."""
+    return f"${value:.4f}" if isinstance(value, (int, float)) else "cost unknown"
+
+
+def helpers_text(helpers: dict[str, Any]) -> str:
+    """`` (grep ×3, read_file ×1)``: the REPL helpers an iteration called (name -> count), most
+    called first; empty when none was."""
+    parts = [f"{k} ×{v}" for k, v in sorted(helpers.items(), key=lambda kv: (-int(kv[1]), kv[0])) if v]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def progress_line(ev: dict[str, Any]) -> str:
+    """One progress event as text: ``sub-calls 23/61 · 8 in flight · 1 failed · 45,210 tokens ·
+    $0.0123 · 12.4 s``, or ``indexing 120/5,000 files · 4.1/96.0 MB · 12.3 MB/s``."""
+    if ev.get("kind") == "index":
+        mb = 1_000_000
+        return (f"indexing {ev['files']:,}/{ev['files_total']:,} files · {ev['bytes'] / mb:,.1f}/"
+                f"{ev['bytes_total'] / mb:,.1f} MB · {ev['rate_bps'] / mb:,.1f} MB/s · {ev['elapsed_s']:.1f} s")
+    label = "sub-RLMs" if ev.get("kind") == "sub_rlms" else "sub-calls"
+    finished = int(ev.get("done", 0)) + int(ev.get("failed", 0))
+    return (f"{label} {finished}/{ev.get('total', 0)} · {ev.get('in_flight', 0)} in flight · "
+            f"{ev.get('failed', 0)} failed · {int(ev.get('tokens') or 0):,} tokens · {cost_text(ev.get('cost_usd'))} · "
+            f"{float(ev.get('elapsed_s') or 0):.1f} s")
+
+
+def clip(text: str, lines: int) -> str:
+    """``text`` cut to its first ``lines`` lines (each cut at 300 characters), with a ``… N more
+    lines`` line when some were left out."""
+    rows = text.rstrip("\n").splitlines()
+    if len(rows) <= lines:
+        return "\n".join(r[:300] for r in rows)
+    return "\n".join(r[:300] for r in rows[:lines]) + f"\n… {len(rows) - lines} more lines"
+
+
+def indent_lines(text: str, prefix: str) -> str:
+    """``text`` with ``prefix`` before each of its lines."""
+    return "\n".join(prefix + line for line in text.splitlines())

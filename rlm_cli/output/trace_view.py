@@ -1,0 +1,133 @@
+"""Trajectory viewers: ``rlm trace show`` (a tree on the terminal), ``rlm trace export --html``
+(one self-contained page) and ``rlm chat``'s ``/trace``. The events come from ``trace.py``
+(read and arranged as a tree there); this module only draws them.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from rich.console import Console
+
+from rlm_cli.output.style import SHOW_LINES, escape
+from rlm_cli.output.text import clip, cost_text, helpers_text
+
+#: Characters of a long text (response, output, answer) shown in a trajectory tree node.
+TREE_TEXT_CHARS = 600
+#: The colour of each event type's node in the terminal tree.
+STYLE = {"iteration": "cyan", "root_call": "blue", "code": "yellow", "output": "green", "sub_call": "magenta",
+         "recursion": "bold magenta", "final": "bold green", "notice": "dim", "summary": "bold"}
+
+
+def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
+    """``(kind, title, body)`` describing one trajectory event for a tree (terminal or HTML);
+    ``body`` is cut to ``TREE_TEXT_CHARS`` unless ``full``."""
+    kind = str(ev.get("type"))
+
+    def cut(text: Any) -> str:
+        text = str(text or "")
+        return text if full or len(text) <= TREE_TEXT_CHARS else text[:TREE_TEXT_CHARS] + f" … ({len(text):,} chars)"
+
+    tokens = f"{ev.get('input_tokens', 0) or 0:,} in / {ev.get('output_tokens', 0) or 0:,} out tokens"
+    if kind == "iteration":
+        phase = f" · {ev['phase']}{helpers_text(ev.get('helpers') or {})}" if ev.get("phase") else ""
+        return kind, f"iteration {ev.get('iteration')}" + (f" (depth {ev['depth']})" if ev.get("depth") else "") + phase, ""
+    if kind == "root_call":
+        hist = ev.get("history") or {}
+        shrunk = f", history: {hist.get('compacted', 0)} compacted, {hist.get('omitted', 0)} omitted" if (
+            hist.get("compacted") or hist.get("omitted")) else ""
+        return kind, (f"root model {ev.get('model')}: {tokens}, {cost_text(ev.get('cost_usd'))}, "
+                      f"{ev.get('latency_s', 0) or 0:.2f} s{shrunk}"), cut(ev.get("response"))
+    if kind == "code":
+        return kind, f"code block {ev.get('block', 1)}", str(ev.get("code", "")) if full else cut(ev.get("code"))
+    if kind == "output":
+        extra = f", {ev['sub_calls']} sub-calls" if ev.get("sub_calls") else ""
+        return kind, f"output: {ev.get('output_chars', 0):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s{extra}", cut(
+            ev.get("output") or "(no output)")
+    if kind == "leads":
+        text = str(ev.get("output") or "(none)")
+        return kind, f"leads: {len(text):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s", text if full else cut(text)
+    if kind == "sub_call":
+        return kind, f"sub-call {ev.get('model')}: {tokens}, {cost_text(ev.get('cost_usd'))}", (
+            f"prompt: {cut(ev.get('prompt_head'))}\n→ {cut(ev.get('response'))}")
+    if kind == "recursion":
+        return kind, f"rlm_query → depth {ev.get('depth')} ({ev.get('mode')})", cut(ev.get("prompt_head"))
+    if kind == "final":
+        return kind, f"{ev.get('status')} after {ev.get('iterations')} iteration(s)", cut(ev.get("answer"))
+    if kind == "notice":
+        return kind, f"{ev.get('level', 'note')}: {ev.get('message')}", ""
+    if kind == "corpus":
+        return kind, f"corpus: {ev.get('summary')}", ""
+    if kind == "mode":
+        return kind, f"mode {ev.get('mode')}", str(ev.get("reason", ""))
+    if kind == "summary":
+        err = f" ({ev['error']})" if ev.get("error") else ""
+        return kind, (f"{ev.get('status')}{err}: {ev.get('total_tokens', 0) or 0:,} tokens, "
+                      f"{cost_text(ev.get('total_cost_usd'))}, {ev.get('elapsed_s') or 0:.1f} s"), cut(ev.get("answer"))
+    return kind, kind, ""
+
+
+
+def print_trace_tree(header: dict[str, Any], root: Any, file: IO[str] | None = None) -> None:
+    """``rlm trace show``: the trajectory tree (``trace.Node``) on stdout (or ``file``: ``rlm
+    chat``'s ``/trace`` writes it on stderr)."""
+    from rich.tree import Tree
+
+    title = f"[bold]{escape(str(header.get('run_id')))}[/] {escape(str(header.get('question', '')))}"
+    tree = Tree(title)
+
+    def add(parent: Tree, node: Any) -> None:
+        kind, head, body = node_text(node.event)
+        label = f"[{STYLE.get(kind, 'white')}]{escape(head)}[/]"
+        if body:
+            label += "\n" + escape(clip(body, SHOW_LINES))
+        branch = parent.add(label)
+        for child in node.children:
+            add(branch, child)
+
+    for child in root.children:
+        add(tree, child)
+    Console(highlight=False, file=file).print(tree)
+
+
+
+def trace_html(header: dict[str, Any], root: Any) -> str:
+    """``rlm trace export --html``: one self-contained HTML page (inline CSS, no scripts, no
+    external resources) with the configuration and the whole tree, texts in full."""
+    import html
+
+    def esc(value: Any) -> str:
+        return html.escape(str(value), quote=True)
+
+    def render(node: Any) -> str:
+        kind, head, body = node_text(node.event, full=True)
+        inner = f"<pre>{esc(body)}</pre>" if body else ""
+        kids = "".join(render(c) for c in node.children)
+        kids = f"<ul>{kids}</ul>" if kids else ""
+        is_open = " open" if kind in ("iteration", "recursion", "final", "summary") else ""
+        return f'<li class="{esc(kind)}"><details{is_open}><summary>{esc(head)}</summary>{inner}{kids}</details></li>'
+
+    config = header.get("config") or {}
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in sorted(config.items()))
+    body = "".join(render(c) for c in root.children)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>rlm trajectory {esc(header.get('run_id'))}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em; color: #222; }}
+pre {{ background: #f6f6f6; padding: .5em; white-space: pre-wrap; word-break: break-word; margin: .3em 0; }}
+ul {{ list-style: none; padding-left: 1.2em; border-left: 1px solid #ddd; }}
+summary {{ cursor: pointer; }}
+li.iteration > details > summary {{ color: #0a6; font-weight: bold; }}
+li.root_call > details > summary {{ color: #248; }}
+li.code > details > summary {{ color: #a60; }}
+li.sub_call > details > summary, li.recursion > details > summary {{ color: #838; }}
+li.final > details > summary, li.summary > details > summary {{ font-weight: bold; }}
+table {{ border-collapse: collapse; font-size: 12px; }} th, td {{ text-align: left; padding: 1px 8px; }}
+</style></head><body>
+<h1>rlm trajectory {esc(header.get('run_id'))}</h1>
+<p><b>Question:</b> {esc(header.get('question', ''))}</p>
+<p><b>Corpus:</b> {esc(', '.join(map(str, header.get('paths') or [])))}</p>
+<details><summary>Configuration (secrets removed)</summary><table>{rows}</table></details>
+<ul>{body}</ul>
+</body></html>
+"""

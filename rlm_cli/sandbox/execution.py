@@ -1,0 +1,147 @@
+"""Running one code block in the worker: its output kept within bounds (:class:`CappedWriter`),
+the values of its top-level expressions shown (:func:`echo_expressions`), its traceback limited
+to its own frames with hints (:func:`format_error`), and its result frame kept within the
+control channel's size (:func:`result_frame`). Runs inside the sandbox: the standard library and
+``rlm_cli.protocol`` only."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import traceback
+from typing import Any
+
+from rlm_cli import protocol
+
+#: Characters of a block's stdout kept in memory: head and tail (the middle is counted only).
+KEEP_HEAD = 200_000
+KEEP_TAIL = 20_000
+
+
+class CappedWriter(io.TextIOBase):
+    """A text stream keeping the first ``KEEP_HEAD`` and last ``KEEP_TAIL`` characters written,
+    and counting all of them, so ``print(context)`` of any size costs bounded memory and
+    linear time (many small writes do not re-copy the tail)."""
+
+    def __init__(self) -> None:
+        self.head: list[str] = []
+        self.head_len = 0
+        self.tail: list[str] = []
+        self.tail_len = 0
+        self.total = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        n = len(s)
+        self.total += n
+        if self.head_len >= KEEP_HEAD:  # the hot path of a long print loop
+            self.tail.append(s)
+            self.tail_len += n
+            if self.tail_len > 2 * KEEP_TAIL:  # compact: amortised O(1) per character
+                joined = "".join(self.tail)[-KEEP_TAIL:]
+                self.tail, self.tail_len = [joined], len(joined)
+            return n
+        room = KEEP_HEAD - self.head_len
+        self.head.append(s[:room])
+        self.head_len += min(room, n)
+        if n > room:
+            self.tail.append(s[room:][-KEEP_TAIL:])
+            self.tail_len += len(self.tail[-1])
+        return n
+
+    def getvalue(self) -> tuple[str, int]:
+        """``(kept text, total characters written)``; an omission marker separates head and tail."""
+        head = "".join(self.head)
+        tail = "".join(self.tail)[-KEEP_TAIL:]
+        omitted = self.total - self.head_len - len(tail)
+        if omitted <= 0:
+            return head + tail, self.total
+        return f"{head}\n[... {omitted:,} characters omitted ...]\n{tail}", self.total
+
+
+#: The name under which a block's top-level expression statements report their values.
+ECHO_NAME = "__rlm_echo__"
+
+
+#: Calls whose result is a count, a position or a status nobody reads (``f.write(...)``,
+#: ``os.write``, ``os.waitpid``).
+QUIET_CALLS = frozenset({"write", "writelines", "send", "sendall", "seek", "truncate", "flush", "close",
+                          "waitpid", "wait", "join", "kill"})
+
+
+def _io_call(node: ast.expr) -> bool:
+    """Whether ``node`` calls one of :data:`QUIET_CALLS` (its value is not shown)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in QUIET_CALLS
+
+
+def echo_expressions(tree: ast.Module) -> ast.Module:
+    """``tree`` with each top-level expression statement (a bare ``grep(...)`` line, not only the
+    last one) writing its value to ``out`` as Python's interactive console does: ``None`` shows
+    nothing, a ``str`` is written as it is, anything else as its ``repr`` (``Worker._echo``).
+    Models write several such lines in one block and expect to see each; constants (a bare string
+    used as a comment) and I/O calls (:data:`QUIET_CALLS`) stay silent. The echo function is bound in the namespace as :data:`ECHO_NAME`."""
+    changed = False
+    for i, stmt in enumerate(tree.body):
+        if isinstance(stmt, ast.Expr) and not isinstance(stmt.value, ast.Constant) and not _io_call(stmt.value):
+            call = ast.Call(func=ast.Name(id=ECHO_NAME, ctx=ast.Load()), args=[stmt.value], keywords=[])
+            tree.body[i] = ast.copy_location(ast.Expr(value=ast.copy_location(call, stmt.value)), stmt)
+            changed = True
+    if changed:
+        ast.fix_missing_locations(tree)
+    return tree
+
+
+#: Said after a block that loops over ``context`` itself: a ``str``, so one character at a time (seen
+#: with Qwen2.5-Coder-1.5B: ``for line in context: if "golden citadel" in line`` found nothing, and
+#: the model answered that the corpus holds no such text).
+BY_CHAR_NOTE = ("[note: `for ... in context` goes over `context` one character at a time; for its lines use "
+                 "`context.splitlines()`, or grep(pattern) for the lines that match.]\n")
+
+
+def iterates_context(tree: ast.AST) -> bool:
+    """Whether a ``for`` loop or a comprehension of ``tree`` iterates the name ``context``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            it = node.iter
+            if isinstance(it, ast.Name) and it.id == "context":
+                return True
+    return False
+
+
+def format_error(info: Any) -> str:
+    """The traceback of a failed block, limited to the block's own frames."""
+    etype, evalue, tb = info
+    try:
+        frames = [f for f in traceback.extract_tb(tb) if f.filename.startswith("<cell")]
+        text = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+        text += "".join(traceback.format_exception_only(etype, evalue))
+        if etype is TypeError and re.search(r"(Row|Hit) found", str(evalue)):  # ", ".join(grep(...)) and the like
+            text += ("hint: grep and search return rows (dicts), not strings: join their fields, e.g. "
+                     "'\n'.join(f\"{h['file']}:{h['line']}: {h['text']}\" for h in hits)\n")
+        if etype is TypeError and str(evalue).startswith("list indices must be") and frames and \
+                re.search(r"\bfiles\s*\[\s*[\"'fr]", frames[-1].line or ""):  # files["a.py"]: a list, not a dict
+            text += ("hint: `files` is a list of dicts, one per file (f['path'], f['lines'], f['start'], f['end']); "
+                     "a file's text is context['a.py'], its numbered lines read_file('a.py', 20, 40)\n")
+        if etype is ValueError and str(evalue).startswith(("invalid literal for int()", "could not convert string")):
+            text += ("hint: that text is not a number; take the number out of a line with a regex group, e.g. "
+                     "int(re.search(r'latency=(\\d+)', h['text']).group(1)), or h['match'] of a grep whose "
+                     "pattern has one group: grep(r'latency=(\\d+)')\n")
+        return text
+    except BaseException:  # noqa: BLE001 - a hostile __str__ must not take the worker down
+        return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
+
+
+def result_frame(result: dict[str, Any]) -> dict[str, Any]:
+    """``result``, with a FINAL answer too large for one control frame replaced by an error."""
+    if result.get("final") is not None and len(result["final"]) * 4 > protocol.MAX_CONTROL_BYTES // 2:
+        size = len(protocol.encode_frame(result))
+        if size > protocol.MAX_CONTROL_BYTES - 4096:
+            result = dict(result, final=None, final_error=(
+                f"the FINAL answer is {size:,} bytes; answers are limited to "
+                f"{protocol.MAX_CONTROL_BYTES // 2**20} MiB. Give a shorter answer"))
+    return result
