@@ -1,5 +1,5 @@
 """What a run hands back: the :class:`AskOutcome`, its sources, what an early stop
-(``PartialAnswerError``) carries, and the :class:`Turn` a session remembers of it."""
+(``PartialAnswerError``) carries, and the :class:`PastQuestion` a session remembers of it."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class TurnCounter:
 
 
 @dataclasses.dataclass
-class Turn:
+class PastQuestion:
     """An earlier question of the session: what was asked, the answer (or partial answer), its
     status (``final``, ``max_iterations``, ``budget_exceeded``, ``error``, ``interrupted``) and
     its trajectory."""

@@ -40,7 +40,7 @@ from typing import Any
 
 from rlm_cli import __version__
 from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
-from rlm_cli.app.outcome import AskOutcome, Turn, TurnCounter, attach_partial, run_sources, status_of
+from rlm_cli.app.outcome import AskOutcome, PastQuestion, TurnCounter, attach_partial, run_sources, status_of
 from rlm_cli.app.phases import PhaseTagger
 from rlm_cli.app.planning import choose_mode, direct_tokens, fit_question, model_window, require_model
 from rlm_cli.app.recursion import recursion_handler, sub_call_event
@@ -119,7 +119,7 @@ class Session:
         self.mode = ""
         self.hide = tuple(os.path.abspath(p) for p in paths if p != "-")
         self.lane: Lane | None = None
-        self.turns: list[Turn] = []
+        self.turns: list[PastQuestion] = []
         self.fatal: CallFailed | None = None
         self._events: list[dict[str, Any]] = []  # the session's events, for the first trajectory
         self._corpus_event: dict[str, Any] | None = None
@@ -461,7 +461,7 @@ class Session:
 
     def _remember(self, question: str, answer: str, status: str, trace_path: Path | None) -> None:
         with self._lock:
-            self.turns.append(Turn(question, answer, status, trace_path))
+            self.turns.append(PastQuestion(question, answer, status, trace_path))
 
     def _failed(self, exc: RLMError, client: ModelClient, collector: SourceCollector, sink: Emit, started: float,
                 trace_path: Path | None, root_turns: int) -> None:
