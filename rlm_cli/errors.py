@@ -1,6 +1,6 @@
 """One exception tree for the whole tool; each class carries its process exit code.
 
-The CLI maps any :class:`RLMError` to ``exit_code`` in one place (``cli.py``); the README's
+The CLI maps any :class:`RLMError` to ``exit_code`` in one place (``rlm_cli.commands.exits``); the README's
 exit-code table documents the same numbers. This module imports no other project module.
 """
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlm_cli import runner
+from rlm_cli.app import runner
+from rlm_cli.app.outcome import AskOutcome
 from rlm_cli.config import Settings
 from rlm_cli.errors import RLMError
 from tests.fake_llm import FakeLLM
@@ -27,7 +28,7 @@ def settings_for(llm: FakeLLM, **overrides: Any) -> Settings:
 class Run:
     """One in-process run: the outcome (or the error raised) and every event emitted."""
 
-    outcome: runner.AskOutcome | None
+    outcome: AskOutcome | None
     error: RLMError | None
     events: list[dict[str, Any]] = field(default_factory=list)
 

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_architecture.py"
 sys.path.insert(0, str(SCRIPT.parent))
@@ -122,7 +120,6 @@ def test_the_command_line_exit_status(tmp_path: Path) -> None:
     assert missing.returncode == 2
 
 
-@pytest.mark.xfail(strict=False, reason="layout merge pending")
 def test_rlm_cli_follows_the_layout() -> None:
     problems = check(parse_tree(ROOT / "rlm_cli", "rlm_cli"))
     assert problems == [], "\n".join(problems)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from rlm_cli.app.planning import choose_mode
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
-from rlm_cli.runner import choose_mode
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, last_user, question_message, repl
 from tests.inproc import corpus, run

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from rlm_cli.batch import Question, read_questions, worst_exit_code
+from rlm_cli.app.batch import Question, read_questions, worst_exit_code
 from rlm_cli.errors import UsageError
 from tests.conftest import model_flags, run_rlm, two_file_repo
 from tests.fake_llm import FakeLLM, Reply, first_prompt, last_user, repl, turn

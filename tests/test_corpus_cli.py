@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm_cli import cli
+from rlm_cli.commands import app as cli
 from rlm_cli.config import cache_dir
 from tests.conftest import model_flags, run_rlm
 from tests.fake_llm import FakeLLM, last_user, repl

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm_cli import doctor
+from rlm_cli.app import doctor
 from rlm_cli.sandbox.levels import level_exposes, level_protects, protections
 from rlm_cli.sandbox.probes import bwrap_status
 from tests.conftest import model_flags, run_rlm
@@ -75,7 +75,7 @@ def test_a_broken_config_file_is_reported_not_raised() -> None:
 
 
 def test_doctor_command_prints_json_and_never_imports_litellm() -> None:
-    code = ("import sys, json\nsys.argv = ['rlm', 'doctor', '--json']\nfrom rlm_cli import cli\n"
+    code = ("import sys, json\nsys.argv = ['rlm', 'doctor', '--json']\nfrom rlm_cli.commands import app as cli\n"
             "try:\n    cli.main()\nexcept SystemExit as e:\n    rc = e.code\n"
             "sys.stderr.write(f'rc={rc} litellm={\"litellm\" in sys.modules}')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

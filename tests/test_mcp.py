@@ -34,7 +34,8 @@ async def served(tmp_path: Path, *args: str, heartbeat_s: float | None = None) -
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
     command = ["-m", "rlm_cli", "mcp", *args]
     if heartbeat_s is not None:
-        command = ["-c", f"import sys; from rlm_cli import cli; from rlm_cli.mcp import protocol; protocol.HEARTBEAT_S = {heartbeat_s}; "
+        command = ["-c", f"import sys; from rlm_cli.commands import app as cli; from rlm_cli.mcp import protocol; "
+                   f"protocol.HEARTBEAT_S = {heartbeat_s}; "
                    "sys.argv = ['rlm', *sys.argv[1:]]; cli.main()", "mcp", *args]
     params = StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(tmp_path))
     with open(tmp_path / "server.err", "w") as err:
@@ -259,7 +260,7 @@ def test_without_the_sdk_one_line_error_with_the_install_command(tmp_path: Path)
 
 
 def test_the_cli_imports_neither_the_sdk_nor_litellm_until_the_command_runs() -> None:
-    code = ("import sys\nsys.argv = ['rlm', '--help']\nfrom rlm_cli import cli\n"
+    code = ("import sys\nsys.argv = ['rlm', '--help']\nfrom rlm_cli.commands import app as cli\n"
             "try:\n    cli.main()\nexcept SystemExit as e:\n    rc = e.code\n"
             "sys.stderr.write(f'rc={rc} ' + ' '.join(m for m in ('mcp', 'mcp_types', 'anyio', 'litellm') "
             "if m in sys.modules))")

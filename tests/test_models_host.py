@@ -122,7 +122,7 @@ def test_rlm_ask_never_imports_litellm_in_its_own_process(tmp_path: Path, llm: F
     llm.script("root", repl("print(context[:40])"), repl("FINAL(context.splitlines()[1])"))
     code = ("import atexit, sys\n"
             "atexit.register(lambda: sys.stderr.write(f'litellm imported: {\"litellm\" in sys.modules}\\n'))\n"
-            "from rlm_cli.cli import main\nsys.argv = ['rlm', *sys.argv[1:]]\nmain()\n")
+            "from rlm_cli.commands.app import main\nsys.argv = ['rlm', *sys.argv[1:]]\nmain()\n")
     res = subprocess.run([sys.executable, "-c", code, "ask", str(tmp_path), "q?", *model_flags(llm)],
                          capture_output=True, text=True, timeout=240)
     assert res.returncode == 0 and res.stdout == "hello\n", res.stderr

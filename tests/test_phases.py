@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from rlm_cli.app.phases import PhaseTagger, block_phase, iteration_phase
 from rlm_cli.output.trace import event
-from rlm_cli.phases import PhaseTagger, block_phase, iteration_phase
 from tests.fake_llm import FakeLLM, repl
 from tests.inproc import corpus, run
 

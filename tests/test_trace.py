@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rlm_cli import replay
-from rlm_cli.cli import app
+from rlm_cli.app import replay
+from rlm_cli.commands.app import app
 from rlm_cli.errors import UsageError
 from rlm_cli.output.trace import SCHEMA_VERSION, build_tree, event, find_trace, list_traces, read_trace, traces_dir
 from tests.conftest import run_rlm

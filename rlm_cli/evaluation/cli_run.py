@@ -1,6 +1,6 @@
 """The ``rlm eval`` command's core: load the corpus once, generate, run, summarize.
 
-Kept out of ``cli.py`` so the command function stays short; it renders nothing itself beyond
+Kept out of ``rlm_cli.commands.evaluate`` so the command function stays short; it renders nothing itself beyond
 what it passes to the ``ui`` object (``render.Renderer``).
 """
 

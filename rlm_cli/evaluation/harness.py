@@ -184,7 +184,7 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
     Raises:
         ProviderError: an authentication / permission / unknown-model error (fatal for the eval).
     """
-    from rlm_cli import runner
+    from rlm_cli.app import runner
 
     s = dataclasses.replace(settings, mode=mode, trace=None)
     started = time.monotonic()

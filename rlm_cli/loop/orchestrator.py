@@ -45,13 +45,14 @@ from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
 from rlm_cli.loop.result import RunResult, policy_of
 from rlm_cli.loop.state import STUCK_ASKS, STUCK_ERRORS, STUCK_REPEATS, LoopState, norm, run_key
+from rlm_cli.loop.workers import new_worker, start_worker
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.window import input_budget, request_tokens
 from rlm_cli.output.progress import stream_callback
 from rlm_cli.output.trace import Emit, event, request_key
-from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec
 from rlm_cli.sandbox.results import ExecResult
 
 #: Seconds ``leads(question)`` may take before the first root call (it takes well under one
@@ -112,19 +113,11 @@ class Orchestrator:
         sub_calls_before = self.client.usage.sub_calls
         loop = LoopState()
         own = sandbox is None
-        token = self.handler.register(self.depth) if own else ""
         if sandbox is None:
-            sandbox = Sandbox(self.sandbox_level, spec, socket_path=self.handler.socket_path, token=token,
-                              limits=Limits(memory_bytes=s.memory_limit, sub_call_threads=s.max_concurrency), cell_timeout=s.cell_timeout)
-            sandbox.hide_paths = self.hide_paths
-            # The token is served only to this sandbox's worker process (and its descendants).
-            own_sandbox = sandbox
-            self.handler.bind(token, lambda: getattr(own_sandbox.proc, "pid", None))
+            sandbox = new_worker(self.handler, self.sandbox_level, spec, s, depth=self.depth, hide_paths=self.hide_paths)
         try:
             if own:
-                sandbox.start()
-                for line in sandbox.notes:
-                    self.emit(event("notice", self.depth, message=line))
+                start_worker(sandbox, self.emit, self.depth)
             system, *examples, first = first_messages(s, question, meta, self.depth, note)
             history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
             self._leads(sandbox, question, budget, history, loop)
@@ -140,7 +133,7 @@ class Orchestrator:
         finally:
             if own:
                 sandbox.close()
-                self.handler.unregister(token)
+                self.handler.unregister(sandbox.token)
 
     def _leads(self, sandbox: Sandbox, question: str, budget_tokens: int, history: History,
                loop: LoopState) -> None:

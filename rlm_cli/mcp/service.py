@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlm_cli.app.session import Session
 from rlm_cli.config import Settings
 from rlm_cli.errors import PartialAnswerError, RLMError, UsageError
 from rlm_cli.mcp.calls import Call, Calls, Result
 from rlm_cli.mcp.tools import TOOL_NAMES, ref
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.usage import Usage
-from rlm_cli.session import Session
 
 #: Characters of a grep or search result document: longer ones drop their last rows (the
 #: worker keeps the first 200,000 characters a block prints).
@@ -115,8 +115,8 @@ class Service:
     def open(self) -> None:
         """Open the session: model, corpus, mode, windows, worker. An ``RLMError`` is kept in
         :attr:`failure` (and shown on stderr) instead of raised: the server still answers, with it."""
+        from rlm_cli.app.session import INTERRUPT_GRACE_S
         from rlm_cli.corpus import watch
-        from rlm_cli.session import INTERRUPT_GRACE_S
 
         try:
             self.stamp = watch.stamp(self.paths, self.settings.corpus)

@@ -13,13 +13,19 @@ from rlm_cli.errors import PartialAnswerError
 ASK_SCHEMA = "ask-result.v1"
 
 
+def skipped_files(corpus: Any) -> dict[str, Any]:
+    """``{"skipped": [{"path", "reason"}, ...], "skipped_count": n}``: the files and folders the
+    corpus (a ``corpus.Corpus``) left out (the first ``loader.MAX_NAMED_SKIPS``; a folder's path ends with ``/``) and
+    how many there were in all (``--json``'s corpus section and the trajectory's corpus event)."""
+    return {"skipped": [{"path": path, "reason": reason} for path, reason in corpus.report.named],
+            "skipped_count": sum(corpus.report.skipped.values())}
+
+
 def ask_document(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
                  corpus: Any, mode: str, sandbox: str, sources: list[dict[str, Any]] | None = None,
                  sources_omitted: int = 0, policy: str = "") -> dict[str, Any]:
     """The ``--json`` document of a run (``elapsed`` in wall seconds; ``corpus`` may be ``None``;
     ``policy`` the loop policy the run used)."""
-    from rlm_cli.runner import skipped_files
-
     return {"schema": ASK_SCHEMA, "answer": answer, "status": status, "iterations": iterations,
             "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "policy": policy,
             "sandbox": sandbox,

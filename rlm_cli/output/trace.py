@@ -25,7 +25,7 @@ Event types and their main fields:
   the root model in its first message; empty when it found nothing; no event with
   ``--no-leads``), ``elapsed_s``, ``sources``.
 * ``phase``: ``iteration``, ``phase`` (``explore``, ``decompose``, ``aggregate`` or
-  ``terminate``) and ``helpers`` (what the iteration's code called; see ``rlm_cli.phases``);
+  ``terminate``) and ``helpers`` (what the iteration's code called; see ``rlm_cli.app.phases``);
   written once the iteration is over. ``output`` events carry ``helpers`` and ``phase`` too.
 * ``final``: ``status``, ``answer``, ``iterations``.
 * ``summary``: the run's outcome: ``status``, ``answer``, ``mode``, ``usage``, ``elapsed_s``,

@@ -8,7 +8,7 @@ it can report two things with the block's result:
   ``chunks`` or ``context``. Helpers are wrapped and ``files``/``chunks`` are lists that count
   their reads, all at run time; ``context`` is a plain ``str`` (watching its reads would need a
   copy of the whole corpus), so a block counts as reading it when its code loads the name
-  ``context``. The parent infers the iteration's phase from these counts (``rlm_cli.phases``).
+  ``context``. The parent infers the iteration's phase from these counts (``rlm_cli.app.phases``).
 * ``sources``: the corpus lines the block looked at, as ``[how, path, start_line, end_line]``
   (1-based, inclusive): ``read_file`` ranges; ``grep`` hits whose line the block printed;
   ``printed`` slices of ``context`` (a chunk, a window) found in the block's output; and

@@ -39,14 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import __version__
+from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
+from rlm_cli.app.outcome import AskOutcome, PastQuestion, TurnCounter, attach_partial, run_sources, status_of
+from rlm_cli.app.phases import PhaseTagger
+from rlm_cli.app.planning import choose_mode, direct_tokens, fit_question, model_window, require_model
+from rlm_cli.app.recursion import recursion_handler, sub_call_event
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, load_corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
     DoesNotFitError,
     ExitCode,
-    InterruptedRunError,
-    MaxIterationsError,
     PartialAnswerError,
     RLMError,
 )
@@ -57,30 +60,15 @@ from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
 from rlm_cli.loop.result import RunResult
 from rlm_cli.models.budget import Budget
-from rlm_cli.models.client import Completion, ModelClient, OnDelta
+from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import ensure_model
 from rlm_cli.models.failures import CallFailed
-from rlm_cli.models.relay import LMHandler
-from rlm_cli.models.usage import CallRecord, Usage
+from rlm_cli.models.usage import Usage
+from rlm_cli.output.documents import skipped_files
 from rlm_cli.output.progress import Progress, index_callback
 from rlm_cli.output.sources import SourceCollector
 from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id, traces_dir
-from rlm_cli.phases import PhaseTagger
-from rlm_cli.runner import (
-    AskOutcome,
-    _attach,
-    _recursion,
-    _sources,
-    _TurnCounter,
-    choose_mode,
-    direct_tokens,
-    fit_question,
-    model_window,
-    require_model,
-    skipped_files,
-    sub_call_event,
-)
-from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sandbox.levels import resolve_level
 from rlm_cli.sandbox.memory import check_workers_fit
 from rlm_cli.sandbox.users import run_notes
@@ -88,138 +76,6 @@ from rlm_cli.sandbox.users import run_notes
 #: Seconds a Ctrl-C in ``rlm chat`` gives the running code block to stop before the worker is
 #: restarted (losing its variables).
 INTERRUPT_GRACE_S = 3.0
-
-
-class QuestionUsage(Usage):
-    """One question's usage: its own records and counters, each also added to the session's
-    ``parent`` (which the budgets read)."""
-
-    def __init__(self, parent: Usage) -> None:
-        super().__init__()
-        self.parent = parent
-        self.limiter = parent.limiter
-
-    def add(self, record: CallRecord) -> None:
-        """Append one request's usage here and to the session."""
-        super().add(record)
-        self.parent.add(record)
-
-    def count(self, name: str, n: int = 1) -> None:
-        """Add ``n`` to counter ``name`` here and in the session."""
-        super().count(name, n)
-        self.parent.count(name, n)
-
-
-class SessionBudget(Budget):
-    """The session's budgets; :meth:`pause`/:meth:`resume` keep time spent waiting for the user
-    out of ``--timeout`` (the deadline moves by the pause)."""
-
-    def __init__(self, settings: Settings, usage: Usage, *, started: float | None = None) -> None:
-        super().__init__(settings, usage, started=started)
-        self._paused_at: float | None = None
-
-    def pause(self) -> None:
-        """Stop the ``--timeout`` clock (idempotent)."""
-        if self._paused_at is None:
-            self._paused_at = time.monotonic()
-
-    def resume(self) -> None:
-        """Restart the ``--timeout`` clock, moving the deadline by the time paused."""
-        if self._paused_at is not None:
-            if self.deadline is not None:
-                self.deadline += time.monotonic() - self._paused_at
-            self._paused_at = None
-
-
-class QuestionClient(ModelClient):
-    """A question's model client: refuses every call once ``cancelled`` is set (Ctrl-C), so the
-    sub-RLM loops of an interrupted question stop at their next model call."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.cancelled = threading.Event()
-
-    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
-                 on_delta: OnDelta | None = None, temperature: float | None = None) -> Completion:
-        """``ModelClient.complete``, unless the question was interrupted.
-
-        Raises:
-            InterruptedRunError: the question was interrupted (Ctrl-C).
-        """
-        if self.cancelled.is_set():
-            raise InterruptedRunError("interrupted (Ctrl-C)")
-        return super().complete(messages, model=model, role=role, depth=depth, on_delta=on_delta,
-                                temperature=temperature)
-
-
-class Lane:
-    """One REPL worker at depth 0 and the relay serving it, for questions one after another.
-
-    The worker dies with the thread that started it (see ``Sandbox``): create, use and close a
-    lane in one thread. Before each question :meth:`Session.ask` points the relay at that
-    question's client and event sink.
-    """
-
-    def __init__(self, session: Session) -> None:
-        s, corpus = session.settings, session.corpus
-        assert corpus is not None
-        self.handler = LMHandler(session.client)
-        token = self.handler.register(0)
-        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file, data_file=corpus.data_file)
-        self.sandbox = Sandbox(session.level, spec, socket_path=self.handler.socket_path, token=token,
-                               limits=Limits(memory_bytes=s.memory_limit, sub_call_threads=s.max_concurrency),
-                               cell_timeout=s.cell_timeout)
-        self.sandbox.hide_paths = session.hide
-        self.sandbox.interrupt_grace_s = session.interrupt_grace_s
-        # The token is served only to this worker's process (and its descendants), restarted or not.
-        self.handler.bind(token, lambda: getattr(self.sandbox.proc, "pid", None))
-        self.questions = 0
-        try:
-            self.sandbox.start()
-        except BaseException:
-            self.handler.close()
-            raise
-        for note in self.sandbox.notes:
-            session.emit(event("notice", 0, message=note))
-
-    def variables(self) -> str:
-        """The worker's ``SHOW_VARS()`` listing (``""`` when it cannot be read)."""
-        result = self.sandbox.execute("_rlm_vars = SHOW_VARS()\ndel _rlm_vars", cell=0, timeout=10.0,
-                                      map_output=False)
-        return "" if result.lost or not result.ok else result.output
-
-    def clear(self) -> None:
-        """Delete every variable of the REPL namespace, keeping the worker (``context`` and the
-        helpers are put back before the next block): questions run with ``--jobs`` start clean."""
-        self.sandbox.execute("for _rlm_k in [k for k in globals() if not (k.startswith('__') and k.endswith('__'))]:\n"
-                             "    globals().pop(_rlm_k, None)\nglobals().pop('_rlm_k', None)", cell=0, timeout=10.0,
-                             map_output=False)
-
-    def reset(self) -> None:
-        """A fresh worker: every variable is gone; ``context`` and the helpers are loaded again.
-
-        Raises:
-            SandboxError: the new worker failed to start.
-        """
-        self.sandbox.restart()
-        self.questions = 0
-
-    def close(self) -> None:
-        """Stop the worker and the relay (idempotent)."""
-        self.sandbox.close()
-        self.handler.close()
-
-
-@dataclasses.dataclass
-class Turn:
-    """An earlier question of the session: what was asked, the answer (or partial answer), its
-    status (``final``, ``max_iterations``, ``budget_exceeded``, ``error``, ``interrupted``) and
-    its trajectory."""
-
-    question: str
-    answer: str
-    status: str
-    trace_path: Path | None = None
 
 
 class Session:
@@ -263,7 +119,7 @@ class Session:
         self.mode = ""
         self.hide = tuple(os.path.abspath(p) for p in paths if p != "-")
         self.lane: Lane | None = None
-        self.turns: list[Turn] = []
+        self.turns: list[PastQuestion] = []
         self.fatal: CallFailed | None = None
         self._events: list[dict[str, Any]] = []  # the session's events, for the first trajectory
         self._corpus_event: dict[str, Any] | None = None
@@ -490,7 +346,7 @@ class Session:
         progress = Progress(TraceSink(writer, emit, totals=totals), totals)
         collector = SourceCollector(progress)
         sink = PhaseTagger(collector)
-        turns = _TurnCounter(sink)
+        turns = TurnCounter(sink)
         started = time.monotonic()
         extra = {"session": self.id, "turn": turn, "id": qid} if self.numbered else {}
         sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
@@ -510,14 +366,14 @@ class Session:
         try:
             outcome = self._answer(question, note, mode, turns, client, progress, lane)
             res = outcome.result
-            outcome.sources, outcome.sources_omitted = _sources(collector, res.answer, outcome.corpus, res.mode)
+            outcome.sources, outcome.sources_omitted = run_sources(collector, res.answer, outcome.corpus, res.mode)
             sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
                        sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3),
                        sources=outcome.sources, sources_omitted=outcome.sources_omitted))
             self._remember(question, res.answer, res.status, trace_path)
         except RLMError as exc:
             self._failed(exc, client, collector, sink, started, trace_path, turns.root_turns)
-            self._remember(question, getattr(exc, "partial", "") or "", _status(exc), trace_path)
+            self._remember(question, getattr(exc, "partial", "") or "", status_of(exc), trace_path)
             if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
                     and writer is not None and created):
                 # Bad input that never reached a model leaves nothing behind (no stray trajectory).
@@ -563,7 +419,7 @@ class Session:
                 result = run_direct(s, client, f"{note}\n\nQuestion: {question}" if note else question,
                                     corpus.context, emit=emit)
             except PartialAnswerError as exc:
-                _attach(exc, client, corpus, "direct")
+                attach_partial(exc, client, corpus, "direct")
                 raise
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
         lane = lane or self._rlm_lane()
@@ -586,12 +442,12 @@ class Session:
         handler.client = client
         handler.on_sub_call = lambda info: emit(sub_call_event(info))
         handler.on_request = progress.on_request
-        handler.on_rlm_query = _recursion(s, client, handler, self.level, emit, corpus, self.hide)
+        handler.on_rlm_query = recursion_handler(s, client, handler, self.level, emit, corpus, self.hide)
         orch = Orchestrator(s, client, handler, sandbox_level=self.level, emit=emit, hide_paths=self.hide)
         try:
             result = orch.run(question, lane.sandbox.spec, self.meta, sandbox=lane.sandbox, note=note)
         except PartialAnswerError as exc:
-            _attach(exc, client, corpus, "rlm")
+            attach_partial(exc, client, corpus, "rlm")
             raise
         finally:
             if client.fatal is not None:
@@ -605,7 +461,7 @@ class Session:
 
     def _remember(self, question: str, answer: str, status: str, trace_path: Path | None) -> None:
         with self._lock:
-            self.turns.append(Turn(question, answer, status, trace_path))
+            self.turns.append(PastQuestion(question, answer, status, trace_path))
 
     def _failed(self, exc: RLMError, client: ModelClient, collector: SourceCollector, sink: Emit, started: float,
                 trace_path: Path | None, root_turns: int) -> None:
@@ -614,14 +470,14 @@ class Session:
         if isinstance(exc, CallFailed) and exc.fatal:
             self.fatal = self.fatal or exc
         result = getattr(exc, "result", None)
-        status = _status(exc)
+        status = status_of(exc)
         if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
             result = RunResult(answer=exc.partial, status=status, iterations=root_turns,
                                sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
                                mode=getattr(exc, "mode", "rlm"), policy=self.settings.policy)
             exc.result = result  # type: ignore[attr-defined]
         corpus = getattr(exc, "corpus", None)
-        found, omitted = (_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
+        found, omitted = (run_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
                           if corpus is not None else ([], 0))
         exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
         sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
@@ -641,14 +497,3 @@ class Session:
             return Path(given)
         given = Path(given)
         return given.with_name(f"{given.stem}-{turn}{given.suffix or '.jsonl'}")
-
-
-def _status(exc: RLMError) -> str:
-    """The ``status`` of a question that raised ``exc``."""
-    if isinstance(exc, MaxIterationsError):
-        return "max_iterations"
-    if isinstance(exc, PartialAnswerError):
-        return "budget_exceeded"
-    if isinstance(exc, InterruptedRunError):
-        return "interrupted"
-    return "error"

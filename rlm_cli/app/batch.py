@@ -201,7 +201,7 @@ def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: 
                   on_result: Callable[[Result], None], results: list[Result]) -> list[Result]:
     import time
 
-    from rlm_cli.session import Lane
+    from rlm_cli.app.lane import Lane
 
     todo: queue.Queue[Question] = queue.Queue()
     for q in questions:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlm_cli.batch import worst_exit_code
+from rlm_cli.app.batch import worst_exit_code
 from rlm_cli.errors import PartialAnswerError, RLMError
 from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
 

@@ -156,7 +156,7 @@ def replay(p: ReplayPlan, *, emit: Emit, stdin_bytes: bytes | None = None) -> An
     Raises:
         the same errors as ``runner.ask``; ``ProviderError`` when the recording runs out.
     """
-    from rlm_cli import runner
+    from rlm_cli.app import runner
 
     if "-" in p.paths and stdin_bytes is None:
         raise UsageError("the recorded run read its corpus from stdin", hint="pipe the same input into rlm replay")

@@ -1,0 +1,148 @@
+"""A session's REPL lanes and the model layer of one question.
+
+A :class:`Lane` is one REPL worker at depth 0 and the relay serving it; a session has one, and
+``rlm ask --jobs N`` one per thread (``app.batch``). :class:`QuestionUsage`,
+:class:`SessionBudget` and :class:`QuestionClient` give each question of a session its own
+usage records and Ctrl-C over the session's totals and budgets (``app.session``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+from rlm_cli.config import Settings
+from rlm_cli.corpus import Corpus
+from rlm_cli.errors import InterruptedRunError
+from rlm_cli.loop.workers import new_worker, start_worker
+from rlm_cli.models.budget import Budget
+from rlm_cli.models.client import Completion, ModelClient, OnDelta
+from rlm_cli.models.relay import LMHandler
+from rlm_cli.models.usage import CallRecord, Usage
+from rlm_cli.output.trace import Emit
+from rlm_cli.sandbox.launcher import WorkerSpec
+
+
+class LaneOwner(Protocol):
+    """What a lane needs of its session (``app.session.Session``)."""
+
+    settings: Settings
+    corpus: Corpus | None
+    client: ModelClient
+    level: str
+    hide: tuple[str, ...]
+    interrupt_grace_s: float
+    emit: Emit
+
+
+class QuestionUsage(Usage):
+    """One question's usage: its own records and counters, each also added to the session's
+    ``parent`` (which the budgets read)."""
+
+    def __init__(self, parent: Usage) -> None:
+        super().__init__()
+        self.parent = parent
+        self.limiter = parent.limiter
+
+    def add(self, record: CallRecord) -> None:
+        """Append one request's usage here and to the session."""
+        super().add(record)
+        self.parent.add(record)
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name`` here and in the session."""
+        super().count(name, n)
+        self.parent.count(name, n)
+
+
+class SessionBudget(Budget):
+    """The session's budgets; :meth:`pause`/:meth:`resume` keep time spent waiting for the user
+    out of ``--timeout`` (the deadline moves by the pause)."""
+
+    def __init__(self, settings: Settings, usage: Usage, *, started: float | None = None) -> None:
+        super().__init__(settings, usage, started=started)
+        self._paused_at: float | None = None
+
+    def pause(self) -> None:
+        """Stop the ``--timeout`` clock (idempotent)."""
+        if self._paused_at is None:
+            self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        """Restart the ``--timeout`` clock, moving the deadline by the time paused."""
+        if self._paused_at is not None:
+            if self.deadline is not None:
+                self.deadline += time.monotonic() - self._paused_at
+            self._paused_at = None
+
+
+class QuestionClient(ModelClient):
+    """A question's model client: refuses every call once ``cancelled`` is set (Ctrl-C), so the
+    sub-RLM loops of an interrupted question stop at their next model call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cancelled = threading.Event()
+
+    def complete(self, messages: list[dict[str, Any]], *, model: str, role: str, depth: int = 0,
+                 on_delta: OnDelta | None = None, temperature: float | None = None) -> Completion:
+        """``ModelClient.complete``, unless the question was interrupted.
+
+        Raises:
+            InterruptedRunError: the question was interrupted (Ctrl-C).
+        """
+        if self.cancelled.is_set():
+            raise InterruptedRunError("interrupted (Ctrl-C)")
+        return super().complete(messages, model=model, role=role, depth=depth, on_delta=on_delta,
+                                temperature=temperature)
+
+
+class Lane:
+    """One REPL worker at depth 0 and the relay serving it, for questions one after another.
+
+    The worker dies with the thread that started it (see ``Sandbox``): create, use and close a
+    lane in one thread. Before each question :meth:`Session.ask` points the relay at that
+    question's client and event sink.
+    """
+
+    def __init__(self, session: LaneOwner) -> None:
+        s, corpus = session.settings, session.corpus
+        assert corpus is not None
+        self.handler = LMHandler(session.client)
+        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file, data_file=corpus.data_file)
+        self.sandbox = new_worker(self.handler, session.level, spec, s, depth=0, hide_paths=session.hide,
+                                  interrupt_grace_s=session.interrupt_grace_s)
+        self.questions = 0
+        try:
+            start_worker(self.sandbox, session.emit, 0)
+        except BaseException:
+            self.handler.close()
+            raise
+
+    def variables(self) -> str:
+        """The worker's ``SHOW_VARS()`` listing (``""`` when it cannot be read)."""
+        result = self.sandbox.execute("_rlm_vars = SHOW_VARS()\ndel _rlm_vars", cell=0, timeout=10.0,
+                                      map_output=False)
+        return "" if result.lost or not result.ok else result.output
+
+    def clear(self) -> None:
+        """Delete every variable of the REPL namespace, keeping the worker (``context`` and the
+        helpers are put back before the next block): questions run with ``--jobs`` start clean."""
+        self.sandbox.execute("for _rlm_k in [k for k in globals() if not (k.startswith('__') and k.endswith('__'))]:\n"
+                             "    globals().pop(_rlm_k, None)\nglobals().pop('_rlm_k', None)", cell=0, timeout=10.0,
+                             map_output=False)
+
+    def reset(self) -> None:
+        """A fresh worker: every variable is gone; ``context`` and the helpers are loaded again.
+
+        Raises:
+            SandboxError: the new worker failed to start.
+        """
+        self.sandbox.restart()
+        self.questions = 0
+
+    def close(self) -> None:
+        """Stop the worker and the relay (idempotent)."""
+        self.sandbox.close()
+        self.handler.close()

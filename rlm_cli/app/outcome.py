@@ -1,0 +1,84 @@
+"""What a run hands back: the :class:`AskOutcome`, its sources, what an early stop
+(``PartialAnswerError``) carries, and the :class:`PastQuestion` a session remembers of it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlm_cli.corpus import Corpus
+from rlm_cli.errors import InterruptedRunError, MaxIterationsError, PartialAnswerError, RLMError
+from rlm_cli.loop.result import RunResult
+from rlm_cli.models.client import ModelClient
+from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
+from rlm_cli.output.trace import Emit
+
+
+@dataclass
+class AskOutcome:
+    """A finished run: the result, the corpus it read, the usage summary and its trajectory."""
+
+    result: RunResult
+    corpus: Corpus
+    usage: dict[str, Any]
+    sandbox: str
+    run_id: str = ""
+    trace_path: Path | None = None
+    #: What the run looked at (``rlm_cli.output.sources``) and how many ranges were left out of the list.
+    sources: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    sources_omitted: int = 0
+
+
+def run_sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str) -> tuple[list[dict[str, Any]], int]:
+    """The run's ``sources`` and how many were left out (see ``rlm_cli.output.sources``)."""
+    files = [(f.path, f.lines) for f in corpus.files]
+    rows = direct_rows(files) if mode == "direct" else collector.rows
+    return build_sources(rows, answer, files)
+
+
+def attach_partial(exc: PartialAnswerError, client: ModelClient, corpus: Corpus, mode: str) -> None:
+    """Attach what the caller reports of a run that stopped early to ``exc``: the usage summary,
+    the corpus and the mode."""
+    exc.usage = client.usage.summary()  # type: ignore[attr-defined]
+    exc.corpus = corpus  # type: ignore[attr-defined]
+    exc.mode = mode  # type: ignore[attr-defined]
+
+
+class TurnCounter:
+    """The ``emit`` target between the loops and the trajectory: forwards every event and counts
+    the root loop's answered turns (``root_call`` events at depth 0), which is what a run that
+    stopped early (budget, Ctrl-C) reports as its ``iterations``."""
+
+    def __init__(self, forward: Emit) -> None:
+        self.forward = forward
+        self.root_turns = 0
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if ev.get("type") == "root_call" and ev.get("depth") == 0:
+            self.root_turns += 1
+        self.forward(ev)
+
+
+@dataclasses.dataclass
+class PastQuestion:
+    """An earlier question of the session: what was asked, the answer (or partial answer), its
+    status (``final``, ``max_iterations``, ``budget_exceeded``, ``error``, ``interrupted``) and
+    its trajectory."""
+
+    question: str
+    answer: str
+    status: str
+    trace_path: Path | None = None
+
+
+def status_of(exc: RLMError) -> str:
+    """The ``status`` of a question that raised ``exc``."""
+    if isinstance(exc, MaxIterationsError):
+        return "max_iterations"
+    if isinstance(exc, PartialAnswerError):
+        return "budget_exceeded"
+    if isinstance(exc, InterruptedRunError):
+        return "interrupted"
+    return "error"

@@ -1,0 +1,59 @@
+"""The ``rlm`` Typer app, its commands in ``--help`` order, and the console-script entry point.
+
+Each command module parses flags, builds settings, calls the application layer (``rlm_cli.app``)
+and renders; :func:`main` is the only place that turns exceptions into exit codes (through
+``rlm_cli.commands.exits``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from rlm_cli import __version__
+from rlm_cli.commands import ask, chat, config, corpus, evaluate, exits, hosts, mcp, traces
+from rlm_cli.commands.invocation import INVOCATION
+
+app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
+                  help="Answer questions about huge local corpora with Recursive Language Models.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"rlm {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    """rlm: the corpus lives in a sandboxed REPL; the model writes code to read it."""
+    INVOCATION.debug = debug or INVOCATION.debug
+
+
+app.command(context_settings={"allow_interspersed_args": True})(ask.ask)
+app.command()(chat.chat)
+app.command()(mcp.mcp)
+app.command(name="eval")(evaluate.eval_cmd)
+app.add_typer(traces.trace_app, name="trace")
+app.command()(traces.replay)
+app.add_typer(config.config_app, name="config")
+app.command()(config.doctor)
+app.command()(corpus.index)
+app.command()(corpus.stats)
+app.add_typer(corpus.cache_app, name="cache")
+app.add_typer(hosts.host_app, name="host")
+
+
+def main() -> None:
+    """Console-script entry point: run the app and map every error to its exit code (never returns)."""
+    exits.install()
+    # With --json, an error is a JSON document on stdout too (so `| jq` never reads nothing),
+    # even one met before the command runs (a flag the parser rejects).
+    INVOCATION.begin(sys.argv[1:])
+    exits.run(lambda: app(standalone_mode=False))

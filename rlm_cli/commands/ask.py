@@ -1,0 +1,211 @@
+"""``rlm ask``: one question, or a list of them (``-q``, ``--questions``) over one loaded corpus."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rlm_cli.commands.delivery import batch_writer, deliver, emit_partial
+from rlm_cli.commands.invocation import INVOCATION
+from rlm_cli.commands.options import (
+    ColorOpt,
+    DebugOpt,
+    JsonOpt,
+    LongQuietOpt,
+    Opt,
+    RunFlags,
+    VerboseOpt,
+    run_options,
+    use_color,
+)
+from rlm_cli.errors import PartialAnswerError, UsageError
+
+
+@run_options()
+def ask(
+    args: Annotated[list[str], typer.Argument(metavar="PATH... [QUESTION]",
+                                              help="Files, folders, globs or '-' (stdin), then the question "
+                                                   "(with -q, --questions or --question-file: only PATHs).")],
+    question: Annotated[list[str] | None, Opt("--question", "-q", help="A question (repeatable); every argument "
+                                              "is then a PATH, and each answer is written as it completes, under "
+                                              "a header (--json: one JSON document per line).")] = None,
+    questions: Annotated[str | None, Opt("--questions", metavar="FILE", help="Questions from FILE: one per line, or "
+                                         "JSON Lines with \"id\" and \"question\" ('-': stdin).")] = None,
+    jobs: Annotated[int, Opt("--jobs", min=1, help="With several questions: how many run at once, each in its own "
+                             "worker (default 1: one after another in one worker, whose variables carry over).")] = 1,
+    question_file: Annotated[str | None, Opt("--question-file", metavar="FILE", help="Read the (one) question from "
+                                             "FILE ('-': stdin, when the corpus is not on stdin); every argument "
+                                             "is then a PATH.")] = None,
+    *,
+    run: RunFlags,
+    json_out: JsonOpt = False,
+    cite: Annotated[bool, Opt("--cite", help="After the answer, list the corpus lines it rests on "
+                                             "(Sources: path:start-end).")] = False,
+    output: Annotated[Path | None, Opt("--output", "-o", help="Write the answer (or the --json document) to "
+                                       "FILE, atomically, instead of stdout.")] = None,
+    quiet: LongQuietOpt = False,
+    verbose: VerboseOpt = False,
+    color: ColorOpt = "auto",
+    debug: DebugOpt = False,
+) -> None:
+    """Answer QUESTION about the corpus at PATH... (the last argument is the question, unless -q,
+    --questions or --question-file give it)."""
+    from rlm_cli.output import render
+
+    started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
+    host = INVOCATION.take_host()  # first: litellm is imported there while the corpus loads
+    try:
+        use_color(color)
+        if output is not None:
+            from rlm_cli.output.outfile import check_writable
+
+            INVOCATION.output_path = check_writable(output)
+        multi = bool(question) or questions is not None
+        if multi and question_file is not None:
+            raise UsageError("--question-file gives one question; -q/--questions give a list: use one of them",
+                             hint="a long question can be one line of a --questions JSON Lines file")
+        paths, the_question = (args, "") if multi else _paths_and_question(args, question_file)
+        settings = run.settings()
+        ui = render.Renderer(quiet=quiet, verbose=verbose)
+        if multi:
+            from rlm_cli.app.batch import read_questions
+
+            if not paths:
+                raise UsageError("give at least one PATH", hint='e.g. rlm ask ./repo -q "Where is X?"')
+            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths)
+            code = _ask_many(settings, paths, listed, jobs=jobs, host=host, ui=ui, json_out=json_out, cite=cite,
+                             started=started, verbose=verbose)
+            if code:
+                raise typer.Exit(code)
+            return
+        _ask_one(settings, paths, the_question, host=host, ui=ui, json_out=json_out, cite=cite, started=started,
+                 verbose=verbose)
+    finally:
+        host.close()
+
+
+
+
+def say_setup(ui: Any, settings: Any, host: Any) -> None:
+    """The ``-v`` lines of ``ask`` and ``chat``: the sandbox level and how the model host was got."""
+    from rlm_cli.app.doctor import sandbox_line
+
+    ui.info(sandbox_line(settings.sandbox))
+    ui.info(f"model host: {getattr(host, 'sharing', 'in this process')}")
+
+
+def _stdin_corpus(paths: list[str]) -> bytes | None:
+    """The corpus piped in when a PATH is ``-``.
+
+    Raises:
+        UsageError: ``-`` is given but nothing is piped in.
+    """
+    if "-" not in paths:
+        return None
+    if sys.stdin.isatty():
+        raise UsageError("'-' reads the corpus from standard input, but nothing is piped in",
+                         hint='e.g. cat big.txt | rlm ask - "question"')
+    return sys.stdin.buffer.read()
+
+
+def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: Any, json_out: bool, cite: bool,
+             started: float, verbose: bool) -> None:
+    """One question, answered as ``rlm ask`` always has (one document or the answer)."""
+    from rlm_cli.app import runner
+    from rlm_cli.output.documents import outcome_document
+
+    stdin_bytes = _stdin_corpus(paths)
+    if verbose:
+        say_setup(ui, settings, host)
+    try:
+        outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host)
+    except PartialAnswerError as exc:
+        emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3), cite=cite)
+        raise
+    finally:
+        ui.close()
+    doc = outcome_document(outcome, round(time.monotonic() - started, 3))
+    ui.summary(doc)
+    deliver(doc, json_out, cite, ui)
+
+
+def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, ui: Any, json_out: bool,
+              cite: bool, jobs: int, started: float, verbose: bool) -> int:
+    """Several questions over one loaded corpus (``rlm_cli.app.batch``); returns the worst exit code."""
+    from rlm_cli.app import batch
+    from rlm_cli.app.session import Session
+
+    stdin_bytes = _stdin_corpus(paths)
+    if verbose:
+        say_setup(ui, settings, host)
+    write, finish = batch_writer(json_out, cite, ui, len(listed))
+    with Session(settings, paths, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host, numbered=True) as session:
+        session.open()
+        results = batch.run_all(session, listed, jobs=jobs, emit_for=lambda q: _question_events(q, ui, jobs),
+                                on_result=lambda r: write(batch.result_document(r, session.level), r))
+        ui.close()
+    finish()
+    code = batch.worst_exit_code([r.exit_code for r in results])
+    partial = sum(1 for r in results if isinstance(r.error, PartialAnswerError))
+    failed = sum(1 for r in results if r.error is not None) - partial
+    ui.summary({"iterations": sum(_iterations(r) for r in results), "usage": session.usage.summary(),
+                "sub_calls": session.usage.sub_calls, "elapsed_s": round(time.monotonic() - started, 3)})
+    ui.info(f"{len(results)} questions: {len(results) - partial - failed} answered, {partial} partial, {failed} "
+            "failed" + (f"; exit code {code} (the worst)" if code else ""))
+    return code
+
+
+def _iterations(result: Any) -> int:
+    r = result.outcome.result if result.outcome is not None else getattr(result.error, "result", None)
+    return int(getattr(r, "iterations", 0) or 0)
+
+
+def _question_events(question: Any, ui: Any, jobs: int) -> Any:
+    """The event callback of one question of a list: everything on stderr when they run one at a
+    time (after a header line), only warnings when several run at once."""
+    if jobs <= 1:
+        ui.info(f"━━ question [{question.id}] ━━")
+        return ui.on_event
+
+    def warnings_only(ev: dict[str, Any]) -> None:
+        if ev.get("type") == "notice" and ev.get("level") == "warning":
+            ui.on_event(ev)
+    return warnings_only
+
+
+
+
+def as_text(arg: str) -> str:
+    """A command-line argument as text: bytes that are not UTF-8 (which Python keeps as lone
+    surrogates) become U+FFFD, so the question can be written to the trajectory and sent."""
+    return arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _paths_and_question(args: list[str], question_file: str | None) -> tuple[list[str], str]:
+    """``(paths, question)`` from ``rlm ask``'s arguments: the last one is the question, or, with
+    ``--question-file FILE``, all are paths and the question is FILE's text (UTF-8; ``-``: stdin).
+
+    Raises:
+        UsageError: no path or question, an empty question, an unreadable or non-UTF-8 file, or
+            both the corpus and the question on stdin.
+    """
+    if question_file is None:
+        if len(args) < 2:
+            raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
+        paths, question = args[:-1], as_text(args[-1])
+    else:
+        paths = args
+        if not paths:
+            raise UsageError("give at least one PATH", hint="rlm ask ./repo --question-file question.txt")
+        from rlm_cli.app.batch import read_text_file
+
+        question = read_text_file(question_file, "--question-file", "the question",
+                                  stdin_is_corpus="-" in paths)[0].strip()
+    if not question.strip():
+        raise UsageError("the question is empty")
+    return paths, question
+

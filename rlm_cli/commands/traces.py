@@ -1,0 +1,104 @@
+"""``rlm trace list/show/export`` and ``rlm replay``: recorded trajectories."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rlm_cli.commands.delivery import emit_partial
+from rlm_cli.commands.options import ColorOpt, DebugOpt, JsonOpt, Opt, QuietOpt, use_color
+from rlm_cli.errors import PartialAnswerError, UsageError
+
+trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectories (JSONL, one per run).")
+
+
+
+@trace_app.command("list")
+def trace_list(json_out: JsonOpt = False) -> None:
+    """List the recorded trajectories, newest first."""
+    from rlm_cli.output import answer, render, tables, trace
+
+    infos = trace.list_traces()
+    if json_out:
+        answer.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
+        return
+    if not infos:
+        render.Renderer().info(f"no trajectories in {trace.traces_dir()}")
+        return
+    tables.print_trace_list(infos)
+
+
+@trace_app.command("show")
+def trace_show(ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a "
+                                                  ".jsonl path.")]) -> None:
+    """Show one trajectory as a tree: iterations, code, outputs, sub-calls, recursion."""
+    from rlm_cli.output import trace, trace_view
+
+    events = trace.read_trace(trace.find_trace(ref))
+    trace_view.print_trace_tree(events[0], trace.build_tree(events))
+
+
+@trace_app.command("export")
+def trace_export(
+    ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a .jsonl path.")],
+    html: Annotated[bool, Opt("--html", help="Export as one self-contained HTML file.")] = False,
+    output: Annotated[Path | None, Opt("--output", "-o", help="Where to write (default: ID.html here).")] = None,
+) -> None:
+    """Export one trajectory to share it (HTML)."""
+    from rlm_cli.output import render, trace, trace_view
+
+    if not html:
+        raise UsageError("choose an export format", hint="--html")
+    path = trace.find_trace(ref)
+    events = trace.read_trace(path)
+    out = output or Path(f"{path.stem}.html")
+    page = trace_view.trace_html(events[0], trace.build_tree(events))
+    try:  # private like the trajectory it comes from (it holds the corpus excerpts the model saw)
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(page)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}", hint="choose another --output") from None
+    render.Renderer().info(f"wrote {out}")
+
+
+
+def replay(
+    ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a .jsonl path.")],
+    sandbox: Annotated[str | None, Opt("--sandbox", help="Override the recorded sandbox level.")] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    color: ColorOpt = "auto",
+    debug: DebugOpt = False,
+) -> None:
+    """Re-run a recorded run from its recorded model responses, without calling any provider."""
+    from rlm_cli.app import replay as replay_mod
+    from rlm_cli.output import answer, render, trace
+
+    started = time.monotonic()
+    use_color(color)
+    p = replay_mod.plan(trace.find_trace(ref), sandbox=sandbox)
+    ui = render.Renderer(quiet=quiet)
+    stdin_bytes = sys.stdin.buffer.read() if "-" in p.paths else None
+    try:
+        outcome = replay_mod.replay(p, emit=ui.on_event, stdin_bytes=stdin_bytes)
+    except PartialAnswerError as exc:
+        emit_partial(exc, ui, json_out, p.settings, round(time.monotonic() - started, 3))
+        raise
+    finally:
+        ui.close()
+    from rlm_cli.output.documents import outcome_document
+
+    r = outcome.result
+    doc = outcome_document(outcome, round(time.monotonic() - started, 3))
+    doc["trace"] = str(p.path)
+    doc["same_answer"] = r.answer == p.recorded_answer
+    if not doc["same_answer"]:
+        ui.warning("the replayed answer differs from the recorded one")
+    ui.summary(doc)
+    answer.write_json(doc) if json_out else answer.write_answer(r.answer)

@@ -1,0 +1,41 @@
+"""Starting a REPL worker for a loop: the one place a ``Sandbox`` is built for a relay.
+
+The root loop of a session (``app.session.Lane``) and every loop that brings no worker of its
+own (a sub-RLM, a one-off run: ``Orchestrator.run``) start theirs here, so the limits, the hidden
+paths and the relay's per-worker token are set the same way for both.
+"""
+
+from __future__ import annotations
+
+from rlm_cli.config import Settings
+from rlm_cli.models.relay import LMHandler
+from rlm_cli.output.trace import Emit, event
+from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+
+
+def new_worker(handler: LMHandler, level: str, spec: WorkerSpec, settings: Settings, *, depth: int,
+               hide_paths: tuple[str, ...] = (), interrupt_grace_s: float = 0.0) -> Sandbox:
+    """A worker (not started yet) at sandbox ``level`` over ``spec``, with the run's limits
+    (``settings.memory_limit`` bytes, ``max_concurrency`` sub-call threads, ``cell_timeout``
+    seconds per block), ``hide_paths`` hidden from it and ``interrupt_grace_s`` seconds for a
+    block to stop on Ctrl-C. ``handler`` issues a token for ``depth`` and serves it only to this
+    worker's process (and its descendants), restarted or not."""
+    token = handler.register(depth)
+    sandbox = Sandbox(level, spec, socket_path=handler.socket_path, token=token,
+                      limits=Limits(memory_bytes=settings.memory_limit, sub_call_threads=settings.max_concurrency),
+                      cell_timeout=settings.cell_timeout)
+    sandbox.hide_paths = hide_paths
+    sandbox.interrupt_grace_s = interrupt_grace_s
+    handler.bind(token, lambda: getattr(sandbox.proc, "pid", None))
+    return sandbox
+
+
+def start_worker(sandbox: Sandbox, emit: Emit, depth: int) -> None:
+    """Start ``sandbox`` and report its notes (how it is confined) as ``notice`` events at ``depth``.
+
+    Raises:
+        SandboxError: the worker failed to start.
+    """
+    sandbox.start()
+    for note in sandbox.notes:
+        emit(event("notice", depth, message=note))

@@ -1,0 +1,48 @@
+"""The command package: nothing heavy at import, and the shared options written once."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+from rlm_cli.commands import options
+from rlm_cli.commands.app import app
+from rlm_cli.errors import UsageError
+
+
+def test_importing_the_commands_leaves_litellm_out() -> None:
+    code = "import sys, rlm_cli.commands.app; print('litellm' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def _names(command: object) -> list[str]:
+    return list(inspect.signature(command).parameters)  # type: ignore[arg-type]
+
+
+def test_run_flags_keep_their_order_in_every_command() -> None:
+    commands = {c.name or c.callback.__name__: c.callback for c in app.registered_commands}  # type: ignore[union-attr]
+    shared = list(options.RUN_FLAGS)
+    for name, left_out in (("ask", ()), ("chat", ("direct_max_tokens",)), ("mcp", ("trace",)),
+                           ("eval", ("mode", "direct_max_tokens", "trace"))):
+        params = _names(commands[name])
+        assert "run" not in params
+        assert [p for p in params if p in options.RUN_FLAGS] == [n for n in shared if n not in left_out], name
+    for name in ("index", "stats"):
+        params = _names(commands[name])
+        assert [p for p in params if p in options.CORPUS_FLAGS] == list(options.CORPUS_FLAGS), name
+
+
+def test_run_flags_build_the_settings() -> None:
+    values = {name: default for name, (_, default) in options.RUN_FLAGS.items()}
+    values.update(memory_limit="512M", no_llm_cache=True, include=["*.py"], max_file_size="1M")
+    settings = options.RunFlags(values).settings()
+    assert settings.memory_limit == 512 * 2**20
+    assert settings.llm_cache is False
+    assert settings.corpus.include == ["*.py"] and settings.corpus.max_file_size == 2**20
+    values["memory_limit"] = "lots"
+    with pytest.raises(UsageError):
+        options.RunFlags(values).settings()
