@@ -6,7 +6,7 @@ Run it from the repository root (it is a script, not a test):
     python benchmarks/bench_interrupt.py --runs 10 --levels process --signal TERM
 
 Each run starts the real command against the scripted model server of the tests
-(``tests/fake_llm.py``), whose root model answers with a code block that sleeps, waits until the
+(``tests/support/fake_llm.py``), whose root model answers with a code block that sleeps, waits until the
 REPL worker runs that block, sends the signal and measures the wall time until the process has
 exited (worker killed, socket and scratch folders removed, trajectory closed). The figure is
 printed beside a floor: the same machine's time for ``python -c pass`` to start and exit, the
@@ -85,7 +85,7 @@ def one_run(level: str, sig: int, url: str, work: Path, requests: list[object]) 
 
 def main() -> None:
     from rlm_cli.sandbox.probes import bwrap_available
-    from tests.fake_llm import FakeLLM, repl
+    from tests.support.fake_llm import FakeLLM, repl
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)

@@ -36,9 +36,9 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="rlm-loop-cost-"))
     for var in ("RLM_CONFIG_DIR", "RLM_CACHE_DIR", "RLM_DATA_DIR"):
         os.environ[var] = str(tmp / var.lower())
-    from tests.fake_llm import FakeLLM
-    from tests.inproc import run
     from tests.loop.test_strong_model import STRONG_WINDOW, TRAJECTORIES, repo
+    from tests.support.fake_llm import FakeLLM
+    from tests.support.inproc import run
 
     print(f"build: {Path(rlm_cli.__file__).parent.parent}  policy: {args.policy or 'default'}")
     needed = made = kept = 0

@@ -9,7 +9,7 @@ Run it from the repository root (a script, not a test; it needs the ``mcp`` extr
 
 What it does, in one run so that the machine's load is shared alike (the two alternate):
 
-* starts the scripted OpenAI-compatible server of the tests (``tests/fake_llm.py``), with the
+* starts the scripted OpenAI-compatible server of the tests (``tests/support/fake_llm.py``), with the
   two-turn needle search of ``benchmarks/bench_startup.py`` (turn 1 finds the file defining
   ``_siftdown_max`` in ``context``; turn 2 finishes with ``FINAL``);
 * builds the chunk-index cache (``rlm index``) and starts the shared model host with one untimed
@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_startup import QUESTION, _turns  # noqa: E402 - the repository root is on the path now
-from tests.fake_llm import FakeLLM  # noqa: E402
+from tests.support.fake_llm import FakeLLM  # noqa: E402
 
 
 def main() -> None:

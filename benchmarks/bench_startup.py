@@ -10,7 +10,7 @@ What it does, all in one run so that the machine's load is shared alike (rounds 
 
 * installs the official library (``rlms`` on PyPI, from github.com/alexzhang13/rlm; version
   :data:`OFFICIAL` by default) into its own virtual environment (``--official-venv``, created once);
-* starts the scripted OpenAI-compatible server of the tests (``tests/fake_llm.py``) in this process;
+* starts the scripted OpenAI-compatible server of the tests (``tests/support/fake_llm.py``) in this process;
   both tools talk to it over HTTP, and both get the same two-turn script for the needle search:
   turn 1 finds which file defines ``_siftdown_max`` in ``context`` (one string: every ``.py`` file
   of the standard library, each after a line ``==> path <==``, site-packages left out); turn 2
@@ -59,7 +59,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.fake_llm import FakeLLM, repl, turn  # noqa: E402 - the repository root is on the path now
+from tests.support.fake_llm import FakeLLM, repl, turn  # noqa: E402 - the repository root is on the path now
 
 #: The official library on PyPI and the version measured.
 OFFICIAL = "rlms==0.1.3"

@@ -230,7 +230,7 @@ def main() -> None:
             kind = RUNS[name][0]
             if kind == "scripted":
                 sys.path.insert(0, str(ROOT))
-                from tests.fake_llm import FakeLLM
+                from tests.support.fake_llm import FakeLLM
 
                 server = FakeLLM()
                 server.default("root", solve)

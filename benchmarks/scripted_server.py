@@ -1,5 +1,5 @@
 """A standalone scripted OpenAI-compatible server for the scale benchmarks (not for tests:
-those use ``tests/fake_llm.py``).
+those use ``tests/support/fake_llm.py``).
 
     python benchmarks/scripted_server.py --concurrency 8 --latency 0.5 [--root-reply FILE]
 

@@ -7,7 +7,7 @@ A short worked example is included because small local models (measured with
 Qwen2.5-Coder-1.5B) write no code at all from a bare description.
 
 Every function here returns text (or chat messages) computed only from its arguments, so the
-prompts can be rendered and measured in tests (``tests/test_prompts.py``).
+prompts can be rendered and measured in tests (``tests/loop/test_prompts.py``).
 """
 
 from __future__ import annotations

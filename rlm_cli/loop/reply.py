@@ -1,6 +1,6 @@
 """Reading a root-model reply: its code blocks, text that claims their output, a FINAL written
 as text, and whether prose is an answer at all. Pure functions (no I/O), tested in
-``tests/test_reply.py``.
+``tests/loop/test_reply.py``.
 
 Why this exists: models, small ones above all, write a ```repl block and then go on to write
 what they imagine its output to be ("Output: ..."), more blocks built on that imagined output,

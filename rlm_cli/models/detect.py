@@ -34,7 +34,7 @@ from rlm_cli.config import Settings
 from rlm_cli.errors import NoModelError
 
 #: ``(environment variable, provider name, root model, cheaper sub-model)`` in detection order.
-#: Names are current models of litellm's bundled price map (checked by ``tests/test_models.py``),
+#: Names are current models of litellm's bundled price map (checked by ``tests/models/test_models.py``),
 #: except OpenRouter's, which that map does not price (their cost shows as unknown).
 PROVIDER_DEFAULTS: tuple[tuple[str, str, str, str], ...] = (
     ("OPENAI_API_KEY", "OpenAI", "openai/gpt-5.4", "openai/gpt-5.4-mini"),

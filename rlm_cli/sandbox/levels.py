@@ -2,7 +2,7 @@
 (:func:`resolve_level`) and saying what it protects on this machine (:func:`protections`,
 :func:`level_protects`, :func:`level_exposes`, :func:`describe`; ``rlm doctor`` and ``-v``).
 
-What each level does (the README has the user-facing table; ``tests/test_security.py`` proves it):
+What each level does (docs/sandbox.md has the user-facing table; ``tests/security/test_security.py`` proves it):
 
 * every level: a separate process, a scrubbed environment (no API keys; ``HOME`` and ``TMPDIR``
   point at a fresh scratch folder that is the working directory and is deleted on close), its

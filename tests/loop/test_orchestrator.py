@@ -18,8 +18,8 @@ from rlm_cli.loop.prompts import (
 )
 from rlm_cli.loop.reply import code_blocks, find_text_final, mentions_final
 from rlm_cli.models.window import request_tokens
-from tests.fake_llm import FakeLLM, last_user, repl
-from tests.inproc import corpus, run
+from tests.support.fake_llm import FakeLLM, last_user, repl
+from tests.support.inproc import corpus, run
 
 # -- parsing (pure) ------------------------------------------------------------------------------
 

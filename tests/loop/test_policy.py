@@ -12,8 +12,8 @@ import pytest
 
 from rlm_cli.loop import prompts
 from rlm_cli.loop.policy import GUIDED, PAPER, STANDARD, resolve_policy
-from tests.conftest import model_flags, run_rlm
-from tests.fake_llm import FakeLLM, last_user, repl
+from tests.support.cli import model_flags, run_rlm
+from tests.support.fake_llm import FakeLLM, last_user, repl
 
 
 @pytest.mark.parametrize("requested, window, source, expected", [

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import model_flags, run_rlm
-from tests.fake_llm import FakeLLM, repl
-from tests.inproc import run
+from tests.support.cli import model_flags, run_rlm
+from tests.support.fake_llm import FakeLLM, repl
+from tests.support.inproc import run
 
 STRONG_WINDOW = 200_000
 

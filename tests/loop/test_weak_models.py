@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 from rlm_cli.loop import prompts
-from tests.conftest import model_flags, run_rlm
-from tests.fake_llm import FakeLLM, last_user, repl
-from tests.inproc import corpus, run
+from tests.support.cli import model_flags, run_rlm
+from tests.support.fake_llm import FakeLLM, last_user, repl
+from tests.support.inproc import corpus, run
 
 CODE = {"urllib/parse.py": "import re\n\n\ndef urlparse(url, scheme='', allow_fragments=True):\n    return url\n",
         "distutils/command/upload.py": "from urllib.parse import urlparse\n\n\ndef upload():\n    urlparse('x')\n"}

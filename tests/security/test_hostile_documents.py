@@ -20,9 +20,9 @@ import pytest
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import decode, formats, load_corpus, structured
-from tests.conftest import model_flags, run_rlm
-from tests.data_kit import make_pdf, notebook
-from tests.fake_llm import FakeLLM, repl
+from tests.support.cli import model_flags, run_rlm
+from tests.support.data_kit import make_pdf, notebook
+from tests.support.fake_llm import FakeLLM, repl
 
 #: What the good files say; the scripted model answers from ``context``.
 FACT_TXT = "The launch code is Orion-7."

@@ -1,0 +1,99 @@
+"""End-to-end: sub-calls spread over several model servers with ``--router-config`` (litellm's
+Router), one of them dead: the calls are routed around it, and usage and budgets stay exact."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_rlm
+from tests.support.fake_llm import FakeLLM, Reply, repl
+
+PROMPTS = 24
+BATCH = repl(f"answers = llm_query_batched([f'part {{i}}' for i in range({PROMPTS})])\n"
+             "print(sum(a == 'ok' for a in answers), 'ok')\nFINAL(str(sum(a == 'ok' for a in answers)))")
+
+
+@pytest.fixture
+def fleet() -> Iterator[list[FakeLLM]]:
+    """Two live sub-model servers answering ``ok`` with 7 prompt and 3 completion tokens."""
+    servers = [FakeLLM(), FakeLLM()]
+    for s in servers:
+        s.default("sub", Reply(text="ok", prompt_tokens=7, completion_tokens=3))
+    yield servers
+    for s in servers:
+        s.close()
+
+
+def dead_url() -> str:
+    """The base URL of a loopback port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def router_config(path: Path, urls: list[str]) -> Path:
+    """One model group ``fleet`` over ``urls``; a deployment that fails once is cooled down."""
+    path.write_text("model_list:\n" + "".join(
+        f"  - model_name: fleet\n    litellm_params:\n      model: openai/sub\n      api_base: {url}\n"
+        "      api_key: sk-test\n" for url in urls)
+        + "router_settings:\n  routing_strategy: simple-shuffle\n  allowed_fails: 0\n  cooldown_time: 60\n")
+    return path
+
+
+def ask(tmp_path: Path, llm: FakeLLM, config: Path, *extra: str) -> tuple[int, dict[str, object], str]:
+    (tmp_path / "notes.txt").write_text("one line\n")
+    res = run_rlm("ask", str(tmp_path / "notes.txt"), "How many parts say ok?", "--model", "openai/root",
+                  "--api-base", llm.url, "--sub-model", "fleet", "--router-config", str(config),
+                  "--max-concurrency", "6", "--json", "--no-llm-cache", "--policy", "paper", "--no-leads", *extra)
+    return res.code, json.loads(res.stdout), res.stderr
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_dead_deployment_is_routed_around_and_usage_is_exact(tmp_path: Path, llm: FakeLLM,
+                                                               fleet: list[FakeLLM]) -> None:
+    llm.script("root", BATCH)
+    config = router_config(tmp_path / "router.yaml", [s.url for s in fleet] + [dead_url()])
+    code, doc, stderr = ask(tmp_path, llm, config)
+    assert code == 0, stderr
+    assert doc["answer"] == str(PROMPTS)  # every prompt answered, none an "Error: ..." string
+    usage = doc["usage"]
+    assert isinstance(usage, dict)
+    served = sum(len(s.chat_requests("sub")) for s in fleet)
+    assert served == PROMPTS and all(s.chat_requests("sub") for s in fleet)
+    assert usage["sub"]["calls"] == PROMPTS == doc["sub_calls"]  # attempts on the dead one are not calls
+    assert (usage["sub"]["input_tokens"], usage["sub"]["output_tokens"]) == (7 * PROMPTS, 3 * PROMPTS)
+    assert usage["retries"] >= 1  # the dead deployment was tried (1 in 3 picks), then cooled down
+    assert usage["failed_calls"] == 0
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_sub_call_budget_counts_calls_not_attempts_on_a_dead_deployment(tmp_path: Path, llm: FakeLLM,
+                                                                            fleet: list[FakeLLM]) -> None:
+    llm.script("root", BATCH)
+    config = router_config(tmp_path / "router.yaml", [dead_url(), *(s.url for s in fleet)])
+    code, doc, stderr = ask(tmp_path, llm, config, "--max-sub-calls", "10")
+    assert code == 6, stderr
+    assert doc["budget"] == "sub_calls"
+    assert sum(len(s.chat_requests("sub")) for s in fleet) == 10  # exactly the budget reached the live servers
+    usage = doc["usage"]
+    assert isinstance(usage, dict)
+    assert usage["sub"]["calls"] == 10 and usage["sub"]["input_tokens"] == 70
+
+
+def test_max_concurrency_above_32_puts_that_many_sub_calls_in_flight(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("sub", Reply(text="ok", delay_s=1.5))
+    llm.script("root", repl("answers = llm_query_batched([f'part {i}' for i in range(48)])\n"
+                            "FINAL(str(sum(a == 'ok' for a in answers)))"))
+    (tmp_path / "notes.txt").write_text("one line\n")
+    res = run_rlm("ask", str(tmp_path / "notes.txt"), "q?", "--model", "openai/root", "--sub-model", "openai/sub",
+                  "--api-base", llm.url, "--max-concurrency", "48", "--no-llm-cache", "--policy", "paper",
+                  "--no-leads")
+    assert res.code == 0, res.stderr
+    assert res.stdout == "48\n"
+    assert llm.max_in_flight > 32  # the worker used to send from at most 32 threads

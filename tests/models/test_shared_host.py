@@ -1,0 +1,258 @@
+"""The shared model host (issue 14): a later ``rlm ask`` with the same user, folder and
+environment leases the running host instead of starting one; it exits once idle or stopped,
+leaves nothing behind after a command that failed on its arguments, replaces a stale socket,
+and keeps its token out of the REPL worker's reach. Every test runs real ``rlm`` commands
+against the scripted model server, in a runtime folder of its own."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import model_flags, run_rlm
+from tests.support.fake_llm import FakeLLM, repl
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short runtime folder (socket paths hold at most ~100 bytes) with sharing on; every host
+    still running at the end is stopped and killed."""
+    folder = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp")) / "rlm"
+    monkeypatch.setenv("RLM_RUNTIME_DIR", str(folder))
+    monkeypatch.setenv("RLM_HOST_IDLE", "60")
+    yield folder
+    for host in hosts():
+        with pytest.MonkeyPatch.context():
+            try:
+                os.kill(int(host["pid"]), signal.SIGKILL)
+            except OSError:
+                pass
+    shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+def hosts() -> list[dict]:
+    res = run_rlm("host", "status", "--json")
+    assert res.code == 0, res.stderr
+    return list(json.loads(res.stdout)["hosts"])
+
+
+def until(check: Callable[[], bool], seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def corpus(tmp_path: Path) -> Path:
+    (tmp_path / "c").mkdir(exist_ok=True)
+    (tmp_path / "c" / "a.txt").write_text("first\nsecond\n")
+    return tmp_path / "c"
+
+
+def ask(tmp_path: Path, llm: FakeLLM, question: str, env: dict[str, str] | None = None) -> None:
+    llm.script("root", repl("FINAL('second' if 'second' in context else 'missing')"))
+    res = run_rlm("ask", str(corpus(tmp_path)), question, *model_flags(llm), "--no-leads", env=env, cwd=tmp_path)
+    assert res.code == 0 and res.stdout == "second\n", res.stderr
+
+
+def host_files(folder: Path, suffixes: tuple[str, ...] = (".sock", ".token")) -> list[str]:
+    return sorted(p.suffix for p in folder.glob("host-*") if p.suffix in suffixes)
+
+
+def test_a_later_command_leases_the_running_host_and_stop_ends_it(runtime: Path, tmp_path: Path,
+                                                                  llm: FakeLLM) -> None:
+    ask(tmp_path, llm, "first question?")
+    (first,) = hosts()
+    ask(tmp_path, llm, "second question?")
+    (again,) = hosts()
+    assert again["pid"] == first["pid"] and again["requests"] == 2  # both root calls went through one host
+    assert again["leases"] == 0 and again["cwd"] == "/"  # it keeps no folder busy
+    assert host_files(runtime) == [".sock", ".token"]
+    assert oct(runtime.stat().st_mode & 0o777) == "0o700"
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in runtime.glob("host-*") if p.is_file())
+    stop = run_rlm("host", "stop")
+    assert stop.code == 0 and str(first["pid"]) in stop.stderr
+    assert until(lambda: not alive(int(first["pid"])))
+    assert list(runtime.iterdir()) == [] and hosts() == []  # socket, token, lock and log all gone
+
+
+def test_an_idle_host_exits_and_removes_its_files(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    ask(tmp_path, llm, "q?", env={"RLM_HOST_IDLE": "1"})
+    assert until(lambda: list(runtime.iterdir()) == [] and not hosts(), 30)
+
+
+def test_the_latest_commands_idle_period_applies(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    ask(tmp_path, llm, "q1?")  # RLM_HOST_IDLE=60
+    (first,) = hosts()
+    assert first["idle_limit_s"] == 60
+    ask(tmp_path, llm, "q2?", env={"RLM_HOST_IDLE": "1"})
+    assert until(lambda: not alive(int(first["pid"])), 30)
+
+
+def test_another_environment_gets_a_host_of_its_own_another_folder_does_not(runtime: Path, tmp_path: Path,
+                                                                            llm: FakeLLM) -> None:
+    ask(tmp_path, llm, "q1?", env={"SOME_PROVIDER_KEY": "one"})  # questions differ: no cached reply
+    ask(tmp_path, llm, "q2?", env={"SOME_PROVIDER_KEY": "two"})
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    ask(other, llm, "q3?", env={"SOME_PROVIDER_KEY": "one"})
+    by_key = {h["pid"]: h for h in hosts()}
+    assert len(by_key) == 2 and sorted(h["requests"] for h in by_key.values()) == [1, 2]
+    assert {h["cwd"] for h in by_key.values()} == {"/"}  # no folder kept busy
+    # A file named by a relative path in the environment: the host runs in that folder, for it only.
+    for folder in (tmp_path, other):
+        (folder / "creds.json").write_text("{}")
+    ask(tmp_path, llm, "q4?", env={"SOME_CREDENTIALS": "creds.json"})
+    ask(other, llm, "q5?", env={"SOME_CREDENTIALS": "creds.json"})
+    assert {h["cwd"] for h in hosts()} == {"/", str(tmp_path), str(other)}
+
+
+def test_a_command_that_fails_on_its_arguments_leaves_no_host(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    res = run_rlm("ask", str(tmp_path / "missing"), "q?", *model_flags(llm), cwd=tmp_path)
+    assert res.code == 2 and "missing" in res.stderr
+    assert until(lambda: host_files(runtime) == [], 10) and hosts() == []
+    assert not any(alive(int(p)) for p in _host_pids(runtime))
+
+
+def _host_pids(runtime: Path) -> list[str]:
+    out = subprocess.run(["pgrep", "-f", f"host_process import main; main() {runtime}"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def test_a_hung_host_costs_a_few_seconds_and_stop_kills_it(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    ask(tmp_path, llm, "q1?")
+    (first,) = hosts()
+    pid = int(first["pid"])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        llm.script("root", repl("FINAL('second' if 'second' in context else 'missing')"))
+        res = run_rlm("ask", str(corpus(tmp_path)), "q2?", *model_flags(llm), "--no-leads", "-v", cwd=tmp_path)
+        assert res.code == 0 and res.stdout == "second\n", res.stderr
+        assert "model host: a host of its own" in res.stderr and time.monotonic() - started < 60
+        (hung,) = hosts()
+        assert hung == {"key": first["key"], "pid": pid, "answering": False}
+        stop = run_rlm("host", "stop")
+        assert stop.code == 0 and str(pid) in stop.stderr
+        assert until(lambda: not alive(pid)) and list(runtime.iterdir()) == []
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_verbose_says_how_the_command_got_its_host(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    llm.defaults["root"] = repl("FINAL('second' if 'second' in context else 'missing')")
+    first = run_rlm("ask", str(corpus(tmp_path)), "q1?", *model_flags(llm), "--no-leads", "-v", cwd=tmp_path)
+    second = run_rlm("ask", str(corpus(tmp_path)), "q2?", *model_flags(llm), "--no-leads", "-v", cwd=tmp_path)
+    (host,) = hosts()
+    assert f"model host: shared, started (pid {host['pid']}; stays 60 s once unused)" in first.stderr
+    assert f"model host: shared, leased (pid {host['pid']})" in second.stderr
+    runtime.chmod(0o755)  # open to others: not shared, and -v and `rlm host status` say why
+    third = run_rlm("ask", str(corpus(tmp_path)), "q3?", *model_flags(llm), "--no-leads", "-v", cwd=tmp_path)
+    assert third.code == 0 and "model host: a host of this command only (no safe runtime folder:" in third.stderr
+    assert "it must be 0700" in third.stderr
+    status = json.loads(run_rlm("host", "status", "--json").stdout)
+    assert status["sharing"].startswith("off: ") and "0700" in status["sharing"]
+    runtime.chmod(0o700)
+
+
+def test_a_killed_hosts_stale_socket_is_replaced(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    ask(tmp_path, llm, "q1?")
+    (first,) = hosts()
+    os.kill(int(first["pid"]), signal.SIGKILL)
+    assert until(lambda: not alive(int(first["pid"])))
+    assert host_files(runtime) == [".sock", ".token"]  # left behind by the killed host
+    ask(tmp_path, llm, "q2?")
+    (second,) = hosts()
+    assert second["pid"] != first["pid"]
+
+
+def test_commands_started_together_share_one_host(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    llm.defaults["root"] = repl("FINAL('second' if 'second' in context else 'missing')")
+    base = [sys.executable, "-m", "rlm_cli", "ask", str(corpus(tmp_path))]
+    procs = [subprocess.Popen([*base, f"question {i}?", *model_flags(llm), "--no-leads"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-500:] for o in outs]
+    assert [o[0] for o in outs] == ["second\n"] * 3
+    (host,) = hosts()
+    assert host["requests"] == 3
+
+
+def test_model_code_cannot_read_the_hosts_token(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    ask(tmp_path, llm, "start the host?")
+    (token,) = runtime.glob("host-*.token")
+    code = (f"try:\n    got = open({str(token)!r}).read()\nexcept Exception as exc:\n"
+            "    got = 'refused: ' + type(exc).__name__\nFINAL(got)")
+    llm.script("root", repl(code))
+    res = run_rlm("ask", str(corpus(tmp_path)), "read it?", *model_flags(llm), "--no-leads", cwd=tmp_path)
+    assert res.code == 0 and res.stdout.startswith("refused: "), res.stdout + res.stderr
+    assert token.read_text() not in res.stdout + res.stderr
+
+
+def test_a_bad_idle_value_is_one_clear_error(tmp_path: Path, llm: FakeLLM) -> None:
+    res = run_rlm("ask", str(corpus(tmp_path)), "q?", *model_flags(llm), env={"RLM_HOST_IDLE": "soon"})
+    assert res.code == 2 and "RLM_HOST_IDLE" in res.stderr and "Traceback" not in res.stderr
+    assert not llm.requests
+
+
+def test_a_shared_host_answers_no_request_without_its_token(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    import socket
+
+    from rlm_cli import protocol
+
+    ask(tmp_path, llm, "start the host?")
+    (sock,) = runtime.glob("host-*.sock")
+    for token in ("0" * 32, "", None):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(str(sock))
+            protocol.send_message(conn, {"token": token, "op": "status"})
+            with pytest.raises(protocol.ProtocolError):
+                protocol.recv_message(conn)
+    assert len(hosts()) == 1  # while with the token (read from its 0600 file) it answers
+
+
+def test_a_deleted_working_folder_is_one_clear_error(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "$0" -m rlm_cli ask "$1" "q?" --model openai/root --api-base "$2"'
+    res = subprocess.run(["sh", "-c", script, sys.executable, str(corpus(tmp_path)), llm.url], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2 and "current folder no longer exists" in res.stderr and "Traceback" not in res.stderr
+    assert hosts() == [] and not llm.requests
+
+
+def test_a_host_killed_mid_request_is_one_clear_line(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    from tests.support.fake_llm import Reply
+
+    ask(tmp_path, llm, "q1?")
+    (host,) = hosts()
+    llm.script("root", Reply(text=repl("FINAL('late')"), delay_s=8))
+    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(corpus(tmp_path)), "q2?", *model_flags(llm),
+                             "--no-leads"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert until(lambda: len(llm.requests) >= 2, 60)  # the slow request reached the model
+    os.kill(int(host["pid"]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and out == "" and "Traceback" not in err
+    assert f"the shared model host (pid {host['pid']}) exited" in err and "run the command again" in err

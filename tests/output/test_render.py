@@ -1,0 +1,289 @@
+"""The terminal: plain and live styles, the streamed reply, phases and progress lines."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlm_cli.output.render import Renderer
+from rlm_cli.output.style import display_style
+from rlm_cli.output.text import progress_line
+from rlm_cli.output.trace import event
+from tests.support.cli import model_flags, run_rlm
+from tests.support.fake_llm import FakeLLM, Reply, repl
+
+
+class TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("color, tty, env, expected", [
+    ("auto", True, {}, (True, True)),
+    ("auto", False, {}, (False, False)),
+    ("auto", True, {"NO_COLOR": "1"}, (False, False)),
+    ("auto", True, {"TERM": "dumb"}, (False, False)),
+    ("never", True, {}, (False, False)),
+    ("always", False, {"NO_COLOR": "1"}, (True, True)),  # the flag wins over the environment
+])
+def test_display_style(color: str, tty: bool, env: dict[str, str], expected: tuple[bool, bool]) -> None:
+    stream = TTY() if tty else io.StringIO()
+    assert display_style(color, stream, env) == expected
+
+
+def test_display_style_rejects_other_words() -> None:
+    with pytest.raises(ValueError, match="auto, always, never"):
+        display_style("sometimes")
+
+
+def _feed(r: Renderer, events: list[dict[str, Any]]) -> None:
+    for ev in events:
+        r.on_event(ev)
+    r.close()
+
+
+def _iteration(n: int, reply: list[str], output: str, phase: str, helpers: dict[str, int],
+               progress: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    evs = [event("iteration", 0, iteration=n), event("stream", 0, state="start", model="openai/root")]
+    evs += [event("stream", 0, state="delta", model="openai/root", text=t) for t in reply]
+    evs.append(event("root_call", 0, model="openai/root", response="".join(reply), input_tokens=1200,
+                     output_tokens=30, cost_usd=None, latency_s=2.5))
+    evs.append(event("code", 0, iteration=n, block=1, code="x = 1\n"))
+    evs += progress or []
+    evs.append(event("output", 0, iteration=n, block=1, output=output, output_chars=len(output), elapsed_s=0.25,
+                     sub_calls=8 if progress else 0, helpers=helpers))
+    evs.append(event("phase", 0, iteration=n, phase=phase, helpers=helpers))
+    return evs
+
+
+def _batch(done: int, failed: int, in_flight: int, finished: bool = False) -> dict[str, Any]:
+    return event("progress", 0, kind="sub_calls", group=1, batch=True, done=done, failed=failed,
+                 in_flight=in_flight, total=8, elapsed_s=1.5, tokens=12345, cost_usd=None, finished=finished)
+
+
+def test_plain_output_snapshot() -> None:
+    """Phases, the streamed reply and a batch's progress lines, as a log file shows them."""
+    out = io.StringIO()
+    r = Renderer(color="auto", stream=out)
+    progress = [_batch(0, 0, 1), _batch(1, 0, 7), _batch(2, 0, 6), _batch(4, 1, 3), _batch(5, 1, 2),
+                _batch(7, 1, 0, finished=True)]
+    _feed(r, [*_iteration(1, ["Let me ", "look.\n```repl\nx = 1\n", "```"], "42", "explore", {"grep": 1}),
+              *_iteration(2, ["Fan out.\n```repl\nx = 1\n```\n"], "['a', 'b']", "decompose",
+                          {"llm_query_batched": 1, "llm_query": 8}, progress),
+              event("final", 0, status="final", iterations=2)])
+    assert out.getvalue() == """\
+── iteration 1 ──
+openai/root:
+Let me look.
+```repl
+x = 1
+```
+root model: 1,200 in / 30 out tokens, 2.5 s, first token 0.0 s, cost unknown
+→ 2 chars, 0.25 s
+  42
+iteration 1: explore (grep ×1)
+── iteration 2 ──
+openai/root:
+Fan out.
+```repl
+x = 1
+```
+root model: 1,200 in / 30 out tokens, 2.5 s, first token 0.0 s, cost unknown
+batch of 8 sub-calls started
+sub-calls 2/8 · 6 in flight · 0 failed · 12,345 tokens · cost unknown · 1.5 s
+sub-calls 5/8 · 3 in flight · 1 failed · 12,345 tokens · cost unknown · 1.5 s
+sub-calls 6/8 · 2 in flight · 1 failed · 12,345 tokens · cost unknown · 1.5 s
+sub-calls 8/8 · 0 in flight · 1 failed · 12,345 tokens · cost unknown · 1.5 s
+→ 10 chars, 0.25 s · 8 sub-calls
+  ['a', 'b']
+iteration 2: decompose (llm_query ×8, llm_query_batched ×1)
+final after 2 iteration(s)
+"""
+
+
+def test_quiet_shows_nothing_but_errors() -> None:
+    out = io.StringIO()
+    r = Renderer(quiet=True, stream=out)
+    _feed(r, [*_iteration(1, ["hi"], "x", "explore", {"grep": 1}), _batch(2, 0, 6),
+              event("notice", 0, message="careful", level="warning")])
+    r.warning("a warning")
+    r.info("some info")
+    r.summary({"iterations": 1})
+    assert out.getvalue() == ""
+    r.error("it broke")
+    assert out.getvalue() == "error: it broke\n"
+
+
+def test_live_style_draws_a_transient_region_and_keeps_the_prose() -> None:
+    out = TTY()
+    r = Renderer(color="always", stream=out)
+    _feed(r, [*_iteration(1, ["Let me look.\n```repl\nx = 1\n```"], "42", "explore", {"grep": 1},
+                          [_batch(0, 0, 1), _batch(8, 0, 0, finished=True)])])
+    text = out.getvalue()
+    assert "\x1b[" in text  # colours and cursor movement: a terminal
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    assert "Let me look." in plain and "iteration 1: explore" in plain
+    assert "sub-calls 8/8 · 0 in flight" in plain  # the finished batch stays on screen
+    assert "```repl" not in plain.split("root model:")[0].split("Let me look.")[-1]  # code shown once, as code
+
+
+def test_live_indexing_line_is_transient_and_its_end_stays() -> None:
+    out = TTY()
+    r = Renderer(color="always", stream=out)
+    for files, finished in ((10, False), (40, True)):
+        r.on_event(event("progress", 0, kind="index", files=files, files_total=40, bytes=files * 1000,
+                         bytes_total=40_000, rate_bps=20_000, elapsed_s=2.0, finished=finished))
+    r.close()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "indexing 40/40 files · 0.0/0.0 MB · 0.0 MB/s · 2.0 s" in plain
+
+
+def test_progress_line_for_indexing() -> None:
+    ev = event("progress", 0, kind="index", files=120, files_total=5000, bytes=4_100_000, bytes_total=96_000_000,
+               rate_bps=12_300_000, elapsed_s=0.3, finished=False)
+    assert progress_line(ev) == "indexing 120/5,000 files · 4.1/96.0 MB · 12.3 MB/s · 0.3 s"
+
+
+def _normalize(stderr: str) -> str:
+    text = re.sub(r"\d[\d,]* in / \d[\d,]* out tokens", "N in / N out tokens", stderr)
+    text = re.sub(r"\d[\d,]* tokens", "N tokens", text)
+    text = re.sub(r"\d[\d,]* in/\d[\d,]* out", "N in/N out", text)
+    text = re.sub(r"\d+\.\d+ s", "T s", text)
+    text = re.sub(r"\d+ in flight", "N in flight", text)
+    text = re.sub(r"sandbox \w[\w-]*", "sandbox LEVEL", text)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("warning: sandbox"))
+
+
+def test_plain_stderr_of_a_real_run_snapshot(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("".join(f"note {i}: the value is {i * 7}\n" for i in range(40)))
+    llm.default("sub", "ok")
+    llm.script("root",
+               repl("print(grep('value is 14')[0]['line'])"),
+               repl("answers = llm_query_batched([f'part {i}' for i in range(8)])\nprint(len(answers))"),
+               repl("FINAL('14 is on line 3')"))
+    res = run_rlm("ask", str(tmp_path / "c"), "Where is 14?", *model_flags(llm), "--no-llm-cache")
+    assert res.code == 0, res.stderr
+    assert res.stdout == "14 is on line 3\n"
+    assert _normalize(res.stderr) == """\
+corpus loaded 1 files, 1,013 bytes, N tokens, 1 chunks (T s, sandbox LEVEL)
+mode rlm (--mode rlm)
+── iteration 1 ──
+openai/root:
+Let me run some code.
+```repl
+print(grep('value is 14')[0]['line'])
+```
+root model: N in / N out tokens, T s, first token T s, cost unknown
+→ 2 chars, T s
+  3
+iteration 1: explore (grep ×1)
+── iteration 2 ──
+openai/root:
+Let me run some code.
+```repl
+answers = llm_query_batched([f'part {i}' for i in range(8)])
+print(len(answers))
+```
+root model: N in / N out tokens, T s, first token T s, cost unknown
+batch of 8 sub-calls started
+sub-calls 2/8 · N in flight · 0 failed · N tokens · cost unknown · T s
+sub-calls 4/8 · N in flight · 0 failed · N tokens · cost unknown · T s
+sub-calls 6/8 · N in flight · 0 failed · N tokens · cost unknown · T s
+sub-calls 8/8 · N in flight · 0 failed · N tokens · cost unknown · T s
+→ 2 chars, T s · 8 sub-calls
+  8
+iteration 2: decompose (llm_query ×8, llm_query_batched ×1)
+── iteration 3 ──
+openai/root:
+Let me run some code.
+```repl
+FINAL('14 is on line 3')
+```
+root model: N in / N out tokens, T s, first token T s, cost unknown
+→ 0 chars, T s
+  (no output)
+iteration 3: terminate (FINAL ×1)
+final after 3 iteration(s)
+3 iterations, 8 sub-calls; tokens root N in/N out, sub N in/N out; cost unknown (root unknown, sub unknown); T s"""
+
+
+def test_first_tokens_reach_stderr_before_the_call_ends(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("hello\n")
+    reply = "Streaming my thoughts now.\n" + "more words " * 12 + "\n```repl\nprint(len(context))\n```"
+    pieces = -(-len(reply) // 8)
+    llm.script("root", Reply(reply, stream_chunk_chars=8, stream_delay_s=0.15), repl("FINAL('done')"))
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "c"), "q?", *model_flags(llm)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    seen = b""
+    written_when_seen = None
+    deadline = time.monotonic() + 120
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.05)
+        if ready:
+            chunk = os.read(proc.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            seen += chunk
+            if written_when_seen is None and b"Streaming my" in seen:
+                with llm.lock:  # how much of the reply the server had sent when stderr showed its start
+                    written_when_seen = sum(1 for model, _, _ in llm.stream_log if model == "root")
+                break
+    proc.communicate(timeout=120)
+    assert written_when_seen is not None, seen.decode(errors="replace")
+    assert written_when_seen < pieces // 2, (written_when_seen, pieces)  # the call was far from over
+    assert proc.returncode == 0
+
+
+def test_color_always_styles_stderr_even_in_a_pipe(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("hello\n")
+    llm.default("root", repl("FINAL(len(context) > 0)"))
+    llm.script("root", repl("print(1)"))
+    styled = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--color", "always", "--no-llm-cache")
+    assert styled.code == 0, styled.stderr
+    assert "\x1b[" in styled.stderr and "\x1b[" not in styled.stdout  # the answer is never styled
+    # (plain output in a pipe, NO_COLOR, TERM=dumb and --color never: test_display_style and the snapshots)
+    bad = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--color", "sometimes")
+    assert bad.code == 2 and "--color must be one of auto, always, never" in bad.stderr
+
+
+def test_quiet_run_prints_only_errors(tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("hello\n")
+    (tmp_path / "c" / "big.txt").write_text("x" * 2000)  # skipped with a warning
+    llm.script("root", repl("print(1)"), repl("FINAL('ok')"))
+    res = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--quiet", "--max-file-size", "1K")
+    assert res.code == 0 and res.stdout == "ok\n" and res.stderr == ""
+    res = run_rlm("ask", str(tmp_path / "nope"), "q?", *model_flags(llm), "--quiet")
+    assert res.code == 2 and res.stderr.startswith("error: no such file or directory")
+
+
+@pytest.mark.parametrize("color", ["never", "always"])
+def test_terminal_escape_sequences_from_the_model_and_the_repl_never_reach_stderr(tmp_path: Path, llm: FakeLLM,
+                                                                                  color: str) -> None:
+    # A window title, a clipboard write (OSC 52) and a screen clear, in a reply and in printed output.
+    title, clip, clear = "\x1b]0;pwned\x07", "\x1b]52;c;cGF5bG9hZA==\x07", "\x1b[2J"
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("alpha\n")
+    llm.script("root", f"Thinking {title}{clip}\n" + repl("print('\\x1b[2J\\x1b]0;x\\x07 out')"),
+               repl("FINAL('done')"))
+    res = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--mode", "rlm", "--color", color)
+    assert res.code == 0 and res.stdout == "done\n", res.stderr
+    assert "pwned" in res.stderr and " out" in res.stderr  # shown, with their controls replaced
+    for seq in (title, clip, clear, "\x1b]0;", "\x1b]52", "\x07"):
+        assert seq not in res.stderr
+    if color == "never":
+        assert "\x1b" not in res.stderr

@@ -1,0 +1,214 @@
+"""Trajectories: what every run writes (and never writes: secrets), the `rlm trace` commands,
+and `rlm replay` reproducing the answer with the model server stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlm_cli.app import replay
+from rlm_cli.commands.app import app
+from rlm_cli.errors import UsageError
+from rlm_cli.output.trace import SCHEMA_VERSION, build_tree, event, find_trace, list_traces, read_trace, traces_dir
+from tests.support.cli import run_rlm
+from tests.support.fake_llm import FakeLLM, repl
+from tests.support.inproc import corpus, run
+
+SECRET = "sk-test-SECRET-0123456789abcdef"
+
+
+def _recorded_run(tmp_path: Path, llm: FakeLLM, **overrides: object) -> tuple[object, Path]:
+    """A run with batched sub-calls, a child loop and a FINAL_VAR; returns (Run, trace path)."""
+    llm.script("root",
+               repl("parts = [context[i:i + 20] for i in range(0, 60, 20)]\n"
+                    "answers = llm_query_batched(['Name the first word: ' + p for p in parts])\n"
+                    "print(answers)\nprint('<script>alert(1)</script>')"),
+               repl("deep = rlm_query('Count the lines', context='a\\nb\\nc')\nprint(deep)"),
+               repl("n = len(context.splitlines())\nFINAL(f'lines={n}')"),
+               repl("summary = {'sub': answers, 'deep': deep}\nFINAL_VAR('summary')"))
+    llm.default("sub", lambda req: "word:" + req["messages"][-1]["content"].split(": ", 1)[1][:5].strip())
+    r = run(llm, [corpus(tmp_path)], "Summarise", api_key=SECRET, max_depth=2, **overrides)
+    assert r.error is None, r.error
+    assert r.outcome is not None and r.outcome.trace_path is not None
+    return r, r.outcome.trace_path
+
+
+def test_every_run_writes_a_trajectory_without_secrets(tmp_path: Path, llm: FakeLLM) -> None:
+    r, path = _recorded_run(tmp_path, llm)
+    assert path.parent == traces_dir() and path.suffix == ".jsonl"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    text = path.read_text()
+    assert SECRET not in text and "SECRET" not in text
+    events = [json.loads(line) for line in text.splitlines()]
+    head = events[0]
+    assert head["type"] == "header" and head["question"] == "Summarise"
+    assert head["paths"] == [str(corpus(tmp_path))]
+    assert head["config"]["model"] == "openai/root" and head["config"]["max_depth"] == 2
+    assert head["config"]["api_key"] == "sk-...cdef"
+    for ev in events:
+        assert ev["schema"] == SCHEMA_VERSION and isinstance(ev["type"], str)
+        assert isinstance(ev["depth"], int) and ev["ts"] > 1e9
+        assert "total_tokens" in ev and "total_cost_usd" in ev
+    totals = [ev["total_tokens"] for ev in events]
+    assert totals == sorted(totals) and totals[-1] > 0
+    kinds = {ev["type"] for ev in events}
+    assert {"corpus", "mode", "iteration", "root_call", "code", "output", "sub_call", "recursion", "final",
+            "summary"} <= kinds
+    roots = [ev for ev in events if ev["type"] == "root_call"]
+    assert len(roots) == 4 and all(ev["response"] and ev["request_key"] and ev["input_tokens"] > 0 for ev in roots)
+    assert all("cost_usd" in ev and "latency_s" in ev for ev in roots)
+    subs = [ev for ev in events if ev["type"] == "sub_call"]
+    assert len(subs) == 3 and {ev["depth"] for ev in subs} == {1}
+    assert all(ev["response"].startswith("word:") and ev["prompt_head"].startswith("Name the first word")
+               for ev in subs)
+    assert [ev["depth"] for ev in events if ev["type"] == "iteration"] == [0, 0, 1, 0]
+    summary = events[-1]
+    assert summary["type"] == "summary" and summary["status"] == "final"
+    assert json.loads(summary["answer"]) == json.loads(r.answer)  # type: ignore[attr-defined]
+
+
+def test_trace_flag_and_partial_runs(tmp_path: Path, llm: FakeLLM) -> None:
+    target = tmp_path / "my" / "run.jsonl"
+    llm.script("root", repl("print(1)"), "best so far")
+    r = run(llm, [corpus(tmp_path)], trace=target, max_iterations=1)
+    assert r.error is not None and int(r.error.exit_code) == 5
+    events = read_trace(target)
+    assert events[-1]["type"] == "summary" and events[-1]["status"] == "max_iterations"
+    assert events[-1]["answer"] == "best so far"
+    assert not traces_dir().exists()  # --trace FILE replaces the default location
+
+
+def test_tree_nests_iterations_calls_and_recursion() -> None:
+    evs = [event("header", 0, run_id="x"), event("iteration", 0, iteration=1), event("root_call", 0),
+           event("code", 0), event("sub_call", 1), event("recursion", 1, mode="rlm"), event("iteration", 1),
+           event("root_call", 1), event("final", 1, status="final"), event("output", 0), event("iteration", 0),
+           event("final", 0, status="final"), event("summary", 0, status="final")]
+    root = build_tree(evs)
+    kinds = [n.event["type"] for n in root.children if n.event]
+    assert kinds == ["iteration", "iteration", "summary"]
+    it1 = root.children[0]
+    assert [c.event["type"] for c in it1.children if c.event] == ["root_call", "code", "sub_call", "recursion",
+                                                                   "output"]
+    child = it1.children[3]
+    assert [c.event["type"] for c in child.children if c.event] == ["iteration"]
+    assert [c.event["type"] for c in child.children[0].children if c.event] == ["root_call", "final"]
+    assert [c.event["type"] for c in root.children[1].children if c.event] == ["final"]
+
+
+def test_find_trace_by_id_prefix_last_and_path(tmp_path: Path) -> None:
+    d = tmp_path / "t"
+    d.mkdir()
+    for name in ("20250101-000000-aaaaaa", "20250101-000000-aaabbb", "20250102-000000-cccccc"):
+        (d / f"{name}.jsonl").write_text(json.dumps(event("header", 0, run_id=name, question="q")) + "\n")
+    os.utime(d / "20250102-000000-cccccc.jsonl", (2e9, 2e9))
+    assert find_trace("20250101-000000-aaabbb", d).stem == "20250101-000000-aaabbb"
+    assert find_trace("20250102", d).stem == "20250102-000000-cccccc"
+    assert find_trace("last", d).stem == "20250102-000000-cccccc"
+    assert find_trace(str(d / "20250101-000000-aaaaaa.jsonl")).stem == "20250101-000000-aaaaaa"
+    with pytest.raises(UsageError, match="matches 2"):
+        find_trace("20250101-000000-aaa", d)
+    with pytest.raises(UsageError, match="no trajectory"):
+        find_trace("nope", d)
+    assert [i.run_id for i in list_traces(d)] == ["20250102-000000-cccccc", "20250101-000000-aaabbb",
+                                                   "20250101-000000-aaaaaa"]
+    assert list_traces(d)[0].status == "incomplete"
+
+
+def test_trace_commands_list_show_and_export(tmp_path: Path, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    r, path = _recorded_run(tmp_path, llm)
+    cli = CliRunner()
+    res = cli.invoke(app, ["trace", "list"])
+    assert res.exit_code == 0, res.output
+    assert path.stem in res.stdout and "final" in res.stdout and "Summarise" in res.stdout
+    res = cli.invoke(app, ["trace", "list", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["traces_dir"] == str(traces_dir()) and len(doc["traces"]) == 1
+    entry = doc["traces"][0]
+    assert entry["run_id"] == path.stem and entry["path"] == str(path) and entry["status"] == "final"
+    assert entry["question"] == "Summarise" and entry["mode"] == "rlm" and entry["tokens"] > 0
+    assert entry["started"].endswith("+00:00") and entry["elapsed_s"] > 0
+    res = cli.invoke(app, ["trace", "show", path.stem[:15]])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    for piece in ("iteration 1", "root model openai/root", "sub-call openai/sub", "rlm_query → depth 1 (rlm)",
+                  "iteration 1 (depth 1)", "final after 1 iteration(s)", "llm_query_batched"):
+        assert piece in out, piece
+    monkeypatch.chdir(tmp_path)
+    res = cli.invoke(app, ["trace", "export", "last", "--html"])
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / f"{path.stem}.html").read_text()
+    assert (tmp_path / f"{path.stem}.html").stat().st_mode & 0o777 == 0o600  # private like the trace
+    res = cli.invoke(app, ["trace", "export", "last", "--html", "-o", str(tmp_path / "no" / "such" / "x.html")])
+    assert isinstance(res.exception, UsageError) and "cannot write" in str(res.exception)
+    assert not (tmp_path / "no").exists()
+    assert page.startswith("<!doctype html>") and "</html>" in page
+    assert "src=" not in page and "href=" not in page and "<script" not in page  # self-contained, escaped
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "llm_query_batched" in page and "lines=3" in page and "sk-...cdef" in page and SECRET not in page
+
+
+def test_replay_reproduces_the_answer_with_the_provider_stopped(tmp_path: Path, llm: FakeLLM) -> None:
+    r, path = _recorded_run(tmp_path, llm)
+    served = len(llm.requests)
+    llm.close()
+    plan = replay.plan(path)
+    assert plan.settings.api_key is None and plan.question == "Summarise"
+    events: list[dict] = []
+    outcome = replay.replay(plan, emit=events.append)
+    assert outcome.result.answer == r.answer  # type: ignore[attr-defined]
+    assert outcome.result.answer == plan.recorded_answer
+    assert len(llm.requests) == served
+    assert sum(1 for e in events if e["type"] == "sub_call") == 3
+    assert [e["depth"] for e in events if e["type"] == "iteration"] == [0, 0, 1, 0]
+
+
+def test_replay_command_end_to_end(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("hits = [l for l in context.splitlines() if 'gamma' in l]\nprint(hits)"),
+               repl("FINAL(llm_query('Rephrase: ' + hits[0]))"))
+    llm.script("sub", "Gamma comes before delta.")
+    r = run(llm, [corpus(tmp_path)], "Where is gamma?")
+    assert r.answer == "Gamma comes before delta."
+    llm.close()
+    assert r.outcome is not None and r.outcome.trace_path is not None
+    res = run_rlm("replay", r.outcome.run_id)
+    assert res.code == 0, res.stderr
+    assert res.stdout == "Gamma comes before delta.\n"
+    assert "differs" not in res.stderr
+    res = run_rlm("replay", "no-such-run")
+    assert res.code == 2 and "no trajectory" in res.stderr
+
+
+def test_replay_from_another_folder_sees_the_same_context(tmp_path: Path, llm: FakeLLM,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """File and glob paths are shown relative to the folder the run started in."""
+    corpus(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    llm.script("root", repl("head = context.splitlines()[0]\nprint(head)"), repl("FINAL(head)"))
+    r = run(llm, ["corpus/*.txt"], "First line?")
+    assert r.answer == "==> corpus/notes.txt <=="
+    llm.close()
+    assert r.outcome is not None and r.outcome.trace_path is not None
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    outcome = replay.replay(replay.plan(r.outcome.trace_path), emit=lambda e: None)
+    assert outcome.result.answer == r.answer
+    assert os.getcwd() == str(elsewhere)  # back where it was
+
+
+def test_direct_mode_run_is_recorded_and_replayed(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", "Four words.")
+    r = run(llm, [corpus(tmp_path)], "How many words?", mode="auto")
+    assert r.outcome is not None and r.outcome.result.mode == "direct" and r.outcome.trace_path is not None
+    llm.close()
+    events = read_trace(r.outcome.trace_path)
+    assert [e["mode"] for e in events if e["type"] == "mode"] == ["direct"]
+    assert [e["response"] for e in events if e["type"] == "root_call"] == ["Four words."]
+    outcome = replay.replay(replay.plan(r.outcome.trace_path), emit=lambda e: None)
+    assert outcome.result.mode == "direct" and outcome.result.answer == "Four words."

@@ -1,0 +1,48 @@
+"""Running ``rlm`` as a subprocess in tests, and small corpora many tests share."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.fake_llm import FakeLLM
+
+#: Seconds a subprocess run of ``rlm`` may take in tests.
+RUN_TIMEOUT = 240
+
+
+@dataclass
+class Result:
+    """A finished ``rlm`` subprocess."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_rlm(*args: str, stdin: str | bytes | None = None, env: dict[str, str] | None = None,
+            cwd: Path | None = None, timeout: float = RUN_TIMEOUT) -> Result:
+    """Run ``python -m rlm_cli ARGS`` with the test environment (plus ``env``)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    proc = subprocess.run([sys.executable, "-m", "rlm_cli", *args], input=data, capture_output=True,
+                          env=full_env, cwd=cwd, timeout=timeout)
+    return Result(proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
+
+
+def model_flags(llm: FakeLLM) -> list[str]:
+    """The flags that point rlm at the fake server with models ``root`` and ``sub``."""
+    return ["--model", "openai/root", "--sub-model", "openai/sub", "--api-base", llm.url]
+
+
+def two_file_repo(tmp_path: Path) -> Path:
+    """``tmp_path/repo`` with ``a.py`` (``def foo(): return 42``) and ``b.py`` (``x = 1``)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.py").write_text("def foo():\n    return 42\n")
+    (root / "b.py").write_text("x = 1\n")
+    return root
