@@ -15,7 +15,7 @@ from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, ExitCode
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.usage import CallRecord, Usage
-from tests import inproc
+from tests.support import inproc
 from tests.support.cli import Result, run_rlm
 from tests.support.fake_llm import FakeLLM, Reply, openai_tokens, repl
 

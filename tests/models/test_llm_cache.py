@@ -10,7 +10,7 @@ from rlm_cli.config import Settings
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.llm_cache import LLMCache, default_dir
-from tests import inproc
+from tests.support import inproc
 from tests.support.fake_llm import FakeLLM, Reply, repl
 
 MSG = [{"role": "user", "content": "hello"}]
