@@ -14,8 +14,9 @@ as ``python -m rlm_cli ask CORPUS QUESTION --json --no-llm-cache`` plus the mode
 process group, killed (group and all) after ``--limit-s`` seconds and then counted as wrong.
 
 Each result is appended to ``--out`` as one JSON line as soon as it is known, so ``--resume``
-continues an interrupted run (skipping ids already there for the same build commit). At the end
-(or with ``--report`` alone) an aggregate is printed: per corpus kind correct/total, timeouts,
+continues an interrupted run (skipping ids already there for the same ``rlm_cli/`` tree). At the end
+(or with ``--report`` alone) an aggregate is printed (verdicts recomputed from the stored answers
+with the scoring as it is now): per corpus kind correct/total, timeouts,
 errors, median seconds and mean root calls; ``--progress FILE`` appends it to a Markdown file.
 
 Held-out stays blind: for ``--set heldout`` nothing per question is printed (no question, answer or
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,16 +65,18 @@ def corpus_path(q: dict[str, Any], data: dict[str, Path]) -> Path:
     return data[corpus]
 
 
-def git_commit(tree: Path) -> str:
-    """The short commit of ``tree`` (``+dirty`` when its rlm_cli has uncommitted changes), or ``unknown``."""
+def build_ids(tree: Path) -> tuple[str, str]:
+    """``(commit, rlm_tree)`` of ``tree``: its short HEAD commit and the git tree hash of its ``rlm_cli/``
+    (``+dirty`` on both when ``rlm_cli/`` has uncommitted changes; ``unknown`` outside git). Results are
+    matched on ``rlm_tree``, so commits that leave ``rlm_cli/`` alone (this bench's own) keep them."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(tree), *a], capture_output=True, text=True, check=True).stdout.strip()
     try:
-        sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "rlm_cli"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
+        sha, rlm = git("rev-parse", "--short", "HEAD"), git("rev-parse", "--short", "HEAD:rlm_cli")
+        dirty = "+dirty" if git("status", "--porcelain", "--", "rlm_cli") else ""
+        return sha + dirty, rlm + dirty
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return "unknown", "unknown"
 
 
 def run_one(q: dict[str, Any], args: argparse.Namespace, path: Path, home: Path) -> dict[str, Any]:
@@ -120,13 +123,14 @@ def run_one(q: dict[str, Any], args: argparse.Namespace, path: Path, home: Path)
     answer = None if timed_out else doc.get("answer")
     correct, reason = (False, "timeout") if timed_out else scoring.score(q, answer)
     usage = doc.get("usage") or {}
-    return {"id": q["id"], "set": q["set"], "corpus": q["corpus"], "kind": q["kind"], "build": args.commit,
+    return {"id": q["id"], "set": q["set"], "corpus": q["corpus"], "kind": q["kind"], "build": args.label,
+            "rlm_tree": args.rlm_tree,
             "answer": answer, "status": "timeout" if timed_out else doc.get("status", "no-json"),
             "exit_code": proc.returncode, "seconds": seconds, "iterations": doc.get("iterations"),
             "root_calls": (usage.get("root") or {}).get("calls"), "sub_calls": doc.get("sub_calls"),
             "policy": doc.get("policy"), "correct": correct, "reason": reason, "timed_out": timed_out,
             "error": doc.get("error") or (None if doc else (err or "")[-600:]),
-            "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
 def is_error(r: dict[str, Any]) -> bool:
@@ -153,7 +157,7 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def render(agg: dict[str, Any], set_name: str, commit: str, expected: int) -> str:
     """One Markdown block for ``--progress`` and the terminal."""
     per = ", ".join(f"{k} {c}/{t}" for k, (c, t) in agg["per_corpus"].items())
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     done = "" if agg["total"] == expected else f" (INCOMPLETE: {agg['total']} of {expected} run)"
     return (f"- {when} · set **{set_name}** · build `{commit}`{done}: **{agg['correct']}/{agg['total']}** "
             f"({per}); timeouts {agg['timeouts']}, errors {agg['errors']}, iteration limit "
@@ -175,24 +179,30 @@ def main() -> int:
     ap.add_argument("--data-dir", type=Path, default=Path("/tmp/rlm-bench-questions-data"))
     ap.add_argument("--only", default="", help="comma-separated ids to run (default: all)")
     ap.add_argument("--progress", type=Path, help="append the aggregate to this Markdown file")
+    ap.add_argument("--label", help="name of the build in the records and the aggregate (default: its commit)")
     ap.add_argument("--report", action="store_true", help="only print the aggregate of --out")
     ap.add_argument("--rlm-arg", action="append", default=[], help="extra argument for rlm ask (repeatable)")
     args = ap.parse_args()
     args.build = args.build.resolve()
-    args.commit = git_commit(args.build)
+    commit, args.rlm_tree = build_ids(args.build)
+    args.label = args.label or commit
     questions = load_questions(args.set_name)
     if args.only:
         keep = set(args.only.split(","))
         questions = [q for q in questions if q["id"] in keep]
     blind = args.set_name == "heldout"
     ids = {q["id"] for q in questions}
+    by_id = {q["id"]: q for q in questions}
 
     def done_rows() -> list[dict[str, Any]]:
         if not args.out.exists():
             return []
         rows = [json.loads(x) for x in args.out.read_text(encoding="utf-8").splitlines() if x.strip()]
-        latest = {r["id"]: r for r in rows if r["build"] == args.commit and r["id"] in ids}
-        return list(latest.values())
+        latest = {r["id"]: r for r in rows if r.get("rlm_tree") == args.rlm_tree and r["id"] in ids}
+        for r in latest.values():  # verdicts from the scoring as it is now, so a fix to it applies to old runs
+            if not r["timed_out"]:
+                r["correct"], r["reason"] = scoring.score(by_id[r["id"]], r["answer"])
+        return [latest[q["id"]] for q in questions if q["id"] in latest]
 
     if not args.report:
         data = make_data.write(args.data_dir)
@@ -200,10 +210,10 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         home_root = args.out.with_name(args.out.name + ".home")
         todo = [q for q in questions if q["id"] not in skip]
-        print(f"{args.set_name}: {len(todo)} to run ({len(skip)} already done) with build {args.commit}",
+        print(f"{args.set_name}: {len(todo)} to run ({len(skip)} already done) with build {args.label} (rlm_cli tree {args.rlm_tree})",
               file=sys.stderr)
         for i, q in enumerate(todo, 1):
-            rec = run_one(q, args, corpus_path(q, data), home_root / f"{args.commit}-{q['id']}")
+            rec = run_one(q, args, corpus_path(q, data), home_root / f"{args.rlm_tree}-{q['id']}")
             with open(args.out, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
             if blind:
@@ -216,7 +226,7 @@ def main() -> int:
     if not rows:
         print("no results", file=sys.stderr)
         return 1
-    text = render(aggregate(rows), args.set_name, args.commit, len(questions))
+    text = render(aggregate(rows), args.set_name, f"{args.label}, rlm_cli tree {args.rlm_tree}", len(questions))
     print(text, end="")
     if args.progress:
         with open(args.progress, "a", encoding="utf-8") as fh:

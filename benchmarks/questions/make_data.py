@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +130,7 @@ def orders(seed: int = 21) -> list[dict[str, Any]]:
                   "email": n.lower().replace(" ", ".") + rng.choice(("@mail.example", "@post.example")),
                   "country": rng.choice(_COUNTRIES)} for i, n in enumerate(names)]
     weights = [rng.paretovariate(1.6) for _ in customers]
-    when = datetime(2026, 1, 3, 8, 0, tzinfo=timezone.utc)
+    when = datetime(2026, 1, 3, 8, 0, tzinfo=UTC)
     out: list[dict[str, Any]] = []
     for i in range(ORDERS):
         when += timedelta(minutes=rng.randint(20, 900))

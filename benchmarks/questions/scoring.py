@@ -38,8 +38,8 @@ _NOT_FIGURE = re.compile(
 _FIGURE = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
 _APPROX = re.compile(r"~?\d[\d,.]*\s*(?:[KMGT]i?B|%|percent)(?!\w)", re.IGNORECASE)
 _NEGATIVE = re.compile(
-    r"\b(?:none|no|nothing|zero|not any|never|nobody|no one|neither|n/a"
-    r"|(?:does|do|did|is|are|was|were|has|have)\s*(?:n't|not))\b", re.IGNORECASE)
+    r"\b(?:none|no|nothing|zero|empty|not any|never|nobody|no one|neither|n/a"
+    r"|(?:does|do|did|is|are|was|were|has|have)\s*(?:n[’']t|not))\b", re.IGNORECASE)
 
 
 def figures(text: str) -> list[float]:
@@ -134,7 +134,7 @@ def _score_none(q: dict[str, Any], answer: str) -> tuple[bool, str]:
         return False, f"names {named[:4]}"
     if nonzero:
         return False, f"gives figures {nonzero[:4]}"
-    if not (_NEGATIVE.search(text) or says_zero):
+    if not (_NEGATIVE.search(answer) or says_zero):
         return False, "does not say there are none"
     return True, "says none"
 
