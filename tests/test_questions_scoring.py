@@ -48,6 +48,10 @@ MARCH = q("number", 106, "How many orders were placed in March 2026?")
     (q("number", 2, "how many parameters does body_line_iterator() take?"),
      "It takes 2 parameters: msg and decode.", True),
     (q("number", 2, "how many parameters does body_line_iterator() take?"), "3", False),
+    (q("number", 20, "what's the value of INFO in logging/__init__.py?"), "INFO is 20 (logging/__init__.py:97).", True),
+    (q("number", 20, "what's the value of INFO in logging/__init__.py?"), "20, set on line 97 of __init__.py", True),
+    (q("number", 20, "what's the value of INFO in logging/__init__.py?"), "INFO = 20 at __init__.py:97-98", True),
+    (q("number", 20, "what's the value of INFO in logging/__init__.py?"), "INFO is 20 or 97", False),
     (q("number", 135, "How many different client IP addresses appear in the log?"),
      "135 distinct IPs, e.g. 192.0.2.213 and 198.51.100.3", True),
 ])

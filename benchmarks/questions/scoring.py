@@ -5,8 +5,8 @@
 - ``number``: the gold must appear among the answer's figures (``1,234``, ``1234 bytes``, ``€10,819.28``,
   ``12.0`` all read as numbers; ``tolerance`` allows a difference, default exact) and every other
   figure must be one the question itself contains (``404`` in "how many 404s") or equal to the gold.
-  Figures inside dates (``2026-03``), times, IP addresses, versions, identifiers (``SO-58100``) and
-  paths are not figures. "There are 183 (or maybe 200)" is wrong.
+  Figures inside dates (``2026-03``), times, IP addresses, versions, identifiers (``SO-58100``),
+  paths and line citations (``client.py:93``, ``line 93``) are not figures. "There are 183 (or maybe 200)" is wrong.
 - ``identifier``: the gold identifier appears as a whole name, bare, in backticks or quotes, or
   qualified (``email.message.Message``, ``Message.set_boundary``); none of ``options`` (the other
   names of that sort, each a wrong answer) appears.
@@ -31,6 +31,8 @@ _NOT_FIGURE = re.compile(
     r"|\b\d{1,2}:\d{2}(?::\d{2})?\b"  # times
     r"|\b\d{1,3}(?:\.\d{1,3}){3}\b"  # IPv4 addresses
     r"|\b\d+(?:\.\d+){2,}\b"  # versions
+    r"|[\w./-]*\.\w+:\d+(?:[-–]\d+)?"  # file:line citations (client.py:93, a/b.py:10-12)
+    r"|\blines?\s+\d+(?:\s*[-–]\s*\d+)?"  # "line 93", "lines 10-12"
     r"|[\w.-]*/[\w./-]*"  # paths and URLs
     r"|\b[A-Za-z_][\w]*[-_]\d[\w-]*"  # identifiers with digits (SO-58100, CU-3168, utf_8)
     r"|\b[A-Za-z_]+\d\w*"  # words ending in digits (base64, http2)
