@@ -3,10 +3,12 @@
 ``score(question, answer) -> (correct, reason)``. Per ``question["score"]``:
 
 - ``number``: the gold must appear among the answer's figures (``1,234``, ``1234 bytes``, ``€10,819.28``,
-  ``12.0`` all read as numbers; ``tolerance`` allows a difference, default exact) and every other
-  figure must be one the question itself contains (``404`` in "how many 404s") or equal to the gold.
-  Figures inside dates (``2026-03``), times, IP addresses, versions, identifiers (``SO-58100``),
-  paths and line citations (``client.py:93``, ``line 93``) are not figures. "There are 183 (or maybe 200)" is wrong.
+  ``12.0`` all read as numbers, and so do the words ``zero`` to ``twenty``; ``tolerance`` allows a
+  difference, default exact) and every other digit figure must be one the question itself contains
+  (``404`` in "how many 404s") or equal to the gold; a size or percentage beside it (``46.9 MB``) is
+  no second figure. Figures inside dates (``2026-03``), times, IP addresses, versions, identifiers
+  (``SO-58100``), paths and line citations (``client.py:93``, ``line 93``) are not figures.
+  "There are 183 (or maybe 200)" is wrong.
 - ``identifier``: the gold identifier appears as a whole name, bare, in backticks or quotes, or
   qualified (``email.message.Message``, ``Message.set_boundary``); none of ``options`` (the other
   names of that sort, each a wrong answer) appears.
@@ -57,6 +59,16 @@ def figures(text: str) -> list[float]:
     return out
 
 
+_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+          "sixteen seventeen eighteen nineteen twenty").split()
+_WORD = re.compile(r"\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
+
+
+def word_figures(text: str) -> list[float]:
+    """Numbers written as words (``zero`` to ``twenty``) in ``text``."""
+    return [float(_WORDS.index(m.group(1).lower())) for m in _WORD.finditer(text)]
+
+
 def _same(a: float, b: float, tol: float) -> bool:
     return math.isclose(a, b, abs_tol=max(tol, 1e-9))
 
@@ -65,7 +77,8 @@ def _score_number(q: dict[str, Any], answer: str) -> tuple[bool, str]:
     gold, tol = float(q["gold"]), float(q.get("tolerance", 0))
     seen = figures(answer)
     allowed = figures(q["question"])
-    if not any(_same(x, gold, tol) for x in seen):
+    # "two parameters" names the gold; words are not checked as extra figures ("one of them" is no answer)
+    if not any(_same(x, gold, tol) for x in seen + word_figures(answer)):
         return False, f"no figure equal to the gold among {seen[:6]}"
     rest = figures(_APPROX.sub(" ", answer))  # "(about 46.9 MB)" beside the exact figure is no second answer
     extra = [x for x in rest if not _same(x, gold, tol) and not any(_same(x, a, 0) for a in allowed)]
