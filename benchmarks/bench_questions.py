@@ -35,6 +35,7 @@ import sys
 import sysconfig
 import time
 from datetime import UTC, datetime
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,7 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs rlm_cli")
     ap.add_argument("--data-dir", type=Path, default=Path("/tmp/rlm-bench-questions-data"))
     ap.add_argument("--only", default="", help="comma-separated ids to run (default: all)")
+    ap.add_argument("--interleave", action="store_true", help="run the corpus kinds in turn (for a run cut short)")
     ap.add_argument("--progress", type=Path, help="append the aggregate to this Markdown file")
     ap.add_argument("--label", help="name of the build in the records and the aggregate (default: its commit)")
     ap.add_argument("--report", action="store_true", help="only print the aggregate of --out")
@@ -190,6 +192,9 @@ def main() -> int:
     if args.only:
         keep = set(args.only.split(","))
         questions = [q for q in questions if q["id"] in keep]
+    if args.interleave:  # stdlib, log, jsonl, stdlib, ...: a run cut short still covers every corpus kind
+        lanes = [[q for q in questions if q["corpus"].split(":", 1)[0] == k] for k in CORPUS_KINDS]
+        questions = [q for row in zip_longest(*lanes) for q in row if q is not None]
     blind = args.set_name == "heldout"
     ids = {q["id"] for q in questions}
     by_id = {q["id"]: q for q in questions}
