@@ -38,12 +38,14 @@ def run_sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: s
     return build_sources(rows, answer, files)
 
 
-def attach_partial(exc: PartialAnswerError, client: ModelClient, corpus: Corpus, mode: str) -> None:
+def attach_partial(exc: PartialAnswerError, client: ModelClient, corpus: Corpus, mode: str, level: str) -> None:
     """Attach what the caller reports of a run that stopped early to ``exc``: the usage summary,
-    the corpus and the mode."""
+    the corpus, the mode and the sandbox level the run used (``bwrap``, ``process``, ...: not the
+    ``--sandbox`` setting, which may be ``auto``)."""
     exc.usage = client.usage.summary()  # type: ignore[attr-defined]
     exc.corpus = corpus  # type: ignore[attr-defined]
     exc.mode = mode  # type: ignore[attr-defined]
+    exc.sandbox = level  # type: ignore[attr-defined]
 
 
 class TurnCounter:

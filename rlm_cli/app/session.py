@@ -419,7 +419,7 @@ class Session:
                 result = run_direct(s, client, f"{note}\n\nQuestion: {question}" if note else question,
                                     corpus.context, emit=emit)
             except PartialAnswerError as exc:
-                attach_partial(exc, client, corpus, "direct")
+                attach_partial(exc, client, corpus, "direct", self.level)
                 raise
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
         lane = lane or self._rlm_lane()
@@ -447,7 +447,7 @@ class Session:
         try:
             result = orch.run(question, lane.sandbox.spec, self.meta, sandbox=lane.sandbox, note=note)
         except PartialAnswerError as exc:
-            attach_partial(exc, client, corpus, "rlm")
+            attach_partial(exc, client, corpus, "rlm", self.level)
             raise
         finally:
             if client.fatal is not None:

@@ -46,14 +46,15 @@ def outcome_document(outcome: Any, elapsed: float) -> dict[str, Any]:
 def partial_document(exc: PartialAnswerError, sandbox: str, elapsed: float) -> dict[str, Any]:
     """The document of a run stopped without a final answer (the iteration limit or a budget):
     ``status`` ``max_iterations`` or ``budget_exceeded`` (then with ``budget``), the partial
-    answer, and ``partial: true``."""
+    answer, and ``partial: true``. ``sandbox`` is what to report when the run did not say which
+    level it used (it stopped before starting a worker); the level it used wins."""
     result = getattr(exc, "result", None)
     status = result.status if result is not None else getattr(exc, "budget", "stopped")
     if status != "max_iterations":
         status = "budget_exceeded"
     doc = ask_document(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
                        getattr(exc, "usage", None) or {}, elapsed, getattr(exc, "corpus", None),
-                       getattr(exc, "mode", "rlm"), sandbox, getattr(exc, "sources", None),
+                       getattr(exc, "mode", "rlm"), getattr(exc, "sandbox", None) or sandbox, getattr(exc, "sources", None),
                        getattr(exc, "sources_omitted", 0), result.policy if result else getattr(exc, "policy", ""))
     trace_path = getattr(exc, "trace_path", None)
     doc["trace"] = str(trace_path) if trace_path else None

@@ -242,6 +242,7 @@ def test_budget_stop_reports_the_real_counts_and_no_code_as_the_answer(tmp_path:
     assert len(llm.chat_requests("sub")) == 5
     doc = json.loads(res.stdout)
     assert doc["status"] == "budget_exceeded" and doc["budget"] == "sub_calls" and doc["partial"] is True
+    assert doc["sandbox"] in ("bwrap", "process", "sandbox-exec")  # the level used, not the setting `auto`
     assert (doc["iterations"], doc["sub_calls"]) == (2, 5)
     assert "2 iterations, 5 sub-calls" in res.stderr  # the closing summary line
     summary = _trace_summary(trace)
