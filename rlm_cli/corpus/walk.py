@@ -114,6 +114,9 @@ class _Walker:
         if not self.bounds.escapes(full):
             return False
         name = shown + "/" if is_dir else shown
+        if not os.path.exists(full):  # a dangling link says so whatever it points at (as -L does)
+            self.report.skip("broken symlink", f"skipped {name}: broken symlink", path=name)
+            return True
         self.report.skip(links.OUTSIDE, f"skipped {name}: a symlink to a path outside the corpus "
                                         "(--follow reads it)", path=name)
         return True
