@@ -8,7 +8,7 @@ or Gradle's daemon: started on first use, found again through a socket at a fixe
 after an idle period. ``RLM_HOST_IDLE=0`` gives every command its own host (the behaviour before).
 
 Which host a command may reuse: the one whose key (:func:`fingerprint`) is equal, a hash of
-rlm's version and model-layer sources, the interpreter, the user and the environment (every
+rlm's version and model-layer sources, the interpreter, the user, the network namespace and the environment (every
 variable but the shell's bookkeeping ones in :data:`VOLATILE_ENV` and rlm's own ``RLM_*``, which
 only the command reads: what they resolve to, a model, a key, an API base, travels in each
 request). A host holds the environment it was started with (API keys, proxies,
@@ -138,6 +138,17 @@ def needs_cwd(environ: Any = None) -> bool:
     return False
 
 
+def _network_namespace() -> str:
+    """This process's network namespace (Linux: ``net:[INODE]``; ``""`` elsewhere). A host sends its
+    requests from the namespace it was started in, so a command in another one (``unshare -n``,
+    ``ip netns exec``, a container sharing the runtime folder) must not lease it: its loopback
+    servers are not the host's."""
+    try:
+        return os.readlink("/proc/self/ns/net")
+    except OSError:
+        return ""
+
+
 def fingerprint(environ: Any = None, cwd: str | None = None) -> str:
     """The key of the host this command may share (16 hex digits; see the module docstring):
     ``cwd`` (a folder, or ``None`` for a host that runs in ``/``) is part of it."""
@@ -146,7 +157,7 @@ def fingerprint(environ: Any = None, cwd: str | None = None) -> str:
     from rlm_cli import __version__
 
     digest.update(f"{__version__}\0{os.path.realpath(sys.executable)}\0{sys.version}\0{os.geteuid()}\0"
-                  f"{cwd or '/'}\0".encode("utf-8", "surrogateescape"))
+                  f"{cwd or '/'}\0{_network_namespace()}\0".encode("utf-8", "surrogateescape"))
     for rel in _MODEL_SOURCES:
         try:
             info = os.stat(_PKG / rel)

@@ -256,3 +256,18 @@ def test_a_host_killed_mid_request_is_one_clear_line(runtime: Path, tmp_path: Pa
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and out == "" and "Traceback" not in err
     assert f"the shared model host (pid {host['pid']}) exited" in err and "run the command again" in err
+
+
+def test_a_command_in_another_network_namespace_gets_a_host_of_its_own() -> None:
+    """A host sends requests from the namespace it started in: a command under ``unshare -n``
+    (its own loopback) must not lease one started outside, so the key differs."""
+    from rlm_cli.models.shared import fingerprint
+
+    unshare = shutil.which("unshare")
+    code = "from rlm_cli.models.shared import fingerprint; print(fingerprint())"
+    if unshare is None or subprocess.run([unshare, "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -n is not allowed here")
+    same = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    other = subprocess.run([unshare, "-n", sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert same.stdout.strip() == fingerprint()
+    assert other.stdout.strip() != fingerprint()
