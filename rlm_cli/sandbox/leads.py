@@ -249,11 +249,21 @@ def leads(view: Any, question: str, max_chars: int = MAX_CHARS, shown: list[tupl
 
 
 def _scope(view: Any, paths: list[str]) -> list[dict[str, Any]]:
-    """The corpus files the question's ``paths`` name (exact path or a suffix; at most 4 each)."""
+    """The corpus files the question's ``paths`` name (exact path or a suffix; at most 4 each).
+
+    A path that matches nothing may start with folders above the corpus: ``logging/__init__.py``
+    asked of ``rlm ask Lib/logging``, whose files are ``__init__.py``, ``handlers.py``, ...; then
+    its shorter tails are tried, each only as a whole path from the corpus root."""
     found: list[dict[str, Any]] = []
     for p in paths:
         norm = p.replace("\\", "/").lstrip("./")
         hits = [f for f in view.files if f["path"] == norm or f["path"].endswith("/" + norm)]
+        parts = norm.split("/")
+        for cut in range(1, len(parts)):
+            if hits:
+                break
+            tail = "/".join(parts[cut:])
+            hits = [f for f in view.files if f["path"] == tail]
         if len(hits) <= 4:
             found += [f for f in hits if f not in found]
     return found
@@ -364,8 +374,10 @@ def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
         found.append((label, form, set(sc.lines_with(form, any_case=True, limit=COMMON_HITS + 1))))
     weight = {label: math.log(1 + sc.lines / max(1, len(s))) for label, _, s in found}
     rare = sorted((f for f in found if 0 < len(f[2]) <= COMMON_HITS), key=lambda f: len(f[2]))[:RARE_TERMS]
-    head = ("lines with the most question words (lines per word: "
-            + ", ".join(f"{label} {len(s):,}{'+' if len(s) > COMMON_HITS else ''}" for label, _, s in found) + ")")
+    # Each count says its unit: a bare "info 51" next to a question about INFO was read as its value.
+    head = ("lines with the most question words (how many lines hold each: "
+            + ", ".join(f"'{label}' in {len(s):,}{'+' if len(s) > COMMON_HITS else ''} line{'' if len(s) == 1 else 's'}"
+                        for label, _, s in found) + ")")
     if not rare:
         if all(not s for _, _, s in found):
             return []  # nothing to show: no line holds any of the words

@@ -94,7 +94,7 @@ def test_the_line_with_the_rarest_question_words_comes_first() -> None:
     text = leads(view(), "What is the secret code of the frozen willow project?")
     rows = [r for r in text.splitlines() if r.startswith("  ")]
     assert rows[0].startswith("  notes/log.txt:201: The secret code of the frozen willow project is MMXF-8921.")
-    assert "frozen 51" in text and "willow 1" in text  # lines per word, as found
+    assert "'frozen' in 51 lines" in text and "'willow' in 1 line" in text  # lines per word, with the unit
 
 
 def test_leads_stay_within_their_size_and_say_nothing_for_an_empty_question() -> None:
@@ -244,3 +244,14 @@ def test_a_method_s_definition_names_its_class_and_defined_names_need_no_word_li
     text = leads(v, "Which class has a method named `apply_coupon`?")
     assert "shop/cart.py:2 (in Cart): def apply_coupon(self, code):" in text
     assert "question words" not in text and "shop/other.py" not in text
+
+
+def test_a_path_named_with_the_folder_above_the_corpus_finds_its_file() -> None:
+    # `rlm ask Lib/logging "... in logging/__init__.py?"`: the corpus's paths start below `logging/`.
+    v = corpus_view({"__init__.py": "import os\n\nINFO = 20\nDEBUG = 10\n", "handlers.py": "INFO = 'x'\n"})
+    text = leads(v, "what's the value of INFO in logging/__init__.py?")
+    assert "no file in the corpus matches" not in text
+    assert "__init__.py:3: INFO = 20" in text
+    # Only whole paths from the corpus root count: a tail that names no file still says so.
+    text = leads(v, "what is in logging/config.py?")
+    assert "no file in the corpus matches logging/config.py" in text
