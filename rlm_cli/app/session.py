@@ -45,7 +45,7 @@ from rlm_cli.app.phases import PhaseTagger
 from rlm_cli.app.planning import choose_mode, direct_tokens, fit_question, model_window, require_model
 from rlm_cli.app.recursion import recursion_handler, sub_call_event
 from rlm_cli.config import Settings
-from rlm_cli.corpus import Corpus, load_corpus
+from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import (
     DoesNotFitError,
@@ -150,6 +150,7 @@ class Session:
             NoModelError, UsageError (bad paths, an empty corpus), SandboxError, HostUnavailable.
         """
         s, emit = self.settings, self.emit
+        check_paths(self.paths if self.corpus is None else [])  # a mistyped PATH: exit 2 before a model is sought
         ensure_model(s, lambda message: emit(event("notice", 0, message=message)))
         require_model(s)
         warm = getattr(self.client.backend, "warm", None)

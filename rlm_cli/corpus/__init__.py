@@ -6,6 +6,6 @@ Nothing in this package calls a model. ``load_corpus`` is the entry point the CL
 from rlm_cli.corpus.loader import LoadReport, SourceFile
 from rlm_cli.corpus.model import Chunk, Corpus, FileEntry
 from rlm_cli.corpus.store import load_corpus
-from rlm_cli.corpus.walk import discover
+from rlm_cli.corpus.walk import check_paths, discover
 
-__all__ = ["Chunk", "Corpus", "FileEntry", "LoadReport", "SourceFile", "discover", "load_corpus"]
+__all__ = ["Chunk", "Corpus", "FileEntry", "LoadReport", "SourceFile", "check_paths", "discover", "load_corpus"]

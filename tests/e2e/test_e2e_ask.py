@@ -143,6 +143,12 @@ def test_a_memory_limit_too_small_for_the_loaded_corpus_exits_2_before_any_model
     assert llm.chat_requests("root") == []
 
 
+def test_a_mistyped_path_is_exit_2_even_without_a_model(tmp_path: Path) -> None:
+    res = run_rlm("ask", str(tmp_path / "missing"), "q?")  # no model configured either
+    assert res.code == 2, res.stderr
+    assert res.stdout == "" and "no such file or directory" in res.stderr and "--model" not in res.stderr
+
+
 def test_no_model_configured_exits_3(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
     res = run_rlm("ask", str(tmp_path), "q?")
