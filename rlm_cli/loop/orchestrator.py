@@ -390,7 +390,8 @@ class Orchestrator:
                                               on_delta=stream_callback(self.emit, self.depth, model),
                                               temperature=temperature)
         except BudgetExceededError as exc:
-            outputs = next((t.outputs for t in reversed(history.turns) if t.outputs), [])
+            # The model's own code's output: not the leads rlm ran as turn 0 before any model call.
+            outputs = next((t.outputs for t in reversed(history.turns) if t.outputs and t.iteration > 0), [])
             raise self._with_partial(exc, last_text, outputs) from None
         r = completion.record
         self.emit(event("root_call", self.depth, model=model, response=completion.text,

@@ -348,3 +348,15 @@ def test_a_server_sending_no_usage_is_counted_and_said_once(tmp_path: Path, llm:
     assert res.stderr.count("sent no token counts; rlm counts its requests with tiktoken") == 1, res.stderr
     assert tokens <= 6000  # rlm's count (4 tokens a message) is never below the server's (3)
     assert doc["usage"]["sub"]["input_tokens"] > 0 and doc["usage"]["sub"]["cost_usd"] > 0
+
+
+def test_a_budget_reached_before_any_model_call_shows_no_leads_as_the_models_output(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    (tmp_path / "retry.py").write_text("RETRY_LIMIT = 7  # how long the client waits\n")
+    llm.default("root", "unused")
+    res = run_rlm("ask", str(tmp_path), "How long does the client wait?", "--model", "openai/root",
+                  "--api-base", llm.url, "--leads", "--max-tokens", "100", "--no-llm-cache")
+    assert res.code == 6, res.stderr
+    assert llm.chat_requests("root") == []  # the first request could cross the budget: never sent
+    assert res.stdout.startswith("No final answer yet")
+    assert "What its last code printed" not in res.stdout and "RETRY_LIMIT" not in res.stdout
