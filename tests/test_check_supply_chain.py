@@ -3,7 +3,6 @@ rlm's own requirement never resolves to one."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -11,24 +10,14 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "check_supply_chain.py"
+from tests.support.supply_chain import ROOT, SCRIPT, check, fake_dist
+
 sys.path.insert(0, str(SCRIPT.parent))
 from check_supply_chain import KNOWN_BAD  # noqa: E402
 
 
-def _fake_dist(where: Path, name: str, version: str) -> None:
-    info = where / f"{name}-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-
-
-def _check(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
-
-
 def test_this_environment_holds_no_known_bad_release() -> None:
-    res = _check()
+    res = check()
     assert res.returncode == 0, res.stderr
     assert "no known-bad release" in res.stderr
 
@@ -36,17 +25,17 @@ def test_this_environment_holds_no_known_bad_release() -> None:
 @pytest.mark.parametrize("name", ["litellm", "LiteLLM"])
 @pytest.mark.parametrize("version", ["1.82.7", "1.82.8"])
 def test_a_compromised_litellm_fails_the_check(tmp_path: Path, name: str, version: str) -> None:
-    _fake_dist(tmp_path, name, version)
-    _fake_dist(tmp_path, "rich", "13.0.0")
-    res = _check("--path", str(tmp_path))
+    fake_dist(tmp_path, name, version)
+    fake_dist(tmp_path, "rich", "13.0.0")
+    res = check("--path", str(tmp_path))
     assert res.returncode == 1
     assert f"known-bad release installed: litellm {version}: published with a credential-stealing" in res.stderr
 
 
 def test_neighbouring_releases_pass(tmp_path: Path) -> None:
-    _fake_dist(tmp_path, "litellm", "1.82.6")
-    _fake_dist(tmp_path / "other", "litellm", "1.82.9")
-    res = _check("--path", str(tmp_path), "--path", str(tmp_path / "other"))
+    fake_dist(tmp_path, "litellm", "1.82.6")
+    fake_dist(tmp_path / "other", "litellm", "1.82.9")
+    res = check("--path", str(tmp_path), "--path", str(tmp_path / "other"))
     assert "known-bad release installed" not in res.stderr  # (both are below the floor: see test_untrusted_deps)
 
 

@@ -21,7 +21,7 @@ import pytest
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import decode, formats, load_corpus, structured
 from tests.support.cli import model_flags, run_rlm
-from tests.support.data_kit import make_pdf, notebook
+from tests.support.data_kit import make_pdf, notebook, pdf_from_objects
 from tests.support.fake_llm import FakeLLM, repl
 
 #: What the good files say; the scripted model answers from ``context``.
@@ -46,15 +46,7 @@ def slow_pdf(pages: int = 20_000, ops: int = 20_000) -> bytes:
             b"/Contents 4 0 R >>",
             f"<< /Length {len(content)} /Filter /FlateDecode >>\nstream\n".encode() + content + b"\nendstream",
             b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out = b"%PDF-1.4\n"
-    offsets = []
-    for k, body in enumerate(objs, 1):
-        offsets.append(len(out))
-        out += f"{k} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    return out + f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return pdf_from_objects(objs)
 
 
 def gzip_bomb(path: Path, gib: int = 10) -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -12,20 +11,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "check_supply_chain.py"
+from tests.support.supply_chain import ROOT, SCRIPT, check, fake_dist
+
 sys.path.insert(0, str(SCRIPT.parent))
 from check_supply_chain import FLOORS, KNOWN_BAD, release  # noqa: E402
-
-
-def _fake_dist(where: Path, name: str, version: str) -> None:
-    info = where / f"{name}-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-
-
-def _check(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
 
 
 def _requirements() -> list[Requirement]:
@@ -61,7 +50,7 @@ def test_every_requirement_of_a_floored_package_starts_at_its_floor() -> None:
 
 
 def test_this_environment_is_at_or_above_the_floors() -> None:
-    res = _check()
+    res = check()
     assert res.returncode == 0, res.stderr
     assert "none below rlm's floors" in res.stderr
 
@@ -69,18 +58,18 @@ def test_this_environment_is_at_or_above_the_floors() -> None:
 @pytest.mark.parametrize(("name", "version"), [("litellm", "1.83.9"), ("LiteLLM", "1.50.0"), ("pypdf", "6.10.2"),
                                                ("pyarrow", "25.0.1"), ("openpyxl", "3.1.2")])
 def test_a_release_below_its_floor_fails_the_check(tmp_path: Path, name: str, version: str) -> None:
-    _fake_dist(tmp_path, name, version)
-    res = _check("--path", str(tmp_path))
+    fake_dist(tmp_path, name, version)
+    res = check("--path", str(tmp_path))
     assert res.returncode == 1, res.stderr
     assert f"release below rlm's floor installed: {name.lower()} {version}: below" in res.stderr
 
 
 def test_releases_at_or_above_the_floors_pass(tmp_path: Path) -> None:
     for i, (name, (floor, _)) in enumerate(FLOORS.items()):
-        _fake_dist(tmp_path / str(i), name, floor)
-        _fake_dist(tmp_path / f"{i}-new", name, floor + ".post1" if i % 2 else "99.0")
+        fake_dist(tmp_path / str(i), name, floor)
+        fake_dist(tmp_path / f"{i}-new", name, floor + ".post1" if i % 2 else "99.0")
     paths = [str(p) for p in sorted(tmp_path.iterdir())]
-    res = _check(*[a for p in paths for a in ("--path", p)])
+    res = check(*[a for p in paths for a in ("--path", p)])
     assert res.returncode == 0, res.stderr
 
 

@@ -42,7 +42,12 @@ def make_pdf(pages: list[str]) -> bytes:
         objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
                     f"/Contents {5 + 2 * i} 0 R >>".encode())
         objs.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream".encode())
-    out = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n"
+    return pdf_from_objects(objs, b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+
+
+def pdf_from_objects(objs: list[bytes], header: bytes = b"%PDF-1.4\n") -> bytes:
+    """A PDF file of ``objs`` (object 1 the catalog), numbered from 1, with its xref table and trailer."""
+    out = header
     offsets = []
     for k, body in enumerate(objs, 1):
         offsets.append(len(out))
@@ -50,8 +55,7 @@ def make_pdf(pages: list[str]) -> bytes:
     xref = len(out)
     out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
     out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
-    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    return out
+    return out + f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
 
 
 def encrypt_pdf(data: bytes, password: str = "s3cret") -> bytes:
