@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from rlm_cli.protocol import BUNDLE_VERSION
@@ -65,18 +65,6 @@ class Context(str):
             except FileNotFoundError as exc:
                 raise KeyError(str(exc)) from None
         return str.__getitem__(self, key)
-
-
-class Lines(str):
-    """The text ``read_file``, ``chunk_text`` and ``context["path"]`` return: a ``str`` in every
-    way (slices, methods, regexes, ``len``, ``in``) except that iterating it gives its lines
-    (newlines kept, as iterating an open file does) instead of its characters, so
-    ``"".join(text) == text``. Why: ``for line in read_file(path): if "500" in line: n += 1``
-    was seen to count 0 (it looped over characters) and the answer "none" followed
-    (Qwen2.5-Coder-1.5B, an access log). Methods that return a new string return a plain ``str``."""
-
-    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
-        return iter(self.splitlines(keepends=True))
 
 
 class CorpusView:
@@ -382,16 +370,16 @@ class CorpusView:
             return ""
         lines = self.context[f["start"]:f["end"]].split("\n", b)
         width = len(str(b))
-        return Lines("\n".join(f"{i:>{width}}: {lines[i - 1].removesuffix(chr(13))}" for i in range(a, b + 1)))
+        return "\n".join(f"{i:>{width}}: {lines[i - 1].removesuffix(chr(13))}" for i in range(a, b + 1))
 
     def file_text(self, path: str) -> str:
-        """The text of the file ``path`` (a unique suffix is enough), as :class:`Lines`.
+        """The text of the file ``path`` (a unique suffix is enough), as a plain ``str``.
 
         Raises:
             FileNotFoundError: no such file (the message suggests close paths).
         """
         f = self.resolve(self.path_of(path))
-        return Lines(str.__getitem__(self.context, slice(f["start"], f["end"])))
+        return str.__getitem__(self.context, slice(f["start"], f["end"]))
 
     def path_of(self, target: Any) -> str:
         """The path a helper argument names: a path, ``"path:120"`` / ``"path:100-140"``, or a dict
@@ -438,7 +426,7 @@ class CorpusView:
             c = self.chunks[i]
         except IndexError:
             raise IndexError(f"chunk {i} does not exist: there are {len(self.chunks)} chunks") from None
-        return Lines(self.context[c["start"]:c["end"]])
+        return self.context[c["start"]:c["end"]]
 
     def _chunk_of_text(self, text: str) -> int:
         """``chunk_text``'s reading of a ``str`` argument: a chunk number or an offset of ``context``."""

@@ -16,11 +16,9 @@ Runs inside the sandboxed worker: standard library only.
 
 from __future__ import annotations
 
-import ast
 import bisect
 import math
 import re
-import textwrap
 from typing import Any
 
 #: Most characters :func:`leads` returns (about 600 tokens).
@@ -60,11 +58,6 @@ QUESTION_CHARS = 4_000
 _PATHLIKE = re.compile(r"[\w.-]*[/\\][\w./\\-]+|[\w.-]+\.[A-Za-z0-9]{1,6}")
 _EXTENSIONS = frozenset("py pyi c h cc cpp hpp rs go java kt js ts tsx jsx rb php cs swift m sh toml yaml yml json "
                         "jsonl csv tsv md rst txt cfg ini log xml html css sql proto gradle lock".split())
-#: A word in capitals (a constant's name such as ``INFO``, or an acronym such as ``HTTP``).
-_CAPS = re.compile(r"[A-Z][A-Z0-9_]+")
-#: Fewest digits of a number the question gives that :func:`leads` looks for (``500``, ``8080``;
-#: a ``2`` or ``10`` is on too many lines for no reason to say anything).
-MIN_NUMBER_DIGITS = 3
 _DEF_KEYWORDS = r"(?:async[ \t]+)?(?:def|class|function|func|fn|struct|interface|trait|enum|type|module)"
 
 
@@ -76,12 +69,7 @@ def question_terms(question: str) -> dict[str, list[str]]:
       (``snake_case``, ``CamelCase``, ``dotted.names``);
     * ``phrases``: other quoted text, searched as written;
     * ``words``: the remaining words of at least 3 letters that are not :data:`STOPWORDS`,
-      lowercased, in order, without repeats;
-    * ``caps``: the words written in capitals (``INFO``, ``MAX``, ``HTTP``) as written: a
-      constant's name or an acronym, told apart only by the corpus (:func:`leads` takes one
-      with a definition for a name);
-    * ``numbers``: whole numbers of at least :data:`MIN_NUMBER_DIGITS` digits (a status code,
-      a port, an error number): searched as written, as whole numbers.
+      lowercased, in order, without repeats.
 
     Only the first :data:`QUESTION_CHARS` characters are read.
     """
@@ -99,15 +87,9 @@ def question_terms(question: str) -> dict[str, list[str]]:
         elif text:
             phrases.append(text)
     words: list[str] = []
-    caps: list[str] = []
-    numbers: list[str] = []
     for m in re.finditer(r"[\w./\\-]+", rest):
         tok = m.group(0).strip(".-")
         if not tok:
-            continue
-        if tok.isdigit():
-            if len(tok) >= MIN_NUMBER_DIGITS:
-                numbers.append(tok)
             continue
         if _is_path(tok):
             paths.append(tok)
@@ -119,11 +101,8 @@ def question_terms(question: str) -> dict[str, list[str]]:
                 low = w.lower()
                 if low not in STOPWORDS and low not in words and not low.isdigit():
                     words.append(low)
-                if _CAPS.fullmatch(w) and w not in caps:
-                    caps.append(w)
     return {"paths": list(dict.fromkeys(paths)), "names": list(dict.fromkeys(names)),
-            "phrases": list(dict.fromkeys(phrases)), "words": words, "caps": caps,
-            "numbers": list(dict.fromkeys(numbers))}
+            "phrases": list(dict.fromkeys(phrases)), "words": words}
 
 
 def _is_path(text: str) -> bool:
@@ -246,17 +225,8 @@ def leads(view: Any, question: str, max_chars: int = MAX_CHARS, shown: list[tupl
         out.append("files named in the question: "
                    + ", ".join(f"{f['path']} ({f.get('lines', '?')} lines)" for f in scope[:4]))
     elif terms["paths"]:
-        # A path that names no file is often text of the corpus: a URL path in a log, a path in
-        # a config file. It is looked for as written (a "no such file" alone was read as "none").
-        out.append(f"no file in the corpus is named {', '.join(terms['paths'][:3])} (searched as text instead)")
-        terms["phrases"] = [*terms["paths"][:3], *terms["phrases"]]
+        out.append(f"no file in the corpus matches {', '.join(terms['paths'][:3])} (see `files`)")
     whole = _Scanner(view, None, lines) if scope else sc
-    # A word in capitals is a name when the corpus defines it (``INFO = 20``), else a word.
-    for cap in terms["caps"]:
-        if cap not in terms["names"] and _definitions(sc, cap, sc.lines_with(cap, any_case=False, limit=20_000),
-                                                      assignments=True):
-            terms["names"].append(cap)
-            terms["words"] = [w for w in terms["words"] if w != cap.lower()]
     names = terms["names"][:4]
     # A name with a def or class makes the others minor (parameters, attributes of it).
     major = {n for n in names if _has_def(sc, n)}
@@ -341,61 +311,6 @@ def _definitions(sc: _Scanner, name: str, uses: list[int], assignments: bool) ->
     return defs
 
 
-def _with_arity(described: str) -> str:
-    """``described`` (a :meth:`_Scanner.describe` line) with the number of parameters appended when
-    it shows a whole Python ``def`` signature: ``(8 parameters)``, or ``(2 parameters besides
-    self)`` for a method. Small models were seen to miscount a long signature (one of eight)."""
-    text = described.split(": ", 1)[-1]
-    if not re.match(r"(?:async[ \t]+)?def[ \t]", text) or not text.rstrip().endswith(":"):
-        return described
-    try:
-        fn = ast.parse(text.rstrip() + " pass").body[0]
-    except (SyntaxError, ValueError, IndexError):
-        return described  # cut at the width, or not Python after all
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return described
-    a = fn.args
-    names = [x.arg for x in (*a.posonlyargs, *a.args, *([a.vararg] if a.vararg else []), *a.kwonlyargs,
-                             *([a.kwarg] if a.kwarg else []))]
-    if names and names[0] in ("self", "cls"):
-        return f"{described}  ({_plural(len(names) - 1, 'parameter')} besides {names[0]})"
-    return f"{described}  ({_plural(len(names), 'parameter')})"
-
-
-#: Most lines :func:`_with_size` reads of one assignment.
-SIZE_LINES = 200
-
-
-def _with_size(sc: _Scanner, start: int, described: str) -> str:
-    """``described`` with the size of the literal a Python assignment at ``start`` holds appended:
-    ``(a tuple of 12 items)`` for ``__all__ = (...)`` over many lines (the model sees only its
-    first line). Anything else is returned as it was."""
-    f, _ = sc.where(start)
-    if not str(f["path"]).endswith((".py", ".pyi", ".pyw")) or not _ASSIGN_LINE.match(sc.text(start)):
-        return described
-    end, text = start, ""
-    for _ in range(SIZE_LINES):
-        nxt = sc.ctx.find("\n", end)
-        end = int(f["end"]) if nxt < 0 or nxt >= int(f["end"]) else nxt + 1
-        text = sc.ctx[start:end]
-        try:
-            tree = ast.parse(textwrap.dedent(text))
-            break
-        except (SyntaxError, ValueError):
-            if end >= int(f["end"]):
-                return described
-    else:
-        return described
-    node = tree.body[0] if tree.body else None
-    value = getattr(node, "value", None)
-    kinds = {ast.Tuple: "tuple", ast.List: "list", ast.Set: "set", ast.Dict: "dict"}
-    kind = next((k for t, k in kinds.items() if isinstance(value, t)), None)
-    if kind is None:
-        return described
-    n = len(value.keys) if isinstance(value, ast.Dict) else len(value.elts)  # type: ignore[union-attr]
-    return f"{described}  (a {kind} of {_plural(n, 'item')})"
-
-
 def _name_leads(sc: _Scanner, name: str, *, minor: bool = False) -> list[str]:
     """Where ``name`` (its last dotted part) is defined, and which functions call it, file by
     file. A ``minor`` name (another name of the question has a ``def`` or ``class``: this one is
@@ -410,8 +325,7 @@ def _name_leads(sc: _Scanner, name: str, *, minor: bool = False) -> list[str]:
     if defs:
         more = f" ({len(defs)} definitions; the first {DEFS_PER_NAME})" if len(defs) > DEFS_PER_NAME else ""
         out.append(f"`{name}` is defined at{more}:")
-        out += ["  " + _with_size(sc, s, _with_arity(sc.describe(s, signature=True, width=240)))
-                for s in defs[:DEFS_PER_NAME]]
+        out += ["  " + sc.describe(s, signature=True, width=240) for s in defs[:DEFS_PER_NAME]]
     call = re.compile(rf"(?<![\w.]){re.escape(last)}[ \t]*\(")
     def_set = set(defs)
     by_file: dict[str, list[int]] = {}
@@ -451,15 +365,13 @@ def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
     question names something (an identifier or a quoted phrase) that the corpus has, the lines are
     those holding it: it is what the question is about, and the words around it ("which file",
     "give the path") would otherwise pick lines that merely share the question's phrasing."""
-    if not terms["words"] and not terms["phrases"] and not terms["numbers"]:
+    if not terms["words"] and not terms["phrases"]:
         return []
-    labels = (terms["words"][:10] + [n.rsplit(".", 1)[-1] for n in terms["names"][:4]] + terms["phrases"][:3]
-              + terms["numbers"][:3])
+    labels = terms["words"][:10] + [n.rsplit(".", 1)[-1] for n in terms["names"][:4]] + terms["phrases"][:3]
     found: list[tuple[str, str, set[int]]] = []  # (label, searched form, line starts)
     for label in dict.fromkeys(labels):
         form = _stem(label) if label in terms["words"] else label
-        exact = label in terms["numbers"]  # 500 is not the start of 5000
-        found.append((label, form, set(sc.lines_with(form, any_case=not exact, limit=COMMON_HITS + 1))))
+        found.append((label, form, set(sc.lines_with(form, any_case=True, limit=COMMON_HITS + 1))))
     weight = {label: math.log(1 + sc.lines / max(1, len(s))) for label, _, s in found}
     rare = sorted((f for f in found if 0 < len(f[2]) <= COMMON_HITS), key=lambda f: len(f[2]))[:RARE_TERMS]
     # Each count says its unit: a bare "info 51" next to a question about INFO was read as its value.

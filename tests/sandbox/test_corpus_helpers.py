@@ -334,13 +334,3 @@ def test_grep_hits_answer_match_and_groups_without_printing_them() -> None:
     assert repr(hits[0]) == "{'file': '<context>', 'line': 1, 'text': 'a service=x level=1'}"
     with pytest.raises(KeyError, match="this row has the keys"):
         hits[0]["nope"]
-
-
-def test_the_text_helpers_return_iterates_over_lines_and_is_a_str_otherwise(view: CorpusView) -> None:
-    text = view.read_file("src/app.py")
-    assert isinstance(text, str) and text.startswith("1: import os") and len(text) == len(str(text))
-    assert [line for line in text if "retry" in line] == ["4:     retry = 3  # RETRY policy\n", "5:     return retry"]
-    assert "".join(text) == text and text.upper().count("RETRY") == 3  # methods: a plain str, as ever
-    body = view.context["src/app.py"]
-    assert sum(1 for line in body if "def " in line) == 1 and list(view.chunk_text(1))[0] == "import os\n"
-    assert list(view.context[:3]) == list(str(view.context)[:3])  # slices of `context` stay plain text

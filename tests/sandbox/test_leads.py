@@ -40,8 +40,7 @@ def test_terms_tell_paths_names_and_words_apart() -> None:
     assert t["names"] == ["strict", "Loader.parse", "parse_config"]
     # Function words are dropped; content words are kept ("file" is weighted by its rarity, not dropped).
     assert "retry" in t["words"] and "the" not in t["words"] and "what" not in t["words"] and "file" in t["words"]
-    assert question_terms("What is it?") == {"paths": [], "names": [], "phrases": [], "words": [], "caps": [],
-                                             "numbers": []}
+    assert question_terms("What is it?") == {"paths": [], "names": [], "phrases": [], "words": []}
 
 
 def test_apostrophes_are_not_quotes_and_long_questions_are_read_only_so_far() -> None:
@@ -143,7 +142,7 @@ def test_leads_without_corpus_lines_do_not_let_turn_one_finish(tmp_path: Path, l
     llm.script("root", repl("FINAL('guess')"), repl("print(question)"), repl("FINAL('seen')"))
     r = run(llm, [root], "What is in `src/missing/nothere.py`?")
     assert r.answer == "seen" and r.outcome is not None and r.outcome.result.iterations == 3
-    assert "no file in the corpus is named src/missing/nothere.py" in r.of("leads")[0]["output"]
+    assert "no file in the corpus matches" in r.of("leads")[0]["output"]
     assert "What is in `src/missing/nothere.py`?" in r.of("output")[1]["output"]  # `question` is set
 
 
@@ -251,41 +250,8 @@ def test_a_path_named_with_the_folder_above_the_corpus_finds_its_file() -> None:
     # `rlm ask Lib/logging "... in logging/__init__.py?"`: the corpus's paths start below `logging/`.
     v = corpus_view({"__init__.py": "import os\n\nINFO = 20\nDEBUG = 10\n", "handlers.py": "INFO = 'x'\n"})
     text = leads(v, "what's the value of INFO in logging/__init__.py?")
-    assert "no file in the corpus is named" not in text
+    assert "no file in the corpus matches" not in text
     assert "__init__.py:3: INFO = 20" in text
     # Only whole paths from the corpus root count: a tail that names no file still says so.
     text = leads(v, "what is in logging/config.py?")
-    assert "no file in the corpus is named logging/config.py (searched as text instead)" in text
-
-
-def test_a_word_in_capitals_that_the_corpus_assigns_is_a_name_and_an_acronym_stays_a_word() -> None:
-    body = "import os\n" + "".join(f"# the info of step {i}\n" for i in range(30)) + "WARN = 30\nINFO = 20\n"
-    v = corpus_view({"log/levels.py": body, "net.txt": "HTTP is a protocol\n"})
-    text = leads(v, "What's the value of INFO?")
-    assert "`INFO` is defined at:\n  log/levels.py:33: INFO = 20" in text
-    assert "'info' in" not in text  # the word is the name now: counted once
-    assert "`HTTP`" not in leads(v, "Which HTTP protocol is it?")  # no definition: an acronym
-
-
-def test_a_number_the_question_gives_is_counted_as_a_whole_number() -> None:
-    log = "".join(f'GET /a HTTP/1.1" {code} {size}\n' for code, size in
-                  [(500, 12), (200, 5000), (500, 7), (404, 500), (200, 15001)])
-    text = leads(corpus_view({"access.log": log}), "How many requests failed with status 500?")
-    assert "'500' in 3 lines" in text  # two statuses and one size of 500 bytes; not 5000 or 15001
-
-
-def test_a_path_that_names_no_file_is_looked_for_as_text() -> None:
-    log = "".join(f"GET /static/{n} 200\n" for n in ("a.css", "b.js", "a.css")) + "GET /api/x 200\n"
-    text = leads(corpus_view({"access.log": log}), "Which file under /static/ is asked for most?")
-    assert "no file in the corpus is named /static/ (searched as text instead)" in text
-    assert "'/static/' in 3 lines" in text and "access.log:1: GET /static/a.css 200" in text
-
-
-def test_a_definition_says_how_many_parameters_and_a_literal_how_many_items() -> None:
-    v = corpus_view({"m.py": "class K:\n    def start(self, a, b=1, *rest, key, **kw):\n        pass\n\n\n"
-                             "def long_one(a, b,\n             c, d):\n    pass\n\n\n"
-                             "__all__ = (\n    'a', 'b',\n    'c',\n)\nNAMES = {'x': 1, 'y': 2}\n"})
-    assert "def start(self, a, b=1, *rest, key, **kw):  (5 parameters besides self)" in leads(v, "What does `K.start` do?")
-    assert "def long_one(a, b, c, d):  (4 parameters)" in leads(v, "Where is `long_one`?")
-    assert "__all__ = ( 'a', 'b', 'c', )  (a tuple of 3 items)" in leads(v, "What is in `__all__`?")
-    assert "NAMES = {'x': 1, 'y': 2}  (a dict of 2 items)" in leads(v, "What is NAMES?")
+    assert "no file in the corpus matches logging/config.py" in text
