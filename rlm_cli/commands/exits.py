@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable
@@ -143,7 +144,16 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _usage_hint(exc: Any) -> str:
+    """What to do after click's usage error ``exc``: see the command's help, or, when the "option"
+    click did not know is the start of an argument with a space in it (a question such as
+    ``"-how many files?"``), put ``--`` before it, as for any Unix command."""
     ctx = getattr(exc, "ctx", None)
+    name = getattr(exc, "option_name", None)
+    if type(exc).__name__ == "NoSuchOption" and name:
+        arg = next((a for a in sys.argv[1:] if a.startswith(name) and any(c.isspace() for c in a)), None)
+        if arg is not None:
+            command = ctx.command_path if ctx is not None else "rlm ask"
+            return f" (a question that starts with '-' goes after `--`: {command} PATH -- {shlex.quote(arg)})"
     return f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `rlm --help`)"
 
 

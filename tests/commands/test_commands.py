@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,14 @@ def test_run_flags_build_the_settings() -> None:
     values["memory_limit"] = "lots"
     with pytest.raises(UsageError):
         options.RunFlags(values).settings()
+
+
+def test_a_question_that_starts_with_a_dash_is_told_to_go_after_double_dash(tmp_path: Path) -> None:
+    from tests.support.cli import run_rlm
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    r = run_rlm("ask", str(tmp_path), "-how many files?")
+    assert r.code == 2 and r.stdout == ""
+    assert r.stderr.strip().endswith("goes after `--`: python -m rlm_cli ask PATH -- '-how many files?')")
+    r = run_rlm("ask", str(tmp_path), "--modle", "x", "q")  # a mistyped flag keeps click's suggestion
+    assert r.code == 2 and "--model" in r.stderr and "ask --help`)" in r.stderr and "`--`" not in r.stderr
