@@ -12,6 +12,7 @@ import pytest
 from rlm_cli.commands import options
 from rlm_cli.commands.app import app
 from rlm_cli.errors import UsageError
+from tests.support.cli import run_rlm
 
 
 def test_importing_the_commands_leaves_litellm_out() -> None:
@@ -50,8 +51,6 @@ def test_run_flags_build_the_settings() -> None:
 
 
 def test_a_question_that_starts_with_a_dash_is_told_to_go_after_double_dash(tmp_path: Path) -> None:
-    from tests.support.cli import run_rlm
-
     (tmp_path / "a.py").write_text("x = 1\n")
     r = run_rlm("ask", str(tmp_path), "-how many files?")
     assert r.code == 2 and r.stdout == ""
