@@ -39,6 +39,7 @@ from rlm_cli.corpus.model import (
     stat_key,
 )
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING
+from rlm_cli.protocol import unpack_column
 
 try:
     import fcntl
@@ -123,7 +124,8 @@ def read_index(directory: Path, *, verify: bool = True) -> CachedBundle | None:
             raise CorruptCache("index.json is not an object")
         if index.get("version") != INDEX_VERSION or index.get("python") != PYTHON_TAG:
             return None
-        files, chunks = index["files"], index["chunks"]
+        files = index["files"] = {k: unpack_column(v) for k, v in index["files"].items()}
+        chunks = index["chunks"] = {k: unpack_column(v) for k, v in index["chunks"].items()}
         n_files, n_chunks = len(files["path"]), len(chunks["start"])
         skipped = index["skipped"]
         for k in OPTIONAL_FILE_FIELDS:
@@ -187,9 +189,7 @@ def corpus_from_index(cached: CachedBundle, report: LoadReport) -> Corpus:
     paths = f["path"]
     files = list(map(FileEntry, *(f[k] for k in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS))))
     chunks = CachedChunks(c, paths)
-    for notes, kind in zip(f["notes"], f["kind"], strict=True):
-        report.count_decoded(notes)
-        report.count_kind(kind)
+    report.count_files(f["notes"], f["kind"])
     sk = idx["skipped"]
     data_file = cached.context_file.parent / idx["data_file"] if idx["data_file"] else None
     return Corpus(files, chunks, cached.context_file, idx["context_chars"], idx["context_bytes"], idx["digest"],

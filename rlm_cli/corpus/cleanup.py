@@ -24,11 +24,11 @@ def collect_garbage(directory: Path, keep: Path | None) -> int:
     of files deleted."""
     removed = 0
     for path in list(directory.glob("context-*.txt")) + list(directory.glob(".context-*.tmp")) + list(
-            directory.glob(".index-*.tmp")) + list(directory.glob(".data-*.tmp")) + [
+            directory.glob(".index-*.tmp")) + list(directory.glob(".walk-*.tmp")) + list(directory.glob(".data-*.tmp")) + [
             d for d in directory.glob("data-*.bin") if not (directory / ("context-" + d.name[5:-4] + ".txt")).exists()]:
         if keep is not None and path.name in (keep.name, data_name(keep)):
             continue
-        if path.name.startswith((".index-", ".data-", "data-")):  # not locked while written: only collect old ones
+        if path.name.startswith((".index-", ".walk-", ".data-", "data-")):  # not locked while written: only collect old ones
             try:
                 if time.time() - path.stat().st_mtime < 600:
                     continue

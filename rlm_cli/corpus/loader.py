@@ -22,6 +22,7 @@ import codecs
 import os
 import stat
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,14 @@ class LoadReport:
         """Count a loaded file's kind tags (:attr:`Decoded.kind`: ``jsonl,gz`` counts a jsonl and a gz)."""
         for tag in filter(None, kind.split(",")):
             self.kinds[tag] += 1
+
+    def count_files(self, notes: Iterable[str], kinds: Iterable[str]) -> None:
+        """:meth:`count_decoded` and :meth:`count_kind` for many files at once (the columns of an
+        index: most values repeat, so each distinct one is split once)."""
+        for counter, values in ((self.decoded, notes), (self.kinds, kinds)):
+            for value, n in Counter(values).items():
+                for tag in filter(None, value.split(",")):
+                    counter[tag] += n
 
     def skip(self, reason: str, warning: str | None = None, *, path: str | None = None) -> None:
         """Count one skipped file under ``reason``, name it (``path``; the first

@@ -27,7 +27,7 @@ from typing import Any, overload
 
 from rlm_cli.corpus.loader import LoadReport
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING
-from rlm_cli.protocol import BUNDLE_VERSION
+from rlm_cli.protocol import BUNDLE_VERSION, pack_column
 
 #: The bundle layout version (shared with the worker through ``protocol``).
 INDEX_VERSION = BUNDLE_VERSION
@@ -318,8 +318,9 @@ class Corpus:
             "data_bytes": self.data_bytes, "data_digest": self.data_digest,
             "totals": {"files": len(self.files), "bytes": self.total_bytes, "tokens": self.total_tokens,
                        "chunks": len(self.chunks)},
-            "files": {k: [getattr(f, k) for f in self.files] for k in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS)},
-            "chunks": chunk_columns,
+            "files": {k: pack_column([getattr(f, k) for f in self.files])
+                      for k in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS)},
+            "chunks": {k: pack_column(v) for k, v in chunk_columns.items()},
             "skipped": {k: [row[i] for row in self.skipped_files]
                         for i, k in enumerate((*SKIP_FIELDS, *OPTIONAL_SKIP_FIELDS))},
             "context_stat": stat_key(self.context_file), "data_stat": stat_key(self.data_file),

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import walklog
 from rlm_cli.corpus.build import BundleWriter, OnProgress, add_text, build_bundle, empty_message
 from rlm_cli.corpus.bundle import (
     CachedBundle,
@@ -52,8 +53,9 @@ from rlm_cli.corpus.walk import discover
 from rlm_cli.errors import BudgetExceededError, EmptyCorpusError
 
 STDIN_NAME = "<stdin>"
-#: A file modified less than this long before the index's scan is re-hashed on the next load.
-RACY_NS = 2_000_000_000
+#: A file modified less than this long before the index's scan is re-hashed on the next load
+#: (and a folder changed less than this long before a walk is listed again: ``walklog``).
+RACY_NS = walklog.RACY_NS
 
 
 def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes | None = None,
@@ -88,19 +90,21 @@ def _load_corpus(paths: list[str], options: CorpusOptions, stdin_bytes: bytes | 
     report = LoadReport()
     scan_ns = time.time_ns()
     file_paths = [p for p in paths if p != "-"]
-    sources = discover(file_paths, options, report, deadline) if file_paths else []
-    if deadline is not None:
-        on_progress = _until(deadline, on_progress)
     stdin = SourceFile(STDIN_NAME, None, len(stdin_bytes or b""), 0) if "-" in paths else None
     use_cache = bool(options.use_cache and file_paths and stdin is None)
+    directory: Path | None = index_root() / cache_key(file_paths, options) if use_cache else None
+    sources = walklog.replay(directory, file_paths, options, report, deadline) if directory is not None else None
+    log = walklog.WalkLog(file_paths) if sources is None and directory is not None else None
+    if sources is None:
+        sources = discover(file_paths, options, report, deadline, log) if file_paths else []
+    if deadline is not None:
+        on_progress = _until(deadline, on_progress)
     try:
         if not sources and stdin is None:
             message, hint = empty_message(report)
             raise EmptyCorpusError(message, hint=hint)
         old: CachedBundle | None = None
-        directory: Path | None = None
-        if use_cache:
-            directory = index_root() / cache_key(file_paths, options)
+        if directory is not None:
             old = _read_cached(directory, report)
         held = pin(old.context_file) if old is not None else None
         if held is None:
@@ -117,6 +121,8 @@ def _load_corpus(paths: list[str], options: CorpusOptions, stdin_bytes: bytes | 
                 write_index(corpus, scan_ns, file_paths, options, report)
             else:
                 _touch(old.context_file.parent / "index.json")
+            if log is not None and directory is not None:
+                walklog.save(directory, log, options)
             return corpus
         if held is not None:
             os.close(held)
@@ -147,6 +153,8 @@ def _load_corpus(paths: list[str], options: CorpusOptions, stdin_bytes: bytes | 
             write_index(corpus, scan_ns, file_paths, options, report)
             return corpus
         write_index(corpus, scan_ns, file_paths, options, report)
+        if log is not None:
+            walklog.save(directory, log, options)
         collect_garbage(directory, corpus.context_file)
         if old is None:  # a new bundle folder: maybe the first run after an upgrade of the layout
             remove_old_versions(directory.parent, keep=directory)
@@ -187,12 +195,22 @@ def _classify(sources: list[SourceFile], old: CachedBundle | None) -> list[str]:
     if old is None:
         return ["new"] * len(sources)
     f, sk = old.files, old.index["skipped"]
-    pos = {p: i for i, p in enumerate(f["path"])}
+    paths = f["path"]
+    pos: dict[str, int] | None = None  # made when the sources stop following the index's order
     skip_pos = {p: i for i, p in enumerate(sk["path"])}
     trusted_before = int(old.index.get("scan_ns", 0)) - RACY_NS
     states = []
+    n = len(paths)
+    guess = 0  # the index row the next source most likely has (the walk's order is the index's)
     for sf in sources:
-        i = pos.get(sf.display, -1)
+        if guess < n and paths[guess] == sf.display:
+            i = guess
+        else:
+            if pos is None:
+                pos = {p: i for i, p in enumerate(paths)}
+            i = pos.get(sf.display, -1)
+        if i >= 0:
+            guess = i + 1
         settled = sf.mtime_ns < trusted_before
         if i < 0:
             j = skip_pos.get(sf.display, -1)
@@ -227,6 +245,8 @@ def _is_hit(sources: list[SourceFile], states: list[str], old: CachedBundle, opt
             if decoded is not None:
                 prefetched[sf.display] = decoded
             return False
+    for k in ("mtime_ns", "ctime_ns", "ino"):
+        f[k] = list(f[k])  # (a packed column may be an int32 array: an inode number may not fit)
     for i, n in checks:
         f["mtime_ns"][n], f["ctime_ns"][n], f["ino"][n] = sources[i].mtime_ns, sources[i].ctime_ns, sources[i].ino
     return True

@@ -32,6 +32,7 @@ import glob
 import os
 import stat
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import links
@@ -39,13 +40,20 @@ from rlm_cli.corpus.ignore import IGNORE_FILES, Spec, clock, compile_rules, igno
 from rlm_cli.corpus.loader import LoadReport, SourceFile
 from rlm_cli.errors import UsageError
 
+if TYPE_CHECKING:
+    from rlm_cli.corpus.walklog import WalkLog
 
-class _Walker:
+
+class Walker:
     """Walks folder arguments applying the rules of the module docstring."""
 
-    def __init__(self, options: CorpusOptions, report: LoadReport, bounds: links.Bounds | None = None) -> None:
+    def __init__(self, options: CorpusOptions, report: LoadReport, bounds: links.Bounds | None = None,
+                 log: WalkLog | None = None) -> None:
         self.options = options
         self.report = report
+        #: What this walk read, kept to replay it later (``rlm_cli.corpus.walklog``); None: not kept.
+        self.log = log
+        self._in_file = False  # inside the stat of a file: its skips depend on the stat (not logged)
         self.bounds = bounds if bounds is not None else links.Bounds([], follow=True)
         self.shown: set[str] = set()  # display paths given out (two names may display alike)
         self.include = compile_rules(list(options.include), "--include")
@@ -89,14 +97,18 @@ class _Walker:
         if st.st_size == 0:
             self.report.skip("empty", path=shown)
             return None
-        sf = SourceFile(self._unique(shown, full), full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        if shown in self.shown:
+            shown = self._unique(shown, full)
+        else:
+            self.shown.add(shown)
+        sf = SourceFile(shown, full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         self.seen[key] = sf
         if via_link:
             self.linked.add(id(sf))
         return sf
 
     def _unique(self, shown: str, full: str) -> str:
-        """``shown``, or another text form of it when a file already has that display path (two
+        """Another text form of ``shown``, which a file already has as its display path (two
         names whose bytes differ only where they are not UTF-8)."""
         if shown in self.shown:
             alt = shown[:len(shown) - len(links.display_text(os.path.basename(full)))] + links.escaped_text(
@@ -108,6 +120,13 @@ class _Walker:
         self.shown.add(shown)
         return shown
 
+    def _skip(self, reason: str, warning: str | None = None, *, path: str) -> None:
+        """``report.skip``, logged as a step of the walk unless it depends on a file's own stat
+        (those are decided again when the walk is replayed)."""
+        self.report.skip(reason, warning, path=path)
+        if self.log is not None and not self._in_file:
+            self.log.skip(reason, warning, path)
+
     def escapes(self, full: str, shown: str, is_dir: bool) -> bool:
         """Whether ``full`` (a symlink, or a path through one) resolves outside the roots; then it
         is skipped and counted."""
@@ -115,25 +134,27 @@ class _Walker:
             return False
         name = shown + "/" if is_dir else shown
         if not os.path.exists(full):  # a dangling link says so whatever it points at (as -L does)
-            self.report.skip("broken symlink", f"skipped {name}: broken symlink", path=name)
+            self._skip("broken symlink", f"skipped {name}: broken symlink", path=name)
             return True
-        self.report.skip(links.OUTSIDE, f"skipped {name}: a symlink to a path outside the corpus "
+        self._skip(links.OUTSIDE, f"skipped {name}: a symlink to a path outside the corpus "
                                         "(--follow reads it)", path=name)
         return True
 
     def _stat_failed(self, full: str, shown: str, exc: OSError) -> None:
         if exc.errno == errno.ELOOP:
-            self.report.skip("symlink loop", f"skipped {shown}: symlink loop", path=shown)
+            self._skip("symlink loop", f"skipped {shown}: symlink loop", path=shown)
         elif exc.errno == errno.ENOENT and os.path.islink(full):
-            self.report.skip("broken symlink", f"skipped {shown}: broken symlink", path=shown)
+            self._skip("broken symlink", f"skipped {shown}: broken symlink", path=shown)
         else:
-            self.report.skip("unreadable", f"skipped {shown}: {exc.strerror or exc}", path=shown)
+            self._skip("unreadable", f"skipped {shown}: {exc.strerror or exc}", path=shown)
 
     def walk(self, root: str, prefix: str) -> Iterator[SourceFile]:
         """Yield the selected files under folder ``root`` in path order; display = prefix + rel."""
         try:
             st = os.stat(root)
         except OSError as exc:
+            if self.log is not None:
+                self.log.untrusted()
             self._stat_failed(root, prefix or root, exc)
             return
         root_key = (st.st_dev, st.st_ino)
@@ -143,7 +164,7 @@ class _Walker:
         self.walked_direct.add(root_key)
         # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys), and
         # for each level whether its path goes through a symlink.
-        stack = [self._open_dir(root, "", [], frozenset([root_key]))]
+        stack = [self._open_dir(root, "", [], frozenset([root_key]), st)]
         vias = [False]
         while stack:
             item = stack[-1]
@@ -164,15 +185,17 @@ class _Walker:
             except OSError:
                 is_dir = False
             if name.startswith(".") and not self.options.hidden:
-                self.report.skip("hidden", path=shown + "/" if is_dir else shown)
+                self._skip("hidden", path=shown + "/" if is_dir else shown)
                 continue
             if specs and ignored(specs, rel, is_dir):
-                self.report.skip("ignored", path=shown + "/" if is_dir else shown)
+                self._skip("ignored", path=shown + "/" if is_dir else shown)
                 continue
             if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
-                self.report.skip("excluded", path=shown + "/" if is_dir else shown)
+                self._skip("excluded", path=shown + "/" if is_dir else shown)
                 continue
             link = entry.is_symlink()
+            if link and self.log is not None:
+                self.log.link(entry.path)
             if link and self.escapes(entry.path, shown, is_dir):
                 continue
             via = vias[-1] or link
@@ -184,7 +207,7 @@ class _Walker:
                     continue
                 key = (dst.st_dev, dst.st_ino)
                 if key in ancestors:
-                    self.report.skip("symlink loop", f"skipped {shown}/: symlink loop (it leads back to a "
+                    self._skip("symlink loop", f"skipped {shown}/: symlink loop (it leads back to a "
                                                      "folder above it)", path=shown + "/")
                     continue
                 if key in (self.visited if via else self.walked_direct):
@@ -192,30 +215,37 @@ class _Walker:
                 self.visited.add(key)
                 if not via:
                     self.walked_direct.add(key)
-                stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}))
+                stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}, dst))
                 vias.append(via)
                 continue
             if self.include is not None and not self.include.match_file(rel):
-                self.report.skip("not included", path=shown)
+                self._skip("not included", path=shown)
                 continue
+            if self.log is not None:
+                self.log.file(rel, shown, via)
+            self._in_file = True  # (an exception ends the walk, and its log is not kept)
             try:
                 fst = entry.stat()
             except OSError as exc:
                 self._stat_failed(entry.path, shown, exc)
+                self._in_file = False
                 continue
             sf = self.file(entry.path, shown, fst, via)
+            self._in_file = False
             if sf is not None:
                 yield sf
 
     def _open_dir(self, path: str, rel_dir: str, specs: list[tuple[str, Spec]],
-                  ancestors: frozenset[tuple[int, int]]) -> tuple[Iterator[os.DirEntry[str]], str,
-                                                                   list[tuple[str, Spec]],
-                                                                   frozenset[tuple[int, int]]]:
+                  ancestors: frozenset[tuple[int, int]], st: os.stat_result) -> tuple[
+                      Iterator[os.DirEntry[str]], str, list[tuple[str, Spec]], frozenset[tuple[int, int]]]:
+        """List folder ``path`` (``st``: its ``stat``, taken before listing it) and read its ignore files."""
+        if self.log is not None:
+            self.log.folder(path, st)
         try:
             with os.scandir(path) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            self.report.skip("unreadable", f"cannot list {rel_dir or path}: {exc.strerror or exc}",
+            self._skip("unreadable", f"cannot list {rel_dir or path}: {exc.strerror or exc}",
                              path=rel_dir or path)
             entries = []
         if not self.options.no_ignore:
@@ -225,6 +255,8 @@ class _Walker:
                 for name in IGNORE_FILES:
                     if name in names:
                         try:
+                            if self.log is not None:
+                                self.log.ignore_file(os.path.join(path, name))
                             with open(os.path.join(path, name), encoding="utf-8", errors="replace") as fh:
                                 lines.extend(fh.read().splitlines())
                         except OSError:
@@ -236,12 +268,13 @@ class _Walker:
 
 
 def discover(paths: list[str], options: CorpusOptions, report: LoadReport,
-             deadline: float | None = None) -> list[SourceFile]:
+             deadline: float | None = None, log: WalkLog | None = None) -> list[SourceFile]:
     """Expand ``paths`` (files, folders, globs; not ``-``) into the files to read.
 
     Order: arguments in the order given; inside a folder, paths sorted by name (depth first).
     Display paths: for a single folder argument they are relative to it; otherwise relative to
-    the current directory when inside it, else absolute.
+    the current directory when inside it, else absolute. ``log`` (``rlm_cli.corpus.walklog``)
+    records what the walk read, so that a later load can replay it without listing folders.
 
     Raises:
         UsageError: a path that does not exist and matches no glob; an ignore file whose
@@ -249,7 +282,7 @@ def discover(paths: list[str], options: CorpusOptions, report: LoadReport,
         BudgetExceededError: ``deadline`` (``time.monotonic()``: ``--timeout``) passed.
     """
     with clock.running(deadline):
-        return _discover(paths, options, report)
+        return _discover(paths, options, report, log)
 
 
 def check_paths(paths: list[str]) -> None:
@@ -264,7 +297,8 @@ def check_paths(paths: list[str]) -> None:
             raise UsageError(f"no such file or directory: {raw}", hint="check the path")
 
 
-def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> list[SourceFile]:
+def _discover(paths: list[str], options: CorpusOptions, report: LoadReport,
+              log: WalkLog | None) -> list[SourceFile]:
     roots: list[str] = []
     globbed: list[str] = []  # the folders globs start from (also roots: links may lead there)
     matched: set[str] = set()  # roots found by a glob (not named: a link among them is checked)
@@ -279,6 +313,8 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> l
                 raise UsageError(f"no file matches the glob {raw}",
                                  hint=f"check the pattern: ** crosses folders{hidden}")
             raise UsageError(f"no such file or directory: {raw}", hint="check the path")
+        if log is not None:
+            log.untrusted()  # (a glob's matches are not replayed)
         globbed.append(links.glob_base(raw))
         found = [m for m in matches if os.path.basename(m) != ".git" and "/.git/" not in m]
         roots.extend(found)
@@ -286,7 +322,7 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> l
     bounds = links.Bounds([r for r in roots if r not in matched], follow=options.follow)
     for base in globbed:
         bounds.add(base)
-    walker = _Walker(options, report, bounds)
+    walker = Walker(options, report, bounds, log)
     single_dir = len(roots) == 1 and os.path.isdir(roots[0])
     cwd = os.getcwd()
     out: list[SourceFile] = []
@@ -302,13 +338,22 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport) -> l
                 os.path.abspath(root), shown, os.path.isdir(root)):
             continue
         if os.path.isdir(root):
-            out.extend(walker.walk(root, "" if single_dir else shown.rstrip("/") + "/"))
+            prefix = "" if single_dir else shown.rstrip("/") + "/"
+            if log is not None:
+                log.root(root, prefix, True)
+            out.extend(walker.walk(root, prefix))
             continue
+        if log is not None:
+            log.root(root, shown, False)
         name = os.path.basename(root)
         if walker.exclude is not None and (walker.exclude.match_file(shown) or walker.exclude.match_file(name)):
-            report.skip("excluded", path=shown)
+            walker._skip("excluded", path=shown)
             continue
+        if log is not None:
+            log.file("", shown, False)
+        walker._in_file = True
         sf = walker.file(root, shown)
+        walker._in_file = False
         if sf is not None:
             out.append(sf)
     return [sf for sf in out if id(sf) not in walker.dropped]

@@ -19,6 +19,7 @@ from rlm_cli.corpus.model import Corpus, read_context
 from rlm_cli.corpus.store import load_corpus
 from rlm_cli.corpus.tokens import count_tokens
 from rlm_cli.errors import EmptyCorpusError
+from rlm_cli.protocol import pack_column, unpack_column
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD = time.time() - 3600  # an mtime the cache trusts without re-reading (not "racy")
@@ -270,7 +271,7 @@ def test_a_touched_but_unchanged_file_keeps_its_chunks(tmp_path: Path, monkeypat
     assert (second.from_cache, second.reindexed) == (4, 0)
     assert second.chunks == first.chunks
     saved = json.loads(second.index_file.read_text())
-    assert saved["files"]["mtime_ns"][0] == (root / "a.py").stat().st_mtime_ns  # the index learnt the mtime
+    assert unpack_column(saved["files"]["mtime_ns"])[0] == (root / "a.py").stat().st_mtime_ns  # it learnt the mtime
 
 
 def test_options_are_part_of_the_cache_key(tmp_path: Path) -> None:
@@ -332,7 +333,10 @@ def test_a_corrupt_cache_is_rebuilt_with_a_warning(tmp_path: Path, case: str) ->
         ctx.unlink()
     else:
         doc = json.loads(idx.read_text())
-        doc["chunks"]["tokens"].pop()
+        if case == "bad columns":
+            doc["chunks"]["tokens"] = pack_column(list(unpack_column(doc["chunks"]["tokens"]))[:-1])
+        else:  # a packed column whose bytes are not a whole number of int64s
+            doc["chunks"]["start"] = {"int64": "AAAA"}
         idx.write_text(json.dumps(doc))
     warnings: list[str] = []
     second = load_corpus([str(root)], opts(), on_warning=warnings.append)

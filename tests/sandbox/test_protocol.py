@@ -125,3 +125,28 @@ def test_encoded_frame_is_big_endian_length_plus_compact_json() -> None:
     assert size == len(frame) - 4
     assert json.loads(frame[4:]) == {"a": 1, "b": "é"}
     assert b" " not in frame[4:]
+
+
+@pytest.mark.parametrize("values, packed_as", [
+    ([0, 1, -5, 2**63 - 1, -2**63, 1_764_000_000_123_456_789], "int64"),
+    ([0, 7, -2**31, 2**31 - 1], "int32"),
+    (["0123456789abcdef0123456789abcdef01234567", "f" * 40], "hex40"),
+    ([2**63, 1], None),           # does not fit in an int64: a plain list
+    (["ABCDEF0123456789abcdef0123456789abcdef01"], None),  # not lowercase hex
+    ([1, "a", None], None), ([], None), ([True, False], None),
+])
+def test_index_columns_round_trip_packed_or_as_lists(values: list[object], packed_as: str | None) -> None:
+    packed = json.loads(json.dumps(protocol.pack_column(values)))
+    assert (next(iter(packed)) if isinstance(packed, dict) else None) == packed_as
+    back = protocol.unpack_column(packed)
+    assert list(back) == values and len(back) == len(values)
+    if values:
+        assert back[-1] == values[-1] and back[0] == values[0]
+        assert protocol.pack_column(back) == protocol.pack_column(values)  # packs again as it came
+
+
+@pytest.mark.parametrize("bad", [{"int64": "AAAA"}, {"int32": "AAA="}, {"int64": 5}, {"int64": "not base64!"}, {"hex40": "abc"},
+                                 {"other": []}, "text", {"int64": "AAAAAAAAAAA=", "x": 1}])
+def test_a_malformed_packed_column_is_a_value_error(bad: object) -> None:
+    with pytest.raises(ValueError):
+        protocol.unpack_column(bad)
