@@ -137,7 +137,7 @@ class Walker:
             self._skip("broken symlink", f"skipped {name}: broken symlink", path=name)
             return True
         self._skip(links.OUTSIDE, f"skipped {name}: a symlink to a path outside the corpus "
-                                        "(--follow reads it)", path=name)
+                                 "(--follow reads it)", path=name)
         return True
 
     def _stat_failed(self, full: str, shown: str, exc: OSError) -> None:
@@ -208,7 +208,7 @@ class Walker:
                 key = (dst.st_dev, dst.st_ino)
                 if key in ancestors:
                     self._skip("symlink loop", f"skipped {shown}/: symlink loop (it leads back to a "
-                                                     "folder above it)", path=shown + "/")
+                                               "folder above it)", path=shown + "/")
                     continue
                 if key in (self.visited if via else self.walked_direct):
                     continue  # already walked (through another link, or at its own path)
@@ -246,7 +246,7 @@ class Walker:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
             self._skip("unreadable", f"cannot list {rel_dir or path}: {exc.strerror or exc}",
-                             path=rel_dir or path)
+                       path=rel_dir or path)
             entries = []
         if not self.options.no_ignore:
             names = {e.name for e in entries if e.name in IGNORE_FILES}

@@ -15,7 +15,8 @@ They look at the answer and at the run's evidence only:
   read yet, or before it had read any REPL output at all.
 * ``empty`` (standard): ``""`` or ``None``.
 * ``ungrounded`` (standard): a written-out answer naming specific tokens (identifiers, paths,
-  numbers) that appear nowhere the model was shown.
+  numbers) that appear nowhere the model was shown; under guided, a list of names given again
+  after the note loses its items never shown (a rewrite).
 * ``default_cap`` (standard): an answer with a figure, given in a turn (or right after one) in
   which a helper stopped at its *default* cap, so the figure may count part of the matches.
 * ``nothing_found`` (guided): an answer that reports finding nothing or counts zero: small
@@ -228,6 +229,37 @@ def grounding(answer: str, question: str, shown: str, numbers_shown: str | None 
     return tokens, unseen
 
 
+#: What separates the items of a list written in prose: a comma (and maybe "and"/"or"), or "and"/"or".
+_ITEM_SEP = r"(?:\s*,\s*(?:(?:and|or)\s+)?|\s+(?:and|or)\s+)"
+#: One item of such a list that is a single name or path (optionally quoted).
+_ITEM = r"[`'\"]?[A-Za-z_][\w./-]*\w[`'\"]?"
+_NAME_LIST = re.compile(rf"(?<![\w`'\"./-]){_ITEM}(?:{_ITEM_SEP}{_ITEM})+(?![\w`'\"/-]|\.\w)")
+
+
+def drop_items(answer: str, items: list[str], keep: list[str]) -> str | None:
+    """``answer`` with ``items`` taken out of the lists of names it writes in prose (``A, B and
+    C``: every item a single name or path, optionally quoted), each list keeping at least one of
+    ``keep``; ``None`` when one of ``items`` is not an item of such a list, or a list would keep
+    none of ``keep`` (then nothing is dropped)."""
+    todo = set(items)
+    out: list[str] = []
+    pos = 0
+    for m in _NAME_LIST.finditer(answer):
+        parts = re.split(_ITEM_SEP, m.group(0))
+        kept = [p for p in parts if p.strip("`'\"") not in todo]
+        if len(kept) == len(parts):
+            continue
+        if not any(p.strip("`'\"") in keep for p in kept):
+            return None
+        todo -= {p.strip("`'\"") for p in parts}
+        out.append(answer[pos:m.start()])
+        out.append(kept[0] if len(kept) == 1 else ", ".join(kept[:-1]) + " and " + kept[-1])
+        pos = m.end()
+    if todo:
+        return None
+    return "".join(out) + answer[pos:]
+
+
 class Ungrounded(Check):
     """A written-out answer whose specific tokens (paths, versions, names, numbers of at least
     ``min_number``; those of the question left out) appear nowhere the model was shown (the
@@ -236,21 +268,37 @@ class Ungrounded(Check):
     what it read may add a figure it worked out: ``10 * 1024 * 1024``, "10,485,760 bytes");
     ``strict=True`` (guided) fires on any one not shown. Numbers are looked for in the REPL
     output only (the corpus description's counts of files, characters and tokens hold every
-    small number). A computed answer is not checked (code read the corpus for it)."""
+    small number). A computed answer is not checked (code read the corpus for it).
+
+    ``prune`` (guided, with a limit of 2): when, after the note, the model gives a list again
+    whose shown items are joined by ones never shown (seen: "codecs.Codec, codecs.StreamWriter,
+    codecs.StreamReader" where the output showed ``class Codec(codecs.Codec):``), the unseen
+    items are dropped (a rewrite) if each is a whole item and a shown specific one remains;
+    otherwise the answer is accepted as before."""
 
     name = "ungrounded"
 
-    def __init__(self, limit: int = 1, min_number: float = 10, strict: bool = False) -> None:
+    def __init__(self, limit: int = 1, min_number: float = 10, strict: bool = False, prune: bool = False) -> None:
         super().__init__(limit)
         self.min_number = min_number
         self.strict = strict
+        self.prune = prune
+        self._sent_back = False
 
     def review(self, c: Candidate) -> Verdict:
         if not c.written_out:
             return ACCEPT
         tokens, unseen = grounding(c.answer, c.question, c.shown, c.outputs, self.min_number)
-        if unseen and (self.strict or len(unseen) == len(tokens)):
+        if not unseen or not (self.strict or len(unseen) == len(tokens)):
+            return ACCEPT
+        if not self._sent_back:
+            self._sent_back = True
             return Verdict(SEND_BACK, prompts.ungrounded(unseen))
+        if self.prune and len(unseen) < len(tokens):
+            pruned = drop_items(c.answer, unseen, [t for t in tokens if t not in unseen])
+            if pruned is not None and not grounding(pruned, c.question, c.shown, c.outputs, self.min_number)[1]:
+                return Verdict(REWRITE, f"dropped {', '.join(unseen[:6])}: never shown, named again after the note",
+                               pruned)
         return ACCEPT
 
 

@@ -63,7 +63,8 @@ class Policy:
                 out.append(Evidence(limit=3 if self.name == "guided" else 1))
             elif name == "ungrounded":
                 guided = self.name == "guided"
-                out.append(Ungrounded(min_number=0 if guided else 10, strict=guided))
+                out.append(Ungrounded(limit=2 if guided else 1, min_number=0 if guided else 10, strict=guided,
+                                      prune=guided))
             elif name == "listed_items":
                 out.append(ListedItems())
             else:

@@ -148,6 +148,51 @@ def test_ungrounded_ignores_what_the_question_itself_names() -> None:
     assert Ungrounded(strict=True, min_number=0).review(c).action == "accept"
 
 
+def guided_ungrounded() -> Ungrounded:
+    return next(c for c in GUIDED.make_checks() if isinstance(c, Ungrounded))
+
+
+def test_guided_drops_list_items_never_shown_when_the_model_names_them_again() -> None:
+    shown = "encodings/cp932.py:12: class Codec(codecs.Codec):"
+    q = "Which classes does `Codec` in encodings/cp932.py inherit from?"
+    answer = "Codec inherits from codecs.Codec, codecs.StreamWriter and codecs.StreamReader"
+    check = guided_ungrounded()
+    first = check.review(cand(answer, q, shown))
+    assert first.action == "send_back" and "`codecs.StreamWriter`" in first.note
+    again = check.review(cand(answer, q, shown))
+    assert again.action == "rewrite" and again.answer == "Codec inherits from codecs.Codec"
+    # standard never rewrites: it sends back once (when nothing was shown) and then accepts
+    plain = Ungrounded(min_number=0, strict=True)
+    assert plain.review(cand(answer, q, shown)).action == "send_back"
+    assert plain.review(cand(answer, q, shown)).action == "accept"
+
+
+#: (question, REPL output read, an answer given again after the note) on which guided does not
+#: drop anything: the unseen token is not a whole list item, nothing shown would remain, or the
+#: answer is not a list.
+NOT_PRUNED = [
+    ("Which function parses the config?", "cfg.py 3 import os", "parse_config in cfg.py"),
+    ("What does `load` raise?", "io.py 9 def load(p):", "It raises ProfileNotFound when the file is missing."),
+    ("Which classes subclass `Base`?", "x.py 1 import y", "FooHandler, BarHandler"),  # nothing shown remains
+    ("How many parameters does `f` take?", "m.py 2 def f(a, b):", "f takes 2 parameters: a and b."),
+    ("Where is the cache dir set?", "app.py 9 def main():", "In shop/config.py, as CACHE_DIR."),
+    ("Which customers ordered most?", "[('c-1042', 17)]", "c-1042 with 17 orders, then c-0007_b with 12_000"),
+    ("Which modules import `ssl`?", "net/http.py 4 import ssl", "net/http.py imports it (and maybe net/ftp_x.py too)"),
+    ("Which env var sets the port?", "srv.py 3 port = 80", "APP_PORT_NUM, read in srv.py"),
+    ("What is the newest version?", "## 2.4.1", "2.4.1; 2.5.0rc1 is not released"),
+    ("Which class has `apply_coupon`?", "cart.py 41 def apply_coupon(self): in Cart", "Cart (see CartMixin_v2 too)"),
+    ("What is the default timeout?", "client.py 5 TIMEOUT_S = 30", "TIMEOUT_S = 30 seconds, overridable via RLM_TIMEOUT_S"),
+]
+
+
+@pytest.mark.parametrize("question, shown, answer", NOT_PRUNED, ids=_ids(NOT_PRUNED))
+def test_guided_does_not_drop_anything_from_answers_that_are_not_lists_of_whole_items(question: str, shown: str,
+                                                                                    answer: str) -> None:
+    check = guided_ungrounded()
+    check.review(cand(answer, question, shown))
+    assert check.review(cand(answer, question, shown)).action == "accept"
+
+
 # -- default cap --------------------------------------------------------------------------------------
 
 
