@@ -184,6 +184,9 @@ class Walker:
                 is_dir = entry.is_dir()  # follows symlinks; False for a broken link
             except OSError:
                 is_dir = False
+            link = entry.is_symlink()
+            if link and self.log is not None:  # (before the skips too: an ignore rule may depend on is_dir)
+                self.log.link(entry.path)
             if name.startswith(".") and not self.options.hidden:
                 self._skip("hidden", path=shown + "/" if is_dir else shown)
                 continue
@@ -193,9 +196,6 @@ class Walker:
             if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
                 self._skip("excluded", path=shown + "/" if is_dir else shown)
                 continue
-            link = entry.is_symlink()
-            if link and self.log is not None:
-                self.log.link(entry.path)
             if link and self.escapes(entry.path, shown, is_dir):
                 continue
             via = vias[-1] or link

@@ -175,6 +175,35 @@ def save(directory: Path, log: WalkLog, options: CorpusOptions) -> None:
         pass
 
 
+def _safe_rel(rel: str) -> bool:
+    """Whether ``rel`` (or each part of a NUL-joined run of them) stays under its root: not
+    absolute and no ``..`` part."""
+    return not rel.startswith("/") and "\0/" not in rel and "/../" not in "/" + rel.replace("\0", "/") + "/"
+
+
+def _well_formed(root: Any) -> bool:
+    """Whether one root of a log has the shape :meth:`WalkLog.root` and ``_packed`` give it (a
+    log edited by hand or damaged is not replayed)."""
+    if not (isinstance(root, dict) and isinstance(root.get("prefix"), str) and isinstance(root.get("dir"), bool)
+            and isinstance(root.get("steps"), list)):
+        return False
+    for step in root["steps"]:
+        if type(step) is str:
+            if not _safe_rel(step):
+                return False
+        elif type(step) is list:
+            if not (len(step) == 3 and isinstance(step[0], str) and isinstance(step[1], str)
+                    and isinstance(step[2], bool) and _safe_rel(step[0])):
+                return False
+        elif type(step) is dict:
+            if not (isinstance(step.get("r"), str) and isinstance(step.get("p"), str)
+                    and (step.get("w") is None or isinstance(step.get("w"), str))):
+                return False
+        else:
+            return False
+    return True
+
+
 def replay(directory: Path, paths: list[str], options: CorpusOptions, report: LoadReport,
            deadline: float | None = None) -> list[SourceFile] | None:
     """The files ``walk.discover(paths, options, ...)`` would find now, from the log in
@@ -188,7 +217,9 @@ def replay(directory: Path, paths: list[str], options: CorpusOptions, report: Lo
         doc = json.loads((directory / WALK_FILE).read_bytes())
         if doc["key"] != _key(paths, options, os.getcwd()):
             return None
-        limit = int(doc["scan_ns"]) - RACY_NS
+        if type(doc["scan_ns"]) is not int:
+            return None
+        limit = doc["scan_ns"] - RACY_NS
         if any(not os.path.lexists(p) for p in paths):
             return None  # (the walk's own error names it)
         for path, dev, ino, mtime, ctime in doc["folders"]:
@@ -208,9 +239,11 @@ def replay(directory: Path, paths: list[str], options: CorpusOptions, report: Lo
         if [r["path"] for r in roots] != [p for p in paths] or any(
                 os.path.isdir(r["path"]) != r["dir"] for r in roots):
             return None
+        if not all(_well_formed(r) for r in roots):
+            return None
     except OSError:
         return None
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
         return None  # (malformed: the next walk writes a good one)
     walker = Walker(options, report)
     out: list[SourceFile] = []

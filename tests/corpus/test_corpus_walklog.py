@@ -192,3 +192,50 @@ def test_a_warm_load_replays_the_walk_and_still_sees_a_new_file(tmp_path: Path,
     (root / "src" / "deep" / "new.py").write_text("new = 1\n")
     seen = load_corpus([str(root)], options())
     assert "src/deep/new.py" in [f.path for f in seen.files]
+
+
+def test_an_ignored_link_whose_target_changes_kind_makes_the_load_walk_again(tmp_path: Path) -> None:
+    # `build/` ignores the link while it leads to a folder; once it leads to a file it is read.
+    root, bundle, outside = tmp_path / "repo", tmp_path / "bundle", tmp_path / "out"
+    (outside / "t").mkdir(parents=True)
+    root.mkdir()
+    (root / "a.txt").write_text("hello\n")
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build").symlink_to(outside / "t")
+    opts = options(follow=True)
+    _, report = walk(root, opts, bundle)
+    assert report.skipped["ignored"] == 1
+    (outside / "t").rmdir()
+    (outside / "t").write_text("now a file\n")
+    assert walklog.replay(bundle, [str(root)], opts, LoadReport()) is None
+    assert "build" in [f.display for f in discover([str(root)], opts, LoadReport())]
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d["roots"][0].__setitem__("steps", [123]),
+    lambda d: d["roots"][0].__setitem__("steps", [["a"]]),
+    lambda d: d["roots"][0].__setitem__("steps", [{"x": 1}]),
+    lambda d: d["roots"][0].pop("prefix"),
+    lambda d: d["roots"][0].__setitem__("prefix", None),
+    lambda d: d.__setitem__("scan_ns", 1e400),
+    lambda d: d["roots"][0].__setitem__("steps", ["../../../../etc/hostname"]),
+    lambda d: d["roots"][0].__setitem__("steps", [["a.py\0/etc/hostname", "x", False]]),
+], ids=["int step", "short step", "bad skip", "no prefix", "null prefix", "huge scan time", "dot-dot", "absolute"])
+def test_a_damaged_log_of_the_right_key_is_not_replayed(tmp_path: Path, damage: object) -> None:
+    import json
+
+    root, bundle = tree(tmp_path / "repo"), tmp_path / "bundle"
+    walk(root, options(), bundle)
+    doc = json.loads((bundle / walklog.WALK_FILE).read_text())
+    damage(doc)  # type: ignore[operator]
+    (bundle / walklog.WALK_FILE).write_text(json.dumps(doc))
+    report = LoadReport()
+    assert walklog.replay(bundle, [str(root)], options(), report) is None
+    assert report == LoadReport()
+
+
+def test_a_deeply_nested_log_is_not_replayed(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / walklog.WALK_FILE).write_text("[" * 200_000)
+    assert walklog.replay(bundle, [str(tmp_path)], options(), LoadReport()) is None
