@@ -281,6 +281,15 @@ def pack_column(values: Sequence[Any]) -> Any:
     return {_INT_KEYS[packed.typecode]: base64.b64encode(packed.tobytes()).decode("ascii")}
 
 
+def unpack_columns(columns: dict[str, Any]) -> dict[str, Sequence[Any]]:
+    """:func:`unpack_column` of every column of one table of ``index.json`` (``files`` or ``chunks``).
+
+    Raises:
+        ValueError: a packed column that is malformed.
+    """
+    return {k: unpack_column(v) for k, v in columns.items()}
+
+
 def unpack_column(value: Any) -> Sequence[Any]:
     """A column read from ``index.json``: an ``array`` (``'i'`` or ``'q'``), a :class:`Hex40` or the list itself.
 

@@ -39,7 +39,7 @@ from rlm_cli.corpus.model import (
     stat_key,
 )
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING
-from rlm_cli.protocol import unpack_column
+from rlm_cli.protocol import unpack_columns
 
 try:
     import fcntl
@@ -124,8 +124,8 @@ def read_index(directory: Path, *, verify: bool = True) -> CachedBundle | None:
             raise CorruptCache("index.json is not an object")
         if index.get("version") != INDEX_VERSION or index.get("python") != PYTHON_TAG:
             return None
-        files = index["files"] = {k: unpack_column(v) for k, v in index["files"].items()}
-        chunks = index["chunks"] = {k: unpack_column(v) for k, v in index["chunks"].items()}
+        files = index["files"] = unpack_columns(index["files"])
+        chunks = index["chunks"] = unpack_columns(index["chunks"])
         n_files, n_chunks = len(files["path"]), len(chunks["start"])
         skipped = index["skipped"]
         for k in OPTIONAL_FILE_FIELDS:

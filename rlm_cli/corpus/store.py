@@ -245,8 +245,9 @@ def _is_hit(sources: list[SourceFile], states: list[str], old: CachedBundle, opt
             if decoded is not None:
                 prefetched[sf.display] = decoded
             return False
-    for k in ("mtime_ns", "ctime_ns", "ino"):
-        f[k] = list(f[k])  # (a packed column may be an int32 array: an inode number may not fit)
+    if checks:
+        for k in ("mtime_ns", "ctime_ns", "ino"):
+            f[k] = list(f[k])  # (a packed column may be an int32 array: an inode number may not fit)
     for i, n in checks:
         f["mtime_ns"][n], f["ctime_ns"][n], f["ino"][n] = sources[i].mtime_ns, sources[i].ctime_ns, sources[i].ino
     return True

@@ -110,15 +110,13 @@ class Walker:
     def _unique(self, shown: str, full: str) -> str:
         """Another text form of ``shown``, which a file already has as its display path (two
         names whose bytes differ only where they are not UTF-8)."""
-        if shown in self.shown:
-            alt = shown[:len(shown) - len(links.display_text(os.path.basename(full)))] + links.escaped_text(
-                os.path.basename(full))
-            n = 2
-            while alt in self.shown:
-                alt, n = f"{shown}~{n}", n + 1
-            shown = alt
-        self.shown.add(shown)
-        return shown
+        alt = shown[:len(shown) - len(links.display_text(os.path.basename(full)))] + links.escaped_text(
+            os.path.basename(full))
+        n = 2
+        while alt in self.shown:
+            alt, n = f"{shown}~{n}", n + 1
+        self.shown.add(alt)
+        return alt
 
     def _skip(self, reason: str, warning: str | None = None, *, path: str) -> None:
         """``report.skip``, logged as a step of the walk unless it depends on a file's own stat

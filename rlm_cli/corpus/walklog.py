@@ -133,8 +133,10 @@ class WalkLog:
 
 
 def _key(paths: list[str], options: CorpusOptions, cwd: str) -> dict[str, Any]:
-    """What a walk's result depends on besides the files: paths as given, the walk options, the
-    current directory (display paths are relative to it) and the rules' version."""
+    """What a walk's result depends on besides the files: paths as given, the walk options (they
+    also choose the bundle folder, ``bundle.cache_key``: kept here too, so a log is never
+    replayed under other options), the current directory (display paths are relative to it) and
+    the rules' version."""
     return {"version": WALK_LOG_VERSION, "paths": list(paths), "cwd": cwd, "include": list(options.include),
             "exclude": list(options.exclude), "hidden": options.hidden, "no_ignore": options.no_ignore,
             "follow": options.follow, "max_file_size": options.max_file_size,

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from rlm_cli.protocol import BUNDLE_VERSION, unpack_column
+from rlm_cli.protocol import BUNDLE_VERSION, unpack_columns
 from rlm_cli.sandbox import grep_engine, rows
 from rlm_cli.sandbox.bm25 import BM25
 from rlm_cli.sandbox.grep_engine import GREP_USAGE, PY_SUFFIXES
@@ -119,8 +119,7 @@ class CorpusView:
                     context = Context(mm, "utf-8")
         if len(context) != index["context_chars"]:
             raise ValueError("the context file does not match the index")
-        fcols = {k: unpack_column(v) for k, v in index["files"].items()}
-        ccols = {k: unpack_column(v) for k, v in index["chunks"].items()}
+        fcols, ccols = unpack_columns(index["files"]), unpack_columns(index["chunks"])
         paths = fcols["path"]
         files: list[dict[str, Any]] = [Row(zip(FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in FILE_KEYS), strict=True)]
         chunks: list[dict[str, Any]] = [Row({"id": i, "path": paths[fi], **dict(zip(CHUNK_KEYS, row, strict=True))})
