@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import gc
 import json
 import mmap
 import os
@@ -24,10 +25,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rlm_cli.protocol import BUNDLE_VERSION, unpack_columns
-from rlm_cli.sandbox import grep_engine, rows
+from rlm_cli.sandbox import grep_engine, pydefs, rows
 from rlm_cli.sandbox.bm25 import BM25
 from rlm_cli.sandbox.grep_engine import GREP_USAGE, PY_SUFFIXES
-from rlm_cli.sandbox.rows import CHUNK_KEYS, FILE_KEYS, Row, glob_matcher, make_hit, raw_layout
+from rlm_cli.sandbox.rows import CHUNK_KEYS, FILE_KEYS, Row, glob_matcher, make_hit, no_collection, raw_layout
 
 #: Characters of a matching line kept in a ``grep`` result.
 MAX_LINE_CHARS = 500
@@ -119,14 +120,21 @@ class CorpusView:
                     context = Context(mm, "utf-8")
         if len(context) != index["context_chars"]:
             raise ValueError("the context file does not match the index")
-        fcols, ccols = unpack_columns(index["files"]), unpack_columns(index["chunks"])
-        paths = fcols["path"]
-        files: list[dict[str, Any]] = [Row(zip(FILE_KEYS, row, strict=True)) for row in zip(*(fcols[k] for k in FILE_KEYS), strict=True)]
-        chunks: list[dict[str, Any]] = [Row({"id": i, "path": paths[fi], **dict(zip(CHUNK_KEYS, row, strict=True))})
-                  for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in CHUNK_KEYS), strict=True))]
-        view = cls(context, files, chunks)
-        view.structured = [(p, a, b, m) for p, a, b, m in zip(paths, fcols["dstart"], fcols["dend"], fcols["dmeta"],
-                                                              strict=True) if b > a and m]
+        with no_collection():
+            fcols, ccols = unpack_columns(index["files"]), unpack_columns(index["chunks"])
+            paths = fcols["path"]
+            files: list[dict[str, Any]] = [Row(zip(FILE_KEYS, row, strict=True))
+                                           for row in zip(*(fcols[k] for k in FILE_KEYS), strict=True)]
+            chunks: list[dict[str, Any]] = [
+                Row({"id": i, "path": paths[fi], **dict(zip(CHUNK_KEYS, row, strict=True))})
+                for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in CHUNK_KEYS), strict=True))]
+            view = cls(context, files, chunks)
+            view.structured = [(p, a, b, m) for p, a, b, m in zip(paths, fcols["dstart"], fcols["dend"], fcols["dmeta"],
+                                                                  strict=True) if b > a and m]
+        # The rows live as long as the worker: out of the collector's generations, a full
+        # collection while the model's code runs (one every ~70,000 new objects: a grep with
+        # many hits) does not walk a million rows again.
+        gc.freeze()
         return view
 
     # -- grep ----------------------------------------------------------------------------------
@@ -172,25 +180,40 @@ class CorpusView:
             return hits
         keep = glob_matcher(path_glob) if path_glob else None
         ctx = self.context
-        search, count, rfind, find = rx.search, ctx.count, ctx.rfind, ctx.find
+        rfind, find = ctx.rfind, ctx.find
         out: list[dict[str, Any]] = []
+
+        one_group, get = rx.groups == 1, str.__getitem__
 
         def emit(f: dict[str, Any], m: re.Match[str], ms: int, line: int) -> int:
             """Append the hit of match ``m`` (at ``ms``, on line ``line`` of ``f``); returns its line's end."""
-            ls = max(rfind("\n", f["start"], ms) + 1, f["start"])
-            le = find("\n", ms, f["end"])
+            fs, fe, path = f["start"], f["end"], f["path"]
+            ls = rfind("\n", fs, ms) + 1 or fs
+            le = find("\n", ms, fe)
             if le < 0:
-                le = f["end"]
-            text = str.__getitem__(ctx, slice(ls, min(le, ls + MAX_LINE_CHARS)))
-            hit = make_hit(f["path"], line, text[:-1] if text.endswith("\r") else text,
-                           m.group(1) if rx.groups == 1 else m.group(0), m.groups())
-            if f["path"].endswith(PY_SUFFIXES):
+                le = fe
+            text = get(ctx, slice(ls, le if le - ls <= MAX_LINE_CHARS else ls + MAX_LINE_CHARS))
+            hit = make_hit(path, line, text[:-1] if text[-1:] == "\r" else text,
+                           m.group(1) if one_group else m.group(0), m.groups())
+            if path.endswith(PY_SUFFIXES):
                 where = self._enclosing(f, line)
                 if where:
                     hit["in"] = where
             out.append(hit)
             return le
 
+        with no_collection():  # the hits are kept: a collection while they are made finds nothing to free
+            self._scan(rx, spans, keep, out, max_results, emit)
+        if len(out) >= max_results:
+            self.grep_capped, self.grep_capped_default = max_results, default
+        return out
+
+    def _scan(self, rx: re.Pattern[str], spans: Any, keep: Callable[[str], bool] | None, out: list[dict[str, Any]],
+              max_results: int, emit: Callable[[dict[str, Any], re.Match[str], int, int], int]) -> None:
+        """Hand each grep match to ``emit``: over runs of neighbouring files
+        (``grep_engine.scan_run``) when the pattern allows, else file by file over ``spans``."""
+        ctx = self.context
+        search, count = rx.search, ctx.count
         if spans is None and self._separated() and grep_engine.scans_across_files(rx):
             for run in grep_engine.runs(self.files, keep):
                 if len(out) >= max_results:
@@ -214,9 +237,6 @@ class CorpusView:
                     if len(out) >= max_results:
                         break
                     pos = le + 1
-        if len(out) >= max_results:
-            self.grep_capped, self.grep_capped_default = max_results, default
-        return out
 
     def _separated(self) -> bool:
         """Whether every file's text is followed by ``\\n`` or the end of ``context`` (as in every
@@ -228,11 +248,11 @@ class CorpusView:
 
     def _enclosing(self, f: dict[str, Any], line: int) -> str | None:
         """The function or class (qualified: ``Class.method``) whose body holds line ``line`` of
-        Python file ``f``, or ``None`` at module level (and for a file ``ast`` cannot parse).
-        Each file is parsed once, on its first hit."""
+        Python file ``f``, or ``None`` at module level (``pydefs.definitions``: by indentation,
+        as ``ast`` reads it). Each file is read once, on its first hit."""
         defs = self._defs.get(f["path"])
         if defs is None:
-            defs = self._defs[f["path"]] = grep_engine.definitions(self.context[f["start"]:f["end"]])
+            defs = self._defs[f["path"]] = pydefs.definitions(self.context[f["start"]:f["end"]])
         return grep_engine.enclosing(defs, line)
 
     def _grep_args(self, pattern: Any, where: Any, more: tuple[Any, ...], path_glob: str | None, ignore_case: bool,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import difflib
-import gc
 import marshal
 import operator
 import os
@@ -32,7 +31,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from rlm_cli.sandbox.rows import glob_matcher
+from rlm_cli.sandbox.rows import glob_matcher, no_collection
 
 #: Marks a key absent from a row (see ``rlm_cli.corpus.structured``).
 MISSING = ...
@@ -312,13 +311,8 @@ class DataView:
         blob = os.pread(self._fd, b - a, a)
         if len(blob) != b - a:
             raise OSError(f"the data file is shorter than the index says (reading {path})")
-        enabled = gc.isenabled()
-        gc.disable()  # a big JSON file makes millions of containers: no full collections meanwhile
-        try:
+        with no_collection():  # a big JSON file makes millions of containers
             return marshal.loads(blob)  # type: ignore[no-any-return]
-        finally:
-            if enabled:
-                gc.enable()
 
     def load(self, path: str) -> Any:
         """The value of ``data[path]`` (loaded once, then kept)."""

@@ -1,0 +1,204 @@
+"""The functions and classes of Python source and the lines each one's body covers, for grep's
+``"in"`` field: :func:`definitions` (by indentation, about 15x faster than ``ast``) and
+:func:`ast_definitions` (the same answer from ``ast``, where the fast reading declines).
+
+Why not ``ast`` alone: parsing is ~170 ns per character, so the first ``grep`` with hits in a few
+thousand Python files of a 1 GB corpus spent 13 s parsing them against 4 s for the search itself.
+Reading the structure by indentation needs only the places where Python's own tokenizer would
+find comments and string literals (:data:`_LITERAL`), then one search per definition for the line
+that ends its body. On the standard library and site-packages of this project's machine (13,348
+files, 161 M characters) it gives exactly ``ast``'s answer for every file ``ast`` parses and
+declines 30 (tabs or form feeds in the indentation, lone ``\\r`` line ends), which ``ast`` then
+reads. A file ``ast`` rejects (a Python 2 file) still gets the indentation's reading.
+
+Runs inside the sandboxed worker: the standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: A comment, or a string literal (any quote, triple or not; a prefix stays code), in the order
+#: Python's tokenizer meets them: a quote inside a comment and a ``#`` inside a string are inside.
+#: Each body is "unrolled" (Friedl: ``[^q\\]*(?:\\.[^q\\]*)*``): one way to match any text, so a
+#: string left open costs one linear scan (``(?:[^q\\]+|\\.)*`` backtracked exponentially there),
+#: and runs of plain characters keep the scan ~6 ns per character (one step per character: ~20).
+_LITERAL = re.compile(r"#[^\r\n]*"
+                      r"|'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''"
+                      r'|"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'
+                      r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"
+                      r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"', re.S)
+#: ``def``/``class`` and the name after it, each searched alone: a pattern starting with a literal
+#: is searched ~8x faster by ``re`` than one starting with ``\n`` or a class of characters.
+_DEF, _CLASS = re.compile(r"def[ \t]+([^\W\d]\w*)"), re.compile(r"class[ \t]+([^\W\d]\w*)")
+#: What may stand before a ``def``/``class`` keyword on its line for it to start a statement.
+_BEFORE_KEYWORD = re.compile(r" *(?:async[ \t]+)?")
+_PUNCT = re.compile(r"[()\[\]{}:]")
+_CODE = re.compile(r"[^ \t\r\n]")
+#: Indentation this reading does not follow (``ast`` does): a tab or form feed before a line's code.
+_ODD_INDENT = re.compile(r"\n *[\t\f]")
+#: Per indentation width ``d``: a line whose code starts at column ``d`` or less.
+_DEDENT: dict[int, re.Pattern[str]] = {}
+#: What a string's characters become: its first ``\x01`` (a statement may start there), the others
+#: ``\x00`` (a line starting with it is inside the string); comments become spaces.
+_STRING_START, _IN_STRING = "\x01", "\x00"
+
+
+def _blank(m: re.Match[str]) -> str:
+    tok = m.group()
+    if tok[0] == "#":
+        return ""
+    lines = tok.count("\n")
+    return _STRING_START + _CONTINUED * lines if lines else _STRING_START
+
+
+_CONTINUED = "\n" + _IN_STRING
+
+
+def blanked(text: str) -> str:
+    """``text`` without its comments and with each string literal turned to ``\\x01`` (then
+    ``\\n\\x00`` for each line it goes on to), so the brackets, colons and keywords left are
+    code. The lines and the indentation that starts them are ``text``'s; nothing else is."""
+    return _LITERAL.sub(_blank, text)
+
+
+def _colon(code: str, pos: int) -> int:
+    """Where the header that goes on at ``pos`` ends: its ``:`` outside brackets; -1 if none."""
+    depth = 0
+    for p in _PUNCT.finditer(code, pos):
+        c = p.group()
+        if c == ":":
+            if depth == 0:
+                return p.start()
+        elif c in "([{":
+            depth += 1
+        else:
+            depth -= 1
+            if depth < 0:
+                return -1
+    return -1
+
+
+def _body_end(code: str, colon: int, indent: int) -> int:
+    """The start of the first line after the header ending at ``colon`` whose code starts at
+    column ``indent`` or less and is a statement (not inside a string or brackets, not after a
+    ``\\`` continuation); ``len(code)`` when the body runs to the end."""
+    rx = _DEDENT.get(indent)
+    if rx is None:
+        rx = _DEDENT[indent] = re.compile(r"\n {0,%d}(?=[^ \t\r\n\x00])" % indent)  # noqa: UP031 - \x00: in a string
+    count = code.count
+    pos = code.find("\n", colon)
+    while pos >= 0:
+        m = rx.search(code, pos)
+        if m is None:
+            break
+        nl, q = m.start(), m.end()
+        if (count("(", colon, q) + count("[", colon, q) + count("{", colon, q)
+                == count(")", colon, q) + count("]", colon, q) + count("}", colon, q)
+                and not code[code.rfind("\n", 0, nl) + 1:nl].rstrip(" \r").endswith("\\")):
+            return nl + 1
+        pos = code.find("\n", q)
+    return len(code)
+
+
+def _last_code_line(code: str, stop: int) -> int:
+    """The start of the last line before ``stop`` (a line start) that holds code."""
+    end = stop
+    while True:
+        start = code.rfind("\n", 0, end - 1) + 1
+        if start <= 1 or code[start:end].strip(" \t\r\n"):
+            return start
+        end = start
+
+
+def _headers(code: str) -> list[tuple[int, int, int, str]]:
+    """``(line start, indentation, end, name)`` of each ``def``/``class`` statement of blanked
+    ``code`` (which starts with ``\n``), in order: the keyword first on its line (after
+    ``async`` for a function)."""
+    out: list[tuple[int, int, int, str]] = []
+    for rx in (_DEF, _CLASS):
+        for m in rx.finditer(code):
+            k = m.start()
+            start = code.rfind("\n", 0, k) + 1
+            if _BEFORE_KEYWORD.fullmatch(code, start, k):
+                before = code[start:k]
+                out.append((start, len(before) - len(before.lstrip(" ")), m.end(), m.group(1)))
+    out.sort()
+    return out
+
+
+def definitions(text: str) -> list[tuple[int, int, str]]:
+    """``(first body line, last line, qualified name)`` of every function and class of Python
+    ``text`` (1-based lines; ``Class.method``, ``outer.inner``), sorted by first line: the body
+    is the lines up to the next statement indented no deeper than the ``def``/``class``, its last
+    line the last one holding code (so trailing comments are not in it), as ``ast`` reports them.
+    Reads by ``ast`` (:func:`ast_definitions`) where indentation uses tabs or form feeds, lines
+    end in a lone ``\\r``, or a header does not close; ``[]`` when that fails too."""
+    code = "\n" + blanked(text)  # a "\n" before every line, the first included: line = "\n"s before it
+    if ((("\t" in code or "\f" in code) and _ODD_INDENT.search(code))
+            or ("\r" in code and code.count("\r") != code.count("\r\n"))):
+        return ast_definitions(text)
+    found: list[tuple[int, int, int, str]] = []  # (header line start, body start, last line start, name)
+    headers = _headers(code)
+    for i, (line_start, indent, end, name) in enumerate(headers):
+        colon = _colon(code, end)
+        first = _CODE.search(code, colon + 1) if colon >= 0 else None
+        if first is None:
+            return ast_definitions(text)
+        body = first.start()
+        if code[body] == "@":  # a decorated definition first: ast gives its def line
+            j = i + 1
+            while j < len(headers) and headers[j][0] < body:
+                j += 1
+            if j == len(headers):
+                return ast_definitions(text)
+            body = headers[j][0]
+        found.append((line_start, body, _last_code_line(code, _body_end(code, colon, indent)), name))
+    line: dict[int, int] = {}
+    n, at = 0, 0
+    for p in sorted({p for f in found for p in f[:3]}):
+        n += code.count("\n", at, p)
+        at = p
+        line[p] = n
+    out: list[tuple[int, int, str]] = []
+    open_defs: list[tuple[int, str]] = []  # (last line, qualified name), innermost last
+    for head, body, last, name in found:
+        while open_defs and open_defs[-1][0] < line[head]:
+            open_defs.pop()
+        qual = f"{open_defs[-1][1]}.{name}" if open_defs else name
+        out.append((line[body], line[last], qual))
+        open_defs.append((line[last], qual))
+    out.sort()
+    return out
+
+
+#: The fields of statements (``if``, ``try``, ``match``...) that hold statements, and of their ``except``/``case`` parts.
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def ast_definitions(text: str) -> list[tuple[int, int, str]]:
+    """:func:`definitions` by ``ast``: ``[]`` when ``text`` does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out: list[tuple[int, int, str]] = []
+
+    def visit(stmts: list[Any], prefix: str) -> None:  # statements only: no definition is inside an expression
+        for child in stmts:
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qual = prefix + child.name
+                out.append((child.body[0].lineno, child.end_lineno or child.body[0].lineno, qual))
+                visit(child.body, qual + ".")
+            else:
+                for name in _BLOCKS:
+                    block = getattr(child, name, None)
+                    if isinstance(block, list):
+                        visit(block, prefix)
+
+    visit(tree.body, "")
+    out.sort()
+    return out
