@@ -4,6 +4,8 @@ line numbers."""
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +126,37 @@ def test_random_texts_keep_every_invariant(path: str) -> None:
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 200)))
         target = rng.choice([16, 30, 100, 500])
         check_spans(text, split_text(text, path, target), target * 4)
+
+
+def _reference_python_boundaries(text: str) -> list[int]:
+    """The rule spelled out line by line (lines end at ``\\n`` only): a line (not the first)
+    starting ``def``/``class``/``async def`` and a space or tab, moved up over the ``@``/``#``
+    lines right above it."""
+    lines = text.split("\n")
+    starts, pos = [], 0
+    for line in lines:
+        starts.append(pos)
+        pos += len(line) + 1
+    out = []
+    for i, line in enumerate(lines):
+        if i and re.match(r"(?:async[ \t]+def|def|class)[ \t]", line):
+            j = i
+            while j > 0 and lines[j - 1].startswith(("@", "#")):
+                j -= 1
+            if starts[j] > 0:
+                out.append(starts[j])
+    return out
+
+
+def test_python_boundaries_follow_the_rule_on_real_files() -> None:
+    """The boundaries found with one ``\\n``-led search are the rule's, on real files and edge cases."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    texts = [(root / rel).read_text(encoding="utf-8") for rel in ("argparse.py", "json/decoder.py", "dataclasses.py")]
+    texts += ["def first():\n    pass\n", "x = 1\n@d\n# c\ndef f():\n  pass\nclass\tC: pass\nasync  def g(): pass\n",
+              "x\r\ndef f(): pass\r\n", "x\n    def nested(): pass\ndefine = 1\nclassy = 2\n"]
+    for text in texts:
+        found = primary_boundaries(text, "python")
+        assert found == _reference_python_boundaries(text)
+    assert len(primary_boundaries(texts[0], "python")) > 20
