@@ -130,7 +130,7 @@ def split_text(text: str, path: str, target_tokens: int, *, chars_per_token: flo
         return [Span(0, n, 1, 1 + text.count("\n", 0, n - 1))]
     kind = kind or kind_of(path)
     primary = primary_boundaries(text, kind)
-    secondary = primary if kind == "text" else [m.end() for m in _BLANK.finditer(text)]
+    secondary = primary if kind == "text" else None  # found when a cut first needs them
     min_fill = int(target * MIN_FILL)
     spans: list[Span] = []
     pos, line = 0, 1
@@ -141,6 +141,8 @@ def split_text(text: str, path: str, target_tokens: int, *, chars_per_token: flo
         else:
             cut = _last_in(primary, pos + min_fill, limit)
             if cut < 0:
+                if secondary is None:
+                    secondary = [m.end() for m in _BLANK.finditer(text)]
                 cut = _last_in(secondary, pos + 1, limit)
             if cut < 0:
                 cut = text.rfind("\n", pos, limit) + 1
