@@ -24,16 +24,21 @@ from typing import Any
 #: Each body is "unrolled" (Friedl: ``[^q\\]*(?:\\.[^q\\]*)*``): one way to match any text, so a
 #: string left open costs one linear scan (``(?:[^q\\]+|\\.)*`` backtracked exponentially there),
 #: and runs of plain characters keep the scan ~6 ns per character (one step per character: ~20).
+#: A string left open (a broken file) ends where Python's tokenizer gives up on it, at the end of
+#: its line or (triple-quoted) of the text: every quote then starts one match that moves on,
+#: where a search that failed at each quote and tried the next cost the line's length per quote.
 _LITERAL = re.compile(r"#[^\r\n]*"
-                      r"|'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''"
-                      r'|"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'
-                      r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"
-                      r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"', re.S)
+                      r"|'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*(?:'''|\\?\Z)"
+                      r'|"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*(?:"""|\\?\Z)'
+                      r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*(?:'|\\?(?=\n)|\\?\Z)"
+                      r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*(?:"|\\?(?=\n)|\\?\Z)', re.S)
 #: ``def``/``class`` and the name after it, each searched alone: a pattern starting with a literal
 #: is searched ~8x faster by ``re`` than one starting with ``\n`` or a class of characters.
 _DEF, _CLASS = re.compile(r"def[ \t]+([^\W\d]\w*)"), re.compile(r"class[ \t]+([^\W\d]\w*)")
-#: What may stand before a ``def``/``class`` keyword on its line for it to start a statement.
-_BEFORE_KEYWORD = re.compile(r" *(?:async[ \t]+)?")
+#: Characters of work (the spans searched for each header's colon, body end and last line) per
+#: character of text past which the reading gives way to ``ast``: code nested 16 deep, or a
+#: broken file whose headers never close, would otherwise cost the text's length per definition.
+WORK_PER_CHAR = 16
 _PUNCT = re.compile(r"[()\[\]{}:]")
 _CODE = re.compile(r"[^ \t\r\n]")
 #: Indentation this reading does not follow (``ast`` does): a tab or form feed before a line's code.
@@ -88,15 +93,17 @@ def _body_end(code: str, colon: int, indent: int) -> int:
     if rx is None:
         rx = _DEDENT[indent] = re.compile(r"\n {0,%d}(?=[^ \t\r\n\x00])" % indent)  # noqa: UP031 - \x00: in a string
     count = code.count
+    depth, counted = 0, colon  # brackets open between the colon and `counted` (counted once each)
     pos = code.find("\n", colon)
     while pos >= 0:
         m = rx.search(code, pos)
         if m is None:
             break
         nl, q = m.start(), m.end()
-        if (count("(", colon, q) + count("[", colon, q) + count("{", colon, q)
-                == count(")", colon, q) + count("]", colon, q) + count("}", colon, q)
-                and not code[code.rfind("\n", 0, nl) + 1:nl].rstrip(" \r").endswith("\\")):
+        depth += (count("(", counted, q) + count("[", counted, q) + count("{", counted, q)
+                  - count(")", counted, q) - count("]", counted, q) - count("}", counted, q))
+        counted = q
+        if depth == 0 and not code[code.rfind("\n", 0, nl) + 1:nl].rstrip(" \r").endswith("\\"):
             return nl + 1
         pos = code.find("\n", q)
     return len(code)
@@ -120,10 +127,18 @@ def _headers(code: str) -> list[tuple[int, int, int, str]]:
     for rx in (_DEF, _CLASS):
         for m in rx.finditer(code):
             k = m.start()
-            start = code.rfind("\n", 0, k) + 1
-            if _BEFORE_KEYWORD.fullmatch(code, start, k):
-                before = code[start:k]
-                out.append((start, len(before) - len(before.lstrip(" ")), m.end(), m.group(1)))
+            j = k  # back over what may stand before the keyword: "async" and a space (a def), spaces
+            if rx is _DEF:
+                i = j
+                while code[i - 1] in " \t":
+                    i -= 1
+                if i < j and code.endswith("async", 0, i):
+                    j = i - 5
+            start = j
+            while code[start - 1] == " ":
+                start -= 1
+            if code[start - 1] == "\n":  # only that since the line began (code[0] is "\n")
+                out.append((start, j - start, m.end(), m.group(1)))
     out.sort()
     return out
 
@@ -134,18 +149,21 @@ def definitions(text: str) -> list[tuple[int, int, str]]:
     is the lines up to the next statement indented no deeper than the ``def``/``class``, its last
     line the last one holding code (so trailing comments are not in it), as ``ast`` reports them.
     Reads by ``ast`` (:func:`ast_definitions`) where indentation uses tabs or form feeds, lines
-    end in a lone ``\\r``, or a header does not close; ``[]`` when that fails too."""
+    end in a lone ``\\r``, a header does not close, or the reading would cost over
+    :data:`WORK_PER_CHAR` per character (deep nesting); ``[]`` when ``ast`` fails too."""
     code = "\n" + blanked(text)  # a "\n" before every line, the first included: line = "\n"s before it
     if ((("\t" in code or "\f" in code) and _ODD_INDENT.search(code))
             or ("\r" in code and code.count("\r") != code.count("\r\n"))):
         return ast_definitions(text)
     found: list[tuple[int, int, int, str]] = []  # (header line start, body start, last line start, name)
     headers = _headers(code)
+    budget = WORK_PER_CHAR * len(code) + 100_000
     for i, (line_start, indent, end, name) in enumerate(headers):
         colon = _colon(code, end)
         first = _CODE.search(code, colon + 1) if colon >= 0 else None
         if first is None:
             return ast_definitions(text)
+        budget -= colon - end
         body = first.start()
         if code[body] == "@":  # a decorated definition first: ast gives its def line
             j = i + 1
@@ -154,7 +172,12 @@ def definitions(text: str) -> list[tuple[int, int, str]]:
             if j == len(headers):
                 return ast_definitions(text)
             body = headers[j][0]
-        found.append((line_start, body, _last_code_line(code, _body_end(code, colon, indent)), name))
+        stop = _body_end(code, colon, indent)
+        last = _last_code_line(code, stop)
+        budget -= (stop - colon) + (stop - last)
+        if budget < 0:
+            return ast_definitions(text)
+        found.append((line_start, body, last, name))
     line: dict[int, int] = {}
     n, at = 0, 0
     for p in sorted({p for f in found for p in f[:3]}):

@@ -63,6 +63,37 @@ def test_strings_left_open_cost_a_scan_not_a_backtracking_search() -> None:
     assert pydefs.definitions("x = '" + "ab\\'" * 5000 + "\ndef g():\n    pass\n") == [(3, 3, "g")]
 
 
+def _nested(depth: int) -> str:
+    return "".join(" " * (4 * i) + f"def f{i}():\n" for i in range(depth)) + " " * (4 * depth) + "pass\n"
+
+
+#: Shapes (about 100 KB each) that cost quadratic or worse time in an earlier reading: a quote
+#: tried again at each of 50,000 quotes, a bracket count from the colon at every candidate line,
+#: headers that never close, code nested 98 deep. Each now takes milliseconds; a regression
+#: shows as this test running into the suite's timeout.
+HOSTILE = {
+    "escaped quotes, never closed": "\\'" * 50_000,
+    "escaped triple quotes on lines": "\\'''\n" * 20_000,
+    "a list at column 0": "def f():\n    x = [\n" + "1,\n" * 30_000 + "]\n    return x\n",
+    "headers that never close": "def f(:\n" * 12_000,
+    "unbalanced brackets": ("def f():\n    (\n" + "x\n" * 3) * 3_000,
+    "nested 98 deep": _nested(98) * 4,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_shapes_are_read_in_linear_time(name: str) -> None:
+    src = HOSTILE[name]
+    got = pydefs.definitions(src)
+    try:
+        import ast
+
+        ast.parse(src)
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return  # not Python: any answer, but an answer
+    assert got == pydefs.ast_definitions(src) != []
+
+
 def test_indentation_with_tabs_or_form_feeds_is_read_by_ast() -> None:
     for src in ("def f():\n\tif x:\n\t\treturn 1\n\treturn 2\n", "def f():\n \f   return 1\n"):
         assert pydefs.definitions(src) == pydefs.ast_definitions(src) != []
