@@ -35,6 +35,16 @@ TRICKY = {
     "empty": "",
     "string statement after a body": 'def f():\n    pass\n"""module string"""\ndef g():\n    pass\n',
     "lambda and comprehension": "def f():\n    g = lambda: [x for x in y]\n    return g\n",
+    # found by a fuzzer (stdlib mutants and generated programs) against the first version:
+    "continuation after the keyword": "def \\\nf():\n    pass\nclass\\\nn():\n    ()\n    def _():()",
+    "form feed after the keyword": "def\x0cf():\n    pass\nasync\x0cdef g():\n    pass\n",
+    "async continued onto the def": "class A:\n    async \\\ndef f(self):\n        pass\n    @d\n    async \\\n    def g(self): pass\n",
+    "continuation after the colon": "def f(): \\\n    pass\ndef g(): \x0c\n    pass\n",
+    "a line of only a backslash": "def f():\n    \\\n    pass\ndef g():\n    x = 1\n\\\n    y = 2\ndef h():\n    pass\n    \\\n\n",
+    "lambda in the return annotation": "def f() -> lambda: 0:\n    pass\n",
+    "lone carriage return in a string": 'x = """a\rb"""\ny = "a\\\rb"\ndef f():\n    pass\n',
+    "continuation in a string of a crlf file": 'x = "\\\r\ndef g(): pass"\r\ndef f():\r\n    pass\r\n',
+    "names ast normalises": "def \ufb01():\n    pass\ndef \u2118():\n    pass\ndef a\u00b7b():\n    pass\ndef a\u0301b():\n    pass\n",
 }
 
 
