@@ -101,6 +101,10 @@ class Spec:
             self.any = re.compile("|".join(f"(?:{x})" for x in parts)) if parts else None
         except (re.error, AttributeError, TypeError):
             self.any = None
+        #: The same for folders; none when a ``*/`` pattern is there (pathspec writes it as a
+        #: search for "/", which a match from the start never finds).
+        every_folder = any(getattr(getattr(p, "regex", None), "pattern", None) == "(?P<ps_d>/)" for p in self.spec.patterns)
+        self.any_folder: re.Pattern[str] | None = None if every_folder else self.any
 
     def check(self, path: str) -> bool | None:
         """True: matched by an ignore pattern; False: re-included by a ``!`` pattern; None: no match.
@@ -111,7 +115,11 @@ class Spec:
         since = time.monotonic()
         clock.matching(self)
         try:
-            if self.any is not None and self.any.match(path) is None:
+            if path.endswith("/"):
+                quick = self.any_folder
+                no_match = quick is not None and quick.match(path) is None and quick.match(path[:-1]) is None
+                verdict = None if no_match else self._folder(path)
+            elif self.any is not None and self.any.match(path) is None:
                 verdict = None
             else:
                 verdict = self.spec.check_file(path).include
@@ -121,6 +129,27 @@ class Spec:
         if self.used > IGNORE_FILE_SECONDS:
             raise self.too_slow()
         return verdict
+
+    def _folder(self, folder: str) -> bool | None:
+        """Whether the last pattern that matches ``folder`` itself (``a/b/``: the folder, not a
+        folder above it) is a ``!`` pattern. pathspec 1.1.1 says a folder is ignored when ``*``
+        or ``**`` matched it first, whatever re-includes it later (``*``, ``!*/``, ``!*.py``: git
+        keeps every ``.py`` file, pathspec every folder ignored): its shortcut regex for those
+        two cannot mark a folder match (python-pathspec PR #133, merged after 1.1.1)."""
+        last = None
+        for pattern in self.spec.patterns:
+            rx = getattr(pattern, "regex", None)
+            if pattern.include is None or rx is None:
+                continue
+            if rx.pattern == "(?P<ps_d>/)":  # "*/": every folder
+                itself = True
+            elif "ps_d" not in rx.groupindex:  # "*", "**", "x/**": the folder's path, without its "/"
+                itself = rx.match(folder[:-1]) is not None  # (x/** is what is in x, not x itself)
+            else:  # the folder mark at the path's end: the folder itself, not one above it
+                itself = rx.fullmatch(folder) is not None
+            if itself:
+                last = pattern.include
+        return last
 
     def too_slow(self) -> UsageError:
         """The error for patterns that took too long."""

@@ -45,7 +45,7 @@ from rlm_cli.corpus.walk import Walker
 #: The name of the log in a bundle folder.
 WALK_FILE = "walk.json"
 #: Bumped whenever the walk's rules (``rlm_cli.corpus.walk``) change what a walk would find.
-WALK_LOG_VERSION = 1
+WALK_LOG_VERSION = 2
 #: A folder, ignore file or link target changed less than this long before the walk is not
 #: trusted (the value of ``rlm_cli.corpus.store.RACY_NS``, which imports this module).
 RACY_NS = 2_000_000_000
