@@ -88,8 +88,12 @@ class Spec:
     gitignore logic skipped. Paths are relative, ``/``-separated, with ``/`` after a folder.
     ``source`` names the ignore file(s) the lines come from; ``used`` is the seconds spent matching."""
 
-    def __init__(self, lines: list[str], source: str = "") -> None:
+    def __init__(self, lines: list[str], source: str = "", *, walked: bool = True) -> None:
         self.source = source
+        #: Judged as a walk that only enters the folders it keeps needs (:meth:`_itself`: ignore
+        #: files, ``--exclude``); else by pathspec, where a folder's pattern matches what is in
+        #: it (``--include src/`` keeps the files under ``src``).
+        self.walked = walked
         self.used = 0.0
         self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
         self.any: re.Pattern[str] | None = None
@@ -115,12 +119,11 @@ class Spec:
         since = time.monotonic()
         clock.matching(self)
         try:
-            if path.endswith("/"):
-                quick = self.any_folder
-                no_match = quick is not None and quick.match(path) is None and quick.match(path[:-1]) is None
-                verdict = None if no_match else self._folder(path)
-            elif self.any is not None and self.any.match(path) is None:
-                verdict = None
+            quick = self.any_folder if path.endswith("/") else self.any
+            if quick is not None and quick.match(path) is None and quick.match(path.rstrip("/")) is None:
+                verdict = None  # no pattern can match it
+            elif self.walked:
+                verdict = self._itself(path)
             else:
                 verdict = self.spec.check_file(path).include
         finally:
@@ -130,23 +133,27 @@ class Spec:
             raise self.too_slow()
         return verdict
 
-    def _folder(self, folder: str) -> bool | None:
-        """Whether the last pattern that matches ``folder`` itself (``a/b/``: the folder, not a
-        folder above it) is a ``!`` pattern. pathspec 1.1.1 says a folder is ignored when ``*``
-        or ``**`` matched it first, whatever re-includes it later (``*``, ``!*/``, ``!*.py``: git
-        keeps every ``.py`` file, pathspec every folder ignored): its shortcut regex for those
-        two cannot mark a folder match (python-pathspec PR #133, merged after 1.1.1)."""
+    def _itself(self, path: str) -> bool | None:
+        """The ``include`` of the last pattern that matches ``path`` itself (``a/b/``, a folder,
+        or ``a/b.py``), not through a folder above it; ``None`` when none does. That is git's
+        rule once a walk only enters folders it kept: a folder above is judged when the walk
+        meets it (git cannot re-include what is in an ignored folder, and a ``!`` pattern for a
+        folder does not re-include what is in it). pathspec 1.1.1's own answer differs twice:
+        a folder that ``*`` or ``**`` matched stays ignored whatever re-includes it (its
+        shortcut regex for those cannot mark a folder match: python-pathspec PR #133, merged
+        after 1.1.1), and a file counts as matched by a pattern that matched a folder above it."""
+        folder = path.endswith("/")
         last = None
         for pattern in self.spec.patterns:
             rx = getattr(pattern, "regex", None)
             if pattern.include is None or rx is None:
                 continue
-            if rx.pattern == "(?P<ps_d>/)":  # "*/": every folder
-                itself = True
-            elif "ps_d" not in rx.groupindex:  # "*", "**", "x/**": the folder's path, without its "/"
-                itself = rx.match(folder[:-1]) is not None  # (x/** is what is in x, not x itself)
-            else:  # the folder mark at the path's end: the folder itself, not one above it
-                itself = rx.fullmatch(folder) is not None
+            if rx.pattern == "(?P<ps_d>/)":  # "*/": every folder, no file
+                itself = folder
+            elif "ps_d" not in rx.groupindex:  # "*", "**", "x/**": the path without a folder's "/"
+                itself = rx.match(path[:-1] if folder else path) is not None  # (x/** is in x, not x)
+            else:  # the folder mark, if any, at the path's end: the path itself, not a folder above
+                itself = rx.fullmatch(path) is not None
             if itself:
                 last = pattern.include
         return last
@@ -162,11 +169,12 @@ class Spec:
         return bool(self.check(path))
 
 
-def compile_rules(lines: list[str], source: str = "") -> Spec | None:
+def compile_rules(lines: list[str], source: str = "", *, walked: bool = True) -> Spec | None:
     """A :class:`Spec` of the gitignore ``lines`` (blank lines and comments dropped), or ``None``
-    when none is left; ``source`` names where they come from (for the too-slow error)."""
+    when none is left; ``source`` names where they come from (for the too-slow error);
+    ``walked``: see :attr:`Spec.walked`."""
     lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-    return Spec(lines, source) if lines else None
+    return Spec(lines, source, walked=walked) if lines else None
 
 
 def ignored(specs: list[tuple[str, Spec]], rel: str, is_dir: bool) -> bool:

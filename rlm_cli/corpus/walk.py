@@ -56,7 +56,7 @@ class Walker:
         self._in_file = False  # inside the stat of a file: its skips depend on the stat (not logged)
         self.bounds = bounds if bounds is not None else links.Bounds([], follow=True)
         self.shown: set[str] = set()  # display paths given out (two names may display alike)
-        self.include = compile_rules(list(options.include), "--include")
+        self.include = compile_rules(list(options.include), "--include", walked=False)
         self.exclude = compile_rules(list(options.exclude), "--exclude")
         self.seen: dict[tuple[int, int], SourceFile] = {}  # files already selected (dev, inode)
         self.visited: set[tuple[int, int]] = set()  # folders already walked
