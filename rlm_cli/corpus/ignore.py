@@ -82,6 +82,9 @@ class Clock:
 clock = Clock()
 
 
+_EVERY_FOLDER, _PREFIX, _WHOLE = 0, 1, 2
+
+
 class Spec:
     """A pathspec ``GitIgnoreSpec`` with a fast negative answer: one combined regex says when no
     pattern can match (the usual case on a big tree), and only then is pathspec's exact
@@ -107,6 +110,17 @@ class Spec:
             self.any = None
         #: The same for folders; none when a ``*/`` pattern is there (pathspec writes it as a
         #: search for "/", which a match from the start never finds).
+        #: ``(include, kind, regex)`` of the patterns, the last first (:meth:`_itself`): "*/" is
+        #: every folder and no file; a regex without a folder mark ("*", "**", "x/**") matches the
+        #: path and what is under it; the others match the path itself when the folder mark, if
+        #: any, is at its end.
+        self._last_first: list[tuple[bool, int, re.Pattern[str]]] = []
+        for p in reversed(self.spec.patterns):
+            rx = getattr(p, "regex", None)
+            if p.include is not None and rx is not None:
+                kind = (_EVERY_FOLDER if rx.pattern == "(?P<ps_d>/)" else _PREFIX if "ps_d" not in rx.groupindex
+                        else _WHOLE)
+                self._last_first.append((bool(p.include), kind, rx))
         every_folder = any(getattr(getattr(p, "regex", None), "pattern", None) == "(?P<ps_d>/)" for p in self.spec.patterns)
         self.any_folder: re.Pattern[str] | None = None if every_folder else self.any
 
@@ -119,8 +133,9 @@ class Spec:
         since = time.monotonic()
         clock.matching(self)
         try:
-            quick = self.any_folder if path.endswith("/") else self.any
-            if quick is not None and quick.match(path) is None and quick.match(path.rstrip("/")) is None:
+            folder = path.endswith("/")
+            quick = self.any_folder if folder else self.any
+            if quick is not None and quick.match(path) is None and (not folder or quick.match(path[:-1]) is None):
                 verdict = None  # no pattern can match it
             elif self.walked:
                 verdict = self._itself(path)
@@ -143,20 +158,16 @@ class Spec:
         shortcut regex for those cannot mark a folder match: python-pathspec PR #133, merged
         after 1.1.1), and a file counts as matched by a pattern that matched a folder above it."""
         folder = path.endswith("/")
-        last = None
-        for pattern in self.spec.patterns:
-            rx = getattr(pattern, "regex", None)
-            if pattern.include is None or rx is None:
-                continue
-            if rx.pattern == "(?P<ps_d>/)":  # "*/": every folder, no file
+        for include, kind, rx in self._last_first:
+            if kind == _EVERY_FOLDER:
                 itself = folder
-            elif "ps_d" not in rx.groupindex:  # "*", "**", "x/**": the path without a folder's "/"
+            elif kind == _PREFIX:
                 itself = rx.match(path[:-1] if folder else path) is not None  # (x/** is in x, not x)
-            else:  # the folder mark, if any, at the path's end: the path itself, not a folder above
+            else:
                 itself = rx.fullmatch(path) is not None
             if itself:
-                last = pattern.include
-        return last
+                return include
+        return None
 
     def too_slow(self) -> UsageError:
         """The error for patterns that took too long."""
