@@ -86,9 +86,10 @@ _EVERY_FOLDER, _PREFIX, _WHOLE = 0, 1, 2
 
 
 class Spec:
-    """A pathspec ``GitIgnoreSpec`` with a fast negative answer: one combined regex says when no
-    pattern can match (the usual case on a big tree), and only then is pathspec's exact
-    gitignore logic skipped. Paths are relative, ``/``-separated, with ``/`` after a folder.
+    """Gitignore patterns compiled by pathspec's ``GitIgnoreSpec``, with a fast negative answer:
+    one combined regex says when no pattern can match (the usual case on a big tree); otherwise
+    git's rule decides (:meth:`_itself`), or pathspec's own check where ``walked`` is false.
+    Paths are relative, ``/``-separated, with ``/`` after a folder.
     ``source`` names the ignore file(s) the lines come from; ``used`` is the seconds spent matching."""
 
     def __init__(self, lines: list[str], source: str = "", *, walked: bool = True) -> None:
@@ -108,8 +109,6 @@ class Spec:
             self.any = re.compile("|".join(f"(?:{x})" for x in parts)) if parts else None
         except (re.error, AttributeError, TypeError):
             self.any = None
-        #: The same for folders; none when a ``*/`` pattern is there (pathspec writes it as a
-        #: search for "/", which a match from the start never finds).
         #: ``(include, kind, regex)`` of the patterns, the last first (:meth:`_itself`): "*/" is
         #: every folder and no file; a regex without a folder mark ("*", "**", "x/**") matches the
         #: path and what is under it; the others match the path itself when the folder mark, if
@@ -121,6 +120,8 @@ class Spec:
                 kind = (_EVERY_FOLDER if rx.pattern == "(?P<ps_d>/)" else _PREFIX if "ps_d" not in rx.groupindex
                         else _WHOLE)
                 self._last_first.append((bool(p.include), kind, rx))
+        #: :attr:`any` for folders; none when a ``*/`` pattern is there (pathspec writes it as a
+        #: search for "/", which a match from the start never finds).
         every_folder = any(getattr(getattr(p, "regex", None), "pattern", None) == "(?P<ps_d>/)" for p in self.spec.patterns)
         self.any_folder: re.Pattern[str] | None = None if every_folder else self.any
 
