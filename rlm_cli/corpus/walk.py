@@ -118,6 +118,30 @@ class Walker:
         self.shown.add(alt)
         return alt
 
+    def _ignore_lines(self, full: str, rel: str) -> list[str]:
+        """The lines of ignore file ``full`` (``rel`` as shown); ``[]`` with an "unreadable" skip
+        and a warning when it cannot be read or is not a regular file (a FIFO named
+        ``.gitignore`` would block a plain ``open`` forever: it is opened without blocking)."""
+        why = ""
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        else:
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    with os.fdopen(fd, encoding="utf-8", errors="replace") as fh:
+                        fd = -1
+                        return fh.read().splitlines()
+                why = "not a regular file"
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+        self._skip("unreadable", f"cannot read {rel}: {why}; its ignore rules are not applied", path=rel)
+        return []
+
     def _skip(self, reason: str, warning: str | None = None, *, path: str) -> None:
         """``report.skip``, logged as a step of the walk unless it depends on a file's own stat
         (those are decided again when the walk is replayed)."""
@@ -252,13 +276,9 @@ class Walker:
                 lines: list[str] = []
                 for name in IGNORE_FILES:
                     if name in names:
-                        try:
-                            if self.log is not None:
-                                self.log.ignore_file(os.path.join(path, name))
-                            with open(os.path.join(path, name), encoding="utf-8", errors="replace") as fh:
-                                lines.extend(fh.read().splitlines())
-                        except OSError:
-                            continue
+                        if self.log is not None:
+                            self.log.ignore_file(os.path.join(path, name))
+                        lines.extend(self._ignore_lines(os.path.join(path, name), rel_dir + name))
                 spec = compile_rules(lines, " and ".join(os.path.join(rel_dir, n) for n in IGNORE_FILES if n in names))
                 if spec is not None:
                     specs = specs + [(rel_dir, spec)]

@@ -334,3 +334,22 @@ def test_gitignore_verdicts_match_git_on_random_rule_sets(tmp_path: Path) -> Non
         assert ours == git, lines
         checked += len(git)
     assert checked > 500  # the rule sets kept files, not only ignored them
+
+
+def test_an_ignore_file_that_cannot_be_read_is_named_and_a_fifo_does_not_block(tmp_path: Path) -> None:
+    """A folder named ``.gitignore`` and a FIFO named ``.ignore`` (a hostile corpus: a plain
+    ``open`` of a FIFO waits for a writer forever) are each skipped with a warning that says their
+    rules are not applied; the readable ignore files still count."""
+    root = make_tree(tmp_path / "r", {"a.py": "x\n", "b.log": "x\n", "sub/c.py": "x\n", "sub/d.tmp": "x\n",
+                                      ".rlmignore": "*.log\n"})
+    (root / ".gitignore").mkdir()
+    os.mkfifo(root / "sub" / ".ignore")
+    (root / "sub" / ".rlmignore").write_text("*.tmp\n")
+    proc = subprocess.run([sys.executable, "-m", "rlm_cli", "stats", str(root), "--json", "--no-cache"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot read .gitignore: not a regular file; its ignore rules are not applied" in proc.stderr
+    assert "cannot read sub/.ignore: not a regular file" in proc.stderr
+    paths, report = shown(root)
+    assert paths == ["a.py", "sub/c.py"]  # *.log and *.tmp still ignored
+    assert report.skipped["unreadable"] == 2
