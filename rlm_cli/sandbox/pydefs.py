@@ -58,8 +58,9 @@ _ODD_INDENT = re.compile(r"\n *[\t\f]")
 #: Per indentation width ``d``: a line whose code starts at column ``d`` or less.
 _DEDENT: dict[int, re.Pattern[str]] = {}
 #: What a string's characters become: its first ``\x01`` (a statement may start there), the others
-#: ``\x00`` (a line starting with it is inside the string); comments become spaces.
+#: ``\x00`` (a line starting with it is inside the string); comments are dropped.
 _STRING_START, _IN_STRING = "\x01", "\x00"
+_CONTINUED = "\n" + _IN_STRING
 
 
 def _blank(m: re.Match[str]) -> str:
@@ -68,9 +69,6 @@ def _blank(m: re.Match[str]) -> str:
         return ""
     lines = tok.count("\n")
     return _STRING_START + _CONTINUED * lines if lines else _STRING_START
-
-
-_CONTINUED = "\n" + _IN_STRING
 
 
 def blanked(text: str) -> str:
