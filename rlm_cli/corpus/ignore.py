@@ -82,7 +82,7 @@ class Clock:
 clock = Clock()
 
 
-_EVERY_FOLDER, _PREFIX, _WHOLE = 0, 1, 2
+_EVERY_FOLDER, _PREFIX, _WHOLE, _FOLDERS_UNDER = 0, 1, 2, 3
 
 
 class Spec:
@@ -113,13 +113,21 @@ class Spec:
         #: every folder and no file; a regex without a folder mark ("*", "**", "x/**") matches the
         #: path and what is under it; the others match the path itself when the folder mark, if
         #: any, is at its end.
+        #: "x/**/" is every folder under x (pathspec 1.1.1 compiles it as x/ itself): x/**'s regex,
+        #: for folders only.
         self._last_first: list[tuple[bool, int, re.Pattern[str]]] = []
         for p in reversed(self.spec.patterns):
             rx = getattr(p, "regex", None)
-            if p.include is not None and rx is not None:
+            if p.include is None or rx is None:
+                continue
+            source = str(getattr(p, "pattern", "")).rstrip()
+            if source.endswith("/**/") and source.lstrip("!") != "/**/":
+                under = pathspec.GitIgnoreSpec.from_lines([source.lstrip("!")[:-1]]).patterns[0]
+                rx, kind = under.regex, _FOLDERS_UNDER
+            else:
                 kind = (_EVERY_FOLDER if rx.pattern == "(?P<ps_d>/)" else _PREFIX if "ps_d" not in rx.groupindex
                         else _WHOLE)
-                self._last_first.append((bool(p.include), kind, rx))
+            self._last_first.append((bool(p.include), kind, rx))
         #: :attr:`any` for folders; none when a ``*/`` pattern is there (pathspec writes it as a
         #: search for "/", which a match from the start never finds).
         every_folder = any(getattr(getattr(p, "regex", None), "pattern", None) == "(?P<ps_d>/)" for p in self.spec.patterns)
@@ -162,6 +170,8 @@ class Spec:
         for include, kind, rx in self._last_first:
             if kind == _EVERY_FOLDER:
                 itself = folder
+            elif kind == _FOLDERS_UNDER:
+                itself = folder and rx.match(path[:-1]) is not None
             elif kind == _PREFIX:
                 itself = rx.match(path[:-1] if folder else path) is not None  # (x/** is in x, not x)
             else:
