@@ -123,7 +123,7 @@ class Spec:
             source = str(getattr(p, "pattern", "")).rstrip()
             if source.endswith("/**/") and source.lstrip("!") != "/**/":
                 under = pathspec.GitIgnoreSpec.from_lines([source.lstrip("!")[:-1]]).patterns[0]
-                rx, kind = under.regex, _FOLDERS_UNDER
+                rx, kind = getattr(under, "regex", None) or rx, _FOLDERS_UNDER
             else:
                 kind = (_EVERY_FOLDER if rx.pattern == "(?P<ps_d>/)" else _PREFIX if "ps_d" not in rx.groupindex
                         else _WHOLE)
