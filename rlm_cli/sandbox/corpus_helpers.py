@@ -21,11 +21,11 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlm_cli.protocol import BUNDLE_VERSION, unpack_columns
-from rlm_cli.sandbox import grep_engine, pydefs, rows
+from rlm_cli.sandbox import grep_engine, near_miss, pydefs, rows
 from rlm_cli.sandbox.bm25 import BM25
 from rlm_cli.sandbox.grep_engine import GREP_USAGE, PY_SUFFIXES
 from rlm_cli.sandbox.rows import CHUNK_KEYS, FILE_KEYS, Row, glob_matcher, make_hit, no_collection, raw_layout
@@ -68,6 +68,35 @@ class Context(str):
         return str.__getitem__(self, key)
 
 
+class Lines(str):
+    """The text ``context["path"]`` and ``chunk_text`` return: a ``str`` in every way (slices,
+    methods, regexes, ``len``, ``in``) except that a loop over it gives its lines (each with its
+    ``\n``, as a loop over an open file does) instead of its characters. A loop over the
+    characters of a file's text is never what code means: ``for line in text: ip = line.split()[0]``
+    was seen to fail on the first blank "line", and a rewrite of it to count 0 client addresses in
+    an access log (Qwen2.5-Coder-1.5B). Methods that make a new string return a plain ``str``."""
+
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
+        return iter(self.splitlines(keepends=True))
+
+
+class NumberedLines(str):
+    """What ``read_file`` returns: the lines shown with their numbers (``"12: text"``, a ``str``
+    to print or search), where a loop gives the file's own lines without the numbers, as a loop
+    over ``open(path)`` does: ``for line in read_file(path)`` is written to parse a file (see
+    :class:`Lines`), and ``line.split()[0]`` must then be the line's first field, not its number."""
+
+    _raw: str = ""
+
+    def __new__(cls, shown: str, raw: str) -> NumberedLines:
+        obj = super().__new__(cls, shown)
+        obj._raw = raw
+        return obj
+
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
+        return iter(self._raw.splitlines(keepends=True))
+
+
 class CorpusView:
     """The loaded corpus and the helper functions the model calls on it.
 
@@ -96,6 +125,9 @@ class CorpusView:
         #: and whether that was the default one (:data:`DEFAULT_MAX_RESULTS`).
         self.grep_capped = 0
         self.grep_capped_default = False
+        #: ``(pattern, path_glob, keep)`` of each grep over the corpus that matched no line since
+        #: the worker last cleared it (see :meth:`explain_empty_greps`).
+        self.grep_empty: list[tuple[str, str | None, Callable[[str], bool] | None]] = []
         #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).
         self.structured: list[tuple[str, int, int, dict[str, Any]]] = []
         _VIEWS.add(self)
@@ -206,7 +238,23 @@ class CorpusView:
             self._scan(rx, spans, keep, out, max_results, emit)
         if len(out) >= max_results:
             self.grep_capped, self.grep_capped_default = max_results, default
+        if not out and spans is None:
+            self.grep_empty.append((rx.pattern, path_glob, keep))
         return out
+
+    def explain_empty_greps(self) -> str:
+        """Notes on the greps over the corpus since :attr:`grep_empty` was last cleared that matched
+        nothing (``near_miss.explain_empty``: the lines that hold the pattern's literal parts), at
+        most ``near_miss.NOTES_PER_BLOCK`` of them within ``near_miss.BUDGET_S`` seconds; ``""``
+        when every grep found something."""
+        empty, self.grep_empty = self.grep_empty, []
+        deadline = time.monotonic() + near_miss.BUDGET_S
+        notes = [near_miss.explain_empty(self.context, self.files, pattern, keep, glob, deadline)
+                 for pattern, glob, keep in empty[:near_miss.NOTES_PER_BLOCK]]
+        if len(empty) > near_miss.NOTES_PER_BLOCK:
+            notes.append(f"[note: {len(empty) - near_miss.NOTES_PER_BLOCK:,} more grep() calls of this block "
+                         "matched no line.]\n")
+        return "".join(notes)
 
     def _scan(self, rx: re.Pattern[str], spans: Any, keep: Callable[[str], bool] | None, out: list[dict[str, Any]],
               max_results: int, emit: Callable[[dict[str, Any], re.Match[str], int, int], int]) -> None:
@@ -340,7 +388,9 @@ class CorpusView:
     def read_file(self, path: Any = None, start_line: int | None = None, end_line: int | None = None,
                   **aliases: Any) -> str:
         """Lines ``start_line..end_line`` (1-based, inclusive; default the whole file) of ``path``,
-        each prefixed with its number: ``"12: text"``. ``path`` may be a unique path suffix.
+        each prefixed with its number: ``"12: text"`` (a :class:`NumberedLines`: a loop over it
+        gives the lines without their numbers, as a loop over a file does). ``path`` may be a
+        unique path suffix.
 
         Also accepted: a grep hit or search result (``read_file(hit)`` shows lines around its
         line, or the result's chunk), ``"path:120"`` / ``"path:100-140"``, and ``start=``,
@@ -390,16 +440,18 @@ class CorpusView:
             return ""
         lines = self.context[f["start"]:f["end"]].split("\n", b)
         width = len(str(b))
-        return "\n".join(f"{i:>{width}}: {lines[i - 1].removesuffix(chr(13))}" for i in range(a, b + 1))
+        own = [lines[i - 1].removesuffix(chr(13)) for i in range(a, b + 1)]
+        return NumberedLines("\n".join(f"{i:>{width}}: {t}" for i, t in enumerate(own, a)), "".join(t + "\n" for t in own))
 
     def file_text(self, path: str) -> str:
-        """The text of the file ``path`` (a unique suffix is enough), as a plain ``str``.
+        """The text of the file ``path`` (a unique suffix is enough), as :class:`Lines` (a ``str``
+        whose loop gives lines).
 
         Raises:
             FileNotFoundError: no such file (the message suggests close paths).
         """
         f = self.resolve(self.path_of(path))
-        return str.__getitem__(self.context, slice(f["start"], f["end"]))
+        return Lines(str.__getitem__(self.context, slice(f["start"], f["end"])))
 
     def path_of(self, target: Any) -> str:
         """The path a helper argument names: a path, ``"path:120"`` / ``"path:100-140"``, or a dict
@@ -446,7 +498,7 @@ class CorpusView:
             c = self.chunks[i]
         except IndexError:
             raise IndexError(f"chunk {i} does not exist: there are {len(self.chunks)} chunks") from None
-        return self.context[c["start"]:c["end"]]
+        return Lines(str.__getitem__(self.context, slice(c["start"], c["end"])))
 
     def _chunk_of_text(self, text: str) -> int:
         """``chunk_text``'s reading of a ``str`` argument: a chunk number or an offset of ``context``."""

@@ -120,12 +120,26 @@ def raw_layout(context: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 
 def glob_matcher(glob: str) -> Callable[[str], bool]:
-    """A predicate for ``path_glob``: fnmatch on the whole path, or on the name when no ``/``."""
+    """A predicate for ``path_glob``: fnmatch on the whole path, or on the name when no ``/``.
+
+    A relative glob with a ``/`` also matches the end of a path at a ``/`` (``"data/app.log"``
+    and ``"tmp/data/*.log"`` match ``/tmp/data/app.log``), as ``read_file`` takes a path's unique
+    suffix: models write a corpus path without its leading folders or ``/``, and a grep over no
+    file at all answers ``[]``, which they read as "nothing matches"."""
     whole = re.compile(fnmatch.translate(glob)).match
-    tail = glob[3:] if glob.startswith("**/") else None
-    tail_match = re.compile(fnmatch.translate(tail)).match if tail else None
     if "/" not in glob:
         return lambda p: bool(whole(p) or whole(p.rsplit("/", 1)[-1]))
-    if tail_match is not None:
-        return lambda p: bool(whole(p) or tail_match(p))
-    return lambda p: bool(whole(p))
+    if glob.startswith("/"):
+        return lambda p: bool(whole(p))
+    tail = re.compile(fnmatch.translate(glob[3:] if glob.startswith("**/") else glob)).match
+
+    def match(p: str) -> bool:
+        if whole(p):
+            return True
+        i = p.find("/")
+        while i >= 0:
+            if tail(p, i + 1):
+                return True
+            i = p.find("/", i + 1)
+        return False
+    return match

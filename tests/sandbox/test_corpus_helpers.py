@@ -334,3 +334,25 @@ def test_grep_hits_answer_match_and_groups_without_printing_them() -> None:
     assert repr(hits[0]) == "{'file': '<context>', 'line': 1, 'text': 'a service=x level=1'}"
     with pytest.raises(KeyError, match="this row has the keys"):
         hits[0]["nope"]
+
+
+def test_the_literal_parts_of_a_pattern_are_its_words_and_numbers() -> None:
+    from rlm_cli.sandbox.near_miss import literal_parts
+    assert literal_parts(r"HTTP/1.1\s+500") == ["HTTP", "500"]
+    assert literal_parts(r'(?P<ip>\d+\.\d+) "GET (/static/[^ ]+)') == ["static", "GET"]  # no group name, no class
+    assert literal_parts(r"^INFO\s*=\s*(\d+)") == ["INFO"]
+    assert literal_parts(r"timeout|retry") == []  # alternatives need not appear together
+    assert literal_parts(r"^\s*$") == [] and literal_parts("x{2,3}") == []
+
+
+def test_an_empty_grep_is_explained_by_the_lines_that_hold_its_words(view: CorpusView) -> None:
+    assert view.grep("retry  policy") == []
+    note = view.explain_empty_greps()
+    assert note.startswith("[note: grep('retry  policy') matched no line, but some lines hold 'policy', 'retry'")
+    assert "\n  src/app.py:4:     retry = 3  # RETRY policy\n" in note and "docs/guide.md:3:" in note
+    assert view.explain_empty_greps() == ""  # said once
+    assert view.grep("retry", path_glob="lib/*.py") == [] and "searched nothing" in view.explain_empty_greps()
+    assert view.grep("RETRY", path_glob="util/net.py")  # a path's tail is enough
+    for _ in range(4):
+        view.grep("nothing here at all")
+    assert "2 more grep() calls of this block matched no line" in view.explain_empty_greps()
