@@ -42,8 +42,8 @@ from typing import Any, overload
 HEADER = struct.Struct(">I")
 #: Layout version of the corpus bundle (index.json) written by ``rlm_cli.corpus.store`` and read by
 #: the worker's ``corpus_helpers``; bump it when the layout changes (older bundles are rebuilt).
-BUNDLE_VERSION = 7  # 5: parsed data file (data-*.bin); 6: stray non-UTF-8 bytes read as Latin-1, not U+FFFD;
-                    # 7: chunk columns packed (pack_column)
+BUNDLE_VERSION = 8  # 5: parsed data file (data-*.bin); 6: stray non-UTF-8 bytes read as Latin-1, not U+FFFD;
+                    # 7: chunk columns packed (pack_column); 8: access logs parsed (structured.accesslog)
 #: Address space the REPL worker must have free under ``--memory-limit`` once the corpus is
 #: loaded (below it every allocation of model code would fail): checked by the CLI and the worker.
 MIN_FREE_MEMORY = 64 * 1024**2

@@ -117,7 +117,8 @@ def extension(path: str) -> str:
 
 def parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
     """The encoded payload and summary of a structured file (``None, None`` for other files):
-    a Parquet/Excel payload read by the loader, or JSON/JSONL/CSV/TSV text parsed now."""
+    a Parquet/Excel payload read by the loader, or JSON/JSONL/CSV/TSV text parsed now, or plain
+    text that reads as a web server access log (``structured.sniff_access_log``) parsed now."""
     kind = decoded.kind.split(",")[0]
     if decoded.encoded is not None:  # parsed by the confined decoder (rlm_cli.corpus.decode)
         return decoded.encoded, decoded.meta
@@ -126,6 +127,8 @@ def parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
         meta = structured.summarize(payload)
     elif kind in structured.TEXT_DATA_KINDS:
         payload, meta = structured.parse(kind, decoded.text)
+    elif kind == "" and structured.sniff_access_log(decoded.text):
+        payload, meta = structured.parse("accesslog", decoded.text)
     else:
         return None, None
     return structured.encode(payload), meta

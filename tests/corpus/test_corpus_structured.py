@@ -138,3 +138,34 @@ def test_a_long_field_is_kept_and_an_unreadable_line_is_reported_where_parsing_s
     assert list(rows_of(payload))[1] == {"id": 2, "text": "unclosed\n3,lost\n4,lost\n"}  # what csv reads
     assert summary["errors"] == 1
     assert summary["first_error"] == [3, 'an unclosed " makes the row at line 3 run to the end of the file']
+
+
+ACCESS_LINES = [
+    '203.0.113.7 - - [14/Sep/2026:06:00:41 +0200] "GET /index.html HTTP/1.1" 200 5120 "-" "curl/8.5"',
+    '198.51.100.3 - ann [14/Sep/2026:06:01:57 +0200] "POST /api/login HTTP/2.0" 401 - "https://x.example/" "Mozilla/5.0"',
+    '192.0.2.1 - - [14/Sep/2026:06:02:00 +0000] "\\x16\\x03\\x01" 400 157',  # a probe's garbage, Common format
+]
+
+
+def test_an_access_log_is_recognised_by_its_lines_not_its_name() -> None:
+    text = "\n".join(ACCESS_LINES) + "\n"
+    assert structured.sniff_access_log(text) and structured.sniff_access_log("\n\n" + text)
+    assert not structured.sniff_access_log("\n".join(ACCESS_LINES[:2]))  # two lines are too few to tell
+    assert not structured.sniff_access_log("import os\n" + text)  # the first line decides
+    assert not structured.sniff_access_log(text + "".join(f"other line {i}\n" for i in range(20)))
+    assert not structured.sniff_access_log("") and not structured.sniff_access_log('{"a": 1}\n' * 5)
+
+
+def test_an_access_log_becomes_rows_with_typed_status_and_size_and_error_rows() -> None:
+    text = "\n".join([*ACCESS_LINES, "", "not a request line"]) + "\n"
+    payload, summary = parse("accesslog", text)
+    rows = rows_of(payload)
+    assert len(rows) == 4 and lines_of(payload["tables"][0]) == [1, 2, 3, 5]
+    assert rows[0] == {"ip": "203.0.113.7", "time": "14/Sep/2026:06:00:41 +0200", "method": "GET",
+                       "path": "/index.html", "status": 200, "size": 5120, "referer": "-", "agent": "curl/8.5",
+                       "user": "-", "ident": "-", "protocol": "HTTP/1.1"}
+    assert rows[1]["status"] == 401 and rows[1]["size"] is None and rows[1]["user"] == "ann"
+    assert rows[2]["method"] is None and rows[2]["status"] == 400 and rows[2]["agent"] is None
+    assert rows[3] == {"_error": "not an access log line", "_line": 5, "_text": "not a request line"}
+    assert summary["kind"] == "accesslog" and summary["rows"] == 4 and summary["errors"] == 1
+    assert [k for k, _ in summary["sample"]] == ["ip", "time", "method", "path", "status", "size"]

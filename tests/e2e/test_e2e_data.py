@@ -62,3 +62,32 @@ def test_counting_question_answered_exactly_from_records(tmp_path: Path, llm: Fa
     again = run_rlm("ask", str(root), "How many records?", *model_flags(llm), "--json", "-v")
     assert again.code == 0, again.stderr
     assert json.loads(again.stdout)["answer"] == "20012" and "(all from cache)" in again.stderr
+
+
+def test_an_access_log_is_rows_in_records(tmp_path: Path, llm: FakeLLM) -> None:
+    """A plain text file in the Common/Combined Log Format (any name) is parsed into rows, as a
+    JSONL file is: a count over requests is one comprehension, not a regex of the log format."""
+    root = tmp_path / "logs"
+    root.mkdir()
+    lines = [f'10.0.0.{i % 9} - {"-" if i % 4 else "ann"} [14/Sep/2026:06:{i % 60:02d}:00 +0200] '
+             f'"{"POST" if i % 3 == 0 else "GET"} /api/v{i % 2} HTTP/1.1" {404 if i % 7 == 0 else 200} '
+             f'{"-" if i % 10 == 0 else 100 + i} "-" "curl/8"' for i in range(300)]
+    lines[50] = "garbage that is no request"
+    (root / "web-1").write_text("\n".join(lines) + "\n")  # no extension: found by its lines
+    (root / "notes.txt").write_text("GET /api/v1 was slow on Monday\n")
+    want = sum(1 for i in range(300) if i != 50 and i % 7 == 0 and i % 3 == 0)
+    llm.script("root", repl("rows = records()\nprint(len(rows), rows[1])"),
+               repl("n = sum(1 for r in rows if r.get('status') == 404 and r.get('method') == 'POST')\n"
+                    "bad = [r['_line'] for r in rows if '_error' in r]\nprint(n, bad)\nFINAL(n)"))
+    res = run_rlm("ask", str(root), "How many POST requests got a 404?", *model_flags(llm), "--json", "--no-leads")
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["answer"] == str(want)
+    reqs = llm.chat_requests("root")
+    first = question_message(reqs[0])
+    assert "Structured files: 1 (1 accesslog (300 rows))" in first
+    assert 'web-1: accesslog; 300 rows; 1 bad line (first: line 51' in first
+    assert 'keys: ip="10.0.0.0", time="14/Sep/2026:06:00:00 +0200", method="POST", path="/api/v0", status=404' in first
+    assert ("300 {'ip': '10.0.0.1', 'time': '14/Sep/2026:06:01:00 +0200', 'method': 'GET', 'path': '/api/v1', "
+            "'status': 200, 'size': 101, 'referer': '-', 'agent': 'curl/8', 'user': '-', 'ident': '-', "
+            "'protocol': 'HTTP/1.1', '_file': 'web-1', '_line': 2}") in last_user(reqs[1])
+    assert len(reqs) == 2 and want > 5
