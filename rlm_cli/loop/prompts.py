@@ -56,7 +56,7 @@ The REPL holds:
 - `grep(pattern, path_glob=None, ignore_case=False, max_results=100000)` -> [{"file", "line", "text", "in"}]: every line matching the regex (up to max_results; None: no limit); h["match"] is the text of the pattern's group; "in" is the function or class holding the line (Python files).
 - `read_file(path, start_line=None, end_line=None)` -> str with line numbers; `chunk_text(i)` -> the text of chunk i.
 - `search(query, k=10)` -> chunks ranked by keyword relevance (BM25): [{"chunk", "file", "start_line", "end_line", "score"}].
-- `data[path]`: a JSON/JSONL/CSV/TSV file parsed (JSON -> its object; JSONL/CSV -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
+- `data[path]`: a JSON/JSONL/CSV/TSV file or web access log parsed (JSON -> its object; the others -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
 - `llm_query(prompt)` -> str: one call to a sub-model that sees ONLY the prompt string you give it. It holds up to about <SUB_MAX_TOKENS> tokens (about <SUB_MAX_CHARS> characters).
 - `llm_query_batched(prompts)` -> list[str]: many sub-calls run concurrently; answers come back in the same order.
 - `rlm_query(prompt, context=None)` -> str: <RLM_QUERY>
@@ -77,7 +77,7 @@ Each reply: a short thought, then one ```repl block, then stop. Never write the 
 COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks. The corpus is not shown to you; it is in the REPL:
 `context` (str: all files, each after a line `==> path <==`; `context["path"]`: one file), `files` (dicts: path, lines, start, end), `chunks` (dicts: path, start_line, end_line),
 `grep(pattern)` -> [{"file","line","text","in"}] ("in": the enclosing function), `read_file(path, start_line, end_line)`, `search(query, k=10)`,
-`data[path]` (parsed JSON/JSONL/CSV), `records(glob=None)` (all rows as dicts with "_file", "_line"), `frame(path)` (pandas),
+`data[path]` (parsed JSON/JSONL/CSV, access logs), `records(glob=None)` (all rows as dicts with "_file", "_line"), `frame(path)` (pandas),
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
 `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
 Explore with code first, filter with grep, send big pieces to sub-calls. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
@@ -191,9 +191,12 @@ def example_messages() -> list[dict[str, str]]:
     """A worked example as real chat turns, sent between the system prompt and the question: the
     model's reply ends right after its code block, and the output arrives as the next (user)
     message. Small models imitate a transcript written inside the system prompt, invented output
-    included; as separate turns, the turn-taking is what they learn. Its subject (an environment
-    variable a program reads) is unlike any question ``rlm eval`` generates, and its answer
-    states the fact asked for first, then where it was found."""
+    included; as separate turns, the turn-taking is what they learn. Two questions, unlike any
+    ``rlm eval`` generates: a fact found with ``grep`` (an environment variable a program reads;
+    the answer states it first, then where it was found), and a figure over a data file's rows,
+    where one row is printed to learn its fields and the figure is computed, never written out
+    (a 1.5B model otherwise parsed JSON lines by splitting on quotes, and read counts off the
+    leads)."""
     return [
         {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
                                     "tool keeps its cache?"},
@@ -206,6 +209,14 @@ def example_messages() -> list[dict[str, str]]:
         {"role": "assistant", "content": 'Line 8 of tool/paths.py reads the cache folder from TOOL_CACHE_HOME.\n'
                                          '```repl\nFINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8; the default is '
                                          '~/.cache/tool)")\n```'},
+        {"role": "user", "content": "Example question (not your task): How many of the nightly builds failed?"},
+        {"role": "assistant", "content": 'The builds are rows of a data file: I will look at one row first.\n```repl\n'
+                                         'rows = records()\nprint(len(rows))\nprint(rows[0])\n```'},
+        {"role": "user", "content": "Output:\n412\n{'build': 1, 'branch': 'main', 'outcome': 'passed', 'minutes': 7, "
+                                    "'_file': 'ci/nightly.jsonl', '_line': 1}\n\nContinue."},
+        {"role": "assistant", "content": 'Each row has an "outcome" field; I will count the failed ones with code.\n'
+                                         '```repl\nfailed = sum(1 for r in rows if r["outcome"] == "failed")\n'
+                                         'print(failed)\nFINAL(failed)\n```'},
     ]
 
 

@@ -36,10 +36,25 @@ from rlm_cli.sandbox.rows import glob_matcher, no_collection
 #: Marks a key absent from a row (see ``rlm_cli.corpus.structured``).
 MISSING = ...
 #: Kinds whose payload holds tables.
-TABLE_KINDS = ("jsonl", "csv", "tsv", "parquet", "excel")
+TABLE_KINDS = ("jsonl", "csv", "tsv", "parquet", "excel", "accesslog")
+#: Data files whose first row :meth:`DataView.peek` shows, and characters of each row shown.
+PEEK_FILES = 2
+PEEK_CHARS = 700
 PANDAS_HINT = ("frame() needs pandas, which is not installed in the Python that runs rlm: "
                "pip install 'rlm-cli[data]' (it brings pandas, pyarrow for Parquet and openpyxl for Excel). "
                "Without it, use data[path] or records().")
+
+
+class Record(dict[str, Any]):
+    """A row of ``records()``: a plain dict, except that a key it lacks raises a ``KeyError``
+    naming the keys it has (``r["outcome"]`` on an access log's row says ``ip, time, method,
+    path, status, ...``): a small model that guessed a field name, or copied one from an example,
+    otherwise saw only ``KeyError: 'outcome'`` and ran the same code again. ``get`` still returns
+    its default."""
+
+    def __missing__(self, key: Any) -> Any:
+        have = [k for k in self if not str(k).startswith("_")]
+        raise KeyError(f"{key!r}: this row has no such key; its keys are {have[:30]} (and _file, _line)")
 
 
 class Rows(Sequence):  # type: ignore[type-arg]
@@ -110,11 +125,11 @@ class Rows(Sequence):  # type: ignore[type-arg]
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every row with ``_file``, ``_line`` (and ``_sheet`` for an Excel sheet) added; a row
-        that is not a dict becomes ``{"_value": value, ...}``. Each is a fresh dict."""
+        that is not a dict becomes ``{"_value": value, ...}``. Each is a fresh :class:`Record`."""
         path, sheet, lines, keys, extra, full = self.path, self.name, self.lines, self.keys, self.extra, self.full
         if self.rows is None and self.cols and full and not extra and sheet is None:  # the common case
             for vals, line in zip(zip(*self.cols, strict=True), lines, strict=True):
-                row = dict(zip(keys, vals, strict=True))
+                row = Record(zip(keys, vals, strict=True))
                 row["_file"] = path
                 row["_line"] = line
                 yield row
@@ -127,14 +142,14 @@ class Rows(Sequence):  # type: ignore[type-arg]
             source = iter([()] * self.n)
         for i, (vals, line) in enumerate(zip(source, lines, strict=True)):
             if self.rows is not None:
-                row = dict(vals) if isinstance(vals, dict) else {"_value": vals}
+                row = Record(vals) if isinstance(vals, dict) else Record(_value=vals)
             elif extra and i in extra:
                 v = extra[i]
-                row = dict(v) if isinstance(v, dict) else {"_value": v}
+                row = Record(v) if isinstance(v, dict) else Record(_value=v)
             elif full:
-                row = dict(zip(keys, vals, strict=True))
+                row = Record(zip(keys, vals, strict=True))
             else:
-                row = {k: v for k, v in zip(keys, vals, strict=True) if v is not MISSING}
+                row = Record((k, v) for k, v in zip(keys, vals, strict=True) if v is not MISSING)
             row["_file"] = path
             row["_line"] = line
             if sheet is not None:
@@ -351,8 +366,8 @@ class DataView:
         lines = self._loaded.get(path + "\0lines")
         if isinstance(value, list) and lines is not None:
             for v, line in zip(value, lines, strict=True):
-                yield {**v, "_file": path, "_line": line} if isinstance(v, dict) else {
-                    "_value": v, "_file": path, "_line": line}
+                yield Record(v, _file=path, _line=line) if isinstance(v, dict) else Record(
+                    _value=v, _file=path, _line=line)
 
     def file_record_slice(self, path: str, a: int, b: int) -> list[dict[str, Any]]:
         """Records ``a:b`` of one file (0-based, as counted by :meth:`records`)."""
@@ -363,8 +378,8 @@ class DataView:
             lines = self._loaded.get(path + "\0lines")
             for i in range(a, min(b, len(value) if isinstance(value, list) else 0)):
                 v, line = value[i], lines[i] if lines is not None else 0
-                out.append({**v, "_file": path, "_line": line} if isinstance(v, dict) else {
-                    "_value": v, "_file": path, "_line": line})
+                out.append(Record(v, _file=path, _line=line) if isinstance(v, dict) else Record(
+                    _value=v, _file=path, _line=line))
             return out
         for t in tables:
             out.extend(_with_meta(t, k) for k in range(max(a, 0), min(b, t.n)))
@@ -379,6 +394,31 @@ class DataView:
         if meta.get("kind") in TABLE_KINDS or meta.get("shape", "").startswith("array"):
             return int(meta.get("rows", 0))
         return 0
+
+    def peek(self, files: int = PEEK_FILES) -> str:
+        """What the rows of the data files look like, for the leads: how many rows ``records()``
+        holds and, for each of the ``files`` files with the most rows, its first good row as
+        Python prints a dict (long strings and lists shortened). ``""`` without data files.
+
+        Why: a small model shown six lines of a JSONL file or an access log by a keyword search
+        counted those lines, or parsed the lines by splitting on quotes; shown one row as a dict,
+        it wrote the comprehension over ``records()`` itself (Qwen2.5-Coder-1.5B)."""
+        counts = sorted(((self.record_count(p), p) for p in self.meta), key=lambda c: -c[0])
+        counts = [(n, p) for n, p in counts if n]
+        if not counts:
+            return ""
+        total = sum(n for n, _ in counts)
+        out = [f"data: records() holds {total:,} rows, each a dict"
+               + (f", from {len(counts):,} files" if len(counts) > 1 else "") + "."]
+        for n, p in counts[:files]:
+            row = next((r for r in self.file_record_slice(p, 0, 20) if "_error" not in r), None)
+            if row is None:
+                continue
+            shown = repr({k: _brief(v) for k, v in row.items() if k not in ("_file", "_line")})
+            name = p.rsplit("/", 1)[-1]
+            out.append(f"The first of the {n:,} rows of {name} (records({name!r})):\n"
+                       + (shown if len(shown) <= PEEK_CHARS else shown[:PEEK_CHARS - 5] + " ...}"))
+        return "\n".join(out)
 
     def records(self, glob: str | None = None) -> Records:
         """Every row of every table and every element of every top-level JSON array, in the files
@@ -426,10 +466,29 @@ class DataView:
                 raise TypeError(f"the JSON value of {real} does not make a table ({exc}); use data[{real!r}]") from None
 
 
+class _Cut(str):
+    """A shortened string: shows as ``'start...'`` (its repr is the text, quoted once)."""
+
+    def __repr__(self) -> str:
+        return "'" + self + "...'"
+
+
+def _brief(v: Any, depth: int = 0) -> Any:
+    """``v`` with strings over 48 characters and lists over 2 items shortened, for a peek."""
+    if isinstance(v, str):
+        return _Cut(v[:45]) if len(v) > 48 else v
+    if isinstance(v, list):
+        head = [_brief(x, depth + 1) for x in v[:2]]
+        return head + ([_Cut(f"{len(v) - 2} more")] if len(v) > 2 else [])
+    if isinstance(v, dict) and depth < 3:
+        return {k: _brief(x, depth + 1) for k, x in list(v.items())[:12]}
+    return v
+
+
 def _with_meta(t: Rows, k: int) -> dict[str, Any]:
     row = t._row(k)
     line = t.lines[k]
-    out = dict(row) if isinstance(row, dict) else {"_value": row}
+    out = Record(row) if isinstance(row, dict) else Record(_value=row)
     out["_file"] = t.path
     out["_line"] = line
     if t.name is not None:

@@ -374,10 +374,13 @@ def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
         found.append((label, form, set(sc.lines_with(form, any_case=True, limit=COMMON_HITS + 1))))
     weight = {label: math.log(1 + sc.lines / max(1, len(s))) for label, _, s in found}
     rare = sorted((f for f in found if 0 < len(f[2]) <= COMMON_HITS), key=lambda f: len(f[2]))[:RARE_TERMS]
-    # Each count says its unit: a bare "info 51" next to a question about INFO was read as its value.
-    head = ("lines with the most question words (how many lines hold each: "
-            + ", ".join(f"'{label}' in {len(s):,}{'+' if len(s) > COMMON_HITS else ''} line{'' if len(s) == 1 else 's'}"
-                        for label, _, s in found) + ")")
+    # No counts here: small models took them for the figure asked ("'processing' in 110 lines" became
+    # "110 orders are processing", "'requested' in 265 lines" the answer to "which file is requested
+    # most"), and a number shown there let an invented answer pass the `ungrounded` check. The words
+    # that no line holds are named: that is evidence, and it has no number in it.
+    absent = [label for label, _, s in found if not s]
+    head = "lines with the most question words" + (
+        f" (no line holds {', '.join(repr(a) for a in absent)})" if absent else "")
     if not rare:
         if all(not s for _, _, s in found):
             return []  # nothing to show: no line holds any of the words

@@ -231,7 +231,7 @@ class Worker:
                 "read_file": watched("read_file", c.read_file, obs, read_after),
                 "chunk_text": watched("chunk_text", c.chunk_text, obs),
                 "search": watched("search", c.search, obs),
-                "leads": watched("leads", self._leads, obs),
+                "leads": _LeadsHelper(watched("leads", self._leads, obs)),
                 "data": self.data.data, "records": self.data.records, "frame": self.data.frame,
                 "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched,
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
@@ -263,7 +263,15 @@ class Worker:
         if isinstance(max_chars, bool) or not isinstance(max_chars, (int, float)):
             raise TypeError(f"leads(): max_chars must be a number of characters. {LEADS_USAGE}")
         shown: list[tuple[str, int]] = []
-        found = leads(self.corpus, text, max(200, int(max_chars)), shown)
+        budget = max(200, int(max_chars))
+        peek = self.data.peek()
+        if peek and len(self.corpus.structured) == len(self.corpus.files):
+            # Only data files: their rows are the lead (a keyword search's lines of a JSONL file or
+            # a log were counted by small models as if they were every match).
+            found = peek[:budget]
+        else:
+            found = leads(self.corpus, text, max(200, budget - len(peek) - 1) if peek else budget, shown)
+            found = f"{peek}\n{found}" if peek and found else (found or peek)
         # Its lines are formatted (path:line: text), never slices of context: recorded as they are,
         # left out of the block's slice mapping (which would wait for the line index for nothing).
         self.observer.formatted(found, [("leads", path, line, line) for path, line in shown])
@@ -294,6 +302,7 @@ class Worker:
         self.final = _FinalSignal()
         self.observer.begin_block(None)
         self.corpus.grep_capped, self.corpus.grep_capped_default = 0, False
+        self.corpus.grep_empty = []
         out = CappedWriter()
         old = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
@@ -338,6 +347,8 @@ class Worker:
             which = " (its default)" if self.corpus.grep_capped_default else ""
             notes.append(f"{protocol.GREP_CAPPED_NOTE}{self.corpus.grep_capped:,}{which}: there may be more "
                          "matches. To count or add up every match, pass max_results=None.]\n")
+        if self.corpus.grep_empty:
+            notes.append(self.corpus.explain_empty_greps())
         rebound = [k for k in RESERVED if callable(self._helpers.get(k)) and self.namespace.get(k) is not self._helpers[k]]
         if rebound:
             notes.append(f"[note: this block reassigned {', '.join(f'`{k}`' for k in rebound)}; the helper is "
@@ -370,6 +381,32 @@ def _corpus_entry(view: CorpusView, path: str) -> dict[str, Any] | None:
 
 LEADS_USAGE = ("Usage: leads(text=question, max_chars=2400) prints where the names in text are defined and "
                "called, and the lines holding most of its words")
+
+
+class _LeadsHelper:
+    """``leads`` in the namespace: the function, which holds no data. Small models read the
+    leads turn's printed lines as a list and write ``for line in leads:`` (seen three times in a
+    row with a 1.5B model, each a bare "'function' object is not iterable"): iterating or
+    indexing it says where the corpus's lines and rows are instead."""
+
+    _WHY = ("leads is a function that prints a keyword search; it holds no lines or rows to loop over. "
+            "Loop over grep(pattern) hits, context.splitlines(), or records() (the rows of data files).")
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
+
+    def __iter__(self) -> Any:
+        raise TypeError(self._WHY)
+
+    def __getitem__(self, key: Any) -> Any:
+        raise TypeError(self._WHY)
+
+    def __repr__(self) -> str:
+        return "<function leads>"
 
 
 class _Shown(str):

@@ -15,6 +15,7 @@ from rlm_cli.loop.prompts import (
     FIRST_TURN_FINAL,
     FORMAT_REMINDER,
     PROSE_FINAL,
+    example_messages,
 )
 from rlm_cli.loop.reply import code_blocks, find_text_final, mentions_final
 from rlm_cli.models.window import request_tokens
@@ -249,7 +250,8 @@ def test_sixty_iterations_in_a_4000_token_window_never_overflow(tmp_path: Path, 
     sizes = [request_tokens(req["messages"]) for req in reqs]
     assert max(sizes) <= window, max(sizes)
     last = reqs[-1]["messages"]
-    assert last[0]["role"] == "system" and "Question: What is it?" in last[5]["content"]  # after the example
+    question_at = 1 + len(example_messages())  # after the system prompt and the worked examples
+    assert last[0]["role"] == "system" and "Question: What is it?" in last[question_at]["content"]
     assert any("omitted to fit the context window" in str(m["content"]) for m in last)
     assert "line 59" in str(last[-1]["content"])  # the latest output is always there
     roles = [m["role"] for m in last[1:]]
@@ -266,4 +268,4 @@ def test_large_window_keeps_history_verbatim(tmp_path: Path, llm: FakeLLM) -> No
     assert all(f["compacted"] == 0 and f["omitted"] == 0 for f in fits)
     assert fits[-1]["verbatim"] == 5  # while everything fits, nothing is shortened
     last = llm.chat_requests("root")[-1]["messages"]
-    assert len(last) == 2 + 4 + 2 * 5  # system, the example's 4 turns, the question, 5 turns
+    assert len(last) == 2 + len(example_messages()) + 2 * 5  # system, the examples, the question, 5 turns
