@@ -6,7 +6,8 @@ Run it from the repository root (a script, not a test), with a model server up:
     python benchmarks/bench_questions.py --set heldout --out /somewhere/private/heldout.jsonl --resume
     python benchmarks/bench_questions.py --set dev --build /path/to/other/rlm/tree --out /tmp/dev-old.jsonl
 
-The questions are ``benchmarks/questions/{dev,heldout}.jsonl`` (written by ``make_questions.py``;
+The questions are ``benchmarks/questions/{dev,dev2,heldout}.jsonl`` (written by ``make_questions.py``,
+``dev2`` by ``make_dev2.py``: a second tuning set about other stdlib packages;
 golds computed by code over this interpreter's standard library and over the corpora
 ``make_data.py`` generates, which this script regenerates under ``--data-dir``). Each question runs
 as ``python -m rlm_cli ask CORPUS QUESTION --json --no-llm-cache`` plus the model flags, with
@@ -49,7 +50,7 @@ CORPUS_KINDS = ("stdlib", "log", "jsonl")
 
 
 def load_questions(set_name: str) -> list[dict[str, Any]]:
-    """The questions of ``set_name`` (``dev`` or ``heldout``) as dicts, file order."""
+    """The questions of ``set_name`` (``dev``, ``dev2`` or ``heldout``) as dicts, file order."""
     path = QDIR / f"{set_name}.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -168,7 +169,7 @@ def render(agg: dict[str, Any], set_name: str, commit: str, expected: int) -> st
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", dest="set_name", choices=("dev", "heldout"), default="dev")
+    ap.add_argument("--set", dest="set_name", choices=("dev", "dev2", "heldout"), default="dev")
     ap.add_argument("--build", type=Path, default=REPO, help="rlm source tree to run (PYTHONPATH)")
     ap.add_argument("--out", type=Path, required=True, help="results JSONL (appended)")
     ap.add_argument("--resume", action="store_true", help="skip ids already in --out for this build")
