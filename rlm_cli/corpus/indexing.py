@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_cli.corpus import structured
+from rlm_cli.corpus import accesslog, structured
 from rlm_cli.corpus.chunker import split_text
 from rlm_cli.corpus.loader import Decoded
 from rlm_cli.corpus.model import sha1_hex
@@ -118,7 +118,7 @@ def extension(path: str) -> str:
 def parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
     """The encoded payload and summary of a structured file (``None, None`` for other files):
     a Parquet/Excel payload read by the loader, or JSON/JSONL/CSV/TSV text parsed now, or plain
-    text that reads as a web server access log (``structured.sniff_access_log``) parsed now."""
+    text that reads as a web server access log (``accesslog.sniff``) parsed now."""
     kind = decoded.kind.split(",")[0]
     if decoded.encoded is not None:  # parsed by the confined decoder (rlm_cli.corpus.decode)
         return decoded.encoded, decoded.meta
@@ -127,8 +127,8 @@ def parse_data(decoded: Decoded) -> tuple[bytes | None, dict[str, Any] | None]:
         meta = structured.summarize(payload)
     elif kind in structured.TEXT_DATA_KINDS:
         payload, meta = structured.parse(kind, decoded.text)
-    elif kind == "" and structured.sniff_access_log(decoded.text):
-        payload, meta = structured.parse("accesslog", decoded.text)
+    elif kind in ("", "gz", "bz2", "xz") and accesslog.sniff(decoded.text):  # plain text, compressed or not
+        payload, meta = accesslog.parse(decoded.text)
     else:
         return None, None
     return structured.encode(payload), meta

@@ -14,7 +14,8 @@ Payload layout (read by ``rlm_cli.sandbox.data_helpers``; change it only with
 * JSON: ``{"kind": "json", "value": obj, "lines": bytes | None}``; ``lines`` is an
   ``array("I")`` of the 1-based line where each element of a top-level array starts. An invalid
   file: ``{"kind": "json", "error": str, "line": int}``.
-* Tables (``jsonl``, ``csv``, ``tsv``, ``accesslog``, and ``parquet``/``excel`` from ``formats``):
+* Tables (``jsonl``, ``csv``, ``tsv``, ``accesslog`` from ``rlm_cli.corpus.accesslog``, and
+  ``parquet``/``excel`` from ``formats``):
   ``{"kind": str, "tables": [table, ...]}``, one table per sheet (one for the others). A table is
   ``{"name": sheet name or None, "n": rows, "lines": bytes (array("I"), the 1-based line of each
   row in the file's text), "keys": [column names], "cols": [one list of n values per key],
@@ -26,12 +27,6 @@ Payload layout (read by ``rlm_cli.sandbox.data_helpers``; change it only with
   not JSON (``{"_error": message, "_line": n, "_text": first 200 characters}``). A table whose
   rows share few keys (over 64 keys, four times more than a row has on average) is stored as
   ``"rows": [dict, ...]`` instead of ``keys``/``cols``.
-
-Access logs (``accesslog``): a plain text file (any name) whose first non-blank lines are nearly
-all in the Common or Combined Log Format becomes a table with the keys of :data:`ACCESS_LOG_KEYS`:
-``status`` an int, ``size`` an int or ``None`` for ``-``, the request split into ``method``,
-``path`` and ``protocol`` (``None`` where it is not three words, as for a probe's garbage),
-``time`` as written; a line in another format becomes an error row, as in JSONL.
 
 CSV/TSV: the dialect comes from :class:`csv.Sniffer` on the first lines (delimiters ``,`` tab
 ``;`` ``|``), kept only if it splits those lines into a steady number of fields, else the
@@ -60,18 +55,6 @@ from typing import Any
 TEXT_DATA_KINDS = ("json", "jsonl", "csv", "tsv")
 #: Kinds whose payload is a list of tables (rows for ``records()``).
 TABLE_KINDS = ("jsonl", "csv", "tsv", "parquet", "excel", "accesslog")
-#: A web server's access log in the Common or Combined Log Format (Apache's and nginx's default:
-#: ``IP ident user [time] "METHOD PATH PROTOCOL" status bytes "referer" "agent"``), recognised
-#: in plain text files by :func:`sniff_access_log` and parsed into rows by :func:`parse_access_log`.
-#: Its keys, the ones most asked about first (the root model's metadata shows the first six).
-ACCESS_LOG_KEYS = ("ip", "time", "method", "path", "status", "size", "referer", "agent", "user", "ident", "protocol")
-_ACCESS_LINE = re.compile(r'(\S+) (\S+) (\S+) \[([^\]]*)\] "((?:[^"\\]|\\.)*)" (\d{3}) (\d+|-)'
-                          r'(?: "((?:[^"\\]|\\.)*)" "((?:[^"\\]|\\.)*)")?[ \t]*\r?$')
-#: Plain text files up to this many characters are tried as access logs (a bigger one stays
-#: text: its rows would take several times its size in the worker).
-ACCESS_LOG_MAX_CHARS = 32 * 1024 * 1024
-#: Share of the first :data:`SNIFF_LINES` non-blank lines that must read as access-log lines.
-ACCESS_LOG_SNIFF_SHARE = 0.8
 #: Marks a key absent from a row in a column (no JSON value is Ellipsis).
 MISSING = ...
 #: Strings up to this length are shared between rows ("open", "high"...): marshal then stores
@@ -93,7 +76,7 @@ _WS = re.compile(r"[ \t\n\r]*")
 
 
 def parse(kind: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Parse the text of a ``json``, ``jsonl``, ``csv``, ``tsv`` or ``accesslog`` file.
+    """Parse the text of a ``json``, ``jsonl``, ``csv`` or ``tsv`` file.
 
     Returns ``(payload, summary)``: the payload of the module docstring and the summary of
     :func:`summarize`. Never raises for bad content (a bad line or file becomes an error entry).
@@ -117,8 +100,6 @@ def parse(kind: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def _parse(kind: str, text: str) -> dict[str, Any]:
     if kind == "json":
         payload = parse_json(text)
-    elif kind == "accesslog":
-        payload = parse_access_log(text)
     elif kind == "jsonl":
         payload = {"kind": "jsonl", "tables": [parse_jsonl(text)]}
     elif kind in ("csv", "tsv"):
@@ -238,7 +219,7 @@ def parse_jsonl(text: str) -> dict[str, Any]:
             bucket.append(())
         lines.append(lineno)
         n += 1
-    return _table(None, *_columns(runs, n), lines, n, extra)
+    return make_table(None, *_columns(runs, n), lines, n, extra)
 
 
 def _columns(runs: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]], n: int) -> tuple[list[str], list[list[Any]]]:
@@ -256,11 +237,11 @@ def _columns(runs: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]], n: int) 
             j = at.get(i)
             col.extend(values[j] if j is not None else [MISSING] * len(rows))
     for i, col in enumerate(cols):
-        cols[i] = _shared(col)
+        cols[i] = shared_strings(col)
     return list(index), cols
 
 
-def _shared(col: list[Any]) -> list[Any]:
+def shared_strings(col: list[Any]) -> list[Any]:
     """``col`` with equal strings of up to :data:`SHARE_MAX_CHARS` characters made one object
     (only for columns of strings, None and MISSING: ``1 == 1.0 == True`` must not merge)."""
     types = set(map(type, col))
@@ -279,7 +260,7 @@ def _error_text(exc: BaseException) -> str:
     return str(exc)
 
 
-def _table(name: str | None, keys: list[str], cols: list[list[Any]], lines: array[int], n: int,
+def make_table(name: str | None, keys: list[str], cols: list[list[Any]], lines: array[int], n: int,
            extra: dict[int, Any]) -> dict[str, Any]:
     """Assemble a table; a sparse one (many keys, few per row) is stored as row dicts."""
     full = not extra and all(MISSING not in col for col in cols) if n else True
@@ -290,54 +271,6 @@ def _table(name: str | None, keys: list[str], cols: list[list[Any]], lines: arra
                     for i, vals in enumerate(zip(*cols, strict=True))]
             return {"name": name, "n": n, "lines": lines.tobytes(), "rows": rows, "keys": keys}
     return {"name": name, "n": n, "lines": lines.tobytes(), "keys": keys, "cols": cols, "extra": extra, "full": full}
-
-
-# -- access logs -----------------------------------------------------------------------------------
-
-def sniff_access_log(text: str) -> bool:
-    """Whether ``text`` reads as a web server access log (module docstring): its first non-blank
-    line, at least three of its first :data:`SNIFF_LINES` non-blank lines, and
-    :data:`ACCESS_LOG_SNIFF_SHARE` of them match. The first line decides for almost every file
-    (about a microsecond), so every plain text file of a large corpus can be asked."""
-    start = _WS.match(text, 0, 4096).end()  # type: ignore[union-attr]
-    if start >= len(text) or text[start] in "{[<#=/\"'" or len(text) > ACCESS_LOG_MAX_CHARS:
-        return False
-    end = text.find("\n", start, start + 8192)
-    if _ACCESS_LINE.match(text, start, len(text) if end < 0 else end) is None:
-        return False
-    lines = [ln for ln in text[:SNIFF_CHARS].split("\n")[:SNIFF_LINES * 2] if ln.strip()][:SNIFF_LINES]
-    if len(lines) < 3:
-        return False
-    hits = sum(_ACCESS_LINE.match(ln) is not None for ln in lines)
-    return hits >= 3 and hits >= ACCESS_LOG_SNIFF_SHARE * len(lines)
-
-
-def parse_access_log(text: str) -> dict[str, Any]:
-    """An access log's text into the payload ``{"kind": "accesslog", "tables": [table]}``
-    (module docstring); never raises for bad lines (each is an error row)."""
-    rows: list[tuple[Any, ...]] = []
-    lines = array("I")
-    extra: dict[int, Any] = {}
-    match = _ACCESS_LINE.match
-    n = 0
-    for lineno, raw in enumerate(text.split("\n"), 1):
-        m = match(raw)
-        if m is None:
-            s = raw.strip()
-            if not s:
-                continue
-            extra[n] = {"_error": "not an access log line", "_line": lineno, "_text": s[:ERROR_TEXT_CHARS]}
-            rows.append((MISSING,) * len(ACCESS_LOG_KEYS))
-        else:
-            ip, ident, user, when, request, status, size, referer, agent = m.groups()
-            parts = request.split(" ")
-            method, path, protocol = parts if len(parts) == 3 else (None, None, None)
-            rows.append((ip, when, method, path, int(status), None if size == "-" else int(size), referer, agent,
-                         user, ident, protocol))
-        lines.append(lineno)
-        n += 1
-    cols = [_shared(list(c)) for c in zip(*rows, strict=True)] if rows else [[] for _ in ACCESS_LOG_KEYS]
-    return {"kind": "accesslog", "tables": [_table(None, list(ACCESS_LOG_KEYS), cols, lines, n, extra)]}
 
 
 # -- CSV / TSV -------------------------------------------------------------------------------------
@@ -389,7 +322,7 @@ def parse_csv(text: str, default_delimiter: str) -> tuple[dict[str, Any], str]:
     if any(v is not MISSING for v in surplus):
         keys.append("_extra" if "_extra" not in keys else "_extra_fields")
         cols.append(surplus)
-    table = _table(None, keys, cols, lines, len(rows), {})
+    table = make_table(None, keys, cols, lines, len(rows), {})
     table["ragged"] = ragged
     if stopped is not None:
         table["stopped"] = stopped

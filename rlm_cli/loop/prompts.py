@@ -191,12 +191,9 @@ def example_messages() -> list[dict[str, str]]:
     """A worked example as real chat turns, sent between the system prompt and the question: the
     model's reply ends right after its code block, and the output arrives as the next (user)
     message. Small models imitate a transcript written inside the system prompt, invented output
-    included; as separate turns, the turn-taking is what they learn. Two questions, unlike any
-    ``rlm eval`` generates: a fact found with ``grep`` (an environment variable a program reads;
-    the answer states it first, then where it was found), and a figure over a data file's rows,
-    where one row is printed to learn its fields and the figure is computed, never written out
-    (a 1.5B model otherwise parsed JSON lines by splitting on quotes, and read counts off the
-    leads)."""
+    included; as separate turns, the turn-taking is what they learn. Its subject (an environment
+    variable a program reads) is unlike any question ``rlm eval`` generates, and its answer
+    states the fact asked for first, then where it was found."""
     return [
         {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
                                     "tool keeps its cache?"},
@@ -209,14 +206,6 @@ def example_messages() -> list[dict[str, str]]:
         {"role": "assistant", "content": 'Line 8 of tool/paths.py reads the cache folder from TOOL_CACHE_HOME.\n'
                                          '```repl\nFINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8; the default is '
                                          '~/.cache/tool)")\n```'},
-        {"role": "user", "content": "Example question (not your task): How many of the nightly builds failed?"},
-        {"role": "assistant", "content": 'The builds are rows of a data file: I will look at one row first.\n```repl\n'
-                                         'rows = records()\nprint(len(rows))\nprint(rows[0])\n```'},
-        {"role": "user", "content": "Output:\n412\n{'build': 1, 'branch': 'main', 'outcome': 'passed', 'minutes': 7, "
-                                    "'_file': 'ci/nightly.jsonl', '_line': 1}\n\nContinue."},
-        {"role": "assistant", "content": 'Each row has an "outcome" field; I will count the failed ones with code.\n'
-                                         '```repl\nfailed = sum(1 for r in rows if r["outcome"] == "failed")\n'
-                                         'print(failed)\nFINAL(failed)\n```'},
     ]
 
 

@@ -31,30 +31,15 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from rlm_cli.sandbox.rows import glob_matcher, no_collection
+from rlm_cli.sandbox.rows import Record, glob_matcher, no_collection
 
 #: Marks a key absent from a row (see ``rlm_cli.corpus.structured``).
 MISSING = ...
 #: Kinds whose payload holds tables.
 TABLE_KINDS = ("jsonl", "csv", "tsv", "parquet", "excel", "accesslog")
-#: Data files whose first row :meth:`DataView.peek` shows, and characters of each row shown.
-PEEK_FILES = 2
-PEEK_CHARS = 700
 PANDAS_HINT = ("frame() needs pandas, which is not installed in the Python that runs rlm: "
                "pip install 'rlm-cli[data]' (it brings pandas, pyarrow for Parquet and openpyxl for Excel). "
                "Without it, use data[path] or records().")
-
-
-class Record(dict[str, Any]):
-    """A row of ``records()``: a plain dict, except that a key it lacks raises a ``KeyError``
-    naming the keys it has (``r["outcome"]`` on an access log's row says ``ip, time, method,
-    path, status, ...``): a small model that guessed a field name, or copied one from an example,
-    otherwise saw only ``KeyError: 'outcome'`` and ran the same code again. ``get`` still returns
-    its default."""
-
-    def __missing__(self, key: Any) -> Any:
-        have = [k for k in self if not str(k).startswith("_")]
-        raise KeyError(f"{key!r}: this row has no such key; its keys are {have[:30]} (and _file, _line)")
 
 
 class Rows(Sequence):  # type: ignore[type-arg]
@@ -299,6 +284,8 @@ class DataView:
 
     def __init__(self, structured: list[tuple[str, int, int, dict[str, Any]]], data_file: str | None) -> None:
         self.meta: dict[str, tuple[int, int, dict[str, Any]]] = {p: (a, b, m) for p, a, b, m in structured}
+        #: Globs of ``records()`` calls that matched no file with rows (see :meth:`explain_unmatched`).
+        self.unmatched: list[str] = []
         self._fd = os.open(data_file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)) if data_file and self.meta else -1
         self._loaded: dict[str, Any] = {}
         self.data = DataMap(self)
@@ -395,31 +382,6 @@ class DataView:
             return int(meta.get("rows", 0))
         return 0
 
-    def peek(self, files: int = PEEK_FILES) -> str:
-        """What the rows of the data files look like, for the leads: how many rows ``records()``
-        holds and, for each of the ``files`` files with the most rows, its first good row as
-        Python prints a dict (long strings and lists shortened). ``""`` without data files.
-
-        Why: a small model shown six lines of a JSONL file or an access log by a keyword search
-        counted those lines, or parsed the lines by splitting on quotes; shown one row as a dict,
-        it wrote the comprehension over ``records()`` itself (Qwen2.5-Coder-1.5B)."""
-        counts = sorted(((self.record_count(p), p) for p in self.meta), key=lambda c: -c[0])
-        counts = [(n, p) for n, p in counts if n]
-        if not counts:
-            return ""
-        total = sum(n for n, _ in counts)
-        out = [f"data: records() holds {total:,} rows, each a dict"
-               + (f", from {len(counts):,} files" if len(counts) > 1 else "") + "."]
-        for n, p in counts[:files]:
-            row = next((r for r in self.file_record_slice(p, 0, 20) if "_error" not in r), None)
-            if row is None:
-                continue
-            shown = repr({k: _brief(v) for k, v in row.items() if k not in ("_file", "_line")})
-            name = p.rsplit("/", 1)[-1]
-            out.append(f"The first of the {n:,} rows of {name} (records({name!r})):\n"
-                       + (shown if len(shown) <= PEEK_CHARS else shown[:PEEK_CHARS - 5] + " ...}"))
-        return "\n".join(out)
-
     def records(self, glob: str | None = None) -> Records:
         """Every row of every table and every element of every top-level JSON array, in the files
         matching ``glob`` (fnmatch on the whole path, or on the name when it has no ``/``; default
@@ -430,7 +392,23 @@ class DataView:
         """
         keep = glob_matcher(glob) if glob else None
         parts = [(p, self.record_count(p)) for p in self.meta if keep is None or keep(p)]
+        if glob and not any(n for _, n in parts):
+            self.unmatched.append(str(glob))
         return Records(self, [(p, n) for p, n in parts if n])
+
+    def explain_unmatched(self) -> str:
+        """A note on the ``records(glob)`` calls since :attr:`unmatched` was last cleared whose glob
+        matched no file with rows (they return no rows, which code then counts as 0); ``""`` when
+        there were none."""
+        globs, self.unmatched = list(dict.fromkeys(self.unmatched)), []
+        if not globs:
+            return ""
+        have = [p for p in self.meta if self.record_count(p)]
+        files = ", ".join(repr(p) for p in have[:8]) + (f" and {len(have) - 8:,} more" if len(have) > 8 else "")
+        return (f"[note: records({globs[0]!r}) matched no data file, so it gave no rows"
+                + (f" ({len(globs) - 1} more such calls)" if len(globs) > 1 else "")
+                + (f"; the files with rows are {files}" if have else "; the corpus has no data files with rows")
+                + ".]\n")
 
     def frame(self, path: str, sheet: str | None = None) -> Any:
         """A pandas DataFrame of a table (its good rows) or of a JSON array or object; ``sheet``
@@ -464,25 +442,6 @@ class DataView:
                 return pd.json_normalize(value)
             except Exception as exc:  # noqa: BLE001 - pandas raises many types for odd shapes
                 raise TypeError(f"the JSON value of {real} does not make a table ({exc}); use data[{real!r}]") from None
-
-
-class _Cut(str):
-    """A shortened string: shows as ``'start...'`` (its repr is the text, quoted once)."""
-
-    def __repr__(self) -> str:
-        return "'" + self + "...'"
-
-
-def _brief(v: Any, depth: int = 0) -> Any:
-    """``v`` with strings over 48 characters and lists over 2 items shortened, for a peek."""
-    if isinstance(v, str):
-        return _Cut(v[:45]) if len(v) > 48 else v
-    if isinstance(v, list):
-        head = [_brief(x, depth + 1) for x in v[:2]]
-        return head + ([_Cut(f"{len(v) - 2} more")] if len(v) > 2 else [])
-    if isinstance(v, dict) and depth < 3:
-        return {k: _brief(x, depth + 1) for k, x in list(v.items())[:12]}
-    return v
 
 
 def _with_meta(t: Rows, k: int) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The rows and tables of the REPL helpers: :class:`Row` (a dict that answers the key names a
-model guesses), :class:`Hit` (a grep hit), the ``files`` and ``chunks`` tables of a bundle or
+model guesses), :class:`Record` (a row of ``records()``), :class:`Hit` (a grep hit), the ``files`` and ``chunks`` tables of a bundle or
 of a raw context (:func:`raw_layout`) and path globs over them (:func:`glob_matcher`). Runs
 inside the sandboxed worker: the standard library only."""
 
@@ -41,6 +41,21 @@ class Row(dict[str, Any]):
             if "start" in self and "end" in self and "lines" in self:  # an entry of `files`
                 return str.__getitem__(_CURRENT.context, slice(self["start"], self["end"]))
         raise KeyError(f"{key!r}: this row has the keys {list(self)}")
+
+
+class Record(dict[str, Any]):
+    """A row of ``records()``: a plain dict, except that a key it lacks raises a ``KeyError``
+    naming the keys it has (``r["outcome"]`` on an access log's row says ``ip, time, method,
+    path, status, ...``): a small model that guessed a field name, or copied one from an example,
+    otherwise saw only ``KeyError: 'outcome'`` and ran the same code again. ``get`` still returns
+    its default."""
+
+    def __missing__(self, key: Any) -> Any:
+        if "_error" in self:
+            raise KeyError(f"{key!r}: line {self.get('_line')} of {self.get('_file')} could not be read as a row "
+                           f"({self['_error']}); skip such rows (if '_error' not in r) or use r.get({key!r})")
+        have = [k for k in self if not str(k).startswith("_")]
+        raise KeyError(f"{key!r}: this row has no such key; its keys are {have[:30]} (and _file, _line)")
 
 
 class Hit(Row):
@@ -124,13 +139,17 @@ def glob_matcher(glob: str) -> Callable[[str], bool]:
 
     A relative glob with a ``/`` also matches the end of a path at a ``/`` (``"data/app.log"``
     and ``"tmp/data/*.log"`` match ``/tmp/data/app.log``), as ``read_file`` takes a path's unique
-    suffix: models write a corpus path without its leading folders or ``/``, and a grep over no
+    suffix; a leading ``./`` is dropped, and an absolute glob also matches a relative corpus path
+    it ends with (``/srv/data/app.log`` matches ``data/app.log``): models write a corpus path without its leading folders or ``/``, and a grep over no
     file at all answers ``[]``, which they read as "nothing matches"."""
+    while glob.startswith("./"):
+        glob = glob[2:]
     whole = re.compile(fnmatch.translate(glob)).match
     if "/" not in glob:
         return lambda p: bool(whole(p) or whole(p.rsplit("/", 1)[-1]))
-    if glob.startswith("/"):
-        return lambda p: bool(whole(p))
+    if glob.startswith("/"):  # an absolute path also names a relative corpus path it ends with
+        return lambda p: bool(whole(p) or (not p.startswith("/") and whole("/" + p.removeprefix("./"))) or (
+            not p.startswith("/") and glob.endswith("/" + p.removeprefix("./"))))
     tail = re.compile(fnmatch.translate(glob[3:] if glob.startswith("**/") else glob)).match
 
     def match(p: str) -> bool:

@@ -31,7 +31,7 @@ from typing import Any
 
 from rlm_cli import protocol
 from rlm_cli.sandbox.calls import MODEL_NAME, as_list, payload_text, prompt_payload, relay, to_text
-from rlm_cli.sandbox.corpus_helpers import CorpusView
+from rlm_cli.sandbox.corpus_helpers import CorpusView, Lines
 from rlm_cli.sandbox.data_helpers import DataView
 from rlm_cli.sandbox.execution import (
     BY_CHAR_NOTE,
@@ -44,7 +44,7 @@ from rlm_cli.sandbox.execution import (
 )
 from rlm_cli.sandbox.hardening import apply_limits, drop_privileges, harden, memory_problem, mount_scratch
 from rlm_cli.sandbox.integrity import Integrity
-from rlm_cli.sandbox.leads import leads
+from rlm_cli.sandbox.leads import LeadsHelper, leads
 from rlm_cli.sandbox.observe import Observer, WatchedList, watched
 
 _BUILTINS = builtins
@@ -231,7 +231,7 @@ class Worker:
                 "read_file": watched("read_file", c.read_file, obs, read_after),
                 "chunk_text": watched("chunk_text", c.chunk_text, obs),
                 "search": watched("search", c.search, obs),
-                "leads": _LeadsHelper(watched("leads", self._leads, obs)),
+                "leads": LeadsHelper(watched("leads", self._leads, obs)),
                 "data": self.data.data, "records": self.data.records, "frame": self.data.frame,
                 "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched,
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
@@ -263,15 +263,7 @@ class Worker:
         if isinstance(max_chars, bool) or not isinstance(max_chars, (int, float)):
             raise TypeError(f"leads(): max_chars must be a number of characters. {LEADS_USAGE}")
         shown: list[tuple[str, int]] = []
-        budget = max(200, int(max_chars))
-        peek = self.data.peek()
-        if peek and len(self.corpus.structured) == len(self.corpus.files):
-            # Only data files: their rows are the lead (a keyword search's lines of a JSONL file or
-            # a log were counted by small models as if they were every match).
-            found = peek[:budget]
-        else:
-            found = leads(self.corpus, text, max(200, budget - len(peek) - 1) if peek else budget, shown)
-            found = f"{peek}\n{found}" if peek and found else (found or peek)
+        found = leads(self.corpus, text, max(200, int(max_chars)), shown)
         # Its lines are formatted (path:line: text), never slices of context: recorded as they are,
         # left out of the block's slice mapping (which would wait for the line index for nothing).
         self.observer.formatted(found, [("leads", path, line, line) for path, line in shown])
@@ -303,6 +295,7 @@ class Worker:
         self.observer.begin_block(None)
         self.corpus.grep_capped, self.corpus.grep_capped_default = 0, False
         self.corpus.grep_empty = []
+        self.data.unmatched = []
         out = CappedWriter()
         old = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
@@ -349,6 +342,8 @@ class Worker:
                          "matches. To count or add up every match, pass max_results=None.]\n")
         if self.corpus.grep_empty:
             notes.append(self.corpus.explain_empty_greps())
+        if self.data.unmatched:
+            notes.append(self.data.explain_unmatched())
         rebound = [k for k in RESERVED if callable(self._helpers.get(k)) and self.namespace.get(k) is not self._helpers[k]]
         if rebound:
             notes.append(f"[note: this block reassigned {', '.join(f'`{k}`' for k in rebound)}; the helper is "
@@ -383,34 +378,9 @@ LEADS_USAGE = ("Usage: leads(text=question, max_chars=2400) prints where the nam
                "called, and the lines holding most of its words")
 
 
-class _LeadsHelper:
-    """``leads`` in the namespace: the function, which holds no data. Small models read the
-    leads turn's printed lines as a list and write ``for line in leads:`` (seen three times in a
-    row with a 1.5B model, each a bare "'function' object is not iterable"): iterating or
-    indexing it says where the corpus's lines and rows are instead."""
-
-    _WHY = ("leads is a function that prints a keyword search; it holds no lines or rows to loop over. "
-            "Loop over grep(pattern) hits, context.splitlines(), or records() (the rows of data files).")
-
-    def __init__(self, fn: Any) -> None:
-        self._fn = fn
-        self.__doc__ = getattr(fn, "__doc__", None)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._fn(*args, **kwargs)
-
-    def __iter__(self) -> Any:
-        raise TypeError(self._WHY)
-
-    def __getitem__(self, key: Any) -> Any:
-        raise TypeError(self._WHY)
-
-    def __repr__(self) -> str:
-        return "<function leads>"
-
-
-class _Shown(str):
-    """Text a helper has already printed: an expression statement does not show it again."""
+class _Shown(Lines):
+    """Text a helper has already printed: an expression statement does not show it again. A loop
+    over it gives its lines (``for x in leads(question)`` printed one character a line)."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import marshal
 from array import array
+from pathlib import Path
 from typing import Any
 
-from rlm_cli.corpus import structured
+from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import accesslog, structured
+from rlm_cli.corpus.store import load_corpus
 from rlm_cli.corpus.structured import MISSING, parse
-from rlm_cli.sandbox.data_helpers import Rows
+from rlm_cli.sandbox.corpus_helpers import CorpusView
+from rlm_cli.sandbox.data_helpers import DataView, Rows
 
 
 def rows_of(payload: dict[str, Any], i: int = 0) -> Rows:
@@ -149,23 +154,42 @@ ACCESS_LINES = [
 
 def test_an_access_log_is_recognised_by_its_lines_not_its_name() -> None:
     text = "\n".join(ACCESS_LINES) + "\n"
-    assert structured.sniff_access_log(text) and structured.sniff_access_log("\n\n" + text)
-    assert not structured.sniff_access_log("\n".join(ACCESS_LINES[:2]))  # two lines are too few to tell
-    assert not structured.sniff_access_log("import os\n" + text)  # the first line decides
-    assert not structured.sniff_access_log(text + "".join(f"other line {i}\n" for i in range(20)))
-    assert not structured.sniff_access_log("") and not structured.sniff_access_log('{"a": 1}\n' * 5)
+    assert accesslog.sniff(text) and accesslog.sniff("\n\n" + text)
+    assert not accesslog.sniff("\n".join(ACCESS_LINES[:2]))  # two lines are too few to tell
+    assert not accesslog.sniff("import os\n" + text)  # the first line decides
+    assert not accesslog.sniff(text + "".join(f"other line {i}\n" for i in range(20)))
+    assert not accesslog.sniff("") and not accesslog.sniff('{"a": 1}\n' * 5)
 
 
 def test_an_access_log_becomes_rows_with_typed_status_and_size_and_error_rows() -> None:
     text = "\n".join([*ACCESS_LINES, "", "not a request line"]) + "\n"
-    payload, summary = parse("accesslog", text)
+    payload, summary = accesslog.parse(text)
     rows = rows_of(payload)
     assert len(rows) == 4 and lines_of(payload["tables"][0]) == [1, 2, 3, 5]
     assert rows[0] == {"ip": "203.0.113.7", "time": "14/Sep/2026:06:00:41 +0200", "method": "GET",
                        "path": "/index.html", "status": 200, "size": 5120, "referer": "-", "agent": "curl/8.5",
-                       "user": "-", "ident": "-", "protocol": "HTTP/1.1"}
+                       "user": "-", "ident": "-", "protocol": "HTTP/1.1", "extra": None}
     assert rows[1]["status"] == 401 and rows[1]["size"] is None and rows[1]["user"] == "ann"
     assert rows[2]["method"] is None and rows[2]["status"] == 400 and rows[2]["agent"] is None
     assert rows[3] == {"_error": "not an access log line", "_line": 5, "_text": "not a request line"}
     assert summary["kind"] == "accesslog" and summary["rows"] == 4 and summary["errors"] == 1
     assert [k for k, _ in summary["sample"]] == ["ip", "time", "method", "path", "status", "size"]
+
+
+def test_access_log_variants_escapes_and_compression(tmp_path: Path) -> None:
+    nginx = ('10.0.0.1 - - [14/Sep/2026:06:00:41 +0000] "GET /a HTTP/1.1" 200 12 "-" "Mozilla \\"X\\" 1.0" '
+             '"203.0.113.9, 10.0.0.2"')
+    apache_d = '10.0.0.1 - - [14/Sep/2026:06:00:41 +0000] "GET /b HTTP/1.1" 304 - "-" "curl/8" 1532'
+    rows = rows_of(accesslog.parse("\n".join([nginx, apache_d, nginx]) + "\n")[0])
+    assert rows[0]["agent"] == 'Mozilla "X" 1.0' and rows[0]["extra"] == '"203.0.113.9, 10.0.0.2"'
+    assert rows[1]["status"] == 304 and rows[1]["size"] is None and rows[1]["extra"] == "1532"
+    # A quoted field that never closes is no row (and costs one pass, not memory per character).
+    assert accesslog._LINE.match('1.2.3.4 - - [x] "' + "a" * 1_000_000) is None
+    # Rotated and compressed logs are read as access logs too.
+    root = tmp_path / "logs"
+    root.mkdir()
+    (root / "access.log.2.gz").write_bytes(gzip.compress(("\n".join([nginx] * 5) + "\n").encode()))
+    corpus = load_corpus([str(root)], CorpusOptions(use_cache=False))
+    view = CorpusView.from_bundle(str(corpus.index_file), str(corpus.context_file))
+    recs = list(DataView(view.structured, str(corpus.data_file)).records("*.gz"))
+    assert len(recs) == 5 and recs[0]["path"] == "/a" and recs[0]["_file"] == "access.log.2.gz"

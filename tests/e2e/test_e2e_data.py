@@ -89,5 +89,5 @@ def test_an_access_log_is_rows_in_records(tmp_path: Path, llm: FakeLLM) -> None:
     assert 'keys: ip="10.0.0.0", time="14/Sep/2026:06:00:00 +0200", method="POST", path="/api/v0", status=404' in first
     assert ("300 {'ip': '10.0.0.1', 'time': '14/Sep/2026:06:01:00 +0200', 'method': 'GET', 'path': '/api/v1', "
             "'status': 200, 'size': 101, 'referer': '-', 'agent': 'curl/8', 'user': '-', 'ident': '-', "
-            "'protocol': 'HTTP/1.1', '_file': 'web-1', '_line': 2}") in last_user(reqs[1])
+            "'protocol': 'HTTP/1.1', 'extra': None, '_file': 'web-1', '_line': 2}") in last_user(reqs[1])
     assert len(reqs) == 2 and want > 5

@@ -632,3 +632,10 @@ def test_a_loop_over_leads_says_where_the_lines_and_rows_are(tmp_path: Path, llm
     assert r.answer == "8"
     told = last_user(llm.chat_requests("root")[1])
     assert "leads is a function that prints a keyword search; it holds no lines or rows to loop over" in told
+
+
+def test_a_loop_over_what_leads_printed_gives_lines(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("n = 0\nfor line in leads('urlparse'):\n    n += 1\nprint('lines', n)"), repl("FINAL(n)"))
+    r = run(llm, [code_corpus(tmp_path)], "Where is urlparse?", leads=False)
+    shown = r.of("output")[0]["output"]
+    assert int(r.answer) == shown.count("\n") - 1 > 1  # every line it printed, then "lines n"

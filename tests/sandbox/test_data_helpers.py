@@ -159,25 +159,14 @@ def test_a_records_row_names_its_keys_when_one_is_missing(corpus: Corpus) -> Non
     assert all(isinstance(r, dict) for r in dv.records())
 
 
-def test_peek_shows_how_many_rows_and_the_first_of_the_largest_files(corpus: Corpus) -> None:
+def test_an_unreadable_row_says_so_and_a_glob_without_rows_is_noted(corpus: Corpus) -> None:
     _, dv = views(corpus)
-    text = dv.peek()
-    head, *rest = text.split("\n")
-    assert head == "data: records() holds 56 rows, each a dict, from 3 files."  # 51 + 3 + 2 (list.json)
-    assert rest[0] == "The first of the 51 rows of tickets.jsonl (records('tickets.jsonl')):"
-    first = tickets(1)[0]
-    assert rest[1].startswith("{'id': 1, ") and f"'status': {first['status']!r}" in rest[1]
-    assert rest[2] == "The first of the 3 rows of users.csv (records('users.csv')):"
-    assert rest[3] == "{'id': 1, 'name': 'Ann', 'bio': 'line one\\nline two'}" and len(rest) == 4
-
-
-def test_peek_shortens_long_values_and_is_empty_without_data(tmp_path: Path) -> None:
-    root = tmp_path / "c"
-    root.mkdir()
-    (root / "big.jsonl").write_text(json.dumps({"note": "x" * 500, "tags": list(range(50)), "n": 1}) + "\n")
-    _, dv = views(load_corpus([str(root)], CorpusOptions()))
-    shown = dv.peek().split("\n")[2]
-    assert shown == "{'note': '" + "x" * 45 + "...', 'tags': [0, 1, '48 more...'], 'n': 1}"
-    (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "a.txt").write_text("plain\n")
-    assert views(load_corpus([str(tmp_path / "t")], CorpusOptions()))[1].peek() == ""
+    bad = dv.records("*.jsonl")[10]
+    with pytest.raises(KeyError, match=r"'status': line 11 of exports/tickets.jsonl could not be read as a row"):
+        bad["status"]
+    assert dv.unmatched == [] and len(dv.records("./exports/tickets.jsonl")) == 51  # ./ is dropped
+    assert len(dv.records("orders.csv")) == 0 and len(dv.records("nope/*.jsonl")) == 0
+    note = dv.explain_unmatched()
+    assert note.startswith("[note: records('orders.csv') matched no data file, so it gave no rows (1 more such calls);")
+    assert "the files with rows are 'exports/tickets.jsonl', 'list.json', 'users.csv'" in note
+    assert dv.explain_unmatched() == ""
