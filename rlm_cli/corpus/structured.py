@@ -261,7 +261,7 @@ def _error_text(exc: BaseException) -> str:
 
 
 def make_table(name: str | None, keys: list[str], cols: list[list[Any]], lines: array[int], n: int,
-           extra: dict[int, Any]) -> dict[str, Any]:
+               extra: dict[int, Any]) -> dict[str, Any]:
     """Assemble a table; a sparse one (many keys, few per row) is stored as row dicts."""
     full = not extra and all(MISSING not in col for col in cols) if n else True
     if len(keys) > 64 and n:

@@ -1,7 +1,8 @@
 """The rows and tables of the REPL helpers: :class:`Row` (a dict that answers the key names a
-model guesses), :class:`Record` (a row of ``records()``), :class:`Hit` (a grep hit), the ``files`` and ``chunks`` tables of a bundle or
-of a raw context (:func:`raw_layout`) and path globs over them (:func:`glob_matcher`). Runs
-inside the sandboxed worker: the standard library only."""
+model guesses), :class:`Record` (a row of ``records()``), :class:`Hit` (a grep hit), the
+``files`` and ``chunks`` tables of a bundle or of a raw context (:func:`raw_layout`) and path
+globs over them (:func:`glob_matcher`). Runs inside the sandboxed worker: the standard library
+only."""
 
 from __future__ import annotations
 
