@@ -6,8 +6,9 @@ corpus has none": ``grep(r"HTTP/1.1 500")`` over an access log whose lines read
 500" where 51 did. What the model needs is what a person at a shell does next: a looser search.
 So the worker looks for the lines that hold every literal part of the pattern (its runs of
 letters and digits, in any case, with anything between) and shows up to three of them (not how
-many: that count is not the figure asked, and small models take numbers shown for answers); or says that no line holds them either, which is real evidence of absence. A
-``path_glob`` that matches no file is said too (nothing was searched).
+many: that count is not the figure asked, and small models take numbers shown for answers); or
+says that no line holds them either, which is real evidence of absence. A ``path_glob`` that
+matches no file is said too (nothing was searched).
 
 The scan is bounded (:data:`BUDGET_S` per block), reads only ``context`` and runs inside the
 sandboxed worker: the standard library only.
@@ -55,8 +56,9 @@ def explain_empty(context: str, files: list[dict[str, Any]], pattern: str, keep:
                   path_glob: str | None, deadline: float) -> str:
     """The note for a grep of ``pattern`` that matched nothing in ``files`` (dicts with ``path``,
     ``start``, ``end`` into ``context``) filtered by ``keep`` (from ``path_glob``): one
-    ``[note: ...]`` line, then up to :data:`EXAMPLES` corpus lines ``  path:line: text``. Scans until ``deadline`` (``time.monotonic()``
-    seconds) at most; a count cut there reads "at least"."""
+    ``[note: ...]`` line, then up to :data:`EXAMPLES` corpus lines ``  path:line: text``. Scans
+    until ``deadline`` (``time.monotonic()`` seconds) at most; a scan cut there that found no line
+    says so."""
     shown = repr(pattern if len(pattern) <= 80 else pattern[:77] + "...")
     if keep is not None:
         files = [f for f in files if keep(f["path"])]
@@ -66,9 +68,9 @@ def explain_empty(context: str, files: list[dict[str, Any]], pattern: str, keep:
     parts = literal_parts(pattern)
     if not parts:
         return f"[note: grep({shown}) matched no line.]\n"
-    count, examples, cut = _lines_with_all(context, files, parts, deadline)
+    examples, cut = _lines_with_all(context, files, parts, deadline)
     words = ", ".join(repr(p) for p in parts)
-    if not count:
+    if not examples:
         more = "" if not cut else " (the scan stopped early: the corpus is large)"
         return f"[note: grep({shown}) matched no line, and no line holds all of {words} in any case either{more}.]\n"
     # No count of those lines: they are not the lines asked for (a 500 in a byte count is not a
@@ -79,16 +81,16 @@ def explain_empty(context: str, files: list[dict[str, Any]], pattern: str, keep:
 
 
 def _lines_with_all(context: str, files: list[dict[str, Any]], parts: list[str],
-                    deadline: float) -> tuple[int, list[tuple[str, int, str]], bool]:
-    """``(count, examples, cut)``: how many lines of ``files`` hold every one of ``parts`` (any
-    case), up to :data:`EXAMPLES` of them as ``(path, line, text)``, and whether the deadline
-    cut the scan. The longest part is found with one case-insensitive literal scan per file;
-    the others are tested on each line it finds."""
+                    deadline: float) -> tuple[list[tuple[str, int, str]], bool]:
+    """``(examples, cut)``: the first :data:`EXAMPLES` lines of ``files`` that hold every one of
+    ``parts`` (any case) as ``(path, line, text)``, and whether the deadline cut the scan first.
+    The longest part is found with one case-insensitive literal scan per file; the others are
+    tested on each line it finds. Stops at the examples: how many more there are is never shown."""
     anchor = re.compile(re.escape(parts[0]), re.IGNORECASE)
     others = [p.lower() for p in parts[1:]]
     get = str.__getitem__
     examples: list[tuple[str, int, str]] = []
-    count, cut, seen = 0, False, 0
+    seen = 0
     for f in files:
         fs, fe = f["start"], f["end"]
         pos = fs
@@ -100,17 +102,16 @@ def _lines_with_all(context: str, files: list[dict[str, Any]], parts: list[str],
             le = context.find("\n", m.end(), fe)
             le = fe if le < 0 else le
             line = get(context, slice(ls, le))
-            low = line.lower()
-            if all(o in low for o in others):
-                count += 1
-                if len(examples) < EXAMPLES:
-                    text = line.rstrip("\r")
-                    text = text if len(text) <= LINE_CHARS else text[:LINE_CHARS - 3] + "..."
-                    examples.append((f["path"], context.count("\n", fs, ls) + 1, text))
+            if all(o in line.lower() for o in others):
+                text = line.rstrip("\r")
+                text = text if len(text) <= LINE_CHARS else text[:LINE_CHARS - 3] + "..."
+                examples.append((f["path"], context.count("\n", fs, ls) + 1, text))
+                if len(examples) == EXAMPLES:
+                    return examples, False
             pos = le + 1
             seen += 1
             if seen % 512 == 0 and time.monotonic() > deadline:
-                return count, examples, True
+                return examples, True
         if time.monotonic() > deadline:
-            return count, examples, f is not files[-1]
-    return count, examples, cut
+            return examples, f is not files[-1]
+    return examples, False

@@ -141,16 +141,23 @@ def glob_matcher(glob: str) -> Callable[[str], bool]:
     A relative glob with a ``/`` also matches the end of a path at a ``/`` (``"data/app.log"``
     and ``"tmp/data/*.log"`` match ``/tmp/data/app.log``), as ``read_file`` takes a path's unique
     suffix; a leading ``./`` is dropped, and an absolute glob also matches a relative corpus path
-    it ends with (``/srv/data/app.log`` matches ``data/app.log``): models write a corpus path without its leading folders or ``/``, and a grep over no
-    file at all answers ``[]``, which they read as "nothing matches"."""
+    it ends with (``/srv/data/app.log`` matches ``data/app.log``): models write a corpus path
+    without its leading folders or ``/``, and a grep over no file at all answers ``[]``, which
+    they read as "nothing matches"."""
     while glob.startswith("./"):
         glob = glob[2:]
     whole = re.compile(fnmatch.translate(glob)).match
     if "/" not in glob:
         return lambda p: bool(whole(p) or whole(p.rsplit("/", 1)[-1]))
     if glob.startswith("/"):  # an absolute path also names a relative corpus path it ends with
-        return lambda p: bool(whole(p) or (not p.startswith("/") and whole("/" + p.removeprefix("./"))) or (
-            not p.startswith("/") and glob.endswith("/" + p.removeprefix("./"))))
+        def absolute(p: str) -> bool:
+            if whole(p):
+                return True
+            if p.startswith("/"):
+                return False
+            rel = "/" + p.removeprefix("./")
+            return bool(whole(rel)) or glob.endswith(rel)
+        return absolute
     tail = re.compile(fnmatch.translate(glob[3:] if glob.startswith("**/") else glob)).match
 
     def match(p: str) -> bool:
