@@ -12,6 +12,7 @@ from rlm_cli.loop import prompts
 from rlm_cli.loop.history import output_limit
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.window import input_budget
+from rlm_cli.protocol import context_by_path
 
 
 def corpus_meta(corpus: Corpus) -> dict[str, Any]:
@@ -26,7 +27,8 @@ def corpus_meta(corpus: Corpus) -> dict[str, Any]:
     step = max(1, len(corpus.files) // 8)
     meta = {"chars": corpus.chars, "tokens": corpus.total_tokens, "files": len(corpus.files),
             "chunks": len(corpus.chunks), "top_dirs": top.most_common(12), "types": types.most_common(12),
-            "sample_paths": [f.path for f in corpus.files[::step][:8]], "prefix": corpus.head(300)}
+            "sample_paths": [f.path for f in corpus.files[::step][:8]], "prefix": corpus.head(300),
+            "by_path": context_by_path(corpus.chars, corpus.char_width)}
     structured = structured_meta(corpus)
     if structured:
         meta["structured"] = structured
@@ -81,7 +83,7 @@ def first_messages(settings: Settings, question: str, meta: dict[str, Any], dept
     out_limit = output_limit(input_budget(root_window), settings.max_output_chars)
     system = prompts.system_prompt(sub_window_tokens=settings.sub_model_window or DEFAULT_WINDOW,
                                    max_output_chars=out_limit, root_window_tokens=root_window,
-                                   recursion=depth + 1 < settings.max_depth)
+                                   recursion=depth + 1 < settings.max_depth, by_path=meta.get("by_path", True))
     return [{"role": "system", "content": system}, *prompts.example_messages(),
             {"role": "user", "content": prompts.first_user_prompt(
                 question, prompts.corpus_metadata(meta) + (f"\n\n{note}" if note else ""))}]

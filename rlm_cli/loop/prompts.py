@@ -83,6 +83,11 @@ COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in
 Explore with code first, filter with grep, send big pieces to sub-calls. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
 Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message. The first exchange below is an example (not your task)."""
 
+#: The prompts' words on ``context["path"]``, left out where ``context`` is a plain ``str``.
+BY_PATH_LINE = ' `context["path"]` is one file\'s text.'
+BY_PATH_COMPACT = '; `context["path"]`: one file'
+assert BY_PATH_LINE in SYSTEM_PROMPT and BY_PATH_COMPACT in COMPACT_SYSTEM_PROMPT
+
 _RLM_QUERY_RECURSIVE = ("a sub-RLM: a fresh REPL like this one over `context` (a str you pass, or this "
                         "corpus) that works through the prompt with its own code and sub-calls and returns "
                         "its final answer. Slower and costlier than llm_query; use it for sub-problems that "
@@ -91,7 +96,7 @@ _RLM_QUERY_PLAIN = ("at this depth the same as llm_query(prompt + context): a pl
 
 
 def system_prompt(*, sub_window_tokens: int, max_output_chars: int, root_window_tokens: int | None = None,
-                  recursion: bool = False) -> str:
+                  recursion: bool = False, by_path: bool = True) -> str:
     """The root model's system prompt.
 
     Args:
@@ -102,10 +107,14 @@ def system_prompt(*, sub_window_tokens: int, max_output_chars: int, root_window_
             compact variant is used so that a 4,000-token window leaves room to work.
         recursion: whether ``rlm_query`` starts a sub-RLM here (``--max-depth`` not reached) or
             is a plain sub-call.
+        by_path: whether ``context["path"]`` gives a file's text in the worker
+            (``protocol.context_by_path``); when not, the prompt does not offer it.
     """
     cap = sub_call_capacity(sub_window_tokens)
     template = (COMPACT_SYSTEM_PROMPT if root_window_tokens and root_window_tokens < COMPACT_BELOW_TOKENS
                 else SYSTEM_PROMPT)
+    if not by_path:
+        template = template.replace(BY_PATH_LINE, "").replace(BY_PATH_COMPACT, "")
     return (template.replace("<SUB_MAX_TOKENS>", f"{cap.max_tokens:,}")
             .replace("<SUB_MAX_CHARS>", f"{cap.max_chars:,}")
             .replace("<BATCH_CHARS>", f"{cap.batch_chars:,}")

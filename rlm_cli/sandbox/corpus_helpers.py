@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlm_cli.protocol import BUNDLE_VERSION, unpack_columns
+from rlm_cli.protocol import BUNDLE_VERSION, context_by_path, unpack_columns
 from rlm_cli.sandbox import grep_engine, near_miss, pydefs, rows
 from rlm_cli.sandbox.bm25 import BM25
 from rlm_cli.sandbox.grep_engine import GREP_USAGE, PY_SUFFIXES
@@ -55,7 +55,8 @@ class Context(str):
     any ``str``), which also answers ``context["path/to/file.py"]`` with that file's text: models
     often take ``context`` for a dict of files, and that call then works instead of failing with
     "string indices must be integers". A unique path suffix is enough; an unknown path raises
-    ``KeyError`` naming close paths. Built by decoding straight into the subclass (no copy)."""
+    ``KeyError`` naming close paths. Making one copies the text (CPython decodes into a plain
+    ``str`` first), so a corpus above ``protocol.CONTEXT_BY_PATH_MAX_BYTES`` stays a plain ``str``."""
 
     _view: CorpusView | None = None
 
@@ -66,6 +67,15 @@ class Context(str):
             except FileNotFoundError as exc:
                 raise KeyError(str(exc)) from None
         return str.__getitem__(self, key)
+
+
+def str_width(text: str) -> int:
+    """Bytes per character of ``text`` as CPython holds it (1, 2 or 4: PEP 393), in constant time:
+    from its size, which is a fixed header plus ``(len + 1) * width`` for a ``str`` made by
+    decoding (a "compact" one; not for a ``str`` subclass, which holds its text apart)."""
+    if text.isascii():
+        return 1
+    return (sys.getsizeof(text) - (sys.getsizeof("\u00e9") - 2)) // (len(text) + 1)
 
 
 class Lines(str):
@@ -105,9 +115,12 @@ class CorpusView:
     """
 
     def __init__(self, context: str = "", files: list[dict[str, Any]] | None = None,
-                 chunks: list[dict[str, Any]] | None = None) -> None:
-        self.context = context if isinstance(context, Context) else Context(context)
-        self.context._view = self
+                 chunks: list[dict[str, Any]] | None = None, *, by_path: bool = True) -> None:
+        #: The corpus text: a :class:`Context` when :func:`protocol.context_by_path` allows
+        #: (always for a ``str`` given here), else the plain ``str`` :meth:`from_bundle` decoded.
+        self.context: str = context if isinstance(context, Context) or not by_path else Context(context)
+        if isinstance(self.context, Context):
+            self.context._view = self
         rows.set_current(self)
         if files is None:
             files, chunks = raw_layout(context)
@@ -146,12 +159,15 @@ class CorpusView:
             raise ValueError(f"corpus bundle version {index.get('version')!r} is not {BUNDLE_VERSION}")
         with open(context_file, "rb") as fh:  # mapped: no private copy of the bytes (see store.read_context)
             size = os.fstat(fh.fileno()).st_size
-            context = Context("")
+            context = ""
             if size:
                 with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    context = Context(mm, "utf-8")
+                    context = str(mm, "utf-8")
         if len(context) != index["context_chars"]:
             raise ValueError("the context file does not match the index")
+        by_path = context_by_path(len(context), str_width(context))
+        if by_path:
+            context = Context(context)  # the copy (see Context); the plain str is freed here
         with no_collection():
             fcols, ccols = unpack_columns(index["files"]), unpack_columns(index["chunks"])
             paths = fcols["path"]
@@ -160,7 +176,7 @@ class CorpusView:
             chunks: list[dict[str, Any]] = [
                 Row({"id": i, "path": paths[fi], **dict(zip(CHUNK_KEYS, row, strict=True))})
                 for i, (fi, *row) in enumerate(zip(ccols["file"], *(ccols[k] for k in CHUNK_KEYS), strict=True))]
-            view = cls(context, files, chunks)
+            view = cls(context, files, chunks, by_path=by_path)
             view.structured = [(p, a, b, m) for p, a, b, m in zip(paths, fcols["dstart"], fcols["dend"], fcols["dmeta"],
                                                                   strict=True) if b > a and m]
         # The rows live as long as the worker: out of the collector's generations, a full

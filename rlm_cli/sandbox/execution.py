@@ -113,8 +113,15 @@ def iterates_context(tree: ast.AST) -> bool:
     return False
 
 
-def format_error(info: Any) -> str:
-    """The traceback of a failed block, limited to the block's own frames."""
+#: How a hint names a file's text, when ``context["path"]`` works and when it does not.
+FILE_TEXT = "context['a.py']"
+FILE_TEXT_PLAIN = "context[f['start']:f['end']] for f in files with f['path'] == 'a.py'"
+
+
+def format_error(info: Any, by_path: bool = True) -> str:
+    """The traceback of a failed block, limited to the block's own frames, with a hint for the
+    mistakes models often make; ``by_path``: whether ``context["path"]`` works in this worker
+    (``protocol.context_by_path``), so that a hint never offers a call that fails."""
     etype, evalue, tb = info
     try:
         frames = [f for f in traceback.extract_tb(tb) if f.filename.startswith("<cell")]
@@ -126,7 +133,12 @@ def format_error(info: Any) -> str:
         if etype is TypeError and str(evalue).startswith("list indices must be") and frames and \
                 re.search(r"\bfiles\s*\[\s*[\"'fr]", frames[-1].line or ""):  # files["a.py"]: a list, not a dict
             text += ("hint: `files` is a list of dicts, one per file (f['path'], f['lines'], f['start'], f['end']); "
-                     "a file's text is context['a.py'], its numbered lines read_file('a.py', 20, 40)\n")
+                     f"a file's text is {FILE_TEXT if by_path else FILE_TEXT_PLAIN}, its numbered lines "
+                     "read_file('a.py', 20, 40)\n")
+        if etype is TypeError and not by_path and str(evalue).startswith("string indices must be") and frames and \
+                re.search(r"\bcontext\s*\[\s*[\"'fr]", frames[-1].line or ""):  # context["a.py"] on a plain str
+            text += ("hint: this corpus is too large for `context` to be indexed by path too, so it is a plain str: "
+                     f"a file's text is {FILE_TEXT_PLAIN}, its numbered lines read_file('a.py', 20, 40)\n")
         if etype is ValueError and str(evalue).startswith(("invalid literal for int()", "could not convert string")):
             text += ("hint: that text is not a number; take the number out of a line with a regex group, e.g. "
                      "int(re.search(r'latency=(\\d+)', h['text']).group(1)), or h['match'] of a grep whose "

@@ -5,14 +5,17 @@ needs, instead of a worker killed by the kernel's out-of-memory killer halfway t
 What a worker needs, from the figures of ``benchmarks/bench_scale.py``:
 
 * ``context`` itself: ``chars * bytes per character`` (1, 2 or 4, see ``Corpus.context_memory``);
-* while loading, the same again: CPython decodes the context file into a ``str`` and copies it
-  into the ``Context`` subclass (a str subclass cannot be decoded into directly);
+* while loading, the same again when ``context`` is a ``Context`` (which answers
+  ``context["path"]``): CPython decodes the context file into a ``str`` and copies it into the
+  subclass (a str subclass cannot be decoded into directly); a ``context`` above
+  ``protocol.CONTEXT_BY_PATH_MAX_BYTES`` stays a plain ``str``, with no copy;
 * ``files`` and ``chunks`` as dicts, and the JSON index: about :data:`ROW_BYTES` per file and per chunk;
 * the indexes built in the background: the ``search`` index and the line index of
   ``sandbox.observe``, at most :data:`INDEX_BYTES_PER_CHAR` per character while they are built;
 * the interpreter and the helpers: :data:`BASE_BYTES`.
 
-The peak is the larger of loading (twice the string) and indexing (the string plus the indexes).
+The peak is the larger of loading (the string, twice it up to 1 GiB) and indexing (the string plus
+the indexes).
 Several workers (``--jobs``) start at once, so their peaks add up. The memory rlm may use is the
 kernel's ``MemAvailable``, or less in a cgroup with a limit (a container); ``RLM_MEMORY_AVAILABLE``
 (a size: ``12G``) replaces it.
@@ -24,6 +27,7 @@ import os
 from typing import Any
 
 from rlm_cli.errors import UsageError
+from rlm_cli.protocol import context_by_path
 
 #: The interpreter, the REPL's helpers and their imports (measured: 20-30 MiB).
 BASE_BYTES = 48 * 1024**2
@@ -38,7 +42,8 @@ def worker_need(corpus: Any) -> int:
     """Bytes one REPL worker needs at its peak for ``corpus`` (a ``Corpus``; see the module docstring)."""
     rows = (len(corpus.files) + len(corpus.chunks)) * ROW_BYTES
     string = int(corpus.context_memory)
-    return BASE_BYTES + rows + max(2 * string, string + int(INDEX_BYTES_PER_CHAR * corpus.chars))
+    loading = 2 * string if context_by_path(corpus.chars, corpus.char_width) else string
+    return BASE_BYTES + rows + max(loading, string + int(INDEX_BYTES_PER_CHAR * corpus.chars))
 
 
 def available_memory() -> int | None:
@@ -100,7 +105,8 @@ def check_workers_fit(corpus: Any, workers: int, memory_limit: int) -> None:
     if free is not None and need > free:
         each = f"{workers} REPL workers need {format_size(need)} at their peak" if workers > 1 else \
             f"the REPL worker needs {format_size(need)} at its peak"
+        loads = ", twice that while it loads" if context_by_path(corpus.chars, width) else ""
         raise UsageError(f"this corpus does not fit in memory: {each} (its context string takes "
-                         f"{format_size(string)}, twice that while it loads{wide}), and {format_size(free)} is "
+                         f"{format_size(string)}{loads}{wide}), and {format_size(free)} is "
                          "available", hint=("lower --jobs, " if workers > 1 else "") +
                          "narrow the corpus with --include/--exclude, or free memory")

@@ -31,7 +31,7 @@ from typing import Any
 
 from rlm_cli import protocol
 from rlm_cli.sandbox.calls import MODEL_NAME, as_list, payload_text, prompt_payload, relay, to_text
-from rlm_cli.sandbox.corpus_helpers import CorpusView, Lines
+from rlm_cli.sandbox.corpus_helpers import Context, CorpusView, Lines
 from rlm_cli.sandbox.data_helpers import DataView
 from rlm_cli.sandbox.execution import (
     BY_CHAR_NOTE,
@@ -325,7 +325,7 @@ class Worker:
             out.write("SystemExit: exit() is disabled in the REPL; call FINAL(answer) to finish\n")
         except BaseException:  # noqa: BLE001 - model code may raise anything; it reads the traceback
             ok = False
-            out.write(format_error(sys.exc_info()))
+            out.write(format_error(sys.exc_info(), isinstance(self.context, Context)))
         finally:
             self.running = False
             sys.stdout, sys.stderr = old
