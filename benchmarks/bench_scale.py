@@ -50,7 +50,8 @@ PATTERNS = (("literal, no hit", "zq_not_there_xj", False), ("literal, hits", "de
 class AnonPeak:
     """The peak of this process's anonymous resident memory (``RssAnon``), sampled every 2 ms by a
     separate process: a thread of this one could not sample while C code holds the GIL (decoding
-    the context file, copying it into the ``Context`` subclass), which is when the peak happens."""
+    the context file, and copying it into the ``Context`` subclass up to 1 GiB), which is when the
+    loading peak happens."""
 
     _CODE = ("import sys, time\npid = int(sys.argv[1])\npeak = 0\nimport select\n"
              "def now():\n    for line in open(f'/proc/{pid}/status'):\n        if line.startswith('RssAnon:'):\n"

@@ -50,7 +50,7 @@ MIN_FREE_MEMORY = 64 * 1024**2
 #: Largest ``context`` (bytes of the ``str``: characters times 1, 2 or 4) that is also a
 #: ``Context``, which answers ``context["path"]`` with a file's text. CPython cannot decode into a
 #: ``str`` subclass: it decodes into a plain ``str`` and copies that, so a ``Context`` doubles the
-#: worker's memory while it loads (measured: 2.03x the string on a 1 GB corpus, against 1.0x
+#: worker's memory while it loads (measured: 2.03x the string on a 1 GB corpus, against 1.06x
 #: decoded as a plain ``str``). Up to 1 GiB the copy is cheap; above it, where that copy decides
 #: whether the corpus fits in memory at all, ``context`` stays a plain ``str``.
 CONTEXT_BY_PATH_MAX_BYTES = 1 << 30
