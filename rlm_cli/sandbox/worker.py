@@ -31,7 +31,7 @@ from typing import Any
 
 from rlm_cli import protocol
 from rlm_cli.sandbox.calls import MODEL_NAME, as_list, payload_text, prompt_payload, relay, to_text
-from rlm_cli.sandbox.corpus_helpers import Context, CorpusView, Lines
+from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.data_helpers import DataView
 from rlm_cli.sandbox.execution import (
     BY_CHAR_NOTE,
@@ -46,6 +46,7 @@ from rlm_cli.sandbox.hardening import apply_limits, drop_privileges, harden, mem
 from rlm_cli.sandbox.integrity import Integrity
 from rlm_cli.sandbox.leads import LeadsHelper, leads
 from rlm_cli.sandbox.observe import Observer, WatchedList, watched
+from rlm_cli.sandbox.texts import Context, Lines
 
 _BUILTINS = builtins
 #: The builtins as the worker started; restored before every block (``builtins.print = None``

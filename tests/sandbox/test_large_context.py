@@ -15,8 +15,9 @@ from rlm_cli.config import CorpusOptions, Settings
 from rlm_cli.corpus.model import char_width
 from rlm_cli.corpus.store import load_corpus
 from rlm_cli.loop.meta import corpus_meta, first_messages
-from rlm_cli.sandbox.corpus_helpers import Context, CorpusView, str_width
+from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.memory import worker_need
+from rlm_cli.sandbox.texts import Context, str_width
 from rlm_cli.sandbox.worker import Worker
 
 FILES = {
