@@ -86,7 +86,6 @@ Each reply: one ```repl block, then stop. Never write its output yourself: the r
 #: The prompts' words on ``context["path"]``, left out where ``context`` is a plain ``str``.
 BY_PATH_LINE = ' `context["path"]` is one file\'s text.'
 BY_PATH_COMPACT = '; `context["path"]`: one file'
-assert BY_PATH_LINE in SYSTEM_PROMPT and BY_PATH_COMPACT in COMPACT_SYSTEM_PROMPT
 
 _RLM_QUERY_RECURSIVE = ("a sub-RLM: a fresh REPL like this one over `context` (a str you pass, or this "
                         "corpus) that works through the prompt with its own code and sub-calls and returns "
