@@ -307,6 +307,9 @@ def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None
                 value = check_api_base(str(value), "--api-base")
             setattr(settings, key, value)
             sources[key] = "flag"
+    if settings.router_config is not None:
+        # absolute here: the shared model host that reads it runs in another directory
+        settings.router_config = Path(os.path.abspath(os.path.expanduser(str(settings.router_config))))
     return settings, sources
 
 

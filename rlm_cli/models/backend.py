@@ -258,6 +258,45 @@ class LocalBackend:
                       output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                       cost_usd=None if cost is None else float(cost), priced=priced, cut=cut, chars=chars)
 
+def read_router_file(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The ``model_list`` and ``router_settings`` of a ``--router-config`` file (YAML or JSON),
+    checked for shape without importing litellm (cheap: ``Session.open`` calls it before the
+    corpus loads, so a bad file fails in well under a second).
+
+    Returns:
+        ``(model_list, router_settings)``: litellm's deployment dicts and the Router keyword
+        arguments (``{}`` when the file has none).
+
+    Raises:
+        UsageError: unreadable file, bad YAML/JSON (with its line and column), or no ``model_list``.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--router-config: cannot read {path}: {short_error(exc)}",
+                         hint="give the path of a litellm Router/proxy YAML file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or short_error(exc)
+        raise UsageError(f"--router-config: {path} is not valid YAML: {problem}{where}",
+                         hint="fix the file (see README: A cluster of model servers)") from None
+    if isinstance(data, list):
+        data = {"model_list": data}
+    model_list = data.get("model_list") if isinstance(data, dict) else None
+    if not isinstance(model_list, list) or not model_list or not all(
+            isinstance(d, dict) and d.get("model_name") and isinstance(d.get("litellm_params"), dict)
+            and d["litellm_params"].get("model") for d in model_list):
+        raise UsageError(f"--router-config: {path} needs a model_list of "
+                         "{model_name, litellm_params: {model, ...}} entries")
+    settings = data.get("router_settings") if isinstance(data, dict) else None
+    if settings is not None and not isinstance(settings, dict):
+        raise UsageError(f"--router-config: router_settings in {path} must be a mapping of Router arguments")
+    return model_list, dict(settings or {})
+
+
 def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
     """A ``litellm.Router`` from a YAML or JSON file and ``{model group: first deployment's model}``.
 
@@ -267,23 +306,9 @@ def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
     ``config.yaml`` works as is. Retries stay with rlm (the Router's own are turned off).
 
     Raises:
-        UsageError: unreadable file, bad YAML/JSON, or no ``model_list``.
+        UsageError: unreadable file, bad YAML/JSON, no ``model_list``, or litellm refused it.
     """
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"--router-config: cannot read {path}: {short_error(exc)}") from None
-    if isinstance(data, list):
-        data = {"model_list": data}
-    model_list = data.get("model_list") if isinstance(data, dict) else None
-    if not isinstance(model_list, list) or not model_list or not all(
-            isinstance(d, dict) and d.get("model_name") and isinstance(d.get("litellm_params"), dict)
-            and d["litellm_params"].get("model") for d in model_list):
-        raise UsageError(f"--router-config: {path} needs a model_list of "
-                         "{model_name, litellm_params: {model, ...}} entries")
-    settings = dict(data.get("router_settings") or {}) if isinstance(data, dict) else {}
+    model_list, settings = read_router_file(path)
     settings.update(num_retries=0)
     try:
         router = litellm.Router(model_list=model_list, **settings)
@@ -293,6 +318,7 @@ def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
     for d in model_list:
         groups.setdefault(str(d["model_name"]), str(d["litellm_params"]["model"]))
     return router, groups
+
 
 def _response_text(response: Any) -> str:
     try:

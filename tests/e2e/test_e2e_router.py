@@ -97,3 +97,36 @@ def test_max_concurrency_above_32_puts_that_many_sub_calls_in_flight(tmp_path: P
     assert res.code == 0, res.stderr
     assert res.stdout == "48\n"
     assert llm.max_in_flight > 32  # the worker used to send from at most 32 threads
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_relative_router_config_is_read_from_the_callers_directory(tmp_path: Path, llm: FakeLLM,
+                                                                      fleet: list[FakeLLM]) -> None:
+    # The shared model host runs in `/`: the path must be made absolute before it gets there.
+    llm.script("root", BATCH)
+    router_config(tmp_path / "fleet.yaml", [s.url for s in fleet])
+    (tmp_path / "notes.txt").write_text("one line\n")
+    res = run_rlm("ask", "notes.txt", "How many parts say ok?", "--model", "openai/root", "--api-base", llm.url,
+                  "--sub-model", "fleet", "--router-config", "fleet.yaml", "--json", "--no-llm-cache",
+                  "--policy", "paper", "--no-leads", cwd=tmp_path)
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["answer"] == str(PROMPTS)
+    assert sum(len(s.chat_requests("sub")) for s in fleet) == PROMPTS
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("model_list:\n  - model_name: fleet\n\tlitellm_params: {}\n", "line 3, column 1"),
+    ("router_settings: {}\n", "needs a model_list"),
+])
+def test_a_bad_router_config_fails_before_the_corpus_loads(tmp_path: Path, llm: FakeLLM, text: str,
+                                                           words: str) -> None:
+    config = tmp_path / "fleet.yaml"
+    config.write_text(text)
+    (tmp_path / "notes.txt").write_text("one line\n")
+    res = run_rlm("ask", str(tmp_path / "notes.txt"), "q?", "--model", "openai/root", "--api-base", llm.url,
+                  "--sub-model", "fleet", "--router-config", str(config))
+    assert res.code == 2, res.stderr
+    assert words in res.stderr and "Traceback" not in res.stderr
+    assert res.stdout == ""
+    assert "corpus" not in res.stderr.lower().split("--router-config")[0]  # nothing loaded before the error
+    assert llm.chat_requests("root") == []
