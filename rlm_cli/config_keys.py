@@ -69,8 +69,15 @@ def format_size(value: float) -> str:
     for unit, size in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
         if value >= size:
             n = value / size
-            return f"{n:.4g}{unit}" if n < 10_000 else f"{n:,.0f}{unit}"
+            return f"{n:.4g}{unit}" if n < 10_000 else f"{n:.0f}{unit}"
     return f"{value:.0f}"
+
+
+def limit_advice(nbytes: float) -> str:
+    """A ``--memory-limit`` value of at least ``nbytes`` bytes, as a flag takes it: rounded up to
+    64 MiB, in whole ``G`` when that is exact, else in ``M`` (``2944M``, ``3G``; no separators)."""
+    mib = -(-int(nbytes) // (64 * 1024**2)) * 64
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
 
 
 def check_memory_limit(value: int, source: str = "--memory-limit") -> int:

@@ -171,13 +171,11 @@ class Session:
         self._corpus_event = self._corpus_loaded(corpus, time.monotonic() - started)
         emit(self._corpus_event)
         self.meta = corpus_meta(corpus)
-        # The worker starts while litellm is still being imported when the mode cannot be direct.
         surely_rlm = s.mode == "rlm" or (s.mode == "auto" and corpus.total_tokens >= s.direct_max_tokens)
-        if surely_rlm:
+        if surely_rlm:  # the worker starts while litellm is still being imported when the mode cannot be direct
             check_workers_fit(corpus, 1, s.memory_limit)  # before a worker can be killed for memory
             self.lane = Lane(self)
-        encoding()  # tiktoken's table (0.3-0.7 s; every request is measured with it), loaded while litellm is
-        # still being imported in the model host
+        encoding()  # tiktoken's table (0.3-0.7 s; every request needs it), loaded while the host imports litellm
         model = require_model(s)
         root_window, root_src = model_window(self.client, model, s.root_model_window)
         sub_model = s.effective_sub_model or model
@@ -345,8 +343,7 @@ class Session:
         new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
         writer = TraceWriter(trace_path) if trace_path is not None else None
         totals = lambda: (client.usage.total_tokens, client.usage.cost_usd)  # noqa: E731
-        # Events flow: turns counted -> phases added -> progress groups closed -> sources kept ->
-        # trajectory + terminal.
+        # Events flow: turns counted -> phases -> progress groups closed -> sources kept -> trajectory + terminal.
         progress = Progress(TraceSink(writer, emit, totals=totals), totals)
         collector = SourceCollector(progress)
         sink = PhaseTagger(collector)

@@ -72,11 +72,15 @@ def memory_problem(limits: dict[str, int], chars: int) -> str | None:
     used = address_space()
     if not limit or used is None or limit - used >= MIN_FREE_MEMORY:
         return None
+    from rlm_cli.config_keys import format_size, limit_advice
+    from rlm_cli.sandbox.memory import INDEX_BYTES_PER_CHAR
+
     mib = 1024**2
-    advise = -(-max(2 * used, used + MIN_FREE_MEMORY) // (64 * mib)) * 64  # rounded up to 64 MiB
-    return (f"--memory-limit {limit / mib:,.4g}M is too small: the REPL worker already uses {used // mib:,} MiB "
+    # what it holds now plus its indexes' peak (the estimate of sandbox.memory.limit_need)
+    advise = limit_advice(used + max(MIN_FREE_MEMORY, INDEX_BYTES_PER_CHAR * chars))
+    return (f"--memory-limit {format_size(limit)} is too small: the REPL worker already uses {used // mib:,} MiB "
             f"of address space after loading the corpus ({chars:,} characters of context); use "
-            f"--memory-limit {advise:,}M or more, or narrow the corpus (`rlm stats` shows what takes the room)")
+            f"--memory-limit {advise} or more, or narrow the corpus (`rlm stats` shows what takes the room)")
 
 
 def _libc() -> Any:

@@ -27,7 +27,7 @@ import os
 from typing import Any
 
 from rlm_cli.errors import UsageError
-from rlm_cli.protocol import context_by_path
+from rlm_cli.protocol import MIN_FREE_MEMORY, context_by_path
 
 #: The interpreter, the REPL's helpers and their imports (measured: 20-30 MiB).
 BASE_BYTES = 48 * 1024**2
@@ -44,6 +44,17 @@ def worker_need(corpus: Any) -> int:
     string = int(corpus.context_memory)
     loading = 2 * string if context_by_path(corpus.chars, corpus.char_width) else string
     return BASE_BYTES + rows + max(loading, string + int(INDEX_BYTES_PER_CHAR * corpus.chars))
+
+
+def limit_need(corpus: Any) -> int:
+    """Bytes of address space one REPL worker needs under ``--memory-limit`` for ``corpus``: the
+    loaded worker (:func:`worker_need` without the loading copy, since the limit is applied once
+    the corpus is loaded) plus its indexes' peak, and never less than the ``MIN_FREE_MEMORY`` it
+    must have free (``sandbox.hardening.memory_problem`` advises the same from the address space
+    it measures)."""
+    rows = (len(corpus.files) + len(corpus.chunks)) * ROW_BYTES
+    room = max(MIN_FREE_MEMORY, int(INDEX_BYTES_PER_CHAR * corpus.chars))
+    return BASE_BYTES + rows + int(corpus.context_memory) + room
 
 
 def available_memory() -> int | None:
@@ -88,18 +99,17 @@ def check_workers_fit(corpus: Any, workers: int, memory_limit: int) -> None:
             free under ``memory_limit`` (``--memory-limit``, bytes: the worker would refuse to run
             once loaded), or the workers' peaks add up to more than :func:`available_memory`.
     """
-    from rlm_cli.config_keys import format_size
-    from rlm_cli.protocol import MIN_FREE_MEMORY
+    from rlm_cli.config_keys import format_size, limit_advice
 
     string = int(corpus.context_memory)
     width = int(corpus.char_width)
     wide = (f"; its files hold characters beyond U+{'FFFF' if width == 4 else '00FF'}, so every character takes "
             f"{width} bytes (`rlm stats` lists the files that do: --exclude them)" if width > 1 else "")
     if string + MIN_FREE_MEMORY > memory_limit:
-        advise = -(-(2 * string + MIN_FREE_MEMORY) // (64 * 1024**2)) * 64
+        advise = limit_advice(limit_need(corpus))
         raise UsageError(f"--memory-limit {format_size(memory_limit)} is too small for this corpus: its context "
                          f"string alone takes {format_size(string)} in the REPL worker ({corpus.chars:,} characters"
-                         f"{wide})", hint=f"use --memory-limit {advise:,}M or more, or narrow the corpus")
+                         f"{wide})", hint=f"use --memory-limit {advise} or more, or narrow the corpus")
     free = available_memory()
     need = workers * worker_need(corpus)
     if free is not None and need > free:

@@ -5,6 +5,7 @@ available is lowered with ``RLM_MEMORY_AVAILABLE``."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from rlm_cli.config import CorpusOptions
@@ -48,3 +49,19 @@ def test_jobs_count_every_worker_and_memory_limit_is_checked_before_loading(tmp_
     (root / "big.txt").write_text("x" * 3_000_000 + "\n")
     small = run_rlm("ask", str(root), "q?", *model_flags(llm), "--memory-limit", "65M")
     assert small.code == 2 and "--memory-limit 65M is too small for this corpus" in small.stderr
+    advice = re.search(r"use --memory-limit (\S+) or more", small.stderr)
+    assert advice and re.fullmatch(r"\d+[MG]", advice[1]), small.stderr  # typed as the flag takes it
+    fits = run_rlm("ask", str(root), "q?", *model_flags(llm), "--memory-limit", advice[1])
+    assert fits.code == 0, fits.stderr
+
+
+def test_sizes_in_advice_are_typed_as_the_flag_takes_them() -> None:
+    from rlm_cli.config_keys import format_size, limit_advice, parse_size
+
+    mib = 1024**2
+    assert limit_advice(2_880 * mib) == "2880M" and limit_advice(2_881 * mib) == "2944M"
+    assert limit_advice(3 * 1024 * mib - 1) == "3G" and limit_advice(1) == "64M"
+    for nbytes in (1, 65 * mib, 2_880 * mib + 5, 40 * 1024**3, 20_000 * 1024**4):
+        assert parse_size(limit_advice(nbytes), "--memory-limit") >= nbytes
+        assert "," not in format_size(nbytes)
+        parse_size(format_size(nbytes), "--memory-limit")  # what an error prints can be typed back
