@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,8 @@ OnPiece = Callable[[str], None]
 #: Characters of a reply kept: far beyond any ``max_tokens`` rlm asks for (16,384 tokens); a
 #: longer reply (a broken or hostile server) is cut here and the client says so.
 MAX_REPLY_CHARS = 1_000_000
+#: Routers a model host keeps (one per command and Router file; a shared host serves many commands).
+ROUTERS_KEPT = 16
 
 class Backend(Protocol):
     """Where litellm runs for a ``ModelClient``: :class:`LocalBackend` or the model host's client."""
@@ -92,7 +95,7 @@ class LocalBackend:
 
     _litellm: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _routers: dict[str, tuple[Any, dict[str, str]]] = field(default_factory=dict, repr=False)
+    _routers: OrderedDict[str, tuple[Any, dict[str, str]]] = field(default_factory=OrderedDict, repr=False)
     _facts: dict[str, tuple[int | None, bool]] = field(default_factory=dict, repr=False)
 
     def load(self) -> Any:
@@ -109,24 +112,31 @@ class LocalBackend:
                 self._litellm = litellm
         return self._litellm
 
-    def router_groups(self, router_config: str | Path | None) -> dict[str, str]:
+    def router_groups(self, router_config: str | Path | None, *, scope: str | None = None) -> dict[str, str]:
         """``{model group: its first deployment's model}`` of the Router file (``{}`` without one).
+        ``scope``: see :meth:`complete`.
 
         Raises:
             UsageError: the file is unreadable or invalid (see :func:`build_router`).
         """
-        return self._router(router_config)[1] if router_config else {}
+        return self._router(router_config, scope)[1] if router_config else {}
 
-    def _router(self, router_config: str | Path) -> tuple[Any, dict[str, str]]:
+    def _router(self, router_config: str | Path, scope: str | None) -> tuple[Any, dict[str, str]]:
+        """The Router of ``router_config`` for ``scope`` (one command): a Router keeps state (the
+        deployments it cooled down after failures), and a shared model host serves many commands,
+        so each command has a Router of its own; the last :data:`ROUTERS_KEPT` are kept."""
         try:  # a shared model host outlives one command: an edited file is read again
             info = os.stat(router_config)
-            key = f"{router_config}\0{info.st_mtime_ns}\0{info.st_size}"
+            key = f"{router_config}\0{info.st_mtime_ns}\0{info.st_size}\0{scope}"
         except OSError:
-            key = str(router_config)
+            key = f"{router_config}\0{scope}"
         litellm = self.load()
         with self._lock:
             if key not in self._routers:
                 self._routers[key] = build_router(litellm, Path(router_config))
+                while len(self._routers) > ROUTERS_KEPT:
+                    self._routers.popitem(last=False)
+            self._routers.move_to_end(key)
             return self._routers[key]
 
     def facts(self, model: str) -> tuple[int | None, bool]:
@@ -163,18 +173,21 @@ class LocalBackend:
                 continue
 
     def complete(self, request: dict[str, Any], *, router_config: str | Path | None = None, stream: bool = False,
-                 on_piece: OnPiece | None = None, deadline: float | None = None) -> Answer:
+                 on_piece: OnPiece | None = None, deadline: float | None = None, scope: str | None = None) -> Answer:
         """Send one chat completion: ``request`` holds ``model``, ``messages``, ``timeout``,
         ``sampling`` (``max_tokens``, ``temperature``: passed as they are) and, without a Router,
         ``api_base``/``api_key`` when set. With ``stream`` each piece of text goes
         to ``on_piece`` as it arrives and reading stops at ``deadline`` (``time.monotonic()``).
+        ``scope`` names the command a shared model host serves: its Router calls go through a
+        Router of its own, so a run cut off mid-call (its calls counted as failures, deployments
+        cooled down) leaves the next command's Router untouched.
 
         Raises:
             Exception: whatever litellm raises for the request or a broken stream.
             UsageError: the Router file is invalid.
         """
         litellm = self.load()
-        router, groups = self._router(router_config) if router_config else (None, {})
+        router, groups = self._router(router_config, scope) if router_config else (None, {})
         model = str(request["model"])
         kwargs: dict[str, Any] = {"model": model, "messages": request["messages"], "timeout": request["timeout"],
                                   "num_retries": 0}

@@ -25,8 +25,9 @@ Channels:
 * **a Unix socket** in a private 0700 folder (the parent's temporary one, or the user's runtime
   folder for a shared host), one request per connection: the
   parent sends ``{"token", "op", ...}`` with ``op`` one of ``complete`` (``request``,
-  ``router_config``, ``stream``, ``deadline_in``: seconds left before the reply must be whole),
-  ``facts`` (``model``), ``prices`` (``model``) or ``router`` (``router_config``). A ``complete`` reply is zero or more
+  ``router_config``, ``stream``, ``deadline_in``: seconds left before the reply must be whole,
+  ``scope``: the command, which has a Router of its own), ``facts`` (``model``), ``prices``
+  (``model``) or ``router`` (``router_config``, ``scope``). A ``complete`` reply is zero or more
   ``{"piece": text}`` frames (streamed text as it arrives), then ``{"ok": true, "answer": {...}}``
   (``backend.Answer``) or ``{"ok": false, "error": {names, status, message, headers}}`` (a
   provider error, raised by the parent as ``RemoteCallError``), ``{"ok": false, "usage": msg}``
@@ -86,6 +87,8 @@ class HostBackend:
     def __init__(self, *, warm: list[str] | None = None, shared: bool | None = None) -> None:
         self.started = time.monotonic()
         self._token = secrets.token_hex(16)
+        #: This command among those a shared host serves (each has a Router of its own).
+        self._scope = secrets.token_hex(8)
         self._stdin_lock = threading.Lock()
         self._up = False
         self._facts: dict[str, tuple[int | None, bool]] = {}
@@ -214,7 +217,7 @@ class HostBackend:
             UsageError: the Router file is invalid.
             HostUnavailable: the host died or cannot import litellm.
         """
-        message = {"op": "complete", "request": request, "stream": stream,
+        message = {"op": "complete", "request": request, "stream": stream, "scope": self._scope,
                    "router_config": None if router_config is None else os.path.abspath(router_config),
                    "deadline_in": None if deadline is None else deadline - time.monotonic()}
         with self._connect() as conn:
@@ -262,7 +265,7 @@ class HostBackend:
         with self._lock:
             known = self._routers.get(key)
         if known is None:
-            known = {str(k): str(v) for k, v in self._call({"op": "router", "router_config": key})["groups"].items()}
+            known = {str(k): str(v) for k, v in self._call({"op": "router", "router_config": key, "scope": self._scope})["groups"].items()}
             with self._lock:
                 self._routers[key] = known
         return known

@@ -169,7 +169,8 @@ class _Host:
                 got = self.backend.prices(str(request.get("model")))
                 return {"ok": True, "prices": None if got is None else list(got)}
             if op == "router":
-                return {"ok": True, "groups": self.backend.router_groups(request.get("router_config"))}
+                groups = self.backend.router_groups(request.get("router_config"), scope=request.get("scope"))
+                return {"ok": True, "groups": groups}
             if op != "complete":
                 return {"ok": False, "error": {"names": ["ValueError"], "message": f"unknown op {op!r}"}}
 
@@ -182,7 +183,8 @@ class _Host:
             left = request.get("deadline_in")
             answer = self.backend.complete(request["request"], router_config=request.get("router_config"),
                                            stream=bool(request.get("stream")), on_piece=on_piece,
-                                           deadline=None if left is None else time.monotonic() + float(left))
+                                           deadline=None if left is None else time.monotonic() + float(left),
+                                           scope=request.get("scope"))
             return {"ok": True, "answer": answer.to_dict()}
         except _Gone:
             raise

@@ -76,7 +76,7 @@ def write_text(text: str) -> None:
 def summary_line(data: dict[str, Any]) -> str:
     """The run's closing line (without style): iterations, sub-calls, tokens and cost split
     between the root model and sub-calls ("unknown" when a model is not priced, "no calls" for a
-    group without calls), cache hits, retries, time. ``data`` is an ``rlm ask --json`` document
+    group without calls), cache hits, retries, calls that failed after their retries, time. ``data`` is an ``rlm ask --json`` document
     (``iterations``, ``sub_calls``, ``usage``, ``elapsed_s``; each may be missing)."""
     usage = data.get("usage") or {}
     root, sub = usage.get("root") or {}, usage.get("sub") or {}
@@ -89,8 +89,8 @@ def summary_line(data: dict[str, Any]) -> str:
     def tokens(group: dict[str, Any]) -> str:
         return f"{group.get('input_tokens', 0):,} in/{group.get('output_tokens', 0):,} out"
 
-    extra = "".join(f", {usage[k]} {label}" for k, label in (("cached_calls", "cached"), ("retries", "retries"))
-                    if usage.get(k))
+    extra = "".join(f", {usage[k]} {label}" for k, label in (
+        ("cached_calls", "cached"), ("retries", "retries"), ("failed_calls", "failed calls")) if usage.get(k))
     return (f"{data.get('iterations', 0)} iterations, {data.get('sub_calls', 0)} sub-calls; "
             f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
             f"(root {cost(root.get('cost_usd'), root)}, sub {cost(sub.get('cost_usd'), sub)}){extra}; "

@@ -328,9 +328,14 @@ class Renderer:
         retries, time."""
         if self.quiet:
             return
+        failed = int((data.get("usage") or {}).get("failed_calls") or 0)
         with self._lock:
             self._end_stream_text()
             self.close()
+            if failed:
+                self.err.print(f"[yellow]warning:[/] {failed} model call{'s' if failed > 1 else ''} failed after "
+                               "retries: the code got an error message instead of a reply, and the answer may "
+                               "rest on it (the trajectory has each error)")
             self.err.print(f"[dim]{summary_line(data)}[/]")
 
     def eval_progress(self, total: int) -> EvalProgress:

@@ -287,3 +287,18 @@ def test_terminal_escape_sequences_from_the_model_and_the_repl_never_reach_stder
         assert seq not in res.stderr
     if color == "never":
         assert "\x1b" not in res.stderr
+
+
+def test_calls_that_failed_after_retries_are_said_at_the_end(tmp_path: Path, llm: FakeLLM) -> None:
+    """A run whose sub-calls all failed may still give an answer (built on error messages): the
+    closing lines must say so instead of reading like a clean run."""
+    (tmp_path / "a.txt").write_text("hello\n")
+    llm.default("sub", Reply(text="down", status=503))
+    llm.script("root", repl("parts = llm_query_batched(['one', 'two'])\nFINAL('done')"), repl("FINAL('done')"))
+    res = run_rlm("ask", str(tmp_path), "q?", *model_flags(llm), "--retries", "0", "--policy", "paper",
+                  "--no-leads", "--no-llm-cache")
+    assert res.code == 0, res.stderr
+    assert "warning: 2 model calls failed after retries" in res.stderr
+    assert ", 2 failed calls;" in res.stderr.strip().splitlines()[-1]
+    clean = run_rlm("ask", str(tmp_path), "q?", *model_flags(llm), "--policy", "paper", "--no-leads")
+    assert "failed" not in clean.stderr  # silent when nothing failed
