@@ -66,7 +66,7 @@ def question_terms(question: str) -> dict[str, list[str]]:
 
     * ``paths``: quoted or bare file paths (``a/b.py``, ``setup.cfg``);
     * ``names``: identifiers in backticks or quotes, and code-looking words outside them
-      (``snake_case``, ``CamelCase``, ``dotted.names``);
+      (``snake_case``, ``CamelCase``, ``dotted.names``, ``_private``);
     * ``phrases``: other quoted text, searched as written;
     * ``words``: the remaining words of at least 3 letters that are not :data:`STOPWORDS`,
       lowercased, in order, without repeats.
@@ -93,7 +93,7 @@ def question_terms(question: str) -> dict[str, list[str]]:
             continue
         if _is_path(tok):
             paths.append(tok)
-        elif _IDENT.fullmatch(tok) and ("_" in tok.strip("_") or "." in tok or tok.startswith("__")
+        elif _IDENT.fullmatch(tok) and ("_" in tok.strip("_") or "." in tok or tok.startswith("_")
                                         or re.search(r"[a-z][A-Z]", tok)):
             names.append(tok)
         else:

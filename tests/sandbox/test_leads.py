@@ -76,6 +76,12 @@ def test_a_constant_is_defined_where_it_is_assigned() -> None:
     assert "`MAX_RETRIES` is defined at:\n  k.py:1: MAX_RETRIES = 5" in text
 
 
+def test_a_private_name_with_one_underscore_is_a_name() -> None:
+    assert question_terms("What is the value of _MAXLINE in http.client?")["names"] == ["_MAXLINE", "http.client"]
+    v = corpus_view({"client.py": "_MAXLINE = 65536\n\ndef read(fp):\n    return fp.readline(_MAXLINE + 1)\n"})
+    assert "`_MAXLINE` is defined at:\n  client.py:1: _MAXLINE = 65536" in leads(v, "What is _MAXLINE set to?")
+
+
 def test_a_parameter_beside_its_function_gets_no_misleading_definition() -> None:
     text = leads(view(), "What is the default of the parameter `strict` of the function `parse_config`?")
     assert "def parse_config(path, strict=False, retries=3):" in text and "`strict`" not in text
