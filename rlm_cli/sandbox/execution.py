@@ -139,10 +139,14 @@ def format_error(info: Any, by_path: bool = True) -> str:
                 re.search(r"\bcontext\s*\[\s*[\"'fr]", frames[-1].line or ""):  # context["a.py"] on a plain str
             text += ("hint: this corpus is too large for `context` to be indexed by path too, so it is a plain str: "
                      f"a file's text is {FILE_TEXT_PLAIN}, its numbered lines read_file('a.py', 20, 40)\n")
+        name = getattr(evalue, "name", None) if etype is NameError else None
+        if isinstance(name, str) and name.upper() in ("FINAL", "FINAL_VAR") and name not in ("FINAL", "FINAL_VAR"):
+            text += (f"hint: `{name}` is spelled in capitals: FINAL(answer), or FINAL_VAR('variable_name') "
+                     "for the value of a variable\n")
         if etype is ValueError and str(evalue).startswith(("invalid literal for int()", "could not convert string")):
             text += ("hint: that text is not a number; take the number out of a line with a regex group, e.g. "
-                     "int(re.search(r'latency=(\\d+)', h['text']).group(1)), or h['match'] of a grep whose "
-                     "pattern has one group: grep(r'latency=(\\d+)')\n")
+                     "int(re.search(r'port (\\d+)', h['text']).group(1)), or h['match'] of a grep whose "
+                     "pattern has one group: grep(r'port (\\d+)')\n")
         return text
     except BaseException:  # noqa: BLE001 - a hostile __str__ must not take the worker down
         return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"

@@ -12,7 +12,8 @@ from rlm_cli.loop import prompts
 from rlm_cli.sandbox import leads
 
 ROOT = Path(__file__).resolve().parents[2] / "rlm_cli"
-LOOP_SOURCES = [*sorted((ROOT / "loop").glob("*.py")), ROOT / "sandbox" / "leads.py"]
+#: The loop, and the sandbox's texts the model reads (leads, the hints after a failed block).
+LOOP_SOURCES = [*sorted((ROOT / "loop").glob("*.py")), ROOT / "sandbox" / "leads.py", ROOT / "sandbox" / "execution.py"]
 #: Words of four in a row that a template and the loop may share only by chance of English.
 N = 4
 #: The NLTK English stop-word list (words of three letters or more) and the quantifiers and modal
@@ -88,3 +89,11 @@ def test_the_worked_example_is_unlike_every_family() -> None:
     for word in ("secret code", "project", "defines", "default value", "base class", "how many functions",
                  "service=", "latency", "ticket", "customer"):
         assert word not in example
+
+
+def test_no_loop_text_shows_the_eval_s_generated_log_fields() -> None:
+    """An example over the fields of the eval's generated logs (``service=S ... latency_ms=N``)
+    would hand a model that family's solution."""
+    fields = ("latency", "service=", "level=", "user=", "msg=")
+    found = [(where, f) for where, text in _loop_strings() for f in fields if f in text.lower()]
+    assert found == []

@@ -296,6 +296,16 @@ def test_joining_result_rows_as_strings_gets_a_hint(tmp_path: Path, llm: FakeLLM
     assert "expected str instance, Hit found" in out and "grep and search return rows (dicts)" in out
 
 
+def test_final_in_lower_case_gets_a_hint_and_a_variable_named_final_is_left_alone(tmp_path: Path,
+                                                                                   llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: final(...) three times, NameError each time, no hint.
+    llm.script("root", repl("final('urllib/parse.py')"), repl("final = 'urllib/parse.py'\nFINAL_VAR('final')"))
+    r = run(llm, [code_corpus(tmp_path)])
+    out = r.of("output")[0]["output"]
+    assert "NameError" in out and "hint: `final` is spelled in capitals: FINAL(answer)" in out
+    assert r.answer == "urllib/parse.py"  # `final` stays an ordinary name the code may use
+
+
 def test_a_model_stuck_on_the_same_code_is_asked_for_its_answer_once(tmp_path: Path, llm: FakeLLM) -> None:
     same = repl("print(grep('def urlparse'))")
     llm.script("root", same, same, same, "urlparse is defined in urllib/parse.py, line 4.")
