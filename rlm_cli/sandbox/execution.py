@@ -130,15 +130,19 @@ def format_error(info: Any, by_path: bool = True) -> str:
         if etype is TypeError and re.search(r"(Row|Hit) found", str(evalue)):  # ", ".join(grep(...)) and the like
             text += ("hint: grep and search return rows (dicts), not strings: join their fields, e.g. "
                      "'\n'.join(f\"{h['file']}:{h['line']}: {h['text']}\" for h in hits)\n")
-        if etype is TypeError and str(evalue).startswith("list indices must be") and frames and \
-                re.search(r"\bfiles\s*\[\s*[\"'fr]", frames[-1].line or ""):  # files["a.py"]: a list, not a dict
+        line = (frames[-1].line or "") if frames else ""
+        if etype is TypeError and str(evalue).startswith("list indices must be") and \
+                re.search(r"\bfiles\s*\[\s*[\"'fr]", line):  # files["a.py"]: a list, not a dict
+            path = _indexed_path("files", line)
             text += ("hint: `files` is a list of dicts, one per file (f['path'], f['lines'], f['start'], f['end']); "
-                     f"a file's text is {FILE_TEXT if by_path else FILE_TEXT_PLAIN}, its numbered lines "
-                     "read_file('a.py', 20, 40)\n")
-        if etype is TypeError and not by_path and str(evalue).startswith("string indices must be") and frames and \
-                re.search(r"\bcontext\s*\[\s*[\"'fr]", frames[-1].line or ""):  # context["a.py"] on a plain str
+                     f"a file's text is {(FILE_TEXT if by_path else FILE_TEXT_PLAIN).replace('a.py', path)}, "
+                     f"its numbered lines read_file('{path}', 20, 40)\n")
+        if etype is TypeError and not by_path and str(evalue).startswith("string indices must be") and \
+                re.search(r"\bcontext\s*\[\s*[\"'fr]", line):  # context["a.py"] on a plain str
+            path = _indexed_path("context", line)
             text += ("hint: this corpus is too large for `context` to be indexed by path too, so it is a plain str: "
-                     f"a file's text is {FILE_TEXT_PLAIN}, its numbered lines read_file('a.py', 20, 40)\n")
+                     f"a file's text is {FILE_TEXT_PLAIN.replace('a.py', path)}, its numbered lines "
+                     f"read_file('{path}', 20, 40)\n")
         name = getattr(evalue, "name", None) if etype is NameError else None
         if isinstance(name, str) and name.upper() in ("FINAL", "FINAL_VAR") and name not in ("FINAL", "FINAL_VAR"):
             text += (f"hint: `{name}` is spelled in capitals: FINAL(answer), or FINAL_VAR('variable_name') "
@@ -150,6 +154,13 @@ def format_error(info: Any, by_path: bool = True) -> str:
         return text
     except BaseException:  # noqa: BLE001 - a hostile __str__ must not take the worker down
         return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
+
+
+def _indexed_path(name: str, line: str) -> str:
+    """The path in ``name["some/path.py"]`` on ``line`` (a block's failing line), for a hint that
+    shows the working form with the model's own path; ``a.py`` when there is none."""
+    m = re.search(rf"\b{name}\s*\[\s*[rf]?[\"']([^\"'\n]{{1,200}})[\"']", line)
+    return m.group(1).replace("'", "") if m and "{" not in m.group(1) else "a.py"
 
 
 def result_frame(result: dict[str, Any]) -> dict[str, Any]:

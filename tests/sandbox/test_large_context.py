@@ -94,7 +94,8 @@ def test_a_model_that_indexes_a_plain_context_by_path_is_told_what_works(corpus,
     out = worker.execute("text = context['src/app.py']\nprint(len(text))", 1)["output"]
     assert "TypeError: string indices must be integers" in out
     assert "hint: this corpus is too large for `context` to be indexed by path" in out
-    assert "context[f['start']:f['end']]" in out
+    assert "context[f['start']:f['end']] for f in files with f['path'] == 'src/app.py'" in out
+    assert "read_file('src/app.py', 20, 40)" in out  # the model's own path, not a stand-in
     # the hint's way works
     out = worker.execute("f = [f for f in files if f['path'] == 'src/app.py'][0]\n"
                          "print(context[f['start']:f['end']].count('retry'))", 2)["output"]
