@@ -107,8 +107,11 @@ class LocalBackend:
                 prepare_offline_env()
                 import litellm
 
+                from rlm_cli.models import detect
+
                 litellm.suppress_debug_info = True
                 litellm.telemetry = False
+                detect.remember_bundled_prices(litellm)
                 self._litellm = litellm
         return self._litellm
 
@@ -257,8 +260,12 @@ class LocalBackend:
         usage = getattr(response, "usage", None)
         hidden = getattr(response, "_hidden_params", None) or {}
         priced_as = str(hidden.get("litellm_model_name") or groups.get(model, model))
-        priced = self.facts(priced_as)[1]
         cost = hidden.get("response_cost")
+        # a cost litellm computed above zero is a price it knows (a Router deployment's own
+        # input_cost_per_token); zero for a model outside the bundled map is unknown, not free
+        priced = self.facts(priced_as)[1] or bool(isinstance(cost, (int, float)) and cost > 0)
+        if not cost and not priced:
+            cost = None
         if cost is None and priced:  # a streamed reply, rebuilt: priced here
             try:
                 cost = self.load().completion_cost(completion_response=response, model=priced_as)

@@ -254,10 +254,24 @@ def prices(litellm: Any, model: str) -> tuple[float, float] | None:
     return dearest("input"), dearest("output")
 
 
+#: The keys of litellm's price map as bundled, before anything registered models into it
+#: (:func:`remember_bundled_prices`).
+_bundled_keys: frozenset[str] | None = None
+
+
+def remember_bundled_prices(litellm: Any) -> None:
+    """Note the keys of litellm's price map as imported: a ``litellm.Router`` registers each of
+    its deployments' models there with a zero price, which must not read as a known price."""
+    global _bundled_keys
+    if _bundled_keys is None:
+        _bundled_keys = frozenset(litellm.model_cost)
+
+
 def price_known(litellm: Any, model: str) -> bool:
     """Whether litellm's bundled price map prices ``model``. litellm answers some families it
-    does not price (OpenRouter) with a zero cost; those count as unknown, not free."""
+    does not price (OpenRouter) with a zero cost, and a Router's deployments are registered with
+    one; those count as unknown, not free."""
     info = model_info(litellm, model)
     if not info or info.get("input_cost_per_token") is None:
         return False
-    return str(info.get("key")) in litellm.model_cost
+    return str(info.get("key")) in (litellm.model_cost if _bundled_keys is None else _bundled_keys)

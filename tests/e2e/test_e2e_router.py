@@ -70,6 +70,7 @@ def test_a_dead_deployment_is_routed_around_and_usage_is_exact(tmp_path: Path, l
     assert (usage["sub"]["input_tokens"], usage["sub"]["output_tokens"]) == (7 * PROMPTS, 3 * PROMPTS)
     assert usage["retries"] >= 1  # the dead deployment was tried (1 in 3 picks), then cooled down
     assert usage["failed_calls"] == 0
+    assert usage["sub"]["cost_usd"] is None and "sub unknown" in stderr  # an unpriced model costs "unknown", not $0
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -152,3 +153,19 @@ def test_a_run_cut_off_by_timeout_leaves_the_next_run_s_router_alone(tmp_path: P
     assert doc["answer"] == str(PROMPTS)
     usage = doc["usage"]
     assert isinstance(usage, dict) and usage["failed_calls"] == 0
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_deployment_priced_in_the_router_file_is_counted(tmp_path: Path, llm: FakeLLM,
+                                                           fleet: list[FakeLLM]) -> None:
+    config = tmp_path / "router.yaml"
+    config.write_text("model_list:\n" + "".join(
+        f"  - model_name: fleet\n    litellm_params:\n      model: openai/sub\n      api_base: {s.url}\n"
+        "      api_key: sk-test\n      input_cost_per_token: 0.001\n      output_cost_per_token: 0.002\n"
+        for s in fleet))
+    llm.script("root", BATCH)
+    code, doc, stderr = ask(tmp_path, llm, config)
+    assert code == 0, stderr
+    usage = doc["usage"]
+    assert isinstance(usage, dict)
+    assert usage["sub"]["cost_usd"] == pytest.approx(PROMPTS * (7 * 0.001 + 3 * 0.002))
