@@ -56,7 +56,7 @@ def run(app: Callable[[], Any]) -> None:
         _json_error("interrupted (Ctrl-C)", ExitCode.INTERRUPTED, status="interrupted")
         _fail(None, ExitCode.INTERRUPTED, "interrupted")
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
-        message = exc.format_message() + _usage_hint(exc)
+        message = _usage_message(exc) + _usage_hint(exc)
         if "--json" in message:  # a command without --json: no JSON promised
             INVOCATION.json_errors = False
         _json_error(message, ExitCode.USAGE)
@@ -141,6 +141,25 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.stderr.write("\nrlm: terminated\n")
     raise SystemExit(int(ExitCode.TERMINATED))
+
+
+def _usage_message(exc: Any) -> str:
+    """Click's message for usage error ``exc``; for an unknown option, the suggestions are only
+    options whose names, without their dashes, are close to it (``difflib`` ratio 0.6, click's
+    own cutoff, which with the dashes counted offered ``--jobs`` for ``--bogus``)."""
+    name = getattr(exc, "option_name", None)
+    if type(exc).__name__ != "NoSuchOption" or not name:
+        return str(exc.format_message())
+    import difflib
+
+    bare = name.lstrip("-")
+    close = [p for p in getattr(exc, "possibilities", None) or []
+             if difflib.SequenceMatcher(None, bare, str(p).lstrip("-")).ratio() >= 0.6]
+    if not close:
+        return f"No such option: {name}"
+    if len(close) == 1:
+        return f"No such option: {name} (did you mean {close[0]}?)"
+    return f"No such option: {name} (possible options: {', '.join(sorted(close))})"
 
 
 def _usage_hint(exc: Any) -> str:
