@@ -142,6 +142,12 @@ class Renderer:
             self.err.print(f"{indent}[dim]sub-call {ev.get('model')}: {ev.get('input_tokens', 0):,} in / "
                            f"{ev.get('output_tokens', 0):,} out tokens, {ev.get('latency_s', 0):.1f} s, "
                            f"{cost_text(ev.get('cost_usd'))}[/]")
+        elif kind == "check" and ev.get("verdict") in ("send_back", "rewrite"):
+            # why the run goes on after a FINAL (or why the answer differs from the one given)
+            did = "sent the answer back" if ev["verdict"] == "send_back" else "rewrote the answer"
+            note = str(ev.get("note") or "").strip().splitlines()
+            self.err.print(f"{indent}[yellow]check {escape(str(ev.get('check')))}[/] {did}"
+                           + (f"[dim]: {escape(note[0][:200])}[/]" if note else ""))
         elif kind == "final":
             self.err.print(f"{indent}[bold green]{ev['status']}[/] after {ev['iterations']} iteration(s)")
 

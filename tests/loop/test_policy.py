@@ -78,6 +78,9 @@ def test_paper_takes_a_first_turn_guess_and_standard_sends_it_back_once(tmp_path
     assert [(e["check"], e["verdict"], e["iteration"]) for e in checks if e["verdict"] != "accept"] == [
         ("evidence", "send_back", 1)]
     assert {e["check"] for e in checks} == set(STANDARD.checks)  # each check judged each answer
+    # stderr says why the run went on after a FINAL, once, and nothing for the checks that accepted
+    said = [line for line in res.stderr.splitlines() if line.startswith("check ")]
+    assert len(said) == 1 and said[0].startswith("check evidence sent the answer back: "), res.stderr
 
 
 def test_paper_runs_every_block_of_a_reply_even_after_an_error(tmp_path: Path, llm: FakeLLM) -> None:
