@@ -119,6 +119,9 @@ class Orchestrator:
             if own:
                 start_worker(sandbox, self.emit, self.depth)
             system, *examples, first = first_messages(s, question, meta, self.depth, note)
+            # the trajectory holds what the root model was told, as sent (the history records the rest)
+            self.emit(event("prompt", self.depth, system=system["content"], first=first["content"],
+                            examples=[dict(m) for m in examples]))
             history = History(system["content"], first["content"], budget_tokens=budget, examples=examples)
             self._leads(sandbox, question, budget, history, loop)
             for iteration in range(1, s.max_iterations + 1):
