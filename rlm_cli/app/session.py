@@ -59,7 +59,7 @@ from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
 from rlm_cli.loop.result import RunResult
-from rlm_cli.models.backend import read_router_file
+from rlm_cli.models.backend import check_router_file
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import ensure_model
@@ -155,7 +155,7 @@ class Session:
         ensure_model(s, lambda message: emit(event("notice", 0, message=message)))
         require_model(s)
         if s.router_config:
-            read_router_file(s.router_config)  # a bad --router-config: exit 2 before the corpus loads
+            check_router_file(s.router_config, [s.model, s.sub_model])  # exit 2 before the corpus loads
         warm = getattr(self.client.backend, "warm", None)
         if callable(warm) and self._given_client is None:
             warm([s.model, s.effective_sub_model])

@@ -317,6 +317,27 @@ def read_router_file(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, 
     return model_list, dict(settings or {})
 
 
+def check_router_file(path: str | Path, models: list[str | None]) -> None:
+    """Read the ``--router-config`` file (:func:`read_router_file`) and check that no model of
+    ``models`` (``--model``, ``--sub-model``) is a near miss of one of its model groups: a name
+    that is not a group goes to the provider as is, and a mistyped group would fail there (exit 4)
+    after the corpus has loaded. Near: ``difflib`` ratio of at least 0.75.
+
+    Raises:
+        UsageError: the file is invalid, or a model is a near miss of a group.
+    """
+    import difflib
+
+    groups = sorted({str(d["model_name"]) for d in read_router_file(path)[0]})
+    for model in dict.fromkeys(m for m in models if m):
+        if model in groups:
+            continue
+        close = difflib.get_close_matches(model, groups, n=1, cutoff=0.75)
+        if close:
+            raise UsageError(f"--router-config: {model!r} is not a model group of {path}; did you mean {close[0]!r}?",
+                             hint=f"its groups: {', '.join(groups)}")
+
+
 def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
     """A ``litellm.Router`` from a YAML or JSON file and ``{model group: first deployment's model}``.
 

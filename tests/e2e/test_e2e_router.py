@@ -118,6 +118,8 @@ def test_a_relative_router_config_is_read_from_the_callers_directory(tmp_path: P
 @pytest.mark.parametrize(("text", "words"), [
     ("model_list:\n  - model_name: fleet\n\tlitellm_params: {}\n", "line 3, column 1"),
     ("router_settings: {}\n", "needs a model_list"),
+    ("model_list:\n  - model_name: fleet2\n    litellm_params: {model: openai/sub}\n",
+     "'fleet' is not a model group of"),
 ])
 def test_a_bad_router_config_fails_before_the_corpus_loads(tmp_path: Path, llm: FakeLLM, text: str,
                                                            words: str) -> None:
