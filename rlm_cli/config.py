@@ -370,7 +370,9 @@ def set_config_value(key: str, value: str, path: Path | None = None) -> tuple[st
     remove = word == "" or (word in ("none", "null") and word not in CHOICES.get(name, ()))
     typed = None if remove else coerce(name, value, settable_fields()[name].type)
     if isinstance(typed, Path):
-        typed = str(typed)
+        typed = os.path.abspath(os.path.expanduser(str(typed)))  # read later from any directory
+        if name == "router_config" and not os.path.isfile(typed):
+            raise UsageError(f"router_config: no such file {typed}", hint="give the path of a litellm Router YAML file")
     if typed is not None and name in SIZE_KEYS:
         typed = value.strip()  # checked above; kept as typed ("4G"), not as a byte count
     try:

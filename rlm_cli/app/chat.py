@@ -33,6 +33,7 @@ from typing import Any
 from rlm_cli.app.batch import worst_exit_code
 from rlm_cli.errors import PartialAnswerError, RLMError
 from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
+from rlm_cli.output.text import usd
 
 #: Questions kept in the history file.
 HISTORY_LINES = 1000
@@ -222,7 +223,7 @@ def cost_text(session: Any) -> str:
     root, sub = usage["root"], usage["sub"]
 
     def money(value: Any) -> str:
-        return f"${value:.4f}" if isinstance(value, (int, float)) else "unknown"
+        return usd(value) if isinstance(value, (int, float)) else "unknown"
 
     lines = [f"{session.asked} question(s); root {root['calls']} calls, {root['input_tokens']:,} in / "
              f"{root['output_tokens']:,} out tokens; sub {sub['calls']} calls, {sub['input_tokens']:,} in / "

@@ -154,8 +154,8 @@ class Session:
         check_paths(self.paths if self.corpus is None else [])  # a mistyped PATH: exit 2 before a model is sought
         ensure_model(s, lambda message: emit(event("notice", 0, message=message)))
         require_model(s)
-        if s.router_config:
-            check_router_file(s.router_config, [s.model, s.sub_model])  # exit 2 before the corpus loads
+        for note in check_router_file(s.router_config, [s.model, s.sub_model]) if s.router_config else []:
+            emit(event("notice", 0, message=note, level="warning"))  # a bad file: exit 2 before loading
         warm = getattr(self.client.backend, "warm", None)
         if callable(warm) and self._given_client is None:
             warm([s.model, s.effective_sub_model])

@@ -145,16 +145,18 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def _usage_message(exc: Any) -> str:
     """Click's message for usage error ``exc``; for an unknown option, the suggestions are only
-    options whose names, without their dashes, are close to it (``difflib`` ratio 0.6, click's
-    own cutoff, which with the dashes counted offered ``--jobs`` for ``--bogus``)."""
+    options it begins (``--max-iter``: ``--max-iterations``), else those whose names, without
+    their dashes, are close to it (``difflib`` ratio 0.6, click's own cutoff, which with the dashes
+    counted offered ``--jobs`` for ``--bogus``)."""
     name = getattr(exc, "option_name", None)
     if type(exc).__name__ != "NoSuchOption" or not name:
         return str(exc.format_message())
     import difflib
 
     bare = name.lstrip("-")
-    close = [p for p in getattr(exc, "possibilities", None) or []
-             if difflib.SequenceMatcher(None, bare, str(p).lstrip("-")).ratio() >= 0.6]
+    known = [str(p) for p in getattr(exc, "possibilities", None) or []]
+    close = [p for p in known if len(bare) >= 3 and p.lstrip("-").startswith(bare)] or [
+        p for p in known if difflib.SequenceMatcher(None, bare, p.lstrip("-")).ratio() >= 0.6]
     if not close:
         return f"No such option: {name}"
     if len(close) == 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlm_cli.evaluation.harness import GroupSummary, QuestionResult, summarize_checks
+from rlm_cli.output.text import usd
 
 #: Version of the ``rlm eval --json`` document.
 EVAL_SCHEMA = 1
@@ -15,7 +16,7 @@ def _pct(x: float | None) -> str:
 
 
 def _cost(x: float | None) -> str:
-    return "unknown" if x is None else f"${x:.4f}"
+    return "unknown" if x is None else usd(x)
 
 
 def summary_table(groups: list[GroupSummary]) -> str:

@@ -302,7 +302,7 @@ def read_router_file(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, 
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or short_error(exc)
         raise UsageError(f"--router-config: {path} is not valid YAML: {problem}{where}",
-                         hint="fix the file (see README: A cluster of model servers)") from None
+                         hint="fix the file; README, \"A cluster of model servers\", shows one") from None
     if isinstance(data, list):
         data = {"model_list": data}
     model_list = data.get("model_list") if isinstance(data, dict) else None
@@ -317,11 +317,16 @@ def read_router_file(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, 
     return model_list, dict(settings or {})
 
 
-def check_router_file(path: str | Path, models: list[str | None]) -> None:
-    """Read the ``--router-config`` file (:func:`read_router_file`) and check that no model of
-    ``models`` (``--model``, ``--sub-model``) is a near miss of one of its model groups: a name
-    that is not a group goes to the provider as is, and a mistyped group would fail there (exit 4)
-    after the corpus has loaded. Near: ``difflib`` ratio of at least 0.75.
+def check_router_file(path: str | Path, models: list[str | None]) -> list[str]:
+    """Read the ``--router-config`` file (:func:`read_router_file`) and check ``models``
+    (``--model``, ``--sub-model``) against its model groups: a name that is not a group goes to
+    the provider as is, so a mistyped group (``flet``, or ``openai/fleet`` for the group
+    ``fleet``) would fail there, after the corpus has loaded, or reach another server. Checked
+    only when no model names a group (else the other is meant to go to its provider). Near:
+    ``difflib`` ratio of at least 0.75, or the group after a provider prefix.
+
+    Returns:
+        Warnings for the user: the file is not used when no model names one of its groups.
 
     Raises:
         UsageError: the file is invalid, or a model is a near miss of a group.
@@ -329,13 +334,17 @@ def check_router_file(path: str | Path, models: list[str | None]) -> None:
     import difflib
 
     groups = sorted({str(d["model_name"]) for d in read_router_file(path)[0]})
-    for model in dict.fromkeys(m for m in models if m):
-        if model in groups:
-            continue
-        close = difflib.get_close_matches(model, groups, n=1, cutoff=0.75)
+    named = [m for m in dict.fromkeys(models) if m]
+    if any(m in groups for m in named):
+        return []  # the other model, if any, is meant to go to its provider directly
+    for model in named:
+        bare = model.split("/", 1)[-1]
+        close = [bare] if bare in groups else difflib.get_close_matches(model, groups, n=1, cutoff=0.75)
         if close:
             raise UsageError(f"--router-config: {model!r} is not a model group of {path}; did you mean {close[0]!r}?",
                              hint=f"its groups: {', '.join(groups)}")
+    return [f"--router-config {path} is not used: none of its model groups ({', '.join(groups)}) is --model or "
+            f"--sub-model (name one, e.g. --sub-model {groups[0]})"]
 
 
 def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
@@ -354,7 +363,9 @@ def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
     try:
         router = litellm.Router(model_list=model_list, **settings)
     except Exception as exc:  # noqa: BLE001 - litellm validates the configuration its own way
-        raise UsageError(f"--router-config: litellm refused {path}: {short_error(exc)}") from None
+        lines = [line.strip() for line in str(exc).strip().splitlines()[:3] if line.strip()]  # pydantic: field, why
+        raise UsageError(f"--router-config: litellm refused {path}: {'; '.join(lines)[:500] or short_error(exc)}"
+                         ) from None
     groups: dict[str, str] = {}
     for d in model_list:
         groups.setdefault(str(d["model_name"]), str(d["litellm_params"]["model"]))

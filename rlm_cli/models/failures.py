@@ -135,6 +135,9 @@ def short_error(exc: BaseException) -> str:
     """The first line of an error, without litellm's ``litellm.XError: XError:`` prefixes."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else type(exc).__name__
+    if "No deployments available" in first:  # litellm Router's words when every deployment cools down
+        return ("no deployment of the Router group could take the call: each failed and is cooling down "
+                "(check that the servers of --router-config answer)")
     for _ in range(3):
         head, sep, rest = first.partition(": ")
         if sep and head.replace("litellm.", "").replace("_", "").isalnum() and head.endswith(

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import IO, Any
 
-from rlm_cli.output.text import safe_text
+from rlm_cli.output.text import safe_text, usd
 
 
 def write_answer(text: str) -> None:
@@ -84,14 +84,15 @@ def summary_line(data: dict[str, Any]) -> str:
     def cost(value: Any, group: dict[str, Any] | None = None) -> str:
         if group is not None and not group.get("calls"):
             return "no calls"
-        return f"${value:.4f}" if isinstance(value, (int, float)) else "unknown"
+        return usd(value) if isinstance(value, (int, float)) else "unknown"
 
     def tokens(group: dict[str, Any]) -> str:
         return f"{group.get('input_tokens', 0):,} in/{group.get('output_tokens', 0):,} out"
 
     extra = "".join(f", {usage[k]} {label}" for k, label in (
         ("cached_calls", "cached"), ("retries", "retries"), ("failed_calls", "failed calls")) if usage.get(k))
-    return (f"{data.get('iterations', 0)} iterations, {data.get('sub_calls', 0)} sub-calls; "
+    n, subs = int(data.get("iterations", 0) or 0), int(data.get("sub_calls", 0) or 0)
+    return (f"{n} iteration{'' if n == 1 else 's'}, {subs} sub-call{'' if subs == 1 else 's'}; "
             f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
             f"(root {cost(root.get('cost_usd'), root)}, sub {cost(sub.get('cost_usd'), sub)}){extra}; "
             f"{data.get('elapsed_s', 0):.1f} s")

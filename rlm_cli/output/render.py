@@ -147,7 +147,8 @@ class Renderer:
             did = "sent the answer back" if ev["verdict"] == "send_back" else "rewrote the answer"
             note = str(ev.get("note") or "").strip().splitlines()
             self.err.print(f"{indent}[yellow]check {escape(str(ev.get('check')))}[/] {did}"
-                           + (f"[dim]: {escape(note[0][:200])}[/]" if note else ""))
+                           + (f"[dim]: {escape(note[0] if len(note[0]) <= 200 else note[0][:199] + '…')}[/]"
+                              if note else ""))
         elif kind == "final":
             self.err.print(f"{indent}[bold green]{ev['status']}[/] after {ev['iterations']} iteration(s)")
 
@@ -339,9 +340,9 @@ class Renderer:
             self._end_stream_text()
             self.close()
             if failed:
-                self.err.print(f"[yellow]warning:[/] {failed} model call{'s' if failed > 1 else ''} failed after "
-                               "retries: the code got an error message instead of a reply, and the answer may "
-                               "rest on it (the trajectory has each error)")
+                self.err.print(f"[yellow]warning:[/] {failed} model call{'s' if failed > 1 else ''} failed: the "
+                               "code got an error message instead of a reply, and the answer may rest on it (the "
+                               "trajectory has each error)")
             self.err.print(f"[dim]{summary_line(data)}[/]")
 
     def eval_progress(self, total: int) -> EvalProgress:

@@ -22,7 +22,15 @@ def safe_text(text: str) -> str:
 
 def cost_text(value: Any) -> str:
     """``$0.0123`` for a number of USD, ``cost unknown`` for anything else (an unpriced model)."""
-    return f"${value:.4f}" if isinstance(value, (int, float)) else "cost unknown"
+    return usd(value) if isinstance(value, (int, float)) else "cost unknown"
+
+
+def usd(value: float) -> str:
+    """``$0.0123``; a cost under $0.0001 with two significant digits (``$0.000032``), so a
+    cheap call never reads as free; ``$0.0000`` only for zero."""
+    if 0 < value < 0.0001:
+        return f"${value:.2g}" if value < 1e-6 else f"${value:.6f}".rstrip("0")
+    return f"${value:.4f}"
 
 
 def helpers_text(helpers: dict[str, Any]) -> str:

@@ -57,6 +57,8 @@ def test_a_question_that_starts_with_a_dash_is_told_to_go_after_double_dash(tmp_
     assert r.stderr.strip().endswith("goes after `--`: python -m rlm_cli ask PATH -- '-how many files?')")
     r = run_rlm("ask", str(tmp_path), "--modle", "x", "q")  # a mistyped flag keeps click's suggestion
     assert r.code == 2 and "--model" in r.stderr and "ask --help`)" in r.stderr and "`--`" not in r.stderr
+    r = run_rlm("ask", str(tmp_path), "--max-iter", "3", "q")  # a prefix: what it begins, only
+    assert r.code == 2 and "No such option: --max-iter (did you mean --max-iterations?)" in r.stderr
     r = run_rlm("ask", str(tmp_path), "--jsn", "q")
     assert r.code == 2 and "No such option: --jsn (did you mean --json?)" in r.stderr
     r = run_rlm("ask", str(tmp_path), "--bogus", "q")  # nothing close: no suggestion (it offered --jobs)

@@ -75,6 +75,18 @@ def test_set_rejects_unknown_keys_and_bad_values_without_writing() -> None:
     assert not config.config_path().exists()
 
 
+def test_set_router_config_stores_an_absolute_path_of_a_file_that_exists(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="no such file"):
+        config.set_config_value("router_config", "fleet.yaml")
+    (tmp_path / "fleet.yaml").write_text("model_list: []\n")
+    config.set_config_value("router_config", "fleet.yaml")
+    assert tomllib.loads(config.config_path().read_text()) == {"router_config": str(tmp_path / "fleet.yaml")}
+    monkeypatch.chdir("/")  # read back from another directory, it is the same file
+    assert config.resolve({}, env={}).router_config == tmp_path / "fleet.yaml"
+
+
 def test_set_checks_word_settings_and_keeps_sandbox_none() -> None:
     for key, value in (("sandbox", "weird"), ("mode", "nope")):
         with pytest.raises(UsageError, match="use one of"):

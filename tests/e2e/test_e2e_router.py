@@ -171,3 +171,16 @@ def test_a_deployment_priced_in_the_router_file_is_counted(tmp_path: Path, llm: 
     usage = doc["usage"]
     assert isinstance(usage, dict)
     assert usage["sub"]["cost_usd"] == pytest.approx(PROMPTS * (7 * 0.001 + 3 * 0.002))
+
+
+def test_a_router_file_no_model_names_is_said_to_be_unused(tmp_path: Path, llm: FakeLLM) -> None:
+    config = router_config(tmp_path / "fleet.yaml", [llm.url])
+    (tmp_path / "notes.txt").write_text("one line\n")
+    llm.script("root", repl("FINAL('done')"))
+    res = run_rlm("ask", str(tmp_path / "notes.txt"), "q?", "--model", "openai/root", "--api-base", llm.url,
+                  "--sub-model", "openai/sub", "--router-config", str(config), "--policy", "paper", "--no-leads")
+    assert res.code == 0 and res.stdout == "done\n", res.stderr
+    assert f"warning: --router-config {config} is not used: none of its model groups (fleet)" in res.stderr
+    res = run_rlm("ask", str(tmp_path / "notes.txt"), "q?", "--model", "openai/root", "--api-base", llm.url,
+                  "--sub-model", "openai/fleet", "--router-config", str(config))  # the proxy form by mistake
+    assert res.code == 2 and "did you mean 'fleet'?" in res.stderr

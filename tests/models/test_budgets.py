@@ -267,7 +267,7 @@ def test_budget_stop_in_a_sub_rlm_answers_with_the_roots_words_not_the_childs_co
     res = run_rlm("ask", str(tmp_path / "a.txt"), "q?", "--model", "openai/root", "--sub-model", "openai/sub",
                   "--api-base", llm.url, "--max-sub-calls", "5", "--max-depth", "2", "--no-llm-cache")
     assert res.code == 6, res.stderr
-    assert "PARTIAL" in res.stderr and "1 iterations, 5 sub-calls" in res.stderr
+    assert "PARTIAL" in res.stderr and "1 iteration, 5 sub-calls" in res.stderr
     assert "Delegating to a sub-RLM." in res.stdout and "child said: [a sub-call failed]" in res.stdout
     assert "budget exceeded" not in res.stdout  # rlm's error string for the child's stop stays in the trajectory
     assert "CHILD PROSE" not in res.stdout and "llm_query" not in res.stdout and "rlm_query(" not in res.stdout

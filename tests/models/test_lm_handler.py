@@ -472,3 +472,13 @@ def test_streamed_replies_are_cached_and_replayed_whole_with_unknown_cost_kept(l
     priced = again.complete(MSG, model="openai/gpt-4o-mini", role="root", on_delta=lambda _: None)
     assert priced.record.cached and priced.record.cost_usd == 0.0  # a priced model's replay costs nothing
     assert again.usage.summary()["cost_usd"] is None and len(llm.requests) == 2
+
+
+def test_a_router_with_every_deployment_cooling_down_is_said_in_plain_words() -> None:
+    from rlm_cli.models.failures import short_error
+
+    raw = RuntimeError("litellm.RateLimitError: No deployments available for selected model, Try again in 30 "
+                       "seconds. Passed model=fleet. pre-call-checks=False, cooldown_list=['7b07fc']")
+    said = short_error(raw)
+    assert "cooling down" in said and "--router-config" in said and "cooldown_list" not in said
+    assert short_error(RuntimeError("litellm.APIError: APIError: boom\nmore")) == "boom"

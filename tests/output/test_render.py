@@ -298,7 +298,14 @@ def test_calls_that_failed_after_retries_are_said_at_the_end(tmp_path: Path, llm
     res = run_rlm("ask", str(tmp_path), "q?", *model_flags(llm), "--retries", "0", "--policy", "paper",
                   "--no-leads", "--no-llm-cache")
     assert res.code == 0, res.stderr
-    assert "warning: 2 model calls failed after retries" in res.stderr
+    assert "warning: 2 model calls failed: the code got an error message" in res.stderr
     assert ", 2 failed calls;" in res.stderr.strip().splitlines()[-1]
     clean = run_rlm("ask", str(tmp_path), "q?", *model_flags(llm), "--policy", "paper", "--no-leads")
     assert "failed" not in clean.stderr  # silent when nothing failed
+
+
+def test_a_cheap_call_never_reads_as_free() -> None:
+    from rlm_cli.output.text import cost_text, usd
+
+    assert [usd(v) for v in (0, 3.2e-05, 0.0123, 1.5)] == ["$0.0000", "$0.000032", "$0.0123", "$1.5000"]
+    assert usd(4e-08) != "$0.0000" and cost_text(None) == "cost unknown"
