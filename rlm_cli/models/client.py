@@ -444,10 +444,12 @@ class ModelClient:
                                  status=status, hint="wait and run again") from None
             else:
                 delay *= random.uniform(1.0, 1.1)  # never earlier than asked
+            remaining = self.budget.remaining_s()
+            if remaining is not None and remaining <= 0:
+                self.budget.check(counted=gated)  # --timeout passed during the attempt: no retry, none counted
             self.usage.count("retries")
             if on_delta is not None and any(shown):
                 on_delta(None)  # whatever was shown of this attempt is void: it is asked again
-            remaining = self.budget.remaining_s()
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
 
     def _request(self, messages: list[dict[str, Any]], model: str, timeout: float,

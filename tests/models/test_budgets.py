@@ -105,6 +105,20 @@ def test_wall_clock_budget_cuts_a_hanging_request(tmp_path: Path, llm: FakeLLM) 
     assert elapsed < 5.0  # the 6 s reply was not waited for
 
 
+def test_sub_calls_cut_by_the_deadline_are_not_counted_as_retries(tmp_path: Path, llm: FakeLLM) -> None:
+    """A sub-call in flight when --timeout passes is not retried: none may be counted as a retry
+    (the summary read "0 sub-calls ... 8 retries")."""
+    llm.default("sub", Reply(text="late", delay_s=8))
+    llm.script("root", repl("parts = llm_query_batched(['a', 'b', 'c', 'd'])\nFINAL('x')"))
+    (tmp_path / "a.txt").write_text("hello\n")
+    res = run_rlm("ask", str(tmp_path), "q?", "--model", "openai/root", "--sub-model", "openai/sub",
+                  "--api-base", llm.url, "--timeout", "4", "--json", "--policy", "paper", "--no-leads",
+                  "--no-llm-cache")
+    assert res.code == ExitCode.BUDGET, res.stderr
+    usage = json.loads(res.stdout)["usage"]
+    assert usage["retries"] == 0 and usage["sub"]["calls"] == 0, usage
+
+
 def test_wall_clock_budget_cuts_a_long_code_block(tmp_path: Path, llm: FakeLLM) -> None:
     llm.script("root", repl("print('first look')"), repl("import time\ntime.sleep(60)"), "never asked")
     started = time.monotonic()
