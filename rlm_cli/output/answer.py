@@ -76,8 +76,9 @@ def write_text(text: str) -> None:
 def summary_line(data: dict[str, Any]) -> str:
     """The run's closing line (without style): iterations, sub-calls, tokens and cost split
     between the root model and sub-calls ("unknown" when a model is not priced, "no calls" for a
-    group without calls), cache hits, retries, calls that failed after their retries, time. ``data`` is an ``rlm ask --json`` document
-    (``iterations``, ``sub_calls``, ``usage``, ``elapsed_s``; each may be missing)."""
+    group without calls), cache hits, retries, calls that failed after their retries, time.
+    ``data`` is an ``rlm ask --json`` document (``iterations``, ``sub_calls``, ``usage``,
+    ``elapsed_s``; each may be missing)."""
     usage = data.get("usage") or {}
     root, sub = usage.get("root") or {}, usage.get("sub") or {}
 
