@@ -92,8 +92,8 @@ def check_memory_limit(value: int, source: str = "--memory-limit") -> int:
     shown = format_size(value)
     if value <= MIN_FREE_MEMORY:
         raise UsageError(f"{source} {shown} is too small: the REPL worker needs 64 MiB free beyond what the "
-                         "loaded corpus takes", hint=f"the default is {format_size(DEFAULT_MEMORY_LIMIT)}; "
-                                                  "`rlm stats` shows what context takes")
+                         "loaded corpus takes", hint=f"the default is {format_size(DEFAULT_MEMORY_LIMIT)}; give "
+                                                  "at least 128M plus what context takes, which `rlm stats` shows")
     if value >= 2**62:
         raise UsageError(f"{source} {shown} is too large", hint="give a size such as 16G")
     return value
