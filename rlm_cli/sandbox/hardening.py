@@ -73,11 +73,10 @@ def memory_problem(limits: dict[str, int], chars: int) -> str | None:
     if not limit or used is None or limit - used >= MIN_FREE_MEMORY:
         return None
     from rlm_cli.config_keys import format_size, limit_advice
-    from rlm_cli.sandbox.memory import INDEX_BYTES_PER_CHAR
+    from rlm_cli.sandbox.memory import working_room
 
     mib = 1024**2
-    # what it holds now plus its indexes' peak (the estimate of sandbox.memory.limit_need)
-    advise = limit_advice(used + max(MIN_FREE_MEMORY, INDEX_BYTES_PER_CHAR * chars))
+    advise = limit_advice(used + working_room(chars))  # what it holds now, plus what sandbox.memory.limit_need adds
     return (f"--memory-limit {format_size(limit)} is too small: the REPL worker already uses {used // mib:,} MiB "
             f"of address space after loading the corpus ({chars:,} characters of context); use "
             f"--memory-limit {advise} or more, or narrow the corpus (`rlm stats` shows what takes the room)")

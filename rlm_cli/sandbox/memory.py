@@ -38,23 +38,30 @@ ROW_BYTES = 1536
 INDEX_BYTES_PER_CHAR = 2.0
 
 
+def _loaded(corpus: Any) -> int:
+    """Bytes of a worker with ``corpus`` loaded: the interpreter, ``files``/``chunks``, ``context``."""
+    return BASE_BYTES + (len(corpus.files) + len(corpus.chunks)) * ROW_BYTES + int(corpus.context_memory)
+
+
 def worker_need(corpus: Any) -> int:
     """Bytes one REPL worker needs at its peak for ``corpus`` (a ``Corpus``; see the module docstring)."""
-    rows = (len(corpus.files) + len(corpus.chunks)) * ROW_BYTES
     string = int(corpus.context_memory)
-    loading = 2 * string if context_by_path(corpus.chars, corpus.char_width) else string
-    return BASE_BYTES + rows + max(loading, string + int(INDEX_BYTES_PER_CHAR * corpus.chars))
+    copy = string if context_by_path(corpus.chars, corpus.char_width) else 0  # the load's copy into Context
+    return _loaded(corpus) + max(copy, int(INDEX_BYTES_PER_CHAR * corpus.chars))
+
+
+def working_room(chars: int) -> int:
+    """Bytes a loaded worker with ``chars`` characters of ``context`` needs free under
+    ``--memory-limit``: its indexes' peak, never less than ``MIN_FREE_MEMORY``. Used by
+    :func:`limit_need` and, with the address space it measures, by ``hardening.memory_problem``."""
+    return max(MIN_FREE_MEMORY, int(INDEX_BYTES_PER_CHAR * chars))
 
 
 def limit_need(corpus: Any) -> int:
     """Bytes of address space one REPL worker needs under ``--memory-limit`` for ``corpus``: the
-    loaded worker (:func:`worker_need` without the loading copy, since the limit is applied once
-    the corpus is loaded) plus its indexes' peak, and never less than the ``MIN_FREE_MEMORY`` it
-    must have free (``sandbox.hardening.memory_problem`` advises the same from the address space
-    it measures)."""
-    rows = (len(corpus.files) + len(corpus.chunks)) * ROW_BYTES
-    room = max(MIN_FREE_MEMORY, int(INDEX_BYTES_PER_CHAR * corpus.chars))
-    return BASE_BYTES + rows + int(corpus.context_memory) + room
+    loaded worker (the limit is applied once the corpus is loaded, so the load's copy does not
+    count) plus :func:`working_room`."""
+    return _loaded(corpus) + working_room(corpus.chars)
 
 
 def available_memory() -> int | None:
