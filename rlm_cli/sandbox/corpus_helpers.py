@@ -84,7 +84,7 @@ class CorpusView:
         self.grep_capped_default = False
         #: ``(pattern, path_glob, keep)`` of each grep over the corpus that matched no line since
         #: the worker last cleared it (see :meth:`explain_empty_greps`).
-        self.grep_empty: list[tuple[str, str | None, Callable[[str], bool] | None]] = []
+        self.grep_empty: list[tuple[str, str | None, Callable[[str], bool] | None, int]] = []
         #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).
         self.structured: list[tuple[str, int, int, dict[str, Any]]] = []
         _VIEWS.add(self)
@@ -199,7 +199,7 @@ class CorpusView:
         if len(out) >= max_results:
             self.grep_capped, self.grep_capped_default = max_results, default
         if not out and spans is None:
-            self.grep_empty.append((rx.pattern, path_glob, keep))
+            self.grep_empty.append((rx.pattern, path_glob, keep, rx.flags))
         return out
 
     def explain_empty_greps(self) -> str:
@@ -209,8 +209,8 @@ class CorpusView:
         when every grep found something."""
         empty, self.grep_empty = self.grep_empty, []
         deadline = time.monotonic() + near_miss.BUDGET_S
-        notes = [near_miss.explain_empty(self.context, self.files, pattern, keep, glob, deadline)
-                 for pattern, glob, keep in empty[:near_miss.NOTES_PER_BLOCK]]
+        notes = [near_miss.explain_empty(self.context, self.files, pattern, keep, glob, deadline, flags)
+                 for pattern, glob, keep, flags in empty[:near_miss.NOTES_PER_BLOCK]]
         if len(empty) > near_miss.NOTES_PER_BLOCK:
             notes.append(f"[note: {len(empty) - near_miss.NOTES_PER_BLOCK:,} more grep() calls of this block "
                          "matched no line.]\n")

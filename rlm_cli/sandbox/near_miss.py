@@ -1,4 +1,4 @@
-"""Why a ``grep`` found nothing: the note the worker adds to a block whose grep matched no line.
+r"""Why a ``grep`` found nothing: the note the worker adds to a block whose grep matched no line.
 
 A grep that matches nothing returns ``[]``, and a model (small ones above all) reads that as "the
 corpus has none": ``grep(r"HTTP/1.1 500")`` over an access log whose lines read
@@ -8,7 +8,10 @@ So the worker looks for the lines that hold every literal part of the pattern (i
 letters and digits, in any case, with anything between) and shows up to three of them (not how
 many: that count is not the figure asked, and small models take numbers shown for answers); or
 says that no line holds them either, which is real evidence of absence. A ``path_glob`` that
-matches no file is said too (nothing was searched).
+matches no file is said too (nothing was searched). When there are such lines, the note also says
+where the pattern stops fitting the first of them (:func:`where_it_stops`: the longest start of the
+pattern that matches the line, and the characters that follow it there), which is the edit a
+person makes after reading the line: ``r"HTTP/1.1\s+500"`` fits ``HTTP/1.1`` and then meets ``" 500``.
 
 The scan is bounded (:data:`BUDGET_S` per block), reads only ``context`` and runs inside the
 sandboxed worker: the standard library only.
@@ -32,6 +35,10 @@ LINE_CHARS = 160
 MAX_PARTS = 4
 #: Empty greps of one block that get a note (a loop over names can make hundreds).
 NOTES_PER_BLOCK = 2
+#: Characters of the line shown after the part of the pattern that fits it.
+FOLLOW_CHARS = 12
+#: Longest pattern whose stopping point is looked for (one compilation per character).
+MAX_STOP_PATTERN = 300
 
 #: Regex syntax that holds letters but no literal text: group names and flags, escapes such as
 #: ``\d`` or ``\s``, character classes and counted repeats.
@@ -52,13 +59,41 @@ def literal_parts(pattern: str) -> list[str]:
     return sorted(parts, key=len, reverse=True)[:MAX_PARTS]
 
 
+def where_it_stops(pattern: str, line: str, flags: int = 0) -> tuple[str, str, str] | None:
+    r"""Where regex ``pattern`` (compiled with ``flags``) stops fitting ``line``, a line it does not
+    match: ``(head, follows, rest)``, where ``head`` is the longest start of the pattern's source
+    that compiles and matches somewhere in the line, ``follows`` the :data:`FOLLOW_CHARS` characters
+    of the line after that match (``""`` at the line's end) and ``rest`` the pattern after ``head``;
+    ``None`` when no start holding a literal word of two characters or more matches (a lone ``s``
+    or ``^`` fits every line and says nothing), or the pattern is over :data:`MAX_STOP_PATTERN`.
+
+    ``r"HTTP/1.1\s+500"`` on ``... "GET / HTTP/1.1" 500 235`` gives ``("HTTP/1.1", '" 500 235', r"\s+500")``.
+    Starts that are not a regex by themselves (an open group, a lone backslash) are skipped; a
+    pattern of n characters costs at most n compilations (patterns are short).
+    """
+    if len(pattern) > MAX_STOP_PATTERN:
+        return None
+    for i in range(len(pattern) - 1, 1, -1):
+        head = pattern[:i]
+        if not any(len(p) >= 2 for p in _PART.findall(_SYNTAX.sub(" ", head))):
+            return None  # shorter starts hold no more words
+        try:
+            m = re.compile(head, flags).search(line)
+        except (re.error, RecursionError, OverflowError):
+            continue
+        if m is not None:
+            return head, line[m.end():m.end() + FOLLOW_CHARS], pattern[i:]
+    return None
+
+
 def explain_empty(context: str, files: list[dict[str, Any]], pattern: str, keep: Callable[[str], bool] | None,
-                  path_glob: str | None, deadline: float) -> str:
-    """The note for a grep of ``pattern`` that matched nothing in ``files`` (dicts with ``path``,
-    ``start``, ``end`` into ``context``) filtered by ``keep`` (from ``path_glob``): one
+                  path_glob: str | None, deadline: float, flags: int = 0) -> str:
+    """The note for a grep of ``pattern`` (regex ``flags``) that matched nothing in ``files`` (dicts
+    with ``path``, ``start``, ``end`` into ``context``) filtered by ``keep`` (from ``path_glob``): one
     ``[note: ...]`` line, then up to :data:`EXAMPLES` corpus lines ``  path:line: text``. Scans
     until ``deadline`` (``time.monotonic()`` seconds) at most; a scan cut there that found no line
-    says so."""
+    says so. With example lines, the note says where the pattern stops fitting the first
+    (:func:`where_it_stops`)."""
     shown = repr(pattern if len(pattern) <= 80 else pattern[:77] + "...")
     if keep is not None:
         files = [f for f in files if keep(f["path"])]
@@ -76,8 +111,14 @@ def explain_empty(context: str, files: list[dict[str, Any]], pattern: str, keep:
     # No count of those lines: they are not the lines asked for (a 500 in a byte count is not a
     # status), and small models take any number shown for the answer.
     lines = "".join(f"  {path}:{line}: {text}\n" for path, line, text in examples)
+    stop = where_it_stops(pattern, examples[0][2], flags)
+    where = ""
+    if stop is not None:
+        head, follows, rest = stop
+        after = f"the line goes on with {follows!r}" if follows else "the line ends"
+        where = f" In the first, {head!r} fits, then {after}, where the pattern wants {rest!r}."
     return (f"[note: grep({shown}) matched no line, but some lines hold {words} (any case, anything between), "
-            f"such as these: fit the pattern to them and run it again before you answer.]\n{lines}")
+            f"such as these: fit the pattern to them and run it again before you answer.{where}]\n{lines}")
 
 
 def _lines_with_all(context: str, files: list[dict[str, Any]], parts: list[str],

@@ -609,6 +609,8 @@ def test_a_grep_that_matches_nothing_shows_the_lines_that_hold_its_words(tmp_pat
     told = last_user(reqs[1])
     assert "matched no line, but some lines hold 'HTTP', '500' (any case, anything between), such as" in told
     assert 'access.log:1: 10.0.0.0 - - [14/Sep/2026:06:00:00 +0200] "GET /p0 HTTP/1.1" 500 100' in told
+    # ... and where the pattern stops fitting them: the quote the model did not expect.
+    assert "In the first, 'HTTP/1.1' fits, then the line goes on with '\" 500 100 \"-', where the pattern wants ' 500'" in told
     assert "and no line holds all of 'zzqx', '500' in any case either" in last_user(reqs[2])
     assert "no corpus file matches path_glob 'nowhere/*.log'" in last_user(reqs[3])
     # The note is rlm's words, not what the code printed: a partial answer leaves it out.

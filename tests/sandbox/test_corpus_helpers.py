@@ -345,11 +345,25 @@ def test_the_literal_parts_of_a_pattern_are_its_words_and_numbers() -> None:
     assert literal_parts(r"^\s*$") == [] and literal_parts("x{2,3}") == []
 
 
+def test_where_a_pattern_stops_fitting_a_line_is_the_longest_start_that_matches() -> None:
+    from rlm_cli.sandbox.near_miss import where_it_stops
+    line = '203.0.113.148 - - [14/Sep/2026:06:12:20 +0200] "GET /about HTTP/1.1" 500 408 "-" "curl/8.5.0"'
+    assert where_it_stops(r"HTTP\/1\.1\s+500", line) == (r"HTTP\/1\.1", '" 500 408 "-', r"\s+500")
+    assert where_it_stops(r"GET\s+/about\s+500", line) == (r"GET\s+/about\s+", 'HTTP/1.1" 50', "500")
+    assert where_it_stops(r"(GET|POST) /api", line) == ("(GET|POST) /a", "bout HTTP/1.", "pi")
+    assert where_it_stops(r"curl/8\.5\.0\"x", line) == (r'curl/8\.5\.0\"', "", "x")  # at the line's end
+    assert where_it_stops("get /ABOUT x", line, re.IGNORECASE) == ("get /ABOUT ", "HTTP/1.1\" 50", "x")
+    # No start holding a word fits: nothing to say (a lone "s" or "^" fits any line).
+    assert where_it_stops("status=500", line) is None and where_it_stops("^GET", line, re.M) is None
+    assert where_it_stops("zz" * 200, line) is None  # too long to try every start
+
+
 def test_an_empty_grep_is_explained_by_the_lines_that_hold_its_words(view: CorpusView) -> None:
     assert view.grep("retry  policy") == []
     note = view.explain_empty_greps()
     assert note.startswith("[note: grep('retry  policy') matched no line, but some lines hold 'policy', 'retry'")
     assert "\n  src/app.py:4:     retry = 3  # RETRY policy\n" in note and "docs/guide.md:3:" in note
+    assert "In the first, 'retry ' fits, then the line goes on with 'policy in co', where the pattern wants ' policy'" in note
     assert view.explain_empty_greps() == ""  # said once
     assert view.grep("retry", path_glob="lib/*.py") == [] and "searched nothing" in view.explain_empty_greps()
     assert view.grep("RETRY", path_glob="util/net.py")  # a path's tail is enough
