@@ -37,15 +37,15 @@ def require_model(settings: Settings) -> str:
 
 def model_window(client: ModelClient, model: str, override: int | None) -> tuple[int, str]:
     """The input window of ``model`` in tokens and where it came from: ``(override, "flag")``,
-    the client's lookup in litellm's model info (``"model info"``), or
+    the client's lookup (``ModelClient.input_window_source``: ``"flag"`` when a window flag names
+    this model, ``"model info"`` from litellm's map, even when it equals the default), or
     ``(DEFAULT_WINDOW, "default")`` for a model litellm does not know (most local models)."""
     if override:
         return int(override), "flag"
     try:
-        window = int(client.input_window(model))
+        return client.input_window_source(model)
     except RLMError:
         return DEFAULT_WINDOW, "default"
-    return window, "default" if window == DEFAULT_WINDOW else "model info"
 
 
 def choose_mode(settings: Settings, corpus_tokens: int, root_window: int) -> tuple[str, str]:

@@ -236,7 +236,9 @@ class Orchestrator:
         again = bool(runs) and runs == loop.last_runs
         loop.last_runs = runs
         loop.seen_runs.update(runs)
-        loop.read_output = True
+        # Output read from now on: a block that printed nothing (a FINAL sent back, an assignment)
+        # showed nothing to rest an answer on, so a guess repeated after it is still a guess.
+        loop.read_output = loop.read_output or any(o.strip() for _, o in outputs)
         # Under guided, a repeat replaces the turn it repeats (one copy, not a pattern to copy), but
         # from the second repeat in a row on the history grows: an identical request would get the
         # identical reply.

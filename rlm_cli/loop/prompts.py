@@ -363,10 +363,10 @@ def ungrounded(tokens: list[str]) -> str:
 
 
 def default_cap(helpers: list[str]) -> str:
-    """The note for a figure given in a turn where ``helpers`` stopped at their default cap
-    (``checks.DefaultCap``)."""
-    return (f"In this turn {' and '.join(f'{h}()' for h in helpers)} stopped at its default max_results, so a count "
-            "or total over its result leaves out the rest. Pass max_results=None (or narrow the pattern) and "
+    """The note for a figure given in a turn where, or the turn after one where, ``helpers``
+    stopped at their default cap (``checks.DefaultCap``)."""
+    return (f"In this turn or the one before, {' and '.join(f'{h}()' for h in helpers)} stopped at its default "
+            "max_results, so a count or total over its result leaves out the rest. Pass max_results=None (or narrow the pattern) and "
             "compute it again. If the cap does not matter here, call FINAL with the same answer again.")
 
 

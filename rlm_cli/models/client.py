@@ -117,7 +117,7 @@ class ModelClient:
         self.fatal: CallFailed | None = None
         self._router_models: dict[str, str] | None = None
         self._info_lock = threading.Lock()
-        self._windows: dict[str, int] = {}
+        self._windows: dict[str, tuple[int, str]] = {}
         self._warned: set[str] = set()
         self._seen: dict[str, int] = {}
         self._prices: dict[str, tuple[float, float] | None] = {}
@@ -156,19 +156,26 @@ class ModelClient:
         return names | set(self.router_models())
 
     def input_window(self, model: str) -> int:
-        """The input window (tokens) used for ``model``: ``--sub-model-window`` /
-        ``--root-model-window`` when ``model`` is that model, else litellm's map (for a Router
-        group: its first deployment's model), else :data:`~rlm_cli.models.detect.DEFAULT_WINDOW`."""
+        """The input window (tokens) used for ``model`` (see :meth:`input_window_source`)."""
+        return self.input_window_source(model)[0]
+
+    def input_window_source(self, model: str) -> tuple[int, str]:
+        """``(tokens, source)``: the input window used for ``model`` and where it comes from:
+        ``--sub-model-window`` / ``--root-model-window`` when ``model`` is that model (``"flag"``),
+        else litellm's map (``"model info"``; for a Router group: its first deployment's model),
+        else :data:`~rlm_cli.models.detect.DEFAULT_WINDOW` (``"default"``). A model whose known
+        window happens to equal the default is still ``"model info"``."""
         s = self.settings
         if model == s.effective_sub_model and s.sub_model_window:
-            return s.sub_model_window
+            return s.sub_model_window, "flag"
         if model == s.model and s.root_model_window:
-            return s.root_model_window
+            return s.root_model_window, "flag"
         target = self.router_models().get(model, model)
         with self._info_lock:
             known = self._windows.get(model)
         if known is None:
-            known = self.backend.facts(target)[0] or DEFAULT_WINDOW
+            window = self.backend.facts(target)[0]
+            known = (window, "model info") if window else (DEFAULT_WINDOW, "default")
             with self._info_lock:
                 self._windows[model] = known
         return known

@@ -138,6 +138,8 @@ class Renderer:
             self.err.print(f"{indent}[magenta]rlm_query → depth {ev['depth']} ({ev['mode']})[/]")
         elif kind == "mode":
             self.err.print(f"[bold]mode[/] {ev['mode']} [dim]({escape(str(ev.get('reason', '')))})[/]")
+            if ev["mode"] == "rlm" and ev.get("policy"):  # what the loop will do to an answer (README)
+                self.err.print(f"[bold]policy[/] {ev['policy']} [dim]({escape(str(ev.get('policy_reason', '')))})[/]")
         elif kind == "sub_call" and self.verbose:
             self.err.print(f"{indent}[dim]sub-call {ev.get('model')}: {ev.get('input_tokens', 0):,} in / "
                            f"{ev.get('output_tokens', 0):,} out tokens, {ev.get('latency_s', 0):.1f} s, "

@@ -40,6 +40,7 @@ This module reads and writes; it never renders (see ``render.py`` and ``trace_vi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -88,7 +89,8 @@ def traces_dir() -> Path:
 
 
 class TraceWriter:
-    """Appends events to a JSONL file as they happen (thread-safe; flushed per line; mode 0600).
+    """Writes events to a JSONL file as they happen (thread-safe; flushed per line; mode 0600). A
+    file already there is replaced: one file is one run (two runs in one file read as one tree).
 
     Raises:
         UsageError: the file cannot be created.
@@ -98,7 +100,9 @@ class TraceWriter:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+            with contextlib.suppress(OSError):  # a file that was there keeps its mode otherwise
+                os.fchmod(fd, 0o600)
         except OSError as exc:
             raise UsageError(f"cannot write the trajectory {path}: {exc.strerror or exc}",
                              hint="choose another --trace FILE") from None

@@ -53,13 +53,23 @@ def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
     if kind == "recursion":
         return kind, f"rlm_query → depth {ev.get('depth')} ({ev.get('mode')})", cut(ev.get("prompt_head"))
     if kind == "final":
-        return kind, f"{ev.get('status')} after {ev.get('iterations')} iteration(s)", cut(ev.get("answer"))
+        n = ev.get("iterations")
+        return kind, f"{ev.get('status')} after {n} iteration{'' if n == 1 else 's'}", cut(ev.get("answer"))
+    if kind == "check":
+        limit = " (its limit reached)" if ev.get("limit_reached") else ""
+        return kind, f"check {ev.get('check')}: {str(ev.get('verdict', '')).replace('_', ' ')}{limit}", cut(
+            ev.get("note") or ev.get("rewritten") or "")
+    if kind == "prompt":
+        return kind, (f"prompt: system {len(str(ev.get('system') or '')):,} chars, "
+                      f"first message {len(str(ev.get('first') or '')):,} chars"), cut(ev.get("first"))
     if kind == "notice":
         return kind, f"{ev.get('level', 'note')}: {ev.get('message')}", ""
     if kind == "corpus":
         return kind, f"corpus: {ev.get('summary')}", ""
     if kind == "mode":
-        return kind, f"mode {ev.get('mode')}", str(ev.get("reason", ""))
+        policy = f", policy {ev['policy']}" if ev.get("policy") else ""
+        reason = f"{ev.get('reason', '')}" + (f"\n{ev['policy_reason']}" if ev.get("policy_reason") else "")
+        return kind, f"mode {ev.get('mode')}{policy}", reason
     if kind == "summary":
         err = f" ({ev['error']})" if ev.get("error") else ""
         return kind, (f"{ev.get('status')}{err}: {ev.get('total_tokens', 0) or 0:,} tokens, "

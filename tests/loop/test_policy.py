@@ -100,9 +100,61 @@ def test_auto_is_recorded_with_what_it_resolved_to(tmp_path: Path, llm: FakeLLM)
                   "rlm", "--json", "--trace", str(tmp_path / "t.jsonl"))  # openai/root: litellm has no window for it
     assert res.code == 0, res.stderr
     assert json.loads(res.stdout)["policy"] == "guided"
+    assert "policy guided (auto: the root model's input window is unknown" in " ".join(res.stderr.split())  # on stderr
     (mode,) = [e for e in _trace(tmp_path / "t.jsonl") if e["type"] == "mode"]
     assert mode["policy_requested"] == "auto" and "unknown" in mode["policy_reason"]
     assert [e for e in _trace(tmp_path / "t.jsonl") if e["type"] == "leads"]  # guided runs the leads
+
+
+def test_a_known_window_of_exactly_32k_is_model_info_and_gets_standard(tmp_path: Path, llm: FakeLLM) -> None:
+    # litellm's map gives 32,768 tokens to 160-odd models, the same figure as rlm's default for an
+    # unknown one: such a model was taken for unknown and given `guided`.
+    llm.script("Qwen/Qwen2.5-72B-Instruct", repl("print(grep('environ'))"), repl("FINAL('tool.py')"))
+    res = run_rlm("ask", str(_repo(tmp_path)), "Which file reads the environment?", "--model",
+                  "deepinfra/Qwen/Qwen2.5-72B-Instruct", "--api-base", llm.url, "--api-key", "k", "--mode", "rlm",
+                  "--json", "--trace", str(tmp_path / "t.jsonl"))
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["policy"] == "standard"
+    (mode,) = [e for e in _trace(tmp_path / "t.jsonl") if e["type"] == "mode"]
+    assert (mode["root_window"], mode["root_window_source"]) == (32_768, "model info")
+    assert (mode["sub_window"], mode["sub_window_source"]) == (32_768, "model info")
+
+
+def test_the_root_window_flag_is_the_sub_models_too_and_says_so(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("print(grep('environ'))"), repl("FINAL('tool.py')"))
+    res = run_rlm("ask", str(_repo(tmp_path)), "Which file reads the environment?", "--model", "openai/root",
+                  "--api-base", llm.url, "--root-model-window", "200000", "--mode", "rlm", "--json",
+                  "--trace", str(tmp_path / "t.jsonl"))
+    assert res.code == 0, res.stderr
+    (mode,) = [e for e in _trace(tmp_path / "t.jsonl") if e["type"] == "mode"]
+    assert (mode["sub_window"], mode["sub_window_source"], mode["policy"]) == (200_000, "flag", "standard")
+
+
+def test_a_guess_repeated_after_it_was_sent_back_is_still_a_guess(tmp_path: Path, llm: FakeLLM) -> None:
+    # The block that only called FINAL printed nothing: it is no output to rest the same guess on.
+    llm.script("root", repl("FINAL('blue')"), repl("FINAL('blue')"), repl("print(grep('environ'))"),
+               repl("FINAL('TOOL_CACHE')"))
+    res = run_rlm("ask", str(_repo(tmp_path)), "Which environment variable moves the cache?", *model_flags(llm),
+                  "--mode", "rlm", "--policy", "guided", "--no-leads", "--trace", str(tmp_path / "t.jsonl"))
+    assert res.code == 0, res.stderr
+    assert res.stdout.strip() == "TOOL_CACHE"
+    sent = [(e["check"], e["iteration"]) for e in _trace(tmp_path / "t.jsonl")
+            if e["type"] == "check" and e["verdict"] == "send_back"]
+    assert sent == [("evidence", 1), ("evidence", 2)]
+
+
+def test_trace_show_names_the_policy_and_each_checks_verdict(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", *GUESS_THEN_LOOK)
+    trace = tmp_path / "t.jsonl"
+    res = run_rlm("ask", str(_repo(tmp_path)), "Which environment variable moves the cache?", *model_flags(llm),
+                  "--mode", "rlm", "--policy", "standard", "--trace", str(trace))
+    assert res.code == 0, res.stderr
+    res = run_rlm("trace", "show", str(trace))
+    assert res.code == 0, res.stderr
+    out = " ".join(res.stdout.split())  # the tree wraps long lines
+    assert "mode rlm, policy standard" in out and "--policy standard" in out
+    assert "check evidence: send back" in out and "You answered before reading any output" in out
+    assert "check empty: accept" in out and "final after 3 iterations" in out
 
 
 def test_leads_follow_the_policy_unless_a_flag_says_otherwise(tmp_path: Path, llm: FakeLLM) -> None:

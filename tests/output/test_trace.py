@@ -100,6 +100,24 @@ def test_tree_nests_iterations_calls_and_recursion() -> None:
     assert [c.event["type"] for c in root.children[1].children if c.event] == ["final"]
 
 
+def test_a_trace_file_given_twice_holds_the_last_run(tmp_path: Path, llm: FakeLLM) -> None:
+    target = tmp_path / "run.jsonl"
+    target.write_text("old\n")
+    target.chmod(0o644)
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.py").write_text("X = 1\n")
+    for answer in ("first", "second"):
+        llm.script("root", repl("print(grep('X'))"), repl(f"FINAL({answer!r})"))
+        res = run_rlm("ask", str(root), "What is X?", "--model", "openai/root", "--api-base", llm.url, "--mode", "rlm", "--no-llm-cache",
+                      "--trace", str(target))
+        assert res.code == 0, res.stderr
+    events = read_trace(target)
+    assert [e["type"] for e in events].count("header") == 1
+    assert events[-1]["type"] == "summary" and events[-1]["answer"] == "second"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600  # private again: it holds corpus text
+
+
 def test_find_trace_by_id_prefix_last_and_path(tmp_path: Path) -> None:
     d = tmp_path / "t"
     d.mkdir()
@@ -137,7 +155,7 @@ def test_trace_commands_list_show_and_export(tmp_path: Path, llm: FakeLLM, monke
     assert res.exit_code == 0, res.output
     out = res.stdout
     for piece in ("iteration 1", "root model openai/root", "sub-call openai/sub", "rlm_query → depth 1 (rlm)",
-                  "iteration 1 (depth 1)", "final after 1 iteration(s)", "llm_query_batched"):
+                  "iteration 1 (depth 1)", "final after 1 iteration", "llm_query_batched"):
         assert piece in out, piece
     monkeypatch.chdir(tmp_path)
     res = cli.invoke(app, ["trace", "export", "last", "--html"])
