@@ -93,7 +93,7 @@ def resolve_policy(requested: str, window: int | None, window_source: str = "fla
     if requested != "auto":
         raise ValueError(f"unknown policy {requested!r}; choose from {', '.join(POLICIES)}")
     if window is None or window_source == "default":
-        return GUIDED, ("auto: the root model's input window is unknown (litellm has no model info for it), "
+        return GUIDED, ("auto: the root model's input window is unknown (no model info for it; --root-model-window gives it), "
                         "so the aids for small and local models are on")
     if window >= AUTO_STANDARD_WINDOW:
         return STANDARD, f"auto: the root model's input window ({window:,} tokens) is at least {AUTO_STANDARD_WINDOW:,}"

@@ -177,7 +177,7 @@ def test_plain_stderr_of_a_real_run_snapshot(tmp_path: Path, llm: FakeLLM) -> No
     assert _normalize(res.stderr) == """\
 corpus loaded 1 files, 1,013 bytes, N tokens, 1 chunks (T s, sandbox LEVEL)
 mode rlm (--mode rlm)
-policy guided (auto: the root model's input window is unknown (litellm has no model info for it), so the aids for small and local models are on)
+policy guided (auto: the root model's input window is unknown (no model info for it; --root-model-window gives it), so the aids for small and local models are on)
 ── iteration 1 ──
 openai/root:
 Let me run some code.
