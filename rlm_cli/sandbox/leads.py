@@ -374,12 +374,10 @@ def _line_leads(sc: _Scanner, terms: dict[str, list[str]]) -> list[str]:
         found.append((label, form, set(sc.lines_with(form, any_case=True, limit=COMMON_HITS + 1))))
     weight = {label: math.log(1 + sc.lines / max(1, len(s))) for label, _, s in found}
     rare = sorted((f for f in found if 0 < len(f[2]) <= COMMON_HITS), key=lambda f: len(f[2]))[:RARE_TERMS]
-    # No counts of lines per word: a small model gave them as the figure asked ("accessed 265
-    # times" from "'requests' in 265 lines"; a bare "info 51" as the value of INFO), and a count
-    # shown made such an answer look grounded. The words no line holds are real news.
-    absent = [label for label, _, s in found if not s]
-    head = "lines with the most question words" + (
-        f" (no line holds {', '.join(repr(a) for a in absent)})" if absent else "")
+    # Each count says its unit: a bare "info 51" next to a question about INFO was read as its value.
+    head = ("lines with the most question words (how many lines hold each: "
+            + ", ".join(f"'{label}' in {len(s):,}{'+' if len(s) > COMMON_HITS else ''} line{'' if len(s) == 1 else 's'}"
+                        for label, _, s in found) + ")")
     if not rare:
         if all(not s for _, _, s in found):
             return []  # nothing to show: no line holds any of the words

@@ -100,10 +100,7 @@ def test_the_line_with_the_rarest_question_words_comes_first() -> None:
     text = leads(view(), "What is the secret code of the frozen willow project?")
     rows = [r for r in text.splitlines() if r.startswith("  ")]
     assert rows[0].startswith("  notes/log.txt:201: The secret code of the frozen willow project is MMXF-8921.")
-    # No count of lines per word (small models gave such counts as the answer); absent words are named.
-    assert "51" not in text and "lines with the most question words:" in text
-    absent = leads(view(), "What is the secret code of the frozen willow zyxwv project?")
-    assert "lines with the most question words (no line holds 'zyxwv'):" in absent
+    assert "'frozen' in 51 lines" in text and "'willow' in 1 line" in text  # lines per word, with the unit
 
 
 def test_leads_stay_within_their_size_and_say_nothing_for_an_empty_question() -> None:
