@@ -160,21 +160,17 @@ class ModelClient:
         return self.input_window_source(model)[0]
 
     def input_window_source(self, model: str) -> tuple[int, str]:
-        """``(tokens, source)``: the input window used for ``model`` and where it comes from:
-        ``--sub-model-window`` / ``--root-model-window`` when ``model`` is that model (``"flag"``),
-        else litellm's map (``"model info"``; for a Router group: its first deployment's model),
-        else :data:`~rlm_cli.models.detect.DEFAULT_WINDOW` (``"default"``). A model whose known
-        window happens to equal the default is still ``"model info"``."""
+        """``(tokens, source)``: ``--sub-model-window`` / ``--root-model-window`` when ``model`` is
+        that model (``"flag"``), else litellm's map (``"model info"``, even when it equals the
+        default; a Router group: its first deployment's), else ``(DEFAULT_WINDOW, "default")``."""
         s = self.settings
         if model == s.effective_sub_model and s.sub_model_window:
             return s.sub_model_window, "flag"
         if model == s.model and s.root_model_window:
             return s.root_model_window, "flag"
-        target = self.router_models().get(model, model)
-        with self._info_lock:
-            known = self._windows.get(model)
+        known = self._windows.get(model)  # a dict read is atomic; the lock guards the write
         if known is None:
-            window = self.backend.facts(target)[0]
+            window = self.backend.facts(self.router_models().get(model, model))[0]
             known = (window, "model info") if window else (DEFAULT_WINDOW, "default")
             with self._info_lock:
                 self._windows[model] = known
