@@ -82,7 +82,7 @@ class CorpusView:
         #: and whether that was the default one (:data:`DEFAULT_MAX_RESULTS`).
         self.grep_capped = 0
         self.grep_capped_default = False
-        #: ``(pattern, path_glob, keep)`` of each grep over the corpus that matched no line since
+        #: ``(pattern, path_glob, keep, flags)`` of each grep over the corpus that matched no line since
         #: the worker last cleared it (see :meth:`explain_empty_greps`).
         self.grep_empty: list[tuple[str, str | None, Callable[[str], bool] | None, int]] = []
         #: ``(path, dstart, dend, summary)`` of each structured file (for ``data_helpers.DataView``).

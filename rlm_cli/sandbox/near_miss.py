@@ -53,10 +53,15 @@ def literal_parts(pattern: str) -> list[str]:
     if "|" in pattern.replace("\\|", ""):
         return []
     parts: list[str] = []
-    for p in _PART.findall(_SYNTAX.sub(" ", pattern)):
-        if len(p) >= 2 and p.lower() not in (q.lower() for q in parts):
+    for p in _words(pattern):
+        if p.lower() not in (q.lower() for q in parts):
             parts.append(p)
     return sorted(parts, key=len, reverse=True)[:MAX_PARTS]
+
+
+def _words(pattern: str) -> list[str]:
+    """The literal words and numbers of two characters or more in ``pattern``, in order."""
+    return [p for p in _PART.findall(_SYNTAX.sub(" ", pattern)) if len(p) >= 2]
 
 
 def where_it_stops(pattern: str, line: str, flags: int = 0) -> tuple[str, str, str] | None:
@@ -75,7 +80,7 @@ def where_it_stops(pattern: str, line: str, flags: int = 0) -> tuple[str, str, s
         return None
     for i in range(len(pattern) - 1, 1, -1):
         head = pattern[:i]
-        if not any(len(p) >= 2 for p in _PART.findall(_SYNTAX.sub(" ", head))):
+        if not _words(head):
             return None  # shorter starts hold no more words
         try:
             m = re.compile(head, flags).search(line)
