@@ -152,7 +152,8 @@ class Renderer:
                            + (f"[dim]: {escape(note[0] if len(note[0]) <= 200 else note[0][:199] + '…')}[/]"
                               if note else ""))
         elif kind == "final":
-            self.err.print(f"{indent}[bold green]{ev['status']}[/] after {ev['iterations']} iteration(s)")
+            n = ev["iterations"]
+            self.err.print(f"{indent}[bold green]{ev['status']}[/] after {n} iteration{'' if n == 1 else 's'}")
 
     # -- the streaming reply -----------------------------------------------------------------------
     def _on_stream(self, ev: dict[str, Any]) -> None:

@@ -106,7 +106,7 @@ sub-calls 8/8 · 0 in flight · 1 failed · 12,345 tokens · cost unknown · 1.5
 → 10 chars, 0.25 s · 8 sub-calls
   ['a', 'b']
 iteration 2: decompose (llm_query ×8, llm_query_batched ×1)
-final after 2 iteration(s)
+final after 2 iterations
 """
 
 
@@ -214,7 +214,7 @@ root model: N in / N out tokens, T s, first token T s, cost unknown
 → 0 chars, T s
   (no output)
 iteration 3: terminate (FINAL ×1)
-final after 3 iteration(s)
+final after 3 iterations
 3 iterations, 8 sub-calls; tokens root N in/N out, sub N in/N out; cost unknown (root unknown, sub unknown); T s"""
 
 
