@@ -277,14 +277,15 @@ def pack_column(values: Sequence[Any]) -> Any:
     string (a SHA-1), otherwise the values as a list. :func:`unpack_column` reverses it."""
     if isinstance(values, Hex40):
         return {"hex40": values.text}
+    types = set() if isinstance(values, array.array) else set(map(type, values))  # map: no Python loop
     if isinstance(values, array.array) and values.typecode in "qi":
         packed = values
-    elif values and all(type(v) is int for v in values):
+    elif types == {int}:
         try:
             packed = array.array("i" if -2**31 <= min(values) and max(values) < 2**31 else "q", values)
         except OverflowError:
             return list(values)
-    elif values and all(type(v) is str and len(v) == 40 for v in values):
+    elif types == {str} and set(map(len, values)) == {40}:
         text = "".join(values)
         if text.strip("0123456789abcdef"):
             return list(values)

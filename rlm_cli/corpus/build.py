@@ -14,7 +14,7 @@ import mmap
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +23,13 @@ from typing import IO, Any
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus.bundle import CachedBundle, data_name, lock
 from rlm_cli.corpus.indexing import (
-    MIN_SAMPLE_CHUNKS,
+    SAMPLE_EVERY,
+    corrections,
     count_pieces,
     extension,
     index_text,
     parse_data,
+    sample_every,
     sampled_spans,
 )
 from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, decode_bytes, is_binary, read_source
@@ -64,12 +66,14 @@ class BundleWriter:
     """Writes the context file (to a temporary name) and lays out the new files and chunks."""
 
     def __init__(self, directory: Path, options: CorpusOptions, report: LoadReport, *,
-                 sample_tokens: bool = False) -> None:
+                 sample_tokens: bool = False, every: int = SAMPLE_EVERY) -> None:
         self.directory = directory
         self.options = options
         self.report = report
         #: Count the tokens of a sample of the new chunks only (see :data:`EXACT_TOKENS_BYTES`).
         self.sample_tokens = sample_tokens
+        #: 1 chunk in this many is counted in a sampled build (``indexing.sample_every``).
+        self.every = every
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".context-", suffix=".tmp")
         self.tmp = Path(tmp)
         self.fh: IO[bytes] = os.fdopen(fd, "wb", buffering=1 << 20)
@@ -132,7 +136,7 @@ class BundleWriter:
             if self.pool is None:
                 self.pool = TokenPool()
             if self.sample_tokens:  # chunked here; the pool threads only count (tiktoken frees the GIL)
-                pending.spans = sampled_spans(text, sf.display, self.options.chunk_tokens)
+                pending.spans = sampled_spans(text, sf.display, self.options.chunk_tokens, self.every)
                 bounds = [(sp[0], sp[1]) for sp in pending.spans if sp[6]]
                 if bounds:
                     pending.job = self.pool.submit(count_pieces, text, bounds)
@@ -141,22 +145,17 @@ class BundleWriter:
         self.files.append(pending)
 
     def _corrections(self) -> tuple[dict[str, float], float]:
-        """Counted over guessed tokens (:func:`guess_tokens`) by extension, and overall, on the
-        counted chunks of this build: what an uncounted chunk's guess is multiplied by."""
-        by_ext: dict[str, list[float]] = {}
-        for p in self.files:
-            if p.spans is None or p.job is None:
-                continue
-            counts = iter(p.job.result())
-            acc = by_ext.setdefault(extension(p.entry.path), [0.0, 0, 0])
-            for sp in p.spans:
-                if sp[6]:
-                    acc[0] += sp[4]
-                    acc[1] += next(counts)
-                    acc[2] += 1
-        guessed, counted = sum(a[0] for a in by_ext.values()), sum(a[1] for a in by_ext.values())
-        overall = counted / guessed if guessed else 1.0
-        return {e: a[1] / a[0] for e, a in by_ext.items() if a[0] and a[2] >= MIN_SAMPLE_CHUNKS}, overall
+        """:func:`indexing.corrections` of the counted chunks of this build."""
+        def samples() -> Iterator[tuple[str, float, int]]:
+            for p in self.files:
+                if p.spans is None or p.job is None:
+                    continue
+                counts = iter(p.job.result())
+                ext = extension(p.entry.path)
+                for sp in p.spans:
+                    if sp[6]:
+                        yield ext, sp[4], next(counts)
+        return corrections(samples())
 
     def finish(self, old: CachedBundle | None) -> tuple[list[FileEntry], list[Chunk], Path, str]:
         """Wait for the token counts, lay out chunks and rename the context file to its digest."""
@@ -249,7 +248,8 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
             on_progress(files_done, files_total, bytes_done, bytes_total)
     old_pos = {p: i for i, p in enumerate(old.files["path"])} if old is not None else {}
     to_read = sum(sf.size for sf, state in sources if state in ("new", "check")) + len(stdin_bytes or b"")
-    writer = BundleWriter(directory, options, report, sample_tokens=to_read > EXACT_TOKENS_BYTES)
+    writer = BundleWriter(directory, options, report, sample_tokens=to_read > EXACT_TOKENS_BYTES,
+                          every=sample_every(to_read))
     mm: mmap.mmap | None = None
     dmm: mmap.mmap | None = None
     reads: Generator[Any, None, None] | None = None
@@ -267,7 +267,7 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
 
             need = [sf for sf, state in sources if not state.startswith("skip:")
                     and not (state == "same" and mm is not None) and sf.display not in prefetched]
-            reads = parallel.read_many(need, options, default_threads())
+            reads = parallel.read_many(need, options, default_threads(), writer.every)
         for sf, state in sources:
             if state.startswith("skip:"):
                 report.skip(state[5:], path=sf.display)

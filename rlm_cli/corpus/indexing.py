@@ -7,6 +7,7 @@ in the worker processes of ``rlm_cli.corpus.parallel``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rlm_cli.corpus import accesslog, structured
@@ -18,8 +19,17 @@ from rlm_cli.corpus.model import sha1_hex
 OVERSIZE = 1.5
 #: In such a build, 1 chunk in this many (chosen by the chunk's SHA-1, so the same chunks in
 #: every build) is counted; the others get ``bytes / (bytes per token)`` measured on the counted
-#: chunks of the same file extension (of all of them when an extension has too few).
+#: chunks of the same file extension (of all of them when an extension has too few). A build
+#: reading more counts 1 in a larger power of 2 (:func:`sample_every`).
 SAMPLE_EVERY = 16
+#: A sampled build counts about this many bytes at most: 1 chunk in 16 of a 1 GB build would be
+#: 64 MB of tiktoken (a fifth of the build's CPU time). On 268 MB of code and logs
+#: (``benchmarks/bench_tokens.py``) 9 MB (1 in 32, 1,800 chunks) kept the total within 0.14% of
+#: tiktoken's, as 1 in 16 does (0.13%); 2.2 MB (1 in 128) gave 0.63%, 0.25 MB 4%. The error per
+#: chunk (5.7% at the median) does not depend on the rate.
+SAMPLE_BYTES = 8 * 1024 * 1024
+#: The sparsest sampling (``is_sample`` reads 16 bits of the SHA-1).
+MAX_SAMPLE_EVERY = 1 << 16
 #: Counted chunks an extension needs for a correction of its own.
 MIN_SAMPLE_CHUNKS = 8
 #: UTF-8 bytes per token assumed when deciding whether a chunk is too large (code and English: about 4).
@@ -59,33 +69,49 @@ def index_text(enc: Any, text: str, path: str, target: int) -> list[tuple[int, i
     return out
 
 
-def sampled_spans(text: str, path: str, target: int) -> list[list[Any]]:
+def sample_every(read_bytes: int) -> int:
+    """1 chunk in how many a sampled build that reads ``read_bytes`` (bytes on disk) counts: the
+    smallest power of 2, at least :data:`SAMPLE_EVERY`, that leaves at most :data:`SAMPLE_BYTES`
+    to count. Powers of 2 nest: a chunk counted at 1 in 64 is also counted at 1 in 16."""
+    every = SAMPLE_EVERY
+    while every < MAX_SAMPLE_EVERY and read_bytes > every * SAMPLE_BYTES:
+        every *= 2
+    return every
+
+
+def sampled_spans(text: str, path: str, target: int, every: int = SAMPLE_EVERY,
+                  data: bytes | None = None) -> list[list[Any]]:
     """Chunk one file without counting its tokens (a large build: ``build.EXACT_TOKENS_BYTES``).
 
     Returns ``[start, end, start_line, end_line, guess, sha1, counted]`` per chunk, offsets
     relative to the file; ``guess`` is :func:`guess_tokens` of its text and ``counted`` marks the
-    1 chunk in :data:`SAMPLE_EVERY` (by SHA-1) whose tokens will be counted. A chunk far over
+    1 chunk in ``every`` (by SHA-1) whose tokens will be counted. ``data`` may be the text's UTF-8
+    bytes (sliced instead of encoding each chunk when the text is ASCII). A chunk far over
     ``target`` by its guess (over :data:`GUESS_MARGIN`) or by :data:`PRIOR_BYTES_PER_TOKEN` is
     split again, as :func:`index_text` splits one whose count is (a guess can miss: such a chunk
     may hold up to about twice the target).
     """
     out: list[list[Any]] = []
+    ascii_data = data if data is not None and len(data) == len(text) else None  # one byte per character
     for sp in split_text(text, path, target):
-        piece = text[sp.start:sp.end]
-        data = piece.encode("utf-8", "surrogatepass")
-        g = guess_tokens(data)
-        guess = max(len(data) / PRIOR_BYTES_PER_TOKEN, g / GUESS_MARGIN)
-        if guess > target * OVERSIZE and len(piece) > 64:
+        if ascii_data is not None:
+            chunk = ascii_data[sp.start:sp.end]
+        else:
+            chunk = text[sp.start:sp.end].encode("utf-8", "surrogatepass")
+        g = guess_tokens(chunk)
+        guess = max(len(chunk) / PRIOR_BYTES_PER_TOKEN, g / GUESS_MARGIN)
+        if guess > target * OVERSIZE and sp.end - sp.start > 64:
+            piece = text[sp.start:sp.end]
             subs = split_text(piece, path, target, chars_per_token=max(0.25, 0.9 * len(piece) / guess))
             if len(subs) > 1:
                 for sub in subs:
                     sub_data = piece[sub.start:sub.end].encode("utf-8", "surrogatepass")
                     h = sha1_hex(sub_data)
                     out.append([sp.start + sub.start, sp.start + sub.end, sp.start_line + sub.start_line - 1,
-                                sp.start_line + sub.end_line - 1, guess_tokens(sub_data), h, is_sample(h)])
+                                sp.start_line + sub.end_line - 1, guess_tokens(sub_data), h, is_sample(h, every)])
                 continue
-        h = sha1_hex(data)
-        out.append([sp.start, sp.end, sp.start_line, sp.end_line, g, h, is_sample(h)])
+        h = sha1_hex(chunk)
+        out.append([sp.start, sp.end, sp.start_line, sp.end_line, g, h, is_sample(h, every)])
     return out
 
 
@@ -98,9 +124,26 @@ def guess_tokens(data: bytes) -> float:
     return a * (n - rest) + b * (rest - high) + c * high
 
 
-def is_sample(sha1: str) -> bool:
-    """Whether a chunk of a large build is one of the 1 in :data:`SAMPLE_EVERY` counted exactly."""
-    return int(sha1[:4], 16) % SAMPLE_EVERY == 0
+def is_sample(sha1: str, every: int = SAMPLE_EVERY) -> bool:
+    """Whether a chunk of a large build is one of the 1 in ``every`` (a power of 2 up to
+    :data:`MAX_SAMPLE_EVERY`, see :func:`sample_every`) counted exactly."""
+    return int(sha1[:4], 16) % every == 0
+
+
+def corrections(samples: Iterable[tuple[str, float, int]]) -> tuple[dict[str, float], float]:
+    """Counted over guessed tokens by extension, and overall, from the counted chunks of a
+    sampled build given as ``(extension, guess, tokens counted)``: what an uncounted chunk's
+    guess is multiplied by (an extension with fewer than :data:`MIN_SAMPLE_CHUNKS` counted
+    chunks gets the overall factor, 1.0 when nothing was counted)."""
+    by_ext: dict[str, list[float]] = {}
+    for ext, guess, counted in samples:
+        acc = by_ext.setdefault(ext, [0.0, 0, 0])
+        acc[0] += guess
+        acc[1] += counted
+        acc[2] += 1
+    guessed, counted_all = sum(a[0] for a in by_ext.values()), sum(a[1] for a in by_ext.values())
+    overall = counted_all / guessed if guessed else 1.0
+    return {e: a[1] / a[0] for e, a in by_ext.items() if a[0] and a[2] >= MIN_SAMPLE_CHUNKS}, overall
 
 
 def count_pieces(enc: Any, text: str, bounds: list[tuple[int, int]]) -> list[int]:

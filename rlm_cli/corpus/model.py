@@ -22,6 +22,7 @@ import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, overload
 
@@ -309,7 +310,7 @@ class Corpus:
         else:
             file_pos = {f.path: i for i, f in enumerate(self.files)}
             chunk_columns = {"file": [file_pos[c.path] for c in self.chunks],
-                             **{k: [getattr(c, k) for c in self.chunks] for k in CHUNK_FIELDS[1:]}}
+                             **{k: list(map(attrgetter(k), self.chunks)) for k in CHUNK_FIELDS[1:]}}
         return {
             "version": INDEX_VERSION, "encoding": self.encoding, "chunk_tokens": self.chunk_tokens,
             "scan_ns": scan_ns, "context_file": self.context_file.name, "context_chars": self.chars,
@@ -318,7 +319,7 @@ class Corpus:
             "data_bytes": self.data_bytes, "data_digest": self.data_digest,
             "totals": {"files": len(self.files), "bytes": self.total_bytes, "tokens": self.total_tokens,
                        "chunks": len(self.chunks)},
-            "files": {k: pack_column([getattr(f, k) for f in self.files])
+            "files": {k: pack_column(list(map(attrgetter(k), self.files)))
                       for k in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS)},
             "chunks": {k: pack_column(v) for k, v in chunk_columns.items()},
             "skipped": {k: [row[i] for row in self.skipped_files]

@@ -1,7 +1,7 @@
 """Reading, chunking and counting the files of a large build in worker processes.
 
 A build that reads more than ``build.EXACT_TOKENS_BYTES`` of new or changed files (a sampled build:
-it counts the tokens of 1 chunk in ``indexing.SAMPLE_EVERY``) spends its time in Python: reading and
+it counts the tokens of 1 chunk in ``indexing.sample_every``) spends its time in Python: reading and
 decoding each file, chunking it, hashing each chunk, parsing structured files. One interpreter
 runs that on one core, so :func:`read_many` hands it to a pool of processes, one per CPU: each
 reads a batch of files with ``loader.read_source`` and returns, per file, what the store needs to
@@ -119,8 +119,9 @@ class _Recorder(LoadReport):
         super().count_decoded(notes)
 
 
-def read_batch(batch: list[SourceFile], options: CorpusOptions) -> list[Read]:
-    """Read, decode, chunk and sample-count ``batch`` (runs in a worker process)."""
+def read_batch(batch: list[SourceFile], options: CorpusOptions, every: int) -> list[Read]:
+    """Read, decode, chunk and sample-count ``batch`` (runs in a worker process), counting the
+    tokens of 1 chunk in ``every`` (``indexing.sample_every``)."""
     from rlm_cli.corpus.indexing import parse_data, sampled_spans
     from rlm_cli.corpus.loader import read_source
     from rlm_cli.corpus.model import char_width, sha1_hex
@@ -136,9 +137,10 @@ def read_batch(batch: list[SourceFile], options: CorpusOptions) -> list[Read]:
             continue
         text = decoded.text
         payload, dmeta = parse_data(decoded)
-        spans = sampled_spans(text, sf.display, options.chunk_tokens)
+        spans = sampled_spans(text, sf.display, options.chunk_tokens, every, decoded.data)
         counts = [len(enc.encode_ordinary(text[sp[0]:sp[1]])) for sp in spans if sp[6]]
-        out.append(Read(sf.display, decoded.data, len(text), text.count("\n") + (0 if text.endswith("\n") else 1),
+        lines = spans[-1][3] if spans else 1  # the last chunk ends on the last line
+        out.append(Read(sf.display, decoded.data, len(text), lines,
                         sha1_hex(decoded.data), char_width(text), decoded.notes, decoded.kind,
                         None if payload is None else bytes(payload), dmeta, spans, counts, rec.events))
     return out
@@ -157,8 +159,10 @@ def _batches(sources: list[SourceFile]) -> Iterator[list[SourceFile]]:
         yield batch
 
 
-def read_many(sources: list[SourceFile], options: CorpusOptions, processes: int) -> Generator[Read, None, None]:
-    """:class:`Read` of each of ``sources``, in order, from ``processes`` worker processes.
+def read_many(sources: list[SourceFile], options: CorpusOptions, processes: int,
+              every: int) -> Generator[Read, None, None]:
+    """:class:`Read` of each of ``sources``, in order, from ``processes`` worker processes (which
+    count the tokens of 1 chunk in ``every``).
 
     Batch ``k`` goes to worker ``k % processes`` and every worker answers its batches in order, so
     the results are read back in the order of the files. Closing the generator (an error or
@@ -174,7 +178,7 @@ def read_many(sources: list[SourceFile], options: CorpusOptions, processes: int)
     try:
         for k, batch in enumerate(_batches(sources)):
             worker = workers[k % len(workers)]
-            _send(worker, (batch, options))
+            _send(worker, (batch, options, every))
             pending.append(worker)
             if len(pending) >= len(workers) * WINDOW_PER_WORKER:
                 yield from _receive(pending.popleft())
@@ -230,7 +234,7 @@ def _receive(worker: subprocess.Popen[bytes]) -> list[Read]:
 
 
 def serve() -> None:
-    """The worker's loop: read ``(batch, options)`` messages on stdin, answer each on stdout
+    """The worker's loop: read ``(batch, options, every)`` messages on stdin, answer each on stdout
     with ``(True, [Read])`` or ``(False, error text)``; end at EOF. Ignores SIGINT (Ctrl-C is
     rlm's to handle: it stops the workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -240,9 +244,9 @@ def serve() -> None:
         head = rfd.read(_HEADER.size)
         if len(head) < _HEADER.size:
             return
-        batch, options = pickle.loads(rfd.read(_HEADER.unpack(head)[0]))  # noqa: S301 - from rlm, our parent
+        batch, options, every = pickle.loads(rfd.read(_HEADER.unpack(head)[0]))  # noqa: S301 - from rlm
         try:
-            answer: tuple[bool, Any] = (True, read_batch(batch, options))
+            answer: tuple[bool, Any] = (True, read_batch(batch, options, every))
         except Exception as exc:  # noqa: BLE001 - reported to rlm, which raises it
             answer = (False, f"{type(exc).__name__}: {exc}")
         data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)

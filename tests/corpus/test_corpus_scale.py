@@ -132,3 +132,22 @@ def test_a_large_context_file_is_trusted_by_its_recorded_stat_and_rehashed_when_
     second = load_corpus([str(root)], CorpusOptions(max_file_size=20_000, truncate_large=True, chunk_tokens=300),
                          on_warning=warnings.append)
     assert digests and any("is corrupt" in w for w in warnings) and second.context == good
+
+
+def test_a_larger_build_counts_a_sparser_nested_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    MiB = 1024 * 1024
+    # 1 in 16 up to 128 MiB read, then the rate halves as the bytes double: about 8 MiB counted.
+    assert [indexing.sample_every(n * MiB) for n in (0, 64, 128, 129, 256, 1024, 10**9)] == \
+        [16, 16, 16, 32, 32, 128, indexing.MAX_SAMPLE_EVERY]
+    # Sparser samples are subsets of denser ones (the same chunks stay counted as a corpus grows).
+    hashes = [f"{i * 2654435761 % 2**32:08x}" + "0" * 32 for i in range(5000)]
+    at16, at64 = ({h for h in hashes if indexing.is_sample(h, e)} for e in (16, 64))
+    assert at64 and at64 < at16
+    root = tree(tmp_path / "repo")
+    monkeypatch.setattr(indexing, "SAMPLE_BYTES", 512)  # this small tree now reads as a large one
+    dense = load(root, monkeypatch, large=True)
+    every = indexing.sample_every(sum(p.stat().st_size for p in root.rglob("*") if p.is_file()))
+    assert every > 64
+    counted = [c for c in dense.chunks if indexing.is_sample(c.sha1, every)]
+    assert all(c.tokens == count_tokens(dense.context[c.start:c.end]) for c in counted)
+    assert sum(f.estimated for f in dense.files) == len(dense.chunks) - len(counted)
