@@ -22,7 +22,7 @@ OVERSIZE = 1.5
 #: chunks of the same file extension (of all of them when an extension has too few). A build
 #: reading more counts 1 in a larger power of 2 (:func:`sample_every`).
 SAMPLE_EVERY = 16
-#: A sampled build counts about this many bytes at most: 1 chunk in 16 of a 1 GB build would be
+#: A sampled build counts at least about this many bytes: 1 chunk in 16 of a 1 GB build would be
 #: 64 MB of tiktoken (a fifth of the build's CPU time). On 268 MB of code and logs
 #: (``benchmarks/bench_tokens.py``) 9 MB (1 in 32, 1,800 chunks) kept the total within 0.14% of
 #: tiktoken's, as 1 in 16 does (0.13%); 2.2 MB (1 in 128) gave 0.63%, 0.25 MB 4%. The error per
@@ -41,6 +41,8 @@ TOKENS_PER_BYTE = (0.165, 0.71, 0.45)
 #: A chunk is split again when its guess over this margin is still over the target (the guess
 #: is within 10% for most chunks, and a needless split makes two small chunks).
 GUESS_MARGIN = 1.1
+#: :func:`guess_tokens` reads every this many bytes of data longer than :data:`GUESS_FULL_BYTES`.
+GUESS_STRIDE, GUESS_FULL_BYTES = 4, 2048
 _WORDS = bytes(range(65, 91)) + bytes(range(97, 123)) + b" \t\n\r"
 _HIGH = bytes(range(128, 256))
 
@@ -71,10 +73,11 @@ def index_text(enc: Any, text: str, path: str, target: int) -> list[tuple[int, i
 
 def sample_every(read_bytes: int) -> int:
     """1 chunk in how many a sampled build that reads ``read_bytes`` (bytes on disk) counts: the
-    smallest power of 2, at least :data:`SAMPLE_EVERY`, that leaves at most :data:`SAMPLE_BYTES`
-    to count. Powers of 2 nest: a chunk counted at 1 in 64 is also counted at 1 in 16."""
+    largest power of 2, at least :data:`SAMPLE_EVERY`, that still leaves :data:`SAMPLE_BYTES` to
+    count (so 8 to 16 MiB beyond 256 MiB read). Powers of 2 nest: a chunk counted at 1 in 64 is
+    also counted at 1 in 16."""
     every = SAMPLE_EVERY
-    while every < MAX_SAMPLE_EVERY and read_bytes > every * SAMPLE_BYTES:
+    while every < MAX_SAMPLE_EVERY and read_bytes >= 2 * every * SAMPLE_BYTES:
         every *= 2
     return every
 
@@ -116,10 +119,17 @@ def sampled_spans(text: str, path: str, target: int, every: int = SAMPLE_EVERY,
 
 
 def guess_tokens(data: bytes) -> float:
-    """Tokens of UTF-8 ``data`` by :data:`TOKENS_PER_BYTE` (before a build's sample corrects it)."""
+    """Tokens of UTF-8 ``data`` by :data:`TOKENS_PER_BYTE` (before a build's sample corrects it).
+
+    The byte classes of data over :data:`GUESS_FULL_BYTES` are read from every
+    :data:`GUESS_STRIDE`-th byte (0.6 ns a byte instead of 1.5; on 268 MB of code and logs the
+    error per chunk stayed 5.7% at the median and the total moved 0.01%).
+    """
     n = len(data)
-    rest = len(data.translate(None, _WORDS))  # bytes that are neither ASCII letters nor whitespace
-    high = 0 if data.isascii() else n - len(data.translate(None, _HIGH))
+    seen = data[::GUESS_STRIDE] if n > GUESS_FULL_BYTES else data
+    scale = n / len(seen) if seen else 1.0
+    rest = len(seen.translate(None, _WORDS)) * scale  # bytes that are neither ASCII letters nor whitespace
+    high = 0.0 if data.isascii() else (len(seen) - len(seen.translate(None, _HIGH))) * scale
     a, b, c = TOKENS_PER_BYTE
     return a * (n - rest) + b * (rest - high) + c * high
 

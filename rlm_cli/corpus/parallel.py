@@ -35,6 +35,9 @@ from rlm_cli.corpus.loader import LoadReport, SourceFile
 
 #: Files (and bytes of them) per task sent to a worker.
 BATCH_FILES, BATCH_BYTES = 64, 4 * 1024 * 1024
+#: The size asked for the pipe a worker answers on (Linux; at most ``/proc/sys/fs/pipe-max-size``,
+#: 1 MiB by default): 16 times fewer wake-ups than the default 64 KiB for the 4 MiB a batch sends.
+PIPE_BYTES = 1 << 20
 #: Tasks in flight per worker: enough to keep it busy while rlm writes the results.
 WINDOW_PER_WORKER = 3
 
@@ -208,7 +211,13 @@ def _start_worker() -> subprocess.Popen[bytes]:
     """A worker: this interpreter running :func:`serve`, with rlm's package importable."""
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = f"import sys; sys.path.insert(0, {package_root!r}); from rlm_cli.corpus.parallel import serve; serve()"
-    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    with contextlib.suppress(OSError, AttributeError):  # Linux only; the pipe works as it is elsewhere
+        import fcntl
+
+        fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    return proc
 
 
 def _send(worker: subprocess.Popen[bytes], message: Any) -> None:

@@ -136,9 +136,9 @@ def test_a_large_context_file_is_trusted_by_its_recorded_stat_and_rehashed_when_
 
 def test_a_larger_build_counts_a_sparser_nested_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     MiB = 1024 * 1024
-    # 1 in 16 up to 128 MiB read, then the rate halves as the bytes double: about 8 MiB counted.
-    assert [indexing.sample_every(n * MiB) for n in (0, 64, 128, 129, 256, 1024, 10**9)] == \
-        [16, 16, 16, 32, 32, 128, indexing.MAX_SAMPLE_EVERY]
+    # 1 in 16 below 256 MiB read, then the rate halves as the bytes double: 8 to 16 MiB counted.
+    assert [indexing.sample_every(n * MiB) for n in (0, 64, 128, 255, 256, 511, 512, 1024, 10**9)] == \
+        [16, 16, 16, 16, 32, 32, 64, 128, indexing.MAX_SAMPLE_EVERY]
     # Sparser samples are subsets of denser ones (the same chunks stay counted as a corpus grows).
     hashes = [f"{i * 2654435761 % 2**32:08x}" + "0" * 32 for i in range(5000)]
     at16, at64 = ({h for h in hashes if indexing.is_sample(h, e)} for e in (16, 64))
