@@ -213,7 +213,7 @@ def _start_worker() -> subprocess.Popen[bytes]:
     code = f"import sys; sys.path.insert(0, {package_root!r}); from rlm_cli.corpus.parallel import serve; serve()"
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout is not None
-    with contextlib.suppress(OSError, AttributeError):  # Linux only; the pipe works as it is elsewhere
+    with contextlib.suppress(OSError, AttributeError, ImportError):  # Linux only; elsewhere the pipe stays as it is
         import fcntl
 
         fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -151,3 +152,22 @@ def test_a_larger_build_counts_a_sparser_nested_sample(tmp_path: Path, monkeypat
     counted = [c for c in dense.chunks if indexing.is_sample(c.sha1, every)]
     assert all(c.tokens == count_tokens(dense.context[c.start:c.end]) for c in counted)
     assert sum(f.estimated for f in dense.files) == len(dense.chunks) - len(counted)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux pipes only")
+def test_a_reader_process_answers_on_a_pipe_of_a_mebibyte() -> None:
+    import fcntl
+
+    from rlm_cli.corpus import parallel
+
+    with open("/proc/sys/fs/pipe-max-size") as fh:
+        if int(fh.read()) < parallel.PIPE_BYTES and os.geteuid() != 0:
+            pytest.skip("this kernel caps pipes below 1 MiB")
+    worker = parallel._start_worker()
+    try:
+        assert worker.stdout is not None and worker.stdin is not None
+        assert fcntl.fcntl(worker.stdout.fileno(), fcntl.F_GETPIPE_SZ) == parallel.PIPE_BYTES  # default: 64 KiB
+    finally:
+        worker.stdin.close()
+        assert worker.wait(timeout=30) == 0
+        worker.stdout.close()
