@@ -28,7 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     """Parse the flags, chunk and count the corpus, print one row per sampling rate."""
     from rlm_cli.config import CorpusOptions
-    from rlm_cli.corpus.indexing import corrections, extension, is_sample, sample_every, sampled_spans
+    from rlm_cli.corpus.indexing import (
+        corrections,
+        estimated_tokens,
+        extension,
+        is_sample,
+        sample_every,
+        sampled_spans,
+    )
     from rlm_cli.corpus.loader import LoadReport, read_source
     from rlm_cli.corpus.tokens import encoding
     from rlm_cli.corpus.walk import discover
@@ -71,7 +78,7 @@ def main() -> None:
                 total += n
                 counted_bytes += nbytes
                 continue
-            est = max(1, round(guess * factors.get(ext, overall)))
+            est = estimated_tokens(guess, factors.get(ext, overall))
             total += est
             errors.append(abs(est - n) / max(1, n))
         errors.sort()

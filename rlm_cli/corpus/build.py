@@ -26,6 +26,7 @@ from rlm_cli.corpus.indexing import (
     SAMPLE_EVERY,
     corrections,
     count_pieces,
+    estimated_tokens,
     extension,
     index_text,
     parse_data,
@@ -172,7 +173,7 @@ class BundleWriter:
                     counts = iter(p.job.result() if p.job is not None else ())
                     factor = factors.get(extension(e.path), overall)
                     for s, en, sl, el, guess, h, counted in p.spans:
-                        tok = next(counts) if counted else max(1, round(guess * factor))
+                        tok = next(counts) if counted else estimated_tokens(guess, factor)
                         e.estimated += not counted
                         chunks.append(Chunk(len(chunks), e.path, sl, el, e.start + s, e.start + en, tok, h))
                 elif p.job is not None:

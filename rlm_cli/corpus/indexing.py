@@ -157,6 +157,12 @@ def corrections(samples: Iterable[tuple[str, float, int]]) -> tuple[dict[str, fl
     return {e: a[1] / a[0] for e, a in by_ext.items() if a[0] and a[2] >= MIN_SAMPLE_CHUNKS}, overall
 
 
+def estimated_tokens(guess: float, factor: float) -> int:
+    """An uncounted chunk's tokens: its :func:`guess_tokens` times its extension's correction
+    (:func:`corrections`), at least 1."""
+    return max(1, round(guess * factor))
+
+
 def count_pieces(enc: Any, text: str, bounds: list[tuple[int, int]]) -> list[int]:
     """Tokens of ``text[start:end]`` for each bound (runs in a :class:`TokenPool` thread)."""
     return [len(enc.encode_ordinary(text[a:b])) for a, b in bounds]
