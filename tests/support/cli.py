@@ -23,13 +23,25 @@ class Result:
     stderr: str
 
 
+#: The variable naming an installed ``rlm`` for the tests to run (CI: the built wheel's, installed
+#: into a fresh virtual environment away from this source tree).
+BIN_ENV = "RLM_TEST_BIN"
+
+
+def rlm_argv() -> list[str]:
+    """The command line that starts ``rlm`` in tests, the one place that decides it: the installed
+    command named by ``RLM_TEST_BIN``, else this source tree's ``python -m rlm_cli``."""
+    exe = os.environ.get(BIN_ENV)
+    return [exe] if exe else [sys.executable, "-m", "rlm_cli"]
+
+
 def run_rlm(*args: str, stdin: str | bytes | None = None, env: dict[str, str] | None = None,
             cwd: Path | None = None, timeout: float = RUN_TIMEOUT) -> Result:
-    """Run ``python -m rlm_cli ARGS`` with the test environment (plus ``env``)."""
+    """Run ``rlm ARGS`` (:func:`rlm_argv`) with the test environment (plus ``env``)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    proc = subprocess.run([sys.executable, "-m", "rlm_cli", *args], input=data, capture_output=True,
+    proc = subprocess.run([*rlm_argv(), *args], input=data, capture_output=True,
                           env=full_env, cwd=cwd, timeout=timeout)
     return Result(proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
 
