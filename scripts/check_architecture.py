@@ -53,6 +53,8 @@ LAYERS: dict[str, int] = {
     "errors": 0,          # the exception tree and exit codes: imports nothing of the project
     "protocol": 1,        # framing and the message types of both channels
     "schemas": 1,         # JSON Schema files (data only)
+    "sockets": 1,         # where Unix sockets go: folders whose paths fit sun_path
+    "interrupts": 1,      # Ctrl-C with a final answer in hand is dropped
     "config_keys": 2,     # value rules: choices, sizes, URL checks (no settings resolution)
     "config": 3,          # settings from flags > env > file > defaults, user folders, keys
     "output": 4,          # render, answer files, trajectories, progress, sources, --json documents:

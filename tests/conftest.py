@@ -68,6 +68,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture
+def run_tmp() -> Iterator[Path]:
+    """A TMPDIR for the ``rlm`` a test runs, short enough that rlm's socket folders go in it
+    whatever the suite's own TMPDIR is (with a long one they go to /tmp: ``rlm_cli.sockets``), for
+    tests that look there for the relay's folder or check that nothing is left."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="rlt", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
 def llm() -> Iterator[FakeLLM]:
     """A fresh scripted OpenAI-compatible server."""
     server = FakeLLM()

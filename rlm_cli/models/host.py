@@ -50,7 +50,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -61,6 +60,7 @@ from rlm_cli.errors import RLMError, UsageError
 from rlm_cli.models import shared as shared_hosts
 from rlm_cli.models.backend import Answer, OnPiece
 from rlm_cli.models.failures import RemoteCallError
+from rlm_cli.sockets import private_socket_dir
 
 #: Seconds the parent waits for the host's socket to appear (its interpreter starting).
 START_TIMEOUT_S = 60.0
@@ -107,7 +107,7 @@ class HostBackend:
         self.sharing = plan.why
         if plan.files is None or not self._share(plan):
             self._files = None
-            self.dir = Path(tempfile.mkdtemp(prefix="rlm-host-"))  # 0700: only this user may enter
+            self.dir = private_socket_dir("rlm-host-")  # 0700: only this user may enter
             self.socket_path = str(self.dir / "host.sock")
             self._err = open(self.dir / "host.err", "w+b")  # noqa: SIM115 - read on failure, closed in close()
             self._spawn([self.socket_path], None)

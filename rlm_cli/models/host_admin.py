@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import protocol
-from rlm_cli.models.shared import LEASE_TIMEOUT_S, HostFiles, NoHost, ask, host_dir, host_pid, locked, remove
+from rlm_cli.models.shared import (
+    LEASE_TIMEOUT_S,
+    HostFiles,
+    NoHost,
+    ask,
+    host_dir,
+    host_pid,
+    locked,
+    remove,
+    socket_folder,
+)
 
 
 def _each_host(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -24,7 +34,11 @@ def _each_host(message: dict[str, Any]) -> list[dict[str, Any]]:
     if folder is None:
         return []
     replies: list[dict[str, Any]] = []
-    for sock in sorted(folder.glob("host-*.sock")):
+    try:
+        sockets = sorted(socket_folder(folder).glob("host-*.sock"))
+    except OSError:
+        return []
+    for sock in sockets:
         key = sock.name[len("host-"):-len(".sock")]
         files = HostFiles.of(folder, key)
         pid = host_pid(files)  # read first: a host told to stop may be gone, files and all, before we look

@@ -64,18 +64,17 @@ import socket
 import socketserver
 import struct
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rlm_cli import protocol
 from rlm_cli.errors import BudgetExceededError, RLMError
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
+from rlm_cli.sockets import private_socket_dir
 
 #: Largest request frame accepted from the worker, by request type: a sub-call prompt (no model's
 #: input window holds more than a few MiB of text), and an ``rlm_query`` with its context.
@@ -137,8 +136,8 @@ class LMHandler:
         #: Connections closed unread (peer not a worker) or at the hello (bad token, frame too large).
         self.refused = 0
         # rlm's pid in the name: a later rlm removes the folder if this one is killed (sandbox.reaper).
-        self.dir = Path(tempfile.mkdtemp(prefix=f"rlm-lm-{os.getpid()}-"))
-        os.chmod(self.dir, 0o700)
+        # A folder whose socket path fits sun_path whatever TMPDIR is (rlm_cli.sockets).
+        self.dir = private_socket_dir(f"rlm-lm-{os.getpid()}-")
         self.socket_path = str(self.dir / "lm.sock")
         handler = self
 

@@ -50,6 +50,7 @@ from typing import Any
 from rlm_cli import protocol
 from rlm_cli.config import runtime_path
 from rlm_cli.errors import UsageError
+from rlm_cli.sockets import fits, shared_socket_dir
 
 #: The variable that sets the idle period, in seconds; ``0`` turns sharing off.
 IDLE_ENV = "RLM_HOST_IDLE"
@@ -64,8 +65,6 @@ VOLATILE_ENV = frozenset({
     "SSH_TTY", "TMUX_PANE", "STY", "WINDOW", "LS_COLORS", "HISTFILE", "HISTSIZE", "HISTCONTROL",
     "RANDOM", "SECONDS", "LINENO", "PYTEST_CURRENT_TEST", IDLE_ENV,
 })
-#: Longest socket path used (``sun_path`` holds 108 bytes on Linux, 104 on macOS).
-MAX_SOCKET_PATH = 100
 _MODEL_SOURCES = ("protocol.py", "models/backend.py", "models/host.py", "models/host_process.py",
                   "models/shared.py", "models/failures.py", "models/detect.py")
 _PKG = Path(__file__).resolve().parent.parent
@@ -109,6 +108,17 @@ def unsafe_dir(path: Path) -> str | None:
     except OSError as exc:
         return f"{path}: {exc.strerror or exc}"
     return None
+
+
+def socket_folder(folder: Path) -> Path:
+    """Where the sockets of the shared hosts of ``folder`` (:func:`host_dir`) are: ``folder``, or
+    when its path leaves no room for a socket, a short private folder
+    (:func:`rlm_cli.sockets.shared_socket_dir`).
+
+    Raises:
+        OSError: the socket path fits nowhere.
+    """
+    return shared_socket_dir(folder)
 
 
 def host_dir(*, create: bool = True) -> Path | None:
@@ -180,9 +190,15 @@ class HostFiles:
 
     @classmethod
     def of(cls, folder: Path, key: str) -> HostFiles:
-        """The files of the host ``key`` in ``folder``."""
+        """The files of the host ``key`` in ``folder``; its socket in :func:`socket_folder` (``folder``
+        itself unless its path is too long for a socket).
+
+        Raises:
+            OSError: the socket path fits nowhere (see :func:`rlm_cli.sockets.socket_temp_dir`).
+        """
         base = folder / f"host-{key}"
-        return cls(Path(f"{base}.sock"), Path(f"{base}.token"), Path(f"{base}.lock"), Path(f"{base}.log"))
+        sock = socket_folder(folder) / f"host-{key}.sock"
+        return cls(sock, Path(f"{base}.token"), Path(f"{base}.lock"), Path(f"{base}.log"))
 
     def to_dict(self) -> dict[str, str]:
         """The paths as strings (sent to the host in its config)."""
@@ -216,9 +232,15 @@ def for_this_command() -> Sharing:
             cwd = os.getcwd()
         except OSError:
             return Sharing(None, "the working folder is gone")
-    files = HostFiles.of(folder, fingerprint(cwd=cwd))
-    if len(os.fsencode(files.socket)) > MAX_SOCKET_PATH:
-        return Sharing(None, f"the runtime folder's path is too long for a socket ({files.socket})")
+    try:
+        files = HostFiles.of(folder, fingerprint(cwd=cwd))
+        if files.socket.parent != folder:
+            files.socket.parent.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        return Sharing(None, f"no folder for the host's socket: {exc.strerror or exc}")
+    problem = unsafe_dir(files.socket.parent) if files.socket.parent != folder else None
+    if problem or not fits(files.socket):
+        return Sharing(None, f"no safe folder for the host's socket: {problem or files.socket}")
     return Sharing(files, "shared", cwd)
 
 
@@ -355,6 +377,7 @@ def listen(files: HostFiles) -> socket.socket:
     """
     with contextlib.suppress(FileNotFoundError):
         files.socket.unlink()
+    files.socket.parent.mkdir(mode=0o700, exist_ok=True)  # a separate socket folder may have been removed
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         old = os.umask(0o177)
@@ -383,3 +406,6 @@ def remove(files: HostFiles, *, token: str | None, inode: int | None = None) -> 
     for path in (files.socket, files.token, files.log, files.lock):
         with contextlib.suppress(OSError):
             path.unlink()
+    if files.socket.parent != files.lock.parent:  # a separate socket folder goes with its last socket
+        with contextlib.suppress(OSError):
+            files.socket.parent.rmdir()

@@ -96,16 +96,20 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 def record(pid: int, ticks: int, uid: int) -> None:
     """Remember worker ``pid`` (started at ``ticks``, running as ``uid``) until :func:`forget`.
     Best effort: without a usable runtime folder nothing is recorded."""
-    try:
-        folder = _state_dir()
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with _lock:
-            path = _state_file()
-            data = _read(path)
-            workers = [w for w in data.get("workers", []) if w[0] != pid]
-            _write(path, {"workers": [*workers, [pid, ticks, uid]]})
-    except OSError:
-        pass
+    for _ in range(3):  # another rlm may remove the emptied folder between mkdir and write
+        try:
+            folder = _state_dir()
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with _lock:
+                path = _state_file()
+                data = _read(path)
+                workers = [w for w in data.get("workers", []) if w[0] != pid]
+                _write(path, {"workers": [*workers, [pid, ticks, uid]]})
+            return
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return
 
 
 def forget(pid: int) -> None:
@@ -119,6 +123,16 @@ def forget(pid: int) -> None:
                 _write(path, {"workers": workers})
             else:
                 path.unlink(missing_ok=True)
+                _remove_if_empty(path.parent)
+    except OSError:
+        pass
+
+
+def _remove_if_empty(folder: Path) -> None:
+    """Remove the state folder once no rlm records a worker in it: a run leaves the runtime folder
+    as it found it (``rmdir`` fails, harmlessly, while another rlm's file is there)."""
+    try:
+        folder.rmdir()
     except OSError:
         pass
 
@@ -204,6 +218,7 @@ def _sweep_workers() -> int:
                 continue  # the pid names another process now: its session is not ours to judge
             killed += kill_session(pid, ticks, uid)
         path.unlink(missing_ok=True)
+    _remove_if_empty(folder)
     return killed
 
 
@@ -211,12 +226,19 @@ def _sweep_folders() -> None:
     """Delete the scratch and relay folders in the temporary folder whose rlm is gone: this
     user's (root's sweep takes any user's, its workers' scratch folders belonging to ``nobody``)."""
     from rlm_cli.sandbox.paths import remove_tree
+    from rlm_cli.sockets import socket_temp_dir
 
-    tmp = tempfile.gettempdir()
+    folders = {tempfile.gettempdir()}
     try:
-        entries = [e for e in os.scandir(tmp) if e.name.startswith(("rlm-scratch-", "rlm-lm-"))]
+        folders.add(socket_temp_dir())  # the relay's folder, when TMPDIR is too long for a socket
     except OSError:
-        return
+        pass
+    entries: list[os.DirEntry[str]] = []
+    for tmp in sorted(folders):
+        try:
+            entries += [e for e in os.scandir(tmp) if e.name.startswith(("rlm-scratch-", "rlm-lm-"))]
+        except OSError:
+            continue
     me = os.geteuid()
     for entry in entries:
         m = _STALE.match(entry.name)

@@ -9,11 +9,10 @@ import pty
 import re
 import select
 import signal
-import sys
 import time
 from pathlib import Path
 
-from tests.support.cli import model_flags, run_rlm, two_file_repo
+from tests.support.cli import model_flags, rlm_argv, run_rlm, two_file_repo
 from tests.support.fake_llm import FakeLLM, Reply, first_prompt, last_user, repl
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -29,7 +28,8 @@ class Terminal:
             # As from an interactive shell: a suite started in the background inherits SIGINT
             # ignored, and rlm (like every Unix tool) would keep ignoring Ctrl-C then.
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.execv(sys.executable, [sys.executable, "-m", "rlm_cli", *args])
+            argv = rlm_argv()
+            os.execv(argv[0], [*argv, *args])
         self.pid, self.fd = pid, fd
         self.seen = ""
         self.at = 0  # what expect() has consumed

@@ -21,6 +21,7 @@ from rlm_cli.corpus.loader import LoadReport, decode_bytes, is_binary, read_sour
 from rlm_cli.corpus.store import load_corpus
 from rlm_cli.corpus.walk import discover
 from rlm_cli.errors import EmptyCorpusError, UsageError
+from tests.support.cli import rlm_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -205,7 +206,12 @@ def test_fifos_sockets_and_devices_are_never_opened(tmp_path: Path) -> None:
     os.mkfifo(root / "pipe")  # opening it for reading would block forever
     os.symlink("/dev/zero", root / "zero")  # reading it would never end
     sock = socket.socket(socket.AF_UNIX)
-    sock.bind(str(root / "sock"))
+    here = os.getcwd()
+    os.chdir(root)  # bound by a relative name: tmp_path may be too long for a socket path
+    try:
+        sock.bind("sock")
+    finally:
+        os.chdir(here)
     try:
         corpus = load_corpus([str(root)], CorpusOptions(use_cache=False, follow=True))  # /dev is outside
     finally:
@@ -346,7 +352,7 @@ def test_an_ignore_file_that_cannot_be_read_is_named_and_a_fifo_does_not_block(t
     (root / ".gitignore").mkdir()
     os.mkfifo(root / "sub" / ".ignore")
     (root / "sub" / ".rlmignore").write_text("*.tmp\n")
-    proc = subprocess.run([sys.executable, "-m", "rlm_cli", "stats", str(root), "--json", "--no-cache"],
+    proc = subprocess.run([*rlm_argv(), "stats", str(root), "--json", "--no-cache"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "cannot read .gitignore: not a regular file; its ignore rules are not applied" in proc.stderr

@@ -9,7 +9,6 @@ import os
 import pty
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from rlm_cli.corpus import ignore
 from rlm_cli.corpus.loader import LoadReport
 from rlm_cli.corpus.walk import discover
 from rlm_cli.errors import UsageError
-from tests.support.cli import model_flags, run_rlm
+from tests.support.cli import model_flags, rlm_argv, run_rlm
 from tests.support.fake_llm import FakeLLM, Reply, last_user, repl
 
 #: A gitignore pattern whose regex backtracks exponentially on a long run of ``a`` (about 2**14 steps
@@ -122,7 +121,7 @@ def test_terminal_escapes_in_the_answer_and_cited_paths_never_reach_a_terminal(t
     evil = "the secret is 42 \x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b31m"
     code = f"print(read_file(files[0]['path']))\nFINAL({evil!r})"
     llm.default("root", repl(code))
-    argv = [sys.executable, "-m", "rlm_cli", "ask", str(root), "q?", *model_flags(llm), "--cite", "--no-llm-cache"]
+    argv = [*rlm_argv(), "ask", str(root), "q?", *model_flags(llm), "--cite", "--no-llm-cache"]
     code_tty, out = _on_a_terminal(argv, dict(os.environ))
     assert code_tty == 0, out
     text = out.decode("utf-8", "replace")

@@ -19,7 +19,7 @@ import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.support.cli import model_flags, run_rlm, two_file_repo
+from tests.support.cli import model_flags, rlm_argv, run_rlm, two_file_repo
 from tests.support.fake_llm import FakeLLM, Reply, repl
 
 #: gpt-4o-mini in litellm's bundled price map: $0.15 / 1M input tokens -> 100k tokens cost $0.015.
@@ -27,17 +27,18 @@ PRICED = "gpt-4o-mini"
 
 
 @contextlib.asynccontextmanager
-async def served(tmp_path: Path, *args: str, heartbeat_s: float | None = None) -> AsyncIterator[ClientSession]:
-    """``rlm mcp ARGS`` as a subprocess (its TMPDIR in ``tmp_path/tmp``, its stderr in
+async def served(tmp_path: Path, *args: str, heartbeat_s: float | None = None,
+                 tmpdir: Path | None = None) -> AsyncIterator[ClientSession]:
+    """``rlm mcp ARGS`` as a subprocess (its TMPDIR ``tmpdir`` or ``tmp_path/tmp``, its stderr in
     ``tmp_path/server.err``; ``heartbeat_s`` replaces ``rlm_cli.mcp.protocol.HEARTBEAT_S``), initialised."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
-    command = ["-m", "rlm_cli", "mcp", *args]
-    if heartbeat_s is not None:
-        command = ["-c", f"import sys; from rlm_cli.commands import app as cli; from rlm_cli.mcp import protocol; "
+    env = dict(os.environ, TMPDIR=str(tmpdir or tmp_path / "tmp"))
+    exe, *command = [*rlm_argv(), "mcp", *args]
+    if heartbeat_s is not None:  # patches the source tree's module: runs from the source tree
+        exe, command = sys.executable, ["-c", f"import sys; from rlm_cli.commands import app as cli; from rlm_cli.mcp import protocol; "
                    f"protocol.HEARTBEAT_S = {heartbeat_s}; "
                    "sys.argv = ['rlm', *sys.argv[1:]]; cli.main()", "mcp", *args]
-    params = StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(tmp_path))
+    params = StdioServerParameters(command=exe, args=command, env=env, cwd=str(tmp_path))
     with open(tmp_path / "server.err", "w") as err:
         async with stdio_client(params, errlog=err) as (read, write):
             async with ClientSession(read, write) as session:
@@ -62,10 +63,10 @@ def error_text(result: Any) -> str:
     return str(result.content[0].text)
 
 
-def workers(tmp_path: Path) -> list[int]:
+def workers(tmp_path: Path, tmpdir: Path | None = None) -> list[int]:
     """pids of REPL workers started by this test's server (their HOME is a scratch folder under
-    its TMPDIR)."""
-    mark = f"HOME={tmp_path / 'tmp'}/rlm-scratch-".encode()
+    its TMPDIR: ``tmpdir`` or ``tmp_path/tmp``)."""
+    mark = f"HOME={tmpdir or tmp_path / 'tmp'}/rlm-scratch-".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -190,7 +191,7 @@ def test_ask_sources_progress_and_per_ask_budgets(tmp_path: Path, llm: FakeLLM) 
     run(scenario)
 
 
-def test_cancelled_ask_stops_the_run_and_leaves_nothing_behind(tmp_path: Path, llm: FakeLLM) -> None:
+def test_cancelled_ask_stops_the_run_and_leaves_nothing_behind(tmp_path: Path, run_tmp: Path, llm: FakeLLM) -> None:
     root = two_file_repo(tmp_path)
     llm.script("root", repl("import time\ntime.sleep(60)\nprint('woke up')"),
                repl("print(read_file('a.py'))"), repl("FINAL('42, from a.py:2')"))
@@ -198,9 +199,9 @@ def test_cancelled_ask_stops_the_run_and_leaves_nothing_behind(tmp_path: Path, l
 
     async def scenario() -> None:
         async with served(tmp_path, str(root), *model_flags(llm), "--no-llm-cache", "--sandbox", "process",
-                          heartbeat_s=0.4) as s:
+                          heartbeat_s=0.4, tmpdir=run_tmp) as s:
             assert doc(await s.call_tool("grep", {"pattern": "x"}))  # the worker is up
-            before = workers(tmp_path)
+            before = workers(tmp_path, run_tmp)
             assert len(before) == 1
             queued: list[str] = []
 
@@ -232,15 +233,15 @@ def test_cancelled_ask_stops_the_run_and_leaves_nothing_behind(tmp_path: Path, l
             assert asked[0] == "iteration 1 of at most 20"
             assert any(n.startswith("iteration 1 of at most 20 (") for n in asked[1:]), asked
             assert timings["grep done"] - timings["cancelled"] < 8, timings  # not the 60 s the block sleeps
-            assert workers(tmp_path) == before  # the worker stopped its block and was kept: no orphan
+            assert workers(tmp_path, run_tmp) == before  # the worker stopped its block and was kept: no orphan
 
             answer = doc(await s.call_tool("ask", {"question": "What does foo return?"}))
             assert answer["answer"] == "42, from a.py:2" and answer["sources"] == ["a.py:1-2"]
         traces = sorted((tmp_path / "userdirs" / "data" / "traces").glob("*.jsonl"))
         summaries = [json.loads(t.read_text().splitlines()[-1]) for t in traces]
         assert sorted(x["status"] for x in summaries) == ["final", "interrupted"]
-        assert workers(tmp_path) == []
-        left = [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith(("rlm-scratch-", "rlm-lm-"))]
+        assert workers(tmp_path, run_tmp) == []
+        left = [p.name for p in run_tmp.iterdir() if p.name.startswith(("rlm-scratch-", "rlm-lm-"))]
         assert left == []  # no scratch folder, no socket folder
 
     run(scenario)

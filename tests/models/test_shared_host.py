@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import model_flags, run_rlm
+from tests.support.cli import model_flags, rlm_argv, run_rlm
 from tests.support.fake_llm import FakeLLM, repl
 
 
@@ -190,7 +190,7 @@ def test_a_killed_hosts_stale_socket_is_replaced(runtime: Path, tmp_path: Path, 
 
 def test_commands_started_together_share_one_host(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
     llm.defaults["root"] = repl("FINAL('second' if 'second' in context else 'missing')")
-    base = [sys.executable, "-m", "rlm_cli", "ask", str(corpus(tmp_path))]
+    base = [*rlm_argv(), "ask", str(corpus(tmp_path))]
     procs = [subprocess.Popen([*base, f"question {i}?", *model_flags(llm), "--no-leads"], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
     outs = [p.communicate(timeout=240) for p in procs]
@@ -249,7 +249,7 @@ def test_a_host_killed_mid_request_is_one_clear_line(runtime: Path, tmp_path: Pa
     ask(tmp_path, llm, "q1?")
     (host,) = hosts()
     llm.script("root", Reply(text=repl("FINAL('late')"), delay_s=8))
-    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(corpus(tmp_path)), "q2?", *model_flags(llm),
+    proc = subprocess.Popen([*rlm_argv(), "ask", str(corpus(tmp_path)), "q2?", *model_flags(llm),
                              "--no-leads"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert until(lambda: len(llm.requests) >= 2, 60)  # the slow request reached the model
     os.kill(int(host["pid"]), signal.SIGKILL)

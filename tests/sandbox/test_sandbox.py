@@ -19,7 +19,7 @@ from rlm_cli.sandbox import levels, probes, results, users
 from rlm_cli.sandbox.execution import KEEP_HEAD, KEEP_TAIL, CappedWriter
 from rlm_cli.sandbox.launcher import Limits
 from rlm_cli.sandbox.levels import resolve_level
-from tests.support.cli import model_flags, run_rlm
+from tests.support.cli import model_flags, rlm_argv, run_rlm
 from tests.support.fake_llm import FakeLLM, last_user, repl
 from tests.support.sandbox_kit import BWRAP_OK, IS_ROOT, LINUX, all_levels, need_bwrap, procs_named, sandbox, set_comm
 
@@ -402,19 +402,18 @@ def _without_dac(argv: list[str]) -> list[str]:
 
 @pytest.mark.skipif(not (IS_ROOT and LINUX), reason="needs root to drop its own capabilities")
 @pytest.mark.parametrize("level", all_levels())
-def test_root_without_dac_capabilities_runs_and_leaves_nothing_behind(level: str, tmp_path: Path,
+def test_root_without_dac_capabilities_runs_and_leaves_nothing_behind(level: str, tmp_path: Path, run_tmp: Path,
                                                                       llm: FakeLLM) -> None:
     """It failed with `cannot start the REPL worker: Permission denied: .../rlm-scratch-...` and
     left the scratch folder behind each time."""
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("alpha\n")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = run_tmp
     llm.script("root", repl("import os, re\nopen('note.txt', 'w').write('scratch works')\n"
                             "caps = re.search(r'CapEff:\\s+(\\w+)', open('/proc/self/status').read())[1]\n"
                             "print(open('note.txt').read(), int(caps, 16))"),
                repl("FINAL('done: ' + open('note.txt').read())"))
-    argv = [sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "corpus"), "q?", *model_flags(llm),
+    argv = [*rlm_argv(), "ask", str(tmp_path / "corpus"), "q?", *model_flags(llm),
             "--mode", "rlm", "--sandbox", level]
     proc = subprocess.run(_without_dac(argv), capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, TMPDIR=str(tmp)))

@@ -39,7 +39,7 @@ from rlm_cli.sandbox.launcher import Limits
 from rlm_cli.sandbox.levels import protections
 from rlm_cli.sandbox.paths import BWRAP_SYSTEM_DIRS, python_roots
 from rlm_cli.sandbox.users import plan_drop
-from tests.support.cli import model_flags, run_rlm
+from tests.support.cli import model_flags, rlm_argv, run_rlm
 from tests.support.fake_llm import FakeLLM, last_user, question_message, repl, task_messages
 from tests.support.sandbox_kit import (
     IS_ROOT,
@@ -715,19 +715,18 @@ def test_rlm_ask_survives_rebinding_a_200_mb_print_and_a_segfault(tmp_path: Path
                                                    (signal.SIGTERM, 143, b"terminated")])
 @pytest.mark.parametrize("level", all_levels())
 def test_ctrl_c_leaves_no_worker_socket_scratch_or_bundle(level: str, sig: int, code: int, word: bytes,
-                                                          tmp_path: Path, llm: FakeLLM) -> None:
+                                                          tmp_path: Path, run_tmp: Path, llm: FakeLLM) -> None:
     _skip_process_unless_root(level)
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("some text\n")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = run_tmp
     llm.script("root", repl("import time\nprint('sleeping')\ntime.sleep(120)"))
     # A model host of this command only: a shared one outlives the command by design (see
     # tests/test_shared_host.py); here every process below rlm must be gone.
     env = dict(os.environ, TMPDIR=str(tmp), RLM_HOST_IDLE="0")
     # As from a terminal: a suite started in the background of a non-interactive shell inherits
     # SIGINT ignored, and rlm (like every Unix tool) keeps ignoring it then.
-    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "corpus"), "q?",
+    proc = subprocess.Popen([*rlm_argv(), "ask", str(tmp_path / "corpus"), "q?",
                              *model_flags(llm), "--mode", "rlm", "--sandbox", level, "--no-cache"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -991,7 +990,7 @@ print('closed', closed, 'of', len(held), '|', llm_query('still served?'))
 '''
 
 
-def test_a_relay_flood_without_a_token_allocates_nothing(tmp_path: Path, llm: FakeLLM) -> None:
+def test_a_relay_flood_without_a_token_allocates_nothing(tmp_path: Path, run_tmp: Path, llm: FakeLLM) -> None:
     """Before: each connection announcing 64 MiB made rlm allocate it and hold a thread (16 took rlm
     from 121 MB to 1.1 GB). Now nothing is read before the caller is known: from the model code
     (no hello) and from another local process (not a worker) alike; the socket is 0600 in a 0700
@@ -1001,11 +1000,10 @@ def test_a_relay_flood_without_a_token_allocates_nothing(tmp_path: Path, llm: Fa
 
     level = resolve_level("auto")[0]
     (tmp_path / "a.txt").write_text("alpha\n")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = run_tmp
     llm.script("root", repl(_FLOOD), repl("FINAL('done')"))
     llm.default("sub", "yes")
-    proc = subprocess.Popen([sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm),
+    proc = subprocess.Popen([*rlm_argv(), "ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm),
                              "--mode", "rlm", "--sandbox", level, "--no-llm-cache"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TMPDIR=str(tmp)))
     try:
@@ -1139,18 +1137,17 @@ _DAEMON = ("import os, time\nif os.fork() == 0:\n    try:\n        os.setsid()\n
 
 
 @pytest.mark.parametrize("level", all_levels())
-def test_what_a_sigkilled_rlm_left_is_killed_and_swept(level: str, tmp_path: Path, llm: FakeLLM) -> None:
+def test_what_a_sigkilled_rlm_left_is_killed_and_swept(level: str, tmp_path: Path, run_tmp: Path, llm: FakeLLM) -> None:
     """Before: a setsid + double-fork daemon outlived a SIGKILLed rlm for good, with its scratch and
     relay folders. Now it dies at once (bwrap's PID namespace) or when the next rlm starts a worker
     (the process level), and that rlm removes the folders."""
     marker = f"rlmorph{os.getpid() % 10000}"
     (tmp_path / "a.txt").write_text("alpha\n")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = run_tmp
     llm.script("root", repl(_DAEMON.replace("MARKER", marker)))
     llm.default("root", repl("FINAL('second run')"))
     env = dict(os.environ, TMPDIR=str(tmp))  # the shared model host outlives rlm by design: not in TMPDIR
-    argv = [sys.executable, "-m", "rlm_cli", "ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm",
+    argv = [*rlm_argv(), "ask", str(tmp_path / "a.txt"), "q?", *model_flags(llm), "--mode", "rlm",
             "--sandbox", level, "--no-llm-cache"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
