@@ -33,32 +33,28 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from rlm_cli import __version__
+from rlm_cli import __version__, interrupts
 from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
 from rlm_cli.app.outcome import AskOutcome, PastQuestion, TurnCounter, attach_partial, run_sources, status_of
 from rlm_cli.app.phases import PhaseTagger
 from rlm_cli.app.planning import choose_mode, direct_tokens, fit_question, model_window, require_model
+from rlm_cli.app.records import record_failure, record_stopped_open, trace_path_for
 from rlm_cli.app.recursion import recursion_handler, sub_call_event
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
-from rlm_cli.errors import (
-    DoesNotFitError,
-    ExitCode,
-    PartialAnswerError,
-    RLMError,
-)
+from rlm_cli.errors import DoesNotFitError, ExitCode, PartialAnswerError, RLMError
 from rlm_cli.loop.direct import run_direct
 from rlm_cli.loop.meta import corpus_meta
 from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
-from rlm_cli.loop.result import RunResult
 from rlm_cli.models.backend import check_router_file
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
@@ -68,7 +64,7 @@ from rlm_cli.models.usage import Usage
 from rlm_cli.output.documents import skipped_files
 from rlm_cli.output.progress import Progress, index_callback
 from rlm_cli.output.sources import SourceCollector
-from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id, traces_dir
+from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id
 from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sandbox.levels import resolve_level
 from rlm_cli.sandbox.memory import check_workers_fit
@@ -132,6 +128,8 @@ class Session:
         self._lock = threading.Lock()
         #: Questions asked so far (``/reset`` does not start it again: it numbers the trajectories).
         self.asked = 0
+        #: A final answer keeps Ctrl-C dropped after :meth:`ask` returns (``rlm_cli.interrupts``).
+        self.hold_final = False
         self._active: set[QuestionClient] = set()
 
     def _keep(self, emit: Emit) -> Emit:
@@ -145,11 +143,22 @@ class Session:
     def open(self, first_question: str = "") -> None:
         """Pick the model, load the corpus, choose the mode, resolve the windows, start the worker.
         ``first_question`` (a one-question session) counts in auto mode's choice, as each question
-        does later (:meth:`_question_mode`).
+        does later (:meth:`_question_mode`). Stopped by Ctrl-C or SIGTERM, it still writes the run's
+        trajectory (``records.record_stopped_open``).
 
         Raises:
             NoModelError, UsageError (bad paths, an empty corpus), SandboxError, HostUnavailable.
         """
+        try:
+            self._open(first_question)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            if self.record:
+                record_stopped_open(self._trace_path(self.id, 1), run_id=self.id, question=first_question,
+                                    paths=self.paths, config=self.settings.redacted(), events=self._events, exc=exc,
+                                    elapsed_s=time.monotonic() - self.started)
+            raise
+
+    def _open(self, first_question: str) -> None:
         s, emit = self.settings, self.emit
         check_paths(self.paths if self.corpus is None else [])  # a mistyped PATH: exit 2 before a model is sought
         ensure_model(s, lambda message: emit(event("notice", 0, message=message)))
@@ -330,6 +339,7 @@ class Session:
             ProviderError, UsageError (a question too large for direct mode), SandboxError.
             KeyboardInterrupt: Ctrl-C (the trajectory records it; the question's sub-RLMs stop).
         """
+        interrupts.clear()
         with self._lock:
             self.asked += 1
             turn = self.asked
@@ -373,7 +383,9 @@ class Session:
                        sources=outcome.sources, sources_omitted=outcome.sources_omitted))
             self._remember(question, res.answer, res.status, trace_path)
         except RLMError as exc:
-            self._failed(exc, client, collector, sink, started, trace_path, turns.root_turns)
+            if isinstance(exc, CallFailed) and exc.fatal:
+                self.fatal = self.fatal or exc
+            record_failure(exc, client, collector, sink, started, trace_path, turns.root_turns, self.settings.policy)
             self._remember(question, getattr(exc, "partial", "") or "", status_of(exc), trace_path)
             if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
                     and writer is not None and created):
@@ -404,6 +416,8 @@ class Session:
                 writer.close()
             with self._lock:
                 self._active.discard(client)  # type: ignore[arg-type]
+            if not self.hold_final or sys.exc_info()[0] is not None:
+                interrupts.clear()  # the next question, or the error's report, may be interrupted
         outcome.run_id, outcome.trace_path = run_id, trace_path
         return outcome
 
@@ -464,37 +478,5 @@ class Session:
         with self._lock:
             self.turns.append(PastQuestion(question, answer, status, trace_path))
 
-    def _failed(self, exc: RLMError, client: ModelClient, collector: SourceCollector, sink: Emit, started: float,
-                trace_path: Path | None, root_turns: int) -> None:
-        """Record a question that ended in an error: its summary event (a budget stop counts the
-        root turns and sub-calls that ran), sources and trajectory."""
-        if isinstance(exc, CallFailed) and exc.fatal:
-            self.fatal = self.fatal or exc
-        result = getattr(exc, "result", None)
-        status = status_of(exc)
-        if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
-            result = RunResult(answer=exc.partial, status=status, iterations=root_turns,
-                               sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
-                               mode=getattr(exc, "mode", "rlm"), policy=self.settings.policy)
-            exc.result = result  # type: ignore[attr-defined]
-        corpus = getattr(exc, "corpus", None)
-        found, omitted = (run_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
-                          if corpus is not None else ([], 0))
-        exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
-        sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
-                   exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
-                   iterations=result.iterations if result else root_turns,
-                   sub_calls=result.sub_calls if result else client.usage.sub_calls, usage=client.usage.summary(),
-                   elapsed_s=round(time.monotonic() - started, 3), sources=found, sources_omitted=omitted))
-        exc.trace_path = trace_path  # type: ignore[attr-defined]
-        if getattr(exc, "usage", None) is None:
-            exc.usage = client.usage.summary()  # type: ignore[attr-defined]
-
     def _trace_path(self, run_id: str, turn: int) -> Path:
-        given = self.settings.trace
-        if given is None:
-            return traces_dir() / f"{run_id}.jsonl"
-        if not self.numbered:
-            return Path(given)
-        given = Path(given)
-        return given.with_name(f"{given.stem}-{turn}{given.suffix or '.jsonl'}")
+        return trace_path_for(self.settings.trace, self.numbered, run_id, turn)

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from rlm_cli import __version__
-from rlm_cli.commands import ask, chat, config, corpus, evaluate, exits, hosts, mcp, traces
+from rlm_cli.commands import ask, chat, config, corpus, evaluate, exits, hosts, mcp, streams, traces
 from rlm_cli.commands.invocation import INVOCATION
 
 app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -52,8 +52,9 @@ app.add_typer(hosts.host_app, name="host")
 
 def main() -> None:
     """Console-script entry point: run the app and map every error to its exit code (never returns)."""
+    closed = streams.reopen_closed()  # first: no file rlm opens may take the number of a closed stream
     exits.install()
     # With --json, an error is a JSON document on stdout too (so `| jq` never reads nothing),
     # even one met before the command runs (a flag the parser rejects).
     INVOCATION.begin(sys.argv[1:])
-    exits.run(lambda: app(standalone_mode=False))
+    exits.run(lambda: app(standalone_mode=False), closed=closed)

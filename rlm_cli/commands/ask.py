@@ -122,7 +122,8 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
     if verbose:
         say_setup(ui, settings, host)
     try:
-        outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host)
+        outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host,
+                             hold_final=True)  # a Ctrl-C after the final answer: it is still printed
     except PartialAnswerError as exc:
         emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3), cite=cite)
         raise

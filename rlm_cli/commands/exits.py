@@ -14,6 +14,8 @@ from typing import Any
 
 import typer
 
+from rlm_cli import interrupts
+from rlm_cli.commands import streams
 from rlm_cli.commands.invocation import INVOCATION, command_word
 from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError, UsageError
 
@@ -25,18 +27,26 @@ def install() -> None:
     """SIGTERM unwinds like Ctrl-C (so the worker, socket and scratch folders are cleaned up),
     and the interpreter's exit is made fast (:func:`fast_exit`)."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    interrupts.install()  # a Ctrl-C with the final answer in hand is dropped (rlm_cli.interrupts)
     fast_exit()
 
 
-def run(app: Callable[[], Any]) -> None:
+def run(app: Callable[[], Any], closed: set[str] | frozenset[str] = frozenset()) -> None:
     """Run ``app()`` (typer, not standalone) and exit with the code of what it returned or raised:
-    never returns (``SystemExit``)."""
+    never returns (``SystemExit``). ``closed``: the standard streams that were closed when rlm
+    started (``streams.reopen_closed``; see ``rlm_cli.commands.streams`` for what each means)."""
+    watch = streams.ReaderWatch()
     try:
+        if streams.reader_gone(1) or streams.reader_gone(2):
+            _quiet_exit(ExitCode.BROKEN_PIPE)  # nobody reads: not one model call
+        sys.stderr = streams.TolerantStderr(sys.stderr)  # type: ignore[assignment]
         try:
             os.getcwd()
         except OSError:
             raise UsageError("the current folder no longer exists (deleted or unmounted)",
                              hint="cd to an existing folder and run the command again") from None
+        _check_stdout(closed)
+        watch.start()
         INVOCATION.start_host_early(sys.argv[1:])
         rv = app()
         # Non-standalone typer turns Ctrl-C into a returned 130 (and typer.Exit into its code).
@@ -53,6 +63,9 @@ def run(app: Callable[[], Any]) -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
+        if watch.fired.is_set():
+            _quiet_exit(ExitCode.BROKEN_PIPE)
+
         _json_error("interrupted (Ctrl-C)", ExitCode.INTERRUPTED, status="interrupted")
         _fail(None, ExitCode.INTERRUPTED, "interrupted")
     except typer.TyperException as exc:  # click's usage errors (typer vendors click)
@@ -62,6 +75,9 @@ def run(app: Callable[[], Any]) -> None:
         _json_error(message, ExitCode.USAGE)
         _fail(exc, ExitCode.USAGE, message)
     except KeyboardInterrupt:
+        if watch.fired.is_set():  # the reader of stdout or stderr went away: as a closed pipe stops a command
+            _quiet_exit(ExitCode.BROKEN_PIPE)
+
         _json_error("interrupted (Ctrl-C)", ExitCode.INTERRUPTED, status="interrupted")
         _fail(None, ExitCode.INTERRUPTED, "interrupted")
     except SystemExit as exc:  # raised by the SIGTERM handler, which said "terminated" on stderr
@@ -77,7 +93,27 @@ def run(app: Callable[[], Any]) -> None:
         _json_error(f"internal error: {type(exc).__name__}: {exc}", ExitCode.INTERNAL)
         _fail(exc, ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and "
                                       "report it)")
+    _finish()
+
+
+def _finish() -> None:
+    """Exit 0. What is left is the interpreter's teardown: a Ctrl-C now would only print a
+    traceback from an exit handler, so SIGINT is ignored for it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(ExitCode.OK)
+
+
+def _check_stdout(closed: set[str] | frozenset[str]) -> None:
+    """A closed stdout is a usage error unless ``--output``/``-o`` takes the answer.
+
+    Raises:
+        UsageError: stdout was closed (``>&-``) and no ``--output`` is given.
+    """
+    args = sys.argv[1:]
+    args = args[:args.index("--")] if "--" in args else args
+    if "stdout" in closed and not any(a in ("-o", "--output") or a.startswith("--output=") for a in args):
+        raise UsageError("standard output is closed (>&-): there is nowhere to write the answer",
+                         hint="redirect it to a file or /dev/null, or give --output FILE")
 
 
 def _pipe_closed() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rlm_cli import interrupts
 from rlm_cli.config import Settings
 from rlm_cli.loop import prompts, reply
 from rlm_cli.loop.result import RunResult, policy_of
@@ -34,6 +35,7 @@ def run_direct(settings: Settings, client: ModelClient, question: str, context: 
     found = reply.find_text_final(completion.text)
     literal = found.literal() if found is not None else None
     answer = literal if literal is not None else completion.text.strip()
+    interrupts.final_in_hand()  # a Ctrl-C from now on must not lose it
     emit(event("final", 0, status="final", iterations=1, answer=answer, answer_chars=len(answer)))
     return RunResult(answer=answer, status="final", iterations=1, sub_calls=0,
                      elapsed_s=round(time.monotonic() - started, 3), mode="direct", policy=policy_of(settings).name)

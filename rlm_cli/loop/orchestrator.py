@@ -28,6 +28,7 @@ import re
 import time
 from typing import Any
 
+from rlm_cli import interrupts
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
 from rlm_cli.loop import prompts, reply
@@ -436,6 +437,8 @@ class Orchestrator:
         return exc
 
     def _done(self, answer: str, status: str, iterations: int, sub_calls_before: int, started: float) -> RunResult:
+        if self.depth == 0 and status == "final":
+            interrupts.final_in_hand()  # a Ctrl-C from now on must not lose it
         result = RunResult(answer=answer, status=status, iterations=iterations,
                            sub_calls=self.client.usage.sub_calls - sub_calls_before,
                            elapsed_s=round(time.monotonic() - started, 3), depth=self.depth, policy=self.policy.name)

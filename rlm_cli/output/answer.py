@@ -6,19 +6,19 @@ characters neutralised when stdout is a terminal. Standard library only (no rich
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import IO, Any
 
+from rlm_cli.errors import UsageError
 from rlm_cli.output.text import safe_text, usd
 
 
 def write_answer(text: str) -> None:
     """The answer alone on stdout (plain text, newline-terminated); on a terminal its control
     characters are neutralised (:func:`for_stdout`)."""
-    text = for_stdout(text)
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
+    write_text(text if text.endswith("\n") else text + "\n")
 
 
 def for_stdout(text: str, stream: IO[str] | None = None) -> str:
@@ -54,8 +54,33 @@ def write_text(text: str) -> None:
     that left mid-way must give ``BrokenPipeError`` (exit 141), not exit 0.
 
     Raises:
-        OSError: stdout cannot take it (``BrokenPipeError`` when its reader went away).
+        BrokenPipeError: stdout's reader went away (exit 141).
+        UsageError: stdout cannot take it otherwise (``> /dev/full``, a full disk, an I/O error);
+            stdout is then ``/dev/null``, so the flush at exit does not fail again.
     """
+    try:
+        _write_stdout(text)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        _drop_stdout()
+        raise UsageError(f"cannot write to standard output: {exc.strerror or exc}",
+                         hint="free some space or give --output FILE; the answer is in the trajectory "
+                              "(rlm trace show last)") from None
+
+
+def _drop_stdout() -> None:
+    """Make stdout ``/dev/null`` (what its buffers hold drains there)."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _write_stdout(text: str) -> None:
     out = sys.stdout
     text = for_stdout(text, out)
     out.flush()
