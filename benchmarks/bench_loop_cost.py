@@ -9,7 +9,9 @@ that is sure repeats its answer), so every run ends and its extra calls can be c
     python benchmarks/bench_loop_cost.py                     # this checkout
     python benchmarks/bench_loop_cost.py --build /path/to/other/checkout --policy guided
 
-Prints one row per trajectory (calls needed, calls made, answer kept) and the totals.
+Prints one row per trajectory (calls needed, calls made, answer kept, the answer's support verdict)
+and the totals: a strong model that answers right in the fewest calls should pay no extra call and
+get no ``unsupported`` answer.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def main(argv: list[str]) -> int:
 
     print(f"build: {Path(rlm_cli.__file__).parent.parent}  policy: {args.policy or 'default'}")
     needed = made = kept = 0
+    verdicts: dict[str, int] = {}
     overrides: dict[str, Any] = {"root_model_window": STRONG_WINDOW, "max_iterations": 8}
     if args.policy:
         overrides["policy"] = args.policy
@@ -56,9 +59,13 @@ def main(argv: list[str]) -> int:
             llm.close()
         ok = r.error is None and (answer is None or r.answer == answer)
         needed, made, kept = needed + len(replies), made + calls, kept + ok
-        print(f"{question[:60]:60}  needs {len(replies)}  made {calls}  {'kept' if ok else 'LOST'}")
+        support = getattr(r.outcome.result, "support", None) if r.outcome is not None else None
+        verdict = getattr(support, "verdict", None) or "-"  # "-": a build without support verdicts
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+        print(f"{question[:60]:60}  needs {len(replies)}  made {calls}  {'kept' if ok else 'LOST'}  {verdict}")
     print(f"total: {made} root calls for {needed} needed (+{made - needed}, "
-          f"{100 * (made - needed) / needed:.0f}% more); answers kept {kept}/{len(TRAJECTORIES)}")
+          f"{100 * (made - needed) / needed:.0f}% more); answers kept {kept}/{len(TRAJECTORIES)}; support: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
     return 0
 
 

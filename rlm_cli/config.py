@@ -184,6 +184,9 @@ class Settings:
     #: before the root model's first turn and show its output there (``--leads``/``--no-leads``;
     #: ``None``: the policy's choice, on under ``guided`` only).
     leads: bool | None = None
+    #: Exit 7 when an answer's support verdict is ``unsupported`` (``--require-support``; the
+    #: answer is still printed).
+    require_support: bool = False
     #: The loop's rules (``rlm_cli.loop.policy``): ``auto``, ``paper``, ``standard`` or ``guided``.
     #: A session replaces ``auto`` by the preset it resolved to.
     policy: str = "auto"

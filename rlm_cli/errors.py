@@ -19,6 +19,8 @@ class ExitCode(enum.IntEnum):
     PROVIDER = 4
     MAX_ITERATIONS = 5
     BUDGET = 6
+    #: ``--require-support``: the answer's support verdict is ``unsupported`` (it is still printed).
+    UNSUPPORTED = 7
     INTERRUPTED = 130
     BROKEN_PIPE = 141
     TERMINATED = 143

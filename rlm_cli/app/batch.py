@@ -7,8 +7,9 @@ question has its own trajectory, usage and exit code; its result reaches ``on_re
 it is done (in completion order), so a failed question never costs the others their answers.
 
 The run's exit code is the *worst* of its questions' (:func:`worst_exit_code`), ranked by
-:data:`SEVERITY` from best to worst: answered (0) < iteration limit (5, partial answer) < budget
-(6, partial answer) < usage error (2, not answered) < provider failure (4) < internal error (1).
+:data:`SEVERITY` from best to worst: answered (0) < answered but unsupported under
+``--require-support`` (7) < iteration limit (5, partial answer) < budget (6, partial answer) <
+usage error (2, not answered) < provider failure (4) < internal error (1).
 Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay.
 """
 
@@ -25,8 +26,8 @@ from typing import Any
 from rlm_cli.errors import ExitCode, RLMError, UsageError
 
 #: Exit codes from best to worst (see the module docstring).
-SEVERITY = (ExitCode.OK, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET, ExitCode.USAGE, ExitCode.PROVIDER,
-            ExitCode.INTERNAL)
+SEVERITY = (ExitCode.OK, ExitCode.UNSUPPORTED, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET, ExitCode.USAGE,
+            ExitCode.PROVIDER, ExitCode.INTERNAL)
 #: Characters of a question kept in a plain-text header line.
 HEADER_CHARS = 100
 
@@ -49,10 +50,23 @@ class Result:
     error: RLMError | None = None
     elapsed_s: float = 0.0
 
+    #: ``--require-support``: an answer whose support verdict is ``unsupported`` exits 7.
+    require_support: bool = False
+
     @property
     def exit_code(self) -> int:
-        """0 when answered, else the error's exit code."""
-        return int(self.error.exit_code) if self.error is not None else 0
+        """0 when answered (7 when the answer is unsupported and support was required), else the
+        error's exit code."""
+        if self.error is not None:
+            return int(self.error.exit_code)
+        return int(ExitCode.UNSUPPORTED) if self.require_support and unsupported(self.outcome) else 0
+
+
+def unsupported(outcome: Any) -> bool:
+    """Whether a run's outcome (``runner.AskOutcome``) has an answer whose support verdict is
+    ``unsupported``."""
+    support = getattr(getattr(outcome, "result", None), "support", None)
+    return getattr(support, "verdict", None) == "unsupported"
 
 
 def worst_exit_code(codes: list[int]) -> int:
@@ -183,7 +197,8 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
             started = time.monotonic()
             try:
                 outcome = session.ask(q.text, emit=emit_for(q), qid=q.id)
-                result = Result(q, outcome=outcome, elapsed_s=time.monotonic() - started)
+                result = Result(q, outcome=outcome, elapsed_s=time.monotonic() - started,
+                                require_support=session.settings.require_support)
             except RLMError as exc:
                 result = Result(q, error=exc, elapsed_s=time.monotonic() - started)
             results.append(result)
@@ -226,7 +241,8 @@ def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: 
                 started = time.monotonic()
                 try:
                     done.put(Result(q, outcome=session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane),
-                                    elapsed_s=time.monotonic() - started))
+                                    elapsed_s=time.monotonic() - started,
+                                    require_support=session.settings.require_support))
                 except RLMError as exc:
                     done.put(Result(q, error=exc, elapsed_s=time.monotonic() - started))
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlm_cli.app.batch import worst_exit_code
-from rlm_cli.errors import PartialAnswerError, RLMError
+from rlm_cli.app.batch import unsupported, worst_exit_code
+from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError
 from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
 from rlm_cli.output.text import usd
 
@@ -182,7 +182,7 @@ class Chat:
         try:
             outcome = self.session.ask(text, emit=self.ui.on_event, qid=self.asked)
             doc = outcome_document(outcome, round(time.monotonic() - started, 3))
-            code = 0
+            code = int(ExitCode.UNSUPPORTED) if self.session.settings.require_support and unsupported(outcome) else 0
         except PartialAnswerError as exc:
             doc = partial_document(exc, sandbox, round(time.monotonic() - started, 3))
             code = int(exc.exit_code)

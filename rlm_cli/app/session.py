@@ -61,7 +61,7 @@ from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import ensure_model
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.usage import Usage
-from rlm_cli.output.documents import skipped_files
+from rlm_cli.output.documents import skipped_files, support_object
 from rlm_cli.output.progress import Progress, index_callback
 from rlm_cli.output.sources import SourceCollector
 from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id
@@ -378,7 +378,8 @@ class Session:
             outcome = self._answer(question, note, mode, turns, client, progress, lane)
             res = outcome.result
             outcome.sources, outcome.sources_omitted = run_sources(collector, res.answer, outcome.corpus, res.mode)
-            sink(event("summary", 0, status=res.status, answer=res.answer, mode=res.mode, iterations=res.iterations,
+            sink(event("summary", 0, status=res.status, answer=res.answer, support=support_object(res), mode=res.mode,
+                       iterations=res.iterations,
                        sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3),
                        sources=outcome.sources, sources_omitted=outcome.sources_omitted))
             self._remember(question, res.answer, res.status, trace_path)

@@ -21,7 +21,7 @@ from rlm_cli.commands.options import (
 from rlm_cli.errors import UsageError
 
 
-@run_options(without=("mode", "direct_max_tokens", "trace"))
+@run_options(without=("mode", "direct_max_tokens", "trace", "require_support"))
 def eval_cmd(
     paths: PathsArg,
     families: Annotated[str, Opt("--families", help="Comma-separated task families: needle, code, aggregate, "

@@ -34,7 +34,7 @@ MCP_FLAGS = dict(
 )
 
 
-@run_options(without=("trace",), **MCP_FLAGS)
+@run_options(without=("trace", "require_support"), **MCP_FLAGS)
 def mcp(
     paths: PathsArg,
     *,

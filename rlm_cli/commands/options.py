@@ -115,6 +115,10 @@ LeadsOpt = Annotated[bool | None, Opt("--leads/--no-leads", help="Run (or not) l
 PolicyOpt = Annotated[str | None, Opt("--policy", help="The loop's answer checks and aids: auto (default: standard for "
                                       "a model with a known window of 32k+ tokens, else guided), paper, standard or "
                                       "guided. Env: RLM_POLICY.")]
+RequireSupportOpt = Annotated[bool | None, Opt("--require-support/--no-require-support", help="Exit 7 when an "
+                                               "answer is unsupported: rlm found nothing it rests on (the answer "
+                                               "and its verdict are still printed). Config key: require_support.",
+                                               show_default=False)]
 TemperatureOpt = Annotated[float | None, Opt("--temperature", min=0, help="Sampling temperature of every model "
                                              "request (default: the provider's; 0 for the most repeatable "
                                              "answers).")]
@@ -138,7 +142,7 @@ RUN_FLAGS: dict[str, tuple[Any, Any]] = {
     "max_sub_calls": (MaxSubCallsOpt, None), "timeout": (TimeoutOpt, None),
     "sub_model_window": (SubWindowOpt, None), "router_config": (RouterOpt, None),
     "no_llm_cache": (NoLlmCacheOpt, False), "leads": (LeadsOpt, None), "policy": (PolicyOpt, None),
-    "temperature": (TemperatureOpt, None),
+    "require_support": (RequireSupportOpt, None), "temperature": (TemperatureOpt, None),
 }
 
 

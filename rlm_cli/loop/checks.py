@@ -30,6 +30,7 @@ Every check has a table of realistic questions and answers it must stay silent o
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -152,6 +153,9 @@ _ANSWER_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,]|\.
 #: Any run of digits (with a fraction) in what the model was shown: a number there counts as
 #: shown wherever it stands (``T1234`` shows 1234; ``1,234`` is read with its commas removed).
 _SHOWN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+#: Units written with a change of case, which would otherwise read as names (``10 MiB``, ``3 GHz``).
+UNITS = frozenset({"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "kB", "kHz", "MHz", "GHz", "THz", "mA", "mAh", "kWh",
+                   "MWh", "GWh", "dB", "dBm", "pH", "kPa", "MPa", "GPa", "kN", "mL", "kJ", "MJ"})
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
 
 
@@ -159,9 +163,55 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+#: An arithmetic expression of plain numbers as code or a config states a value
+#: (``10 * 1024 * 1024``, ``60*60*24``, ``(2 ** 20) + 1``).
+_EXPRESSION = re.compile(r"\(?\d+(?:\.\d+)?\)?(?:\s*(?:\*\*|[-+*/])\s*\(?\d+(?:\.\d+)?\)?)+")
+#: The most expressions read from one text, and the largest value kept (no huge powers).
+_MAX_EXPRESSIONS, _MAX_VALUE = 2_000, 1e15
+
+
+def stated_values(text: str) -> set[float]:
+    """The values of the arithmetic expressions ``text`` holds (``10 * 1024 * 1024`` gives
+    10485760.0): a number an answer works out from such an expression it read is a number it was
+    shown. Only numbers and ``+ - * / **`` are evaluated (``ast``, no names), at most
+    :data:`_MAX_EXPRESSIONS` of them, values up to :data:`_MAX_VALUE`."""
+    out: set[float] = set()
+    for m in _EXPRESSION.finditer(text[:2_000_000]):
+        if len(out) >= _MAX_EXPRESSIONS:
+            break
+        text_ = m.group(0)
+        if not re.search(r"\s", text_) and ("." in text_ or not re.search(r"[+*/]", text_)):
+            continue  # 2026-10-13, 10-20, 3.11.7-1: dates, ranges and versions, not arithmetic
+        try:
+            value = _arith(ast.parse(m.group(0).strip(), mode="eval").body)
+        except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError):
+            continue
+        if abs(value) <= _MAX_VALUE:
+            out.add(float(value))
+    return out
+
+
+def _arith(node: ast.AST) -> float:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)):
+        left, right = _arith(node.left), _arith(node.right)
+        if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 1e6):
+            raise ValueError("too large")
+        ops = {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}
+        if isinstance(node.op, ast.Div):
+            return left / right
+        if isinstance(node.op, ast.Pow):
+            return float(left ** right)
+        return ops[type(node.op)]
+    raise ValueError("not arithmetic")
+
+
 def shown_numbers(shown: str) -> set[float]:
-    """Every number that appears in ``shown`` (digit runs, with thousands separators removed)."""
-    return {float(n) for n in _SHOWN_NUMBER.findall(_THOUSANDS.sub("", shown))}
+    """Every number that appears in ``shown`` (digit runs, with thousands separators removed), and
+    the value of every arithmetic expression of numbers in it (:func:`stated_values`: an answer
+    that gives ``10 * 1024 * 1024`` as 10,485,760 was shown that number)."""
+    return {float(n) for n in _SHOWN_NUMBER.findall(_THOUSANDS.sub("", shown))} | stated_values(shown)
 
 
 def specific_tokens(answer: str, min_number: float = 10) -> list[tuple[str, str]]:
@@ -186,8 +236,8 @@ def specific_tokens(answer: str, min_number: float = 10) -> list[tuple[str, str]
     for m in _IDENT.finditer(rest):
         tok = m.group(0)
         parts = tok.split(".")
-        if any(len(p) < 2 for p in parts) or len(tok) < 3:
-            continue  # e.g., i.e.
+        if any(len(p) < 2 for p in parts) or len(tok) < 3 or tok in UNITS:
+            continue  # e.g., i.e., MiB
         if any(_SPECIFIC_PART.search(p) for p in parts) or len(parts) > 1:
             out.append(("name", tok))
     rest = _IDENT.sub(" ", rest)
@@ -421,11 +471,14 @@ CHECKS: dict[str, Callable[..., Check]] = {
 
 @dataclass
 class Judged:
-    """The outcome of :meth:`Judge.review`: the answer to end on (``None`` when sent back) and
-    the note for the model."""
+    """The outcome of :meth:`Judge.review`: the answer to end on (``None`` when sent back), the
+    note for the model, the checks that would have sent the answer back but were past their limit
+    (``overruled``), and the candidate as accepted (rewrites applied; ``None`` when sent back)."""
 
     answer: str | None
     note: str = ""
+    overruled: tuple[str, ...] = ()
+    candidate: Candidate | None = None
 
 
 class Judge:
@@ -433,7 +486,9 @@ class Judge:
 
     The first check that sends the answer back stops the review; a rewrite hands the new answer
     to the checks after it. A check that has fired (sent back or rewritten) ``limit`` times
-    accepts from then on. Each check consulted emits one ``check`` event: ``check`` (its name),
+    accepts from then on. A check that lets an answer pass which it sent back before (the same
+    answer, given again) or that is past its limit has been *overruled* (``Judged.overruled``).
+    Each check consulted emits one ``check`` event: ``check`` (its name),
     ``verdict`` (``accept``, ``send_back`` or ``rewrite``), ``iteration``, ``source``,
     ``written_out``, ``answer`` (the answer it judged), ``fired`` (times so far, this one
     included), and ``note`` / ``rewritten`` / ``limit_reached`` where they apply.
@@ -444,18 +499,25 @@ class Judge:
         self.emit = emit
         self.depth = depth
         self.fired: dict[str, int] = {c.name: 0 for c in checks}
+        #: The answers (whitespace and case folded) each check has sent back in this run.
+        self.sent_back: dict[str, set[str]] = {c.name: set() for c in checks}
 
     def review(self, c: Candidate) -> Judged:
         from rlm_cli.output.trace import event
 
+        overruled: list[str] = []
+        said = _fold(c.answer)
         for check in self.checks:
             verdict = check.review(c)
+            if verdict.action == ACCEPT_ACTION and said in self.sent_back[check.name]:
+                overruled.append(check.name)  # it sent this answer back before and lets it pass now
             exhausted = verdict.action != ACCEPT_ACTION and self.fired[check.name] >= check.limit
             fields: dict[str, Any] = {"check": check.name, "iteration": c.iteration, "source": c.source,
                                       "written_out": c.written_out, "answer": c.answer[:4_000]}
             if exhausted:
                 self.emit(event("check", self.depth, verdict=ACCEPT_ACTION, limit_reached=True,
                                 fired=self.fired[check.name], **fields))
+                overruled.append(check.name)
                 continue
             if verdict.action != ACCEPT_ACTION:
                 self.fired[check.name] += 1
@@ -464,7 +526,13 @@ class Judge:
                 extra["rewritten"] = verdict.answer[:4_000]
             self.emit(event("check", self.depth, verdict=verdict.action, fired=self.fired[check.name], **fields, **extra))
             if verdict.action == SEND_BACK:
+                self.sent_back[check.name].add(said)
                 return Judged(None, verdict.note)
             if verdict.action == REWRITE and verdict.answer is not None:
                 c = replace(c, answer=verdict.answer)
-        return Judged(c.answer)
+        return Judged(c.answer, overruled=tuple(dict.fromkeys(overruled)), candidate=c)
+
+
+def _fold(answer: str) -> str:
+    """An answer with whitespace runs made one space and case folded: the same answer given again."""
+    return " ".join(answer.split()).casefold()

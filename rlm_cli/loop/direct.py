@@ -9,6 +9,7 @@ from rlm_cli import interrupts
 from rlm_cli.config import Settings
 from rlm_cli.loop import prompts, reply
 from rlm_cli.loop.result import RunResult, policy_of
+from rlm_cli.loop.support import direct_support
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.window import request_tokens
 from rlm_cli.output.progress import stream_callback
@@ -36,6 +37,11 @@ def run_direct(settings: Settings, client: ModelClient, question: str, context: 
     literal = found.literal() if found is not None else None
     answer = literal if literal is not None else completion.text.strip()
     interrupts.final_in_hand()  # a Ctrl-C from now on must not lose it
-    emit(event("final", 0, status="final", iterations=1, answer=answer, answer_chars=len(answer)))
+    policy = policy_of(settings)
+    # The question (a session note before it included) is left out of what the answer may rest on.
+    support = direct_support(answer, question, context, policy.number_floor)
+    emit(event("final", 0, status="final", iterations=1, answer=answer, answer_chars=len(answer),
+               support=support.to_dict()))
     return RunResult(answer=answer, status="final", iterations=1, sub_calls=0,
-                     elapsed_s=round(time.monotonic() - started, 3), mode="direct", policy=policy_of(settings).name)
+                     elapsed_s=round(time.monotonic() - started, 3), mode="direct", policy=policy.name,
+                     support=support)

@@ -40,12 +40,13 @@ from rlm_cli.loop.answers import (
     quotes_leads,
     text_final_value,
 )
-from rlm_cli.loop.checks import Candidate, Judge
+from rlm_cli.loop.checks import Candidate, Judge, Judged
 from rlm_cli.loop.history import History, Turn, output_limit
 from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
 from rlm_cli.loop.result import RunResult, policy_of
 from rlm_cli.loop.state import STUCK_ASKS, STUCK_ERRORS, STUCK_REPEATS, LoopState, norm, run_key
+from rlm_cli.loop.support import PARTIAL_SUPPORT, Support, support_of
 from rlm_cli.loop.workers import new_worker, start_worker
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
@@ -87,6 +88,8 @@ class Orchestrator:
         self._last_output = ""
         self._question = ""
         self._judge = Judge([], emit, depth)
+        #: The support verdict of the answer accepted last (``loop.support``).
+        self._support: Support = PARTIAL_SUPPORT
 
     def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any], *, sandbox: Sandbox | None = None,
             note: str = "") -> RunResult:
@@ -111,6 +114,7 @@ class Orchestrator:
         out_limit = output_limit(budget, s.max_output_chars)
         self._question = question
         self._judge = Judge(self.policy.make_checks(), self.emit, self.depth)
+        self._support = PARTIAL_SUPPORT
         sub_calls_before = self.client.usage.sub_calls
         loop = LoopState()
         own = sandbox is None
@@ -220,7 +224,7 @@ class Orchestrator:
             candidate = self._text_candidate(text_final, sandbox, notes, iteration, loop, history,
                                              max(unseen, 1) if after_claim else unseen)
         if candidate is not None:
-            judged = self._judge.review(candidate)
+            judged = self._review(candidate, history, [c for c, _ in outputs])
             if judged.answer is not None:
                 return judged.answer
             notes.append(judged.note)
@@ -289,6 +293,16 @@ class Orchestrator:
         return Candidate(self._question, answer, written, source, iteration, unseen, loop.read_output, shown,
                          tuple(dict.fromkeys(caps)), extra, outputs)
 
+    def _review(self, c: Candidate, history: History, codes_now: list[str] | None = None) -> Judged:
+        """The checks' review of ``c``; an accepted answer gets its support verdict
+        (``loop.support``) from the candidate as accepted, the checks it overruled and the code the
+        model wrote in the run (``codes_now``: this turn's blocks, not yet in ``history``)."""
+        judged = self._judge.review(c)
+        if judged.answer is not None and judged.candidate is not None:
+            codes = [code for t in history.turns for code in t.codes] + list(codes_now or [])
+            self._support = support_of(judged.candidate, list(judged.overruled), codes, self.policy.number_floor)
+        return judged
+
     def _text_candidate(self, tf: reply.TextFinal, sandbox: Sandbox, notes: list[str], iteration: int,
                         loop: LoopState, history: History, unseen: int) -> Candidate | None:
         """The candidate a FINAL line of the text gives (``None``, with the reason in ``notes``,
@@ -308,7 +322,7 @@ class Orchestrator:
             notes: list[str] = []
             candidate = self._text_candidate(text_final, sandbox, notes, iteration, loop, history, 0)
             if candidate is not None:
-                judged = self._judge.review(candidate)
+                judged = self._review(candidate, history)
                 if judged.answer is not None:
                     return judged.answer
                 notes.append(judged.note)
@@ -344,7 +358,7 @@ class Orchestrator:
             loop.prose_answers.add(said)
         grounded = iteration == 1 and loop.no_code_streak == 1 and quotes_leads(text, loop.leads_text, self._question)
         if reads_as_answer and (loop.no_code_streak >= 2 or grounded or again):
-            judged = self._judge.review(self._candidate(answer, True, "prose", iteration, loop, history))
+            judged = self._review(self._candidate(answer, True, "prose", iteration, loop, history), history)
             if judged.answer is not None:
                 self._notice("a reply without code that quotes the leads: taking it as the final answer" if grounded
                              else "two replies without code in a row: taking the reply as the final answer"
@@ -375,7 +389,7 @@ class Orchestrator:
         text = self._root_call(history, self.settings.model or "", loop.last_text, resample=True)
         answer, written = best_text(text, sandbox, self._last_output, self._notice)
         if not answer.startswith(NO_ANSWER_PREFIX):
-            judged = self._judge.review(self._candidate(answer, written, "stuck", iteration, loop, history))
+            judged = self._review(self._candidate(answer, written, "stuck", iteration, loop, history), history)
             if judged.answer is not None:
                 return judged.answer
             history.add(Turn(iteration, text, f"{judged.note}\n\n{prompts.reminder(self._question)}"))
@@ -439,9 +453,11 @@ class Orchestrator:
     def _done(self, answer: str, status: str, iterations: int, sub_calls_before: int, started: float) -> RunResult:
         if self.depth == 0 and status == "final":
             interrupts.final_in_hand()  # a Ctrl-C from now on must not lose it
+        support = self._support if status == "final" else PARTIAL_SUPPORT
         result = RunResult(answer=answer, status=status, iterations=iterations,
                            sub_calls=self.client.usage.sub_calls - sub_calls_before,
-                           elapsed_s=round(time.monotonic() - started, 3), depth=self.depth, policy=self.policy.name)
+                           elapsed_s=round(time.monotonic() - started, 3), depth=self.depth, policy=self.policy.name,
+                           support=support)
         self.emit(event("final", self.depth, status=status, iterations=iterations, answer=answer,
-                        answer_chars=len(answer), policy=self.policy.name))
+                        answer_chars=len(answer), policy=self.policy.name, support=support.to_dict()))
         return result

@@ -55,6 +55,13 @@ class Policy:
     prose_answers: bool = False
     repeats: bool = False
 
+    @property
+    def number_floor(self) -> float:
+        """The smallest number that counts as a specific token of an answer (``ungrounded`` and
+        the support verdict): 0 under ``guided`` (small models invent small counts), else 10 (a
+        strong model reads a small count off a few lines by eye)."""
+        return 0 if self.name == "guided" else 10
+
     def make_checks(self) -> list[Check]:
         """Fresh check instances for one run, with this policy's limits."""
         out: list[Check] = []
@@ -63,7 +70,7 @@ class Policy:
                 out.append(Evidence(limit=3 if self.name == "guided" else 1))
             elif name == "ungrounded":
                 guided = self.name == "guided"
-                out.append(Ungrounded(limit=2 if guided else 1, min_number=0 if guided else 10, strict=guided,
+                out.append(Ungrounded(limit=2 if guided else 1, min_number=self.number_floor, strict=guided,
                                       prune=guided))
             elif name == "listed_items":
                 out.append(ListedItems())

@@ -281,7 +281,7 @@ class Service:
     def _ask_fields(doc: dict[str, Any]) -> dict[str, Any]:
         """The fields of an ``ask`` result taken from an ``rlm ask --json`` document."""
         sources = doc.get("sources") or []
-        return {"answer": doc.get("answer") or "", "status": doc["status"],
+        return {"answer": doc.get("answer") or "", "status": doc["status"], "support": doc.get("support") or {},
                 "sources": [ref(s["path"], s["start_line"], s["end_line"]) for s in sources],
                 "cited": [ref(s["path"], s["start_line"], s["end_line"]) for s in sources if s.get("cited")],
                 "sources_omitted": int(doc.get("sources_omitted") or 0), "iterations": int(doc.get("iterations") or 0),

@@ -27,7 +27,8 @@ TOOLS: list[dict[str, Any]] = [
             "sub-models on the pieces it picks. Use it for questions that need reading across many files "
             "(where is X configured, which callers do Y, what changed between A and B); it costs model calls "
             "and takes seconds to minutes. Returns the answer, its status (final, max_iterations or "
-            "budget_exceeded; the last two come with partial: true and the best partial answer), the corpus "
+            "budget_exceeded; the last two come with partial: true and the best partial answer), its support "
+            "(observed, computed, or unsupported: a guess rlm found nothing for; treat it as one), the corpus "
             "lines it rests on (sources and the cited ones, as path:start-end), usage and the trajectory id "
             "(rlm trace show ID). Calls are served one at a time, in the order they arrive: an ask waits for "
             "the calls before it. Each ask is independent (it does not see earlier questions)."),
@@ -51,6 +52,16 @@ TOOLS: list[dict[str, Any]] = [
                 "answer": {"type": "string"},
                 "status": {"type": "string", "enum": ["final", "max_iterations", "budget_exceeded"]},
                 "partial": {"type": "boolean", "description": "true: the run stopped before a final answer"},
+                "support": {"type": "object", "description": (
+                    "what the answer rests on, as in rlm ask --json: verdict (observed: every specific part "
+                    "appears in what the model read; computed: code computed it; unsupported: neither, a guess; "
+                    "partial), unsupported (the tokens nothing showed), objections (checks overruled), reason"),
+                    "properties": {"verdict": {"type": "string",
+                                               "enum": ["observed", "computed", "unsupported", "partial"]},
+                                   "unsupported": {"type": "array", "items": {"type": "string"}},
+                                   "objections": {"type": "array", "items": {"type": "string"}},
+                                   "reason": {"type": "string"}},
+                    "required": ["verdict", "unsupported", "objections"]},
                 "reason": {"type": "string", "description": "why a partial run stopped"},
                 "budget": {"type": ["string", "null"], "description": "cost, tokens, sub_calls or timeout"},
                 "sources": {"type": "array", "items": _REF, "description": "the corpus lines the run looked at"},
@@ -64,7 +75,7 @@ TOOLS: list[dict[str, Any]] = [
                 "trace_id": {"type": "string", "description": "rlm trace show ID"},
                 "trace": {"type": ["string", "null"], "description": "the trajectory file (JSONL)"},
             },
-            "required": ["answer", "status", "partial", "sources", "cited", "usage", "trace_id"],
+            "required": ["answer", "status", "partial", "support", "sources", "cited", "usage", "trace_id"],
         },
         "annotations": {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": False,
                         "open_world_hint": True},

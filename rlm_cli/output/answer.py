@@ -122,3 +122,16 @@ def summary_line(data: dict[str, Any]) -> str:
             f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
             f"(root {cost(root.get('cost_usd'), root)}, sub {cost(sub.get('cost_usd'), sub)}){extra}; "
             f"{data.get('elapsed_s', 0):.1f} s")
+
+
+def support_warning(support: Any) -> str:
+    """The one stderr line of an answer whose support verdict (a ``support`` object of ``--json``)
+    is ``unsupported``, ``""`` for any other: the tokens nothing showed, or the reason."""
+    if not isinstance(support, dict) or support.get("verdict") != "unsupported":
+        return ""
+    tokens = [str(t) for t in support.get("unsupported") or []]
+    if tokens:
+        named = ", ".join(f"`{t}`" for t in tokens[:6]) + (f" and {len(tokens) - 6} more" if len(tokens) > 6 else "")
+        return f"rlm could not find {named} in anything the model read: treat this answer as a guess"
+    reason = str(support.get("reason") or "rlm found nothing the answer rests on")
+    return f"{reason}: treat this answer as a guess"

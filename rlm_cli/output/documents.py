@@ -21,12 +21,26 @@ def skipped_files(corpus: Any) -> dict[str, Any]:
             "skipped_count": sum(corpus.report.skipped.values())}
 
 
+#: The ``support`` object of an answer no loop judged (a run stopped without a final answer).
+PARTIAL_SUPPORT = {"verdict": "partial", "unsupported": [], "objections": [],
+                   "reason": "the run stopped without a final answer"}
+
+
+def support_object(result: Any) -> dict[str, Any]:
+    """The ``support`` object of a run's result (a ``loop.result.RunResult`` or ``None``): its
+    verdict as ``--json`` gives it (:data:`PARTIAL_SUPPORT` when there is none)."""
+    support = getattr(result, "support", None)
+    return support.to_dict() if support is not None else dict(PARTIAL_SUPPORT)
+
+
 def ask_document(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
                  corpus: Any, mode: str, sandbox: str, sources: list[dict[str, Any]] | None = None,
-                 sources_omitted: int = 0, policy: str = "") -> dict[str, Any]:
+                 sources_omitted: int = 0, policy: str = "", support: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``--json`` document of a run (``elapsed`` in wall seconds; ``corpus`` may be ``None``;
-    ``policy`` the loop policy the run used)."""
-    return {"schema": ASK_SCHEMA, "answer": answer, "status": status, "iterations": iterations,
+    ``policy`` the loop policy the run used; ``support`` the answer's support verdict: ``verdict``,
+    ``unsupported`` tokens, overruled ``objections``, ``reason``)."""
+    return {"schema": ASK_SCHEMA, "answer": answer, "status": status,
+            "support": support or dict(PARTIAL_SUPPORT), "iterations": iterations,
             "sub_calls": sub_calls, "usage": usage, "elapsed_s": elapsed, "mode": mode, "policy": policy,
             "sandbox": sandbox,
             "corpus": {"files": len(corpus.files), "chars": corpus.chars, "tokens": corpus.total_tokens,
@@ -38,7 +52,7 @@ def outcome_document(outcome: Any, elapsed: float) -> dict[str, Any]:
     """The document of a finished run (a ``runner.AskOutcome``), ``trace`` included."""
     r = outcome.result
     doc = ask_document(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, elapsed, outcome.corpus, r.mode,
-                       outcome.sandbox, outcome.sources, outcome.sources_omitted, r.policy)
+                       outcome.sandbox, outcome.sources, outcome.sources_omitted, r.policy, support_object(r))
     doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
     return doc
 
@@ -55,7 +69,8 @@ def partial_document(exc: PartialAnswerError, sandbox: str, elapsed: float) -> d
     doc = ask_document(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
                        getattr(exc, "usage", None) or {}, elapsed, getattr(exc, "corpus", None),
                        getattr(exc, "mode", "rlm"), getattr(exc, "sandbox", None) or sandbox, getattr(exc, "sources", None),
-                       getattr(exc, "sources_omitted", 0), result.policy if result else getattr(exc, "policy", ""))
+                       getattr(exc, "sources_omitted", 0), result.policy if result else getattr(exc, "policy", ""),
+                       dict(PARTIAL_SUPPORT))
     trace_path = getattr(exc, "trace_path", None)
     doc["trace"] = str(trace_path) if trace_path else None
     if status == "budget_exceeded":

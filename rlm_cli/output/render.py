@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.syntax import Syntax
 
-from rlm_cli.output.answer import summary_line
+from rlm_cli.output.answer import summary_line, support_warning
 from rlm_cli.output.live import EvalProgress, LiveView, PlainGroup, StreamState, ViewState
 from rlm_cli.output.style import SHOW_LINES, display_style, escape
 from rlm_cli.output.tables import print_table
@@ -336,7 +336,11 @@ class Renderer:
         """The run's closing line (:func:`~rlm_cli.output.answer.summary_line`): iterations,
         sub-calls, tokens and cost split between the root model and sub-calls, cache hits,
         retries, time."""
-        if self.quiet:
+        guess = support_warning(data.get("support"))
+        if self.quiet:  # an answer that is a guess is said even then: it is about the answer on stdout
+            if guess:
+                with self._lock:
+                    self.err.print(f"[yellow]warning:[/] {escape(guess)}")
             return
         failed = int((data.get("usage") or {}).get("failed_calls") or 0)
         with self._lock:
@@ -347,6 +351,8 @@ class Renderer:
                                "code got an error message instead of a reply, and the answer may rest on it (the "
                                "trajectory has each error)")
             self.err.print(f"[dim]{summary_line(data)}[/]")
+            if guess:
+                self.err.print(f"[yellow]warning:[/] {escape(guess)}")
 
     def eval_progress(self, total: int) -> EvalProgress:
         """Progress of ``rlm eval`` over ``total`` questions: a context manager yielding

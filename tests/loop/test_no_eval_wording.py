@@ -13,7 +13,8 @@ from rlm_cli.sandbox import leads
 
 ROOT = Path(__file__).resolve().parents[2] / "rlm_cli"
 #: The loop, and the sandbox's texts the model reads (leads, the hints after a failed block).
-LOOP_SOURCES = [*sorted((ROOT / "loop").glob("*.py")), ROOT / "sandbox" / "leads.py", ROOT / "sandbox" / "execution.py"]
+LOOP_SOURCES = [*sorted((ROOT / "loop").glob("*.py")), ROOT / "sandbox" / "leads.py", ROOT / "sandbox" / "execution.py",
+                ROOT / "output" / "answer.py"]  # answer.py: the line that calls an unsupported answer a guess
 #: Words of four in a row that a template and the loop may share only by chance of English.
 N = 4
 #: The NLTK English stop-word list (words of three letters or more) and the quantifiers and modal

@@ -237,6 +237,7 @@ def test_cancelled_ask_stops_the_run_and_leaves_nothing_behind(tmp_path: Path, r
 
             answer = doc(await s.call_tool("ask", {"question": "What does foo return?"}))
             assert answer["answer"] == "42, from a.py:2" and answer["sources"] == ["a.py:1-2"]
+            assert answer["support"]["verdict"] == "observed"  # as rlm ask --json says it (issue 37)
         traces = sorted((tmp_path / "userdirs" / "data" / "traces").glob("*.jsonl"))
         summaries = [json.loads(t.read_text().splitlines()[-1]) for t in traces]
         assert sorted(x["status"] for x in summaries) == ["final", "interrupted"]

@@ -1,0 +1,139 @@
+"""The support verdict: does an answer rest on what the run saw? Decided from the run's evidence
+when the loop ends, never from the question's wording.
+
+Verdicts (``Support.verdict``):
+
+* ``observed``: the model wrote the answer out, every specific token of it (paths, versions,
+  identifiers, numbers: ``checks.specific_tokens``, the tokens ``ungrounded`` reads) appears in
+  what the model was shown (the REPL output it read, leads included, or, in direct mode, the
+  corpus), and it had read some output of its code that was not an error;
+* ``computed``: code computed the answer (``FINAL(n)``, ``FINAL_VAR("report")``), no helper of its
+  turn stopped at a default cap, and no token of it was typed into the code as a literal that
+  nothing ever showed (``count = 1658; FINAL(count)`` is a written-out guess in disguise);
+* ``unsupported``: neither. ``unsupported`` lists the tokens never shown, ``objections`` the
+  answer checks that objected to this answer and were overruled (the model gave it again after
+  the check's limit): ``evidence``, ``empty``, ``ungrounded``, ``default_cap`` (the checks of
+  grounding; ``nothing_found`` and ``listed_items`` ask for a second look or a complete list,
+  and giving the answer again after them is what they expect);
+* ``partial``: the run stopped without a final answer (the iteration limit, a budget).
+
+Numbers count from the same floor as the run's ``ungrounded`` check: 0 under ``guided`` (small
+models invent small counts: "6 orders" for 1,658), 10 under ``standard`` and ``paper`` (a strong
+model reads a small count off a signature or a few lines by eye). How the verdicts did on the
+question benchmarks: docs/eval.md.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm_cli.loop.checks import Candidate, grounding
+
+OBSERVED, COMPUTED, UNSUPPORTED, PARTIAL = "observed", "computed", "unsupported", "partial"
+VERDICTS = (OBSERVED, COMPUTED, UNSUPPORTED, PARTIAL)
+#: The checks whose objection, overruled, makes an answer unsupported (see the module docstring).
+GROUNDING_CHECKS = frozenset({"evidence", "empty", "ungrounded", "default_cap"})
+
+
+@dataclass(frozen=True)
+class Support:
+    """What an answer rests on: ``verdict`` (one of :data:`VERDICTS`), the specific tokens of the
+    answer nothing showed (``unsupported``), the checks that objected and were overruled
+    (``objections``), and ``reason``: one sentence for a person."""
+
+    verdict: str
+    unsupported: tuple[str, ...] = ()
+    objections: tuple[str, ...] = field(default=())
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``support`` object of ``--json``, the trajectory and MCP's ``ask``."""
+        return {"verdict": self.verdict, "unsupported": list(self.unsupported),
+                "objections": list(self.objections), "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Support | None:
+        """The :class:`Support` of a ``support`` object (``None`` when ``data`` is not one)."""
+        if not isinstance(data, dict) or data.get("verdict") not in VERDICTS:
+            return None
+        return cls(str(data["verdict"]), tuple(str(t) for t in data.get("unsupported") or ()),
+                   tuple(str(o) for o in data.get("objections") or ()), str(data.get("reason") or ""))
+
+
+PARTIAL_SUPPORT = Support(PARTIAL, reason="the run stopped without a final answer")
+
+def typed_literals(codes: list[str]) -> str:
+    """The literal values the model's code assigned to names (``x = 6``, ``answer = "6 orders"``,
+    ``total: int = 1658``, f-strings without fields), one per line: where a computed answer's
+    value may have been typed rather than computed. Code that does not parse gives nothing."""
+    out: list[str] = []
+    for code in codes:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, (str, int, float)) \
+                    and not isinstance(value.value, bool):
+                out.append(str(value.value))
+            elif isinstance(value, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in value.values):
+                out.append("".join(str(v.value) for v in value.values if isinstance(v, ast.Constant)))
+    return "\n".join(out)
+
+
+def support_of(c: Candidate, objections: list[str], codes: list[str], min_number: float) -> Support:
+    """The verdict on the final answer ``c`` (see the module docstring). ``objections``: the
+    checks that would have sent ``c`` back but were past their limit; ``codes``: every code block
+    the model wrote in the run; ``min_number``: the floor of the numbers that count as specific
+    (the run's ``ungrounded`` floor)."""
+    overruled = tuple(dict.fromkeys(o for o in objections if o in GROUNDING_CHECKS))
+    tokens, unseen = grounding(c.answer, c.question, c.shown, c.outputs, min_number)
+    if c.written_out:
+        if unseen:
+            return Support(UNSUPPORTED, tuple(unseen), overruled, _never_shown(unseen))
+        if overruled:
+            return Support(UNSUPPORTED, (), overruled, _overruled(overruled))
+        if not c.seen_output or not c.outputs.strip():
+            return Support(UNSUPPORTED, (), overruled, "the model wrote this answer without having read any output of "
+                                                      "its code but errors")
+        return Support(OBSERVED, reason="every specific part of the answer appears in what the model read"
+                       if tokens else "the model wrote it out after reading the output of its code")
+    if unseen:
+        all_tokens, not_typed = grounding(c.answer, c.question, typed_literals(codes), None, min_number)
+        typed_unseen = [t for t in unseen if t in all_tokens and t not in not_typed]
+        if typed_unseen:
+            return Support(UNSUPPORTED, tuple(typed_unseen), overruled,
+                           f"{_quoted(typed_unseen)} was typed into the code as a literal that nothing the model read "
+                           "holds")
+    if c.default_caps:
+        caps = ", ".join(c.default_caps)
+        return Support(UNSUPPORTED, (), tuple(dict.fromkeys([*overruled, "default_cap"])),
+                       f"{caps} stopped at its default cap in the turn that computed the answer: it may count part "
+                       "of the matches")
+    if overruled:
+        return Support(UNSUPPORTED, (), overruled, _overruled(overruled))
+    return Support(COMPUTED, reason="code computed the answer")
+
+
+def direct_support(answer: str, question: str, corpus_text: str, min_number: float) -> Support:
+    """The verdict on a direct-mode answer: the model read the whole corpus, so the answer is
+    ``observed`` when every specific token of it appears in ``corpus_text``."""
+    c = Candidate(question, answer, True, "direct", 1, 0, True, corpus_text, (), (), corpus_text)
+    return support_of(c, [], [], min_number)
+
+
+def _quoted(tokens: list[str] | tuple[str, ...]) -> str:
+    shown = ", ".join(f"`{t}`" for t in tokens[:6])
+    return shown + (f" and {len(tokens) - 6} more" if len(tokens) > 6 else "")
+
+
+def _never_shown(tokens: list[str]) -> str:
+    return f"{_quoted(tokens)} appear{'s' if len(tokens) == 1 else ''} in nothing the model read"
+
+
+def _overruled(checks: tuple[str, ...]) -> str:
+    names = ", ".join(f"`{c}`" for c in checks)
+    return f"rlm's {names} check{'s' if len(checks) > 1 else ''} objected and the model gave the answer again"

@@ -1,0 +1,158 @@
+"""The support verdict (issue 37): every answer says whether it rests on what the run saw
+(``observed``, ``computed``), is a guess (``unsupported``: the tokens never shown, the checks
+overruled) or is partial; said the same way in ``--json``, on stderr, in the trajectory and by
+MCP; ``--require-support`` exits 7. The verdict reads the run's evidence only, never the
+question's wording."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlm_cli.loop.checks import Candidate, stated_values
+from rlm_cli.loop.policy import GUIDED, STANDARD
+from rlm_cli.loop.support import direct_support, support_of, typed_literals
+from tests.loop.test_checks import GROUNDED
+from tests.support.cli import model_flags, run_rlm
+from tests.support.fake_llm import FakeLLM, repl
+
+
+def cand(answer: str, shown: str, *, written: bool = True, question: str = "What is it?", seen: bool = True,
+         caps: tuple[str, ...] = ()) -> Candidate:
+    return Candidate(question, answer, written, "block", 2, 0, seen, shown, caps, (), shown)
+
+
+# -- the verdict from evidence ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("question, shown, answer", GROUNDED, ids=[r[0][:40] for r in GROUNDED])
+def test_a_grounded_answer_is_observed_under_standard(question: str, shown: str, answer: str) -> None:
+    """The checks' stay-silent table: right answers written from what was read are never guesses."""
+    support = support_of(cand(answer, shown, question=question), [], [], STANDARD.number_floor)
+    assert support.verdict == "observed", support
+
+
+def test_tokens_never_shown_make_a_written_answer_unsupported() -> None:
+    support = support_of(cand("There are 6 orders with the status 'refunded'.", "NameError: name 'x'"), [], [],
+                         GUIDED.number_floor)
+    assert support.verdict == "unsupported" and support.unsupported == ("6",)
+    # under standard a count under 10 is not a specific token, but the model read nothing but errors
+    plain = support_of(cand("There are 6 orders.", ""), [], [], STANDARD.number_floor)
+    assert plain.verdict == "unsupported" and "errors" in plain.reason
+
+
+def test_an_overruled_check_makes_an_answer_unsupported() -> None:
+    support = support_of(cand("Yes", "a line of output"), ["evidence", "nothing_found"], [], STANDARD.number_floor)
+    assert support.verdict == "unsupported" and support.objections == ("evidence",)  # a second look is no objection
+
+
+def test_a_computed_answer_is_computed_unless_typed_or_capped() -> None:
+    computed = support_of(cand("1658", "", written=False), [], ["n = sum(1 for r in rows if r['s'] == 'x')\nFINAL(n)"],
+                          GUIDED.number_floor)
+    assert computed.verdict == "computed"
+    typed = support_of(cand("1658", "", written=False), [], ["n = 1658\nFINAL(n)"], GUIDED.number_floor)
+    assert typed.verdict == "unsupported" and typed.unsupported == ("1658",)
+    printed = support_of(cand("1658", "1658", written=False), [], ["n = 1658\nFINAL(n)"], GUIDED.number_floor)
+    assert printed.verdict == "computed"  # the value was read before it was typed
+    capped = support_of(cand("4", "", written=False, caps=("grep",)), [], ["FINAL(len(hits))"], GUIDED.number_floor)
+    assert capped.verdict == "unsupported" and "default_cap" in capped.objections
+
+
+def test_typed_literals_are_the_assigned_constants_only() -> None:
+    text = typed_literals(["x = 6\nlabel: str = 'six orders'\nprint(7)\ny = len(z)\nw = f'{y} rows'", "bad ("])
+    assert text.splitlines() == ["6", "six orders"]
+
+
+def test_values_stated_as_arithmetic_count_as_shown() -> None:
+    assert stated_values("SIZE = 10 * 1024 * 1024; ttl=60*60*24") >= {10485760.0, 86400.0}
+    assert stated_values("2026-10-13 lines 10-20 version 3.11.7-1") == set()
+
+
+def test_a_direct_answer_rests_on_the_corpus() -> None:
+    corpus = "orders.csv\nid,status\n1,refunded\n2,paid\n"
+    assert direct_support("One order (id 1) was refunded.", "How many?", corpus, 0).verdict == "observed"
+    assert direct_support("Order 17 was refunded.", "How many?", corpus, 0).unsupported == ("17",)
+
+
+# -- through the rlm command ------------------------------------------------------------------------------
+
+def orders(tmp_path: Path) -> Path:
+    root = tmp_path / "shop"
+    root.mkdir()
+    (root / "orders.csv").write_text("id,status\n" + "".join(f"{i},{'refunded' if i % 3 == 0 else 'paid'}\n"
+                                                             for i in range(60)))
+    return root
+
+
+GUESS = "FINAL(There are 6 orders with the status 'refunded'.)"
+QUESTION = "How many orders were refunded?"
+
+
+def test_a_repeated_guess_is_unsupported_everywhere_and_fails_require_support(tmp_path: Path, llm: FakeLLM) -> None:
+    """The issue's trajectory: a function that does not exist, four times, then a number nothing
+    showed; ``ungrounded`` sends it back, the model sends it again."""
+    root = orders(tmp_path)
+    llm.script("root", *[repl("print(count_orders(status='refunded'))")] * 4)
+    llm.default("root", GUESS)
+    res = run_rlm("ask", str(root), QUESTION, *model_flags(llm), "--policy", "guided", "--no-llm-cache", "--json")
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "final" and doc["answer"] == "There are 6 orders with the status 'refunded'."
+    assert doc["support"]["verdict"] == "unsupported"
+    assert doc["support"]["unsupported"] == ["6"] and doc["support"]["objections"] == ["ungrounded"]
+    assert "warning: rlm could not find `6` in anything the model read: treat this answer as a guess" in res.stderr
+    trace = [json.loads(line) for line in Path(doc["trace"]).read_text().splitlines()]
+    final = next(e for e in trace if e["type"] == "final")
+    assert final["support"]["verdict"] == trace[-1]["support"]["verdict"] == "unsupported"
+    gate = run_rlm("ask", str(root), QUESTION, *model_flags(llm), "--policy", "guided", "--no-llm-cache",
+                   "--require-support")
+    assert gate.code == 7, gate.stderr
+    assert gate.stdout == "There are 6 orders with the status 'refunded'.\n"  # still printed
+    assert gate.stderr.count("treat this answer as a guess") == 1
+
+
+def test_answers_that_rest_on_the_run_pass_require_support(tmp_path: Path, llm: FakeLLM) -> None:
+    root = orders(tmp_path)
+    llm.script("root", repl("rows = records('orders.csv')\nFINAL(sum(1 for r in rows if r['status'] == 'refunded'))"),
+               repl("print(sum(1 for r in records('orders.csv') if r['status'] == 'refunded'))"),
+               "The output shows it.\nFINAL(20 orders were refunded.)")
+    computed = run_rlm("ask", str(root), QUESTION, *model_flags(llm), "--no-llm-cache", "--json",
+                       "--require-support")
+    assert computed.code == 0, computed.stderr
+    assert json.loads(computed.stdout)["support"]["verdict"] == "computed"
+    observed = run_rlm("ask", str(root), QUESTION + " (again)", *model_flags(llm), "--no-llm-cache", "--json",
+                       "--require-support")
+    assert observed.code == 0, observed.stderr
+    assert json.loads(observed.stdout)["support"] == {
+        "verdict": "observed", "unsupported": [], "objections": [],
+        "reason": "every specific part of the answer appears in what the model read"}
+    assert "guess" not in computed.stderr + observed.stderr
+
+
+def test_several_questions_exit_with_the_worst_code_and_7_ranks_below_a_partial_answer(tmp_path: Path,
+                                                                                       llm: FakeLLM) -> None:
+    root = orders(tmp_path)
+    llm.script("root", repl("FINAL(len(records('orders.csv')))"), GUESS, GUESS)
+    res = run_rlm("ask", str(root), "-q", "How many orders are there?", "-q", QUESTION, *model_flags(llm),
+                  "--policy", "standard", "--no-llm-cache", "--json", "--require-support")
+    assert res.code == 7, res.stderr
+    verdicts = [json.loads(line)["support"]["verdict"] for line in res.stdout.splitlines()]
+    assert verdicts == ["computed", "unsupported"]
+    llm.script("root", GUESS, GUESS, repl("print(1)"), repl("print(2)"), "Still looking.")
+    worse = run_rlm("ask", str(root), "-q", QUESTION, "-q", "And the paid ones?", *model_flags(llm),
+                    "--policy", "standard", "--no-llm-cache", "--require-support", "--max-iterations", "2")
+    assert worse.code == 5, worse.stderr  # the iteration limit (a partial answer) is worse than a guess
+    config = run_rlm("config", "set", "require_support", "true")
+    assert config.code == 0, config.stderr
+    llm.script("root", GUESS, GUESS)
+    from_config = run_rlm("ask", str(root), QUESTION, *model_flags(llm), "--policy", "standard", "--no-llm-cache")
+    assert from_config.code == 7, from_config.stderr
+
+
+def test_a_partial_answer_is_partial(tmp_path: Path, llm: FakeLLM) -> None:
+    root = orders(tmp_path)
+    llm.default("root", repl("print('still looking')"))
+    res = run_rlm("ask", str(root), QUESTION, *model_flags(llm), "--no-llm-cache", "--json", "--max-iterations", "1")
+    assert res.code == 5, res.stderr
+    assert json.loads(res.stdout)["support"]["verdict"] == "partial"
