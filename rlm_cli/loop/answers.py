@@ -132,7 +132,7 @@ def best_text(best: str, sandbox: Sandbox, last_output: str, notice: Callable[[s
 def quotes_leads(answer: str, leads: str, question: str) -> bool:
     """Whether ``answer`` quotes a specific token of the ``leads`` output that the ``question``
     does not have: a fact taken from the corpus lines it was shown."""
-    from rlm_cli.loop.checks import specific_tokens
+    from rlm_cli.loop.grounding import specific_tokens
 
     if not leads:
         return False

@@ -29,7 +29,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli.loop.checks import Candidate, grounding
+from rlm_cli.loop.checks import Candidate
+from rlm_cli.loop.grounding import grounding
 
 OBSERVED, COMPUTED, UNSUPPORTED, PARTIAL = "observed", "computed", "unsupported", "partial"
 VERDICTS = (OBSERVED, COMPUTED, UNSUPPORTED, PARTIAL)

@@ -18,8 +18,8 @@ from rlm_cli.loop.checks import (
     NothingFound,
     Ungrounded,
     counts_nothing,
-    specific_tokens,
 )
+from rlm_cli.loop.grounding import specific_tokens
 from rlm_cli.loop.policy import GUIDED, STANDARD
 
 
@@ -60,7 +60,7 @@ GROUNDED = [
      "store.py 33     self.path.write_text(data)", "No: only `save()` in store.py writes it."),
 ]
 #: The rows whose answer adds a figure worked out from what was shown (strict ``ungrounded`` asks).
-DERIVED = {3}  # row 1 states 10 * 1024 * 1024, which shows 10,485,760 (checks.stated_values)
+DERIVED = {3}  # row 1 states 10 * 1024 * 1024, which shows 10,485,760 (grounding.stated_values)
 
 
 def _ids(rows: list[Any]) -> list[str]:

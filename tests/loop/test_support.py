@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlm_cli.loop.checks import Candidate, stated_values
+from rlm_cli.loop.checks import Candidate
+from rlm_cli.loop.grounding import stated_values
 from rlm_cli.loop.policy import GUIDED, STANDARD
 from rlm_cli.loop.support import direct_support, support_of, typed_literals
 from tests.loop.test_checks import GROUNDED
