@@ -18,7 +18,9 @@ Each result is appended to ``--out`` as one JSON line as soon as it is known, so
 continues an interrupted run (skipping ids already there for the same ``rlm_cli/`` tree). At the end
 (or with ``--report`` alone) an aggregate is printed (verdicts recomputed from the stored answers
 with the scoring as it is now): per corpus kind correct/total, timeouts,
-errors, median seconds and mean root calls; ``--progress FILE`` appends it to a Markdown file.
+errors, median seconds, mean root calls, and per support verdict (``observed``, ``computed``,
+``unsupported``, ``partial``; issue 37) how many answers got it and how many of those were right;
+``--progress FILE`` appends it to a Markdown file.
 
 Held-out stays blind: for ``--set heldout`` nothing per question is printed (no question, answer or
 verdict), only a counter and the aggregate; the per-question record lives in ``--out`` alone.
@@ -131,6 +133,7 @@ def run_one(q: dict[str, Any], args: argparse.Namespace, path: Path, home: Path)
             "exit_code": proc.returncode, "seconds": seconds, "iterations": doc.get("iterations"),
             "root_calls": (usage.get("root") or {}).get("calls"), "sub_calls": doc.get("sub_calls"),
             "policy": doc.get("policy"), "correct": correct, "reason": reason, "timed_out": timed_out,
+            "support": (doc.get("support") or {}).get("verdict"),
             "error": doc.get("error") or (None if doc else (err or "")[-600:]),
             "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
@@ -148,7 +151,12 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
         cell[0] += bool(r["correct"])
         cell[1] += 1
     roots = [r["root_calls"] for r in rows if r.get("root_calls") is not None]
-    return {"per_corpus": per, "correct": sum(bool(r["correct"]) for r in rows), "total": len(rows),
+    verdicts: dict[str, list[int]] = {}
+    for r in rows:  # the answer's support verdict (issue 37); "none": no document (a timeout, an error)
+        cell = verdicts.setdefault(r.get("support") or "none", [0, 0])
+        cell[0] += bool(r["correct"])
+        cell[1] += 1
+    return {"per_corpus": per, "per_verdict": verdicts, "correct": sum(bool(r["correct"]) for r in rows), "total": len(rows),
             "timeouts": sum(bool(r["timed_out"]) for r in rows), "errors": sum(is_error(r) for r in rows),
             "max_iterations": sum(r["status"] == "max_iterations" for r in rows),
             "median_s": round(statistics.median(r["seconds"] for r in rows), 1) if rows else None,
@@ -159,12 +167,18 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def render(agg: dict[str, Any], set_name: str, commit: str, expected: int) -> str:
     """One Markdown block for ``--progress`` and the terminal."""
     per = ", ".join(f"{k} {c}/{t}" for k, (c, t) in agg["per_corpus"].items())
+    verdicts = agg.get("per_verdict") or {}
+    stood = [verdicts[v] for v in ("observed", "computed") if v in verdicts]
+    right, total = sum(c for c, _ in stood), sum(t for _, t in stood)
+    support = ("; support: " + ", ".join(f"{k} {c}/{t}" for k, (c, t) in sorted(verdicts.items()))
+               + f"; observed+computed {right}/{total} right"
+               + (f" ({100 * right / total:.0f}%), coverage {total}/{agg['total']}" if total else "")) if verdicts else ""
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     done = "" if agg["total"] == expected else f" (INCOMPLETE: {agg['total']} of {expected} run)"
     return (f"- {when} · set **{set_name}** · build `{commit}`{done}: **{agg['correct']}/{agg['total']}** "
             f"({per}); timeouts {agg['timeouts']}, errors {agg['errors']}, iteration limit "
             f"{agg['max_iterations']}; median {agg['median_s']} s (max {agg['max_s']} s), "
-            f"mean root calls {agg['mean_root_calls']}\n")
+            f"mean root calls {agg['mean_root_calls']}{support}\n")
 
 
 def main() -> int:

@@ -46,7 +46,7 @@ from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
 from rlm_cli.loop.result import RunResult, policy_of
 from rlm_cli.loop.state import STUCK_ASKS, STUCK_ERRORS, STUCK_REPEATS, LoopState, norm, run_key
-from rlm_cli.loop.support import PARTIAL_SUPPORT, Support, support_of
+from rlm_cli.loop.support import PARTIAL_SUPPORT, UNSUPPORTED, Support, support_of
 from rlm_cli.loop.workers import new_worker, start_worker
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
@@ -115,6 +115,9 @@ class Orchestrator:
         self._question = question
         self._judge = Judge(self.policy.make_checks(), self.emit, self.depth)
         self._support = PARTIAL_SUPPORT
+        #: ``(answer, support)`` held while the model is asked to show it with code (``support_retry``).
+        self._held: tuple[str, Support] | None = None
+        self._held_at = s.max_iterations
         sub_calls_before = self.client.usage.sub_calls
         loop = LoopState()
         own = sandbox is None
@@ -135,6 +138,8 @@ class Orchestrator:
                 text = self._root_call(history, root_model, loop.last_text, resample=resample)
                 loop.last_text = text or loop.last_text
                 answer = self._turn(iteration, text, history, sandbox, loop, out_limit)
+                if answer is None and self._held is not None and iteration > self._held_at:
+                    answer, self._support = self._held  # the last request brought no answer: end on the one held
                 if answer is not None:
                     return self._done(answer, "final", iteration, sub_calls_before, started)
             return self._best_answer(history, sandbox, root_model, loop, sub_calls_before, started)
@@ -298,9 +303,20 @@ class Orchestrator:
         (``loop.support``) from the candidate as accepted, the checks it overruled and the code the
         model wrote in the run (``codes_now``: this turn's blocks, not yet in ``history``)."""
         judged = self._judge.review(c)
-        if judged.answer is not None and judged.candidate is not None:
-            codes = [code for t in history.turns for code in t.codes] + list(codes_now or [])
-            self._support = support_of(judged.candidate, list(judged.overruled), codes, self.policy.number_floor)
+        if judged.answer is None or judged.candidate is None:
+            return judged
+        codes = [code for t in history.turns for code in t.codes] + list(codes_now or [])
+        support = support_of(judged.candidate, list(judged.overruled), codes, self.policy.number_floor)
+        if (support.verdict == UNSUPPORTED and support.objections and self.policy.support_retry and self.depth == 0
+                and not self._held and c.iteration < self.settings.max_iterations):
+            # One last request to show it with code; the run ends on this answer if none comes.
+            self._held, self._held_at = (judged.answer, support), c.iteration
+            note = prompts.show_with_code(support.unsupported)
+            self.emit(event("check", self.depth, check="support", verdict="send_back", iteration=c.iteration,
+                            source=c.source, written_out=c.written_out, answer=judged.answer[:4_000], fired=1,
+                            note=note, objections=list(support.objections)))
+            return Judged(None, note)
+        self._support = support
         return judged
 
     def _text_candidate(self, tf: reply.TextFinal, sandbox: Sandbox, notes: list[str], iteration: int,

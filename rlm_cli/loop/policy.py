@@ -43,7 +43,10 @@ class Policy:
     claims its output is cut (later blocks do not run). ``prose_answers``: a prose reply may be
     the answer (the second in a row, the same one again, one quoting the leads on turn 1), and a
     ``Final answer: ...`` line is a FINAL. ``repeats``: code run before is pointed out, the next
-    call resampled, and a model stuck on it asked for its answer.
+    call resampled, and a model stuck on it asked for its answer. ``support_retry``: an answer a
+    check objected to, given again though nothing the model read supports it (``unsupported``),
+    earns one last request to show it with code before the run ends on it (at most one root
+    call: a reply without an answer ends the run on the answer held).
     """
 
     name: str
@@ -54,6 +57,7 @@ class Policy:
     claimed_output: bool = False
     prose_answers: bool = False
     repeats: bool = False
+    support_retry: bool = False
 
     @property
     def number_floor(self) -> float:
@@ -83,7 +87,8 @@ PAPER = Policy("paper")
 STANDARD = Policy("standard", checks=(Evidence.name, Empty.name, Ungrounded.name, DefaultCap.name),
                   stop_at_error=True, error_notes=True)
 GUIDED = Policy("guided", checks=(*STANDARD.checks, NothingFound.name, ListedItems.name), leads=True,
-                stop_at_error=True, error_notes=True, claimed_output=True, prose_answers=True, repeats=True)
+                stop_at_error=True, error_notes=True, claimed_output=True, prose_answers=True, repeats=True,
+                support_retry=True)
 PRESETS = {p.name: p for p in (PAPER, STANDARD, GUIDED)}
 
 

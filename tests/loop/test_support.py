@@ -157,3 +157,32 @@ def test_a_partial_answer_is_partial(tmp_path: Path, llm: FakeLLM) -> None:
     res = run_rlm("ask", str(root), QUESTION, *model_flags(llm), "--no-llm-cache", "--json", "--max-iterations", "1")
     assert res.code == 5, res.stderr
     assert json.loads(res.stdout)["support"]["verdict"] == "partial"
+
+
+def test_guided_asks_once_to_show_an_overruled_guess_with_code(tmp_path: Path, llm: FakeLLM) -> None:
+    """Before giving up on support (guided only): one more root call asking for code; an answer
+    code computes then replaces the guess, and a reply without one ends the run on the guess."""
+    root = orders(tmp_path)
+    shown = repl("n = sum(1 for r in records('orders.csv') if r['status'] == 'refunded')\nFINAL(n)")
+    llm.script("root", repl("print(count_orders())"), GUESS, GUESS, shown)
+    res = run_rlm("ask", str(root), QUESTION, *model_flags(llm), "--policy", "guided", "--no-llm-cache", "--json",
+                  "--no-leads")
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["answer"] == "20" and doc["support"]["verdict"] == "computed"
+    asked = [r for r in llm.chat_requests("root")]
+    assert len(asked) == 4 and "rlm will mark it as a guess" in json.dumps(asked[-1]["messages"][-1])
+    assert "check support sent the answer back" in res.stderr
+    # the model has no code to show: the run ends on the guess after that one call, marked
+    llm.script("root", repl("print(count_orders())"), GUESS, GUESS, repl("print('thinking')"), GUESS)
+    again = run_rlm("ask", str(root), QUESTION + "?", *model_flags(llm), "--policy", "guided", "--no-llm-cache",
+                    "--json", "--no-leads")
+    assert again.code == 0, again.stderr
+    assert json.loads(again.stdout)["support"]["verdict"] == "unsupported"
+    assert len(llm.chat_requests("root")) == 4 + 4  # one call after the note, not two
+    # standard spends nothing on it
+    llm.script("root", repl("print(count_orders())"), GUESS, GUESS, shown)
+    plain = run_rlm("ask", str(root), QUESTION + "??", *model_flags(llm), "--policy", "standard", "--no-llm-cache",
+                    "--json", "--no-leads")
+    assert json.loads(plain.stdout)["support"]["verdict"] == "unsupported"
+    assert len(llm.chat_requests("root")) == 8 + 3
