@@ -100,6 +100,9 @@ def summary_text(doc: dict[str, Any]) -> str:
     groups = [GroupSummary(**{k: v for k, v in g.items() if k != "accuracy"}) for g in doc["summary"]]
     wrong = [r for r in doc["results"] if r["correct"] is False]
     text = summary_table(groups)
+    support = doc.get("support") or []
+    if support:  # per support verdict: the answers rlm stands behind against the rest
+        text += "\n\nSupport: " + ", ".join(f"{s['verdict']} {s['correct']}/{s['answers']} right" for s in support)
     if wrong:
         text += "\n\nWrong (see `rlm trace show ID`):\n" + "\n".join(
             f"- {r['id']} [{r['mode']}] {r['status']}: {r['run_id'] or '(no trajectory)'}" for r in wrong)

@@ -62,6 +62,9 @@ class QuestionResult:
     checks: list[dict[str, Any]] = field(default_factory=list)
     #: The loop policy the run used (``auto`` resolved).
     policy: str = ""
+    #: The answer's support verdict (``observed``, ``computed``, ``unsupported``, ``partial``;
+    #: ``""`` for a run that ended in an error).
+    support: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used in ``rlm eval --json``'s ``results``."""
@@ -71,6 +74,7 @@ class QuestionResult:
                 "iterations": self.iterations, "sub_calls": self.sub_calls, "tokens": self.tokens,
                 "cached_calls": self.cached_calls, "cost_usd": self.cost_usd, "elapsed_s": self.elapsed_s,
                 "run_id": self.run_id, "trace": self.trace, "error": self.error, "policy": self.policy,
+                "support": self.support,
                 "checks": [{k: (v[:ANSWER_CHARS] if k == "answer" else v) for k, v in c.items()} for c in self.checks]}
 
 
@@ -201,6 +205,7 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
         r = outcome.result
         res.status, res.answer, res.iterations, res.sub_calls = r.status, r.answer, r.iterations, r.sub_calls
         res.policy = r.policy
+        res.support = r.support.verdict if r.support is not None else "partial"
         res.run_id, res.trace = outcome.run_id, str(outcome.trace_path) if outcome.trace_path else None
         usage = outcome.usage
     except DoesNotFitError as exc:
@@ -211,6 +216,7 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
         result = getattr(exc, "result", None)
         res.status = result.status if result is not None else "budget_exceeded"
         res.answer, res.error = exc.partial or "", exc.message
+        res.support = "partial"
         res.iterations = result.iterations if result is not None else 0
         res.policy = result.policy if result is not None else ""
         res.sub_calls = result.sub_calls if result is not None else 0
@@ -273,6 +279,37 @@ def summarize_checks(results: list[QuestionResult]) -> list[CheckSummary]:
             cs.right_to_wrong += c["right"] and not final_right
             cs.wrong_to_right += (not c["right"]) and final_right
     return [out[k] for k in sorted(out)]
+
+
+@dataclass
+class SupportSummary:
+    """How one support verdict did over an evaluation: ``answers`` that got it and how many of
+    those were ``correct``."""
+
+    verdict: str
+    answers: int = 0
+    correct: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form used in ``rlm eval --json``'s ``support``."""
+        return dataclasses.asdict(self)
+
+
+#: The support verdicts in report order (``""``: the run ended in an error).
+SUPPORT_ORDER = ("observed", "computed", "unsupported", "partial", "")
+
+
+def summarize_support(results: list[QuestionResult]) -> list[SupportSummary]:
+    """One :class:`SupportSummary` per support verdict the results hold (runs that ran), in
+    :data:`SUPPORT_ORDER`: whether the answers rlm stands behind are right more often than the rest."""
+    out: dict[str, SupportSummary] = {}
+    for r in results:
+        if r.status == "does_not_fit":
+            continue
+        s = out.setdefault(r.support, SupportSummary(r.support or "error"))
+        s.answers += 1
+        s.correct += bool(r.correct)
+    return [out[k] for k in SUPPORT_ORDER if k in out]
 
 
 def run_eval(settings: Settings, paths: list[str], base: Corpus, tasks: list[Task], *, modes: list[str],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_cli.evaluation.harness import GroupSummary, QuestionResult, summarize_checks
+from rlm_cli.evaluation.harness import GroupSummary, QuestionResult, summarize_checks, summarize_support
 from rlm_cli.output.text import usd
 
 #: Version of the ``rlm eval --json`` document.
@@ -46,6 +46,25 @@ def checks_table(results: list[QuestionResult]) -> str:
     return "\n".join(out)
 
 
+def support_table(results: list[QuestionResult]) -> str:
+    """A Markdown table of the answers' support verdicts (``harness.summarize_support``): per
+    verdict how many answers got it and how many were right, then the answers rlm stands behind
+    (observed and computed) against all: their accuracy and the coverage."""
+    rows = summarize_support(results)
+    if not rows:
+        return "No question ran."
+    out = ["| support | answers | correct | accuracy |", "|---|---|---|---|"]
+    out += [f"| {s.verdict} | {s.answers} | {s.correct} | {_pct(s.correct / s.answers if s.answers else None)} |"
+            for s in rows]
+    stood = [s for s in rows if s.verdict in ("observed", "computed")]
+    answers, correct, total = sum(s.answers for s in stood), sum(s.correct for s in stood), sum(s.answers for s in rows)
+    if total:
+        out += ["", f"Observed or computed: {correct}/{answers} right ({_pct(correct / answers if answers else None)}), "
+                    f"coverage {answers}/{total} ({_pct(answers / total)}); all answers: "
+                    f"{sum(s.correct for s in rows)}/{total} right."]
+    return "\n".join(out)
+
+
 def _cell(text: Any, n: int = 80) -> str:
     s = " ".join(str(text).split())
     s = s if len(s) <= n else s[: n - 1] + "…"
@@ -66,13 +85,15 @@ def markdown(meta: dict[str, Any], groups: list[GroupSummary], results: list[Que
                 value = ", ".join(map(str, value))
             lines.append(f"- **{key.replace('_', ' ')}**: `{value}`" if key == "command" else
                          f"- **{key.replace('_', ' ')}**: {value}")
-    lines += ["", "## Summary", "", summary_table(groups), "", "## Answer checks", "", checks_table(results), "",
+    lines += ["", "## Summary", "", summary_table(groups), "", "## Support", "", support_table(results), "",
+              "## Answer checks", "", checks_table(results), "",
               "## Questions", "",
-              "| id | kind | mode | status | correct | gold | answer | iterations | s | trace |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| id | kind | mode | status | support | correct | gold | answer | iterations | s | trace |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         mark = "n/a" if r.correct is None else ("yes" if r.correct else "**no**")
-        lines.append(f"| {r.task.id} | {r.task.kind} | {r.mode} | {r.status} | {mark} | {_cell(r.task.gold, 40)} | "
+        lines.append(f"| {r.task.id} | {r.task.kind} | {r.mode} | {r.status} | {r.support or 'error'} | {mark} | "
+                     f"{_cell(r.task.gold, 40)} | "
                      f"{_cell(r.answer or r.error or '')} | {r.iterations} | {r.elapsed_s:.1f} | {r.run_id or ''} |")
     lines += ["", "A failure is one `rlm trace show ID` away."]
     return "\n".join(lines) + "\n"
@@ -80,7 +101,9 @@ def markdown(meta: dict[str, Any], groups: list[GroupSummary], results: list[Que
 
 def document(meta: dict[str, Any], groups: list[GroupSummary], results: list[QuestionResult]) -> dict[str, Any]:
     """The ``--json`` document: ``schema``, ``meta``, ``summary`` (per family and mode),
-    ``checks`` (per answer check that fired: ``harness.CheckSummary``) and ``results`` (per
-    question, each with the checks that fired on it)."""
+    ``support`` (per support verdict: ``harness.SupportSummary``), ``checks`` (per answer check
+    that fired: ``harness.CheckSummary``) and ``results`` (per question, each with its support
+    verdict and the checks that fired on it)."""
     return {"schema": EVAL_SCHEMA, "status": "done", "meta": meta, "summary": [g.to_dict() for g in groups],
+            "support": [s.to_dict() for s in summarize_support(results)],
             "checks": [c.to_dict() for c in summarize_checks(results)], "results": [r.to_dict() for r in results]}

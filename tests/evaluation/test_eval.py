@@ -294,6 +294,9 @@ def test_eval_right_model_scores_100_wrong_model_0(tmp_path: Path, llm: FakeLLM)
     assert "| needle | rlm | 3/3 | 100% |" in report
     assert doc["results"][0]["run_id"] in report
     assert group["cached_calls"] == 0 and group["tokens"] > 0
+    # the answers' support verdicts (issue 37): code computed every one, and all were right
+    assert doc["support"] == [{"verdict": "computed", "answers": 3, "correct": 3}]
+    assert "| computed | 3 | 3 | 100% |" in report and "coverage 3/3" in report
     # Again with the LLM cache: the same replies, replayed; the cached calls are counted, not as tokens.
     res, doc = _run_eval(llm, corpus, tmp_path)
     (again,) = doc["summary"]
@@ -307,6 +310,8 @@ def test_eval_right_model_scores_100_wrong_model_0(tmp_path: Path, llm: FakeLLM)
     (group,) = doc["summary"]
     assert (group["correct"], group["ran"], group["accuracy"]) == (0, 3, 0.0)
     assert all(r["status"] == "final" and r["correct"] is False for r in doc["results"])
+    # a code nothing showed, written out at once (the checks objected and were overruled): guesses
+    assert doc["support"] == [{"verdict": "unsupported", "answers": 3, "correct": 0}]
     # the corpus on disk was never changed
     assert not any("secret code" in p.read_text() for p in corpus.iterdir())
 
