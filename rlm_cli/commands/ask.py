@@ -12,6 +12,7 @@ import typer
 from rlm_cli.commands.delivery import batch_writer, deliver, emit_partial
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
+    AnswerTypeOpt,
     ColorOpt,
     DebugOpt,
     JsonOpt,
@@ -19,6 +20,7 @@ from rlm_cli.commands.options import (
     Opt,
     RunFlags,
     VerboseOpt,
+    answer_type,
     run_options,
     use_color,
 )
@@ -42,6 +44,7 @@ def ask(
                                              "is then a PATH.")] = None,
     *,
     run: RunFlags,
+    answer_kind: AnswerTypeOpt = "text",
     json_out: JsonOpt = False,
     cite: Annotated[bool, Opt("--cite", help="After the answer, list the corpus lines it rests on "
                                              "(Sources: path:start-end).")] = False,
@@ -69,6 +72,7 @@ def ask(
             raise UsageError("--question-file gives one question; -q/--questions give a list: use one of them",
                              hint="a long question can be one line of a --questions JSON Lines file")
         paths, the_question = (args, "") if multi else _paths_and_question(args, question_file)
+        kind = answer_type(answer_kind)
         settings = run.settings()
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if multi:
@@ -76,14 +80,14 @@ def ask(
 
             if not paths:
                 raise UsageError("give at least one PATH", hint='e.g. rlm ask ./repo -q "Where is X?"')
-            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths)
+            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths, answer_type=kind)
             code = _ask_many(settings, paths, listed, jobs=jobs, host=host, ui=ui, json_out=json_out, cite=cite,
                              started=started, verbose=verbose)
             if code:
                 raise typer.Exit(code)
             return
         _ask_one(settings, paths, the_question, host=host, ui=ui, json_out=json_out, cite=cite, started=started,
-                 verbose=verbose)
+                 verbose=verbose, kind=kind)
     finally:
         host.close()
 
@@ -113,7 +117,7 @@ def _stdin_corpus(paths: list[str]) -> bytes | None:
 
 
 def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: Any, json_out: bool, cite: bool,
-             started: float, verbose: bool) -> None:
+             started: float, verbose: bool, kind: str = "text") -> None:
     """One question, answered as ``rlm ask`` always has (one document or the answer)."""
     from rlm_cli.app import runner
     from rlm_cli.output.documents import outcome_document
@@ -123,7 +127,7 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
         say_setup(ui, settings, host)
     try:
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host,
-                             hold_final=True)  # a Ctrl-C after the final answer: it is still printed
+                             hold_final=True, answer_type=kind)  # a Ctrl-C after the final answer: it is still printed
     except PartialAnswerError as exc:
         emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3), cite=cite)
         raise

@@ -46,6 +46,7 @@ from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
 from rlm_cli.loop.result import RunResult, policy_of
 from rlm_cli.loop.state import STUCK_ASKS, STUCK_ERRORS, STUCK_REPEATS, LoopState, norm, run_key
+from rlm_cli.loop.typed import AnswerSpec, asked, typed_checks
 from rlm_cli.loop.workers import new_worker, start_worker
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
@@ -71,11 +72,13 @@ class Orchestrator:
 
     ``settings.root_model_window`` / ``sub_model_window`` should hold the resolved windows, and
     ``settings.policy`` the resolved policy (the session fills them); :data:`DEFAULT_WINDOW` and
-    ``auto``'s choice are used otherwise.
+    ``auto``'s choice are used otherwise. ``answer``: the type the answer must have
+    (``rlm_cli.loop.typed``; the model is told it, and the ``answer_type`` check holds it).
     """
 
     def __init__(self, settings: Settings, client: ModelClient, handler: LMHandler, *, sandbox_level: str,
-                 emit: Emit, depth: int = 0, hide_paths: tuple[str, ...] = ()) -> None:
+                 emit: Emit, depth: int = 0, hide_paths: tuple[str, ...] = (),
+                 answer: AnswerSpec | None = None) -> None:
         self.settings = settings
         self.client = client
         self.handler = handler
@@ -83,6 +86,7 @@ class Orchestrator:
         self.emit = emit
         self.depth = depth
         self.hide_paths = hide_paths
+        self.answer = answer
         self.policy = policy_of(settings)
         self._last_output = ""
         self._question = ""
@@ -109,8 +113,8 @@ class Orchestrator:
         assert root_model is not None
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
-        self._question = question
-        self._judge = Judge(self.policy.make_checks(), self.emit, self.depth)
+        self._question = asked(question, self.answer)  # the question as the model reads it, with its type
+        self._judge = Judge(self.policy.make_checks() + typed_checks(self.answer), self.emit, self.depth)
         sub_calls_before = self.client.usage.sub_calls
         loop = LoopState()
         own = sandbox is None
@@ -119,7 +123,7 @@ class Orchestrator:
         try:
             if own:
                 start_worker(sandbox, self.emit, self.depth)
-            system, *examples, first = first_messages(s, question, meta, self.depth, note)
+            system, *examples, first = first_messages(s, self._question, meta, self.depth, note)
             # the trajectory holds what the root model was told, as sent (the history records the rest)
             self.emit(event("prompt", self.depth, system=system["content"], first=first["content"],
                             examples=[dict(m) for m in examples]))

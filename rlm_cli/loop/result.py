@@ -9,6 +9,7 @@ from typing import Any
 
 from rlm_cli.config import Settings
 from rlm_cli.loop.policy import PRESETS, Policy, resolve_policy
+from rlm_cli.loop.typed import TypedValue
 
 
 @dataclass
@@ -25,6 +26,8 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: The loop policy the run used (``paper``, ``standard`` or ``guided``).
     policy: str = ""
+    #: The typed value of the answer (``--answer-type`` other than ``text``; ``None`` for text).
+    typed: TypedValue | None = None
 
 
 def policy_of(settings: Settings) -> Policy:
