@@ -19,6 +19,9 @@ class ExitCode(enum.IntEnum):
     PROVIDER = 4
     MAX_ITERATIONS = 5
     BUDGET = 6
+    #: ``rlm audit``: a check of error severity (or as low as ``--fail-on``) failed, or its answer
+    #: could not be decided or was unsupported.
+    CHECK_FAILED = 8
     INTERRUPTED = 130
     BROKEN_PIPE = 141
     TERMINATED = 143

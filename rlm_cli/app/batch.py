@@ -33,12 +33,14 @@ HEADER_CHARS = 100
 
 @dataclass
 class Question:
-    """One question of a list: its ``id`` (from a JSONL file, else its 1-based position), text
-    and answer type (``rlm_cli.loop.typed.TYPES``)."""
+    """One question of a list: its ``id`` (from a JSONL file, else its 1-based position), text,
+    answer type (``rlm_cli.loop.typed.TYPES``) and settings of its own (``None``: the session's;
+    ``rlm audit``: a check's model or ``max_cost``)."""
 
     id: Any
     text: str
     answer_type: str = "text"
+    settings: Any = None
 
 
 @dataclass
@@ -192,7 +194,8 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
         for q in questions:
             started = time.monotonic()
             try:
-                outcome = session.ask(q.text, emit=emit_for(q), qid=q.id, answer_type=q.answer_type)
+                outcome = session.ask(q.text, emit=emit_for(q), qid=q.id, answer_type=q.answer_type,
+                                      settings=q.settings)
                 result = Result(q, outcome=outcome, elapsed_s=time.monotonic() - started)
             except RLMError as exc:
                 result = Result(q, error=exc, elapsed_s=time.monotonic() - started)
@@ -236,7 +239,7 @@ def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: 
                 started = time.monotonic()
                 try:
                     done.put(Result(q, outcome=session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane,
-                                                           answer_type=q.answer_type),
+                                                           answer_type=q.answer_type, settings=q.settings),
                                     elapsed_s=time.monotonic() - started))
                 except RLMError as exc:
                     done.put(Result(q, error=exc, elapsed_s=time.monotonic() - started))

@@ -310,23 +310,25 @@ class Session:
         self.close()
 
     # -- once per question -----------------------------------------------------------------------------
-    def question_client(self, emit: Emit) -> ModelClient:
-        """The model client of one question (see the module docstring); the given client of a
-        one-question session as is."""
+    def question_client(self, emit: Emit, settings: Settings | None = None) -> ModelClient:
+        """The model client of one question (see the module docstring; ``settings``: the
+        question's own, when it has some); the given client of a one-question session as is."""
         if self._given_client is not None:
             return self._given_client
         base = self.client
         usage = QuestionUsage(self.usage)
-        qclient = QuestionClient(self.settings, usage, self.question_budget(usage), cache=base.cache,
+        qclient = QuestionClient(self.settings, usage, self.question_budget(usage, settings or self.settings),
+                                 cache=base.cache,
                                  backend=base.backend, limiter=base.limiter,
                                  notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
         qclient.fatal = self.fatal
         return qclient
 
-    def question_budget(self, usage: Usage) -> Budget:
+    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
         """The budget a question's model calls are checked against (``usage``: the question's
-        own): the session's, whose limits hold for every question together; ``rlm mcp`` gives
-        each question a budget of its own."""
+        own; ``settings``: the question's): the session's, whose limits hold for every question
+        together; ``rlm mcp`` gives each question a budget of its own, ``rlm audit`` a check with
+        ``max_cost`` one within the session's."""
         return self.budget
 
     def ask(self, question: str, *, emit: Emit, qid: Any = None, lane: Lane | None = None, answer_type: str = "text",
@@ -347,7 +349,7 @@ class Session:
         with self._lock:
             self.asked += 1
             turn = self.asked
-        client = self.question_client(lambda ev: sink(ev))
+        client = self.question_client(lambda ev: sink(ev), settings)
         if isinstance(client, QuestionClient):
             with self._lock:
                 self._active.add(client)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rlm_cli.commands.delivery import batch_writer, deliver, emit_partial
+from rlm_cli.commands.delivery import answer_format, batch_writer, deliver_answer, emit_partial
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
     AnswerTypeOpt,
@@ -50,6 +50,8 @@ def ask(
                                              "(Sources: path:start-end).")] = False,
     output: Annotated[Path | None, Opt("--output", "-o", help="Write the answer (or the --json document) to "
                                        "FILE, atomically, instead of stdout.")] = None,
+    estimate: Annotated[bool, Opt("--estimate", help="Print what each question would cost (mode, first request's "
+                                  "tokens and price, an upper bound, earlier runs' median), calling no model.")] = False,
     quiet: LongQuietOpt = False,
     verbose: VerboseOpt = False,
     color: ColorOpt = "auto",
@@ -81,10 +83,16 @@ def ask(
             if not paths:
                 raise UsageError("give at least one PATH", hint='e.g. rlm ask ./repo -q "Where is X?"')
             listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths, answer_type=kind)
+            if estimate:
+                _estimate(settings, paths, [(q.id, q.text, q.answer_type, None) for q in listed], host, ui, json_out)
+                return
             code = _ask_many(settings, paths, listed, jobs=jobs, host=host, ui=ui, json_out=json_out, cite=cite,
                              started=started, verbose=verbose)
             if code:
                 raise typer.Exit(code)
+            return
+        if estimate:
+            _estimate(settings, paths, [(1, the_question, kind, None)], host, ui, json_out)
             return
         _ask_one(settings, paths, the_question, host=host, ui=ui, json_out=json_out, cite=cite, started=started,
                  verbose=verbose, kind=kind)
@@ -92,6 +100,15 @@ def ask(
         host.close()
 
 
+
+
+def _estimate(settings: Any, paths: list[str], questions: list[Any], host: Any, ui: Any, json_out: bool) -> None:
+    """``--estimate``: what the questions would cost, calling no model (``rlm_cli.app.estimate``)."""
+    from rlm_cli.app.estimate import estimate
+    from rlm_cli.commands.delivery import deliver_estimate
+
+    doc = estimate(settings, paths, questions, backend=host, emit=ui.on_event, stdin_bytes=_stdin_corpus(paths))
+    deliver_estimate(doc, answer_format(json_out), ui)
 
 
 def say_setup(ui: Any, settings: Any, host: Any) -> None:
@@ -129,13 +146,13 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host,
                              hold_final=True, answer_type=kind)  # a Ctrl-C after the final answer: it is still printed
     except PartialAnswerError as exc:
-        emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3), cite=cite)
+        emit_partial(exc, ui, answer_format(json_out), settings, round(time.monotonic() - started, 3), cite=cite)
         raise
     finally:
         ui.close()
     doc = outcome_document(outcome, round(time.monotonic() - started, 3))
     ui.summary(doc)
-    deliver(doc, json_out, cite, ui)
+    deliver_answer(doc, answer_format(json_out), cite, ui)
 
 
 def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, ui: Any, json_out: bool,
@@ -147,7 +164,7 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
     stdin_bytes = _stdin_corpus(paths)
     if verbose:
         say_setup(ui, settings, host)
-    write, finish = batch_writer(json_out, cite, ui, len(listed))
+    write, finish = batch_writer(answer_format(json_out), cite, ui, len(listed))
     with Session(settings, paths, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host, numbered=True) as session:
         session.open()
         results = batch.run_all(session, listed, jobs=jobs, emit_for=lambda q: _question_events(q, ui, jobs),

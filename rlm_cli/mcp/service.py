@@ -85,7 +85,7 @@ class _ServedSession(Session):
     """A session whose questions each get budgets of their own, checked against the settings of
     the ask being served (``Service.ask`` sets them for the call)."""
 
-    def question_budget(self, usage: Usage) -> Budget:
+    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
         """A fresh budget over ``usage`` (the question's), started now."""
         return Budget(self.settings, usage)
 
