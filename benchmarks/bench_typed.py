@@ -33,19 +33,19 @@ from rlm_cli.loop.typed import AnswerSpec, parse_value  # noqa: E402
 #: (id, type, question) over the ``json`` package (paths are relative to it: ``decoder.py``).
 QUESTIONS = [
     ("class", "bool", "Does decoder.py define a class named JSONDecoder?"),
-    ("pickle", "bool", "Does any file of the corpus import the pickle module?"),
-    ("scan", "bool", "Is there a function named py_scanstring in the corpus?"),
     ("files", "int", "How many files are in the corpus?"),
-    ("loads_line", "int", "On which line of __init__.py is the function loads defined?"),
-    ("defs", "int", "How many lines of encoder.py start with 'def ' or '    def '?"),
-    ("mean", "number", "What is the mean number of lines per file in the corpus?"),
-    ("paths", "list", "Which files are in the corpus? Give their paths."),
     ("classes", "list", "What are the names of the classes defined in decoder.py?"),
-    ("imports", "list", "Which modules does encoder.py import?"),
     ("where_decoder", "locations", "Where is the class JSONDecoder defined?"),
-    ("where_dumps", "locations", "Where are the functions named dumps defined?"),
-    ("number_re", "locations", "Where is NUMBER_RE assigned?"),
     ("line_counts", "json", "Give a JSON object mapping each file path of the corpus to its number of lines."),
+    ("mean", "number", "What is the mean number of lines per file in the corpus?"),
+    ("pickle", "bool", "Does any file of the corpus import the pickle module?"),
+    ("loads_line", "int", "On which line of __init__.py is the function loads defined?"),
+    ("imports", "list", "Which modules does encoder.py import?"),
+    ("where_dumps", "locations", "Where are the functions named dumps defined?"),
+    ("scan", "bool", "Is there a function named py_scanstring in the corpus?"),
+    ("defs", "int", "How many lines of encoder.py start with 'def ' or '    def '?"),
+    ("paths", "list", "Which files are in the corpus? Give their paths."),
+    ("number_re", "locations", "Where is NUMBER_RE assigned?"),
 ]
 
 
@@ -93,7 +93,8 @@ def main() -> None:
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
     wall = time.monotonic() - started
-    docs = {d["id"]: d for d in map(json.loads, filter(str.strip, proc.stdout.splitlines()))}
+    lines_out = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
+    docs = {d["id"]: d for d in lines_out if "id" in d}  # a run that failed whole prints one error document
     kinds = {i: t for i, t, _ in QUESTIONS}
     first_ok = sent_back = final_ok = answered = 0
     print(f"{'id':<14} {'type':<10} {'first try':<10} {'final':<8} first answer")

@@ -150,10 +150,10 @@ def scope_matcher(check: Check) -> Callable[[str], bool]:
     gitignore syntax as ``--include``/``--exclude``)."""
     if not check.include and not check.exclude:
         return lambda path: True
-    import pathspec
+    from rlm_cli.corpus.ignore import compile_rules
 
-    inc = pathspec.PathSpec.from_lines("gitwildmatch", check.include) if check.include else None
-    exc = pathspec.PathSpec.from_lines("gitwildmatch", check.exclude) if check.exclude else None
+    inc = compile_rules(list(check.include), "include", walked=False)
+    exc = compile_rules(list(check.exclude), "exclude")
     return lambda path: (inc is None or inc.match_file(path)) and (exc is None or not exc.match_file(path))
 
 

@@ -64,9 +64,10 @@ def audit(
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if estimate:
             from rlm_cli.app.estimate import estimate as cost_of
-            from rlm_cli.audit.run import check_question
+            from rlm_cli.audit.run import check_question, without_checklist
 
             asked = [(c.id, check_question(c), c.type, c.model) for c in listed.checks]
+            settings = without_checklist(settings, where, listed.path)
             deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event),
                              Format.JSON if json_out else Format.TEXT, ui)
             return
