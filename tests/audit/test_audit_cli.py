@@ -167,3 +167,19 @@ def test_estimate_calls_no_model_and_prices_from_the_map_and_earlier_runs(tmp_pa
     assert res.code == 0, res.stderr
     assert "first request" in res.stdout and "median of 2 earlier run(s) $0.0" in res.stdout
     assert "no bound: set --max-sub-calls" in res.stdout
+
+
+def test_a_check_max_cost_stops_that_check_only(tmp_path: Path, llm: FakeLLM) -> None:
+    repo = json_repo(tmp_path)
+    checklist = tmp_path / "checks.toml"
+    checklist.write_text(checklist_text(["no-pickle", "enough-files"]).replace(
+        'id = "enough-files"\n', 'id = "enough-files"\nmax_cost = 0.000001\n'))
+    script_model(llm, model="gpt-4o-mini")
+    res = run_rlm("audit", str(repo), "--checklist", str(checklist), "--model", "openai/gpt-4o-mini", "--api-base",
+                  llm.url, "--root-model-window", "32768", "--policy", "standard", "--json", "--no-llm-cache")
+    doc = json.loads(res.stdout)
+    status = {c["id"]: (c["status"], c.get("exit_code")) for c in doc["checks"]}
+    assert status == {"no-pickle": ("pass", None), "enough-files": ("error", 6)}, res.stderr
+    assert res.code == 6 and doc["checks"][1]["reason"] == "stopped at the cost budget without a final answer"
+    assert doc["checks"][1]["run"]["usage"]["root"]["calls"] == 0  # refused before it was sent
+    assert not list(audit_validator().iter_errors(doc))
