@@ -21,6 +21,9 @@ class ExitCode(enum.IntEnum):
     BUDGET = 6
     #: ``--require-support``: the answer's support verdict is ``unsupported`` (it is still printed).
     UNSUPPORTED = 7
+    #: ``rlm audit``: a check of error severity (or as low as ``--fail-on``) failed, or its answer
+    #: could not be decided or was unsupported.
+    CHECK_FAILED = 8
     INTERRUPTED = 130
     BROKEN_PIPE = 141
     TERMINATED = 143

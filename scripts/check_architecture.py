@@ -67,6 +67,7 @@ LAYERS: dict[str, int] = {
     "app": 9,             # session, one-question runner, batch, replay, chat, phases, doctor
     "evaluation": 10,      # rlm eval: runs generated questions through app
     "mcp": 10,             # the MCP server over one app session
+    "audit": 10,           # rlm audit: a checklist of typed questions over one app session, verdicts
     "commands": 11,       # the Typer CLI only: parse, build settings, call app, render, exit codes
     "__main__": 12,       # ``python -m rlm_cli``
 }

@@ -34,10 +34,14 @@ HEADER_CHARS = 100
 
 @dataclass
 class Question:
-    """One question of a list: its ``id`` (from a JSONL file, else its 1-based position) and text."""
+    """One question of a list: its ``id`` (from a JSONL file, else its 1-based position), text,
+    answer type (``rlm_cli.loop.typed.TYPES``) and settings of its own (``None``: the session's;
+    ``rlm audit``: a check's model or ``max_cost``)."""
 
     id: Any
     text: str
+    answer_type: str = "text"
+    settings: Any = None
 
 
 @dataclass
@@ -80,22 +84,25 @@ def worst_exit_code(codes: list[int]) -> int:
     return worst
 
 
-def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool) -> list[Question]:
+def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool,
+                   answer_type: str = "text") -> list[Question]:
     """The questions of ``-q`` (in order) then of ``--questions FILE`` (``-``: stdin).
 
     A file is JSON Lines when its first non-blank line starts with ``{``: each non-blank line an
-    object with a ``question`` (text) and optionally an ``id`` (a string or number, unique);
-    otherwise each non-blank line is a question. Questions without an ``id`` are numbered by
-    their position in the whole list (1-based).
+    object with a ``question`` (text) and optionally an ``id`` (a string or number, unique) and a
+    ``type`` (an answer type; default ``answer_type``, the ``--answer-type``); otherwise each
+    non-blank line is a question. Questions without an ``id`` are numbered by their position in
+    the whole list (1-based).
 
     Raises:
-        UsageError: an empty question, an unreadable or non-UTF-8 file, a bad JSON line, a
-            duplicate id, no question at all, or the file on stdin when the corpus is there too.
+        UsageError: an empty question, an unreadable or non-UTF-8 file, a bad JSON line or
+            ``type``, a duplicate id, no question at all, or the file on stdin when the corpus
+            is there too.
     """
-    items: list[tuple[Any, str]] = [(None, q.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
-                                    for q in flags]
+    items: list[tuple[Any, str, str]] = [
+        (None, q.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), answer_type) for q in flags]
     if file is not None:
-        items += _file_questions(file, stdin_is_corpus=stdin_is_corpus)
+        items += _file_questions(file, stdin_is_corpus=stdin_is_corpus, answer_type=answer_type)
     if not items:
         if file is not None:
             raise UsageError(f"--questions {file}: no questions in it (every line is blank)",
@@ -103,7 +110,7 @@ def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool)
         raise UsageError("no question given", hint='use -q "question" (repeatable) or --questions FILE')
     out: list[Question] = []
     seen: set[str] = set()
-    for n, (qid, text) in enumerate(items, 1):
+    for n, (qid, text, kind) in enumerate(items, 1):
         if not text.strip():
             raise UsageError(f"question {qid if qid is not None else n} is empty",
                              hint="give each -q (or line of --questions) some text")
@@ -112,7 +119,7 @@ def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool)
         if key in seen:
             raise UsageError(f"two questions have the id {qid!r}", hint="give each question its own id")
         seen.add(key)
-        out.append(Question(qid, text.strip()))
+        out.append(Question(qid, text.strip(), kind))
     return out
 
 
@@ -146,12 +153,14 @@ def read_text_file(file: str, flag: str, what: str, *, stdin_is_corpus: bool) ->
         raise UsageError(f"{flag}: {where} is not UTF-8 text", hint="save the file as UTF-8") from None
 
 
-def _file_questions(file: str, *, stdin_is_corpus: bool) -> list[tuple[Any, str]]:
+def _file_questions(file: str, *, stdin_is_corpus: bool, answer_type: str) -> list[tuple[Any, str, str]]:
+    from rlm_cli.loop.typed import TYPES
+
     text, where = read_text_file(file, "--questions", "the questions", stdin_is_corpus=stdin_is_corpus)
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines or not lines[0][1].lstrip().startswith("{"):
-        return [(None, line) for _, line in lines]
-    items: list[tuple[Any, str]] = []
+        return [(None, line, answer_type) for _, line in lines]
+    items: list[tuple[Any, str, str]] = []
     for n, line in lines:
         try:
             row = json.loads(line)
@@ -163,7 +172,10 @@ def _file_questions(file: str, *, stdin_is_corpus: bool) -> list[tuple[Any, str]
         qid = row.get("id")
         if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (str, int, float))):
             raise UsageError(f"{where} line {n}: \"id\" must be a string or a number")
-        items.append((qid, row["question"]))
+        kind = row.get("type", answer_type)
+        if kind not in TYPES:
+            raise UsageError(f"{where} line {n}: \"type\" must be one of {', '.join(TYPES)} (not {kind!r})")
+        items.append((qid, row["question"], kind))
     return items
 
 
@@ -196,7 +208,8 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
         for q in questions:
             started = time.monotonic()
             try:
-                outcome = session.ask(q.text, emit=emit_for(q), qid=q.id)
+                outcome = session.ask(q.text, emit=emit_for(q), qid=q.id, answer_type=q.answer_type,
+                                      settings=q.settings)
                 result = Result(q, outcome=outcome, elapsed_s=time.monotonic() - started,
                                 require_support=session.settings.require_support)
             except RLMError as exc:
@@ -240,7 +253,8 @@ def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: 
                     return
                 started = time.monotonic()
                 try:
-                    done.put(Result(q, outcome=session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane),
+                    done.put(Result(q, outcome=session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane,
+                                                           answer_type=q.answer_type, settings=q.settings),
                                     elapsed_s=time.monotonic() - started,
                                     require_support=session.settings.require_support))
                 except RLMError as exc:

@@ -15,6 +15,7 @@ from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import NoModelError, RLMError, UsageError
 from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.prompts import direct_prompt
+from rlm_cli.loop.typed import AnswerSpec
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.window import input_budget, request_tokens
@@ -117,3 +118,11 @@ def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth:
             f"tokens to fit the root model's input window of {window:,} tokens: its middle ({cut:,} characters) "
             "was cut, its beginning and end were kept (put long material in a file passed as a PATH instead)")
     return head + marker.format(cut=cut) + tail, note
+
+
+def answer_spec(kind: str, corpus: Corpus | None) -> AnswerSpec:
+    """The :class:`~rlm_cli.loop.typed.AnswerSpec` of a question whose answer has type ``kind``
+    over ``corpus``: a ``locations`` answer is checked against its files and their line counts."""
+    if kind != "locations" or corpus is None:
+        return AnswerSpec(kind)
+    return AnswerSpec(kind, {f.path: f.lines for f in corpus.files})

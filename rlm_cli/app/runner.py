@@ -19,7 +19,7 @@ from rlm_cli.output.trace import Emit
 
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,
         client: ModelClient | None = None, record: bool = True, corpus: Corpus | None = None,
-        backend: Any = None, hold_final: bool = False) -> AskOutcome:
+        backend: Any = None, hold_final: bool = False, answer_type: str = "text") -> AskOutcome:
     """Load the corpus at ``paths`` and answer ``question`` (RLM loop or direct, per ``settings.mode``):
     a one-question ``session.Session``.
 
@@ -28,7 +28,8 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
     ``record`` writes the trajectory to ``settings.trace`` or a new file under ``traces_dir()``;
     ``corpus`` is an already loaded corpus for ``paths`` (``rlm eval`` passes derived ones), which
     the caller keeps and deletes. ``hold_final``: a final answer keeps Ctrl-C dropped after this
-    returns (``rlm_cli.interrupts``), for a caller that only delivers it and exits.
+    returns (``rlm_cli.interrupts``), for a caller that only delivers it and exits. ``answer_type``:
+    the type the answer must have (``rlm_cli.loop.typed``).
 
     Raises:
         UsageError / EmptyCorpusError: bad paths or nothing to read.
@@ -41,4 +42,4 @@ def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdi
                  corpus=corpus, record=record) as session:
         session.hold_final = hold_final
         session.open(question)
-        return session.ask(question, emit=emit)
+        return session.ask(question, emit=emit, answer_type=answer_type)

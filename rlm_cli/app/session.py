@@ -43,7 +43,7 @@ from rlm_cli import __version__, interrupts
 from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
 from rlm_cli.app.outcome import AskOutcome, PastQuestion, TurnCounter, attach_partial, run_sources, status_of
 from rlm_cli.app.phases import PhaseTagger
-from rlm_cli.app.planning import choose_mode, direct_tokens, fit_question, model_window, require_model
+from rlm_cli.app.planning import answer_spec, choose_mode, direct_tokens, fit_question, model_window, require_model
 from rlm_cli.app.records import record_failure, record_stopped_open, trace_path_for
 from rlm_cli.app.recursion import recursion_handler, sub_call_event
 from rlm_cli.config import Settings
@@ -55,6 +55,7 @@ from rlm_cli.loop.meta import corpus_meta
 from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
+from rlm_cli.loop.typed import AnswerSpec, settle
 from rlm_cli.models.backend import check_router_file
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
@@ -309,29 +310,34 @@ class Session:
         self.close()
 
     # -- once per question -----------------------------------------------------------------------------
-    def question_client(self, emit: Emit) -> ModelClient:
-        """The model client of one question (see the module docstring); the given client of a
-        one-question session as is."""
+    def question_client(self, emit: Emit, settings: Settings | None = None) -> ModelClient:
+        """The model client of one question (see the module docstring; ``settings``: the
+        question's own, when it has some); the given client of a one-question session as is."""
         if self._given_client is not None:
             return self._given_client
         base = self.client
         usage = QuestionUsage(self.usage)
-        qclient = QuestionClient(self.settings, usage, self.question_budget(usage), cache=base.cache,
+        qclient = QuestionClient(self.settings, usage, self.question_budget(usage, settings or self.settings),
+                                 cache=base.cache,
                                  backend=base.backend, limiter=base.limiter,
                                  notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
         qclient.fatal = self.fatal
         return qclient
 
-    def question_budget(self, usage: Usage) -> Budget:
+    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
         """The budget a question's model calls are checked against (``usage``: the question's
-        own): the session's, whose limits hold for every question together; ``rlm mcp`` gives
-        each question a budget of its own."""
+        own; ``settings``: the question's): the session's, whose limits hold for every question
+        together; ``rlm mcp`` gives each question a budget of its own, ``rlm audit`` a check with
+        ``max_cost`` one within the session's."""
         return self.budget
 
-    def ask(self, question: str, *, emit: Emit, qid: Any = None, lane: Lane | None = None) -> AskOutcome:
+    def ask(self, question: str, *, emit: Emit, qid: Any = None, lane: Lane | None = None, answer_type: str = "text",
+            settings: Settings | None = None) -> AskOutcome:
         """Answer ``question`` with its own trajectory (``settings.trace`` or a new file under
         ``traces_dir()``), on ``lane`` (default: the session's worker). ``emit`` receives the
-        question's events.
+        question's events. ``answer_type``: the type the answer must have (``rlm_cli.loop.typed``;
+        its value is ``outcome.result.typed``). ``settings``: this question's own (``rlm audit``: a
+        check's model), resolved like the session's; default the session's.
 
         Raises:
             PartialAnswerError / BudgetExceededError / MaxIterationsError: stopped without a final
@@ -343,7 +349,7 @@ class Session:
         with self._lock:
             self.asked += 1
             turn = self.asked
-        client = self.question_client(lambda ev: sink(ev))
+        client = self.question_client(lambda ev: sink(ev), settings)
         if isinstance(client, QuestionClient):
             with self._lock:
                 self._active.add(client)
@@ -360,9 +366,12 @@ class Session:
         turns = TurnCounter(sink)
         started = time.monotonic()
         extra = {"session": self.id, "turn": turn, "id": qid} if self.numbered else {}
+        own = settings or self.settings
+        if answer_type != "text":
+            extra["answer_type"] = answer_type
         sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
                    paths=[p if p == "-" else os.path.abspath(p) for p in self.paths],
-                   config=self.settings.redacted(), **extra))
+                   config=own.redacted(), **extra))
         note = session_note(self._history()) if self.conversation else ""
         mode, reason = self._question_mode(question, note)
         mode_event = event("mode", 0, mode=mode, reason=reason, **self._mode_fields)
@@ -375,7 +384,8 @@ class Session:
         if mode != self.mode:
             emit(mode_event)
         try:
-            outcome = self._answer(question, note, mode, turns, client, progress, lane)
+            outcome = self._answer(question, note, mode, turns, client, progress, lane, own,
+                                   answer_spec(answer_type, self.corpus))
             res = outcome.result
             outcome.sources, outcome.sources_omitted = run_sources(collector, res.answer, outcome.corpus, res.mode)
             sink(event("summary", 0, status=res.status, answer=res.answer, support=support_object(res), mode=res.mode,
@@ -423,8 +433,8 @@ class Session:
         return outcome
 
     def _answer(self, question: str, note: str, mode: str, emit: Emit, client: ModelClient, progress: Progress,
-                lane: Lane | None) -> AskOutcome:
-        s, corpus = self.settings, self.corpus
+                lane: Lane | None, s: Settings, spec: AnswerSpec) -> AskOutcome:
+        corpus = self.corpus
         assert corpus is not None and s.root_model_window is not None
         if mode == "direct":
             needed = direct_tokens(corpus, question + note)
@@ -433,10 +443,11 @@ class Session:
                                       f"window is {s.root_model_window:,}", hint="use --mode rlm (or auto)")
             try:
                 result = run_direct(s, client, f"{note}\n\nQuestion: {question}" if note else question,
-                                    corpus.context, emit=emit)
+                                    corpus.context, emit=emit, answer=spec)
             except PartialAnswerError as exc:
                 attach_partial(exc, client, corpus, "direct", self.level)
                 raise
+            result.typed = settle(result.answer, spec, emit)
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
         lane = lane or self._rlm_lane()
         if lane.questions:
@@ -459,7 +470,7 @@ class Session:
         handler.on_sub_call = lambda info: emit(sub_call_event(info))
         handler.on_request = progress.on_request
         handler.on_rlm_query = recursion_handler(s, client, handler, self.level, emit, corpus, self.hide)
-        orch = Orchestrator(s, client, handler, sandbox_level=self.level, emit=emit, hide_paths=self.hide)
+        orch = Orchestrator(s, client, handler, sandbox_level=self.level, emit=emit, hide_paths=self.hide, answer=spec)
         try:
             result = orch.run(question, lane.sandbox.spec, self.meta, sandbox=lane.sandbox, note=note)
         except PartialAnswerError as exc:
@@ -470,6 +481,7 @@ class Session:
                 self.fatal = self.fatal or client.fatal
         if client.fatal is not None:  # e.g. a sub-call's 401 in the block that called FINAL
             raise client.fatal
+        result.typed = settle(result.answer, spec, emit)
         return AskOutcome(result, corpus, client.usage.summary(), self.level)
 
     def _history(self) -> list[tuple[str, str, str]]:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from rlm_cli import __version__
-from rlm_cli.commands import ask, chat, config, corpus, evaluate, exits, hosts, mcp, streams, traces
+from rlm_cli.commands import ask, audit, chat, config, corpus, evaluate, exits, hosts, mcp, streams, traces
 from rlm_cli.commands.invocation import INVOCATION
 
 app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -37,6 +37,7 @@ def _root(
 
 
 app.command(context_settings={"allow_interspersed_args": True})(ask.ask)
+app.command()(audit.audit)
 app.command()(chat.chat)
 app.command()(mcp.mcp)
 app.command(name="eval")(evaluate.eval_cmd)

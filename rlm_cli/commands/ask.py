@@ -9,9 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
-from rlm_cli.commands.delivery import batch_writer, deliver, emit_partial
+from rlm_cli.commands.delivery import answer_format, batch_writer, deliver_answer, emit_partial
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
+    AnswerTypeOpt,
     ColorOpt,
     DebugOpt,
     JsonOpt,
@@ -19,6 +20,7 @@ from rlm_cli.commands.options import (
     Opt,
     RunFlags,
     VerboseOpt,
+    answer_type,
     run_options,
     use_color,
 )
@@ -42,11 +44,14 @@ def ask(
                                              "is then a PATH.")] = None,
     *,
     run: RunFlags,
+    answer_kind: AnswerTypeOpt = "text",
     json_out: JsonOpt = False,
     cite: Annotated[bool, Opt("--cite", help="After the answer, list the corpus lines it rests on "
                                              "(Sources: path:start-end).")] = False,
     output: Annotated[Path | None, Opt("--output", "-o", help="Write the answer (or the --json document) to "
                                        "FILE, atomically, instead of stdout.")] = None,
+    estimate: Annotated[bool, Opt("--estimate", help="Print what each question would cost (mode, first request's "
+                                  "tokens and price, an upper bound, earlier runs' median), calling no model.")] = False,
     quiet: LongQuietOpt = False,
     verbose: VerboseOpt = False,
     color: ColorOpt = "auto",
@@ -69,6 +74,7 @@ def ask(
             raise UsageError("--question-file gives one question; -q/--questions give a list: use one of them",
                              hint="a long question can be one line of a --questions JSON Lines file")
         paths, the_question = (args, "") if multi else _paths_and_question(args, question_file)
+        kind = answer_type(answer_kind)
         settings = run.settings()
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if multi:
@@ -76,18 +82,33 @@ def ask(
 
             if not paths:
                 raise UsageError("give at least one PATH", hint='e.g. rlm ask ./repo -q "Where is X?"')
-            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths)
+            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths, answer_type=kind)
+            if estimate:
+                _estimate(settings, paths, [(q.id, q.text, q.answer_type, None) for q in listed], host, ui, json_out)
+                return
             code = _ask_many(settings, paths, listed, jobs=jobs, host=host, ui=ui, json_out=json_out, cite=cite,
                              started=started, verbose=verbose)
             if code:
                 raise typer.Exit(code)
             return
+        if estimate:
+            _estimate(settings, paths, [(1, the_question, kind, None)], host, ui, json_out)
+            return
         _ask_one(settings, paths, the_question, host=host, ui=ui, json_out=json_out, cite=cite, started=started,
-                 verbose=verbose)
+                 verbose=verbose, kind=kind)
     finally:
         host.close()
 
 
+
+
+def _estimate(settings: Any, paths: list[str], questions: list[Any], host: Any, ui: Any, json_out: bool) -> None:
+    """``--estimate``: what the questions would cost, calling no model (``rlm_cli.app.estimate``)."""
+    from rlm_cli.app.estimate import estimate
+    from rlm_cli.commands.delivery import deliver_estimate
+
+    doc = estimate(settings, paths, questions, backend=host, emit=ui.on_event, stdin_bytes=_stdin_corpus(paths))
+    deliver_estimate(doc, answer_format(json_out), ui)
 
 
 def say_setup(ui: Any, settings: Any, host: Any) -> None:
@@ -113,7 +134,7 @@ def _stdin_corpus(paths: list[str]) -> bytes | None:
 
 
 def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: Any, json_out: bool, cite: bool,
-             started: float, verbose: bool) -> None:
+             started: float, verbose: bool, kind: str = "text") -> None:
     """One question, answered as ``rlm ask`` always has (one document or the answer)."""
     from rlm_cli.app import runner
     from rlm_cli.app.batch import unsupported
@@ -124,15 +145,15 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
         say_setup(ui, settings, host)
     try:
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host,
-                             hold_final=True)  # a Ctrl-C after the final answer: it is still printed
+                             hold_final=True, answer_type=kind)  # a Ctrl-C after the final answer: it is still printed
     except PartialAnswerError as exc:
-        emit_partial(exc, ui, json_out, settings, round(time.monotonic() - started, 3), cite=cite)
+        emit_partial(exc, ui, answer_format(json_out), settings, round(time.monotonic() - started, 3), cite=cite)
         raise
     finally:
         ui.close()
     doc = outcome_document(outcome, round(time.monotonic() - started, 3))
     ui.summary(doc)
-    deliver(doc, json_out, cite, ui)
+    deliver_answer(doc, answer_format(json_out), cite, ui)
     if settings.require_support and unsupported(outcome):
         raise typer.Exit(ExitCode.UNSUPPORTED)  # the answer and the verdict's line are out
 
@@ -146,7 +167,7 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
     stdin_bytes = _stdin_corpus(paths)
     if verbose:
         say_setup(ui, settings, host)
-    write, finish = batch_writer(json_out, cite, ui, len(listed))
+    write, finish = batch_writer(answer_format(json_out), cite, ui, len(listed))
     with Session(settings, paths, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host, numbered=True) as session:
         session.open()
         results = batch.run_all(session, listed, jobs=jobs, emit_for=lambda q: _question_events(q, ui, jobs),

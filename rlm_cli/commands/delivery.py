@@ -1,4 +1,6 @@
-"""Where answers and documents go: stdout, or ``--output`` FILE atomically (``ask``, ``replay``)."""
+"""Where answers and documents go: stdout, or ``--output`` FILE atomically (``ask``, ``replay``,
+``audit``), each as its :class:`~rlm_cli.output.formats.Format` through one delivery path
+(``formats.deliver``)."""
 
 from __future__ import annotations
 
@@ -7,14 +9,18 @@ from typing import Any
 
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.errors import PartialAnswerError
+from rlm_cli.output.formats import Format, Report, deliver, render_answer
 
 
-def batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any, Any]:
+def answer_format(json_out: bool) -> Format:
+    """The format ``--json`` asks for: JSON, else the plain answer."""
+    return Format.JSON if json_out else Format.TEXT
+
+
+def batch_writer(fmt: Format, cite: bool, ui: Any, total: int) -> tuple[Any, Any]:
     """``(write(doc, result), finish())``: each question's document (a JSON line) or answer under
     a header goes to stdout as it completes, or, with ``--output``, into FILE at the end."""
     from rlm_cli.app.batch import header
-    from rlm_cli.output import answer
-    from rlm_cli.output.documents import answer_text
 
     kept: list[str] = []
     count = [0]
@@ -27,51 +33,104 @@ def batch_writer(json_out: bool, cite: bool, ui: Any, total: int) -> tuple[Any, 
             ui.summary(doc)
             if result.error is not None:
                 ui.warning(f"question [{result.question.id}]: {result.error.message}; the answer is PARTIAL")
-        if json_out:
+        if fmt is Format.JSON:
             text = json.dumps(doc, ensure_ascii=False, default=str) + "\n"
         else:
             why = doc.get("error") or (result.error.message if result.error is not None else "")
-            body = answer_text(doc, cite) if doc.get("answer") else f"(no answer: {why})\n"
+            body = render_answer(doc, fmt, cite) if doc.get("answer") else f"(no answer: {why})\n"
             text = ("\n" if count[0] > 1 else "") + header(result.question) + "\n" + body
         if INVOCATION.output_path is None:
-            answer.write_text(text)
+            deliver(text, None)
         else:
             kept.append(text)
 
     def finish() -> None:
         if INVOCATION.output_path is not None:
-            from rlm_cli.output.outfile import write_atomic
-
-            write_atomic(INVOCATION.output_path, "".join(kept))
+            deliver("".join(kept), INVOCATION.output_path)
             ui.info(f"wrote {INVOCATION.output_path}")
     return write, finish
 
 
 
-def deliver(doc: dict[str, Any], json_out: bool, cite: bool, ui: Any) -> None:
+def deliver_answer(doc: dict[str, Any], fmt: Format, cite: bool, ui: Any) -> None:
     """The document (``--json``) or the answer (with its sources under ``--cite``) to stdout, or
     to ``--output`` atomically."""
-    from rlm_cli.output import answer
-    from rlm_cli.output.documents import answer_text
-
-    text = answer.json_text(doc) if json_out else answer_text(doc, cite)
-    if INVOCATION.output_path is None:
-        answer.write_text(text)
-        return
-    from rlm_cli.output.outfile import write_atomic
-
-    write_atomic(INVOCATION.output_path, text)
-    ui.info(f"wrote {INVOCATION.output_path}")
+    deliver_report(render_answer(doc, fmt, cite), Report(fmt, INVOCATION.output_path), ui)
 
 
-def emit_partial(exc: PartialAnswerError, ui: Any, json_out: bool, settings: Any, elapsed: float, *,
-                  cite: bool = False) -> None:
+def deliver_report(text: str, report: Report, ui: Any) -> None:
+    """``text`` (``report`` rendered) to its file atomically, said on stderr, or to stdout."""
+    deliver(text, report.path)
+    if report.path is not None:
+        ui.info(f"wrote {report.path}")
+
+
+def emit_partial(exc: PartialAnswerError, ui: Any, fmt: Format, settings: Any, elapsed: float, *,
+                 cite: bool = False) -> None:
+    """A run stopped early: its summary on stderr, and its document (``--json``) or its partial
+    answer (when it has one) delivered like a final one."""
     from rlm_cli.output.documents import partial_document
 
     doc = partial_document(exc, settings.sandbox, elapsed)
     ui.summary(doc)
-    if json_out:
-        deliver(doc, True, False, ui)
-    elif exc.partial:
-        deliver(doc, False, cite, ui)
+    if fmt is Format.JSON or exc.partial:
+        deliver_answer(doc, fmt, cite and fmt is Format.TEXT, ui)
 
+
+
+def audit_reports(*, junit: Any, sarif: Any, github: bool, json_out: bool, output: Any) -> list[Report]:
+    """The reports ``rlm audit`` was asked for, their files checked before the run: ``--junit``,
+    ``--sarif``, ``--json`` (to ``--output`` FILE or stdout) and ``--github``'s workflow
+    commands (stdout).
+
+    Raises:
+        UsageError: a file that cannot be written, ``--output`` without ``--json``, or two
+            reports for stdout (``--github`` with ``--json`` and no ``--output``).
+    """
+    from rlm_cli.errors import UsageError
+    from rlm_cli.output.outfile import check_writable
+
+    if output is not None and not json_out:
+        raise UsageError("--output is where the --json document goes: add --json", hint="reports take --junit FILE "
+                                                                                       "and --sarif FILE")
+    if github and json_out and output is None:
+        raise UsageError("--github writes workflow commands to stdout, and so does --json",
+                         hint="send the JSON document to a file: --json --output audit.json")
+    reports = [Report(f, check_writable(p, flag)) for f, p, flag in ((Format.JUNIT, junit, "--junit"),
+                                                                   (Format.SARIF, sarif, "--sarif")) if p is not None]
+    if json_out:
+        INVOCATION.output_path = None if output is None else check_writable(output)
+        reports.append(Report(Format.JSON, INVOCATION.output_path))
+    if github:
+        reports.append(Report(Format.GITHUB))
+    return reports
+
+
+def deliver_audit(doc: dict[str, Any], reports: list[Report], ui: Any) -> None:
+    """Write each report of an audit document (``audit-result.v1``), and with ``--github`` the
+    job summary when ``GITHUB_STEP_SUMMARY`` names a file."""
+    import os
+    from pathlib import Path
+
+    from rlm_cli import __version__
+    from rlm_cli.output import audit_reports
+    from rlm_cli.output.answer import json_text
+    from rlm_cli.output.formats import append
+
+    render = {Format.JUNIT: audit_reports.junit_text, Format.JSON: json_text,
+              Format.SARIF: lambda d: audit_reports.sarif_text(d, __version__),
+              Format.GITHUB: audit_reports.github_commands}
+    for report in reports:
+        deliver_report(render[report.format](doc), report, ui)
+        if report.format is Format.GITHUB and os.environ.get("GITHUB_STEP_SUMMARY"):
+            append(audit_reports.summary_markdown(doc), Path(os.environ["GITHUB_STEP_SUMMARY"]))
+
+
+def deliver_estimate(doc: dict[str, Any], fmt: Format, ui: Any) -> None:
+    """An ``estimate.v1`` document (``--estimate``): its text, or the document (``--json``), to
+    stdout or ``--output``."""
+    from rlm_cli.output.answer import json_text
+    from rlm_cli.output.estimates import estimate_text
+
+    deliver_report(json_text(doc) if fmt is Format.JSON else estimate_text(doc), Report(fmt, INVOCATION.output_path),
+                   ui)

@@ -21,6 +21,8 @@ from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError, UsageError
 
 #: The ``schema`` of the ``rlm ask --json`` document: ``rlm_cli/schemas/ask-result.v1.json``.
 ASK_SCHEMA = "ask-result.v1"  # the same as documents.ASK_SCHEMA (that module is imported lazily)
+#: The ``schema`` of the ``rlm audit --json`` document (``audit.run.AUDIT_SCHEMA``).
+AUDIT_SCHEMA = "audit-result.v1"
 
 
 def install() -> None:
@@ -145,6 +147,8 @@ def _json_error(message: str, code: int, *, status: str = "error") -> None:
     doc: dict[str, Any] = {"status": status, "error": message, "exit_code": int(code), "answer": None}
     if command_word() in ("ask", "replay", "chat"):
         doc = {"schema": ASK_SCHEMA, **doc}
+    elif command_word() == "audit":
+        doc = {"schema": AUDIT_SCHEMA, **doc}
     text = json.dumps(doc, ensure_ascii=False, default=str) + "\n" if INVOCATION.json_lines else json_text(doc)
     if INVOCATION.output_path is not None:
         from rlm_cli.output.outfile import write_atomic

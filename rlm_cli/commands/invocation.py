@@ -15,7 +15,7 @@ from typing import Any
 from rlm_cli.errors import UsageError
 
 #: The commands whose model host is started before the command line is parsed.
-EARLY_HOST_COMMANDS = ("ask", "chat", "mcp")
+EARLY_HOST_COMMANDS = ("ask", "audit", "chat", "mcp")
 
 
 @dataclass

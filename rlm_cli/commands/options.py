@@ -46,6 +46,9 @@ DecodeMemoryOpt = Annotated[str | None, Opt("--decode-memory", metavar="SIZE", h
                                             "decode_memory).")]
 ChunkOpt = Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens (default 2000).")]
 JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")]
+AnswerTypeOpt = Annotated[str, Opt("--answer-type", metavar="TYPE", help="text|bool|int|number|list|locations|json: "
+                                   "the type the answer must have; the model is told, a wrong-typed answer is sent "
+                                   "back once, and --json gains \"value\" (default text).")]
 
 
 def _set_debug(value: bool) -> bool:
@@ -234,6 +237,20 @@ def corpus_options(func: F) -> F:
     """Put the corpus flags (:data:`CORPUS_FLAGS`) where the command has its ``flags: CorpusFlags``
     parameter."""
     return _grouped(CORPUS_FLAGS, "flags", CorpusFlags, (), {})(func)
+
+
+def answer_type(value: str) -> str:
+    """``--answer-type``'s value, checked.
+
+    Raises:
+        UsageError: not one of ``rlm_cli.loop.typed.TYPES``.
+    """
+    from rlm_cli.loop.typed import check_type
+
+    try:
+        return check_type(value)
+    except ValueError as exc:
+        raise UsageError(f"--answer-type: {exc}") from None
 
 
 def use_color(color: str) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from rlm_cli.commands.delivery import emit_partial
+from rlm_cli.commands.delivery import answer_format, emit_partial
 from rlm_cli.commands.options import ColorOpt, DebugOpt, JsonOpt, Opt, QuietOpt, use_color
 from rlm_cli.errors import PartialAnswerError, UsageError
 
@@ -88,7 +88,7 @@ def replay(
     try:
         outcome = replay_mod.replay(p, emit=ui.on_event, stdin_bytes=stdin_bytes)
     except PartialAnswerError as exc:
-        emit_partial(exc, ui, json_out, p.settings, round(time.monotonic() - started, 3))
+        emit_partial(exc, ui, answer_format(json_out), p.settings, round(time.monotonic() - started, 3))
         raise
     finally:
         ui.close()

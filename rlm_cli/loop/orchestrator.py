@@ -46,7 +46,8 @@ from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
 from rlm_cli.loop.result import RunResult, policy_of
 from rlm_cli.loop.state import STUCK_ASKS, STUCK_ERRORS, STUCK_REPEATS, LoopState, norm, run_key
-from rlm_cli.loop.support import PARTIAL_SUPPORT, UNSUPPORTED, Support, support_of
+from rlm_cli.loop.support import PARTIAL_SUPPORT, UNSUPPORTED, Support, show_with_code, support_of
+from rlm_cli.loop.typed import AnswerSpec, asked, typed_checks
 from rlm_cli.loop.workers import new_worker, start_worker
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
@@ -72,11 +73,13 @@ class Orchestrator:
 
     ``settings.root_model_window`` / ``sub_model_window`` should hold the resolved windows, and
     ``settings.policy`` the resolved policy (the session fills them); :data:`DEFAULT_WINDOW` and
-    ``auto``'s choice are used otherwise.
+    ``auto``'s choice are used otherwise. ``answer``: the type the answer must have
+    (``rlm_cli.loop.typed``; the model is told it, and the ``answer_type`` check holds it).
     """
 
     def __init__(self, settings: Settings, client: ModelClient, handler: LMHandler, *, sandbox_level: str,
-                 emit: Emit, depth: int = 0, hide_paths: tuple[str, ...] = ()) -> None:
+                 emit: Emit, depth: int = 0, hide_paths: tuple[str, ...] = (),
+                 answer: AnswerSpec | None = None) -> None:
         self.settings = settings
         self.client = client
         self.handler = handler
@@ -84,6 +87,7 @@ class Orchestrator:
         self.emit = emit
         self.depth = depth
         self.hide_paths = hide_paths
+        self.answer = answer
         self.policy = policy_of(settings)
         self._last_output = ""
         self._question = ""
@@ -112,8 +116,8 @@ class Orchestrator:
         assert root_model is not None
         budget = input_budget(s.root_model_window or DEFAULT_WINDOW)
         out_limit = output_limit(budget, s.max_output_chars)
-        self._question = question
-        self._judge = Judge(self.policy.make_checks(), self.emit, self.depth)
+        self._question = asked(question, self.answer)  # the question as the model reads it, with its type
+        self._judge = Judge(self.policy.make_checks() + typed_checks(self.answer), self.emit, self.depth)
         self._support = PARTIAL_SUPPORT
         #: ``(answer, support)`` held while the model is asked to show it with code (``support_retry``).
         self._held: tuple[str, Support] | None = None
@@ -126,7 +130,7 @@ class Orchestrator:
         try:
             if own:
                 start_worker(sandbox, self.emit, self.depth)
-            system, *examples, first = first_messages(s, question, meta, self.depth, note)
+            system, *examples, first = first_messages(s, self._question, meta, self.depth, note)
             # the trajectory holds what the root model was told, as sent (the history records the rest)
             self.emit(event("prompt", self.depth, system=system["content"], first=first["content"],
                             examples=[dict(m) for m in examples]))
@@ -311,7 +315,7 @@ class Orchestrator:
                 and not self._held and c.iteration < self.settings.max_iterations):
             # One last request to show it with code; the run ends on this answer if none comes.
             self._held, self._held_at = (judged.answer, support), c.iteration
-            note = prompts.show_with_code(support.unsupported)
+            note = show_with_code(support.unsupported)
             self.emit(event("check", self.depth, check="support", verdict="send_back", iteration=c.iteration,
                             source=c.source, written_out=c.written_out, answer=judged.answer[:4_000], fired=1,
                             note=note, objections=list(support.objections)))

@@ -10,6 +10,7 @@ from typing import Any
 from rlm_cli.config import Settings
 from rlm_cli.loop.policy import PRESETS, Policy, resolve_policy
 from rlm_cli.loop.support import Support
+from rlm_cli.loop.typed import TypedValue
 
 
 @dataclass
@@ -28,6 +29,8 @@ class RunResult:
     policy: str = ""
     #: What the answer rests on (``loop.support``); ``None`` where no loop judged it.
     support: Support | None = None
+    #: The typed value of the answer (``--answer-type`` other than ``text``; ``None`` for text).
+    typed: TypedValue | None = None
 
 
 def policy_of(settings: Settings) -> Policy:

@@ -138,3 +138,13 @@ def _never_shown(tokens: list[str]) -> str:
 def _overruled(checks: tuple[str, ...]) -> str:
     names = ", ".join(f"`{c}`" for c in checks)
     return f"rlm's {names} check{'s' if len(checks) > 1 else ''} objected and the model gave the answer again"
+
+
+def show_with_code(tokens: list[str] | tuple[str, ...]) -> str:
+    """The one last request for an answer the checks objected to and the model gave again, when
+    nothing the model read supports it (``guided``; ``loop.support``): show it with code."""
+    named = ", ".join(f"`{t}`" for t in tokens[:6])
+    what = f"{named} in your answer" if named else "your answer"
+    return (f"Nothing the REPL printed so far shows {what}, so rlm will mark it as a guess. Write one code block "
+            "that computes or prints it from the corpus and call FINAL with what the code gives. If code cannot "
+            "show it, call FINAL with the same answer again.")

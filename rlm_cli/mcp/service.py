@@ -85,7 +85,7 @@ class _ServedSession(Session):
     """A session whose questions each get budgets of their own, checked against the settings of
     the ask being served (``Service.ask`` sets them for the call)."""
 
-    def question_budget(self, usage: Usage) -> Budget:
+    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
         """A fresh budget over ``usage`` (the question's), started now."""
         return Budget(self.settings, usage)
 
@@ -260,7 +260,7 @@ class Service:
         started = time.monotonic()
         session.settings = dataclasses.replace(base, **limits)
         try:
-            outcome = session.ask(question, emit=emit, qid=call.id)
+            outcome = session.ask(question, emit=emit, qid=call.id, answer_type=str(call.args.get("answer_type") or "text"))
         except PartialAnswerError as exc:
             doc = partial_document(exc, session.level, round(time.monotonic() - started, 3))
             self.ui.close()
@@ -275,7 +275,9 @@ class Service:
 
         doc = outcome_document(outcome, round(time.monotonic() - started, 3))
         self.ui.summary(doc)
-        return {**self._ask_fields(doc), "partial": False, "trace_id": outcome.run_id, "trace": doc.get("trace")}
+        typed: dict[str, Any] = {k: doc[k] for k in ("answer_type", "value", "value_problem", "dropped") if k in doc}
+        return {**self._ask_fields(doc), "partial": False, "trace_id": outcome.run_id, "trace": doc.get("trace"),
+                **typed}
 
     @staticmethod
     def _ask_fields(doc: dict[str, Any]) -> dict[str, Any]:

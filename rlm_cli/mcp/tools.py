@@ -42,6 +42,11 @@ TOOLS: list[dict[str, Any]] = [
                 "max_iterations": {"type": "integer", "minimum": 1, "description": (
                     "Root-model turns before this ask stops with its best partial answer; at most the "
                     "server's --max-iterations (default 20).")},
+                "answer_type": {"enum": ["text", "bool", "int", "number", "list", "locations", "json"],
+                                "description": (
+                    "The type the answer must have (default text): the result's value is then a JSON value of "
+                    "it (locations: \"path:line\" or \"path:start-end\" strings that exist in the corpus), "
+                    "or null when the model gave none.")},
             },
             "required": ["question"],
             "additionalProperties": False,
@@ -74,6 +79,11 @@ TOOLS: list[dict[str, Any]] = [
                 "mode": {"type": "string", "enum": ["rlm", "direct"]},
                 "trace_id": {"type": "string", "description": "rlm trace show ID"},
                 "trace": {"type": ["string", "null"], "description": "the trajectory file (JSONL)"},
+                "answer_type": {"type": "string", "description": "a typed ask: its answer_type"},
+                "value": {"description": "a typed ask: the answer as a JSON value of its type (null: not well typed)"},
+                "value_problem": {"type": "string", "description": "why a typed answer has no value"},
+                "dropped": {"type": "array", "items": {"type": "string"},
+                            "description": "locations left out of value: not in the corpus"},
             },
             "required": ["answer", "status", "partial", "support", "sources", "cited", "usage", "trace_id"],
         },

@@ -54,7 +54,22 @@ def outcome_document(outcome: Any, elapsed: float) -> dict[str, Any]:
     doc = ask_document(r.answer, r.status, r.iterations, r.sub_calls, outcome.usage, elapsed, outcome.corpus, r.mode,
                        outcome.sandbox, outcome.sources, outcome.sources_omitted, r.policy, support_object(r))
     doc["trace"] = str(outcome.trace_path) if outcome.trace_path else None
+    typed = getattr(r, "typed", None)
+    if typed is not None:  # a typed question (--answer-type); a text one's document is as it always was
+        doc.update(typed_fields(typed.kind, typed.value, typed.problem, list(typed.dropped)))
     return doc
+
+
+def typed_fields(kind: str, value: Any, problem: str, dropped: list[str]) -> dict[str, Any]:
+    """The fields a typed answer adds beside ``answer``: ``answer_type``, ``value`` (the typed
+    JSON value; ``null`` when the answer is not well typed), and where they apply
+    ``value_problem`` (why it is not) and ``dropped`` (locations not in the corpus)."""
+    out: dict[str, Any] = {"answer_type": kind, "value": value}
+    if problem:
+        out["value_problem"] = problem
+    if dropped:
+        out["dropped"] = dropped
+    return out
 
 
 def partial_document(exc: PartialAnswerError, sandbox: str, elapsed: float) -> dict[str, Any]:
@@ -86,13 +101,27 @@ def error_document(message: str, code: int, *, status: str = "error") -> dict[st
 
 def answer_text(doc: dict[str, Any], cite: bool = False) -> str:
     """The plain answer of a document, newline-terminated; with ``cite`` a ``Sources:`` list of
-    the ranges it rests on follows (``sources.cite_lines``)."""
+    the ranges it rests on follows (``sources.cite_lines``). A typed answer with a value is its
+    value (:func:`value_text`)."""
     from rlm_cli.output.sources import cite_lines
 
     answer = doc.get("answer") or ""
-    text = answer if answer.endswith("\n") else answer + "\n"
+    if doc.get("answer_type") and doc.get("value") is not None:
+        text = value_text(doc["value"])  # an empty list is no line at all
+    else:
+        text = answer if answer.endswith("\n") else answer + "\n"
     if cite:
         rows = cite_lines(doc.get("sources") or [])
         text += "\nSources:\n" + ("".join(f"- {r}\n" for r in rows) if rows else "- none: the run read no "
                                                                                "corpus lines\n")
     return text
+
+
+def value_text(value: Any) -> str:
+    """A typed value as plain text, newline-terminated: ``true``/``false``, a number, a list one
+    item a line (an empty list: nothing), other JSON as JSON."""
+    import json
+
+    if isinstance(value, list):
+        return "".join((v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) + "\n" for v in value)
+    return json.dumps(value, ensure_ascii=False) + "\n"

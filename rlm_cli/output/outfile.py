@@ -16,9 +16,9 @@ from pathlib import Path
 from rlm_cli.errors import UsageError
 
 
-def check_writable(path: Path) -> Path:
-    """Check before the run that ``path`` can be written: its folder exists and is writable and
-    ``path`` is not a folder. Returns ``path`` made absolute.
+def check_writable(path: Path, flag: str = "--output") -> Path:
+    """Check before the run that ``path`` (given to option ``flag``) can be written: its folder
+    exists and is writable and ``path`` is not a folder. Returns ``path`` made absolute.
 
     Raises:
         UsageError: it cannot be written (the message says why).
@@ -26,11 +26,11 @@ def check_writable(path: Path) -> Path:
     path = Path(os.path.abspath(path))
     folder = path.parent
     if path.is_dir():
-        raise UsageError(f"--output {path} is a folder", hint="give a file name")
+        raise UsageError(f"{flag} {path} is a folder", hint="give a file name")
     if not folder.is_dir():
-        raise UsageError(f"--output: the folder {folder} does not exist", hint="create it first")
+        raise UsageError(f"{flag}: the folder {folder} does not exist", hint="create it first")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"--output: cannot write in {folder} (permission denied)", hint="choose another --output")
+        raise UsageError(f"{flag}: cannot write in {folder} (permission denied)", hint=f"choose another {flag}")
     return path
 
 

@@ -360,6 +360,22 @@ class Renderer:
         :class:`~rlm_cli.output.live.EvalProgress`)."""
         return EvalProgress(self, total)
 
+    def stderr_table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+        """A table on stderr (``rlm audit``'s checks), hidden with --quiet; cells are plain text."""
+        if self.quiet:
+            return
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left")
+        for c in columns:
+            table.add_column(c, overflow="fold")
+        for r in rows:
+            table.add_row(*[escape(str(x)) for x in r])
+        with self._lock:
+            self._end_stream_text()
+            self.close()
+            self.err.print(table)
+
     def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
         """A table on stdout (for stats-like commands on a terminal; see
         :func:`~rlm_cli.output.tables.print_table`)."""

@@ -90,7 +90,7 @@ def test_tools_helpers_bad_arguments_and_corpus_edits(tmp_path: Path, llm: FakeL
                 assert tool.description and tool.output_schema and tool.annotations.read_only_hint
                 assert all(p.get("description") for p in tool.input_schema["properties"].values()), tool.name
             assert tools["ask"].input_schema["required"] == ["question"]
-            assert set(tools["ask"].input_schema["properties"]) == {"question", "max_cost", "max_iterations"}
+            assert set(tools["ask"].input_schema["properties"]) == {"question", "max_cost", "max_iterations", "answer_type"}
             assert "one at a time" in tools["ask"].description
 
             info = doc(await s.call_tool("corpus_info", {}))

@@ -1,0 +1,289 @@
+"""Run a checklist: every check a typed question over one loaded corpus in one warm session, and
+the ``audit-result.v1`` document (``rlm_cli/schemas/audit-result.v1.json``) of the run.
+
+The corpus is loaded once and the model host and the REPL worker start once (``app.session``);
+the checks run as a list of questions (``app.batch``: one after another, or ``jobs`` at once,
+each in its own worker). A check with ``model`` runs with that root model (its window resolved
+like the session's); one with ``max_cost`` gets a budget of its own inside the run's
+(:class:`CheckBudget`). ``include``/``exclude`` say which files a check is about: the model is
+told, and a ``locations`` answer outside them is dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlm_cli.app.batch import Question, Result, result_document, run_all
+from rlm_cli.app.planning import model_window
+from rlm_cli.app.session import Session
+from rlm_cli.audit.checklist import Check, Checklist
+from rlm_cli.audit.verdicts import Verdict, decide, exit_code
+from rlm_cli.config import Settings
+from rlm_cli.models.budget import Budget, Reservation
+from rlm_cli.models.usage import Usage
+from rlm_cli.output.trace import Emit
+
+#: The ``schema`` of the ``rlm audit --json`` document.
+AUDIT_SCHEMA = "audit-result.v1"
+
+
+class CheckBudget(Budget):
+    """A check's budget (its ``max_cost``, over its own usage) inside the run's (``parent``:
+    ``--max-cost``, ``--max-tokens``, ``--max-sub-calls``, ``--timeout`` for the whole audit):
+    a request must fit both."""
+
+    def __init__(self, parent: Budget, settings: Settings, usage: Usage) -> None:
+        own = dataclasses.replace(settings, max_tokens=None, max_sub_calls=None, timeout=None)
+        super().__init__(own, usage, started=parent.started)
+        self.parent = parent
+        self.deadline = parent.deadline
+        self._held: dict[int, Reservation] = {}
+
+    @property
+    def exceeded(self) -> Any:
+        """The first refusal of this check's budget, else of the run's (``None``: none)."""
+        return super().exceeded or self.parent.exceeded
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before the run's ``--timeout``."""
+        return self.parent.remaining_s()
+
+    def check(self, *, sub_call: bool = False, counted: bool = False) -> None:
+        """The run's check, then this check's cost.
+
+        Raises:
+            BudgetExceededError: either budget is spent.
+        """
+        self.parent.check(sub_call=sub_call, counted=counted)
+        super().check()
+
+    @property
+    def reserves(self) -> bool:
+        """Whether either budget counts tokens or cost."""
+        return self.parent.reserves or super().reserves
+
+    def reserve(self, input_tokens: int, max_output: int, prices: tuple[float, float] | None) -> Reservation:
+        """Reserve in the run's budget, then in this check's (what is left of the reply cap).
+
+        Raises:
+            BudgetExceededError: it fits either budget no more.
+        """
+        outer = self.parent.reserve(input_tokens, max_output, prices) if self.parent.reserves else None
+        try:
+            inner = super().reserve(input_tokens, outer.max_output if outer else max_output, prices)
+        except BaseException:
+            if outer is not None:
+                self.parent.settle(outer)
+            raise
+        if outer is not None:
+            self._held[id(inner)] = outer
+        return inner
+
+    def settle(self, reservation: Reservation) -> None:
+        """Release ``reservation`` in both budgets."""
+        outer = self._held.pop(id(reservation), None)
+        super().settle(reservation)
+        if outer is not None:
+            self.parent.settle(outer)
+
+
+class AuditSession(Session):
+    """A session whose questions are checks: one with a ``max_cost`` of its own (its settings'
+    ``max_cost``) gets a :class:`CheckBudget` within the session's. ``given_root_window``:
+    ``--root-model-window`` as given (``None``: from each model's info), for checks with a model."""
+
+    given_root_window: int | None = None
+
+    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
+        """The session's budget, or a :class:`CheckBudget` for a check with ``max_cost``."""
+        if settings is self.settings or settings.max_cost is None:
+            return self.budget
+        return CheckBudget(self.budget, settings, usage)
+
+
+@dataclass
+class CheckRun:
+    """One check's run: its ``ask-result.v1`` document (``doc``, or an error document) and verdict."""
+
+    check: Check
+    doc: dict[str, Any]
+    verdict: Verdict
+
+
+@dataclass
+class AuditRun:
+    """What :func:`run_checklist` hands back: the check runs in checklist order, the session's
+    usage summary, its corpus (``ask-result``'s ``corpus`` section), how many times the corpus
+    was loaded, the sandbox level, and the seconds it took."""
+
+    runs: list[CheckRun]
+    usage: dict[str, Any]
+    corpus: dict[str, Any] | None
+    loads: int
+    sandbox: str
+    elapsed_s: float
+    prefix: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def check_question(check: Check) -> str:
+    """The question a check asks: its ``question``, and the files it is about when it names them."""
+    if not check.include and not check.exclude:
+        return check.question
+    scope = []
+    if check.include:
+        scope.append("only files matching " + ", ".join(check.include))
+    if check.exclude:
+        scope.append("no files matching " + ", ".join(check.exclude))
+    return (f"{check.question}\n\nThis question is about {' and '.join(scope)} (gitignore-style globs); "
+            "ignore other files (grep and search take path_glob=).")
+
+
+def scope_matcher(check: Check) -> Callable[[str], bool]:
+    """Whether a corpus path is one ``check`` is about (its ``include`` and ``exclude`` globs,
+    gitignore syntax as ``--include``/``--exclude``)."""
+    if not check.include and not check.exclude:
+        return lambda path: True
+    from rlm_cli.corpus.ignore import compile_rules
+
+    inc = compile_rules(list(check.include), "include", walked=False)
+    exc = compile_rules(list(check.exclude), "exclude")
+    return lambda path: (inc is None or inc.match_file(path)) and (exc is None or not exc.match_file(path))
+
+
+def path_prefix(paths: list[str]) -> str:
+    """What turns a corpus path into a path from the current folder (what CI reports need): the
+    folder PATH when it is the only one and under the current folder (``src/``), else ``""``
+    (corpus paths are then already from the current folder, or absolute)."""
+    if len(paths) != 1 or not os.path.isdir(paths[0]):
+        return ""
+    here, root = os.getcwd(), os.path.abspath(paths[0])
+    if root != here and not root.startswith(here.rstrip(os.sep) + os.sep):
+        return root.rstrip("/") + "/"
+    rel = os.path.relpath(root, here).replace(os.sep, "/")
+    return "" if rel == "." else rel + "/"
+
+
+def without_checklist(settings: Settings, paths: list[str], checklist: Path) -> Settings:
+    """``settings`` whose corpus leaves out the checklist file when it lies in a folder PATH (its
+    questions would otherwise be evidence for their own answers)."""
+    target = os.path.abspath(checklist)
+    for p in paths:
+        root = os.path.abspath(p)
+        if p != "-" and os.path.isdir(p) and target.startswith(root.rstrip(os.sep) + os.sep):
+            rel = "/" + os.path.relpath(target, root).replace(os.sep, "/")
+            corpus = dataclasses.replace(settings.corpus, exclude=[*settings.corpus.exclude, rel])
+            return dataclasses.replace(settings, corpus=corpus)
+    return settings
+
+
+def check_settings(session: AuditSession, check: Check) -> Settings | None:
+    """The settings of ``check`` in ``session`` (opened): its root model, with that model's
+    input window (``--root-model-window`` when given), and its ``max_cost``; ``None``: the
+    session's."""
+    if check.model is None and check.max_cost is None:
+        return None
+    s = session.settings
+    if check.model is None or check.model == s.model:
+        return dataclasses.replace(s, max_cost=check.max_cost)
+    window, _ = model_window(session.client, check.model, session.given_root_window)
+    return dataclasses.replace(s, model=check.model, root_model_window=window, max_cost=check.max_cost)
+
+
+def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any,
+                  emit: Emit, emit_for: Callable[[Question], Emit],
+                  on_check: Callable[[CheckRun], None]) -> AuditRun:
+    """Ask every check of ``checklist`` over the corpus at ``paths`` and decide each
+    (``audit.verdicts``); ``on_check`` gets each :class:`CheckRun` as it completes, ``emit`` the
+    session's events, ``emit_for(question)`` those of one check.
+
+    Raises:
+        UsageError, NoModelError, SandboxError, HostUnavailable: the session could not open (no
+            check ran); KeyboardInterrupt / SystemExit: Ctrl-C or SIGTERM.
+    """
+    started = time.monotonic()
+    settings = without_checklist(settings, paths, checklist.path)
+    loads = [0]
+
+    def session_events(ev: dict[str, Any]) -> None:
+        if ev.get("type") == "corpus":
+            loads[0] += 1
+        emit(ev)
+
+    by_id = {c.id: c for c in checklist.checks}
+    runs: dict[str, CheckRun] = {}
+    session = AuditSession(settings, paths, emit=session_events, backend=backend, numbered=True)
+    session.given_root_window = settings.root_model_window
+    with session:
+        session.open()
+        questions = [Question(c.id, check_question(c), c.type, check_settings(session, c)) for c in checklist.checks]
+
+        def done(result: Result) -> None:
+            check = by_id[result.question.id]
+            doc = result_document(result, session.level)
+            run = CheckRun(check, doc, decide(check, doc, scope_matcher(check)))
+            runs[check.id] = run
+            on_check(run)
+
+        run_all(session, questions, jobs=jobs, emit_for=emit_for, on_result=done)
+        corpus = session.corpus
+        corpus_doc = None if corpus is None else {"files": len(corpus.files), "chars": corpus.chars,
+                                                  "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}
+        return AuditRun([runs[c.id] for c in checklist.checks if c.id in runs], session.usage.summary(), corpus_doc,
+                        loads[0], session.level, round(time.monotonic() - started, 3), path_prefix(paths))
+
+
+def audit_document(checklist: Checklist, run: AuditRun, *, fail_on: str) -> dict[str, Any]:
+    """The ``audit-result.v1`` document of ``run``: ``checks`` (each check with its status,
+    reason, answer, value, locations and run), ``totals``, ``usage``, ``corpus`` (with
+    ``loads``), ``status`` (``pass`` or ``fail``) and ``exit_code``."""
+    code = exit_code([(r.check, r.verdict) for r in run.runs], fail_on)
+    checks = [check_row(r, run.prefix) for r in run.runs]
+    usage = run.usage
+    calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
+    cached = int(usage.get("cached_calls") or 0)
+    totals: dict[str, Any] = {"checks": len(checks), **{s: sum(1 for c in checks if c["status"] == s)
+                                                         for s in ("pass", "fail", "error", "unsupported")},
+                              "calls": calls, "cached_calls": cached, "cost_usd": usage.get("cost_usd"),
+                              "from_cache": bool(calls) and cached == calls}
+    if totals["from_cache"]:
+        totals["note"] = "every model call was served by the response cache: this run cost nothing"
+    return {"schema": AUDIT_SCHEMA, "status": "pass" if code == 0 else "fail", "exit_code": code,
+            "fail_on": fail_on, "checklist": _from_here(str(checklist.path)), "root": run.prefix,
+            "checks": checks, "totals": totals, "usage": usage,
+            "corpus": None if run.corpus is None else {**run.corpus, "loads": run.loads},
+            "sandbox": run.sandbox, "elapsed_s": run.elapsed_s}
+
+
+def _from_here(path: str) -> str:
+    """``path`` from the current folder when it is under it, else as given."""
+    absolute = os.path.abspath(path)
+    here = os.getcwd().rstrip(os.sep) + os.sep
+    return os.path.relpath(absolute).replace(os.sep, "/") if absolute.startswith(here) else path
+
+
+def check_row(run: CheckRun, prefix: str) -> dict[str, Any]:
+    """One check of the audit document."""
+    c, doc, v = run.check, run.doc, run.verdict
+    row: dict[str, Any] = {
+        "id": c.id, "question": c.question, "type": c.type, "severity": c.severity, "expectation": c.expectation(),
+        "status": v.status, "reason": v.reason, "answer": doc.get("answer"),
+        "value": doc.get("value") if c.type != "text" else doc.get("answer"),
+        "locations": [{"path": p, "file": prefix + p if not p.startswith("/") else p, "start_line": a,
+                       "end_line": b} for p, a, b in v.locations],
+        "sources": doc.get("sources") or [], "line": c.line, "model": c.model, "max_cost": c.max_cost,
+        "include": list(c.include), "exclude": list(c.exclude),
+        "run": {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
+                if k in doc},
+    }
+    if v.run_code:
+        row["exit_code"] = v.run_code
+    if isinstance(doc.get("support"), dict):
+        row["support"] = doc["support"]
+    return row
