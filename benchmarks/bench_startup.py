@@ -190,8 +190,8 @@ def main() -> None:
             run("import litellm", [args.python, "-c", "import litellm"], base, None)
             if args.compare:
                 run("compare warm", [args.compare, "-m", "rlm_cli", "ask", *corpus, QUESTION, *flags], warm_env)
-            run("1 question", [*rlm, "ask", *corpus, "-q", QUESTION, *flags, "--json"], warm_env)
-            many = ["-q", QUESTION] * args.questions
+            run("1 question", [*rlm, "ask", *corpus, "--question", QUESTION, *flags, "--json"], warm_env)
+            many = ["--question", QUESTION] * args.questions
             out = run("K questions", [*rlm, "ask", *corpus, *many, *flags, "--json"], warm_env)
             for doc in [json.loads(line) for line in out.splitlines()][1:]:
                 usage = doc["usage"]

@@ -9,7 +9,7 @@ trajectory said ``final``, and the worker's folders left for the next run to swe
   ``KeyboardInterrupt`` as Python's own handler does, except while a final answer is in hand;
 * the loop calls :func:`final_in_hand` when the root loop (depth 0) accepts a final answer;
 * :func:`clear` ends that: a question starting, or one that ended in an error, or a session
-  that goes on to another question (``rlm chat``, ``-q``, ``rlm mcp``) after delivering it. The
+  that goes on to another question (``rlm chat``, ``--question``, ``rlm mcp``) after delivering it. The
   one-question ``rlm ask`` keeps it until it exits: nothing left to do waits on a model or the
   network, so the run ends as it was going to, with the answer and exit 0, as recorded.
 

@@ -1,4 +1,4 @@
-"""Several questions in one run: ``rlm ask PATH -q "first" -q "second"`` and ``--questions FILE``.
+"""Several questions in one run: ``rlm ask PATH --question "first" --question "second"`` and ``--questions FILE``.
 
 The corpus is loaded once (a ``session.Session``). With ``--jobs 1`` (the default) the questions
 run one after another on one REPL worker, whose variables carry over (each question is told which
@@ -86,7 +86,7 @@ def worst_exit_code(codes: list[int]) -> int:
 
 def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool,
                    answer_type: str = "text") -> list[Question]:
-    """The questions of ``-q`` (in order) then of ``--questions FILE`` (``-``: stdin).
+    """The questions of ``--question`` (in order) then of ``--questions FILE`` (``-``: stdin).
 
     A file is JSON Lines when its first non-blank line starts with ``{``: each non-blank line an
     object with a ``question`` (text) and optionally an ``id`` (a string or number, unique) and a
@@ -107,7 +107,7 @@ def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool,
         if file is not None:
             raise UsageError(f"--questions {file}: no questions in it (every line is blank)",
                              hint="write one question per line, or JSON Lines with \"id\" and \"question\"")
-        raise UsageError("no question given", hint='use -q "question" (repeatable) or --questions FILE')
+        raise UsageError("no question given", hint='use --question "question" (repeatable) or --questions FILE')
     out: list[Question] = []
     seen: set[str] = set()
     for n, (qid, text, kind) in enumerate(items, 1):

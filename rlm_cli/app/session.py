@@ -1,6 +1,6 @@
 """A session: one loaded corpus, one model layer and one REPL worker for one question or many.
 
-``rlm ask`` (one question, or a list with ``-q``/``--questions``), ``rlm chat`` and
+``rlm ask`` (one question, or a list with ``--question``/``--questions``), ``rlm chat`` and
 ``runner.ask`` (``rlm eval``, ``rlm replay``) all run their questions here. :meth:`Session.open`
 does what every question needs once: pick the model, load the corpus, decide the mode, resolve
 the models' input windows and start the worker; :meth:`Session.ask` then runs one question with

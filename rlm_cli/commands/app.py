@@ -14,6 +14,7 @@ import typer
 
 from rlm_cli import __version__
 from rlm_cli.commands import ask, audit, chat, config, corpus, evaluate, exits, hosts, mcp, streams, traces
+from rlm_cli.commands.helptext import short_help_flag, use_plain_help
 from rlm_cli.commands.invocation import INVOCATION
 
 app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -36,19 +37,22 @@ def _root(
     INVOCATION.debug = debug or INVOCATION.debug
 
 
-app.command(context_settings={"allow_interspersed_args": True})(ask.ask)
-app.command()(audit.audit)
-app.command()(chat.chat)
-app.command()(mcp.mcp)
-app.command(name="eval")(evaluate.eval_cmd)
-app.add_typer(traces.trace_app, name="trace")
-app.command()(traces.replay)
-app.add_typer(config.config_app, name="config")
-app.command()(config.doctor)
-app.command()(corpus.index)
-app.command()(corpus.stats)
-app.add_typer(corpus.cache_app, name="cache")
-app.add_typer(hosts.host_app, name="host")
+# The one-line summaries of `rlm --help` (each command's own text is its docstring).
+app.command(context_settings={"allow_interspersed_args": True},
+            short_help="Answer a question about a corpus.")(ask.ask)
+app.command(short_help="Run a checklist of typed checks (CI audits).")(audit.audit)
+app.command(short_help="Ask one question after another in one session.")(chat.chat)
+app.command(short_help="Serve a corpus to coding agents over MCP.")(mcp.mcp)
+app.command(name="eval", short_help="Measure answer quality on your own corpus.")(evaluate.eval_cmd)
+app.add_typer(traces.trace_app, name="trace", short_help="List, show, export or remove recorded runs.")
+app.command(short_help="Re-run a recorded run without calling a provider.")(traces.replay)
+app.add_typer(config.config_app, name="config", short_help="Show or change settings.")
+app.command(short_help="Say what this machine gives: sandbox, Python, paths.")(config.doctor)
+app.command(short_help="Build or refresh the index cache of a corpus.")(corpus.index)
+app.command(short_help="Show a corpus's files, chunks and tokens.")(corpus.stats)
+app.add_typer(corpus.cache_app, name="cache", short_help="Show or clear the caches.")
+app.add_typer(hosts.host_app, name="host", short_help="Show or stop the shared model hosts.")
+use_plain_help(app)
 
 
 def main() -> None:
@@ -57,5 +61,9 @@ def main() -> None:
     exits.install()
     # With --json, an error is a JSON document on stdout too (so `| jq` never reads nothing),
     # even one met before the command runs (a flag the parser rejects).
+    args, warning = INVOCATION.short_question_flag(short_help_flag(sys.argv[1:]))
+    sys.argv[1:] = args
+    if warning:
+        sys.stderr.write(f"warning: {warning}\n")
     INVOCATION.begin(sys.argv[1:])
-    exits.run(lambda: app(standalone_mode=False), closed=closed)
+    exits.run(lambda: app(prog_name="rlm", standalone_mode=False), closed=closed)

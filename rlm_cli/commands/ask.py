@@ -12,15 +12,17 @@ import typer
 from rlm_cli.commands.delivery import answer_format, batch_writer, deliver_answer, emit_partial
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
+    OUTPUT,
+    QUESTIONS,
     AnswerTypeOpt,
     ColorOpt,
     DebugOpt,
     JsonOpt,
-    LongQuietOpt,
-    Opt,
+    QuietOpt,
     RunFlags,
     VerboseOpt,
     answer_type,
+    opt,
     run_options,
     use_color,
 )
@@ -29,36 +31,34 @@ from rlm_cli.errors import ExitCode, PartialAnswerError, UsageError
 
 @run_options()
 def ask(
-    args: Annotated[list[str], typer.Argument(metavar="PATH... [QUESTION]",
-                                              help="Files, folders, globs or '-' (stdin), then the question "
-                                                   "(with -q, --questions or --question-file: only PATHs).")],
-    question: Annotated[list[str] | None, Opt("--question", "-q", help="A question (repeatable); every argument "
-                                              "is then a PATH, and each answer is written as it completes, under "
-                                              "a header (--json: one JSON document per line).")] = None,
-    questions: Annotated[str | None, Opt("--questions", metavar="FILE", help="Questions from FILE: one per line, or "
-                                         "JSON Lines with \"id\" and \"question\" ('-': stdin).")] = None,
-    jobs: Annotated[int, Opt("--jobs", min=1, help="With several questions: how many run at once, each in its own "
-                             "worker (default 1: one after another in one worker, whose variables carry over).")] = 1,
-    question_file: Annotated[str | None, Opt("--question-file", metavar="FILE", help="Read the (one) question from "
-                                             "FILE ('-': stdin, when the corpus is not on stdin); every argument "
-                                             "is then a PATH.")] = None,
+    args: Annotated[list[str], typer.Argument(metavar="PATH... QUESTION",
+                                              help="Files, folders, globs or '-' (stdin), then the question.")],
+    question: Annotated[list[str] | None, opt("--question", section=QUESTIONS, metavar="Q",
+                                              help="A question (repeatable); then all are PATHs.")] = None,
+    questions: Annotated[str | None, opt("--questions", section=QUESTIONS, metavar="FILE",
+                                         help="Questions from FILE: lines or JSON Lines.")] = None,
+    jobs: Annotated[int, opt("--jobs", "-j", section=QUESTIONS, min=1, metavar="N",
+                             help="Questions at once (default 1).")] = 1,
+    question_file: Annotated[str | None, opt("--question-file", section=QUESTIONS, metavar="FILE",
+                                             help="Read the question from FILE.")] = None,
     *,
     run: RunFlags,
     answer_kind: AnswerTypeOpt = "text",
     json_out: JsonOpt = False,
-    cite: Annotated[bool, Opt("--cite", help="After the answer, list the corpus lines it rests on "
-                                             "(Sources: path:start-end).")] = False,
-    output: Annotated[Path | None, Opt("--output", "-o", help="Write the answer (or the --json document) to "
-                                       "FILE, atomically, instead of stdout.")] = None,
-    estimate: Annotated[bool, Opt("--estimate", help="Print what each question would cost (mode, first request's "
-                                  "tokens and price, an upper bound, earlier runs' median), calling no model.")] = False,
-    quiet: LongQuietOpt = False,
+    cite: Annotated[bool, opt("--cite", section=OUTPUT, help="Then list the lines the answer cites.")] = False,
+    output: Annotated[Path | None, opt("--output", "-o", section=OUTPUT, metavar="FILE",
+                                       help="Write the answer to FILE, atomically.")] = None,
+    estimate: Annotated[bool, opt("--estimate", section=QUESTIONS,
+                                  help="Print what it would cost; call no model.")] = False,
+    quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     color: ColorOpt = "auto",
     debug: DebugOpt = False,
 ) -> None:
-    """Answer QUESTION about the corpus at PATH... (the last argument is the question, unless -q,
-    --questions or --question-file give it)."""
+    """Answer a question about the corpus at PATH...
+
+    The last argument is the question, unless --question, --questions or --question-file give it.
+    Every option in full: docs/usage.md."""
     from rlm_cli.output import render
 
     started = time.monotonic()  # elapsed_s is what the user waits: litellm's import included
@@ -210,6 +210,33 @@ def as_text(arg: str) -> str:
     return arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+def _looks_like_question(arg: str) -> bool:
+    """Whether ``arg`` reads as a question rather than a path: words with spaces, or a final ``?``."""
+    return any(c.isspace() for c in arg.strip()) or arg.rstrip().endswith("?")
+
+
+def _check_order(paths: list[str], question: str) -> None:
+    """A question given before the paths, or forgotten (the last argument is a path of the corpus),
+    is a usage error with the order to use, before anything loads.
+
+    Raises:
+        UsageError: a PATH that is no file and reads as a question, or a question that names an
+            existing file or folder and does not read as one.
+    """
+    import os
+    import shlex
+
+    for p in paths:
+        if p != "-" and _looks_like_question(p) and not os.path.exists(p):
+            rest = [x for x in paths if x is not p] + [question]
+            raise UsageError(f"{p!r} is no file or folder: the question goes last",
+                             hint=f"rlm ask {' '.join(shlex.quote(x) for x in rest)} {shlex.quote(p)}")
+    if os.path.exists(question) and not _looks_like_question(question):
+        raise UsageError(f"the last argument, {question}, is a file or folder, not a question: give the question "
+                         "after the paths", hint=f"rlm ask {' '.join(shlex.quote(x) for x in [*paths, question])} "
+                                                 "\"Where is X?\" (or --question to ask that very text)")
+
+
 def _paths_and_question(args: list[str], question_file: str | None) -> tuple[list[str], str]:
     """``(paths, question)`` from ``rlm ask``'s arguments: the last one is the question, or, with
     ``--question-file FILE``, all are paths and the question is FILE's text (UTF-8; ``-``: stdin).
@@ -222,6 +249,7 @@ def _paths_and_question(args: list[str], question_file: str | None) -> tuple[lis
         if len(args) < 2:
             raise UsageError("give at least one PATH and a QUESTION", hint='e.g. rlm ask ./repo "Where is X?"')
         paths, question = args[:-1], as_text(args[-1])
+        _check_order(paths, question)
     else:
         paths = args
         if not paths:

@@ -7,48 +7,56 @@ from typing import Annotated
 
 import typer
 
+from rlm_cli.commands.complete import SEVERITIES, words
 from rlm_cli.commands.delivery import Format, audit_reports, deliver_audit, deliver_estimate
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
     ColorOpt,
     DebugOpt,
     JsonOpt,
-    Opt,
     QuietOpt,
     RunFlags,
     VerboseOpt,
+    opt,
     run_options,
     use_color,
 )
 from rlm_cli.errors import UsageError
 
-FileOpt = Annotated[Path | None, Opt(metavar="FILE")]
+#: ``rlm audit``'s own sections of ``--help``.
+CHECKS, REPORTS = "Checks", "Reports"
 
 
 @run_options()
 def audit(
-    paths: Annotated[list[str] | None, typer.Argument(metavar="[PATH...]", help="Files, folders or globs (default: .).")] = None,
+    paths: Annotated[list[str] | None, typer.Argument(metavar="[PATH...]",
+                                                      help="Files, folders or globs (default: .).")] = None,
     *,
     run: RunFlags,
-    checklist: Annotated[Path | None, Opt("--checklist", metavar="FILE", help="The checklist (TOML [[check]] tables; "
-                                          "default: rlm-audit.toml at the root of the first PATH).")] = None,
-    jobs: Annotated[int, Opt("--jobs", min=1, help="Checks run at once, each in its own worker (default 1).")] = 1,
-    junit: Annotated[Path | None, Opt("--junit", metavar="FILE", help="Write a JUnit XML report to FILE.")] = None,
-    sarif: Annotated[Path | None, Opt("--sarif", metavar="FILE", help="Write a SARIF 2.1.0 report to FILE.")] = None,
-    github: Annotated[bool, Opt("--github", help="GitHub Actions annotations on stdout, and the job summary "
-                                                  "when GITHUB_STEP_SUMMARY is set.")] = False,
+    checklist: Annotated[Path | None, opt("--checklist", section=CHECKS, metavar="FILE",
+                                          help="The checklist (default rlm-audit.toml).")] = None,
+    jobs: Annotated[int, opt("--jobs", "-j", section=CHECKS, min=1, metavar="N",
+                             help="Checks at once (default 1).")] = 1,
+    fail_on: Annotated[str, opt("--fail-on", section=CHECKS, metavar="SEVERITY", complete=words(SEVERITIES),
+                                help="Lowest failing severity: error|warning|note.")] = "error",
+    estimate: Annotated[bool, opt("--estimate", section=CHECKS, help="Print what it would cost; call no model.")] = False,
+    junit: Annotated[Path | None, opt("--junit", section=REPORTS, metavar="FILE",
+                                      help="Write a JUnit XML report to FILE.")] = None,
+    sarif: Annotated[Path | None, opt("--sarif", section=REPORTS, metavar="FILE",
+                                      help="Write a SARIF 2.1.0 report to FILE.")] = None,
+    github: Annotated[bool, opt("--github", section=REPORTS, help="GitHub annotations and job summary.")] = False,
     json_out: JsonOpt = False,
-    output: Annotated[Path | None, Opt("--output", "-o", metavar="FILE", help="Write the --json document to FILE.")] = None,
-    fail_on: Annotated[str, Opt("--fail-on", metavar="SEVERITY", help="error|warning|note: the lowest severity "
-                                "whose failing check fails the run, exit 8 (default error).")] = "error",
-    estimate: Annotated[bool, Opt("--estimate", help="Print what each check would cost, calling no model.")] = False,
+    output: Annotated[Path | None, opt("--output", "-o", section=REPORTS, metavar="FILE",
+                                       help="Write the --json document to FILE.")] = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     color: ColorOpt = "auto",
     debug: DebugOpt = False,
 ) -> None:
-    """Run the checklist's checks over the corpus at PATH...: each ends pass, fail, error or
-    unsupported; exit 8 when a check of error severity (or --fail-on) fails."""
+    """Run a checklist of typed checks over the corpus at PATH...
+
+    Each check ends pass, fail, error or unsupported; exit 8 when one of severity error (or
+    --fail-on) fails. The checklist format and CI jobs: docs/audit.md."""
     from rlm_cli.audit.checklist import SEVERITIES, default_path, read_checklist
     from rlm_cli.output import render
 

@@ -10,12 +10,14 @@ import typer
 from rlm_cli.commands.ask import say_setup
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
+    BUDGETS,
+    OUTPUT,
     ColorOpt,
-    LongQuietOpt,
-    Opt,
     PathsArg,
+    QuietOpt,
     RunFlags,
     VerboseOpt,
+    opt,
     run_options,
     use_color,
 )
@@ -23,17 +25,16 @@ from rlm_cli.errors import UsageError
 
 #: ``rlm chat``'s own help of the run flags whose meaning differs in a session.
 CHAT_FLAGS = dict(
-    mode=Annotated[str | None, Opt("--mode", help="auto|rlm|direct (see rlm ask --help). Env: RLM_MODE.")],
-    trace=Annotated[Path | None, Opt("--trace", help="Write question N's trajectory to FILE with -N before its "
-                                     "suffix instead of the user data dir.")],
-    max_cost=Annotated[float | None, Opt("--max-cost", min=0, help="Stop once the session has cost this many USD "
-                                         "(priced models only).")],
-    max_tokens=Annotated[int | None, Opt("--max-tokens", min=1, help="Stop once the session has used this many "
-                                         "tokens.")],
-    max_sub_calls=Annotated[int | None, Opt("--max-sub-calls", min=0, help="Sub-calls allowed in the whole "
-                                            "session.")],
-    timeout=Annotated[float | None, Opt("--timeout", min=0.1, help="Seconds the session may spend answering "
-                                        "(time at the prompt does not count).")],
+    trace=Annotated[Path | None, opt("--trace", section=OUTPUT, metavar="FILE",
+                                     help="Write question N's trajectory to FILE-N.")],
+    max_cost=Annotated[float | None, opt("--max-cost", section=BUDGETS, min=0, metavar="USD",
+                                         help="Stop once the session has cost this.")],
+    max_tokens=Annotated[int | None, opt("--max-tokens", section=BUDGETS, min=1, metavar="N",
+                                         help="Stop once the session used N tokens.")],
+    max_sub_calls=Annotated[int | None, opt("--max-sub-calls", section=BUDGETS, min=0, metavar="N",
+                                            help="Sub-calls in the whole session.")],
+    timeout=Annotated[float | None, opt("--timeout", section=BUDGETS, min=0.1, metavar="SECONDS",
+                                        help="Time answering (the prompt is free).")],
 )
 
 
@@ -42,14 +43,16 @@ def chat(
     paths: PathsArg,
     *,
     run: RunFlags,
-    json_out: Annotated[bool, Opt("--json", help="One JSON document per answer, one per line.")] = False,
-    cite: Annotated[bool, Opt("--cite", help="After each answer, list the corpus lines it rests on.")] = False,
-    quiet: LongQuietOpt = False,
+    json_out: Annotated[bool, opt("--json", section=OUTPUT, help="One JSON document per answer and line.")] = False,
+    cite: Annotated[bool, opt("--cite", section=OUTPUT, help="Then list the lines each answer cites.")] = False,
+    quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     color: ColorOpt = "auto",
 ) -> None:
-    """Ask questions one after another about the corpus at PATH...: one loaded corpus, one REPL whose
-    variables are kept, follow-up questions understood. /help lists the commands; Ctrl-D ends it."""
+    """Ask questions one after another about the corpus at PATH...
+
+    One loaded corpus, one REPL whose variables are kept, follow-up questions understood. /help
+    lists the commands; Ctrl-D ends it."""
     from rlm_cli.app.chat import Chat, cost_text
     from rlm_cli.app.session import INTERRUPT_GRACE_S, Session
     from rlm_cli.output import render

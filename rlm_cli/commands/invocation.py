@@ -24,7 +24,7 @@ class Invocation:
 
     ``debug``: show tracebacks (``rlm --debug`` or ``COMMAND --debug``). ``json_errors``: set by
     ``--json``; errors then also print a JSON document on stdout, so ``| jq`` never gets empty
-    input. ``json_lines``: that document is one line (``rlm ask -q/--questions --json`` writes
+    input. ``json_lines``: that document is one line (``rlm ask --question/--questions --json`` writes
     JSON Lines). ``output_path``: where ``--output`` sends the answer or document (set by ``ask``
     once checked), else stdout. ``early_host``: the model host ``main()`` started before parsing
     the command line (``models.host.HostBackend``), until a command takes it.
@@ -43,7 +43,27 @@ class Invocation:
         args = argv[:argv.index("--") if "--" in argv else None]
         self.json_errors = "--json" in args
         self.json_lines = command_word(argv) == "ask" and any(
-            a in ("-q", "--question", "--questions") or a.startswith(("--question=", "--questions=")) for a in args)
+            a in ("--question", "--questions") or a.startswith(("--question=", "--questions=")) for a in args)
+
+    def short_question_flag(self, argv: list[str]) -> tuple[list[str], str | None]:
+        """``rlm ask ... -q QUESTION``: ``-q`` meant ``--question`` before 0.2 and means ``--quiet``
+        now. For one release, a ``-q`` followed by a question (words with spaces or a final ``?``,
+        not an existing path) keeps the old meaning: ``(argv with it as --question, the warning to
+        print)``; anything else is returned unchanged with ``None``."""
+        import os
+
+        if command_word(argv) != "ask":
+            return argv, None
+        out, warned = list(argv), None
+        end = argv.index("--") if "--" in argv else len(argv)
+        for i in range(end - 1):
+            nxt = argv[i + 1]
+            if argv[i] == "-q" and not nxt.startswith("-") and not os.path.exists(nxt) and (
+                    any(c.isspace() for c in nxt.strip()) or nxt.rstrip().endswith("?")):
+                out[i] = "--question"
+                warned = ("-q QUESTION is deprecated: -q now means --quiet, as in git, grep and pip; write "
+                          "--question QUESTION (the old meaning goes away in the next release)")
+        return out, warned
 
     def take_host(self) -> Any:
         """The model host process (``models.host.HostBackend``): the one ``main()`` started, else a new one.

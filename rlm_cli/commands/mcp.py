@@ -8,29 +8,31 @@ import typer
 
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
+    BUDGETS,
+    LOOP,
+    OUTPUT,
     ColorOpt,
     DebugOpt,
-    Opt,
     PathsArg,
     QuietOpt,
     RunFlags,
+    opt,
     run_options,
     use_color,
 )
 
 #: ``rlm mcp``'s own help of the run flags that apply to each ``ask`` tool call.
 MCP_FLAGS = dict(
-    max_iterations=Annotated[int | None, Opt("--max-iterations", min=1, help="Root-model turns of each ask "
-                                             "(default 20; a call's max_iterations can lower it).")],
-    mode=Annotated[str | None, Opt("--mode", help="auto|rlm|direct (see rlm ask --help). Env: RLM_MODE.")],
-    direct_max_tokens=Annotated[int | None, Opt("--direct-max-tokens", min=0, help="Auto mode goes direct only "
-                                                "under this many corpus tokens (default 30000).")],
-    max_cost=Annotated[float | None, Opt("--max-cost", min=0, help="Stop each ask once it has cost this many USD "
-                                         "(priced models only; a call's max_cost can lower it).")],
-    max_tokens=Annotated[int | None, Opt("--max-tokens", min=1, help="Stop each ask once it has used this many "
-                                         "tokens.")],
-    max_sub_calls=Annotated[int | None, Opt("--max-sub-calls", min=0, help="Sub-calls allowed in each ask.")],
-    timeout=Annotated[float | None, Opt("--timeout", min=0.1, help="Seconds each ask may take.")],
+    max_iterations=Annotated[int | None, opt("--max-iterations", section=LOOP, min=1, metavar="N",
+                                             help="Root-model turns of each ask (20).")],
+    max_cost=Annotated[float | None, opt("--max-cost", section=BUDGETS, min=0, metavar="USD",
+                                         help="Stop an ask past this cost.")],
+    max_tokens=Annotated[int | None, opt("--max-tokens", section=BUDGETS, min=1, metavar="N",
+                                         help="Stop an ask past N tokens.")],
+    max_sub_calls=Annotated[int | None, opt("--max-sub-calls", section=BUDGETS, min=0, metavar="N",
+                                            help="Sub-calls allowed in each ask.")],
+    timeout=Annotated[float | None, opt("--timeout", section=BUDGETS, min=0.1, metavar="SECONDS",
+                                        help="Time each ask may take.")],
 )
 
 
@@ -40,13 +42,14 @@ def mcp(
     *,
     run: RunFlags,
     quiet: QuietOpt = False,
-    verbose: Annotated[bool, Opt("--verbose", "-v", help="Show every run on stderr as rlm ask does.")] = False,
+    verbose: Annotated[bool, opt("--verbose", "-v", section=OUTPUT, help="Show every run on stderr.")] = False,
     color: ColorOpt = "auto",
     debug: DebugOpt = False,
 ) -> None:
-    """Serve the corpus at PATH... to coding agents and editors over the Model Context Protocol (stdio):
-    tools ask, search, grep and corpus_info over one warm session. Needs the mcp extra:
-    pip install 'rlm-cli\\[mcp]'."""
+    """Serve the corpus at PATH... to coding agents over MCP (stdio).
+
+    The tools ask, search, grep and corpus_info over one warm session. Needs the mcp extra:
+    pip install 'rlm-cli[mcp]'."""
     from rlm_cli.mcp import protocol, server
     from rlm_cli.output import render
 

@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from rlm_cli.commands.complete import ANSWER_TYPES, COLORS, choice, models, trace_ids, words
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.config_keys import parse_size
 from rlm_cli.errors import UsageError
@@ -27,28 +28,45 @@ from rlm_cli.errors import UsageError
 Opt = typer.Option
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The sections of ``--help`` (``commands.helptext``), in the order a command lists them.
+QUESTIONS, MODELS, LOOP, BUDGETS, SANDBOX, CORPUS, OUTPUT = (
+    "Questions", "Models", "Loop", "Budgets", "Sandbox", "Corpus", "Output")
+
+
+def opt(*names: str, section: str, help: str, metavar: str | None = None,
+        complete: Callable[..., Any] | None = None, **kw: Any) -> Any:
+    """A ``typer.Option`` in ``--help`` section ``section``, with a one-line ``help`` (the long
+    explanation of every option is in docs/usage.md), no ``[default: ...]`` tag (a default worth
+    knowing is in the help text), and ``complete``: the shell completer of its values
+    (``commands.complete``)."""
+    return Opt(*names, help=help, metavar=metavar, rich_help_panel=section, autocompletion=complete,
+               show_default=False, **kw)
+
+
 PathsArg = Annotated[list[str], typer.Argument(metavar="PATH...", help="Files, folders or globs.")]
-IncludeOpt = Annotated[list[str] | None, Opt("--include", help="Only files matching this glob (repeatable).")]
-ExcludeOpt = Annotated[list[str] | None, Opt("--exclude", help="Skip files matching this glob (repeatable).")]
-HiddenOpt = Annotated[bool, Opt("--hidden", help="Include dotfiles and dot-folders.")]
-NoIgnoreOpt = Annotated[bool, Opt("--no-ignore", help="Do not honour .gitignore/.ignore/.rlmignore.")]
-FollowOpt = Annotated[bool, Opt("--follow", "-L", help="Follow symlinks that lead out of the PATHs given "
-                                                      "(default: skip and count them).")]
-MaxSizeOpt = Annotated[str | None, Opt("--max-file-size", help="Skip larger files (default 10M).")]
-TruncateOpt = Annotated[bool, Opt("--truncate-large", help="Keep the head of files over --max-file-size "
-                                                        "instead of skipping them.")]
-NoCacheOpt = Annotated[bool, Opt("--no-cache", help="Do not read or write the chunk-index cache.")]
-DecodeTimeoutOpt = Annotated[float | None, Opt("--decode-timeout", min=0.1, metavar="SECONDS",
-                                               help="Skip a PDF, notebook, table or compressed file whose "
-                                                    "decoding takes longer (default 60; config decode_timeout).")]
-DecodeMemoryOpt = Annotated[str | None, Opt("--decode-memory", metavar="SIZE", help="Address-space limit of the "
-                                            "confined document decoder, e.g. 1G (default 2G; config "
-                                            "decode_memory).")]
-ChunkOpt = Annotated[int | None, Opt("--chunk-tokens", min=50, help="Target chunk size in tokens (default 2000).")]
-JsonOpt = Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")]
-AnswerTypeOpt = Annotated[str, Opt("--answer-type", metavar="TYPE", help="text|bool|int|number|list|locations|json: "
-                                   "the type the answer must have; the model is told, a wrong-typed answer is sent "
-                                   "back once, and --json gains \"value\" (default text).")]
+#: A recorded run: ``rlm trace show/export``, ``rlm replay`` (the shell completes the newest ids).
+TraceRefArg = Annotated[str, typer.Argument(metavar="ID", autocompletion=trace_ids,
+                                            help="Run id, unique prefix, 'last' or a .jsonl path.")]
+IncludeOpt = Annotated[list[str] | None, opt("--include", section=CORPUS, metavar="GLOB",
+                                             help="Only files matching GLOB (repeatable).")]
+ExcludeOpt = Annotated[list[str] | None, opt("--exclude", section=CORPUS, metavar="GLOB",
+                                             help="Skip files matching GLOB (repeatable).")]
+HiddenOpt = Annotated[bool, opt("--hidden", section=CORPUS, help="Include dotfiles and dot-folders.")]
+NoIgnoreOpt = Annotated[bool, opt("--no-ignore", section=CORPUS, help="Read what .gitignore/.rlmignore leave out.")]
+FollowOpt = Annotated[bool, opt("--follow", "-L", section=CORPUS, help="Follow symlinks out of the PATHs.")]
+MaxSizeOpt = Annotated[str | None, opt("--max-file-size", section=CORPUS, metavar="SIZE",
+                                       help="Skip larger files (default 10M).")]
+TruncateOpt = Annotated[bool, opt("--truncate-large", section=CORPUS, help="Keep the head of larger files instead.")]
+NoCacheOpt = Annotated[bool, opt("--no-cache", section=CORPUS, help="Neither read nor write the index cache.")]
+DecodeTimeoutOpt = Annotated[float | None, opt("--decode-timeout", section=CORPUS, min=0.1, metavar="SECONDS",
+                                               help="Time to decode a document (60).")]
+DecodeMemoryOpt = Annotated[str | None, opt("--decode-memory", section=CORPUS, metavar="SIZE",
+                                            help="Memory of the document decoder (2G).")]
+ChunkOpt = Annotated[int | None, opt("--chunk-tokens", section=CORPUS, min=50, metavar="N",
+                                     help="Chunk size in tokens (2000).")]
+JsonOpt = Annotated[bool, opt("--json", section=OUTPUT, help="One JSON document on stdout.")]
+AnswerTypeOpt = Annotated[str, opt("--answer-type", section=QUESTIONS, metavar="TYPE", complete=words(ANSWER_TYPES),
+                                   help="text|bool|int|number|list|locations|json")]
 
 
 def _set_debug(value: bool) -> bool:
@@ -57,74 +75,66 @@ def _set_debug(value: bool) -> bool:
 
 
 #: ``--debug`` after the command name too (``rlm ask --debug ...``), as the error messages suggest.
-DebugOpt = Annotated[bool, Opt("--debug", callback=_set_debug, help="Show tracebacks for errors "
-                                                                       "(same as rlm --debug COMMAND).")]
-QuietOpt = Annotated[bool, Opt("--quiet", "-q", help="Print only errors on stderr.")]
-#: ``rlm ask`` and ``rlm chat``: ``--quiet`` without a short form (``-q`` is ``ask --question``).
-LongQuietOpt = Annotated[bool, Opt("--quiet", help="Print only errors on stderr.")]
-ColorOpt = Annotated[str, Opt("--color", metavar="WHEN", help="auto|always|never: colours and live progress "
-                              "on stderr (auto: when stderr is a terminal, unless NO_COLOR or TERM=dumb).")]
-VerboseOpt = Annotated[bool, Opt("--verbose", "-v", help="More detail on stderr.")]
+DebugOpt = Annotated[bool, opt("--debug", section=OUTPUT, callback=_set_debug, help="Show the traceback of an error.")]
+QuietOpt = Annotated[bool, opt("--quiet", "-q", section=OUTPUT, help="Only errors on stderr.")]
+ColorOpt = Annotated[str, opt("--color", section=OUTPUT, metavar="WHEN", complete=words(COLORS),
+                              help="Colours and live progress: auto|always|never.")]
+VerboseOpt = Annotated[bool, opt("--verbose", "-v", section=OUTPUT, help="More detail on stderr.")]
 
 #: Options of the model, the loop, budgets and the sandbox (the run flags).
-ModelOpt = Annotated[str | None, Opt("--model", "-m", help="Root model, a litellm model string "
-                                     "(e.g. openai/gpt-5-mini). Env: RLM_MODEL.")]
-SubModelOpt = Annotated[str | None, Opt("--sub-model", help="Model for llm_query sub-calls (default: --model). "
-                                        "Env: RLM_SUB_MODEL.")]
-ApiBaseOpt = Annotated[str | None, Opt("--api-base", help="Provider base URL. Env: RLM_API_BASE.")]
-ApiKeyOpt = Annotated[str | None, Opt("--api-key", help="Provider API key. Env: RLM_API_KEY.")]
-MaxIterOpt = Annotated[int | None, Opt("--max-iterations", min=1, help="Root-model turns before "
-                                       "stopping (default 20).")]
-MaxDepthOpt = Annotated[int | None, Opt("--max-depth", min=1, help="Recursion depth; 1 = sub-calls are "
-                                        "plain model calls (default 1).")]
-ModeOpt = Annotated[str | None, Opt("--mode", help="auto|rlm|direct: direct sends the whole corpus in one call; "
-                                    "auto (default) does so when it fits comfortably. Env: RLM_MODE.")]
-DirectMaxOpt = Annotated[int | None, Opt("--direct-max-tokens", min=0, help="Auto mode goes direct only "
-                                         "under this many corpus tokens (default 30000) and under "
-                                         "1/4 of the root model's window.")]
-RootWindowOpt = Annotated[int | None, Opt("--root-model-window", min=256, help="Root model's input window "
-                                          "in tokens (default: litellm's model info, else 32768).")]
-TraceOpt = Annotated[Path | None, Opt("--trace", help="Write the trajectory (JSONL) to FILE instead of the "
-                                      "user data dir.")]
-SandboxOpt = Annotated[str | None, Opt("--sandbox", help="auto|bwrap|sandbox-exec|process|none "
-                                       "(default auto). Env: RLM_SANDBOX.")]
-CellTimeoutOpt = Annotated[float | None, Opt("--cell-timeout", min=1, help="Seconds per code block "
-                                             "(default 120).")]
-MemoryOpt = Annotated[str | None, Opt("--memory-limit", help="Worker address-space limit, "
-                                      "e.g. 4G, 512M (default 4G).")]
-ConcurrencyOpt = Annotated[int | None, Opt("--max-concurrency", min=1, help="Sub-calls in flight at once "
-                                           "(default 16; lowered for the run on HTTP 429).")]
-RetriesOpt = Annotated[int | None, Opt("--retries", min=0, help="Retries of a failed request on 429, 5xx, "
-                                       "timeouts and dropped connections (default 3).")]
-RequestTimeoutOpt = Annotated[float | None, Opt("--request-timeout", min=0.1, help="Seconds per model request "
-                                                "(default 300).")]
-MaxCostOpt = Annotated[float | None, Opt("--max-cost", min=0, help="Stop (exit 6) once the run has cost this "
-                                         "many USD (priced models only).")]
-MaxTokensOpt = Annotated[int | None, Opt("--max-tokens", min=1, help="Stop (exit 6) once this many tokens "
-                                         "(input + output, all models) are used.")]
-MaxSubCallsOpt = Annotated[int | None, Opt("--max-sub-calls", min=0, help="Stop (exit 6) when code asks for "
-                                           "more sub-calls than this.")]
-TimeoutOpt = Annotated[float | None, Opt("--timeout", min=0.1, help="Stop (exit 6) after this many seconds "
-                                         "of wall-clock time.")]
-SubWindowOpt = Annotated[int | None, Opt("--sub-model-window", min=256, help="Sub-model's input window "
-                                         "in tokens (default: litellm's model info, else 32768).")]
-RouterOpt = Annotated[Path | None, Opt("--router-config", exists=True, dir_okay=False, help="litellm "
-                                       "Router config (YAML/JSON model_list) to spread calls over "
-                                       "several deployments.")]
-NoLlmCacheOpt = Annotated[bool, Opt("--no-llm-cache", help="Do not read or write the model-response cache.")]
-LeadsOpt = Annotated[bool | None, Opt("--leads/--no-leads", help="Run (or not) leads(question), the keyword "
-                                     "search of the question's names and words shown to the root model before its first "
-                                     "turn (default: the policy's choice; on under guided).", show_default=False)]
-PolicyOpt = Annotated[str | None, Opt("--policy", help="The loop's answer checks and aids: auto (default: standard for "
-                                      "a model with a known window of 32k+ tokens, else guided), paper, standard or "
-                                      "guided. Env: RLM_POLICY.")]
-RequireSupportOpt = Annotated[bool | None, Opt("--require-support/--no-require-support", help="Exit 7 when an "
-                                               "answer is unsupported: rlm found nothing it rests on (the answer "
-                                               "and its verdict are still printed). Config key: require_support.",
-                                               show_default=False)]
-TemperatureOpt = Annotated[float | None, Opt("--temperature", min=0, help="Sampling temperature of every model "
-                                             "request (default: the provider's; 0 for the most repeatable "
-                                             "answers).")]
+ModelOpt = Annotated[str | None, opt("--model", "-m", section=MODELS, metavar="MODEL", complete=models,
+                                     help="Root model (litellm name; env RLM_MODEL).")]
+SubModelOpt = Annotated[str | None, opt("--sub-model", section=MODELS, metavar="MODEL", complete=models,
+                                        help="Model of sub-calls (default: --model).")]
+ApiBaseOpt = Annotated[str | None, opt("--api-base", section=MODELS, metavar="URL",
+                                       help="Provider base URL (env RLM_API_BASE).")]
+ApiKeyOpt = Annotated[str | None, opt("--api-key", section=MODELS, metavar="KEY",
+                                      help="Provider API key (env RLM_API_KEY).")]
+RootWindowOpt = Annotated[int | None, opt("--root-model-window", section=MODELS, min=256, metavar="N",
+                                          help="Root model's input window in tokens.")]
+SubWindowOpt = Annotated[int | None, opt("--sub-model-window", section=MODELS, min=256, metavar="N",
+                                         help="Sub-model's input window in tokens.")]
+RouterOpt = Annotated[Path | None, opt("--router-config", section=MODELS, exists=True, dir_okay=False,
+                                       metavar="FILE", help="litellm Router file of deployments.")]
+TemperatureOpt = Annotated[float | None, opt("--temperature", section=MODELS, min=0, metavar="T",
+                                             help="Sampling temperature of every call.")]
+ModeOpt = Annotated[str | None, opt("--mode", section=LOOP, metavar="MODE", complete=choice("mode"),
+                                    help="auto|rlm|direct (env RLM_MODE).")]
+DirectMaxOpt = Annotated[int | None, opt("--direct-max-tokens", section=LOOP, min=0, metavar="N",
+                                         help="auto goes direct below N tokens.")]
+PolicyOpt = Annotated[str | None, opt("--policy", section=LOOP, metavar="POLICY", complete=choice("policy"),
+                                      help="auto|paper|standard|guided.")]
+LeadsOpt = Annotated[bool | None, opt("--leads/--no-leads", section=LOOP,
+                                      help="Search the question's words first.")]
+MaxIterOpt = Annotated[int | None, opt("--max-iterations", section=LOOP, min=1, metavar="N",
+                                       help="Root-model turns (default 20).")]
+MaxDepthOpt = Annotated[int | None, opt("--max-depth", section=LOOP, min=1, metavar="N",
+                                        help="Recursion depth (default 1).")]
+RequireSupportOpt = Annotated[bool | None, opt("--require-support/--no-require-support", section=LOOP,
+                                               help="Exit 7 when an answer is a guess.")]
+MaxCostOpt = Annotated[float | None, opt("--max-cost", section=BUDGETS, min=0, metavar="USD",
+                                         help="Stop (exit 6) past this cost.")]
+MaxTokensOpt = Annotated[int | None, opt("--max-tokens", section=BUDGETS, min=1, metavar="N",
+                                         help="Stop (exit 6) past N tokens.")]
+MaxSubCallsOpt = Annotated[int | None, opt("--max-sub-calls", section=BUDGETS, min=0, metavar="N",
+                                           help="Stop (exit 6) past N sub-calls.")]
+TimeoutOpt = Annotated[float | None, opt("--timeout", section=BUDGETS, min=0.1, metavar="SECONDS",
+                                         help="Stop (exit 6) after this long.")]
+ConcurrencyOpt = Annotated[int | None, opt("--max-concurrency", section=BUDGETS, min=1, metavar="N",
+                                           help="Sub-calls at once (default 16).")]
+RetriesOpt = Annotated[int | None, opt("--retries", section=BUDGETS, min=0, metavar="N",
+                                       help="Retries of a failed call (3).")]
+RequestTimeoutOpt = Annotated[float | None, opt("--request-timeout", section=BUDGETS, min=0.1, metavar="SECONDS",
+                                                help="Time per model call (300).")]
+NoLlmCacheOpt = Annotated[bool, opt("--no-llm-cache", section=BUDGETS, help="Neither read nor write cached replies.")]
+SandboxOpt = Annotated[str | None, opt("--sandbox", section=SANDBOX, metavar="LEVEL", complete=choice("sandbox"),
+                                       help="auto|bwrap|sandbox-exec|process|none")]
+CellTimeoutOpt = Annotated[float | None, opt("--cell-timeout", section=SANDBOX, min=1, metavar="SECONDS",
+                                             help="Time per code block (120).")]
+MemoryOpt = Annotated[str | None, opt("--memory-limit", section=SANDBOX, metavar="SIZE",
+                                      help="The worker's memory (default 4G).")]
+TraceOpt = Annotated[Path | None, opt("--trace", section=OUTPUT, metavar="FILE",
+                                      help="Write the trajectory to FILE.")]
 
 #: The corpus flags in ``--help`` order: parameter name -> (annotation, default).
 CORPUS_FLAGS: dict[str, tuple[Any, Any]] = {
@@ -133,19 +143,21 @@ CORPUS_FLAGS: dict[str, tuple[Any, Any]] = {
     "truncate_large": (TruncateOpt, False), "decode_timeout": (DecodeTimeoutOpt, None),
     "decode_memory": (DecodeMemoryOpt, None), "no_cache": (NoCacheOpt, False), "chunk_tokens": (ChunkOpt, None),
 }
-#: The run flags in ``--help`` order, the corpus flags among them; every default is "not given".
+#: The run flags in ``--help`` order (by section), the corpus flags among them; every default is "not given".
 RUN_FLAGS: dict[str, tuple[Any, Any]] = {
     "model": (ModelOpt, None), "sub_model": (SubModelOpt, None), "api_base": (ApiBaseOpt, None),
-    "api_key": (ApiKeyOpt, None), "max_iterations": (MaxIterOpt, None), "max_depth": (MaxDepthOpt, None),
-    "mode": (ModeOpt, None), "direct_max_tokens": (DirectMaxOpt, None), "root_model_window": (RootWindowOpt, None),
-    "trace": (TraceOpt, None), "sandbox": (SandboxOpt, None), "cell_timeout": (CellTimeoutOpt, None),
-    "memory_limit": (MemoryOpt, None), **CORPUS_FLAGS,
-    "max_concurrency": (ConcurrencyOpt, None), "retries": (RetriesOpt, None),
-    "request_timeout": (RequestTimeoutOpt, None), "max_cost": (MaxCostOpt, None), "max_tokens": (MaxTokensOpt, None),
-    "max_sub_calls": (MaxSubCallsOpt, None), "timeout": (TimeoutOpt, None),
+    "api_key": (ApiKeyOpt, None), "root_model_window": (RootWindowOpt, None),
     "sub_model_window": (SubWindowOpt, None), "router_config": (RouterOpt, None),
-    "no_llm_cache": (NoLlmCacheOpt, False), "leads": (LeadsOpt, None), "policy": (PolicyOpt, None),
-    "require_support": (RequireSupportOpt, None), "temperature": (TemperatureOpt, None),
+    "temperature": (TemperatureOpt, None),
+    "mode": (ModeOpt, None), "direct_max_tokens": (DirectMaxOpt, None), "policy": (PolicyOpt, None),
+    "leads": (LeadsOpt, None), "max_iterations": (MaxIterOpt, None), "max_depth": (MaxDepthOpt, None),
+    "require_support": (RequireSupportOpt, None),
+    "max_cost": (MaxCostOpt, None), "max_tokens": (MaxTokensOpt, None), "max_sub_calls": (MaxSubCallsOpt, None),
+    "timeout": (TimeoutOpt, None), "max_concurrency": (ConcurrencyOpt, None), "retries": (RetriesOpt, None),
+    "request_timeout": (RequestTimeoutOpt, None), "no_llm_cache": (NoLlmCacheOpt, False),
+    "sandbox": (SandboxOpt, None), "cell_timeout": (CellTimeoutOpt, None), "memory_limit": (MemoryOpt, None),
+    **CORPUS_FLAGS,
+    "trace": (TraceOpt, None),
 }
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rlm_cli.commands.delivery import answer_format, emit_partial
-from rlm_cli.commands.options import ColorOpt, DebugOpt, JsonOpt, Opt, QuietOpt, use_color
+from rlm_cli.commands.options import ColorOpt, DebugOpt, JsonOpt, Opt, QuietOpt, TraceRefArg, use_color
 from rlm_cli.errors import PartialAnswerError, UsageError
 
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectories (JSONL, one per run).")
@@ -34,8 +34,7 @@ def trace_list(json_out: JsonOpt = False) -> None:
 
 
 @trace_app.command("show")
-def trace_show(ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a "
-                                                  ".jsonl path.")]) -> None:
+def trace_show(ref: TraceRefArg) -> None:
     """Show one trajectory as a tree: iterations, code, outputs, sub-calls, recursion."""
     from rlm_cli.output import trace, trace_view
 
@@ -45,7 +44,7 @@ def trace_show(ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, un
 
 @trace_app.command("export")
 def trace_export(
-    ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a .jsonl path.")],
+    ref: TraceRefArg,
     html: Annotated[bool, Opt("--html", help="Export as one self-contained HTML file.")] = False,
     output: Annotated[Path | None, Opt("--output", "-o", help="Where to write (default: ID.html here).")] = None,
 ) -> None:
@@ -69,7 +68,7 @@ def trace_export(
 
 
 def replay(
-    ref: Annotated[str, typer.Argument(metavar="ID", help="Run id, unique prefix, 'last' or a .jsonl path.")],
+    ref: TraceRefArg,
     sandbox: Annotated[str | None, Opt("--sandbox", help="Override the recorded sandbox level.")] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,

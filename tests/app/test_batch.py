@@ -31,8 +31,8 @@ def test_json_lines_one_per_question_with_own_trajectories_and_the_worst_exit_co
                repl("print(hits[0]['line'])"), "No FINAL yet, still looking.",                 # 3: iteration limit
                "The best I have: line 1.",
                repl("print(sorted(f['path'] for f in files))"), repl("FINAL('a.py and b.py')"))  # 4: answered
-    res = run_rlm("ask", str(root), "-q", "where is foo?", "-q", "how many hits?", "-q", "which line?",
-                  "-q", "which files?", *model_flags(llm), "--json", "--max-iterations", "2")
+    res = run_rlm("ask", str(root), "--question", "where is foo?", "--question", "how many hits?", "--question", "which line?",
+                  "--question", "which files?", *model_flags(llm), "--json", "--max-iterations", "2")
     assert res.code == 4, res.stderr  # the worst of 0, 4, 5, 0: the provider failure
     docs = [json.loads(line) for line in res.stdout.splitlines()]
     assert [(d["id"], d["question"], d["status"]) for d in docs] == [
@@ -87,7 +87,7 @@ def test_jobs_run_questions_at_once_in_their_own_workers(tmp_path: Path, llm: Fa
         return repl(f"FINAL('{mine}')")
 
     llm.default("root", answer)
-    res = run_rlm("ask", str(root), "-q", "first", "-q", "second", "-q", "third", "--jobs", "2",
+    res = run_rlm("ask", str(root), "--question", "first", "--question", "second", "--question", "third", "--jobs", "2",
                   *model_flags(llm), "--json")
     assert res.code == 0, res.stderr
     docs = sorted((json.loads(line) for line in res.stdout.splitlines()), key=lambda d: d["id"])
@@ -107,22 +107,22 @@ def test_list_usage_errors_run_nothing(tmp_path: Path, llm: FakeLLM) -> None:
     res = run_rlm("ask", str(root), "--questions", str(bad), *model_flags(llm), "--json")
     assert res.code == 2 and "line 2: not JSON" in res.stderr
     assert json.loads(res.stdout)["status"] == "error"
-    res = run_rlm("ask", str(root), "-q", "  ", *model_flags(llm))
+    res = run_rlm("ask", str(root), "--question", "  ", *model_flags(llm))
     assert res.code == 2 and "empty" in res.stderr
     assert not llm.requests
 
 
-def test_q_is_question_and_quiet_is_long_only(tmp_path: Path, llm: FakeLLM) -> None:
+def test_question_makes_every_argument_a_path_and_q_is_quiet(tmp_path: Path, llm: FakeLLM) -> None:
     root = two_file_repo(tmp_path)
     other = tmp_path / "more"
     other.mkdir()
     (other / "c.txt").write_text("hello\n")
     llm.script("root", repl("print(len(files))"), repl("FINAL(str(len(files)))"))
-    res = run_rlm("ask", str(root), str(other), "-q", "how many files?", "--quiet", *model_flags(llm))
+    res = run_rlm("ask", str(root), str(other), "--question", "how many files?", "-q", *model_flags(llm))
     assert res.code == 0 and res.stdout == "## [1] how many files?\n\n3\n"  # every argument was a PATH
     assert res.stderr == ""
-    res = run_rlm("ask", str(root), "question?", "-q")
-    assert res.code == 2 and "-q" in res.stderr
+    res = run_rlm("ask", str(root), "question?", "--question")
+    assert res.code == 2 and "--question" in res.stderr
 
 
 def test_worst_exit_code_ranks_severity() -> None:

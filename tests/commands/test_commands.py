@@ -28,8 +28,8 @@ def _names(command: object) -> list[str]:
 def test_run_flags_keep_their_order_in_every_command() -> None:
     commands = {c.name or c.callback.__name__: c.callback for c in app.registered_commands}  # type: ignore[union-attr]
     shared = list(options.RUN_FLAGS)
-    for name, left_out in (("ask", ()), ("chat", ("direct_max_tokens",)), ("mcp", ("trace",)),
-                           ("eval", ("mode", "direct_max_tokens", "trace"))):
+    for name, left_out in (("ask", ()), ("chat", ("direct_max_tokens",)), ("mcp", ("trace", "require_support")),
+                           ("eval", ("mode", "direct_max_tokens", "trace", "require_support"))):
         params = _names(commands[name])
         assert "run" not in params
         assert [p for p in params if p in options.RUN_FLAGS] == [n for n in shared if n not in left_out], name
@@ -54,7 +54,7 @@ def test_a_question_that_starts_with_a_dash_is_told_to_go_after_double_dash(tmp_
     (tmp_path / "a.py").write_text("x = 1\n")
     r = run_rlm("ask", str(tmp_path), "-how many files?")
     assert r.code == 2 and r.stdout == ""
-    assert r.stderr.strip().endswith("goes after `--`: python -m rlm_cli ask PATH -- '-how many files?')")
+    assert r.stderr.strip().endswith("goes after `--`: rlm ask PATH -- '-how many files?')")
     r = run_rlm("ask", str(tmp_path), "--modle", "x", "q")  # a mistyped flag keeps click's suggestion
     assert r.code == 2 and "--model" in r.stderr and "ask --help`)" in r.stderr and "`--`" not in r.stderr
     r = run_rlm("ask", str(tmp_path), "--max-iter", "3", "q")  # a prefix: what it begins, only
@@ -62,4 +62,4 @@ def test_a_question_that_starts_with_a_dash_is_told_to_go_after_double_dash(tmp_
     r = run_rlm("ask", str(tmp_path), "--jsn", "q")
     assert r.code == 2 and "No such option: --jsn (did you mean --json?)" in r.stderr
     r = run_rlm("ask", str(tmp_path), "--bogus", "q")  # nothing close: no suggestion (it offered --jobs)
-    assert r.code == 2 and r.stderr.strip() == "error: No such option: --bogus (see `python -m rlm_cli ask --help`)"
+    assert r.code == 2 and r.stderr.strip() == "error: No such option: --bogus (see `rlm ask --help`)"

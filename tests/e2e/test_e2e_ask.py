@@ -373,7 +373,7 @@ def test_a_missing_api_key_fails_at_once_with_exit_4_and_says_which_key(tmp_path
 
 def test_an_error_of_a_multi_question_run_is_one_json_line(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
-    res = run_rlm("ask", str(tmp_path), "-q", "a", "-q", "b", "--json")  # no model configured
+    res = run_rlm("ask", str(tmp_path), "--question", "a", "--question", "b", "--json")  # no model configured
     assert res.code == 3
     (line,) = res.stdout.splitlines()
     assert json.loads(line)["exit_code"] == 3

@@ -151,7 +151,7 @@ def test_a_worker_patched_by_an_earlier_question_is_replaced(tmp_path: Path, llm
     patch = "w = llm_query.__self__\nw._helpers['FINAL'] = lambda *v: setattr(w.final, 'value', 'HACKED')"
     llm.script("root", repl(patch), repl("FINAL('first answer')"),
                repl("print(len(context))"), repl("FINAL('second answer')"))
-    res = run_rlm("ask", str(_corpus(tmp_path)), "-q", "one?", "-q", "two?", *model_flags(llm), "--json",
+    res = run_rlm("ask", str(_corpus(tmp_path)), "--question", "one?", "--question", "two?", *model_flags(llm), "--json",
                   "--no-llm-cache")
     assert res.code == 0, res.stderr
     answers = [json.loads(line)["answer"] for line in res.stdout.splitlines()]
@@ -160,7 +160,7 @@ def test_a_worker_patched_by_an_earlier_question_is_replaced(tmp_path: Path, llm
     # Without a change the worker (and its variables) are kept from one question to the next.
     llm.script("root", repl("kept = 'from question 3'\nprint(len(context))"), repl("FINAL('third answer')"),
                repl("print(kept)"), repl("FINAL(kept)"))
-    res = run_rlm("ask", str(_corpus(tmp_path)), "-q", "three?", "-q", "four?", *model_flags(llm), "--json",
+    res = run_rlm("ask", str(_corpus(tmp_path)), "--question", "three?", "--question", "four?", *model_flags(llm), "--json",
                   "--no-llm-cache")
     assert res.code == 0, res.stderr
     assert [json.loads(line)["answer"] for line in res.stdout.splitlines()] == ["third answer", "from question 3"]

@@ -135,13 +135,13 @@ def test_several_questions_exit_with_the_worst_code_and_7_ranks_below_a_partial_
                                                                                        llm: FakeLLM) -> None:
     root = orders(tmp_path)
     llm.script("root", repl("FINAL(len(records('orders.csv')))"), GUESS, GUESS)
-    res = run_rlm("ask", str(root), "-q", "How many orders are there?", "-q", QUESTION, *model_flags(llm),
+    res = run_rlm("ask", str(root), "--question", "How many orders are there?", "--question", QUESTION, *model_flags(llm),
                   "--policy", "standard", "--no-llm-cache", "--json", "--require-support")
     assert res.code == 7, res.stderr
     verdicts = [json.loads(line)["support"]["verdict"] for line in res.stdout.splitlines()]
     assert verdicts == ["computed", "unsupported"]
     llm.script("root", GUESS, GUESS, repl("print(1)"), repl("print(2)"), "Still looking.")
-    worse = run_rlm("ask", str(root), "-q", QUESTION, "-q", "And the paid ones?", *model_flags(llm),
+    worse = run_rlm("ask", str(root), "--question", QUESTION, "--question", "And the paid ones?", *model_flags(llm),
                     "--policy", "standard", "--no-llm-cache", "--require-support", "--max-iterations", "2")
     assert worse.code == 5, worse.stderr  # the iteration limit (a partial answer) is worse than a guess
     config = run_rlm("config", "set", "require_support", "true")

@@ -41,9 +41,9 @@ def test_jobs_count_every_worker_and_memory_limit_is_checked_before_loading(tmp_
     need = worker_need(load_corpus([str(root)], CorpusOptions()))
     room = {"RLM_MEMORY_AVAILABLE": str(need * 3 // 2)}  # one worker fits, two do not
     llm.default("root", repl("FINAL('ok')"))
-    one = run_rlm("ask", str(root), "-q", "first?", "-q", "second?", *model_flags(llm), "--jobs", "1", env=room)
+    one = run_rlm("ask", str(root), "--question", "first?", "--question", "second?", *model_flags(llm), "--jobs", "1", env=room)
     assert one.code == 0, one.stderr
-    two = run_rlm("ask", str(root), "-q", "first?", "-q", "second?", *model_flags(llm), "--jobs", "2", env=room)
+    two = run_rlm("ask", str(root), "--question", "first?", "--question", "second?", *model_flags(llm), "--jobs", "2", env=room)
     assert two.code == 2 and "2 REPL workers need" in two.stderr and "lower --jobs" in two.stderr
     # A --memory-limit below what `context` alone takes is refused before the worker loads it.
     (root / "big.txt").write_text("x" * 3_000_000 + "\n")
