@@ -74,6 +74,11 @@ class Candidate:
     extra_answers: tuple[str, ...] = ()
     #: The REPL output the model read (part of ``shown``), without rlm's notes and tracebacks.
     outputs: str = ""
+    #: What the model's own code printed and it read, plus the text of the corpus lines the leads
+    #: quoted (their ``path:line`` and rlm's counts left out): where the support verdict looks for
+    #: numbers (``None``: ``outputs``); and whether any of the model's own code printed something.
+    evidence: str | None = None
+    own_output: bool = True
 
 
 @dataclass(frozen=True)

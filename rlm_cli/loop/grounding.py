@@ -152,3 +152,15 @@ def grounding(answer: str, question: str, shown: str, numbers_shown: str | None 
         if not seen:
             unseen.append(tok)
     return tokens, unseen
+
+
+#: A corpus line quoted by ``leads``: ``  path:line: text`` or ``  path:line (in Owner.name): text``.
+_LEAD_LINE = re.compile(r"^  \S[^\n]*?:(\d+)(?: \(in [^)\n]*\))?: (.*)$", re.MULTILINE)
+
+
+def quoted_corpus_text(leads: str) -> str:
+    """The corpus lines a ``leads`` output quotes, one per line as ``LINE TEXT`` (the line number
+    and the text, without the path), and none of rlm's own words around them: its counts of lines
+    and files ("'__all__' in 2 lines") are facts about the question's words, not corpus content an
+    answer can quote (a small model answered "2 names are exported" from that one)."""
+    return "\n".join(f"{m.group(1)} {m.group(2)}" for m in _LEAD_LINE.finditer(leads))

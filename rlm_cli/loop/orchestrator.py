@@ -41,6 +41,7 @@ from rlm_cli.loop.answers import (
     text_final_value,
 )
 from rlm_cli.loop.checks import Candidate, Judge, Judged
+from rlm_cli.loop.grounding import quoted_corpus_text
 from rlm_cli.loop.history import History, Turn, output_limit
 from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
@@ -299,8 +300,11 @@ class Orchestrator:
         outputs = "\n".join(model_output(o) for t in history.turns for o in t.outputs)
         shown = "\n".join([history.first["content"], outputs])
         caps = loop.default_caps.get(iteration, []) + loop.default_caps.get(iteration - 1, [])
+        own = [model_output(o) for t in history.turns if t.iteration > 0 for o in t.outputs]
+        leads = "\n".join(o for t in history.turns if t.iteration == 0 for o in t.outputs)
+        evidence = "\n".join([*own, quoted_corpus_text(leads)])
         return Candidate(self._question, answer, written, source, iteration, unseen, loop.read_output, shown,
-                         tuple(dict.fromkeys(caps)), extra, outputs)
+                         tuple(dict.fromkeys(caps)), extra, outputs, evidence, any(o.strip() for o in own))
 
     def _review(self, c: Candidate, history: History, codes_now: list[str] | None = None) -> Judged:
         """The checks' review of ``c``; an accepted answer gets its support verdict

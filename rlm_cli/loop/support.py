@@ -4,9 +4,12 @@ when the loop ends, never from the question's wording.
 Verdicts (``Support.verdict``):
 
 * ``observed``: the model wrote the answer out, every specific token of it (paths, versions,
-  identifiers, numbers: ``checks.specific_tokens``, the tokens ``ungrounded`` reads) appears in
+  identifiers, numbers: ``grounding.specific_tokens``, the tokens ``ungrounded`` reads) appears in
   what the model was shown (the REPL output it read, leads included, or, in direct mode, the
-  corpus), and it had read some output of its code that was not an error;
+  corpus; a number only in what its own code printed or in a corpus line the leads quoted, not in
+  rlm's counts around them), and it had read some output of its code that was not an error (an
+  answer naming nothing specific needs output of the model's own code: leads alone show lines
+  that hold the question's words, not an answer);
 * ``computed``: code computed the answer (``FINAL(n)``, ``FINAL_VAR("report")``), no helper of its
   turn stopped at a default cap, and no token of it was typed into the code as a literal that
   nothing ever showed (``count = 1658; FINAL(count)`` is a written-out guess in disguise);
@@ -91,7 +94,8 @@ def support_of(c: Candidate, objections: list[str], codes: list[str], min_number
     the model wrote in the run; ``min_number``: the floor of the numbers that count as specific
     (the run's ``ungrounded`` floor)."""
     overruled = tuple(dict.fromkeys(o for o in objections if o in GROUNDING_CHECKS))
-    tokens, unseen = grounding(c.answer, c.question, c.shown, c.outputs, min_number)
+    numbers = c.outputs if c.evidence is None else c.evidence
+    tokens, unseen = grounding(c.answer, c.question, c.shown, numbers, min_number)
     if c.written_out:
         if unseen:
             return Support(UNSUPPORTED, tuple(unseen), overruled, _never_shown(unseen))
@@ -100,6 +104,9 @@ def support_of(c: Candidate, objections: list[str], codes: list[str], min_number
         if not c.seen_output or not c.outputs.strip():
             return Support(UNSUPPORTED, (), overruled, "the model wrote this answer without having read any output of "
                                                       "its code but errors")
+        if not tokens and not c.own_output:
+            return Support(UNSUPPORTED, (), overruled, "the answer names nothing the run showed, and the model ran no "
+                                                      "code that printed anything")
         return Support(OBSERVED, reason="every specific part of the answer appears in what the model read"
                        if tokens else "the model wrote it out after reading the output of its code")
     if unseen:
@@ -132,7 +139,7 @@ def _quoted(tokens: list[str] | tuple[str, ...]) -> str:
 
 
 def _never_shown(tokens: list[str]) -> str:
-    return f"{_quoted(tokens)} appear{'s' if len(tokens) == 1 else ''} in nothing the model read"
+    return f"{_quoted(tokens)} appear{'s' if len(tokens) == 1 else ''} in no code output or corpus line the model read"
 
 
 def _overruled(checks: tuple[str, ...]) -> str:

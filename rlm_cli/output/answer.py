@@ -132,6 +132,6 @@ def support_warning(support: Any) -> str:
     tokens = [str(t) for t in support.get("unsupported") or []]
     if tokens:
         named = ", ".join(f"`{t}`" for t in tokens[:6]) + (f" and {len(tokens) - 6} more" if len(tokens) > 6 else "")
-        return f"rlm could not find {named} in anything the model read: treat this answer as a guess"
+        return f"rlm could not find {named} in the code output or corpus lines the model read: treat this answer as a guess"
     reason = str(support.get("reason") or "rlm found nothing the answer rests on")
     return f"{reason}: treat this answer as a guess"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.loop.checks import Candidate
-from rlm_cli.loop.grounding import stated_values
+from rlm_cli.loop.grounding import quoted_corpus_text, stated_values
 from rlm_cli.loop.policy import GUIDED, STANDARD
 from rlm_cli.loop.support import direct_support, support_of, typed_literals
 from tests.loop.test_checks import GROUNDED
@@ -41,6 +41,26 @@ def test_tokens_never_shown_make_a_written_answer_unsupported() -> None:
     # under standard a count under 10 is not a specific token, but the model read nothing but errors
     plain = support_of(cand("There are 6 orders.", ""), [], [], STANDARD.number_floor)
     assert plain.verdict == "unsupported" and "errors" in plain.reason
+
+
+LEADS = ("files named in the question: futures/__init__.py (53 lines)\n`__all__` is defined at:\n"
+         "  futures/__init__.py:20: __all__ = ( 'FIRST_COMPLETED', 'FIRST_EXCEPTION',\n"
+         "lines with the most question words (how many lines hold each: '__all__' in 2 lines):")
+
+
+def leads_only(answer: str) -> Candidate:
+    """An answer given after the leads alone (no code of the model's own has printed anything)."""
+    return Candidate("How many names does __all__ export?", answer, True, "block", 1, 0, True, LEADS, (), (), LEADS,
+                     quoted_corpus_text(LEADS), False)
+
+
+def test_rlm_s_own_counts_in_the_leads_are_no_evidence_for_a_number() -> None:
+    guess = support_of(leads_only("2 names are exported through __all__."), [], [], GUIDED.number_floor)
+    assert guess.verdict == "unsupported" and guess.unsupported == ("2",)
+    cited = support_of(leads_only("__all__ starts on line 20 with FIRST_COMPLETED."), [], [], GUIDED.number_floor)
+    assert cited.verdict == "observed"  # a line number and a name the leads' corpus lines show
+    vague = support_of(leads_only("It exports the usual names."), [], [], GUIDED.number_floor)
+    assert vague.verdict == "unsupported" and "ran no code" in vague.reason
 
 
 def test_an_overruled_check_makes_an_answer_unsupported() -> None:
@@ -102,7 +122,7 @@ def test_a_repeated_guess_is_unsupported_everywhere_and_fails_require_support(tm
     assert doc["status"] == "final" and doc["answer"] == "There are 6 orders with the status 'refunded'."
     assert doc["support"]["verdict"] == "unsupported"
     assert doc["support"]["unsupported"] == ["6"] and doc["support"]["objections"] == ["ungrounded"]
-    assert "warning: rlm could not find `6` in anything the model read: treat this answer as a guess" in res.stderr
+    assert "warning: rlm could not find `6` in the code output or corpus lines the model read: treat this answer as a guess" in res.stderr
     trace = [json.loads(line) for line in Path(doc["trace"]).read_text().splitlines()]
     final = next(e for e in trace if e["type"] == "final")
     assert final["support"]["verdict"] == trace[-1]["support"]["verdict"] == "unsupported"
