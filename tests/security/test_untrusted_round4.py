@@ -125,3 +125,46 @@ def test_replay_says_whose_file_it_is(tmp_path: Path) -> None:
     os.chown(forged, 65534, 65534)
     res = run_rlm("replay", str(forged), str(repo))
     assert res.code == 0 and "belongs to uid 65534" in res.stderr and "not to you" in res.stderr, res.stderr
+
+
+# -- 3. a Router deployment without a key gets no key of the environment ---------------------------------------------
+
+#: The provider key in rlm's environment, meant for the provider's own endpoint only.
+ENV_KEY = "sk-env-provider-key-38-0123456789"
+
+
+def test_a_router_deployment_without_a_key_never_gets_the_environments_key(tmp_path: Path, llm: FakeLLM) -> None:
+    other = FakeLLM()  # another server, named by the Router file without a key
+    try:
+        router = tmp_path / "router.yaml"
+        router.write_text(f"model_list:\n  - model_name: fleet\n    litellm_params:\n      model: openai/sub\n"
+                          f"      api_base: {other.url}\n")
+        llm.script("root", repl("print(llm_query('Say hi'))"), repl("FINAL('done')"))
+        other.script("sub", "hi")
+        res = run_rlm("ask", str(_repo(tmp_path)), "q?", "--model", "openai/root", "--api-base", llm.url,
+                      "--sub-model", "fleet", "--router-config", str(router), "--no-llm-cache",
+                      env={"OPENAI_API_KEY": ENV_KEY})
+        assert res.code == 0, res.stderr
+        assert len(other.requests) == 1 and other.chat_requests("sub")
+        sent = json.dumps(other.request_headers + llm.request_headers)
+        assert ENV_KEY not in sent
+        assert other.request_headers[0]["authorization"] == "Bearer sk-no-key-required"
+    finally:
+        other.close()
+
+
+# -- 6. a Router file that is a YAML alias bomb ------------------------------------------------------------------------
+
+
+def test_a_yaml_alias_bomb_in_a_router_file_is_refused_at_once(tmp_path: Path, llm: FakeLLM) -> None:
+    bomb = tmp_path / "router.yaml"
+    rows = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    rows += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    rows += ["model_list:", "  - model_name: fleet", "    litellm_params:", "      model: openai/sub",
+             "      extra: *a9"]
+    bomb.write_text("\n".join(rows) + "\n")
+    res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm), "--sub-model", "fleet",
+                  "--router-config", str(bomb), "--timeout", "5", timeout=60)
+    assert res.code == 2, res.stderr
+    assert "aliases (*name) are not accepted" in res.stderr and "line 2" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not llm.requests
