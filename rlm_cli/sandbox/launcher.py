@@ -24,6 +24,7 @@ from typing import Any
 from rlm_cli import protocol
 from rlm_cli.errors import SandboxError, UsageError
 from rlm_cli.sandbox import argv, reaper
+from rlm_cli.sandbox.ipc import sweep_worker_ipc
 from rlm_cli.sandbox.levels import LEVELS
 from rlm_cli.sandbox.paths import remove_tree
 from rlm_cli.sandbox.probes import can_mount, confinement
@@ -116,6 +117,7 @@ class Sandbox:
         self._drain: threading.Thread | None = None
         self._drain_stop = threading.Event()
         self._started_ticks = 0
+        self._started_at = 0.0
         #: A code block is running (or was, when Ctrl-C cut ``execute`` short): close() kills at once.
         self._busy = False
         self.restarts = 0
@@ -204,6 +206,7 @@ class Sandbox:
             "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
             "context_text": self.spec.context_text, "sub_call_threads": self.limits.sub_call_threads,
             "scratch_tmpfs": self.limits.file_bytes if self.level == "process" and can_mount() else None,
+            "private_ipc": self.level == "process" and can_mount(),
         }
         deadline = time.monotonic() + START_TIMEOUT
         try:
@@ -239,12 +242,14 @@ class Sandbox:
         Raises:
             OSError: the process could not be started.
         """
+        started_at = time.time() - 1.0  # IPC objects are stamped in whole seconds
         with LIVE_LOCK:
             self.proc = proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.PIPE, pass_fds=pass_fds, cwd="/", env=env,
                                                 start_new_session=True)
             LIVE.add(proc.pid)
         self._started_ticks = start_ticks(proc.pid)
+        self._started_at = started_at
         if self.level in ("process", "none"):  # found and killed by the next rlm if this one is killed
             reaper.record(proc.pid, self._started_ticks, self.drop.uid if self.drop else os.geteuid())
         self.stderr_tail = b""
@@ -281,6 +286,11 @@ class Sandbox:
     def _kill(self) -> None:
         if self.proc is not None:
             pid = self.proc.pid
+            uid = self.drop.uid if self.drop else os.geteuid()
+            own_user = uid != os.geteuid()
+            # The worker's processes, before they die: the SysV IPC objects they made are theirs.
+            pids = set() if own_user or self.level not in ("process", "none") else \
+                {pid, *reaper.session_members(pid, self._started_ticks, uid)}
             for kill in (os.killpg, os.kill):  # its session first, then the worker itself
                 try:
                     kill(pid, signal.SIGKILL)
@@ -297,6 +307,8 @@ class Sandbox:
                 pass
             with LIVE_LOCK:
                 LIVE.discard(pid)
+            if self.level in ("process", "none"):  # bwrap's IPC namespace went with the worker
+                sweep_worker_ipc(uid=uid, since=self._started_at, own_user=own_user, pids=pids)
             self._drain_stop.set()
             self.proc = None
         for fd in (self._rfd, self._wfd):

@@ -42,7 +42,14 @@ from rlm_cli.sandbox.execution import (
     iterates_context,
     result_frame,
 )
-from rlm_cli.sandbox.hardening import apply_limits, drop_privileges, harden, memory_problem, mount_scratch
+from rlm_cli.sandbox.hardening import (
+    apply_limits,
+    drop_privileges,
+    harden,
+    memory_problem,
+    mount_scratch,
+    private_ipc,
+)
 from rlm_cli.sandbox.integrity import Integrity
 from rlm_cli.sandbox.leads import LeadsHelper, leads
 from rlm_cli.sandbox.observe import Observer, WatchedList, watched
@@ -414,6 +421,11 @@ def main(argv: list[str] | None = None) -> None:
             scratch = "tmpfs"
         except OSError as exc:
             notes.append(f"the scratch folder stays on the disk ({exc.strerror or exc}); rlm watches its size")
+    if config.get("private_ipc"):
+        try:
+            private_ipc()
+        except OSError as exc:
+            notes.append(f"no IPC namespace of its own ({exc.strerror or exc}); seccomp refuses SysV IPC")
     step = "cannot drop privileges"
     try:
         if config.get("drop_to") is not None:

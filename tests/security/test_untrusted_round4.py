@@ -168,3 +168,72 @@ def test_a_yaml_alias_bomb_in_a_router_file_is_refused_at_once(tmp_path: Path, l
     assert res.code == 2, res.stderr
     assert "aliases (*name) are not accepted" in res.stderr and "line 2" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not llm.requests
+
+
+# -- 2. SysV shared memory: refused in the worker, and none left after the run ---------------------------------------
+
+#: Model code making 4 shared memory segments of 8 MiB, filling each, detaching and leaving it
+#: (no IPC_RMID), then printing ``SHM id errno`` for each.
+_SHM_CODE = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+for n in range(4):
+    ident = libc.shmget(0, 8 << 20, 0o1000 | 0o600)
+    err = ctypes.get_errno()
+    if ident >= 0:
+        at = libc.shmat(ident, None, 0)
+        ctypes.memset(at, 1, 8 << 20)
+        libc.shmdt(ctypes.c_void_p(at))
+    print('SHM', ident, err)
+"""
+
+
+def _segments() -> set[int]:
+    from rlm_cli.sandbox.ipc import ipc_objects
+
+    return {o.ident for o in ipc_objects() if o.kind == "shm"}
+
+
+def _made(stdout: str) -> list[int]:
+    return [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("SHM ") and int(line.split()[1]) >= 0]
+
+
+def test_sysv_shared_memory_is_refused_at_the_process_level(tmp_path: Path, llm: FakeLLM) -> None:
+    from rlm_cli.sandbox.probes import confinement
+
+    if not os.path.exists("/proc/sysvipc/shm") or not confinement().seccomp:
+        pytest.skip("no seccomp (or no SysV IPC) here: the process level cannot refuse shmget")
+    before = _segments()
+    llm.script("root", repl(_SHM_CODE), repl("FINAL('done')"))
+    res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm), "--sandbox", "process",
+                  "--memory-limit", "1G", "--no-llm-cache")
+    assert res.code == 0, res.stderr
+    printed = json.dumps(llm.requests[-1]["messages"])
+    assert printed.count("SHM -1 1") == 4, printed[-2000:]  # EPERM, four times
+    assert _segments() <= before
+
+
+def test_segments_a_worker_made_are_removed_and_the_users_own_kept(tmp_path: Path, llm: FakeLLM) -> None:
+    """At the ``none`` level nothing refuses shmget: the segments the worker made go when the run
+    ends; one of the user's own, made before, stays."""
+    if not os.path.exists("/proc/sysvipc/shm"):
+        pytest.skip("no SysV IPC here")
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    mine = libc.shmget(0, 1 << 20, 0o1000 | 0o600)
+    assert mine >= 0
+    try:
+        llm.script("root", repl(_SHM_CODE), repl("FINAL('done')"))
+        res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm), "--sandbox", "none", "--json",
+                      "--no-llm-cache")
+        assert res.code == 0, res.stderr
+        assert "SHM" not in res.stdout
+        made = _made(json.dumps(llm.requests[-1]["messages"]).replace("\\n", "\n"))
+        assert len(made) == 4
+        left = _segments()
+        assert mine in left
+        assert not set(made) & left, (made, left)
+    finally:
+        libc.shmctl(mine, 0, None)
