@@ -237,3 +237,46 @@ def test_segments_a_worker_made_are_removed_and_the_users_own_kept(tmp_path: Pat
         assert not set(made) & left, (made, left)
     finally:
         libc.shmctl(mine, 0, None)
+
+
+# -- 4. a file swapped for a symlink while the corpus loads ------------------------------------------------------------
+
+
+def test_files_swapped_for_symlinks_while_the_corpus_loads_are_never_read(tmp_path: Path, llm: FakeLLM) -> None:
+    """Every file of the corpus turns into a symlink to the secret and back, as fast as a thread
+    can, while rlm walks and reads it (the race of a check by path, then an open by path)."""
+    import threading
+
+    secret = _home(tmp_path) / ".ssh" / "id_rsa"
+    repo, spare = tmp_path / "repo", tmp_path / "spare"
+    repo.mkdir()
+    spare.mkdir()
+    names = [f"f{n:04d}.txt" for n in range(1500)]
+    for name in names:
+        (spare / name).write_text(f"plain text of {name}\n")
+        os.link(spare / name, repo / name)
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            for name in names:
+                tmp = spare / f"{name}.tmp"
+                if stop.is_set():
+                    return
+                if os.path.islink(repo / name):
+                    os.link(spare / name, tmp)
+                else:
+                    os.symlink(secret, tmp)
+                os.replace(tmp, repo / name)
+
+    llm.default("root", "Plain files.")
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    try:
+        res = run_rlm("ask", str(repo), "What is in here?", *model_flags(llm), "--mode", "direct", "--no-cache",
+                      "--root-model-window", "1000000", "--json", "--no-llm-cache")
+    finally:
+        stop.set()
+        swapper.join()
+    assert res.code in (0, 2), res.stderr  # 2: every file was skipped (replaced, or a link out)
+    assert SECRET not in json.dumps(llm.requests) and SECRET not in res.stdout + res.stderr
