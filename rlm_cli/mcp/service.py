@@ -337,6 +337,7 @@ class Service:
             UsageError: the helper raised (its error), or the block timed out or the worker crashed.
         """
         lane = self.session.worker_lane()
+        lane.fresh_if_hooked(self.ui.on_event)  # an earlier ask's code must not rewrite this result
         result = lane.sandbox.execute(_helper_code(body), cell=0, map_output=False)
         if result.lost:
             raise UsageError(f"{tool} stopped: {result.lost}", hint="narrow the pattern or raise --cell-timeout")

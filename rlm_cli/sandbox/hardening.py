@@ -396,19 +396,18 @@ def mount_scratch(path: str, size: int, uid: int, gid: int) -> None:
 _CLONE_NEWIPC = 0x08000000
 
 
-def private_ipc() -> None:
+def private_ipc() -> list[str]:
     """Give this process (and what it starts) a System V IPC and POSIX message queue namespace of
     its own: whatever model code makes there is freed when its last process ends. Needs
     ``CAP_SYS_ADMIN`` (a root rlm); call it before the drop.
 
-    Raises:
-        OSError: ``unshare`` failed (the seccomp filter still refuses the SysV IPC calls).
+    Returns a note when ``unshare`` failed (the seccomp filter still refuses SysV IPC; never raises).
     """
     import ctypes
 
     if _libc().unshare(_CLONE_NEWIPC) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"unshare(CLONE_NEWIPC): {os.strerror(err)}")
+        return [f"no IPC namespace of its own ({os.strerror(ctypes.get_errno())}); seccomp refuses SysV IPC"]
+    return []
 
 
 def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_seccomp: bool = False) -> list[str]:

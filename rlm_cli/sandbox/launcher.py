@@ -37,11 +37,12 @@ from rlm_cli.sandbox.processes import (
     exit_reason,
     format_bytes,
     kill_strays,
+    left_running,
     ns_descendant,
     scratch_usage,
     start_ticks,
 )
-from rlm_cli.sandbox.results import ExecResult, parse_result, printed_note
+from rlm_cli.sandbox.results import ExecResult, WorkerCheck, parse_result, printed_note
 from rlm_cli.sandbox.users import Drop, plan_drop, share_relay
 
 #: Environment variables passed to the worker (everything else, keys included, is dropped).
@@ -409,16 +410,17 @@ class Sandbox:
             result.output = output[:cut]
         return result if result.output.strip() else None
 
-    def tampered(self) -> list[str]:
-        """What of the worker's own code earlier blocks changed (``integrity.Integrity``): names such
-        as ``rlm_cli.sandbox.worker.Worker.FINAL``; ``["(no valid answer)"]`` when the worker
-        does not answer the check properly within 10 s. ``[]``: nothing (as far as it can tell).
+    def check(self) -> WorkerCheck:
+        """What earlier blocks left in the worker that could rewrite later answers: its own code
+        changed (``integrity.Integrity``), hooks, threads, signal handlers or timers left to run
+        during later code (``hooks.Hooks``), processes left running (:func:`left_running`), or no
+        valid answer to the check within 10 s. An empty (false) :class:`WorkerCheck`: nothing,
+        as far as it can tell.
 
-        A changed worker would rewrite the answers of later questions: call this between the
-        questions of a session and restart the worker when it returns anything.
+        Call this between the questions of a session and restart the worker when it is true.
         """
         if self.proc is None or self.proc.poll() is not None:
-            return []  # a worker that is not running is started fresh anyway
+            return WorkerCheck()  # a worker that is not running is started fresh anyway
         req_id = secrets.token_hex(8)
         deadline = time.monotonic() + 10.0
         try:
@@ -428,11 +430,14 @@ class Sandbox:
                 if reply.get("id") == req_id:
                     break
         except (OSError, protocol.ProtocolError):
-            return ["(no valid answer)"]
-        changed = reply.get("changed")
-        if reply.get("type") != "checked" or not isinstance(changed, list):
-            return ["(no valid answer)"]
-        return [str(c)[:120] for c in changed[:20]]
+            return WorkerCheck(unanswered=True)
+        changed, hooks = reply.get("changed"), reply.get("hooks")
+        if reply.get("type") != "checked" or not isinstance(changed, list) or not isinstance(hooks, list):
+            return WorkerCheck(unanswered=True)
+        worker = self._worker_pid()
+        left = left_running(self.proc.pid, worker, self._started_ticks) if worker is not None else []
+        hooks = hooks[:20] + ([f"{len(left)} process{'es' if len(left) > 1 else ''} left running"] if left else [])
+        return WorkerCheck([str(c)[:120] for c in changed[:20]], [str(h)[:120] for h in hooks])
 
     def _interrupt_block(self, req_id: str) -> None:
         """Ctrl-C while block ``req_id`` runs: send the worker SIGINT (its block ends with a

@@ -280,3 +280,82 @@ def test_files_swapped_for_symlinks_while_the_corpus_loads_are_never_read(tmp_pa
         swapper.join()
     assert res.code in (0, 2), res.stderr  # 2: every file was skipped (replaced, or a link out)
     assert SECRET not in json.dumps(llm.requests) and SECRET not in res.stdout + res.stderr
+
+
+# -- 5. an earlier question's code must not hook the answers of later ones ---------------------------------------------
+
+#: Question 1's last block: its own answer first, then a hook that sets the final value of every
+#: later block (a profile hook on every call, or a daemon thread polling).
+HOOKS = {
+    "PLANTED-BY-PROFILE": ("FINAL('first answer')\nimport sys\nw = FINAL.__self__\n"
+                           "def hook(frame, event, arg):\n"
+                           "    if w.final.value is None:\n        w.final.value = 'PLANTED-BY-PROFILE'\n"
+                           "sys.setprofile(hook)"),
+    "PLANTED-BY-THREAD": ("FINAL('first answer')\nimport threading, time\nw = FINAL.__self__\n"
+                          "def plant():\n    while True:\n        f = w.final\n"
+                          "        if f.value is None:\n            f.value = 'PLANTED-BY-THREAD'\n"
+                          "        time.sleep(0.0005)\n"
+                          "threading.Thread(target=plant, daemon=True).start()"),
+}
+
+
+#: Question 2's blocks wait a moment (as a block waiting for a sub-call does): a thread runs then.
+WAIT = "import time\ntime.sleep(0.2)\n"
+
+
+def _two_questions(llm: FakeLLM, hook: str) -> None:
+    llm.script("root", repl("print(len(context))"), repl(HOOKS[hook]),
+               repl(WAIT + "print(context[:30])"), repl(WAIT + "FINAL('second answer')"))
+
+
+@pytest.mark.parametrize("hook", sorted(HOOKS))
+def test_a_hook_left_by_question_one_does_not_answer_question_two(tmp_path: Path, llm: FakeLLM, hook: str) -> None:
+    _two_questions(llm, hook)
+    res = run_rlm("ask", str(_repo(tmp_path)), "-q", "one?", "-q", "two?", *model_flags(llm), "--json",
+                  "--no-llm-cache")
+    assert res.code == 0, res.stderr
+    answers = [json.loads(line)["answer"] for line in res.stdout.splitlines()]
+    assert answers == ["first answer", "second answer"], answers
+    assert res.stderr.count("left code in the REPL worker that would run during later questions") == 1, res.stderr
+    assert "a fresh worker was started" in res.stderr and "PLANTED" not in res.stdout
+
+
+@pytest.mark.parametrize("hook", sorted(HOOKS))
+def test_chat_starts_each_question_from_an_unhooked_worker(tmp_path: Path, llm: FakeLLM, hook: str) -> None:
+    _two_questions(llm, hook)
+    res = run_rlm("chat", str(_repo(tmp_path)), *model_flags(llm), "--json", "--no-llm-cache",
+                  stdin="one?\ntwo?\n/quit\n")
+    assert res.code == 0, res.stderr
+    assert [json.loads(line)["answer"] for line in res.stdout.splitlines()] == ["first answer", "second answer"]
+    assert "would run during later questions" in res.stderr
+
+
+def test_every_ask_of_rlm_mcp_starts_from_an_unhooked_worker(tmp_path: Path, llm: FakeLLM) -> None:
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from tests.support.cli import rlm_argv
+
+    repo = _repo(tmp_path)
+    llm.script("root", repl("print(len(context))"), repl(HOOKS["PLANTED-BY-PROFILE"]),
+               repl("print(len(context))"), repl(HOOKS["PLANTED-BY-THREAD"].replace("first", "second")),
+               repl(WAIT + "print(context[:30])"), repl(WAIT + "FINAL('third answer')"))
+    exe, *args = [*rlm_argv(), "mcp", str(repo), *model_flags(llm), "--no-llm-cache"]
+    answers: list[str] = []
+
+    async def scenario() -> None:
+        params = StdioServerParameters(command=exe, args=args, env=dict(os.environ), cwd=str(tmp_path))
+        with open(tmp_path / "server.err", "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                for question in ("one?", "two?", "three?"):
+                    result = await session.call_tool("ask", {"question": question})
+                    assert not result.is_error, result.content[0].text
+                    answers.append(result.structured_content["answer"])
+                hits = await session.call_tool("grep", {"pattern": "retry"})
+                assert not hits.is_error and hits.structured_content["matches"][0]["path"] == "a.txt"
+
+    anyio.run(scenario)
+    assert answers == ["first answer", "second answer", "third answer"]
+    assert (tmp_path / "server.err").read_text().count("would run during later questions") >= 2
