@@ -37,6 +37,8 @@ def ask(
                                          "JSON Lines with \"id\" and \"question\" ('-': stdin).")] = None,
     jobs: Annotated[int, Opt("--jobs", min=1, help="With several questions: how many run at once, each in its own "
                              "worker (default 1: one after another in one worker, whose variables carry over).")] = 1,
+    max_questions: Annotated[int, Opt("--max-questions", min=1, help="The most questions one run asks (default "
+                                      "1000; each writes a trajectory).")] = 1000,
     question_file: Annotated[str | None, Opt("--question-file", metavar="FILE", help="Read the (one) question from "
                                              "FILE ('-': stdin, when the corpus is not on stdin); every argument "
                                              "is then a PATH.")] = None,
@@ -76,7 +78,8 @@ def ask(
 
             if not paths:
                 raise UsageError("give at least one PATH", hint='e.g. rlm ask ./repo -q "Where is X?"')
-            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths)
+            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths,
+                                    max_questions=max_questions)
             code = _ask_many(settings, paths, listed, jobs=jobs, host=host, ui=ui, json_out=json_out, cite=cite,
                              started=started, verbose=verbose)
             if code:

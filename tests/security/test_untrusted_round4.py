@@ -359,3 +359,46 @@ def test_every_ask_of_rlm_mcp_starts_from_an_unhooked_worker(tmp_path: Path, llm
     anyio.run(scenario)
     assert answers == ["first answer", "second answer", "third answer"]
     assert (tmp_path / "server.err").read_text().count("would run during later questions") >= 2
+
+
+# -- 6. smaller ones -----------------------------------------------------------------------------------------------------
+
+#: Bytes of the one line of a --questions file that must not be read whole.
+HUGE_LINE_BYTES = 300 * 1024**2
+
+
+def test_a_questions_file_with_a_300_mb_line_is_refused_in_bounded_memory(tmp_path: Path, llm: FakeLLM) -> None:
+    import resource
+
+    huge = tmp_path / "questions.txt"
+    with open(huge, "wb") as fh:  # a sparse file: no disk used
+        fh.write(b"What is ")
+        fh.truncate(HUGE_LINE_BYTES)
+    res = run_rlm("ask", str(_repo(tmp_path)), "--questions", str(huge), *model_flags(llm), timeout=120)
+    assert res.code == 2, res.stderr[-500:]
+    assert "line 1 is over 1 MiB" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not llm.requests and res.stdout == ""
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
+    assert peak_mib < 600, peak_mib  # the largest child so far (rlm runs take about 100-200 MiB)
+
+
+def test_deeply_nested_json_in_a_questions_file_is_a_usage_error(tmp_path: Path, llm: FakeLLM) -> None:
+    deep = tmp_path / "questions.jsonl"
+    deep.write_text('{"question": "fine?"}\n{"question": "x", "extra": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
+    res = run_rlm("ask", str(_repo(tmp_path)), "--questions", str(deep), *model_flags(llm))
+    assert res.code == 2, res.stderr[-500:]
+    assert "line 2: not JSON (nested too deeply)" in res.stderr and "internal error" not in res.stderr
+    assert not llm.requests
+
+
+def test_more_questions_than_the_cap_are_refused_before_any_is_asked(tmp_path: Path, llm: FakeLLM) -> None:
+    many = tmp_path / "questions.txt"
+    many.write_text("".join(f"question {n}?\n" for n in range(20_000)))
+    llm.default("root", repl("FINAL('x')"))
+    repo = _repo(tmp_path)
+    res = run_rlm("ask", str(repo), "--questions", str(many), *model_flags(llm), timeout=120)
+    assert res.code == 2, res.stderr[-500:]
+    assert "more than 1,000 questions" in res.stderr and "--max-questions" in res.stderr
+    assert not llm.requests and not (tmp_path / "userdirs" / "data" / "traces").exists()
+    res = run_rlm("ask", str(repo), "-q", "a?", "-q", "b?", "--max-questions", "1", *model_flags(llm))
+    assert res.code == 2 and "more than 1 question:" in res.stderr
