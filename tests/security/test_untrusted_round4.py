@@ -32,7 +32,7 @@ def _home(tmp_path: Path) -> Path:
 
 def _repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
-    repo.mkdir()
+    repo.mkdir(exist_ok=True)
     (repo / "a.txt").write_text("the retry policy lives in conf.py\n")
     return repo
 
@@ -402,3 +402,33 @@ def test_more_questions_than_the_cap_are_refused_before_any_is_asked(tmp_path: P
     assert not llm.requests and not (tmp_path / "userdirs" / "data" / "traces").exists()
     res = run_rlm("ask", str(repo), "-q", "a?", "-q", "b?", "--max-questions", "1", *model_flags(llm))
     assert res.code == 2 and "more than 1 question:" in res.stderr
+
+
+def _config_file(tmp_path: Path, text: str) -> Path:
+    folder = tmp_path / "userdirs" / "config"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_config_file_others_may_write_is_refused_with_one_line(tmp_path: Path, llm: FakeLLM) -> None:
+    path = _config_file(tmp_path, 'sandbox = "none"\n')
+    os.chmod(path, 0o666)
+    llm.script("root", repl("print(len(context))"), repl("FINAL('ran')"))
+    res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm))
+    assert res.code == 2 and res.stdout == "" and not llm.requests, res.stderr
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "refusing config file" in res.stderr
+    assert "other users may write it (mode 666)" in res.stderr and "chmod 600" in res.stderr
+    os.chmod(path, 0o600)  # the same file, private: obeyed
+    res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm), "--json")
+    assert res.code == 0 and json.loads(res.stdout)["sandbox"] == "none", res.stderr
+
+
+def test_a_config_file_of_another_user_is_refused(tmp_path: Path, llm: FakeLLM) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user here")
+    path = _config_file(tmp_path, 'sandbox = "none"\n')
+    os.chown(path, 65534, 65534)
+    res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm))
+    assert res.code == 2 and "belongs to uid 65534" in res.stderr and not llm.requests, res.stderr
