@@ -297,8 +297,10 @@ class Service:
         pattern = str(call.args["pattern"])
         try:
             re.compile(pattern, re.MULTILINE)
-        except re.error as exc:
-            raise UsageError(f"bad regular expression {pattern!r}: {exc}") from None
+        except (re.error, RecursionError, OverflowError) as exc:  # RecursionError: '(' x 10,000
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            shown = repr(pattern) if len(pattern) <= 80 else f"{pattern[:80]!r}... ({len(pattern):,} characters)"
+            raise UsageError(f"bad regular expression {shown}: {why}") from None
         n = int(call.args.get("max_results") or 100)
         body = (f"hits = grep({pattern!r}, path_glob={call.args.get('path_glob')!r}, "
                 f"ignore_case={bool(call.args.get('ignore_case'))!r}, max_results={n + 1})\n"

@@ -432,3 +432,56 @@ def test_a_config_file_of_another_user_is_refused(tmp_path: Path, llm: FakeLLM) 
     os.chown(path, 65534, 65534)
     res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm))
     assert res.code == 2 and "belongs to uid 65534" in res.stderr and not llm.requests, res.stderr
+
+
+def _rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) // 1024
+
+
+def _server_pid(repo: Path) -> int:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mcp" in argv and str(repo).encode() in argv:
+            return int(pid)
+    raise AssertionError("no rlm mcp server found")
+
+
+def test_mcp_grep_with_a_bad_or_huge_pattern_and_a_huge_question_are_refused(tmp_path: Path, llm: FakeLLM) -> None:
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from tests.support.cli import rlm_argv
+
+    repo = _repo(tmp_path)
+    exe, *args = [*rlm_argv(), "mcp", str(repo), *model_flags(llm), "--no-llm-cache"]
+    sizes: list[int] = []
+
+    async def scenario() -> None:
+        params = StdioServerParameters(command=exe, args=args, env=dict(os.environ), cwd=str(tmp_path))
+        with open(tmp_path / "server.err", "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                ok = await session.call_tool("grep", {"pattern": "retry"})
+                assert not ok.is_error, ok.content[0].text
+                sizes.append(_rss_mib(_server_pid(repo)))
+                for pattern in ("(" * 10_000, "a{4294967295}", "[z-a]"):
+                    bad = await session.call_tool("grep", {"pattern": pattern})
+                    text = bad.content[0].text
+                    assert bad.is_error and "bad regular expression" in text and "internal error" not in text, text
+                for tool, key, size in (("grep", "pattern", 20 << 20), ("search", "query", 20 << 20),
+                                        ("ask", "question", 50 << 20)):
+                    huge = await session.call_tool(tool, {key: "a" * size})
+                    text = huge.content[0].text
+                    assert huge.is_error and "is too long" in text and len(text) < 300, text[:300]
+                sizes.append(_rss_mib(_server_pid(repo)))
+                again = await session.call_tool("grep", {"pattern": "retry"})
+                assert not again.is_error
+
+    anyio.run(scenario)
+    assert not llm.requests
+    assert sizes[1] - sizes[0] < 100, sizes  # MiB: nothing of the huge arguments is kept
