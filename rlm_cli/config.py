@@ -33,6 +33,7 @@ from rlm_cli.config_keys import (
     coerce,
     parse_size,
     redact_url,
+    untrusted_file,
 )
 from rlm_cli.errors import UsageError
 
@@ -118,40 +119,6 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
         return {}
     except (tomllib.TOMLDecodeError, OSError) as exc:
         raise UsageError(f"cannot read config file {path}: {exc}", hint="fix or delete it") from None
-
-
-def untrusted_file(st: os.stat_result) -> str | None:
-    """Why a file with ``stat`` result ``st`` may hold someone else's words, or ``None``: owned by a
-    user other than this one or root, writable by others, or writable by a group other than the
-    owner's own private group (the owner's primary group, with no other members: umask 002)."""
-    if not hasattr(os, "geteuid"):
-        return None
-    if st.st_uid not in (os.geteuid(), 0):
-        return f"it belongs to {_user(st.st_uid)}, not to you"
-    if st.st_mode & 0o002 or st.st_mode & 0o020 and not _private_group(st.st_uid, st.st_gid):
-        return f"other users may write it (mode {st.st_mode & 0o777:o})"
-    return None
-
-
-def _user(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
-
-
-def _private_group(uid: int, gid: int) -> bool:
-    """Whether ``gid`` is user ``uid``'s primary group and lists no other member."""
-    try:
-        import grp
-        import pwd
-
-        return pwd.getpwuid(uid).pw_gid == gid and not [m for m in grp.getgrgid(gid).gr_mem
-                                                        if m != pwd.getpwuid(uid).pw_name]
-    except (ImportError, KeyError):
-        return False
 
 
 def prepare_offline_env() -> None:

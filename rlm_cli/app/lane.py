@@ -56,6 +56,16 @@ class QuestionUsage(Usage):
         super().count(name, n)
         self.parent.count(name, n)
 
+    def took_off(self, model: str, role: str) -> None:
+        """A call was sent, here and in the session."""
+        super().took_off(model, role)
+        self.parent.took_off(model, role)
+
+    def landed(self, model: str, role: str, record: CallRecord | None) -> None:
+        """A call ended, here and in the session."""
+        super().landed(model, role, record)
+        self.parent.landed(model, role, record)
+
 
 class SessionBudget(Budget):
     """The session's budgets; :meth:`pause`/:meth:`resume` keep time spent waiting for the user

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import model_flags, run_rlm
-from tests.support.fake_llm import FakeLLM, repl
+from tests.support.fake_llm import FakeLLM, Reply, repl
 
 #: What the planted secret files hold; it must never come out.
 SECRET = "SECRET-MARKER-38c1"
@@ -485,3 +485,41 @@ def test_mcp_grep_with_a_bad_or_huge_pattern_and_a_huge_question_are_refused(tmp
     anyio.run(scenario)
     assert not llm.requests
     assert sizes[1] - sizes[0] < 100, sizes  # MiB: nothing of the huge arguments is kept
+
+
+def _batch(n: int) -> str:
+    return f"rs = llm_query_batched([f'item {{i}}' for i in range({n})])\nprint(len(rs))"
+
+
+def test_sub_calls_abandoned_at_the_timeout_are_counted_as_the_server_got_them(tmp_path: Path, llm: FakeLLM) -> None:
+    from jsonschema import Draft202012Validator
+
+    llm.script("root", repl(_batch(64)), repl("FINAL('done')"))
+    llm.default("sub", Reply(text="late", delay_s=60))
+    res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm), "--json", "--no-llm-cache",
+                  "--max-concurrency", "64", "--timeout", "25")
+    assert res.code == 6, res.stderr[-800:]
+    doc = json.loads(res.stdout)
+    assert doc["budget"] == "timeout"
+    sent = len(llm.chat_requests("sub"))
+    assert sent == 64 and doc["usage"]["sub"]["calls"] == sent and doc["sub_calls"] == sent, doc["usage"]["sub"]
+    assert doc["usage"]["sub"]["abandoned_calls"] == sent
+    schema = json.loads((Path(__file__).parents[2] / "rlm_cli" / "schemas" / "ask-result.v1.json").read_text())
+    Draft202012Validator(schema).validate(doc)
+
+
+def test_each_question_of_a_session_stopped_by_the_token_budget_reports_its_own_counts(tmp_path: Path,
+                                                                                       llm: FakeLLM) -> None:
+    llm.default("root", repl(_batch(67)))
+    llm.default("sub", "ok")
+    res = run_rlm("ask", str(_repo(tmp_path)), "-q", "one?", "-q", "two?", *model_flags(llm), "--json",
+                  "--no-llm-cache", "--max-tokens", "6000")
+    assert res.code == 6, res.stderr[-800:]
+    first, second = (json.loads(line) for line in res.stdout.splitlines())
+    assert first["status"] == second["status"] == "budget_exceeded"
+    for doc in (first, second):  # what each says it ran is what its usage counts
+        assert doc["sub_calls"] == doc["usage"]["sub"]["calls"], doc
+        assert doc["iterations"] == doc["usage"]["root"]["calls"], doc
+    assert first["sub_calls"] == len(llm.chat_requests("sub")) and first["sub_calls"] % 67 == 0
+    assert second["iterations"] == second["sub_calls"] == 0  # stopped before its first call
+    assert f"{first['iterations']} iterations, {first['sub_calls']} sub-calls" in res.stderr
