@@ -308,12 +308,27 @@ def _two_questions(llm: FakeLLM, hook: str) -> None:
                repl(WAIT + "print(context[:30])"), repl(WAIT + "FINAL('second answer')"))
 
 
+def _scratch_processes(tmp: Path) -> list[int]:
+    """Processes whose HOME is a worker's scratch folder under ``tmp`` (workers, their children)."""
+    mark = f"HOME={tmp}/rlm-scratch-".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.mark.parametrize("hook", sorted(HOOKS))
-def test_a_hook_left_by_question_one_does_not_answer_question_two(tmp_path: Path, llm: FakeLLM, hook: str) -> None:
+def test_a_hook_left_by_question_one_does_not_answer_question_two(tmp_path: Path, llm: FakeLLM, hook: str,
+                                                                  run_tmp: Path) -> None:
     _two_questions(llm, hook)
     res = run_rlm("ask", str(_repo(tmp_path)), "-q", "one?", "-q", "two?", *model_flags(llm), "--json",
-                  "--no-llm-cache")
+                  "--no-llm-cache", env={"TMPDIR": str(run_tmp)})
     assert res.code == 0, res.stderr
+    assert _scratch_processes(run_tmp) == [] and sorted(p.name for p in run_tmp.iterdir()) == []  # nothing left
     answers = [json.loads(line)["answer"] for line in res.stdout.splitlines()]
     assert answers == ["first answer", "second answer"], answers
     assert res.stderr.count("left code in the REPL worker that would run during later questions") == 1, res.stderr
