@@ -33,6 +33,7 @@ from rlm_cli.config_keys import (
     coerce,
     parse_size,
     redact_url,
+    untrusted_file,
 )
 from rlm_cli.errors import UsageError
 
@@ -98,12 +99,21 @@ def config_path() -> Path:
 def read_config_file(path: Path | None = None) -> dict[str, Any]:
     """Read the config file; a missing file is ``{}``.
 
+    As ssh does with its own files, a config file that another user could have written is refused
+    (it may set ``sandbox = "none"`` or an ``api_base`` for your key): one owned by a user other
+    than you or root, or writable by group or others (:func:`untrusted_file`).
+
     Raises:
-        UsageError: the file exists but is not valid TOML.
+        UsageError: the file exists but is not valid TOML, or is refused.
     """
     path = path or config_path()
     try:
         with open(path, "rb") as fh:
+            problem = untrusted_file(os.fstat(fh.fileno()))
+            if problem:
+                raise UsageError(f"refusing config file {path}: {problem}",
+                                 hint=f"make it yours and private (chown {os.geteuid()} FILE; chmod 600 FILE), or "
+                                      "delete it")
             return tomllib.load(fh)
     except FileNotFoundError:
         return {}

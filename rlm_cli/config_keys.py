@@ -1,12 +1,14 @@
 """The rules of the settings' values: the words a key takes (:data:`CHOICES`), sizes in bytes
 (:func:`parse_size`, :func:`format_size`), the limits of the memory settings and the API base, and
-:func:`coerce`, which types a value from a config file, the environment or ``rlm config set``.
+:func:`coerce`, which types a value from a config file, the environment or ``rlm config set``,
+and :func:`untrusted_file`, whether a config file's ``stat`` lets someone else write its values.
 
 Nothing here reads a file or the environment; ``rlm_cli.config`` resolves the settings.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -200,3 +202,37 @@ def coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
     if key == "decode_memory":
         check_decode_memory(int(number), f"setting {key!r}{where}")
     return number
+
+
+def untrusted_file(st: os.stat_result) -> str | None:
+    """Why a file with ``stat`` result ``st`` may hold someone else's words, or ``None``: owned by a
+    user other than this one or root, writable by others, or writable by a group other than the
+    owner's own private group (the owner's primary group, with no other members: umask 002)."""
+    if not hasattr(os, "geteuid"):
+        return None
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"it belongs to {_user(st.st_uid)}, not to you"
+    if st.st_mode & 0o002 or st.st_mode & 0o020 and not _private_group(st.st_uid, st.st_gid):
+        return f"other users may write it (mode {st.st_mode & 0o777:o})"
+    return None
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _private_group(uid: int, gid: int) -> bool:
+    """Whether ``gid`` is user ``uid``'s primary group and lists no other member."""
+    try:
+        import grp
+        import pwd
+
+        return pwd.getpwuid(uid).pw_gid == gid and not [m for m in grp.getgrgid(gid).gr_mem
+                                                        if m != pwd.getpwuid(uid).pw_name]
+    except (ImportError, KeyError):
+        return False

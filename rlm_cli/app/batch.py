@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from rlm_cli.errors import ExitCode, RLMError, UsageError
 
@@ -84,36 +84,52 @@ def worst_exit_code(codes: list[int]) -> int:
     return worst
 
 
-def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool,
-                   answer_type: str = "text") -> list[Question]:
+#: The longest question, in UTF-8 bytes: one ``--question``, one line of ``--questions`` or a
+#: ``--question-file`` (a question that big already fills a root model's window; the file is read
+#: no further than this, so a huge line cannot exhaust memory).
+MAX_QUESTION_BYTES = 1024**2
+#: The most questions one run asks by default (each writes a trajectory; ``--max-questions``).
+MAX_QUESTIONS = 1000
+
+
+def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool, answer_type: str = "text",
+                   max_questions: int = MAX_QUESTIONS) -> list[Question]:
     """The questions of ``--question`` (in order) then of ``--questions FILE`` (``-``: stdin).
 
     A file is JSON Lines when its first non-blank line starts with ``{``: each non-blank line an
     object with a ``question`` (text) and optionally an ``id`` (a string or number, unique) and a
     ``type`` (an answer type; default ``answer_type``, the ``--answer-type``); otherwise each
     non-blank line is a question. Questions without an ``id`` are numbered by their position in
-    the whole list (1-based).
+    the whole list (1-based). The file is read a line at a time, each at most
+    :data:`MAX_QUESTION_BYTES`, and no further than ``max_questions`` questions.
 
     Raises:
-        UsageError: an empty question, an unreadable or non-UTF-8 file, a bad JSON line or
-            ``type``, a duplicate id, no question at all, or the file on stdin when the corpus
-            is there too.
+        UsageError: an empty or too long question, more than ``max_questions``, an unreadable or
+            non-UTF-8 file, a bad or too deeply nested JSON line or a bad ``type``, a duplicate id,
+            no question at all, or the file on stdin when the corpus is there too.
     """
     items: list[tuple[Any, str, str]] = [
         (None, q.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), answer_type) for q in flags]
+    for n, (_, text, _kind) in enumerate(items, 1):
+        if len(text.encode("utf-8")) > MAX_QUESTION_BYTES:
+            raise UsageError(f"question {n} is over {MAX_QUESTION_BYTES // 1024**2} MiB",
+                             hint="ask about the corpus in fewer words: the corpus is where long text goes")
     if file is not None:
-        items += _file_questions(file, stdin_is_corpus=stdin_is_corpus, answer_type=answer_type)
+        items += _file_questions(file, stdin_is_corpus=stdin_is_corpus, answer_type=answer_type,
+                                 room=max_questions - len(items))
     if not items:
         if file is not None:
             raise UsageError(f"--questions {file}: no questions in it (every line is blank)",
                              hint="write one question per line, or JSON Lines with \"id\" and \"question\"")
         raise UsageError("no question given", hint='use --question "question" (repeatable) or --questions FILE')
+    if len(items) > max_questions:
+        raise UsageError(too_many(max_questions), hint="split the list, or raise --max-questions")
     out: list[Question] = []
     seen: set[str] = set()
     for n, (qid, text, kind) in enumerate(items, 1):
         if not text.strip():
             raise UsageError(f"question {qid if qid is not None else n} is empty",
-                             hint="give each -q (or line of --questions) some text")
+                             hint="give each --question (or line of --questions) some text")
         qid = n if qid is None else qid
         key = json.dumps(qid)
         if key in seen:
@@ -123,14 +139,43 @@ def read_questions(flags: list[str], file: str | None, *, stdin_is_corpus: bool,
     return out
 
 
-def read_text_file(file: str, flag: str, what: str, *, stdin_is_corpus: bool) -> tuple[str, str]:
+def too_many(limit: int) -> str:
+    """The error of a list of more than ``limit`` questions."""
+    noun = "question" if limit == 1 else "questions"
+    return f"more than {limit:,} {noun}: one run asks at most {limit:,} (each writes a trajectory)"
+
+
+def read_text_file(file: str, flag: str, what: str, *, stdin_is_corpus: bool,
+                   max_bytes: int = MAX_QUESTION_BYTES) -> tuple[str, str]:
     """The UTF-8 text of ``file`` (``-``: standard input) given to option ``flag`` (e.g.
-    ``--questions``), and where it came from (the path or ``"standard input"``); ``what`` names
-    the content in messages ("the questions").
+    ``--question-file``), at most ``max_bytes``, and where it came from (the path or ``"standard
+    input"``); ``what`` names the content in messages ("the question").
 
     Raises:
-        UsageError: stdin is the corpus too, nothing is piped in, the file cannot be read, or it is
-            not UTF-8 (a byte-order mark is dropped).
+        UsageError: stdin is the corpus too, nothing is piped in, the file cannot be read, is over
+            ``max_bytes`` (read no further), or is not UTF-8 (a byte-order mark is dropped).
+    """
+    fh, where = _open_text_source(file, flag, what, stdin_is_corpus=stdin_is_corpus)
+    try:
+        data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {flag} {where}: {exc.strerror or exc}", hint="check the path") from None
+    finally:
+        if fh is not sys.stdin.buffer:
+            fh.close()
+    if len(data) > max_bytes:
+        raise UsageError(f"{flag}: {where} is over {max_bytes // 1024**2} MiB", hint=f"shorten {what}")
+    try:
+        return data.decode("utf-8-sig"), where
+    except UnicodeDecodeError:
+        raise UsageError(f"{flag}: {where} is not UTF-8 text", hint="save the file as UTF-8") from None
+
+
+def _open_text_source(file: str, flag: str, what: str, *, stdin_is_corpus: bool) -> tuple[BinaryIO, str]:
+    """``(binary stream, where)`` of ``file`` (``-``: standard input) for option ``flag``.
+
+    Raises:
+        UsageError: stdin is the corpus too, nothing is piped in, or the file cannot be opened.
     """
     if file == "-":
         if stdin_is_corpus:
@@ -139,33 +184,62 @@ def read_text_file(file: str, flag: str, what: str, *, stdin_is_corpus: bool) ->
         if sys.stdin.isatty():
             raise UsageError(f"{flag} - reads {what} from standard input, but nothing is piped in",
                              hint=f"e.g. rlm ask ./repo {flag} - < {flag.strip('-').replace('-', '_')}.txt")
-        data, where = sys.stdin.buffer.read(), "standard input"
-    else:
-        where = file
-        try:
-            with open(file, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise UsageError(f"cannot read {flag} {file}: {exc.strerror or exc}", hint="check the path") from None
+        return sys.stdin.buffer, "standard input"
     try:
-        return data.decode("utf-8-sig"), where
-    except UnicodeDecodeError:
-        raise UsageError(f"{flag}: {where} is not UTF-8 text", hint="save the file as UTF-8") from None
+        return open(file, "rb"), file  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        raise UsageError(f"cannot read {flag} {file}: {exc.strerror or exc}", hint="check the path") from None
 
 
-def _file_questions(file: str, *, stdin_is_corpus: bool, answer_type: str) -> list[tuple[Any, str, str]]:
+def _lines(file: str, *, stdin_is_corpus: bool, room: int) -> tuple[list[tuple[int, str]], str]:
+    """The non-blank lines of ``--questions`` ``file`` with their numbers, and where it came from:
+    read a line at a time, each at most :data:`MAX_QUESTION_BYTES`, and at most ``room`` + 1 of
+    them (enough to tell there are too many).
+
+    Raises:
+        UsageError: a line too long, a line not UTF-8, or the file unreadable.
+    """
+    fh, where = _open_text_source(file, "--questions", "the questions", stdin_is_corpus=stdin_is_corpus)
+    lines: list[tuple[int, str]] = []
+    try:
+        n = 0
+        while len(lines) <= room:
+            raw = fh.readline(MAX_QUESTION_BYTES + 1)
+            if not raw:
+                break
+            n += 1
+            if len(raw) > MAX_QUESTION_BYTES:
+                raise UsageError(f"--questions: {where} line {n} is over {MAX_QUESTION_BYTES // 1024**2} MiB (read "
+                                 "no further)", hint="one question a line; the corpus is where long text goes")
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise UsageError(f"--questions: {where} line {n} is not UTF-8 text",
+                                 hint="save the file as UTF-8") from None
+            if line.strip():
+                lines.append((n, line.rstrip("\r\n")))
+    except OSError as exc:
+        raise UsageError(f"cannot read --questions {where}: {exc.strerror or exc}", hint="check the path") from None
+    finally:
+        if fh is not sys.stdin.buffer:
+            fh.close()
+    return lines, where
+
+
+def _file_questions(file: str, *, stdin_is_corpus: bool, answer_type: str,
+                    room: int) -> list[tuple[Any, str, str]]:
     from rlm_cli.loop.typed import TYPES
 
-    text, where = read_text_file(file, "--questions", "the questions", stdin_is_corpus=stdin_is_corpus)
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    lines, where = _lines(file, stdin_is_corpus=stdin_is_corpus, room=max(0, room))
     if not lines or not lines[0][1].lstrip().startswith("{"):
         return [(None, line, answer_type) for _, line in lines]
     items: list[tuple[Any, str, str]] = []
     for n, line in lines:
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{where} line {n}: not JSON ({exc.msg})",
+        except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deep to parse
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise UsageError(f"{where} line {n}: not JSON ({why})",
                              hint='each line: {"id": "q1", "question": "..."}') from None
         if not isinstance(row, dict) or not isinstance(row.get("question"), str):
             raise UsageError(f"{where} line {n}: needs a \"question\" string", hint='{"id": "q1", "question": "..."}')

@@ -20,8 +20,9 @@ from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.usage import CallRecord, Usage
-from rlm_cli.output.trace import Emit
+from rlm_cli.output.trace import Emit, event
 from rlm_cli.sandbox.launcher import WorkerSpec
+from rlm_cli.sandbox.results import WorkerCheck
 
 
 class LaneOwner(Protocol):
@@ -54,6 +55,16 @@ class QuestionUsage(Usage):
         """Add ``n`` to counter ``name`` here and in the session."""
         super().count(name, n)
         self.parent.count(name, n)
+
+    def took_off(self, model: str, role: str) -> None:
+        """A call was sent, here and in the session."""
+        super().took_off(model, role)
+        self.parent.took_off(model, role)
+
+    def landed(self, model: str, role: str, record: CallRecord | None) -> None:
+        """A call ended, here and in the session."""
+        super().landed(model, role, record)
+        self.parent.landed(model, role, record)
 
 
 class SessionBudget(Budget):
@@ -133,6 +144,19 @@ class Lane:
                              "    globals().pop(_rlm_k, None)\nglobals().pop('_rlm_k', None)", cell=0, timeout=10.0,
                              map_output=False)
 
+    def fresh_if_hooked(self, emit: Emit) -> bool:
+        """Replace the worker, with a warning to ``emit``, when earlier code changed it or left
+        anything in it that would run during later code (``Sandbox.check``); whether it did.
+
+        Raises:
+            SandboxError: the new worker failed to start.
+        """
+        found = self.sandbox.check()
+        if found:
+            self.reset()
+            emit(event("notice", 0, level="warning", message=replaced_worker_note(found)))
+        return bool(found)
+
     def reset(self) -> None:
         """A fresh worker: every variable is gone; ``context`` and the helpers are loaded again.
 
@@ -146,3 +170,16 @@ class Lane:
         """Stop the worker and the relay (idempotent)."""
         self.sandbox.close()
         self.handler.close()
+
+
+def replaced_worker_note(found: WorkerCheck) -> str:
+    """The warning of a worker replaced between questions because of what ``found`` names."""
+    what = []
+    if found.changed:
+        what.append(f"changed the REPL worker's own code ({', '.join(found.changed[:3])})")
+    if found.hooks:
+        what.append(f"left code in the REPL worker that would run during later questions ({', '.join(found.hooks[:3])})")
+    if found.unanswered:
+        what.append("left the REPL worker unable to answer its check")
+    return (f"an earlier question's code {' and '.join(what)}; a fresh worker was started, so the REPL variables "
+            "of earlier questions are gone")

@@ -450,13 +450,8 @@ class Session:
             result.typed = settle(result.answer, spec, emit)
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
         lane = lane or self._rlm_lane()
-        if lane.questions:
-            changed = lane.sandbox.tampered()
-            if changed:  # an earlier question's code changed the worker itself: it could rewrite this answer
-                lane.reset()
-                emit(event("notice", 0, level="warning", message=(
-                    f"an earlier question's code changed the REPL worker's own code ({', '.join(changed[:3])}); "
-                    "a fresh worker was started, so the REPL variables of earlier questions are gone")))
+        if lane.questions:  # an earlier question's code that changed or hooked the worker could rewrite this answer
+            lane.fresh_if_hooked(emit)
         if lane.questions and self.independent:
             lane.clear()
         elif lane.questions:  # what earlier questions left in the REPL

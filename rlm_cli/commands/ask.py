@@ -39,6 +39,8 @@ def ask(
                                          help="Questions from FILE: lines or JSON Lines.")] = None,
     jobs: Annotated[int, opt("--jobs", "-j", section=QUESTIONS, min=1, metavar="N",
                              help="Questions at once (default 1).")] = 1,
+    max_questions: Annotated[int, opt("--max-questions", section=QUESTIONS, min=1, metavar="N",
+                                      help="The most questions a run asks (1000).")] = 1000,
     question_file: Annotated[str | None, opt("--question-file", section=QUESTIONS, metavar="FILE",
                                              help="Read the question from FILE.")] = None,
     *,
@@ -71,7 +73,7 @@ def ask(
             INVOCATION.output_path = check_writable(output)
         multi = bool(question) or questions is not None
         if multi and question_file is not None:
-            raise UsageError("--question-file gives one question; -q/--questions give a list: use one of them",
+            raise UsageError("--question-file gives one question; --question/--questions give a list: use one of them",
                              hint="a long question can be one line of a --questions JSON Lines file")
         paths, the_question = (args, "") if multi else _paths_and_question(args, question_file)
         kind = answer_type(answer_kind)
@@ -81,8 +83,9 @@ def ask(
             from rlm_cli.app.batch import read_questions
 
             if not paths:
-                raise UsageError("give at least one PATH", hint='e.g. rlm ask ./repo -q "Where is X?"')
-            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths, answer_type=kind)
+                raise UsageError("give at least one PATH", hint='e.g. rlm ask ./repo --question "Where is X?"')
+            listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths, answer_type=kind,
+                                    max_questions=max_questions)
             if estimate:
                 _estimate(settings, paths, [(q.id, q.text, q.answer_type, None) for q in listed], host, ui, json_out)
                 return

@@ -10,8 +10,19 @@ from typing import Annotated
 
 import typer
 
+from rlm_cli.commands.complete import choice
 from rlm_cli.commands.delivery import answer_format, emit_partial
-from rlm_cli.commands.options import ColorOpt, DebugOpt, JsonOpt, Opt, QuietOpt, TraceRefArg, use_color
+from rlm_cli.commands.options import (
+    ColorOpt,
+    CorpusFlags,
+    DebugOpt,
+    JsonOpt,
+    Opt,
+    QuietOpt,
+    TraceRefArg,
+    corpus_options,
+    use_color,
+)
 from rlm_cli.errors import PartialAnswerError, UsageError
 
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectories (JSONL, one per run).")
@@ -67,21 +78,34 @@ def trace_export(
 
 
 
+@corpus_options
 def replay(
     ref: TraceRefArg,
-    sandbox: Annotated[str | None, Opt("--sandbox", help="Override the recorded sandbox level.")] = None,
+    paths: Annotated[list[str] | None, typer.Argument(metavar="[PATH...]", help="The corpus to replay over "
+                                                      "(default: the recorded paths of a run of yours; a "
+                                                      "trajectory from elsewhere needs them).")] = None,
+    *,
+    flags: CorpusFlags,
+    sandbox: Annotated[str | None, Opt("--sandbox", metavar="LEVEL", autocompletion=choice("sandbox"),
+                                       help="Your level, never the recorded one.")] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     color: ColorOpt = "auto",
     debug: DebugOpt = False,
 ) -> None:
-    """Re-run a recorded run from its recorded model responses, without calling any provider."""
+    """Re-run a recorded run from its recorded model responses, without calling any provider, with
+    your sandbox, corpus and models (a trajectory is input from whoever made it)."""
+    from rlm_cli import config
     from rlm_cli.app import replay as replay_mod
+    from rlm_cli.config_keys import check_choice
     from rlm_cli.output import answer, render, trace
 
     started = time.monotonic()
     use_color(color)
-    p = replay_mod.plan(trace.find_trace(ref), sandbox=sandbox)
+    level = None if sandbox is None else check_choice("sandbox", sandbox, "--sandbox")
+    base = config.resolve({"sandbox": level})
+    base.corpus = flags.options()
+    p = replay_mod.plan(trace.find_trace(ref), sandbox=level, base=base, paths=list(paths or []))
     ui = render.Renderer(quiet=quiet)
     stdin_bytes = sys.stdin.buffer.read() if "-" in p.paths else None
     try:

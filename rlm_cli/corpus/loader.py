@@ -19,6 +19,7 @@ empty-corpus error read.
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import stat
 from collections import Counter
@@ -46,7 +47,10 @@ class SourceFile:
     """A file selected for reading. ``display`` is its path as shown to the model (UTF-8 text:
     ``links.display_text``); ``path`` the path to open, as the OS gave it (``None`` for stdin);
     ``size`` in bytes, ``mtime_ns``, ``ctime_ns`` and ``ino`` from ``stat`` (the cache trusts a
-    file whose four are unchanged; 0 when unknown)."""
+    file whose four are unchanged; 0 when unknown); ``dev`` its device. ``link``: the last part of
+    ``path`` was a symlink the walk let in (a PATH named through a link, a link inside the corpus,
+    ``--follow``); any other path is opened without following a link, and what is opened must be
+    the file the walk checked (:func:`open_checked`)."""
 
     display: str
     path: str | None
@@ -54,6 +58,8 @@ class SourceFile:
     mtime_ns: int
     ctime_ns: int = 0
     ino: int = 0
+    dev: int = 0
+    link: bool = False
 
 
 #: Skipped files named (path and reason) in a report; the counts cover every one.
@@ -211,13 +217,55 @@ def trim_partial_utf8(data: bytes) -> bytes:
     return data
 
 
+#: The skip reason of a file that changed into another (a symlink, another file) between the walk
+#: that checked it and its reading.
+REPLACED = "replaced while loading"
+
+
+def open_checked(sf: SourceFile, report: LoadReport) -> int | None:
+    """Open ``sf.path`` for reading (non-blocking, close-on-exec; without following a symlink
+    unless the walk let that one in: ``sf.link``) and check on the open descriptor (``fstat``)
+    that it is a regular file, and the very file the walk checked (its device and inode): a path
+    swapped for a link out of the corpus, or its folder for one, between the walk and the read
+    (a race) is never read. ``None`` when it is not (counted in ``report``).
+
+    Raises:
+        OSError: the file cannot be opened (not a swap).
+    """
+    assert sf.path is not None
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(sf.path, flags if sf.link else flags | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if exc.errno != errno.ELOOP or sf.link:
+            raise
+        report.skip(REPLACED, f"skipped {sf.display}: it became a symlink after the corpus was listed "
+                              "(not followed)", path=sf.display)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            report.skip("special file", f"skipped {sf.display}: not a regular file", path=sf.display)
+        elif sf.ino and (st.st_ino != sf.ino or (sf.dev and st.st_dev != sf.dev)):
+            report.skip(REPLACED, f"skipped {sf.display}: another file took its place after the corpus was "
+                                  "listed (not read)", path=sf.display)
+        else:
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
+
+
 def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> Decoded | None:
     """Read and decode one file; ``None`` when it is binary, empty or unreadable (counted in
     ``report``, with ``report.last_skip`` naming the file and the reason).
 
     The first 8 KiB are read first, so a binary file is never read whole. The file is opened
     non-blocking and checked again to be a regular file, so a path swapped for a FIFO after
-    ``walk.discover`` cannot hang the run. Compressed files, PDFs, notebooks, Parquet and Excel
+    ``walk.discover`` cannot hang the run, and a path swapped for a symlink (or another file) is not
+    read (:func:`open_checked`). Compressed files, PDFs, notebooks, Parquet and Excel
     files are turned into text by ``rlm_cli.corpus.formats`` (their decompressed or rendered
     size counts against ``--max-file-size``) in the confined decoder (``rlm_cli.corpus.decode``,
     which also parses large JSON, JSONL, CSV and TSV files); one that cannot be read, or that
@@ -232,11 +280,10 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
     cut = False
     child: Decoded | None = None
     try:
-        fd = os.open(sf.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = open_checked(sf, report)
+        if fd is None:
+            return None
         with open(fd, "rb", buffering=0) as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                report.skip("special file", f"skipped {sf.display}: not a regular file", path=sf.display)
-                return None
             head = read_up_to(fh, SNIFF_BYTES)
             if decode.in_child(kind, comp, head):
                 child, data = decode.decoder(options).decode_file(fd, sf, kind, comp, options), b""

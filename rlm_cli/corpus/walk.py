@@ -32,7 +32,7 @@ import glob
 import os
 import stat
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import links
@@ -67,9 +67,15 @@ class Walker:
         self.dropped: set[int] = set()  # ids of those later met at their own path (left out)
 
     def file(self, full: str, shown: str, st: os.stat_result | None = None,
-             via_link: bool = False) -> SourceFile | None:
+             via_link: bool = False, link: bool | None = None) -> SourceFile | None:
         """Check one file (stat'ed, never opened); ``None`` when skipped (counted). ``via_link``:
-        its path goes through a symlink (it gives way to the same file met at a path without)."""
+        its path goes through a symlink (it gives way to the same file met at a path without);
+        ``link``: ``full`` itself is a symlink, let in (``None``: look).
+
+        The file is then read only if it is still the one stat'ed here, reached without a link
+        where there was none (``loader.open_checked``)."""
+        if link is None:
+            link = os.path.islink(full)
         if st is None:
             try:
                 st = os.stat(full)
@@ -101,7 +107,7 @@ class Walker:
             shown = self._unique(shown, full)
         else:
             self.shown.add(shown)
-        sf = SourceFile(shown, full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        sf = SourceFile(shown, full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, link)
         self.seen[key] = sf
         if via_link:
             self.linked.add(id(sf))
@@ -186,7 +192,7 @@ class Walker:
         self.walked_direct.add(root_key)
         # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys), and
         # for each level whether its path goes through a symlink.
-        stack = [self._open_dir(root, "", [], frozenset([root_key]), st)]
+        stack = [self._open_dir(root, "", [], frozenset([root_key]), st, os.path.islink(root))]
         vias = [False]
         while stack:
             item = stack[-1]
@@ -237,7 +243,7 @@ class Walker:
                 self.visited.add(key)
                 if not via:
                     self.walked_direct.add(key)
-                stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}, dst))
+                stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}, dst, link))
                 vias.append(via)
                 continue
             if self.include is not None and not self.include.match_file(rel):
@@ -252,23 +258,28 @@ class Walker:
                 self._stat_failed(entry.path, shown, exc)
                 self._in_file = False
                 continue
-            sf = self.file(entry.path, shown, fst, via)
+            sf = self.file(entry.path, shown, fst, via, link)
             self._in_file = False
             if sf is not None:
                 yield sf
 
     def _open_dir(self, path: str, rel_dir: str, specs: list[tuple[str, Spec]],
-                  ancestors: frozenset[tuple[int, int]], st: os.stat_result) -> tuple[
-                      Iterator[os.DirEntry[str]], str, list[tuple[str, Spec]], frozenset[tuple[int, int]]]:
-        """List folder ``path`` (``st``: its ``stat``, taken before listing it) and read its ignore files."""
+                  ancestors: frozenset[tuple[int, int]], st: os.stat_result, link: bool = False) -> tuple[
+                      Iterator[Any], str, list[tuple[str, Spec]], frozenset[tuple[int, int]]]:
+        """List folder ``path`` (``st``: its ``stat``, taken before listing it; ``link``: ``path``
+        itself is a symlink the walk let in) and read its ignore files.
+
+        A folder reached without a link is listed through a descriptor opened without following
+        one and checked to be the folder ``st`` describes (:func:`list_folder`): a folder swapped
+        for a link out of the corpus after it was checked is never listed."""
         if self.log is not None:
             self.log.folder(path, st)
         try:
-            with os.scandir(path) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            entries = list_folder(path, st, follow=link)
         except OSError as exc:
-            self._skip("unreadable", f"cannot list {rel_dir or path}: {exc.strerror or exc}",
-                       path=rel_dir or path)
+            why = "it changed into another after the corpus was checked" if exc.errno == errno.ESTALE \
+                else exc.strerror or exc
+            self._skip("unreadable", f"cannot list {rel_dir or path}: {why}", path=rel_dir or path)
             entries = []
         if not self.options.no_ignore:
             names = {e.name for e in entries if e.name in IGNORE_FILES}
@@ -283,6 +294,83 @@ class Walker:
                 if spec is not None:
                     specs = specs + [(rel_dir, spec)]
         return iter(entries), rel_dir, specs, ancestors
+
+
+class FolderEntry:
+    """One entry of a folder listed through a descriptor, with the answers of ``os.DirEntry``
+    (``name``, ``path``, ``is_dir()``, ``is_symlink()``, ``stat()``) taken while it was open. A
+    symlink's are taken by path when asked: where it leads is checked (``Walker.escapes``)."""
+
+    __slots__ = ("name", "path", "_link", "_dir", "_stat")
+
+    def __init__(self, entry: os.DirEntry[str], path: str) -> None:
+        self.name, self.path = entry.name, path
+        self._link = entry.is_symlink()
+        self._dir: bool | OSError | None = None
+        self._stat: os.stat_result | OSError | None = None
+        if not self._link:
+            try:
+                self._stat = entry.stat(follow_symlinks=False)
+                self._dir = stat.S_ISDIR(self._stat.st_mode)
+            except OSError as exc:
+                self._stat, self._dir = exc, False
+
+    def is_symlink(self) -> bool:
+        """Whether the entry is a symlink."""
+        return self._link
+
+    def is_dir(self) -> bool:
+        """Whether the entry is a folder (a link: whether it leads to one).
+
+        Raises:
+            OSError: a link that cannot be followed (os.DirEntry's errors).
+        """
+        return os.path.isdir(self.path) if self._link else bool(self._dir)
+
+    def stat(self) -> os.stat_result:
+        """The entry's ``stat`` (a link: its target's).
+
+        Raises:
+            OSError: it cannot be stat'ed (a broken or looping link, a file gone).
+        """
+        if self._link:
+            return os.stat(self.path)
+        if isinstance(self._stat, OSError):
+            raise self._stat
+        assert self._stat is not None
+        return self._stat
+
+
+def list_folder(path: str, st: os.stat_result, *, follow: bool) -> list[Any]:
+    """The entries of folder ``path`` sorted by name: ``os.DirEntry`` when ``follow`` (a folder
+    reached through a link the walk let in), else :class:`FolderEntry` of a listing made through a
+    descriptor opened without following a symlink and checked (``fstat``) to be the folder ``st``
+    describes.
+
+    Raises:
+        OSError: it cannot be listed; ``ESTALE``: it is not that folder any more (swapped for a
+            link or another folder since ``st`` was taken).
+    """
+    if follow:
+        with os.scandir(path) as it:
+            return sorted(it, key=lambda e: e.name)
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(errno.ESTALE, "replaced") from None
+        raise
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            raise OSError(errno.ESTALE, "replaced")
+        head = os.path.join(path, "")
+        with os.scandir(fd) as it:
+            entries = [FolderEntry(e, head + e.name) for e in it]
+    finally:
+        os.close(fd)
+    return sorted(entries, key=lambda e: e.name)
 
 
 def discover(paths: list[str], options: CorpusOptions, report: LoadReport,

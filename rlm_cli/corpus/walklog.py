@@ -258,7 +258,7 @@ def replay(directory: Path, paths: list[str], options: CorpusOptions, report: Lo
                 clock.over()  # (once per run of files: a few milliseconds at most)
                 if type(step) is str:  # a run of plain file steps (see _packed)
                     for rel in step.split("\0"):
-                        sf = file(head + rel, prefix + rel)
+                        sf = file(head + rel, prefix + rel, None, False, False)  # (plain: no link)
                         if sf is not None:
                             keep(sf)
                     continue

@@ -7,7 +7,11 @@ result comes, and cancels it when the client does or leaves.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from rlm_cli import __version__
@@ -76,6 +80,8 @@ async def _serve_protocol(calls: Calls, paths: list[str]) -> None:
 
     async def on_call_tool(ctx: Any, params: Any) -> Any:
         args = dict(params.arguments or {})
+        if params.name == OVERSIZED:  # a request the reader refused (BoundedLines)
+            return _call_result(Result(error=oversized_error(int(args.get("bytes") or 0))))
         problem = check_arguments(params.name, args)
         if problem is not None:
             return _call_result(Result(error=problem))
@@ -121,8 +127,87 @@ async def _serve_protocol(calls: Calls, paths: list[str]) -> None:
 
     server = Server("rlm", version=__version__, instructions=instructions(paths), on_list_tools=on_list_tools,
                     on_call_tool=on_call_tool)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    with BoundedLines.from_stdin() as stdin:
+        async with stdio_server(stdin=stdin) as (read, write):  # type: ignore[arg-type]
+            await server.run(read, write, server.create_initialization_options())
+
+
+#: The longest protocol message read whole, in bytes: a question of ``tools.MAX_QUESTION_CHARS``
+#: characters fits, each escaped in JSON. A longer one is read no further than its first
+#: :data:`HEAD_BYTES` and answered with an error (:data:`OVERSIZED`), so a 50 MB argument never
+#: takes the server's memory (its copies left the server 450 MB larger for good).
+MAX_MESSAGE_BYTES = 8 * 1024**2
+HEAD_BYTES = 64 * 1024
+#: The tool name a refused request is handed on with (its ``arguments``: ``{"bytes": size}``).
+OVERSIZED = "rlm-request-too-long"
+#: A JSON-RPC request id near the start of a message (before its ``params``).
+_ID = re.compile(rb'^\s*\{(?:(?!"params")[^{])*?"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?\d{1,20})')
+
+
+def oversized_error(size: int) -> str:
+    """The error answering a request of ``size`` bytes over :data:`MAX_MESSAGE_BYTES`."""
+    from rlm_cli.mcp.tools import MAX_PATTERN_CHARS, MAX_QUESTION_CHARS
+
+    return (f"error: the request is too long: {size:,} bytes, at most {MAX_MESSAGE_BYTES:,} (a question may have "
+            f"{MAX_QUESTION_CHARS:,} characters, a pattern or query {MAX_PATTERN_CHARS:,})")
+
+
+class BoundedLines:
+    """The protocol's input, one message (line) at a time, read from a private copy of stdin (fd 0
+    itself then reads ``/dev/null``, as the SDK's own reader arranges), each line at most
+    :data:`MAX_MESSAGE_BYTES`: a longer one is skipped to its end without being kept, and stands
+    as a ``tools/call`` of :data:`OVERSIZED` with its id (or as a line that is not JSON, when its
+    id is not near its start), which the server answers with an error."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_stdin(cls) -> Iterator[BoundedLines]:
+        """Read the protocol from a private copy of fd 0, pointing fd 0 at ``/dev/null`` meanwhile."""
+        private = os.dup(0)
+        os.set_inheritable(private, False)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        raw = os.fdopen(private, "rb", buffering=HEAD_BYTES, closefd=False)
+        try:
+            yield cls(raw)
+        finally:
+            with contextlib.suppress(OSError):
+                os.dup2(private, 0)
+
+    def __aiter__(self) -> BoundedLines:
+        return self
+
+    async def __anext__(self) -> str:
+        import anyio
+
+        line = await anyio.to_thread.run_sync(self.next_line, abandon_on_cancel=True)
+        if line is None:
+            raise StopAsyncIteration
+        return line
+
+    def next_line(self) -> str | None:
+        """The next message as text (``None`` at the end of input)."""
+        raw = self.raw.readline(MAX_MESSAGE_BYTES + 1)
+        if not raw:
+            return None
+        if len(raw) <= MAX_MESSAGE_BYTES or raw.endswith(b"\n"):
+            return raw.decode("utf-8", "replace")
+        head, size = raw[:HEAD_BYTES], len(raw)
+        del raw
+        while True:  # the rest of the line, read and dropped
+            more = self.raw.readline(HEAD_BYTES)
+            size += len(more)
+            if not more or more.endswith(b"\n"):
+                break
+        found = _ID.match(head)
+        if found is None:
+            return "{not a message: over the size limit}\n"
+        return json.dumps({"jsonrpc": "2.0", "id": json.loads(found.group(1)), "method": "tools/call",
+                           "params": {"name": OVERSIZED, "arguments": {"bytes": size}}}) + "\n"
 
 
 def protocol_thread(calls: Calls, paths: list[str], ui: Any) -> None:

@@ -299,8 +299,10 @@ class Service:
         pattern = str(call.args["pattern"])
         try:
             re.compile(pattern, re.MULTILINE)
-        except re.error as exc:
-            raise UsageError(f"bad regular expression {pattern!r}: {exc}") from None
+        except (re.error, RecursionError, OverflowError) as exc:  # RecursionError: '(' x 10,000
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            shown = repr(pattern) if len(pattern) <= 80 else f"{pattern[:80]!r}... ({len(pattern):,} characters)"
+            raise UsageError(f"bad regular expression {shown}: {why}") from None
         n = int(call.args.get("max_results") or 100)
         body = (f"hits = grep({pattern!r}, path_glob={call.args.get('path_glob')!r}, "
                 f"ignore_case={bool(call.args.get('ignore_case'))!r}, max_results={n + 1})\n"
@@ -339,6 +341,7 @@ class Service:
             UsageError: the helper raised (its error), or the block timed out or the worker crashed.
         """
         lane = self.session.worker_lane()
+        lane.fresh_if_hooked(self.ui.on_event)  # an earlier ask's code must not rewrite this result
         result = lane.sandbox.execute(_helper_code(body), cell=0, map_output=False)
         if result.lost:
             raise UsageError(f"{tool} stopped: {result.lost}", hint="narrow the pattern or raise --cell-timeout")

@@ -10,6 +10,12 @@ from typing import Any
 
 #: Most ``grep`` matches and ``search`` results one call may ask for.
 MAX_RESULTS = 1000
+#: The longest ``ask`` question, in characters (as ``rlm ask``: ``app.batch.MAX_QUESTION_BYTES``).
+MAX_QUESTION_CHARS = 1024**2
+#: The longest ``grep`` pattern or ``search`` query, and ``path_glob``, in characters.
+MAX_PATTERN_CHARS = 10_000
+#: The longest error message about an argument (a message quoting a 50 MB argument is one too).
+MAX_PROBLEM_CHARS = 300
 
 _REF = {"type": "string", "description": "path:start-end (1-based, inclusive; path:N for one line)"}
 _USAGE = {"type": "object", "description": "tokens, calls and cost of the root model and of sub-calls, as "
@@ -35,7 +41,8 @@ TOOLS: list[dict[str, Any]] = [
         "input_schema": {
             "type": "object",
             "properties": {
-                "question": {"type": "string", "minLength": 1, "description": "The question, in plain words."},
+                "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS,
+                             "description": "The question, in plain words."},
                 "max_cost": {"type": "number", "minimum": 0, "description": (
                     "Stop this ask once it has cost this many USD (priced models only); at most the server's "
                     "--max-cost."), },
@@ -100,10 +107,11 @@ TOOLS: list[dict[str, Any]] = [
         "input_schema": {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "minLength": 1, "description": "Words to look for."},
+                "query": {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN_CHARS,
+                          "description": "Words to look for."},
                 "k": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS,
                       "description": "How many chunks to return (default 10)."},
-                "path_glob": {"type": "string", "description": "Only files matching this glob (fnmatch: "
+                "path_glob": {"type": "string", "maxLength": MAX_PATTERN_CHARS, "description": "Only files matching this glob (fnmatch: "
                                                               "'*.py', 'src/*')."},
             },
             "required": ["query"],
@@ -133,8 +141,9 @@ TOOLS: list[dict[str, Any]] = [
         "input_schema": {
             "type": "object",
             "properties": {
-                "pattern": {"type": "string", "minLength": 1, "description": "A Python regular expression."},
-                "path_glob": {"type": "string", "description": "Only files matching this glob (fnmatch: "
+                "pattern": {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN_CHARS,
+                            "description": "A Python regular expression."},
+                "path_glob": {"type": "string", "maxLength": MAX_PATTERN_CHARS, "description": "Only files matching this glob (fnmatch: "
                                                               "'*.py', 'src/*')."},
                 "max_results": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS,
                                 "description": "Most matches to return (default 100)."},
@@ -201,7 +210,14 @@ def check_arguments(tool: str, arguments: dict[str, Any]) -> str | None:
     if problem is None:
         return None
     where = ".".join(str(p) for p in problem.absolute_path)
-    return f"error: invalid arguments for {tool}: " + (f"{where}: " if where else "") + problem.message
+    head = f"error: invalid arguments for {tool}: "
+    if problem.validator == "maxLength":  # (jsonschema's message quotes the whole value)
+        return (f"{head}{where or 'a value'} is too long: {len(problem.instance):,} characters, at most "
+                f"{problem.validator_value:,}")
+    message = problem.message
+    if len(message) > MAX_PROBLEM_CHARS:
+        message = message[:MAX_PROBLEM_CHARS] + "..."
+    return head + (f"{where}: " if where else "") + message
 
 
 def ref(path: str, start: int, end: int) -> str:

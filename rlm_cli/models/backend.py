@@ -288,12 +288,18 @@ def read_router_file(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, 
         arguments (``{}`` when the file has none).
 
     Raises:
-        UsageError: unreadable file, bad YAML/JSON (with its line and column), or no ``model_list``.
+        UsageError: unreadable file, over :data:`MAX_ROUTER_FILE_BYTES`, bad YAML/JSON (with its
+            line and column; aliases are refused), or no ``model_list``.
     """
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_ROUTER_FILE_BYTES + 1)
+        if len(raw) > MAX_ROUTER_FILE_BYTES:
+            raise UsageError(f"--router-config: {path} is over {MAX_ROUTER_FILE_BYTES // 1024**2} MiB; a Router file "
+                             "lists deployments", hint="give the path of a litellm Router/proxy YAML file")
+        data = yaml.load(raw.decode("utf-8", "replace"), Loader=_no_alias_loader())  # noqa: S506 - a SafeLoader
     except OSError as exc:
         raise UsageError(f"--router-config: cannot read {path}: {short_error(exc)}",
                          hint="give the path of a litellm Router/proxy YAML file") from None
@@ -315,6 +321,44 @@ def read_router_file(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, 
     if settings is not None and not isinstance(settings, dict):
         raise UsageError(f"--router-config: router_settings in {path} must be a mapping of Router arguments")
     return model_list, dict(settings or {})
+
+
+#: The largest ``--router-config`` file read (a Router file lists deployments: kilobytes).
+MAX_ROUTER_FILE_BYTES = 4 * 1024**2
+
+
+def _no_alias_loader() -> Any:
+    """PyYAML's ``SafeLoader`` refusing aliases (``*name``): a file of nested aliases (a "billion
+    laughs") is a few hundred bytes that anything walking the result (litellm's Router copies its
+    deployments) expands without end; a Router file needs none."""
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.events.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted in a Router file",
+                                                  mark)
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
+def keyless_deployments(model_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``model_list`` with :data:`~rlm_cli.config.PLACEHOLDER_API_KEY` as the ``api_key`` of every
+    deployment that names a server (``api_base``/``base_url``) but no key: litellm would otherwise
+    send that server the key of the provider's own endpoint from the environment
+    (``OPENAI_API_KEY``...), as ``--api-base`` without ``--api-key`` never does. A deployment with
+    no server of its own goes to its provider, which the environment's key is meant for."""
+    from rlm_cli.config import PLACEHOLDER_API_KEY
+
+    out = []
+    for d in model_list:
+        params = dict(d["litellm_params"])
+        if (params.get("api_base") or params.get("base_url")) and not params.get("api_key"):
+            params["api_key"] = PLACEHOLDER_API_KEY
+        out.append({**d, "litellm_params": params})
+    return out
 
 
 def check_router_file(path: str | Path, models: list[str | None]) -> list[str]:
@@ -353,12 +397,14 @@ def build_router(litellm: Any, path: Path) -> tuple[Any, dict[str, str]]:
     The file holds ``model_list`` (litellm's format: ``[{"model_name": ..., "litellm_params":
     {"model": ..., "api_base": ..., "api_key": ...}}]``) and optionally ``router_settings``
     (Router keyword arguments such as ``routing_strategy`` or ``fallbacks``); a litellm proxy
-    ``config.yaml`` works as is. Retries stay with rlm (the Router's own are turned off).
+    ``config.yaml`` works as is. Retries stay with rlm (the Router's own are turned off). A
+    deployment with a server and no key gets a placeholder key (:func:`keyless_deployments`).
 
     Raises:
         UsageError: unreadable file, bad YAML/JSON, no ``model_list``, or litellm refused it.
     """
     model_list, settings = read_router_file(path)
+    model_list = keyless_deployments(model_list)
     settings.update(num_retries=0)
     try:
         router = litellm.Router(model_list=model_list, **settings)

@@ -92,7 +92,9 @@ class Budget:
         other limits do.
 
         Raises:
-            BudgetExceededError: a limit is reached (the same error on every later call).
+            BudgetExceededError: a limit is reached (the same one on every later call, each raise a
+                fresh copy: what a question attaches to it, its partial answer and counts, stays
+                that question's).
         """
         s = self.settings
         with self._lock:
@@ -111,7 +113,7 @@ class Budget:
                     if late is not None:
                         raise late
                     return
-                raise self._exceeded
+                raise fresh(self._exceeded)
 
     @property
     def reserves(self) -> bool:
@@ -134,7 +136,7 @@ class Budget:
                 if self._exceeded is None:
                     self._exceeded = self._evaluate()
                 if self._exceeded is not None:
-                    raise self._exceeded
+                    raise fresh(self._exceeded)
                 out = self._room(input_tokens, max_output, prices)
                 if out >= min(MIN_REPLY_TOKENS, max_output):
                     cost = 0.0 if prices is None else input_tokens * prices[0] + out * prices[1]
@@ -145,7 +147,7 @@ class Budget:
                     return r
                 if self._in_flight == 0:
                     self._exceeded = self._no_room(input_tokens, max_output, prices)
-                    raise self._exceeded
+                    raise fresh(self._exceeded)
                 left = self.remaining_s()
                 self._settled.wait(timeout=None if left is None else max(0.01, left))
 
@@ -199,3 +201,9 @@ class Budget:
                                        f"(${self.usage.known_cost_usd:.4f} spent)", budget="cost",
                                        hint="raise --max-cost")
         return None
+
+
+def fresh(err: BudgetExceededError) -> BudgetExceededError:
+    """A new :class:`BudgetExceededError` saying what ``err`` says (message, budget, hint), with
+    nothing a question attached to ``err`` (a session's later questions meet the same budget)."""
+    return BudgetExceededError(err.message, budget=err.budget, hint=err.hint)

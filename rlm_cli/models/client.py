@@ -55,7 +55,7 @@ from rlm_cli.errors import BudgetExceededError, ProviderError, RLMError
 from rlm_cli.models.backend import MAX_REPLY_CHARS, Answer, Backend, LocalBackend
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.detect import DEFAULT_WINDOW
-from rlm_cli.models.estimate import INPUT_MARGIN, Estimate, check_window, counted_tokens
+from rlm_cli.models.estimate import Estimate, check_window, counted_tokens
 from rlm_cli.models.failures import (
     CallFailed,
     ReplyTimeoutError,
@@ -69,7 +69,8 @@ from rlm_cli.models.failures import (
 )
 from rlm_cli.models.limiter import AdaptiveLimiter
 from rlm_cli.models.llm_cache import LLMCache
-from rlm_cli.models.usage import CallRecord, Usage
+from rlm_cli.models.pricing import Pricing
+from rlm_cli.models.usage import CallRecord, Flight, Usage
 
 #: First backoff (seconds); doubled per retry, with jitter, up to :data:`MAX_BACKOFF_S`.
 BASE_BACKOFF_S = 0.5
@@ -92,7 +93,7 @@ Notify = Callable[[str], None]
 #: Receives each streamed piece of a reply; ``None`` says the pieces so far are void (retry).
 OnDelta = Callable[["str | None"], None]
 
-class ModelClient:
+class ModelClient(Pricing):
     """Calls models through litellm (or a litellm Router with ``--router-config``); every
     request is checked against ``budget``, counted in ``usage``, retried per the module policy,
     and answered from the response cache when possible. Thread-safe.
@@ -221,9 +222,11 @@ class ModelClient:
                 return Completion(hit["text"], record)
         held: list[Reservation] = []  # the reservation of the attempt that answered, settled below
         estimate = Estimate(messages) if self.budget.reserves else None
+        flight, landed = Flight(self.usage, model, role), None
         try:
             answer, attempts = self._send_with_retries(messages, model=model, gated=sub, on_delta=on_delta,
-                                                       temperature=temperature, estimate=estimate, held=held)
+                                                       temperature=temperature, estimate=estimate, held=held,
+                                                       on_send=flight.sent)
             text, tin, tout = answer.text, answer.input_tokens, answer.output_tokens
             if not tin or (not tout and text):  # a provider that sent no counts: counted here
                 tin, tout = counted_tokens(messages, text, tin, tout)
@@ -236,9 +239,15 @@ class ModelClient:
             if answer.cut == "size":
                 self._say(f"the reply of {model} was {answer.chars:,} characters; only the first "
                           f"{MAX_REPLY_CHARS:,} were kept")
-            record = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started, attempts=attempts)
-            self.usage.add(record)
+            record = landed = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started,
+                                         attempts=attempts)
+        except CallFailed:
+            raise  # the provider answered with a failure: failed_calls counts it
+        except BaseException:  # the run stopped before its answer (--timeout, Ctrl-C): Flight.end
+            landed = CallRecord(model, role, depth, 0, 0, 0.0, time.monotonic() - started, abandoned=True)
+            raise
         finally:
+            flight.end(landed)
             for reservation in held:
                 self.budget.settle(reservation)
         lowered = any(r.max_output < self.reply_cap(model) for r in held)
@@ -272,43 +281,6 @@ class ModelClient:
             params["router"] = self.router_models()[model]
         return params
 
-    def _reserve(self, estimate: Estimate, model: str) -> Reservation:
-        """Reserve a request's worst case (``models.budget``): its input tokens (tiktoken's count
-        times :data:`INPUT_MARGIN`, or the larger ratio a reply of ``model`` showed) and its reply
-        cap, priced for a priced model.
-
-        Raises:
-            BudgetExceededError: it cannot fit the budget.
-        """
-        with self._info_lock:
-            ratio = max(INPUT_MARGIN, self._ratios.get(model, 0.0))
-        tokens = math.ceil(estimate.tokens() * ratio)
-        return self.budget.reserve(tokens, self.reply_cap(model), self.prices(model))
-
-    def prices(self, model: str) -> tuple[float, float] | None:
-        """USD per input and output token of ``model`` (a Router group: its first deployment's
-        model) per litellm's map, the dearest tier; ``None`` when unknown. Cached."""
-        with self._info_lock:
-            if model in self._prices:
-                return self._prices[model]
-        target = self.router_models().get(model, model)
-        try:
-            got = self.backend.prices(target)
-        except RLMError:
-            got = None
-        with self._info_lock:
-            self._prices[model] = got
-        return got
-
-    def _learn_ratio(self, model: str, input_tokens: int, estimate: Estimate | None) -> None:
-        """Remember by how much ``model``'s provider counted more input tokens than tiktoken did."""
-        if estimate is None or not estimate.counted:
-            return
-        ratio = input_tokens / max(1, estimate.tokens())
-        with self._info_lock:
-            if ratio > self._ratios.get(model, 0.0):
-                self._ratios[model] = ratio
-
     def _say(self, message: str) -> None:
         if self.notify:
             self.notify(message)
@@ -323,12 +295,14 @@ class ModelClient:
     def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool,
                            on_delta: OnDelta | None = None, temperature: float | None = None,
                            estimate: Estimate | None = None,
-                           held: list[Reservation] | None = None) -> tuple[Answer, int]:
+                           held: list[Reservation] | None = None,
+                           on_send: Callable[[], None] | None = None) -> tuple[Answer, int]:
         """Send one request, retrying per the module policy; ``(answer, attempts)``. With
         ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring).
         With ``estimate`` (a token or cost budget is set) each attempt first reserves its worst
         case; the reservation of the attempt that answers is appended to ``held`` (the caller
-        settles it once the usage is recorded), a failed attempt's is settled here."""
+        settles it once the usage is recorded), a failed attempt's is settled here. ``on_send`` is
+        called as each attempt goes out."""
         s = self.settings
         retries_used = 0
         free_rate_limits = 0
@@ -363,6 +337,8 @@ class ModelClient:
                 if self.budget.deadline is not None:
                     deadline = min(deadline, self.budget.deadline)
                 attempts += 1
+                if on_send is not None:
+                    on_send()
                 answer = self.backend.complete(
                     self._request(messages, model, timeout, temperature,
                                   None if reservation is None else reservation.max_output),
@@ -482,19 +458,3 @@ class ModelClient:
             self._no_stream.add(model)
         if first and self.notify:
             self.notify(f"{model} {why}: its replies are shown once complete")
-
-    def _cost(self, answer: Answer, model: str, counted: tuple[int, int] | None = None) -> float | None:
-        """Cost in USD from litellm's offline price map; ``None`` when the model is not priced.
-        ``counted``: the ``(input, output)`` tokens rlm counted for a reply without counts,
-        priced here (litellm priced it from no tokens)."""
-        if counted is not None and answer.priced:
-            rates = self.prices(model)
-            if rates is not None:
-                return counted[0] * rates[0] + counted[1] * rates[1]
-        if answer.cost_usd is None or not answer.priced:
-            if self.settings.max_cost is not None and model not in self._warned:
-                self._warned.add(model)
-                if self.notify:
-                    self.notify(f"the price of {model} is unknown, so --max-cost cannot count its calls")
-            return None
-        return float(answer.cost_usd)

@@ -28,6 +28,9 @@ class CallRecord:
     latency_s: float
     cached: bool = False
     attempts: int = 1
+    #: Sent, but the run stopped before its answer came (``--timeout``, another budget, Ctrl-C):
+    #: the provider got it; its tokens and cost are not known (counted 0).
+    abandoned: bool = False
 
 @dataclass
 class Usage:
@@ -40,11 +43,34 @@ class Usage:
     #: The sub-call limiter, reported as ``"concurrency"`` in :meth:`summary` when set.
     limiter: AdaptiveLimiter | None = field(default=None, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: Calls sent and not answered yet, by ``(model, role)``: counted as calls (abandoned ones
+    #: when the run's usage is read before they end), so that the calls reported are the requests
+    #: a provider got.
+    flying: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(self, record: CallRecord) -> None:
         """Append one request's usage."""
         with self.lock:
             self.records.append(record)
+
+    def took_off(self, model: str, role: str) -> None:
+        """A call of ``role`` to ``model`` was sent: it counts until :meth:`landed`."""
+        with self.lock:
+            self.flying[(model, role)] = self.flying.get((model, role), 0) + 1
+
+    def landed(self, model: str, role: str, record: CallRecord | None) -> None:
+        """A call :meth:`took_off` ended: with its ``record`` (answered or abandoned), or none (it
+        failed: ``failed_calls`` counts it), in one step."""
+        with self.lock:
+            key = (model, role)
+            self.flying[key] = self.flying.get(key, 0) - 1
+            if self.flying[key] <= 0:
+                del self.flying[key]
+            if record is not None:
+                self.records.append(record)
+
+    def _flying(self, role: str | None = None, model: str | None = None) -> int:
+        return sum(n for (m, r), n in self.flying.items() if (role is None or r == role) and (model is None or m == model))
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name`` (``retries``, ``rate_limited``, ...)."""
@@ -53,9 +79,9 @@ class Usage:
 
     @property
     def sub_calls(self) -> int:
-        """Number of answered sub-calls so far (cache replays included)."""
+        """Number of sub-calls so far: answered (cache replays included), abandoned, and in flight."""
         with self.lock:
-            return sum(1 for r in self.records if r.role == "sub")
+            return sum(1 for r in self.records if r.role == "sub") + self._flying("sub")
 
     @property
     def total_tokens(self) -> int:
@@ -80,24 +106,58 @@ class Usage:
     def summary(self) -> dict[str, Any]:
         """``{"by_model": {model: G}, "root": G, "sub": G, "total_tokens", "cost_usd", "cached_calls",
         "retries", "rate_limited", "failed_calls", "refused_oversized", "concurrency"}`` where each group ``G`` is
-        ``{"calls", "cached_calls", "input_tokens", "output_tokens", "cost_usd", "latency_s"}``;
-        ``cost_usd`` is ``None`` (JSON null) when a price is unknown, never a made-up zero."""
-        def agg(rows: list[CallRecord]) -> dict[str, Any]:
-            costs = [r.cost_usd for r in rows]
-            return {"calls": len(rows), "cached_calls": sum(1 for r in rows if r.cached),
-                    "input_tokens": sum(r.input_tokens for r in rows),
-                    "output_tokens": sum(r.output_tokens for r in rows),
-                    "cost_usd": None if any(c is None for c in costs) else round(sum(c or 0 for c in costs), 6),
-                    "latency_s": round(sum(r.latency_s for r in rows), 3)}
+        ``{"calls", "cached_calls", "input_tokens", "output_tokens", "cost_usd", "latency_s"}``
+        plus ``abandoned_calls`` when some were (sent, not answered before the run stopped: in
+        ``calls``, with no tokens or cost counted); ``cost_usd`` is ``None`` (JSON null) when a
+        price is unknown, never a made-up zero."""
         with self.lock:
             rows = list(self.records)
             counters = dict(self.counters)
-        models_ = sorted({r.model for r in rows})
-        return {"by_model": {m: agg([r for r in rows if r.model == m]) for m in models_},
-                "root": agg([r for r in rows if r.role == "root"]),
-                "sub": agg([r for r in rows if r.role == "sub"]),
+            flying = dict(self.flying)
+
+        def agg(rows: list[CallRecord], up: int = 0) -> dict[str, Any]:
+            costs = [r.cost_usd for r in rows]
+            group = {"calls": len(rows) + up, "cached_calls": sum(1 for r in rows if r.cached),
+                     "input_tokens": sum(r.input_tokens for r in rows),
+                     "output_tokens": sum(r.output_tokens for r in rows),
+                     "cost_usd": None if any(c is None for c in costs) else round(sum(c or 0 for c in costs), 6),
+                     "latency_s": round(sum(r.latency_s for r in rows), 3)}
+            abandoned = sum(1 for r in rows if r.abandoned) + up
+            return {**group, "abandoned_calls": abandoned} if abandoned else group
+
+        def up(role: str | None = None, model: str | None = None) -> int:
+            return sum(n for (m, r), n in flying.items() if (role is None or r == role) and (model is None or m == model))
+
+        models_ = sorted({r.model for r in rows} | {m for m, _ in flying})
+        return {"by_model": {m: agg([r for r in rows if r.model == m], up(model=m)) for m in models_},
+                "root": agg([r for r in rows if r.role == "root"], up("root")),
+                "sub": agg([r for r in rows if r.role == "sub"], up("sub")),
                 "total_tokens": sum(r.input_tokens + r.output_tokens for r in rows),
                 "cost_usd": agg(rows)["cost_usd"],
                 "cached_calls": sum(1 for r in rows if r.cached),
                 **counters,
                 **({"concurrency": self.limiter.summary()} if self.limiter is not None else {})}
+
+
+class Flight:
+    """One call's way to the provider: a call from its first attempt sent (:meth:`sent`:
+    ``Usage.took_off``) to its :meth:`end`, so that a call the provider got counts even when the
+    run stopped before its answer (its record then says ``abandoned``)."""
+
+    def __init__(self, usage: Usage, model: str, role: str) -> None:
+        self.usage, self.model, self.role = usage, model, role
+        self.up = False
+
+    def sent(self) -> None:
+        """An attempt goes out (the first one makes it a call)."""
+        if not self.up:
+            self.up = True
+            self.usage.took_off(self.model, self.role)
+
+    def end(self, record: CallRecord | None) -> None:
+        """The call ended with ``record`` (an abandoned one counts only if it was sent), or none
+        (it failed: ``failed_calls`` counts it)."""
+        if self.up:
+            self.usage.landed(self.model, self.role, record)
+        elif record is not None and not record.abandoned:
+            self.usage.add(record)

@@ -9,7 +9,9 @@ usage so far.
 
 Event types and their main fields:
 
-* ``header``: ``run_id``, ``rlm_version``, ``question``, ``paths``, ``config``.
+* ``header``: ``run_id``, ``rlm_version``, ``question``, ``paths``, ``config`` and ``signature``
+  (this user's HMAC of the rest: :func:`signed_by_me` tells a trajectory of theirs from one
+  made elsewhere, which ``rlm replay`` trusts with nothing).
 * ``corpus``: ``files``, ``chars``, ``tokens``, ``chunks``, ``summary``, ``sandbox``.
 * ``mode``: ``mode`` (``rlm``/``direct``), ``reason``, ``root_window``, ``sub_window``.
 * ``iteration``: ``iteration``.
@@ -88,6 +90,75 @@ def traces_dir() -> Path:
     return data_dir() / "traces"
 
 
+#: The field of a header line holding its signature (:func:`sign_header`).
+SIGNATURE_FIELD = "signature"
+
+
+def trace_key(*, create: bool) -> bytes | None:
+    """This user's key signing the trajectories their rlm writes: 32 random bytes in
+    ``<user data dir>/trace.key`` (mode 0600; out of the REPL worker's reach at every level but
+    ``none``). ``create``: make it when it is missing. ``None`` when there is none (or it cannot be
+    read or made: a trajectory is then written unsigned, and read as someone else's)."""
+    from rlm_cli.config import data_dir
+
+    path = data_dir() / "trace.key"
+    for _ in range(2):
+        try:
+            with open(path, "rb") as fh:
+                key = fh.read(64)
+            if len(key) == 32:
+                return key
+            if key:
+                return None  # not a key of ours: never overwritten
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        if not create:
+            return None
+        try:  # written whole under a temporary name, then linked: a concurrent run reads all or nothing
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_name(f".trace.key.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(secrets.token_bytes(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another run made it first: read theirs
+            finally:
+                os.unlink(tmp)
+        except OSError:
+            return None
+    return None
+
+
+def header_signature(header: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 (hex) of a header event as it reads back from its JSON line, without its
+    :data:`SIGNATURE_FIELD`."""
+    import hmac
+
+    fields = {k: v for k, v in json.loads(json.dumps(header, ensure_ascii=False, default=str)).items()
+              if k != SIGNATURE_FIELD}
+    blob = json.dumps(fields, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hmac.new(key, blob.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def sign_header(header: dict[str, Any]) -> dict[str, Any]:
+    """``header`` with this user's signature (:func:`trace_key`), or unchanged when there is no key."""
+    key = trace_key(create=True)
+    return header if key is None else {**header, SIGNATURE_FIELD: header_signature(header, key)}
+
+
+def signed_by_me(header: dict[str, Any]) -> bool:
+    """Whether this user's rlm wrote ``header`` (its signature is valid for this user's key)."""
+    import hmac
+
+    key = trace_key(create=False)
+    mark = header.get(SIGNATURE_FIELD)
+    return key is not None and isinstance(mark, str) and hmac.compare_digest(mark, header_signature(header, key))
+
+
 class TraceWriter:
     """Writes events to a JSONL file as they happen (thread-safe; flushed per line; mode 0600). A
     file already there is replaced: one file is one run (two runs in one file read as one tree).
@@ -110,7 +181,9 @@ class TraceWriter:
         self._lock = threading.Lock()
 
     def write(self, ev: dict[str, Any]) -> None:
-        """Write one event as a line."""
+        """Write one event as a line (a ``header`` signed: :func:`sign_header`)."""
+        if ev.get("type") == "header":
+            ev = sign_header(ev)
         line = json.dumps(ev, ensure_ascii=False, default=str)
         with self._lock:
             if self._fh is not None:

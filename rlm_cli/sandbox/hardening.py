@@ -2,7 +2,8 @@
 (and by the document decoder, ``corpus.decode_child``): resource limits (:func:`apply_limits`,
 :func:`memory_problem`), the drop to another user (:func:`drop_privileges`), the seccomp
 filter (:func:`seccomp_program`, :func:`install_seccomp`), Landlock (:func:`apply_landlock`),
-a scratch tmpfs of its own (:func:`mount_scratch`) and :func:`harden`, which applies them.
+a scratch tmpfs of its own (:func:`mount_scratch`), an IPC namespace of its own
+(:func:`private_ipc`) and :func:`harden`, which applies them.
 
 Runs inside the sandbox: the standard library and ``rlm_cli.protocol`` only (``landlockpy``
 when Landlock is asked for).
@@ -183,7 +184,12 @@ def drop_privileges(uid: int, gid: int, keep_caps: list[str] | tuple[str, ...] =
 #: attack surface no REPL needs; memfd_create and memfd_secret make memory that ``RLIMIT_AS``
 #: does not count (pages of a memfd written with ``write()`` are never mapped); setsid would let a
 #: process leave the worker's session, the mark by which what it started is found and killed
-#: (``sandbox.reaper``), so it is refused too (``os.setsid``, ``start_new_session=True``). ``self_only`` act
+#: (``sandbox.reaper``), so it is refused too (``os.setsid``, ``start_new_session=True``). The
+#: System V IPC calls (shmget, shmat, shmctl, shmdt, semget, semop, semctl, semtimedop, msgget,
+#: msgsnd, msgrcv, msgctl) are refused: a shared memory segment is memory ``RLIMIT_AS`` does not
+#: count that outlives every process (4 x 512 MiB under a 1 GiB limit stayed after the run), and
+#: an existing one of the same user could be attached; no REPL needs them (multiprocessing uses
+#: POSIX semaphores). ``self_only`` act
 #: on the process their first argument names and pass only when it is 0 (the caller itself):
 #: prlimit64 (a CPU limit of 1 s on rlm would kill it), sched_setaffinity, sched_setparam,
 #: sched_setscheduler and sched_setattr.
@@ -191,11 +197,13 @@ _SECCOMP_TABLE: dict[str, dict[str, Any]] = {
     "x86_64": {"arch": 0xC000003E, "clone": 56, "unshare": 272, "clone3": 435, "socket": 41, "socketpair": 53,
                "setpriority": 141, "ioprio_set": 251,
                "self_only": (302, 203, 142, 144, 314),
-               "refused": (321, 323, 298, 250, 248, 249, 425, 319, 447, 112)},
+               "refused": (321, 323, 298, 250, 248, 249, 425, 319, 447, 112,
+                           29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71)},
     "aarch64": {"arch": 0xC00000B7, "clone": 220, "unshare": 97, "clone3": 435, "socket": 198, "socketpair": 199,
                 "setpriority": 140, "ioprio_set": 30,
                 "self_only": (261, 122, 118, 119, 274),
-                "refused": (280, 282, 241, 219, 217, 218, 425, 279, 447, 157)},
+                "refused": (280, 282, 241, 219, 217, 218, 425, 279, 447, 157,
+                            194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187)},
 }
 _CLONE_NEWUSER = 0x10000000
 _AF_UNIX = 1
@@ -383,6 +391,23 @@ def mount_scratch(path: str, size: int, uid: int, gid: int) -> None:
         if call() != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+_CLONE_NEWIPC = 0x08000000
+
+
+def private_ipc() -> list[str]:
+    """Give this process (and what it starts) a System V IPC and POSIX message queue namespace of
+    its own: whatever model code makes there is freed when its last process ends. Needs
+    ``CAP_SYS_ADMIN`` (a root rlm); call it before the drop.
+
+    Returns a note when ``unshare`` failed (the seccomp filter still refuses SysV IPC; never raises).
+    """
+    import ctypes
+
+    if _libc().unshare(_CLONE_NEWIPC) != 0:
+        return [f"no IPC namespace of its own ({os.strerror(ctypes.get_errno())}); seccomp refuses SysV IPC"]
+    return []
 
 
 def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_seccomp: bool = False) -> list[str]:

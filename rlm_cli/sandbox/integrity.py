@@ -16,7 +16,7 @@ class Integrity:
     """The worker's own code as it was before any model code ran, to tell whether a code block
     changed it (``sys.modules['rlm_cli.sandbox.worker'].Worker.FINAL = ...``, a helper in the
     worker's ``_helpers``, ``json.dumps``...): such a change would rewrite the answers of later questions
-    of a session, so the parent starts a fresh worker then (``launcher.Sandbox.tampered``).
+    of a session, so the parent starts a fresh worker then (``launcher.Sandbox.check``).
 
     Recorded: every function and class of the ``rlm_cli`` modules loaded and of
     :data:`WATCHED_MODULES` (a function with its code, defaults and closure cells, a class with

@@ -24,6 +24,7 @@ from typing import Any
 from rlm_cli import protocol
 from rlm_cli.errors import SandboxError, UsageError
 from rlm_cli.sandbox import argv, reaper
+from rlm_cli.sandbox.ipc import sweep_worker_ipc
 from rlm_cli.sandbox.levels import LEVELS
 from rlm_cli.sandbox.paths import remove_tree
 from rlm_cli.sandbox.probes import can_mount, confinement
@@ -36,11 +37,12 @@ from rlm_cli.sandbox.processes import (
     exit_reason,
     format_bytes,
     kill_strays,
+    left_running,
     ns_descendant,
     scratch_usage,
     start_ticks,
 )
-from rlm_cli.sandbox.results import ExecResult, parse_result, printed_note
+from rlm_cli.sandbox.results import ExecResult, WorkerCheck, parse_result, printed_note
 from rlm_cli.sandbox.users import Drop, plan_drop, share_relay
 
 #: Environment variables passed to the worker (everything else, keys included, is dropped).
@@ -116,6 +118,7 @@ class Sandbox:
         self._drain: threading.Thread | None = None
         self._drain_stop = threading.Event()
         self._started_ticks = 0
+        self._started_at = 0.0
         #: A code block is running (or was, when Ctrl-C cut ``execute`` short): close() kills at once.
         self._busy = False
         self.restarts = 0
@@ -204,6 +207,7 @@ class Sandbox:
             "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
             "context_text": self.spec.context_text, "sub_call_threads": self.limits.sub_call_threads,
             "scratch_tmpfs": self.limits.file_bytes if self.level == "process" and can_mount() else None,
+            "private_ipc": self.level == "process" and can_mount(),
         }
         deadline = time.monotonic() + START_TIMEOUT
         try:
@@ -239,12 +243,14 @@ class Sandbox:
         Raises:
             OSError: the process could not be started.
         """
+        started_at = time.time() - 1.0  # IPC objects are stamped in whole seconds
         with LIVE_LOCK:
             self.proc = proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.PIPE, pass_fds=pass_fds, cwd="/", env=env,
                                                 start_new_session=True)
             LIVE.add(proc.pid)
         self._started_ticks = start_ticks(proc.pid)
+        self._started_at = started_at
         if self.level in ("process", "none"):  # found and killed by the next rlm if this one is killed
             reaper.record(proc.pid, self._started_ticks, self.drop.uid if self.drop else os.geteuid())
         self.stderr_tail = b""
@@ -281,6 +287,11 @@ class Sandbox:
     def _kill(self) -> None:
         if self.proc is not None:
             pid = self.proc.pid
+            uid = self.drop.uid if self.drop else os.geteuid()
+            own_user = uid != os.geteuid()
+            # The worker's processes, before they die: the SysV IPC objects they made are theirs.
+            pids = set() if own_user or self.level not in ("process", "none") else \
+                {pid, *reaper.session_members(pid, self._started_ticks, uid)}
             for kill in (os.killpg, os.kill):  # its session first, then the worker itself
                 try:
                     kill(pid, signal.SIGKILL)
@@ -297,6 +308,8 @@ class Sandbox:
                 pass
             with LIVE_LOCK:
                 LIVE.discard(pid)
+            if self.level in ("process", "none"):  # bwrap's IPC namespace went with the worker
+                sweep_worker_ipc(uid=uid, since=self._started_at, own_user=own_user, pids=pids)
             self._drain_stop.set()
             self.proc = None
         for fd in (self._rfd, self._wfd):
@@ -397,16 +410,17 @@ class Sandbox:
             result.output = output[:cut]
         return result if result.output.strip() else None
 
-    def tampered(self) -> list[str]:
-        """What of the worker's own code earlier blocks changed (``integrity.Integrity``): names such
-        as ``rlm_cli.sandbox.worker.Worker.FINAL``; ``["(no valid answer)"]`` when the worker
-        does not answer the check properly within 10 s. ``[]``: nothing (as far as it can tell).
+    def check(self) -> WorkerCheck:
+        """What earlier blocks left in the worker that could rewrite later answers: its own code
+        changed (``integrity.Integrity``), hooks, threads, signal handlers or timers left to run
+        during later code (``hooks.Hooks``), processes left running (:func:`left_running`), or no
+        valid answer to the check within 10 s. An empty (false) :class:`WorkerCheck`: nothing,
+        as far as it can tell.
 
-        A changed worker would rewrite the answers of later questions: call this between the
-        questions of a session and restart the worker when it returns anything.
+        Call this between the questions of a session and restart the worker when it is true.
         """
         if self.proc is None or self.proc.poll() is not None:
-            return []  # a worker that is not running is started fresh anyway
+            return WorkerCheck()  # a worker that is not running is started fresh anyway
         req_id = secrets.token_hex(8)
         deadline = time.monotonic() + 10.0
         try:
@@ -416,11 +430,14 @@ class Sandbox:
                 if reply.get("id") == req_id:
                     break
         except (OSError, protocol.ProtocolError):
-            return ["(no valid answer)"]
-        changed = reply.get("changed")
-        if reply.get("type") != "checked" or not isinstance(changed, list):
-            return ["(no valid answer)"]
-        return [str(c)[:120] for c in changed[:20]]
+            return WorkerCheck(unanswered=True)
+        changed, hooks = reply.get("changed"), reply.get("hooks")
+        if reply.get("type") != "checked" or not isinstance(changed, list) or not isinstance(hooks, list):
+            return WorkerCheck(unanswered=True)
+        worker = self._worker_pid()
+        left = left_running(self.proc.pid, worker, self._started_ticks) if worker is not None else []
+        hooks = hooks[:20] + ([f"{len(left)} process{'es' if len(left) > 1 else ''} left running"] if left else [])
+        return WorkerCheck([str(c)[:120] for c in changed[:20]], [str(h)[:120] for h in hooks])
 
     def _interrupt_block(self, req_id: str) -> None:
         """Ctrl-C while block ``req_id`` runs: send the worker SIGINT (its block ends with a

@@ -171,6 +171,40 @@ def kill_strays(worker: int, since: int, uid: int | None) -> None:
                 pass
 
 
+def left_running(root: int, worker: int, since: int) -> list[int]:
+    """Processes a worker's code left running: those below ``root`` (the process rlm started) or
+    in its session (``setsid`` is refused to model code) started at or after ``since`` (clock
+    ticks), less ``root``, ``worker`` (the worker's Python process as this process sees it) and
+    the processes between them (bwrap's). ``[]`` where ``/proc`` is missing."""
+    table: dict[int, tuple[int, int, int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+                table[int(name)] = (int(fields[1]), int(fields[3]), int(fields[19]))  # ppid, session, start
+            except (OSError, IndexError, ValueError):
+                continue
+    chain, pid = {root}, worker
+    for _ in range(64):
+        if pid in chain or pid not in table:
+            break
+        chain.add(pid)
+        pid = table[pid][0]
+    below = {root}
+    grew = True
+    while grew:
+        more = {p for p, (ppid, _, _) in table.items() if ppid in below and p not in below}
+        below |= more
+        grew = bool(more)
+    found = {p for p, (_, sid, start) in table.items() if sid == root and start >= since} | below
+    return sorted(found - chain)
+
+
 def ns_descendant(ancestor: int, ns_pid: int) -> int | None:
     """The pid, as this process sees it, of the process below ``ancestor`` whose innermost
     PID-namespace pid is ``ns_pid`` (``NSpid`` in ``/proc/PID/status``; a worker under bwrap

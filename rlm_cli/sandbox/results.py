@@ -106,3 +106,18 @@ def source_rows(value: Any) -> list[tuple[str, str, int, int]]:
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in row[2:]) and 1 <= row[2] <= row[3]):
             rows.append((row[0], row[1], row[2], row[3]))
     return rows
+
+
+@dataclass(frozen=True)
+class WorkerCheck:
+    """What earlier code left in a worker that could rewrite later answers (``Sandbox.check``):
+    ``changed`` names of the worker's own code it changed (``integrity.Integrity``), ``hooks``
+    what it left to run during later code (``hooks.Hooks``, processes left running), in words;
+    ``unanswered``: the worker gave no valid answer to the check."""
+
+    changed: list[str] = field(default_factory=list)
+    hooks: list[str] = field(default_factory=list)
+    unanswered: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.changed or self.hooks or self.unanswered)

@@ -42,7 +42,15 @@ from rlm_cli.sandbox.execution import (
     iterates_context,
     result_frame,
 )
-from rlm_cli.sandbox.hardening import apply_limits, drop_privileges, harden, memory_problem, mount_scratch
+from rlm_cli.sandbox.hardening import (
+    apply_limits,
+    drop_privileges,
+    harden,
+    memory_problem,
+    mount_scratch,
+    private_ipc,
+)
+from rlm_cli.sandbox.hooks import Hooks, refuse_audit_hooks
 from rlm_cli.sandbox.integrity import Integrity
 from rlm_cli.sandbox.leads import LeadsHelper, leads
 from rlm_cli.sandbox.observe import Observer, WatchedList, watched
@@ -414,6 +422,8 @@ def main(argv: list[str] | None = None) -> None:
             scratch = "tmpfs"
         except OSError as exc:
             notes.append(f"the scratch folder stays on the disk ({exc.strerror or exc}); rlm watches its size")
+    if config.get("private_ipc"):
+        notes += private_ipc()
     step = "cannot drop privileges"
     try:
         if config.get("drop_to") is not None:
@@ -444,14 +454,19 @@ def main(argv: list[str] | None = None) -> None:
     def busy() -> bool:
         return worker.running
 
+    own_threads: list[threading.Thread] = []  # the worker's own (Hooks: any other was left by model code)
+
     def build_indexes() -> None:
         try:
             worker.observer.build_index(busy)
         except Exception:  # noqa: BLE001, S110 - note_text builds again or gives up quietly
             pass
-        worker.corpus.start_index_build(busy).join()
+        builder = worker.corpus.start_index_build(busy)
+        own_threads.append(builder)
+        builder.join()
 
-    threading.Thread(target=build_indexes, name="indexes", daemon=True).start()
+    own_threads.append(threading.Thread(target=build_indexes, name="indexes", daemon=True))
+    own_threads[0].start()
 
     def on_interrupt(signum: int, frame: Any) -> None:
         """SIGINT from the parent stops the running block (it reports a KeyboardInterrupt);
@@ -460,8 +475,10 @@ def main(argv: list[str] | None = None) -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_interrupt)
+    sys.addaudithook(refuse_audit_hooks)
     integrity = Integrity(worker, lambda: worker._helpers)  # before any model code: what "unchanged" means
-    changed = integrity.changed  # the loop holds its own references
+    hooks = Hooks(lambda: list(own_threads))
+    changed, hooked = integrity.changed, hooks.changed  # the loop holds its own references
     read, write = protocol.read_message_fd, protocol.write_message_fd
     while True:
         try:
@@ -469,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
         except protocol.ProtocolError:
             return
         if msg.get("type") == "check":
-            write(wfd, {"type": "checked", "id": msg.get("id"), "changed": changed()})
+            write(wfd, {"type": "checked", "id": msg.get("id"), "changed": changed(), "hooks": hooked()})
         elif msg.get("type") == "exec":
             result = worker.execute(str(msg.get("code", "")), int(msg.get("cell", 0)), msg.get("map") is not False)
             result["id"] = msg.get("id")

@@ -73,6 +73,8 @@ class FakeLLM:
         self.queues: dict[str, deque[Any]] = defaultdict(deque)
         self.defaults: dict[str, Any] = {}
         self.requests: list[dict[str, Any]] = []
+        #: The HTTP headers of each chat request, in the order of :attr:`requests`.
+        self.request_headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -119,6 +121,7 @@ class FakeLLM:
                 req = json.loads(self.rfile.read(length) or b"{}")
                 with fake.lock:
                     fake.requests.append(req)
+                    fake.request_headers.append({k.lower(): v for k, v in self.headers.items()})
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
                     limited = fake.max_concurrent is not None and fake.in_flight > fake.max_concurrent
