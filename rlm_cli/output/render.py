@@ -78,8 +78,8 @@ class Renderer:
         kind = ev.get("type")
         indent = "  " * int(ev.get("depth", 0))
         if kind == "notice":
-            if self.quiet:
-                return
+            if self.quiet or (ev.get("verbose_only") and not self.verbose):
+                return  # verbose_only: a note about this machine already shown on it (-v shows it again)
             self._end_stream_text()
             if ev.get("level") == "warning":
                 self.err.print(f"{indent}[yellow]warning:[/] {escape(str(ev['message']))}")

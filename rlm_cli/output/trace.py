@@ -20,7 +20,9 @@ Event types and their main fields:
 * ``sub_call``: ``model``, ``prompt_head``, ``prompt_chars``, ``request_key``, ``response``,
   tokens, cost, latency.
 * ``recursion``: ``mode`` (``rlm`` or ``plain`` at the depth limit), ``prompt_chars``.
-* ``notice``: ``message`` (``level`` ``warning`` for warnings).
+* ``notice``: ``message`` (``level`` ``warning`` for warnings; ``machine`` for a note about this
+  machine, the same on every run of it, and ``verbose_only`` once such a note was shown on it:
+  the terminal shows it again only with ``-v``).
 * ``leads``: ``output`` (what ``leads(question)`` printed before the first root call, shown to
   the root model in its first message; empty when it found nothing; no event with
   ``--no-leads``), ``elapsed_s``, ``sources``.

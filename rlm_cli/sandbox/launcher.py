@@ -119,7 +119,12 @@ class Sandbox:
         #: A code block is running (or was, when Ctrl-C cut ``execute`` short): close() kills at once.
         self._busy = False
         self.restarts = 0
+        #: What happened at the last start that the user should hear of (what an earlier, killed rlm left).
         self.notes: list[str] = []
+        #: What the last start found about this machine (the same on every run of it: a limit the
+        #: kernel refused, a relay socket shared more widely); shown once per machine
+        #: (``sandbox.notices``).
+        self.machine_notes: list[str] = []
         #: The user the worker runs as after start (``None``: the parent's).
         self.drop: Drop | None = None
         #: Host paths the bwrap level hides besides home and the rlm folders (the corpus roots).
@@ -152,6 +157,7 @@ class Sandbox:
             SandboxError: the worker failed to start or load within ``START_TIMEOUT`` seconds.
         """
         self.notes = []
+        self.machine_notes = []
         self._closed = False
         self._busy = False
         try:
@@ -170,7 +176,7 @@ class Sandbox:
         if drop and drop.uid != os.geteuid() and os.path.exists(self.socket_path):
             note = share_relay(self.socket_path, drop.gid)
             if note:
-                self.notes.append(f"sandbox: {note}")
+                self.machine_notes.append(f"sandbox: {note}")
         if self.level in ("process", "none"):
             become_subreaper()
         p_read, c_write = os.pipe()
@@ -219,7 +225,7 @@ class Sandbox:
             if reply.get("kind") == "memory_limit":
                 raise UsageError(str(reply.get("error")))
             raise SandboxError(f"the REPL worker ({self.level}) failed to start: {reply.get('error', reply)}")
-        self.notes += [str(n) for n in reply.get("notes", [])]
+        self.machine_notes += [str(n) for n in reply.get("notes", [])]
         pid = reply.get("pid")
         self._worker_ns_pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
         self.scratch_on_disk = self.level == "process" and reply.get("scratch") != "tmpfs"
