@@ -3,6 +3,7 @@ command against the scripted model server."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.support.cli import model_flags, run_rlm, two_file_repo
@@ -39,3 +40,41 @@ def test_usage_error_is_one_line_without_sandbox_notes(tmp_path: Path, llm: Fake
     ok = run_rlm("ask", str(two_file_repo(tmp_path)), "What does foo return?", *model_flags(llm),
                  "--sandbox", "none")
     assert ok.code == 0 and NONE_WARNING in ok.stderr
+
+
+def _cite_repo(tmp_path: Path) -> Path:
+    root = tmp_path / "cite"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "conf.py").write_text("RETRIES = 3\nTIMEOUT = 30\n")
+    (root / "src" / "net.py").write_text("from conf import RETRIES\n\ndef fetch():\n    return RETRIES\n")
+    (root / "notes.txt").write_text("retries are discussed in the design notes\n")
+    return root
+
+
+def test_cite_lists_only_the_lines_the_answer_rests_on_in_the_json_order(tmp_path: Path, llm: FakeLLM) -> None:
+    root = _cite_repo(tmp_path)
+    # The leads show lines of every file holding the question's words; the answer cites two files.
+    llm.script("root", "```repl\nprint(read_file('src/net.py'))\nprint(read_file('src/conf.py'))\n```",
+               "FINAL('fetch (src/net.py:3-4) returns RETRIES, set to 3 in src/conf.py:1')")
+    flags = [*model_flags(llm), "--leads", "--no-llm-cache"]
+    res = run_rlm("ask", str(root), "Where are retries configured?", *flags, "--cite")
+    assert res.code == 0, res.stderr
+    answer, _, sources = res.stdout.partition("\n\nSources:\n")
+    listed = [line.removeprefix("- ") for line in sources.splitlines()]
+    assert listed and all(not line.startswith("notes.txt") for line in listed)  # a lead, not cited
+    llm.script("root", "```repl\nprint(read_file('src/net.py'))\nprint(read_file('src/conf.py'))\n```",
+               "FINAL('fetch (src/net.py:3-4) returns RETRIES, set to 3 in src/conf.py:1')")
+    doc = json.loads(run_rlm("ask", str(root), "Where are retries configured?", *flags, "--json").stdout)
+    assert any(not s["cited"] for s in doc["sources"])  # the run looked at more than it cites
+    cited = [f"{s['path']}:{s['start_line']}" + (f"-{s['end_line']}" if s["end_line"] != s["start_line"] else "")
+             for s in doc["sources"] if s["cited"]]
+    assert listed == cited  # the same ranges, in the same order
+
+
+def test_cite_prints_no_sources_without_a_final_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    root = _cite_repo(tmp_path)
+    llm.default("root", "```repl\nprint(read_file('src/conf.py'))\n```")
+    res = run_rlm("ask", str(root), "Where are retries configured?", *model_flags(llm), "--cite",
+                  "--max-iterations", "1", "--no-llm-cache")
+    assert res.code == 5, res.stderr
+    assert res.stdout and "Sources:" not in res.stdout
