@@ -4,7 +4,7 @@ How each key's value is checked and typed (its words, sizes, limits) is ``rlm_cl
 
 Nothing here prints or prompts, and importing it creates no directory. The config file is TOML
 at ``config_path()`` (``~/.config/rlm/config.toml`` on Linux) with flat keys named like the
-flags (``model = "openai/gpt-5-mini"``, ``max_iterations = 30``).
+flags (``model = "openai/gpt-5.4-mini"``, ``max_iterations = 30``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ ENV_VARS: dict[str, str] = {
     "mode": "RLM_MODE",
     "policy": "RLM_POLICY",
 }
+
+#: The one example model name of the help, the errors and the docs: a current model of litellm's
+#: price map (the OpenAI sub-model autodetection picks; ``tests/models/test_models.py`` checks it).
+EXAMPLE_MODEL = "openai/gpt-5.4-mini"
 
 #: Sent as the API key when an api base is set without a key: local OpenAI-compatible servers
 #: (llama.cpp, vLLM, LM Studio) ignore it, but the OpenAI client refuses to send no key at all.

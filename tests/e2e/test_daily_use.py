@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.support.cli import model_flags, run_rlm, two_file_repo
-from tests.support.fake_llm import FakeLLM
+from tests.support.fake_llm import NOT_JSON, FakeLLM, Reply
 
 #: The warning of ``--sandbox none``: the same on every machine (unlike what ``auto`` leaves open).
 NONE_WARNING = "sandbox: none; model code runs unconfined"
@@ -78,3 +78,45 @@ def test_cite_prints_no_sources_without_a_final_answer(tmp_path: Path, llm: Fake
                   "--max-iterations", "1", "--no-llm-cache")
     assert res.code == 5, res.stderr
     assert res.stdout and "Sources:" not in res.stdout
+
+
+def _fails(llm: FakeLLM, tmp_path: Path, *extra: str) -> tuple[int, str]:
+    repo = tmp_path / "repo" if (tmp_path / "repo").is_dir() else two_file_repo(tmp_path)
+    res = run_rlm("ask", str(repo), "What does foo return?", *model_flags(llm), "--no-llm-cache",
+                  "--no-leads", *extra)
+    lines = [line for line in res.stderr.splitlines() if line.startswith(("error:", "warning:"))]
+    return res.code, "\n".join(lines)
+
+
+def test_a_timeout_is_not_a_server_that_could_not_be_reached(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("root", Reply(text="FINAL(42)", delay_s=3))
+    code, err = _fails(llm, tmp_path, "--request-timeout", "1", "--retries", "0")
+    assert code == 4 and "timed out after 1 s" in err and "raise --request-timeout" in err, err
+    assert "could not connect" not in err and "server is running" not in err
+
+
+def test_a_dropped_connection_is_said_as_such(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("root", Reply(drop=True))
+    code, err = _fails(llm, tmp_path, "--retries", "1")
+    assert code == 4 and f"{llm.url} closed the connection without answering (after 2 attempts)" in err, err
+    assert "could not connect" not in err
+    llm.default("root", Reply(text="FINAL(42) " * 40, stream_cut_after=1, stream_chunk_chars=8))
+    code, err = _fails(llm, tmp_path, "--retries", "0")
+    assert code == 4 and "dropped in the middle of the reply" in err and "could not connect" not in err, err
+
+
+def test_attempts_are_counted_one_way_and_a_garbage_reply_is_not_a_plain_one(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("root", Reply(status=500))
+    code, server_error = _fails(llm, tmp_path, "--retries", "1")
+    assert code == 4 and "(after 2 attempts)" in server_error, server_error
+    llm.default("root", Reply(raw_body=NOT_JSON))
+    code, garbage = _fails(llm, tmp_path, "--retries", "1")
+    assert code == 4 and "not a chat completion" in garbage and "(after 2 attempts)" in garbage, garbage
+    assert "plain reply" not in garbage and garbage.count("\n") == 0  # the error alone, no misleading warning
+
+
+def test_an_api_base_without_a_model_names_the_base_when_its_list_is_unusable(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.models_list = []
+    res = run_rlm("ask", str(two_file_repo(tmp_path)), "q?", "--api-base", llm.url)
+    assert res.code == 3 and res.stderr.count("\n") == 1, res.stderr
+    assert f"{llm.url}/models" in res.stderr and "listed no model" in res.stderr and "--model" in res.stderr
