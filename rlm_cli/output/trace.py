@@ -212,16 +212,34 @@ class TraceInfo:
     tokens: int
     cost_usd: float | None
     elapsed_s: float | None
+    #: Model calls that completed (root and sub-calls, cached ones included): with none, the run
+    #: has no cost to show.
+    calls: int = 0
+    #: Bytes of the file.
+    size: int = 0
 
 
 def info_dict(info: TraceInfo) -> dict[str, Any]:
     """One entry of ``rlm trace list --json``: ``run_id``, ``path``, ``started`` (ISO 8601, UTC),
-    ``question``, ``status``, ``mode``, ``tokens``, ``cost_usd`` (None when unknown) and
-    ``elapsed_s`` (seconds; None for an incomplete run). The answer is in the file itself."""
+    ``question``, ``status``, ``mode``, ``tokens``, ``calls`` (model calls completed),
+    ``cost_usd`` (None when unknown; 0 with no call completed) and ``elapsed_s`` (seconds; None for
+    an incomplete run). The answer is in the file itself."""
     started = datetime.fromtimestamp(info.started, UTC).isoformat(timespec="seconds")
     return {"run_id": info.run_id, "path": str(info.path), "started": started, "question": info.question,
-            "status": info.status, "mode": info.mode, "tokens": info.tokens, "cost_usd": info.cost_usd,
-            "elapsed_s": info.elapsed_s}
+            "status": info.status, "mode": info.mode, "tokens": info.tokens, "calls": info.calls,
+            "cost_usd": info.cost_usd, "elapsed_s": info.elapsed_s}
+
+
+def completed_calls(events: list[dict[str, Any]]) -> int:
+    """Model calls a run completed: from its summary's ``usage`` (root and sub-calls), else (no
+    summary: a run killed outright, or stopped before it began) the ``root_call`` events and the
+    ``sub_call`` events that carry a response."""
+    summary = next((e for e in reversed(events) if e.get("type") == "summary"), None)
+    usage = summary.get("usage") if summary else None
+    if isinstance(usage, dict):
+        return sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
+    return sum(1 for e in events if e.get("type") == "root_call"
+               or (e.get("type") == "sub_call" and "response" in e and not e.get("error")))
 
 
 def summarize(path: Path) -> TraceInfo:
@@ -240,7 +258,14 @@ def summarize(path: Path) -> TraceInfo:
         question=str(head.get("question", "")), status=str(summary.get("status")) if summary else "incomplete",
         mode=mode, answer=str(summary.get("answer", "")) if summary else "",
         tokens=int(last.get("total_tokens") or 0), cost_usd=last.get("total_cost_usd"),
-        elapsed_s=summary.get("elapsed_s") if summary else None)
+        elapsed_s=summary.get("elapsed_s") if summary else None, calls=completed_calls(events), size=_size(path))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def list_traces(directory: Path | None = None) -> list[TraceInfo]:

@@ -120,3 +120,22 @@ def test_an_api_base_without_a_model_names_the_base_when_its_list_is_unusable(tm
     res = run_rlm("ask", str(two_file_repo(tmp_path)), "q?", "--api-base", llm.url)
     assert res.code == 3 and res.stderr.count("\n") == 1, res.stderr
     assert f"{llm.url}/models" in res.stderr and "listed no model" in res.stderr and "--model" in res.stderr
+
+
+def test_no_completed_call_shows_no_cost_and_counts_agree_after_a_stop(tmp_path: Path, llm: FakeLLM) -> None:
+    repo = two_file_repo(tmp_path)
+    llm.default("root", Reply(text="FINAL(42)", delay_s=4))
+    res = run_rlm("ask", str(repo), "What does foo return?", *model_flags(llm), "--no-llm-cache", "--timeout", "2")
+    assert res.code == 6, res.stderr
+    assert "── iteration 1 ──" in res.stderr and "1 iteration, 0 sub-calls" in res.stderr  # the same count
+    assert "cost none (no model call completed)" in res.stderr and "$0.0000" not in res.stderr
+    llm.default("root", Reply(status=500))
+    failed = run_rlm("ask", str(repo), "What does foo return?", *model_flags(llm), "--no-llm-cache", "--retries", "0")
+    assert failed.code == 4
+    llm.default("root", "FINAL(42)")
+    assert run_rlm("ask", str(repo), "What does foo return?", *model_flags(llm), "--no-llm-cache").code == 0
+    listed = run_rlm("trace", "list")
+    rows = {line.split()[3]: line.split()[6] for line in listed.stdout.splitlines()[1:]}
+    assert rows == {"budget_exceeded": "-", "error": "-", "final": "unknown"}, listed.stdout  # one rule
+    docs = json.loads(run_rlm("trace", "list", "--json").stdout)["traces"]
+    assert sorted((t["status"], t["calls"]) for t in docs) == [("budget_exceeded", 0), ("error", 0), ("final", 1)]
