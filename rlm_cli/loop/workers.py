@@ -14,6 +14,7 @@ from rlm_cli.models.relay import LMHandler
 from rlm_cli.output.trace import Emit, event
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
 from rlm_cli.sandbox.notices import shown_before
+from rlm_cli.sandbox.users import run_notes
 
 
 def new_worker(handler: LMHandler, level: str, spec: WorkerSpec, settings: Settings, *, depth: int,
@@ -45,6 +46,14 @@ def start_worker(sandbox: Sandbox, emit: Emit, depth: int) -> None:
         emit(event("notice", depth, message=note))
     for note in sandbox.machine_notes:
         emit(machine_notice(note, depth))
+
+
+def level_notices(level: str, warning: str | None) -> list[dict[str, Any]]:
+    """The ``notice`` events of a session's first worker at sandbox ``level``: the ``warning`` of
+    the level (what it leaves open on this machine) and the worker's user (``users.run_notes``),
+    each a :func:`machine_notice`."""
+    notes = [machine_notice(warning, level="warning")] if warning else []
+    return notes + [machine_notice(note) for note in run_notes(level)]
 
 
 def machine_notice(message: str, depth: int = 0, *, level: str | None = None) -> dict[str, Any]:
