@@ -90,6 +90,19 @@ def traces_dir() -> Path:
     return data_dir() / "traces"
 
 
+def traces_usage(directory: Path | None = None) -> tuple[int, int]:
+    """``(files, bytes)`` of the trajectories in ``directory`` (default :func:`traces_dir`)."""
+    files = size = 0
+    folder = directory or traces_dir()
+    for p in folder.glob("*.jsonl") if folder.is_dir() else []:
+        try:
+            size += p.stat().st_size
+            files += 1
+        except OSError:
+            continue
+    return files, size
+
+
 class TraceWriter:
     """Writes events to a JSONL file as they happen (thread-safe; flushed per line; mode 0600). A
     file already there is replaced: one file is one run (two runs in one file read as one tree).

@@ -139,3 +139,57 @@ def test_no_completed_call_shows_no_cost_and_counts_agree_after_a_stop(tmp_path:
     assert rows == {"budget_exceeded": "-", "error": "-", "final": "unknown"}, listed.stdout  # one rule
     docs = json.loads(run_rlm("trace", "list", "--json").stdout)["traces"]
     assert sorted((t["status"], t["calls"]) for t in docs) == [("budget_exceeded", 0), ("error", 0), ("final", 1)]
+
+
+def _runs(tmp_path: Path, llm: FakeLLM, n: int) -> list[str]:
+    """``n`` recorded runs, oldest first: their run ids."""
+    repo = tmp_path / "repo" if (tmp_path / "repo").is_dir() else two_file_repo(tmp_path)
+    llm.default("root", "FINAL(42)")
+    for i in range(n):
+        assert run_rlm("ask", str(repo), f"q{i}?", *model_flags(llm), "--quiet").code == 0
+    listed = json.loads(run_rlm("trace", "list", "--json").stdout)["traces"]
+    return [t["run_id"] for t in reversed(listed)]
+
+
+def test_trace_list_n_rm_and_prune_stay_in_the_traces_folder(tmp_path: Path, llm: FakeLLM) -> None:
+    ids = _runs(tmp_path, llm, 4)
+    traces = Path(json.loads(run_rlm("trace", "list", "--json").stdout)["traces_dir"])
+    newest = json.loads(run_rlm("trace", "list", "-n", "2", "--json").stdout)["traces"]
+    assert [t["run_id"] for t in newest] == ids[:-3:-1]
+    assert len(run_rlm("trace", "list", "-n", "1").stdout.splitlines()) == 2  # the header and one row
+    # Nothing outside the traces folder: a copy elsewhere, a link leading out; nothing removed then.
+    outside = tmp_path / "mine.jsonl"
+    outside.write_bytes((traces / f"{ids[0]}.jsonl").read_bytes())
+    (traces / "link.jsonl").symlink_to(outside)
+    for ref in (str(outside), "link"):
+        res = run_rlm("trace", "rm", ids[0], ref)
+        assert res.code == 2 and "rlm removes only those" in res.stderr and res.stdout == "", res.stderr
+    assert outside.exists() and (traces / f"{ids[0]}.jsonl").exists()
+    (traces / "link.jsonl").unlink()
+    res = run_rlm("trace", "rm", ids[0], "last")
+    assert res.code == 0 and res.stdout.split() == [ids[0], ids[-1]] and "removed 2 trajectories" in res.stderr
+    assert sorted(p.stem for p in traces.glob("*.jsonl")) == ids[1:3]
+    assert run_rlm("trace", "rm", "nosuchid").code == 2
+    # prune: a rule is needed; --dry-run removes nothing; --keep keeps the newest.
+    assert run_rlm("trace", "prune").code == 2
+    dry = run_rlm("trace", "prune", "--keep", "1", "--dry-run")
+    assert dry.code == 0 and dry.stdout.split() == [ids[1]] and "would remove 1 trajectory" in dry.stderr
+    assert len(list(traces.glob("*.jsonl"))) == 2
+    assert run_rlm("trace", "prune", "--older-than", "1h").stdout == ""  # none is that old
+    first = traces / f"{ids[1]}.jsonl"  # make one of them 40 days old
+    lines = first.read_text().splitlines()
+    head = json.loads(lines[0])
+    head["ts"] -= 40 * 86400
+    first.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    assert run_rlm("trace", "prune", "--older-than", "30d").stdout.split() == [ids[1]]
+    assert [p.stem for p in traces.glob("*.jsonl")] == [ids[2]]
+    assert oct((traces / f"{ids[2]}.jsonl").stat().st_mode & 0o777) == "0o600"
+    assert run_rlm("trace", "prune", "--older-than", "soon").code == 2
+
+
+def test_cache_clear_says_it_keeps_the_trajectories(tmp_path: Path, llm: FakeLLM) -> None:
+    _runs(tmp_path, llm, 1)
+    res = run_rlm("cache", "clear", "--json")
+    assert res.code == 0 and "kept the trajectories (1 file," in res.stderr and "rlm trace prune" in res.stderr
+    assert json.loads(res.stdout)["traces_kept"]["files"] == 1
+    assert len(json.loads(run_rlm("trace", "list", "--json").stdout)["traces"]) == 1
