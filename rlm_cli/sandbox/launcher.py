@@ -40,7 +40,7 @@ from rlm_cli.sandbox.processes import (
     scratch_usage,
     start_ticks,
 )
-from rlm_cli.sandbox.results import ExecResult, parse_result, printed_note
+from rlm_cli.sandbox.results import ExecResult, parse_result, printed_note, timeout_note
 from rlm_cli.sandbox.users import Drop, plan_drop, share_relay
 
 #: Environment variables passed to the worker (everything else, keys included, is dropped).
@@ -119,11 +119,8 @@ class Sandbox:
         #: A code block is running (or was, when Ctrl-C cut ``execute`` short): close() kills at once.
         self._busy = False
         self.restarts = 0
-        #: What happened at the last start that the user should hear of (what an earlier, killed rlm left).
-        self.notes: list[str] = []
-        #: What the last start found about this machine (the same on every run of it: a limit the
-        #: kernel refused, a relay socket shared more widely); shown once per machine
-        #: (``sandbox.notices``).
+        #: Notes of the last start: what happened (what an earlier, killed rlm left), and what it found
+        self.notes: list[str] = []  # of this machine, the same every run (shown once: ``sandbox.notices``)
         self.machine_notes: list[str] = []
         #: The user the worker runs as after start (``None``: the parent's).
         self.drop: Drop | None = None
@@ -364,7 +361,7 @@ class Sandbox:
                 self._interrupt_block(req_id)
             raise
         except TimeoutError:
-            lost = f"the cell timed out after {limit:g} s and was killed"
+            lost = timeout_note(limit, self.cell_timeout)
             printed = self._printed_before_kill(req_id)
             if printed is not None:
                 self.restart()

@@ -193,3 +193,113 @@ def test_cache_clear_says_it_keeps_the_trajectories(tmp_path: Path, llm: FakeLLM
     assert res.code == 0 and "kept the trajectories (1 file," in res.stderr and "rlm trace prune" in res.stderr
     assert json.loads(res.stdout)["traces_kept"]["files"] == 1
     assert len(json.loads(run_rlm("trace", "list", "--json").stdout)["traces"]) == 1
+
+
+def test_counts_are_proper_plurals(tmp_path: Path, llm: FakeLLM) -> None:
+    corpus = tmp_path / "one"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the answer is 42\n")
+    llm.default("root", "FINAL(42)")
+    res = run_rlm("ask", str(corpus), "-q", "What is the answer?", *model_flags(llm), "--no-llm-cache")
+    assert res.code == 0, res.stderr
+    assert "loaded 1 file, " in res.stderr and ", 1 chunk " in res.stderr and "1 question: 1 answered" in res.stderr
+    assert "1 files" not in res.stderr and "1 chunks" not in res.stderr
+
+
+def test_doctor_names_the_model_and_where_it_comes_from(tmp_path: Path, llm: FakeLLM) -> None:
+    res = run_rlm("doctor")
+    assert res.code == 0 and "\nmodel:          none (not set and nothing detected" in res.stdout
+    res = run_rlm("doctor", env={"RLM_MODEL": "openai/root"})
+    assert "\nmodel:          openai/root (env RLM_MODEL)" in res.stdout
+    doc = json.loads(run_rlm("doctor", "--json", env={"RLM_API_BASE": llm.url}).stdout)
+    assert doc["model"]["model"] == "openai/root" and "first model listed by" in doc["model"]["source"]
+    assert llm.requests == []  # no model was called
+
+
+def test_config_unset_removes_a_setting(tmp_path: Path) -> None:
+    assert run_rlm("config", "set", "sandbox", "none").code == 0  # `none` is a level here, not a removal
+    assert run_rlm("config", "set", "max-cost", "2.5").code == 0
+    res = run_rlm("config", "unset", "sandbox")
+    assert res.code == 0 and "sandbox removed from" in res.stderr
+    shown = run_rlm("config", "show").stdout
+    assert 'sandbox = "auto"  # default' in shown and "max_cost = 2.5  # config file" in shown
+    again = run_rlm("config", "unset", "sandbox")
+    assert again.code == 0 and "is not set in" in again.stderr
+    assert run_rlm("config", "unset", "no-such-key").code == 2
+    path = Path(run_rlm("config", "path").stdout.strip())
+    path.write_text(path.read_text() + "max_cots = 3\n")  # a typo `config show` complains about
+    assert run_rlm("config", "show").code == 2
+    assert run_rlm("config", "unset", "max_cots").code == 0 and run_rlm("config", "show").code == 0
+
+
+def test_a_gzip_stream_on_stdin_is_read_like_a_gz_file(tmp_path: Path, llm: FakeLLM) -> None:
+    import gzip
+
+    llm.default("root", "```repl\nprint(context[:200])\n```")
+    llm.script("root", "```repl\nprint(context[:200])\n```", "FINAL('found')")
+    data = gzip.compress(b"2024-01-01 ERROR disk full on db1\n" * 20)
+    res = run_rlm("ask", "-", "Which error?", *model_flags(llm), "--no-llm-cache", stdin=data)
+    assert res.code == 0 and res.stdout == "found\n", res.stderr
+    assert "read as 1 gz" in res.stderr and "disk full on db1" in res.stderr  # what the code printed
+    big = gzip.compress(b"x" * 50_000)  # decompressed within --max-file-size, in the decoder
+    res = run_rlm("ask", "-", "q?", *model_flags(llm), "--max-file-size", "10K", stdin=big)
+    assert res.code == 2 and "1 too large" in res.stderr
+
+
+def test_skip_advice_fits_the_file(tmp_path: Path, llm: FakeLLM) -> None:
+    corpus = tmp_path / "big"
+    corpus.mkdir()
+    (corpus / "blob.bin").write_bytes(bytes(range(256)) * 100)  # binary, 25 KiB
+    (corpus / "notes.txt").write_text("word " * 6000)  # text, 30 KB
+    res = run_rlm("ask", str(corpus), "q?", *model_flags(llm), "--max-file-size", "10K")
+    assert res.code == 2, res.stderr
+    assert "blob.bin" not in res.stderr  # binary: raising --max-file-size would not read it, so no advice
+    assert "notes.txt: 30,000 bytes is over --max-file-size" in res.stderr  # this one it would
+    assert "(1 binary, 1 too large)" in res.stderr
+
+
+def test_a_path_over_path_max_is_not_a_permission_problem(tmp_path: Path, llm: FakeLLM) -> None:
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return  # PATH_MAX is Linux's 4,096 bytes here
+    root = tmp_path / "deep"
+    root.mkdir()
+    here = os.open(root, os.O_RDONLY)
+    try:  # folders made relative to an open one: the whole path never has to fit
+        for _ in range(24):
+            os.mkdir("d" * 200, dir_fd=here)
+            nxt = os.open("d" * 200, os.O_RDONLY, dir_fd=here)
+            os.close(here)
+            here = nxt
+        fd = os.open("f.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=here)
+        os.write(fd, b"hello\n")
+        os.close(fd)
+    finally:
+        os.close(here)
+    res = run_rlm("ask", str(root), "q?", *model_flags(llm))
+    assert res.code == 2 and "over what the system allows (PATH_MAX" in res.stderr, res.stderr[-600:]
+    assert "permissions" not in res.stderr and "1 path too long" in res.stderr
+
+
+def test_a_cell_cut_by_the_runs_timeout_says_so_rounded(tmp_path: Path, llm: FakeLLM) -> None:
+    import re
+
+    llm.script("root", "```repl\nimport time\nprint('a')\ntime.sleep(60)\n```", "FINAL(done)")
+    res = run_rlm("ask", str(two_file_repo(tmp_path)), "q?", *model_flags(llm), "--no-llm-cache", "--no-leads",
+                  "--timeout", "6")
+    assert res.code == 6, res.stderr
+    assert re.search(r"the cell timed out after \d+(\.\d)? s \(all the run's --timeout had left\)", res.stderr), res.stderr
+
+
+def test_the_in_flight_count_is_not_one_low(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("sub", Reply(text="ok", delay_s=0.3))
+    llm.script("root", "```repl\nprint(llm_query_batched([f'part {i}' for i in range(8)]))\n```", "FINAL(done)")
+    res = run_rlm("ask", str(two_file_repo(tmp_path)), "q?", *model_flags(llm), "--no-llm-cache", "--no-leads",
+                  "--max-concurrency", "2", "--color", "never")
+    assert res.code == 0, res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.startswith(("sub-calls 2/8", "sub-calls 4/8",
+                                                                          "sub-calls 6/8"))]
+    assert len(lines) == 3 and all("· 2 in flight ·" in line for line in lines), lines
+    assert llm.max_in_flight == 2
