@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rlm_cli.commands.complete import trace_ids
 from rlm_cli.commands.delivery import answer_format, emit_partial
 from rlm_cli.commands.options import ColorOpt, DebugOpt, JsonOpt, Opt, QuietOpt, TraceRefArg, use_color
 from rlm_cli.errors import PartialAnswerError, UsageError
@@ -48,7 +49,8 @@ def trace_show(ref: TraceRefArg) -> None:
 
 @trace_app.command("rm")
 def trace_rm(refs: Annotated[list[str] | None, typer.Argument(
-        metavar="ID...", help="Run ids, unique prefixes, 'last', or .jsonl paths in the traces folder.")] = None) -> None:
+        metavar="ID...", autocompletion=trace_ids,
+        help="Run ids, unique prefixes, 'last', or .jsonl paths in the traces folder.")] = None) -> None:
     """Remove trajectories (each id is checked first; nothing outside the traces folder)."""
     from rlm_cli.app import housekeeping
 

@@ -200,7 +200,7 @@ def test_counts_are_proper_plurals(tmp_path: Path, llm: FakeLLM) -> None:
     corpus.mkdir()
     (corpus / "a.txt").write_text("the answer is 42\n")
     llm.default("root", "FINAL(42)")
-    res = run_rlm("ask", str(corpus), "-q", "What is the answer?", *model_flags(llm), "--no-llm-cache")
+    res = run_rlm("ask", str(corpus), "--question", "What is the answer?", *model_flags(llm), "--no-llm-cache")
     assert res.code == 0, res.stderr
     assert "loaded 1 file, " in res.stderr and ", 1 chunk " in res.stderr and "1 question: 1 answered" in res.stderr
     assert "1 files" not in res.stderr and "1 chunks" not in res.stderr
