@@ -81,7 +81,8 @@ def rejudge(events: list[dict[str, Any]]) -> tuple[str | None, str | None, list[
     candidate = Candidate(str(header.get("question") or ""), answer, written, "block", iteration, 0, read,
                           "\n".join([str(prompt.get("first") or ""), shown_outputs]),
                           tuple(caps.get(iteration, []) + caps.get(iteration - 1, [])), (), shown_outputs,
-                          "\n".join([*own, quoted_corpus_text(leads)]), any(o.strip() for o in own))
+                          "\n".join([*own, quoted_corpus_text(leads)]), any(o.strip() for o in own),
+                          tuple(caps.get(iteration, [])))
     now = support_of(candidate, overruled, codes, policy.number_floor)
     return (final.get("support") or {}).get("verdict"), now.verdict, list(now.unsupported)
 

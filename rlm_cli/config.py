@@ -4,7 +4,7 @@ How each key's value is checked and typed (its words, sizes, limits) is ``rlm_cl
 
 Nothing here prints or prompts, and importing it creates no directory. The config file is TOML
 at ``config_path()`` (``~/.config/rlm/config.toml`` on Linux) with flat keys named like the
-flags (``model = "openai/gpt-5-mini"``, ``max_iterations = 30``).
+flags (``model = "openai/gpt-5.4-mini"``, ``max_iterations = 30``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ ENV_VARS: dict[str, str] = {
     "mode": "RLM_MODE",
     "policy": "RLM_POLICY",
 }
+
+#: The one example model name of the help, the errors and the docs: a current model of litellm's
+#: price map (the OpenAI sub-model autodetection picks; ``tests/models/test_models.py`` checks it).
+EXAMPLE_MODEL = "openai/gpt-5.4-mini"
 
 #: Sent as the API key when an api base is set without a key: local OpenAI-compatible servers
 #: (llama.cpp, vLLM, LM Studio) ignore it, but the OpenAI client refuses to send no key at all.
@@ -363,24 +367,25 @@ def config_entries(*, env: Mapping[str, str] | None = None, file_values: dict[st
     return [{"key": key, "value": values[key], "source": sources[key]} for key in settable_fields()]
 
 
-def set_config_value(key: str, value: str, path: Path | None = None) -> tuple[str, Any, Path]:
+def set_config_value(key: str, value: str, path: Path | None = None, *, remove: bool = False) -> tuple[str, Any, Path]:
     """Store ``key = value`` in the config file and return ``(key, typed value, path)``.
 
     The value is checked and typed like a config-file value (``"2.5"`` -> 2.5 for ``max_cost``,
     ``"false"`` -> false for ``llm_cache``); ``none``/``null``/an empty string removes the key
-    (except ``sandbox none``, a real level).
+    (except ``sandbox none``, a real level), as does ``remove`` (``rlm config unset``: also a key
+    rlm does not know that the file holds, a typo ``rlm config show`` complains about).
     Other lines and comments of the file are kept. The file is written atomically (temporary
     file + rename) with mode 0600, its folder with 0700, since it may hold an API key.
 
     Raises:
         UsageError: unknown key, bad value, or an unreadable/unwritable config file.
     """
-    name = normalize_key(key)
     path = path or config_path()
     current = read_config_file(path)
+    name = key.strip() if remove and key.strip() in current else normalize_key(key)
     word = value.strip().lower()
     # "none"/"null" remove a key, except where "none" is one of the key's own words (--sandbox none).
-    remove = word == "" or (word in ("none", "null") and word not in CHOICES.get(name, ()))
+    remove = remove or word == "" or (word in ("none", "null") and word not in CHOICES.get(name, ()))
     typed = None if remove else coerce(name, value, settable_fields()[name].type)
     if isinstance(typed, Path):
         typed = os.path.abspath(os.path.expanduser(str(typed)))  # read later from any directory

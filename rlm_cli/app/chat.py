@@ -33,7 +33,7 @@ from typing import Any
 from rlm_cli.app.batch import unsupported, worst_exit_code
 from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError
 from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
-from rlm_cli.output.text import usd
+from rlm_cli.output.text import money, plural
 
 #: Questions kept in the history file.
 HISTORY_LINES = 1000
@@ -74,7 +74,7 @@ class Chat:
         if self.interactive:
             self._start_history()
             corpus = self.session.corpus
-            self.ui.info(f"rlm chat over {len(corpus.files):,} files ({corpus.total_tokens:,} tokens), mode "
+            self.ui.info(f"rlm chat over {plural(len(corpus.files), 'file')} ({corpus.total_tokens:,} tokens), mode "
                          f"{self.session.mode}: type a question, /help for commands, Ctrl-D to quit")
         try:
             while True:
@@ -222,12 +222,9 @@ def cost_text(session: Any) -> str:
     usage = session.usage.summary()
     root, sub = usage["root"], usage["sub"]
 
-    def money(value: Any) -> str:
-        return usd(value) if isinstance(value, (int, float)) else "unknown"
-
-    lines = [f"{session.asked} question(s); root {root['calls']} calls, {root['input_tokens']:,} in / "
-             f"{root['output_tokens']:,} out tokens; sub {sub['calls']} calls, {sub['input_tokens']:,} in / "
-             f"{sub['output_tokens']:,} out tokens; cost {money(usage['cost_usd'])}"
+    lines = [f"{plural(session.asked, 'question')}; root {plural(root['calls'], 'call')}, {root['input_tokens']:,} in / "
+             f"{root['output_tokens']:,} out tokens; sub {plural(sub['calls'], 'call')}, {sub['input_tokens']:,} in / "
+             f"{sub['output_tokens']:,} out tokens; cost {money(usage['cost_usd'], root['calls'] + sub['calls'])}"
              + (f"; {usage['cached_calls']} cached" if usage.get("cached_calls") else "")]
     s, budget = session.settings, session.budget
     limits = []

@@ -1,8 +1,9 @@
-"""``rlm doctor``: what this machine gives rlm. The sandbox level a run would use (and what it
-protects), bubblewrap, Python, litellm and the user folders.
+"""``rlm doctor``: what this machine gives rlm. The model a run would use and where that comes
+from, the sandbox level a run would use (and what it protects), bubblewrap, Python, litellm and
+the user folders.
 
 It never imports litellm (the version comes from the package metadata), starts no model call
-and creates no folder. ``collect()`` returns a plain dict; ``lines()`` renders it as text.
+(autodetection asks a local server for its list of models, as a run would) and creates no folder. ``collect()`` returns a plain dict; ``lines()`` renders it as text.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from importlib import metadata
 from typing import Any
 
 from rlm_cli import __version__
-from rlm_cli.errors import UsageError
+from rlm_cli.errors import RLMError, UsageError
 
 
 def _package_version(name: str) -> str | None:
@@ -81,6 +82,36 @@ def sandbox_line(requested: str) -> str:
     return f"sandbox: {levels.describe(level)}; not protected: {levels.level_exposes(level)}"
 
 
+def model_report() -> dict[str, Any]:
+    """The model a plain ``rlm ask`` here would use: ``{"model", "sub_model", "api_base",
+    "source"}`` (``source``: ``flag``-less settings' origin, ``env RLM_MODEL``, ``config file``, or
+    what autodetection found; ``model`` is ``None`` when nothing is configured or detected, and
+    ``source`` then says why)."""
+    from rlm_cli import config
+    from rlm_cli.models import detect
+
+    try:
+        settings, sources = config.resolve_with_sources({}, problems=[])
+    except UsageError as exc:
+        return {"model": None, "sub_model": None, "api_base": None, "source": str(exc)}
+    if settings.model:
+        return {"model": settings.model, "sub_model": settings.effective_sub_model, "api_base": settings.api_base,
+                "source": sources.get("model", "default")}
+    if settings.api_base:  # that server's list, as a run asks it
+        try:
+            detect.ensure_model(settings)
+        except RLMError as exc:
+            return {"model": None, "sub_model": None, "api_base": settings.api_base, "source": exc.message}
+        return {"model": settings.model, "sub_model": settings.model, "api_base": settings.api_base,
+                "source": f"autodetected: the first model listed by {settings.api_base}"}
+    found = detect.detect(settings)
+    if found is None:
+        return {"model": None, "sub_model": None, "api_base": None,
+                "source": "not set and nothing detected: " + detect.no_model_hint()}
+    return {"model": found.model, "sub_model": found.sub_model or found.model, "api_base": found.api_base,
+            "source": f"autodetected: {found.reason}"}
+
+
 def collect() -> dict[str, Any]:
     """Everything ``rlm doctor`` reports, as a JSON-able dict (never raises for a bad config)."""
     from rlm_cli import config
@@ -106,6 +137,7 @@ def collect() -> dict[str, Any]:
         "rlm": __version__,
         "platform": f"{platform.system()} {platform.release()} ({platform.machine()})",
         "python": {"version": platform.python_version(), "executable": sys.executable},
+        "model": model_report(),
         "sandbox": sandbox,
         "bwrap": {"usable": bwrap_ok, "detail": bwrap_detail, "path": shutil.which("bwrap")},
         "sandbox_exec": shutil.which("sandbox-exec") if sys.platform == "darwin" else None,
@@ -124,10 +156,14 @@ def lines(report: dict[str, Any]) -> list[str]:
         level = f"{sb['level']} (requested: {sb['requested']})"
     else:
         level = f"unavailable (requested: {sb['requested']}): {sb['error']}"
+    m = report["model"]
+    sub = f", sub-calls {m['sub_model']}" if m["model"] and m["sub_model"] != m["model"] else ""
+    base = f" at {m['api_base']}" if m["model"] and m["api_base"] else ""
     out = [
         f"rlm:            {report['rlm']}",
         f"platform:       {report['platform']}",
         f"python:         {report['python']['version']} ({report['python']['executable']})",
+        f"model:          {m['model']}{sub}{base} ({m['source']})" if m["model"] else f"model:          none ({m['source']})",
         f"sandbox:        {level}",
     ]
     if sb["level"]:
@@ -148,6 +184,6 @@ def lines(report: dict[str, Any]) -> list[str]:
         f"data dir:       {paths['data_dir']}",
     ]
     if sys.platform == "darwin":
-        out.insert(5, f"sandbox-exec:   {report['sandbox_exec'] or 'not found'}")
+        out.insert(6, f"sandbox-exec:   {report['sandbox_exec'] or 'not found'}")
     out += [f"problem:        {p}" for p in report["problems"]]
     return out

@@ -50,15 +50,16 @@ def attach_partial(exc: PartialAnswerError, client: ModelClient, corpus: Corpus,
 
 class TurnCounter:
     """The ``emit`` target between the loops and the trajectory: forwards every event and counts
-    the root loop's answered turns (``root_call`` events at depth 0), which is what a run that
-    stopped early (budget, Ctrl-C) reports as its ``iterations``."""
+    the root loop's iterations begun (``iteration`` events at depth 0: the ``── iteration N ──``
+    lines shown), which is what a run that stopped early (budget, Ctrl-C) reports as its
+    ``iterations``, so a run stopped in the middle of iteration 1 says 1, as the screen did."""
 
     def __init__(self, forward: Emit) -> None:
         self.forward = forward
         self.root_turns = 0
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        if ev.get("type") == "root_call" and ev.get("depth") == 0:
+        if ev.get("type") == "iteration" and ev.get("depth") == 0:
             self.root_turns += 1
         self.forward(ev)
 

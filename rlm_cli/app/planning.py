@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_cli.config import Settings
+from rlm_cli.config import EXAMPLE_MODEL, Settings
 from rlm_cli.config_keys import CHOICES
 from rlm_cli.corpus import Corpus
 from rlm_cli.corpus.tokens import encoding
@@ -20,7 +20,7 @@ from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.window import input_budget, request_tokens
 
-NO_MODEL_HINT = ("set one with --model (e.g. --model openai/gpt-5-mini), the RLM_MODEL environment variable, "
+NO_MODEL_HINT = (f"set one with --model (e.g. --model {EXAMPLE_MODEL}), the RLM_MODEL environment variable, "
                  "or `rlm config set model MODEL`")
 MODES = CHOICES["mode"]
 

@@ -56,6 +56,7 @@ from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
 from rlm_cli.loop.typed import AnswerSpec, settle
+from rlm_cli.loop.workers import level_notices
 from rlm_cli.models.backend import check_router_file
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
@@ -69,7 +70,6 @@ from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id
 from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sandbox.levels import resolve_level
 from rlm_cli.sandbox.memory import check_workers_fit
-from rlm_cli.sandbox.users import run_notes
 
 #: Seconds a Ctrl-C in ``rlm chat`` gives the running code block to stop before the worker is
 #: restarted (losing its variables).
@@ -124,6 +124,7 @@ class Session:
         self._mode_event: dict[str, Any] | None = None
         self._mode_fields: dict[str, Any] = {}
         self._noted = False
+        self._level_warning: str | None = None
         self.reason = ""
         self.meta: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -169,9 +170,7 @@ class Session:
         warm = getattr(self.client.backend, "warm", None)
         if callable(warm) and self._given_client is None:
             warm([s.model, s.effective_sub_model])
-        self.level, warning = resolve_level(s.sandbox)
-        if warning:
-            emit(event("notice", 0, message=warning, level="warning"))
+        self.level, self._level_warning = resolve_level(s.sandbox)  # said when the worker starts
         started = time.monotonic()
         if self.corpus is None:
             self.corpus = load_corpus(self.paths, s.corpus, stdin_bytes=self.stdin_bytes,
@@ -183,8 +182,7 @@ class Session:
         self.meta = corpus_meta(corpus)
         surely_rlm = s.mode == "rlm" or (s.mode == "auto" and corpus.total_tokens >= s.direct_max_tokens)
         if surely_rlm:  # the worker starts while litellm is still being imported when the mode cannot be direct
-            check_workers_fit(corpus, 1, s.memory_limit)  # before a worker can be killed for memory
-            self.lane = Lane(self)
+            self._rlm_lane()
         encoding()  # tiktoken's table (0.3-0.7 s; every request needs it), loaded while the host imports litellm
         model = require_model(s)
         root_window, root_src = model_window(self.client, model, s.root_model_window)
@@ -246,15 +244,17 @@ class Session:
         return self.mode, self.reason
 
     def _rlm_lane(self) -> Lane:
-        """The session's worker, started (with the sandbox's notes, once) when it is not yet."""
-        if not self._noted:
-            self._noted = True
-            for note in run_notes(self.level):  # once per session, not once per sub-RLM worker
-                self.emit(event("notice", 0, message=note))
+        """The session's worker, started when it is not yet; its first start says what the sandbox
+        level leaves open and which user the worker runs as: when model code is about to run, never
+        before a usage error, once per session (not per sub-RLM worker) and on the terminal once
+        per machine (``loop.workers.level_notices``)."""
         if self.lane is None:
             assert self.corpus is not None
-            check_workers_fit(self.corpus, 1, self.settings.memory_limit)
+            check_workers_fit(self.corpus, 1, self.settings.memory_limit)  # before a worker can be killed for memory
             self.lane = Lane(self)
+            for ev in [] if self._noted else level_notices(self.level, self._level_warning):
+                self.emit(ev)
+            self._noted = True
         return self.lane
 
     def worker_lane(self) -> Lane:

@@ -166,6 +166,7 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
     """Several questions over one loaded corpus (``rlm_cli.app.batch``); returns the worst exit code."""
     from rlm_cli.app import batch
     from rlm_cli.app.session import Session
+    from rlm_cli.output.text import plural
 
     stdin_bytes = _stdin_corpus(paths)
     if verbose:
@@ -182,8 +183,8 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
     failed = sum(1 for r in results if r.error is not None) - partial
     ui.summary({"iterations": sum(_iterations(r) for r in results), "usage": session.usage.summary(),
                 "sub_calls": session.usage.sub_calls, "elapsed_s": round(time.monotonic() - started, 3)})
-    ui.info(f"{len(results)} questions: {len(results) - partial - failed} answered, {partial} partial, {failed} "
-            "failed" + (f"; exit code {code} (the worst)" if code else ""))
+    ui.info(f"{plural(len(results), 'question')}: {len(results) - partial - failed} answered, {partial} partial, "
+            f"{failed} failed" + (f"; exit code {code} (the worst)" if code else ""))
     return code
 
 

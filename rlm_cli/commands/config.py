@@ -1,4 +1,4 @@
-"""``rlm config show/set/path`` and ``rlm doctor``: settings and what this machine offers."""
+"""``rlm config show/set/unset/path`` and ``rlm doctor``: settings and what this machine offers."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def config_show(json_out: JsonOpt = False) -> None:
         ui = render.Renderer()
         for problem in dict.fromkeys(problems):
             ui.error(problem)
-        ui.info("`rlm config set KEY VALUE` fixes a known key (`none` removes it); `rlm config path` shows the file")
+        ui.info("`rlm config set KEY VALUE` fixes a known key, `rlm config unset KEY` removes one; `rlm config path` "
+                "shows the file")
         raise typer.Exit(int(ExitCode.USAGE))
 
 
@@ -77,6 +78,21 @@ def config_set(
     name, typed, path = config.set_config_value(key, value)
     shown = config.redact_secret(str(typed)) if name in config.SECRET_KEYS and typed is not None else typed
     render.Renderer().info(f"{name} removed from {path}" if typed is None else f"{name} = {shown} written to {path}")
+
+
+@config_app.command("unset")
+def config_unset(key: Annotated[str, typer.Argument(help="Setting name, like the flag: model, sandbox, max-cost...")]
+                 ) -> None:
+    """Remove a setting from the config file (its default, or the environment's, applies again)."""
+    from rlm_cli import config
+    from rlm_cli.output import render
+
+    present = set(config.read_config_file())
+    if key.strip() not in present and config.normalize_key(key) not in present:
+        render.Renderer().info(f"{config.normalize_key(key)} is not set in {config.config_path()}: nothing to do")
+        return
+    name, _, path = config.set_config_value(key, "", remove=True)
+    render.Renderer().info(f"{name} removed from {path}")
 
 
 @config_app.command("path")

@@ -124,15 +124,22 @@ def cache_clear(
                                                       "(default: all).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Delete the cached corpus indexes (index) and model responses (llm)."""
+    """Delete the cached corpus indexes (index) and model responses (llm); trajectories are kept
+    (rlm trace prune)."""
     from rlm_cli.corpus.cache import cache_clear as clear
-    from rlm_cli.output import answer, render
+    from rlm_cli.output import answer, render, trace
+    from rlm_cli.output.text import plural
 
     try:
         doc = clear(which)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    files, size = trace.traces_usage()
+    doc["traces_kept"] = {"path": str(trace.traces_dir()), "files": files, "bytes": size}
     if json_out:
         answer.write_json(doc)
-    render.Renderer().info("removed " + ", ".join(f"{r['name']}/ ({r['files']:,} files, {r['bytes']:,} bytes)"
-                                                   for r in doc["removed"]) + f" from {doc['path']}")
+    ui = render.Renderer()
+    ui.info("removed " + ", ".join(f"{r['name']}/ ({r['files']:,} files, {r['bytes']:,} bytes)"
+                                   for r in doc["removed"]) + f" from {doc['path']}")
+    ui.info(f"kept the trajectories ({plural(files, 'file')}, {size:,} bytes in {trace.traces_dir()}): they are records "
+            "of runs, not a cache; `rlm trace prune --older-than 30d` or `rlm trace rm ID` removes them")

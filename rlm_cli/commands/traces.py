@@ -1,4 +1,4 @@
-"""``rlm trace list/show/export`` and ``rlm replay``: recorded trajectories."""
+"""``rlm trace list/show/export/rm/prune`` and ``rlm replay``: recorded trajectories."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from rlm_cli.commands.complete import choice
+from rlm_cli.commands.complete import choice, trace_ids
 from rlm_cli.commands.delivery import answer_format, emit_partial
 from rlm_cli.commands.options import (
     ColorOpt,
@@ -30,11 +30,15 @@ trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectorie
 
 
 @trace_app.command("list")
-def trace_list(json_out: JsonOpt = False) -> None:
+def trace_list(
+    count: Annotated[int | None, Opt("--max-count", "-n", min=1, metavar="N",
+                                     help="Only the newest N.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
     """List the recorded trajectories, newest first."""
     from rlm_cli.output import answer, render, tables, trace
 
-    infos = trace.list_traces()
+    infos = trace.list_traces()[:count]
     if json_out:
         answer.write_json({"traces_dir": str(trace.traces_dir()), "traces": [trace.info_dict(i) for i in infos]})
         return
@@ -51,6 +55,42 @@ def trace_show(ref: TraceRefArg) -> None:
 
     events = trace.read_trace(trace.find_trace(ref))
     trace_view.print_trace_tree(events[0], trace.build_tree(events))
+
+
+@trace_app.command("rm")
+def trace_rm(refs: Annotated[list[str] | None, typer.Argument(
+        metavar="ID...", autocompletion=trace_ids,
+        help="Run ids, unique prefixes, 'last', or .jsonl paths in the traces folder.")] = None) -> None:
+    """Remove trajectories (each id is checked first; nothing outside the traces folder)."""
+    from rlm_cli.app import housekeeping
+
+    _said(housekeeping.remove(housekeeping.resolve_refs(refs or [])), dry_run=False)
+
+
+@trace_app.command("prune")
+def trace_prune(
+    older_than: Annotated[str | None, Opt("--older-than", metavar="AGE", help="Remove those started more than AGE "
+                                          "ago (30d, 12h, 2w).")] = None,
+    keep: Annotated[int | None, Opt("--keep", min=0, metavar="N", help="Keep the newest N (with --older-than: "
+                                    "remove only old ones beyond them).")] = None,
+    dry_run: Annotated[bool, Opt("--dry-run", help="Only list what would be removed.")] = False,
+) -> None:
+    """Remove old trajectories: each removed run id on stdout, the total on stderr."""
+    from rlm_cli.app import housekeeping
+
+    _said(housekeeping.prune(older_than=older_than, keep=keep, dry_run=dry_run), dry_run=dry_run)
+
+
+def _said(removed: Any, *, dry_run: bool) -> None:
+    """Each removed trajectory's run id on stdout, then a line on stderr with the count and bytes."""
+    from rlm_cli.output import answer, render, trace
+    from rlm_cli.output.text import plural
+
+    if removed.paths:
+        answer.write_text("".join(f"{p.stem}\n" for p in removed.paths))
+    verb = "would remove" if dry_run else "removed"
+    render.Renderer().info(f"{verb} {plural(len(removed.paths), 'trajectory', 'trajectories')} "
+                           f"({removed.bytes:,} bytes) from {trace.traces_dir()}")
 
 
 @trace_app.command("export")

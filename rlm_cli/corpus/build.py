@@ -33,7 +33,16 @@ from rlm_cli.corpus.indexing import (
     sample_every,
     sampled_spans,
 )
-from rlm_cli.corpus.loader import Decoded, LoadReport, SourceFile, decode_bytes, is_binary, read_source
+from rlm_cli.corpus.loader import (
+    Decoded,
+    LoadReport,
+    SourceFile,
+    compression_of,
+    decode_bytes,
+    is_binary,
+    read_piped,
+    read_source,
+)
 from rlm_cli.corpus.model import CACHED_SKIPS, Chunk, Corpus, FileEntry, char_width, header_line, sha1_hex
 from rlm_cli.corpus.parallel import Counted
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING, TokenPool, default_threads
@@ -328,7 +337,14 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
                            kind=decoded.kind, payload=payload, dmeta=dmeta)
             done(sf)
         if stdin is not None and stdin_bytes is not None:
-            if is_binary(stdin_bytes[:8192]):
+            if compression_of(stdin_bytes):  # decompressed as a .gz file is, in the confined decoder
+                piped = read_piped(stdin_bytes, stdin, options, report)
+                if piped is not None:
+                    lines = piped.text.count("\n") + (0 if piped.text.endswith("\n") else 1)
+                    report.count_kind(piped.kind)
+                    writer.add(stdin, piped.data, len(piped.text), lines, sha1_hex(piped.data),
+                               char_width(piped.text), piped.notes, text=piped.text, kind=piped.kind)
+            elif is_binary(stdin_bytes[:8192]):
                 report.skip("binary", "skipped <stdin>: binary data", path=stdin.display)
             else:
                 d = decode_bytes(stdin_bytes)
@@ -382,6 +398,7 @@ _HINTS = {
     "not included": "check the --include globs", "excluded": "check the --exclude globs",
     "too large": "raise --max-file-size or use --truncate-large", "binary": "binary files are never read",
     "unreadable": "check the file permissions", "empty": "the files are empty",
+    "path too long": "move the files to a shorter path: the system opens none longer",
 }
 
 

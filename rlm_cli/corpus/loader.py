@@ -142,6 +142,31 @@ class Decoded:
         return ",".join((["truncated"] if self.truncated else []) + tags)
 
 
+def os_failure(exc: OSError, path: str | bytes) -> tuple[str, str]:
+    """``(skip reason, words)`` for an ``OSError`` met opening, listing or reading ``path``: a path
+    over the system's limit is ``path too long`` (permissions are not the problem), anything else
+    ``unreadable`` with the system's words."""
+    if exc.errno == errno.ENAMETOOLONG:
+        size = len(os.fsencode(path))
+        return "path too long", f"its path is {size:,} bytes, over what the system allows (PATH_MAX, 4,096 on Linux)"
+    return "unreadable", str(exc.strerror or exc)
+
+
+def binary_anyway(path: str) -> bool:
+    """Whether a file too large to read would be skipped as binary all the same: a name of no
+    compressed or document kind whose first 8 KiB are binary (:func:`is_binary`). Reads only
+    those 8 KiB (non-blocking: the walk checked it is a regular file); ``False`` when it cannot."""
+    kind, comp = formats.kind_of(path)
+    if comp or kind in formats.BINARY_KINDS or kind == "notebook":
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb", buffering=0) as fh:
+            return is_binary(read_up_to(fh, SNIFF_BYTES))
+    except OSError:
+        return False
+
+
 def is_binary(head: bytes) -> bool:
     """True if ``head`` (the first 8 KiB) looks binary: a NUL byte, or over 30% control bytes.
 
@@ -315,7 +340,8 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
                 else:
                     data = head + read_up_to(fh, limit + 1 - len(head))
     except OSError as exc:
-        report.skip("unreadable", f"skipped {sf.display}: {exc.strerror or exc}", path=sf.display)
+        reason, words = os_failure(exc, sf.path)
+        report.skip(reason, f"skipped {sf.display}: {words}", path=sf.display)
         return None
     except formats.Unreadable as exc:
         report.skip(exc.reason, str(exc) or None, path=sf.display)
@@ -339,6 +365,27 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
         return None
     report.count_decoded(decoded.notes)
     return decoded
+
+
+def compression_of(data: bytes) -> str:
+    """The compression whose magic bytes start ``data`` (``gz``, ``bz2``, ``xz``), or ``""``."""
+    return next((tag for tag, magic in formats.COMPRESSIONS.values() if data.startswith(magic)), "")
+
+
+def read_piped(data: bytes, sf: SourceFile, options: CorpusOptions, report: LoadReport) -> Decoded | None:
+    """Compressed bytes piped in (``sf`` is ``<stdin>``), read exactly as a compressed file is
+    (:func:`read_source`: decompressed in the confined decoder, within ``--max-file-size``), from
+    a private temporary copy (a 0700 folder, removed at once); ``None`` when it was skipped
+    (counted in ``report`` under ``sf``'s name)."""
+    import tempfile
+
+    ext = next(ext for ext, (tag, _) in formats.COMPRESSIONS.items() if tag == compression_of(data))
+    with tempfile.TemporaryDirectory(prefix="rlm-stdin-") as folder:
+        path = os.path.join(folder, f"stdin{ext}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        with open(fd, "wb") as fh:
+            fh.write(data)
+        return read_source(SourceFile(sf.display, path, len(data), 0), options, report)
 
 
 def decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: CorpusOptions,

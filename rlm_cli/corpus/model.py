@@ -28,6 +28,7 @@ from typing import Any, overload
 
 from rlm_cli.corpus.loader import LoadReport
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING
+from rlm_cli.output.text import plural
 from rlm_cli.protocol import BUNDLE_VERSION, pack_column
 
 #: The bundle layout version (shared with the worker through ``protocol``).
@@ -285,8 +286,8 @@ class Corpus:
     def summary(self) -> str:
         """One line for stderr: files, bytes, tokens, chunks, cache use and skipped files by reason."""
         about = "about " if self.tokens_estimated else ""
-        line = (f"loaded {len(self.files):,} files, {self.total_bytes:,} bytes, "
-                f"{about}{self.total_tokens:,} tokens, {len(self.chunks):,} chunks")
+        line = (f"loaded {plural(len(self.files), 'file')}, {plural(self.total_bytes, 'byte')}, "
+                f"{about}{plural(self.total_tokens, 'token')}, {plural(len(self.chunks), 'chunk')}")
         if self.from_cache and not self.reindexed:
             line += " (all from cache)"
         elif self.from_cache:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import links
 from rlm_cli.corpus.ignore import IGNORE_FILES, Spec, clock, compile_rules, ignored
-from rlm_cli.corpus.loader import LoadReport, SourceFile
+from rlm_cli.corpus.loader import LoadReport, SourceFile, binary_anyway, os_failure
 from rlm_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -96,9 +96,12 @@ class Walker:
             self.dropped.add(id(first))  # first met through a link: read at its own path instead
         limit = self.options.max_file_size
         if st.st_size > limit and not self.options.truncate_large:
-            self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
-                                          f"{limit:,} (raise it, or --truncate-large keeps the first {limit:,} bytes)",
-                             path=shown)
+            if binary_anyway(full):  # raising --max-file-size would not read it: no advice to
+                self.report.skip("binary", path=shown)
+            else:
+                self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
+                                              f"{limit:,} (raise it, or --truncate-large keeps the first {limit:,} "
+                                              "bytes)", path=shown)
             return None
         if st.st_size == 0:
             self.report.skip("empty", path=shown)
@@ -174,7 +177,8 @@ class Walker:
         elif exc.errno == errno.ENOENT and os.path.islink(full):
             self._skip("broken symlink", f"skipped {shown}: broken symlink", path=shown)
         else:
-            self._skip("unreadable", f"skipped {shown}: {exc.strerror or exc}", path=shown)
+            reason, words = os_failure(exc, full)
+            self._skip(reason, f"skipped {shown}: {words}", path=shown)
 
     def walk(self, root: str, prefix: str) -> Iterator[SourceFile]:
         """Yield the selected files under folder ``root`` in path order; display = prefix + rel."""
@@ -277,9 +281,12 @@ class Walker:
         try:
             entries = list_folder(path, st, follow=link)
         except OSError as exc:
-            why = "it changed into another after the corpus was checked" if exc.errno == errno.ESTALE \
-                else exc.strerror or exc
-            self._skip("unreadable", f"cannot list {rel_dir or path}: {why}", path=rel_dir or path)
+            if exc.errno == errno.ESTALE:
+                self._skip("unreadable", f"cannot list {rel_dir or path}: it changed into another after the corpus "
+                           "was checked", path=rel_dir or path)
+            else:
+                reason, words = os_failure(exc, path)
+                self._skip(reason, f"cannot list {rel_dir or path}: {words}", path=rel_dir or path)
             entries = []
         if not self.options.no_ignore:
             names = {e.name for e in entries if e.name in IGNORE_FILES}

@@ -62,7 +62,7 @@ def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes
         seen_lock = threading.Lock()
 
         def emit(ev: dict[str, Any]) -> None:  # each distinct warning once, not once per question
-            if ev.get("type") == "notice" and ev.get("level") == "warning":
+            if ev.get("type") == "notice" and ev.get("level") == "warning" and not ev.get("verbose_only"):
                 with seen_lock:
                     if ev["message"] in seen:
                         return

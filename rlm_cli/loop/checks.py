@@ -79,6 +79,8 @@ class Candidate:
     #: numbers (``None``: ``outputs``); and whether any of the model's own code printed something.
     evidence: str | None = None
     own_output: bool = True
+    #: Helpers that stopped at their default cap in this turn only (the code that computed an answer).
+    caps_now: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

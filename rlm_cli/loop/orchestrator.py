@@ -55,6 +55,7 @@ from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.window import input_budget, request_tokens
 from rlm_cli.output.progress import stream_callback
+from rlm_cli.output.text import plural
 from rlm_cli.output.trace import Emit, event, request_key
 from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec
 from rlm_cli.sandbox.results import ExecResult
@@ -304,7 +305,8 @@ class Orchestrator:
         leads = "\n".join(o for t in history.turns if t.iteration == 0 for o in t.outputs)
         evidence = "\n".join([*own, quoted_corpus_text(leads)])
         return Candidate(self._question, answer, written, source, iteration, unseen, loop.read_output, shown,
-                         tuple(dict.fromkeys(caps)), extra, outputs, evidence, any(o.strip() for o in own))
+                         tuple(dict.fromkeys(caps)), extra, outputs, evidence, any(o.strip() for o in own),
+                         tuple(dict.fromkeys(loop.default_caps.get(iteration, []))))
 
     def _review(self, c: Candidate, history: History, codes_now: list[str] | None = None) -> Judged:
         """The checks' review of ``c``; an accepted answer gets its support verdict
@@ -457,7 +459,7 @@ class Orchestrator:
             best = loop.last_text
         answer, _ = best_text(best, sandbox, self._last_output, self._notice)
         result = self._done(answer, "max_iterations", s.max_iterations, sub_calls_before, started)
-        err = MaxIterationsError(f"no final answer after {s.max_iterations} iterations",
+        err = MaxIterationsError(f"no final answer after {plural(s.max_iterations, 'iteration')}",
                                  partial=result.answer, hint="raise --max-iterations or narrow the question")
         err.result = result  # type: ignore[attr-defined]
         raise err

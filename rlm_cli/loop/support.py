@@ -116,8 +116,11 @@ def support_of(c: Candidate, objections: list[str], codes: list[str], min_number
             return Support(UNSUPPORTED, tuple(typed_unseen), overruled,
                            f"{_quoted(typed_unseen)} was typed into the code as a literal that nothing the model read "
                            "holds")
-    if c.default_caps:
-        caps = ", ".join(c.default_caps)
+    # default_cap objects to any figure given in or right after a capped turn; code that computed the
+    # answer in a turn of its own with no cap (max_results=None after the note) answers its objection.
+    overruled = tuple(o for o in overruled if o != "default_cap" or c.caps_now)
+    if c.caps_now:
+        caps = ", ".join(c.caps_now)
         return Support(UNSUPPORTED, (), tuple(dict.fromkeys([*overruled, "default_cap"])),
                        f"{caps} stopped at its default cap in the turn that computed the answer: it may count part "
                        "of the matches")

@@ -7,10 +7,14 @@ paths and the relay's per-worker token are set the same way for both.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlm_cli.config import Settings
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.output.trace import Emit, event
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.notices import shown_before
+from rlm_cli.sandbox.users import run_notes
 
 
 def new_worker(handler: LMHandler, level: str, spec: WorkerSpec, settings: Settings, *, depth: int,
@@ -31,7 +35,8 @@ def new_worker(handler: LMHandler, level: str, spec: WorkerSpec, settings: Setti
 
 
 def start_worker(sandbox: Sandbox, emit: Emit, depth: int) -> None:
-    """Start ``sandbox`` and report its notes (how it is confined) as ``notice`` events at ``depth``.
+    """Start ``sandbox`` and report its notes as ``notice`` events at ``depth``: what happened at
+    its start, and what it found about this machine (:func:`machine_notice`).
 
     Raises:
         SandboxError: the worker failed to start.
@@ -39,3 +44,26 @@ def start_worker(sandbox: Sandbox, emit: Emit, depth: int) -> None:
     sandbox.start()
     for note in sandbox.notes:
         emit(event("notice", depth, message=note))
+    for note in sandbox.machine_notes:
+        emit(machine_notice(note, depth))
+
+
+def level_notices(level: str, warning: str | None) -> list[dict[str, Any]]:
+    """The ``notice`` events of a session's first worker at sandbox ``level``: the ``warning`` of
+    the level (what it leaves open on this machine) and the worker's user (``users.run_notes``),
+    each a :func:`machine_notice`."""
+    notes = [machine_notice(warning, level="warning")] if warning else []
+    return notes + [machine_notice(note) for note in run_notes(level)]
+
+
+def machine_notice(message: str, depth: int = 0, *, level: str | None = None) -> dict[str, Any]:
+    """The ``notice`` event of a note that is the same on every run of this machine (what the
+    sandbox level leaves open, the worker's user): marked ``verbose_only`` once it was shown on
+    this machine (``sandbox.notices``), so the terminal shows it again only with ``-v``; the
+    trajectory keeps it every time."""
+    fields: dict[str, Any] = {"message": message, "machine": True}
+    if level:
+        fields["level"] = level
+    if shown_before(message):
+        fields["verbose_only"] = True
+    return event("notice", depth, **fields)

@@ -60,12 +60,10 @@ from rlm_cli.models.failures import (
     CallFailed,
     ReplyTimeoutError,
     classify_error,
-    error_class_names,
+    failure_words,
     hint_for,
     http_status,
-    reply_failure,
     retry_after_s,
-    short_error,
 )
 from rlm_cli.models.limiter import AdaptiveLimiter
 from rlm_cli.models.llm_cache import LLMCache
@@ -306,7 +304,8 @@ class ModelClient(Pricing):
         s = self.settings
         retries_used = 0
         free_rate_limits = 0
-        attempts = 0
+        attempts = 0  # requests sent, a request asked again without streaming counting once
+        plain_pending = False
         while True:
             self.budget.check(counted=gated)  # a sub-call's attempts spend the one sub-call it was granted
             timeout = s.request_timeout
@@ -364,10 +363,13 @@ class ModelClient(Pricing):
                 if reservation is not None and (kind != "ok" or answer.not_streamed):
                     self.budget.settle(reservation)  # nothing is charged for a failed attempt
                     reservation = None
-            if kind == "ok" and answer.not_streamed:
-                self._stop_streaming(model, "answered a streamed request with a plain reply")
-                continue  # asked again, without streaming; not a retry
+            if kind == "ok" and answer.not_streamed:  # asked again, not streamed: the same attempt, and
+                plain_pending, attempts = self._stop_streaming(model, None), attempts - 1  # said once answered
+                continue
             if kind == "ok":
+                if plain_pending:
+                    self._say(f"{model} answered a streamed request with a plain reply: its replies are shown "
+                              "once complete")
                 if reservation is not None:
                     if held is None:
                         self.budget.settle(reservation)
@@ -378,12 +380,13 @@ class ModelClient(Pricing):
                 return answer, attempts
             if stream and kind == "bad_request" and "stream" in str(error).lower():
                 self._stop_streaming(model, "refused to stream")
+                attempts -= 1  # asked again without streaming: the same attempt
                 if on_delta is not None and any(shown):
                     on_delta(None)  # whatever was shown of this attempt is void: it is asked again
                 continue
             status = http_status(error)
-            empty = reply_failure(error)  # a 200 without a reply: say what came back, not litellm's words
-            message = f"model {model}: {empty or short_error(error)}"
+            what, gave_up_hint = failure_words(error, model, s.api_base, timeout)
+            message = f"model {model}: {what}"
             if kind in ("auth", "not_found"):
                 failed = CallFailed(message, fatal=True, status=status, hint=hint_for(kind))
                 self.fatal = self.fatal or failed
@@ -398,17 +401,8 @@ class ModelClient(Pricing):
                 free = False
             if not free and retries_used >= s.retries:
                 self.usage.count("failed_calls")
-                # litellm reports a refused connection as InternalServerError (500) "Connection error."
-                unreachable = ("APIConnectionError" in error_class_names(error)
-                               or "connection error" in str(error).lower())
-                hint = (f"could not connect to {s.api_base or 'the provider'}: check --api-base and that the "
-                        "server is running" if unreachable else
-                        "raise --request-timeout for longer replies" if isinstance(error, ReplyTimeoutError) else
-                        f"check that {s.api_base or 'the provider'} serves OpenAI-style chat completions for "
-                        f"{model}" if empty else
-                        "the provider kept failing; try again later or raise --retries")
                 raise CallFailed(f"{message} (after {attempts} attempt{'s' if attempts > 1 else ''})",
-                                 fatal=False, status=status, hint=hint) from None
+                                 fatal=False, status=status, hint=gave_up_hint) from None
             if free:
                 free_rate_limits += 1
             else:
@@ -452,9 +446,12 @@ class ModelClient(Pricing):
         """The ``--router-config`` file when ``model`` is one of its model groups, else ``None``."""
         return str(self.settings.router_config) if self._uses_router(model) else None
 
-    def _stop_streaming(self, model: str, why: str) -> None:
+    def _stop_streaming(self, model: str, why: str | None) -> bool:
+        """Ask ``model`` without streaming from now on; say ``why`` the first time (``None``: the
+        caller says it later). True the first time."""
         with self._info_lock:
             first = model not in self._no_stream
             self._no_stream.add(model)
-        if first and self.notify:
+        if first and why and self.notify:
             self.notify(f"{model} {why}: its replies are shown once complete")
+        return first

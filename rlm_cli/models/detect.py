@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.config import Settings
+from rlm_cli.config import EXAMPLE_MODEL, Settings
 from rlm_cli.errors import NoModelError
 
 #: ``(environment variable, provider name, root model, cheaper sub-model)`` in detection order.
@@ -80,7 +80,17 @@ def ensure_model(settings: Settings, notify: Notify | None = None, *,
     """
     if settings.model:
         return settings
-    found = detect(settings, env=env)
+    if settings.api_base:  # the user named a server: its list, or a message naming it
+        ids, why = openai_models(settings.api_base, timeout=2.0, api_key=settings.api_key)
+        if not ids:
+            raise NoModelError(f"no model configured, and {settings.api_base.rstrip('/')}/models (the API base "
+                               f"given) did not list one: {why}",
+                               hint=f"pass --model openai/NAME with the name that server serves (e.g. --model "
+                                    f"{EXAMPLE_MODEL}), or check --api-base")
+        found: Detection | None = Detection(f"openai/{ids[0]}", None, None,
+                                            f"first model listed by {settings.api_base}")
+    else:
+        found = detect(settings, env=env)
     if found is None:
         raise NoModelError("no model configured and none detected", hint=no_model_hint(env))
     settings.model = found.model
@@ -104,7 +114,7 @@ def no_model_hint(env: Mapping[str, str] | None = None) -> str:
         where.append("an OpenAI-compatible server on 127.0.0.1 port " + "/".join(str(p) for p in ports))
     local = f", or start {' or '.join(where)}" if where else ""
     keys = ", ".join(var for var, *_ in PROVIDER_DEFAULTS)
-    return ("pass --model (e.g. --model openai/gpt-5.4-mini), set RLM_MODEL, run `rlm config set model MODEL`, "
+    return (f"pass --model (e.g. --model {EXAMPLE_MODEL}), set RLM_MODEL, run `rlm config set model MODEL`, "
             f"export a provider key ({keys}){local}")
 
 
@@ -113,8 +123,7 @@ def detect(settings: Settings, *, env: Mapping[str, str] | None = None,
     """The first model found in the order of the module docstring, or ``None``."""
     env = os.environ if env is None else env
     if settings.api_base:
-        ids = list_openai_models(settings.api_base, timeout=max(timeout, 2.0), api_key=settings.api_key,
-                                 loopback_only=False)
+        ids = openai_models(settings.api_base, timeout=max(timeout, 2.0), api_key=settings.api_key)[0]
         if ids:
             return Detection(f"openai/{ids[0]}", None, None, f"first model listed by {settings.api_base}")
         return None  # the user named a server: do not silently pick another provider
@@ -184,14 +193,31 @@ def list_openai_models(api_base: str, *, timeout: float = PROBE_TIMEOUT_S, api_k
     parsed = urllib.parse.urlsplit(api_base)
     if not parsed.hostname or (loopback_only and not _is_loopback(parsed.hostname)):
         return []
-    data = _get_json(api_base.rstrip("/") + "/models", timeout, api_key=api_key)
+    return openai_models(api_base, timeout=timeout, api_key=api_key)[0]
+
+
+def openai_models(api_base: str, *, timeout: float, api_key: str | None = None) -> tuple[list[str], str]:
+    """``(model ids, why there are none)`` from ``GET {api_base}/models`` (OpenAI shape); ``why``
+    is ``""`` when ids were listed, else what came back (``HTTP 404``, ``not JSON``, ``an empty
+    list``, ``unreachable: ...``)."""
+    data, why = _get_json_why(api_base.rstrip("/") + "/models", timeout, api_key=api_key)
+    if data is None:
+        return [], why
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        return []
-    return [str(m["id"]) for m in data["data"] if isinstance(m, dict) and m.get("id")]
+        return [], "the reply is not an OpenAI model list (no \"data\" array)"
+    ids = [str(m["id"]) for m in data["data"] if isinstance(m, dict) and m.get("id")]
+    return ids, "" if ids else "it listed no model"
 
 
 def _get_json(url: str, timeout: float, api_key: str | None = None) -> Any:
     """GET ``url`` without any proxy; the decoded JSON body or ``None``."""
+    return _get_json_why(url, timeout, api_key)[0]
+
+
+def _get_json_why(url: str, timeout: float, api_key: str | None = None) -> tuple[Any, str]:
+    """GET ``url`` without any proxy: ``(decoded JSON body, "")``, or ``(None, what went wrong)``."""
+    import urllib.error
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if api_key:
@@ -199,10 +225,15 @@ def _get_json(url: str, timeout: float, api_key: str | None = None) -> Any:
     try:
         with opener.open(request, timeout=timeout) as resp:
             if resp.status != 200:
-                return None
-            return json.loads(resp.read(1_000_000))
-    except (OSError, ValueError):
-        return None
+                return None, f"HTTP {resp.status}"
+            return json.loads(resp.read(1_000_000)), ""
+    except urllib.error.HTTPError as exc:
+        return None, f"HTTP {exc.code}"
+    except ValueError:
+        return None, "the reply is not JSON"
+    except OSError as exc:
+        reason = getattr(exc, "reason", None) or exc
+        return None, f"unreachable ({getattr(reason, 'strerror', None) or reason})"
 
 
 def _is_loopback(host: str) -> bool:

@@ -11,6 +11,7 @@ import re
 import time
 from typing import Any
 
+from rlm_cli.config import EXAMPLE_MODEL
 from rlm_cli.errors import ExitCode, ProviderError, RLMError
 
 #: Headers of a failed reply kept for the retry policy (``retry_after_s``).
@@ -97,18 +98,104 @@ class ReplyTimeoutError(Exception):
 
 class RemoteCallError(Exception):
     """A provider error raised in the model host, carried over: ``class_names`` (the litellm
-    exception's class and its bases), ``status_code``, the retry headers and the message."""
+    exception's class and its bases), ``status_code``, the retry headers, the message and
+    ``causes`` (:func:`cause_chain` of the original: what the HTTP client met underneath)."""
 
     def __init__(self, message: str, *, class_names: list[str], status_code: int | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, causes: list[str] | None = None) -> None:
         super().__init__(message)
         self.class_names = frozenset(class_names)
         self.status_code = status_code
         self.litellm_response_headers = dict(headers or {})
+        self.causes = list(causes or [])
+
+
+def cause_chain(exc: BaseException) -> list[str]:
+    """``"ClassName: message"`` (each cut at 200 characters) of the exceptions under ``exc``
+    (``__cause__``, else ``__context__``), outermost first, at most 8; a :class:`RemoteCallError`'s
+    carried ones. litellm words a refused connection, a dropped one and a server that closed
+    without answering alike (``Connection error.``): only the HTTP client's own errors under it
+    tell them apart."""
+    carried = getattr(exc, "causes", None)
+    if isinstance(carried, list):
+        return [str(c) for c in carried]
+    out: list[str] = []
+    seen = {id(exc)}
+    cur = exc.__cause__ or exc.__context__
+    while cur is not None and id(cur) not in seen and len(out) < 8:
+        seen.add(id(cur))
+        out.append(f"{type(cur).__name__}: {str(cur)[:200]}")
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+#: The HTTP client's errors for a connection that was never made (refused, no such host, no route).
+_NO_CONNECTION = re.compile(r"^(ConnectError|ConnectTimeout|ConnectionRefusedError|gaierror|NameResolutionError)\b")
+#: ... for a reply that did not come in time, once connected.
+_TIMED_OUT = re.compile(r"^(ReadTimeout|WriteTimeout|PoolTimeout|TimeoutError|TimeoutException)\b")
+#: ... for a connection the server closed: before answering, or in the middle of the reply.
+_CLOSED = re.compile(r"^(RemoteProtocolError|ReadError|ConnectionResetError|BrokenPipeError|IncompleteRead)\b")
+
+
+def transport_failure(exc: BaseException) -> str | None:
+    """What happened to the connection of a failed request: ``"connect"`` (none was made: refused,
+    unknown host), ``"timeout"`` (connected, no whole reply in time), ``"no_answer"`` (the server
+    closed the connection without answering), ``"dropped"`` (it closed it in the middle of the
+    reply); ``None`` when the connection was not the problem (an HTTP error, a bad body)."""
+    chain = cause_chain(exc)
+    names = error_class_names(exc)
+    if any(_NO_CONNECTION.match(c) for c in chain):
+        return "connect"
+    if names & {"Timeout", "APITimeoutError", "ReplyTimeoutError"} or any(_TIMED_OUT.match(c) for c in chain):
+        return "timeout"
+    closed = [c for c in chain if _CLOSED.match(c)]
+    if closed:
+        return "no_answer" if any("without sending a response" in c for c in closed) else "dropped"
+    if "APIConnectionError" in names or "connection error" in str(exc).lower():
+        return "connect"  # litellm's words without the client's error under them: as before
+    return None
+
+
+def transport_words(transport: str | None, timeout: float, where: str) -> str:
+    """What happened to the connection (:func:`transport_failure`) to ``where`` (the API base, or
+    "the provider"), in words; ``""`` for ``None``. ``timeout``: the seconds the request had."""
+    return {"connect": f"could not connect to {where}",
+            "timeout": f"timed out after {timeout:g} s without a whole reply",
+            "no_answer": f"{where} closed the connection without answering",
+            "dropped": f"the connection to {where} dropped in the middle of the reply"}.get(transport or "", "")
+
+
+def failure_hint(transport: str | None, model: str, where: str, *, empty: bool) -> str:
+    """What to do about a request to ``where`` that failed after its retries: by what happened to
+    its connection (:func:`transport_failure`), or ``empty``: a 200 without a reply."""
+    if transport == "connect":
+        return "check --api-base and that the server is running"
+    if transport == "timeout":
+        return ("the server took the request but did not answer in time: raise --request-timeout for slow "
+                "or long replies, or check that it is not overloaded")
+    if transport in ("no_answer", "dropped"):
+        return "the server took the request, then closed the connection: check its log: it may have crashed"
+    if empty:
+        return f"check that {where} serves OpenAI-style chat completions for {model}"
+    return "the provider kept failing; try again later or raise --retries"
+
+
+def failure_words(exc: BaseException, model: str, api_base: str | None, timeout: float) -> tuple[str, str]:
+    """``(what happened, what to do once the retries are spent)`` for a failed request to
+    ``model``: what came back when a 200 held no reply (:func:`reply_failure`), else what happened
+    to the connection (:func:`transport_failure`: a server that was up never reads as one that
+    could not be reached), else the provider's first line. ``timeout``: the seconds it had."""
+    where = api_base or "the provider"
+    empty = reply_failure(exc)
+    transport = None if empty else transport_failure(exc)
+    words = "" if "ReplyTimeoutError" in error_class_names(exc) else transport_words(transport, timeout, where)
+    return empty or words or short_error(exc), failure_hint(transport, model, where, empty=bool(empty))
+
 
 def describe_error(exc: BaseException) -> dict[str, Any]:
     """What :class:`RemoteCallError` needs of a litellm exception: ``names``, ``status``,
-    ``message`` and the retry ``headers`` (``retry-after``, ``retry-after-ms``)."""
+    ``message``, the retry ``headers`` (``retry-after``, ``retry-after-ms``) and ``causes``
+    (:func:`cause_chain`)."""
     headers = getattr(getattr(exc, "response", None), "headers", None) or getattr(
         exc, "litellm_response_headers", None) or {}
     kept: dict[str, str] = {}
@@ -121,7 +208,7 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
             kept[name] = str(value)
     status = getattr(exc, "status_code", None)
     return {"names": [cls.__name__ for cls in type(exc).__mro__], "message": str(exc),
-            "status": status if isinstance(status, int) else None, "headers": kept}
+            "status": status if isinstance(status, int) else None, "headers": kept, "causes": cause_chain(exc)}
 
 def error_class_names(exc: BaseException) -> frozenset[str]:
     """The class names an error answers to: a :class:`RemoteCallError`'s carried names, else the
@@ -213,7 +300,6 @@ def hint_for(kind: str) -> str:
     """What to do next about a failure of kind ``kind`` (see :func:`classify_error`); ``""`` when nothing."""
     return {"auth": "check your API key (--api-key, RLM_API_KEY or the provider's variable) and its permissions; "
                     "with --api-base only --api-key or RLM_API_KEY is sent, never the provider's variable",
-            "not_found": "check --model / --sub-model (provider/name, e.g. openai/gpt-4o-mini or "
-                         "ollama/qwen2.5-coder) and --api-base",
+            "not_found": f"check --model / --sub-model (provider/name, e.g. {EXAMPLE_MODEL}) and --api-base",
             "context_window": "the prompt is too large for the model: split it",
             "bad_request": "the provider rejected the request"}.get(kind, "")

@@ -313,7 +313,8 @@ class HostBackend:
                                   hint="reinstall rlm's dependencies (pip install litellm)")
         err = reply.get("error") or {}
         raise RemoteCallError(str(err.get("message", "unknown error")), class_names=list(err.get("names") or []),
-                              status_code=err.get("status"), headers=err.get("headers") or {})
+                              status_code=err.get("status"), headers=err.get("headers") or {},
+                              causes=[str(c) for c in err.get("causes") or []])
 
     def _died(self) -> HostUnavailable:
         """The error for a host that went away, with the last line it wrote on stderr."""

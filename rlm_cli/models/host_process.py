@@ -9,9 +9,11 @@ listening socket the parent bound and passed down (a shared host), else it binds
 
 Lifetime: a host of one command exits when its stdin closes (the parent is done or gone). A
 shared host then stays while any command leases it (an open ``lease`` connection) or a request
-runs, and exits once it has been unused for ``idle`` seconds, at once if it never served a model
-request (a command that failed on its arguments leaves nothing behind), could not import
-litellm, or was asked to ``stop``.
+runs, and exits once it has been unused for ``idle`` seconds, at once if it never answered
+anything that needed litellm (a command that failed on its arguments leaves nothing behind), could
+not import litellm, or was asked to ``stop``. A command answered wholly from the response cache
+sends no model request but asks for the models' facts (their windows): the host stays for it, so
+the next such command leases it instead of paying the import again.
 """
 
 from __future__ import annotations
@@ -72,7 +74,11 @@ class _Host:
         self.spawner_open = True
         self.leases = 0
         self.active: set[socket.socket] = set()
+        #: Model requests answered (``rlm host status``).
         self.requests = 0
+        #: Everything answered that needed litellm (requests, facts, prices, Router groups): a host
+        #: that answered nothing leaves at once.
+        self.served = 0
         self.stopping = False
         self.closing = False
         self.last = time.monotonic()
@@ -114,6 +120,7 @@ class _Host:
             with self.state:
                 self.active.discard(conn)
                 self.requests += op == "complete"
+                self.served += 1
                 self.last = time.monotonic()
                 self.state.notify_all()
 
@@ -214,7 +221,7 @@ class _Host:
         it is in use. Call with ``state`` held."""
         if self.spawner_open or self.leases or self._waited_on():
             return None
-        if self.stopping or self.failure is not None or not self.requests:
+        if self.stopping or self.failure is not None or not self.served:
             return 0.0
         idle = float((self.shared or {}).get("idle") or 0)
         return max(0.0, idle - (time.monotonic() - self.last))

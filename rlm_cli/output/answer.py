@@ -12,7 +12,7 @@ import time
 from typing import IO, Any
 
 from rlm_cli.errors import UsageError
-from rlm_cli.output.text import safe_text, usd
+from rlm_cli.output.text import money, safe_text
 
 
 def write_answer(text: str) -> None:
@@ -100,17 +100,16 @@ def _write_stdout(text: str) -> None:
 
 def summary_line(data: dict[str, Any]) -> str:
     """The run's closing line (without style): iterations, sub-calls, tokens and cost split
-    between the root model and sub-calls ("unknown" when a model is not priced, "no calls" for a
-    group without calls), cache hits, retries, calls that failed after their retries, time.
+    between the root model and sub-calls (:func:`~rlm_cli.output.text.money`: "unknown" when a model is
+    not priced; "no calls" for a group without a completed call, "none" for a run without one),
+    cache hits, retries, calls that failed after their retries, time.
     ``data`` is an ``rlm ask --json`` document (``iterations``, ``sub_calls``, ``usage``,
     ``elapsed_s``; each may be missing)."""
     usage = data.get("usage") or {}
     root, sub = usage.get("root") or {}, usage.get("sub") or {}
 
-    def cost(value: Any, group: dict[str, Any] | None = None) -> str:
-        if group is not None and not group.get("calls"):
-            return "no calls"
-        return usd(value) if isinstance(value, (int, float)) else "unknown"
+    def cost(value: Any, group: dict[str, Any]) -> str:
+        return "no calls" if not group.get("calls") else money(value)
 
     def tokens(group: dict[str, Any]) -> str:
         return f"{group.get('input_tokens', 0):,} in/{group.get('output_tokens', 0):,} out"
@@ -118,10 +117,11 @@ def summary_line(data: dict[str, Any]) -> str:
     extra = "".join(f", {usage[k]} {label}" for k, label in (
         ("cached_calls", "cached"), ("retries", "retries"), ("failed_calls", "failed calls")) if usage.get(k))
     n, subs = int(data.get("iterations", 0) or 0), int(data.get("sub_calls", 0) or 0)
+    calls = int(root.get("calls") or 0) + int(sub.get("calls") or 0)
+    costs = (f"cost {money(usage.get('cost_usd'))} (root {cost(root.get('cost_usd'), root)}, "
+             f"sub {cost(sub.get('cost_usd'), sub)})" if calls else "cost none (no model call completed)")
     return (f"{n} iteration{'' if n == 1 else 's'}, {subs} sub-call{'' if subs == 1 else 's'}; "
-            f"tokens root {tokens(root)}, sub {tokens(sub)}; cost {cost(usage.get('cost_usd'))} "
-            f"(root {cost(root.get('cost_usd'), root)}, sub {cost(sub.get('cost_usd'), sub)}){extra}; "
-            f"{data.get('elapsed_s', 0):.1f} s")
+            f"tokens root {tokens(root)}, sub {tokens(sub)}; {costs}{extra}; {data.get('elapsed_s', 0):.1f} s")
 
 
 def support_warning(support: Any) -> str:

@@ -101,8 +101,10 @@ def error_document(message: str, code: int, *, status: str = "error") -> dict[st
 
 def answer_text(doc: dict[str, Any], cite: bool = False) -> str:
     """The plain answer of a document, newline-terminated; with ``cite`` a ``Sources:`` list of
-    the ranges it rests on follows (``sources.cite_lines``). A typed answer with a value is its
-    value (:func:`value_text`)."""
+    the ranges the final answer cites follows (``sources.cite_lines``; ``none`` and why when it
+    cites none). A partial answer (no final answer) gets no ``Sources:``: there is nothing the
+    run concluded for lines to support. A typed answer with a value is its value
+    (:func:`value_text`)."""
     from rlm_cli.output.sources import cite_lines
 
     answer = doc.get("answer") or ""
@@ -110,10 +112,12 @@ def answer_text(doc: dict[str, Any], cite: bool = False) -> str:
         text = value_text(doc["value"])  # an empty list is no line at all
     else:
         text = answer if answer.endswith("\n") else answer + "\n"
-    if cite:
+    if cite and doc.get("status", "final") == "final":
         rows = cite_lines(doc.get("sources") or [])
-        text += "\nSources:\n" + ("".join(f"- {r}\n" for r in rows) if rows else "- none: the run read no "
-                                                                               "corpus lines\n")
+        seen = len(doc.get("sources") or []) + int(doc.get("sources_omitted") or 0)
+        why = (f"the answer cites none of the {seen} range{'' if seen == 1 else 's'} the run looked at "
+               "(--json lists them)" if seen else "the run read no corpus lines")
+        text += "\nSources:\n" + ("".join(f"- {r}\n" for r in rows) if rows else f"- none: {why}\n")
     return text
 
 

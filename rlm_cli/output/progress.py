@@ -66,10 +66,19 @@ class _Group:
     failed: int = 0
     last_sent: float = 0.0
     finished: bool = False
+    #: The most calls of the group seen running at once.
+    peak: int = 0
 
     @property
     def in_flight(self) -> int:
-        return self.started - self.done - self.failed
+        """Calls of the group running. In a batch, a call that just finished leaves its slot to
+        the next one, which the worker's thread sends at once: between the two the count would
+        read one low (an event is sent right at a finish), so a batch counts the most seen
+        running at once, never more than are left."""
+        running = self.started - self.done - self.failed
+        if not self.batch:
+            return running
+        return min(self.total - self.done - self.failed, max(running, self.peak))
 
     @property
     def quarter(self) -> int:
@@ -129,6 +138,7 @@ class Progress:
             quarter = g.quarter
             if stage == "start":
                 g.started += 1
+                g.peak = max(g.peak, g.started - g.done - g.failed)
                 if not g.batch:
                     g.total = g.started
             elif reply is not None and reply.get("ok"):

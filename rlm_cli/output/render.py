@@ -27,7 +27,7 @@ from rlm_cli.output.answer import summary_line, support_warning
 from rlm_cli.output.live import EvalProgress, LiveView, PlainGroup, StreamState, ViewState
 from rlm_cli.output.style import SHOW_LINES, display_style, escape
 from rlm_cli.output.tables import print_table
-from rlm_cli.output.text import clip, cost_text, helpers_text, indent_lines, progress_line, safe_text
+from rlm_cli.output.text import clip, cost_text, helpers_text, indent_lines, plural, progress_line, safe_text
 
 #: Lines of a reply's prose (outside code blocks) kept on screen after its stream.
 PROSE_LINES = 24
@@ -78,8 +78,8 @@ class Renderer:
         kind = ev.get("type")
         indent = "  " * int(ev.get("depth", 0))
         if kind == "notice":
-            if self.quiet:
-                return
+            if self.quiet or (ev.get("verbose_only") and not self.verbose):
+                return  # verbose_only: a note about this machine already shown on it (-v shows it again)
             self._end_stream_text()
             if ev.get("level") == "warning":
                 self.err.print(f"{indent}[yellow]warning:[/] {escape(str(ev['message']))}")
@@ -124,7 +124,7 @@ class Renderer:
                 self.err.print(escape(indent_lines(clip(ev["code"], SHOW_LINES), indent + "  ")))
         elif kind == "output":
             out = ev.get("output") or "(no output)"
-            sub = f" · {ev['sub_calls']} sub-calls" if ev.get("sub_calls") else ""
+            sub = f" · {plural(ev['sub_calls'], 'sub-call')}" if ev.get("sub_calls") else ""
             self.err.print(f"{indent}[dim]→ {ev['output_chars']:,} chars, {ev['elapsed_s']:.2f} s{sub}[/]")
             self.err.print(escape(indent_lines(clip(out, SHOW_LINES), indent + "  ")), style="green")
         elif kind == "leads":

@@ -132,12 +132,11 @@ def direct_rows(files: list[tuple[str, int]]) -> list[tuple[str, str, int, int]]
 
 
 def cite_lines(sources: list[dict[str, Any]], *, limit: int = MAX_CITE_LINES) -> list[str]:
-    """The ``--cite`` list: ``path:start-end`` of the cited ranges, or of the ranges the run
-    looked at when the answer cites none (read ranges first); at most ``limit`` and a count of
-    the rest."""
+    """The ``--cite`` list: ``path:start-end`` of the ranges the answer rests on (``cited``), in
+    the order of ``sources`` (the ``--json`` order: the corpus's); at most ``limit`` and a count of
+    the rest. Empty when the answer cites none: lines the run only looked at (leads, a grep) are
+    not what it rests on, and ``--json`` lists those."""
     chosen = [s for s in sources if s["cited"]]
-    if not chosen:
-        chosen = sorted(sources, key=lambda s: ("read_file" not in s["how"], -len(s["how"])))
     out = [f"{s['path']}:{s['start_line']}" + (f"-{s['end_line']}" if s["end_line"] != s["start_line"] else "")
            for s in chosen[:limit]]
     if len(chosen) > limit:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from rlm_cli.output.style import escape
-from rlm_cli.output.text import cost_text
+from rlm_cli.output.text import money
 
 
 def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -32,17 +32,19 @@ def print_trace_list(infos: list[Any]) -> None:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
+    costs = ["-" if not i.calls else money(i.cost_usd) for i in infos]
     for col in ("id", "started", "status", "mode", "tokens", "cost", "question"):
         if col == "question":  # the only column that gives way on a narrow terminal
             table.add_column(col, overflow="ellipsis", no_wrap=True, ratio=1)
-        else:  # ids are what `trace show` takes, statuses what scripts grep for: never cut
-            widest = max([len(col), *(len(i.status) for i in infos)]) if col == "status" else len(col)
+        else:  # ids are what `trace show` takes, statuses and costs what scripts grep for: never cut
+            values = {"status": [i.status for i in infos], "cost": costs}.get(col, [])
+            widest = max([len(col), *(len(v) for v in values)])
             table.add_column(col, no_wrap=True, min_width={"id": 22, "started": 11}.get(col, widest))
     this_year = _dt.datetime.now().year
-    for i in infos:
+    for i, cost in zip(infos, costs, strict=True):
         when = _dt.datetime.fromtimestamp(i.started)  # like ls -l: the year only when it is not this one
         started = when.strftime("%m-%d %H:%M" if when.year == this_year else "%Y-%m-%d %H:%M")
         table.add_row(i.run_id, started, i.status, i.mode, f"{i.tokens:,}",
-                      cost_text(i.cost_usd).removeprefix("cost "), escape(i.question[:80]))
+                      cost, escape(i.question[:80]))
     Console(soft_wrap=False).print(table)
 

@@ -25,6 +25,22 @@ def cost_text(value: Any) -> str:
     return usd(value) if isinstance(value, (int, float)) else "cost unknown"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 file``, ``2 files``, ``1,024 chunks``: ``n`` (with thousands separators) and ``word``,
+    or its plural (``many``, else ``word`` + ``s``) when ``n`` is not 1."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+def money(value: Any, calls: int | None = None) -> str:
+    """The one rule for a cost of several calls: ``none`` when no call completed (``calls`` is 0:
+    nothing was spent, nor priced), ``unknown`` when a model that answered is not priced
+    (``value`` is not a number), else USD (:func:`usd`; ``$0.0000`` only for calls that cost
+    nothing, such as answers from the response cache)."""
+    if calls == 0:
+        return "none"
+    return usd(value) if isinstance(value, (int, float)) else "unknown"
+
+
 def usd(value: float) -> str:
     """``$0.0123``; a cost under $0.0001 with two significant digits (``$0.000032``), so a
     cheap call never reads as free; ``$0.0000`` only for zero."""

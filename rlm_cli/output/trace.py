@@ -22,7 +22,9 @@ Event types and their main fields:
 * ``sub_call``: ``model``, ``prompt_head``, ``prompt_chars``, ``request_key``, ``response``,
   tokens, cost, latency.
 * ``recursion``: ``mode`` (``rlm`` or ``plain`` at the depth limit), ``prompt_chars``.
-* ``notice``: ``message`` (``level`` ``warning`` for warnings).
+* ``notice``: ``message`` (``level`` ``warning`` for warnings; ``machine`` for a note about this
+  machine, the same on every run of it, and ``verbose_only`` once such a note was shown on it:
+  the terminal shows it again only with ``-v``).
 * ``leads``: ``output`` (what ``leads(question)`` printed before the first root call, shown to
   the root model in its first message; empty when it found nothing; no event with
   ``--no-leads``), ``elapsed_s``, ``sources``.
@@ -159,6 +161,19 @@ def signed_by_me(header: dict[str, Any]) -> bool:
     return key is not None and isinstance(mark, str) and hmac.compare_digest(mark, header_signature(header, key))
 
 
+def traces_usage(directory: Path | None = None) -> tuple[int, int]:
+    """``(files, bytes)`` of the trajectories in ``directory`` (default :func:`traces_dir`)."""
+    files = size = 0
+    folder = directory or traces_dir()
+    for p in folder.glob("*.jsonl") if folder.is_dir() else []:
+        try:
+            size += p.stat().st_size
+            files += 1
+        except OSError:
+            continue
+    return files, size
+
+
 class TraceWriter:
     """Writes events to a JSONL file as they happen (thread-safe; flushed per line; mode 0600). A
     file already there is replaced: one file is one run (two runs in one file read as one tree).
@@ -283,16 +298,34 @@ class TraceInfo:
     tokens: int
     cost_usd: float | None
     elapsed_s: float | None
+    #: Model calls that completed (root and sub-calls, cached ones included): with none, the run
+    #: has no cost to show.
+    calls: int = 0
+    #: Bytes of the file.
+    size: int = 0
 
 
 def info_dict(info: TraceInfo) -> dict[str, Any]:
     """One entry of ``rlm trace list --json``: ``run_id``, ``path``, ``started`` (ISO 8601, UTC),
-    ``question``, ``status``, ``mode``, ``tokens``, ``cost_usd`` (None when unknown) and
-    ``elapsed_s`` (seconds; None for an incomplete run). The answer is in the file itself."""
+    ``question``, ``status``, ``mode``, ``tokens``, ``calls`` (model calls completed),
+    ``cost_usd`` (None when unknown; 0 with no call completed) and ``elapsed_s`` (seconds; None for
+    an incomplete run). The answer is in the file itself."""
     started = datetime.fromtimestamp(info.started, UTC).isoformat(timespec="seconds")
     return {"run_id": info.run_id, "path": str(info.path), "started": started, "question": info.question,
-            "status": info.status, "mode": info.mode, "tokens": info.tokens, "cost_usd": info.cost_usd,
-            "elapsed_s": info.elapsed_s}
+            "status": info.status, "mode": info.mode, "tokens": info.tokens, "calls": info.calls,
+            "cost_usd": info.cost_usd, "elapsed_s": info.elapsed_s}
+
+
+def completed_calls(events: list[dict[str, Any]]) -> int:
+    """Model calls a run completed: from its summary's ``usage`` (root and sub-calls), else (no
+    summary: a run killed outright, or stopped before it began) the ``root_call`` events and the
+    ``sub_call`` events that carry a response."""
+    summary = next((e for e in reversed(events) if e.get("type") == "summary"), None)
+    usage = summary.get("usage") if summary else None
+    if isinstance(usage, dict):
+        return sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
+    return sum(1 for e in events if e.get("type") == "root_call"
+               or (e.get("type") == "sub_call" and "response" in e and not e.get("error")))
 
 
 def summarize(path: Path) -> TraceInfo:
@@ -311,7 +344,14 @@ def summarize(path: Path) -> TraceInfo:
         question=str(head.get("question", "")), status=str(summary.get("status")) if summary else "incomplete",
         mode=mode, answer=str(summary.get("answer", "")) if summary else "",
         tokens=int(last.get("total_tokens") or 0), cost_usd=last.get("total_cost_usd"),
-        elapsed_s=summary.get("elapsed_s") if summary else None)
+        elapsed_s=summary.get("elapsed_s") if summary else None, calls=completed_calls(events), size=_size(path))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def list_traces(directory: Path | None = None) -> list[TraceInfo]:

@@ -10,7 +10,8 @@ from typing import IO, Any
 from rich.console import Console
 
 from rlm_cli.output.style import SHOW_LINES, escape
-from rlm_cli.output.text import clip, cost_text, helpers_text
+from rlm_cli.output.text import clip, cost_text, helpers_text, money, plural
+from rlm_cli.output.trace import completed_calls
 
 #: Characters of a long text (response, output, answer) shown in a trajectory tree node.
 TREE_TEXT_CHARS = 600
@@ -41,7 +42,7 @@ def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
     if kind == "code":
         return kind, f"code block {ev.get('block', 1)}", str(ev.get("code", "")) if full else cut(ev.get("code"))
     if kind == "output":
-        extra = f", {ev['sub_calls']} sub-calls" if ev.get("sub_calls") else ""
+        extra = f", {plural(ev['sub_calls'], 'sub-call')}" if ev.get("sub_calls") else ""
         return kind, f"output: {ev.get('output_chars', 0):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s{extra}", cut(
             ev.get("output") or "(no output)")
     if kind == "leads":
@@ -72,8 +73,9 @@ def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
         return kind, f"mode {ev.get('mode')}{policy}", reason
     if kind == "summary":
         err = f" ({ev['error']})" if ev.get("error") else ""
-        return kind, (f"{ev.get('status')}{err}: {ev.get('total_tokens', 0) or 0:,} tokens, "
-                      f"{cost_text(ev.get('total_cost_usd'))}, {ev.get('elapsed_s') or 0:.1f} s"), cut(ev.get("answer"))
+        cost = money(ev.get("total_cost_usd"), completed_calls([ev]))  # a summary without usage: no call began
+        return kind, (f"{ev.get('status')}{err}: {ev.get('total_tokens', 0) or 0:,} tokens, cost {cost}, "
+                      f"{ev.get('elapsed_s') or 0:.1f} s"), cut(ev.get("answer"))
     return kind, kind, ""
 
 

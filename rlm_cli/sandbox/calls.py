@@ -52,7 +52,7 @@ def relay(socket_path: str, token: str) -> Callable[[dict[str, Any]], str]:
     return request
 
 
-#: A model name as given to llm_query (``openai/gpt-5-mini``): no spaces, one slash or more.
+#: A model name as given to llm_query (``openai/gpt-5.4-mini``): no spaces, one slash or more.
 MODEL_NAME = re.compile(r"[\w.\-]+/[\w.:\-/]+")
 
 

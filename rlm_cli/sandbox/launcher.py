@@ -42,7 +42,7 @@ from rlm_cli.sandbox.processes import (
     scratch_usage,
     start_ticks,
 )
-from rlm_cli.sandbox.results import ExecResult, WorkerCheck, parse_result, printed_note
+from rlm_cli.sandbox.results import ExecResult, WorkerCheck, parse_result, printed_note, timeout_note
 from rlm_cli.sandbox.users import Drop, plan_drop, share_relay
 
 #: Environment variables passed to the worker (everything else, keys included, is dropped).
@@ -122,7 +122,10 @@ class Sandbox:
         #: A code block is running (or was, when Ctrl-C cut ``execute`` short): close() kills at once.
         self._busy = False
         self.restarts = 0
+        #: Notes of the last start: what happened (what an earlier, killed rlm left), and what it
+        #: found of this machine, the same every run (shown once: ``sandbox.notices``).
         self.notes: list[str] = []
+        self.machine_notes: list[str] = []
         #: The user the worker runs as after start (``None``: the parent's).
         self.drop: Drop | None = None
         #: Host paths the bwrap level hides besides home and the rlm folders (the corpus roots).
@@ -155,6 +158,7 @@ class Sandbox:
             SandboxError: the worker failed to start or load within ``START_TIMEOUT`` seconds.
         """
         self.notes = []
+        self.machine_notes = []
         self._closed = False
         self._busy = False
         try:
@@ -173,7 +177,7 @@ class Sandbox:
         if drop and drop.uid != os.geteuid() and os.path.exists(self.socket_path):
             note = share_relay(self.socket_path, drop.gid)
             if note:
-                self.notes.append(f"sandbox: {note}")
+                self.machine_notes.append(f"sandbox: {note}")
         if self.level in ("process", "none"):
             become_subreaper()
         p_read, c_write = os.pipe()
@@ -223,7 +227,7 @@ class Sandbox:
             if reply.get("kind") == "memory_limit":
                 raise UsageError(str(reply.get("error")))
             raise SandboxError(f"the REPL worker ({self.level}) failed to start: {reply.get('error', reply)}")
-        self.notes += [str(n) for n in reply.get("notes", [])]
+        self.machine_notes += [str(n) for n in reply.get("notes", [])]
         pid = reply.get("pid")
         self._worker_ns_pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
         self.scratch_on_disk = self.level == "process" and reply.get("scratch") != "tmpfs"
@@ -371,7 +375,7 @@ class Sandbox:
                 self._interrupt_block(req_id)
             raise
         except TimeoutError:
-            lost = f"the cell timed out after {limit:g} s and was killed"
+            lost = timeout_note(limit, self.cell_timeout)
             printed = self._printed_before_kill(req_id)
             if printed is not None:
                 self.restart()

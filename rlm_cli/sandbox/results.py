@@ -36,6 +36,15 @@ class ExecResult:
 PRINTED_NOTE_CHARS = 4_000
 
 
+def timeout_note(limit: float, cell_timeout: float) -> str:
+    """What the model and the user are told of a block killed after ``limit`` seconds: rounded (a
+    block bounded by what was left of ``--timeout`` had 1.2 s, not 1.23456 s), and naming the
+    run's ``--timeout`` when it, not ``cell_timeout``, was the bound."""
+    shown = f"{limit:.1f}".removesuffix(".0")
+    by_run = "" if limit >= cell_timeout else " (all the run's --timeout had left)"
+    return f"the cell timed out after {shown} s{by_run} and was killed"
+
+
 def printed_note(output: str, chars: int) -> str:
     """The end of a timeout's ``lost`` text: what the block printed before it was killed, at
     most :data:`PRINTED_NOTE_CHARS` characters of it (its head and tail)."""

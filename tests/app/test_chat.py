@@ -151,7 +151,7 @@ def test_scripted_chat_keeps_stdout_for_answers(tmp_path: Path, llm: FakeLLM) ->
     assert [(d["id"], d["question"], d["answer"], d["status"]) for d in lines] == [
         (1, "where is foo defined?", "a.py", "final"), (2, "how many definitions?", "1", "final")]
     assert lines[0]["trace"] != lines[1]["trace"] and all(Path(d["trace"]).is_file() for d in lines)
-    assert "2 question(s); root 4 calls" in res.stderr  # /cost, on stderr
+    assert "2 questions; root 4 calls" in res.stderr  # /cost, on stderr
     assert not any("never asked" in str(r["messages"]) for r in llm.requests)  # /quit ended it
     assert lines[1]["trace"] in res.stderr  # /trace lists the trajectories
     second = json.loads(Path(lines[1]["trace"]).read_text().splitlines()[0])

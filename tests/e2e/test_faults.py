@@ -119,7 +119,7 @@ def test_terminal_escapes_in_the_answer_and_cited_paths_never_reach_a_terminal(t
     name = "evil\x1b[2J.txt"
     root = _corpus(tmp_path, name=name)
     evil = "the secret is 42 \x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b31m"
-    code = f"print(read_file(files[0]['path']))\nFINAL({evil!r})"
+    code = f"print(read_file(files[0]['path']))\nFINAL({evil!r} + ' (' + files[0]['path'] + ')')"  # cites it
     llm.default("root", repl(code))
     argv = [*rlm_argv(), "ask", str(root), "q?", *model_flags(llm), "--cite", "--no-llm-cache"]
     code_tty, out = _on_a_terminal(argv, dict(os.environ))

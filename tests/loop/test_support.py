@@ -22,7 +22,7 @@ from tests.support.fake_llm import FakeLLM, repl
 
 def cand(answer: str, shown: str, *, written: bool = True, question: str = "What is it?", seen: bool = True,
          caps: tuple[str, ...] = ()) -> Candidate:
-    return Candidate(question, answer, written, "block", 2, 0, seen, shown, caps, (), shown)
+    return Candidate(question, answer, written, "block", 2, 0, seen, shown, caps, (), shown, caps_now=caps)
 
 
 # -- the verdict from evidence ---------------------------------------------------------------------------

@@ -383,12 +383,15 @@ def test_a_question_with_bytes_that_are_not_utf8_is_asked_with_replacement_chara
 
 def test_final_of_a_name_never_assigned_is_not_taken_as_the_word(tmp_path: Path, llm: FakeLLM) -> None:
     llm.script("root", repl("print(1)"), "The answer to the question is:\n4\nFINAL(answer)", repl("FINAL('4')"),
-               repl("FINAL('4')"))
+               repl("FINAL('4')"), repl("FINAL('4')"))
     r = run(llm, [code_corpus(tmp_path)])
     assert r.error is None and r.answer == "4"
     assert "NameError" in last_user(llm.chat_requests("root")[2])
-    # "4" is nowhere in what the REPL printed: asked once to check it (guided), then taken.
+    # "4" is nowhere in what the REPL printed: asked once to check it (guided), then taken; the
+    # guess given again earns one last request to show it with code (issue 37), and stays a guess.
     assert prompts.ungrounded(["4"]) in last_user(llm.chat_requests("root")[3])
+    assert "rlm will mark it as a guess" in last_user(llm.chat_requests("root")[4])
+    assert r.outcome.result.support.verdict == "unsupported"
 
 
 def test_an_answer_that_leaves_out_items_the_question_lists_is_sent_back_once(tmp_path: Path, llm: FakeLLM) -> None:
@@ -533,9 +536,12 @@ def test_a_figure_over_grep_s_default_cap_and_an_empty_answer_are_sent_back_once
     llm.script("root", repl("FINAL(grep('service=db', max_results=1)[0]['text'].split()[0])"))
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], "On which day does a db line appear first?", leads=False)
     assert r.answer == "2026-11-03"
-    llm.script("root", repl("print(1)"), repl("FINAL(None)"), repl("FINAL('')"))
+    llm.script("root", repl("print(1)"), repl("FINAL(None)"), repl("FINAL('')"), repl("FINAL('')"))
     r = run(llm, [corpus(tmp_path, LOG, "notes.log")], leads=False)
-    assert r.answer == "" and prompts.EMPTY_FINAL in last_user(llm.chat_requests("root")[-1])
+    assert r.answer == "" and prompts.EMPTY_FINAL in last_user(llm.chat_requests("root")[-2])
+    # nothing again past the limit: one last request to show it with code (guided), then a guess
+    assert "rlm will mark it as a guess" in last_user(llm.chat_requests("root")[-1])
+    assert r.outcome.result.support.verdict == "unsupported"
 
 
 def test_the_same_prose_answer_again_turns_apart_is_the_answer(tmp_path: Path, llm: FakeLLM) -> None:

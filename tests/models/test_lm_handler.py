@@ -202,7 +202,8 @@ def test_unreachable_api_base_says_to_check_it() -> None:
     with pytest.raises(CallFailed) as info:
         client.complete([{"role": "user", "content": "hi"}], model="openai/root", role="root")
     assert info.value.exit_code == ExitCode.PROVIDER
-    assert info.value.hint is not None and f"could not connect to {base}" in info.value.hint
+    assert f"could not connect to {base}" in info.value.message
+    assert info.value.hint is not None and "check --api-base and that the server is running" in info.value.hint
 
 
 # -- windows and models --------------------------------------------------------------------------

@@ -37,6 +37,11 @@ def test_provider_defaults_exist_in_litellms_price_map() -> None:
         if var != "OPENROUTER_API_KEY":  # the sub-model is the cheaper one
             r, s = models.model_info(litellm, root), models.model_info(litellm, sub)
             assert r and s and s["input_cost_per_token"] < r["input_cost_per_token"], (root, sub)
+    # The one example model of the help, the errors and the docs is a current, priced one.
+    from rlm_cli.config import EXAMPLE_MODEL
+
+    assert models.price_known(litellm, EXAMPLE_MODEL) and EXAMPLE_MODEL in {m for row in models.PROVIDER_DEFAULTS
+                                                                           for m in row[2:]}
 
 
 @pytest.mark.parametrize(("env", "expected"), [

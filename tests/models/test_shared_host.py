@@ -135,6 +135,22 @@ def test_a_command_that_fails_on_its_arguments_leaves_no_host(runtime: Path, tmp
     assert not any(alive(int(p)) for p in _host_pids(runtime))
 
 
+def test_a_run_answered_from_the_cache_keeps_its_host_for_the_next(runtime: Path, tmp_path: Path,
+                                                                    llm: FakeLLM) -> None:
+    """Issue 40: a run that makes no model request (every call a cache hit) used to leave its host
+    to exit at once, so each cached run paid litellm's import again."""
+    ask(tmp_path, llm, "q1?")  # fills the response cache
+    run_rlm("host", "stop")
+    assert until(lambda: hosts() == [], 10)
+    flags = [*model_flags(llm), "--no-leads", "-v"]
+    first = run_rlm("ask", str(corpus(tmp_path)), "q1?", *flags, cwd=tmp_path)
+    assert first.code == 0 and first.stdout == "second\n", first.stderr
+    assert "1 cached" in first.stderr and "model host: shared, started" in first.stderr
+    (host,) = hosts()  # still there: the command asked it for the model's window
+    again = run_rlm("ask", str(corpus(tmp_path)), "q1?", *flags, cwd=tmp_path)
+    assert again.code == 0 and f"model host: shared, leased (pid {host['pid']})" in again.stderr
+
+
 def _host_pids(runtime: Path) -> list[str]:
     out = subprocess.run(["pgrep", "-f", f"host_process import main; main() {runtime}"], capture_output=True, text=True)
     return out.stdout.split()

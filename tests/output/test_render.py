@@ -176,7 +176,7 @@ def test_plain_stderr_of_a_real_run_snapshot(tmp_path: Path, llm: FakeLLM) -> No
     assert res.code == 0, res.stderr
     assert res.stdout == "14 is on line 3\n"
     assert _normalize(res.stderr) == """\
-corpus loaded 1 files, 1,013 bytes, N tokens, 1 chunks (T s, sandbox LEVEL)
+corpus loaded 1 file, 1,013 bytes, N tokens, 1 chunk (T s, sandbox LEVEL)
 mode rlm (--mode rlm)
 policy guided (auto: the root model's input window is unknown (no model info for it; --root-model-window gives it), so the aids for small and local models are on)
 ── iteration 1 ──

@@ -52,8 +52,9 @@ def test_direct_rows_and_cite_lines() -> None:
         ("src/conf.py", 1, 40, ["direct"], False), ("src/net/client.py", 1, 60, ["direct"], False),
         ("README.md", 1, 10, ["direct"], True)]
     assert cite_lines(found) == ["README.md:1-10"]
-    uncited = [dict(s, cited=False) for s in found]
-    assert cite_lines(uncited, limit=2) == ["src/conf.py:1-40", "src/net/client.py:1-60", "... and 1 more"]
+    assert cite_lines([dict(s, cited=False) for s in found]) == []  # only what the answer rests on
+    every = [dict(s, cited=True) for s in found]
+    assert cite_lines(every, limit=2) == [f"{s['path']}:1-{s['end_line']}" for s in found[:2]] + ["... and 1 more"]
 
 
 def _repo(root: Path) -> Path:
@@ -104,4 +105,8 @@ def test_chunks_sent_to_sub_calls_are_sources_and_cite_lists_them(tmp_path: Path
                repl("FINAL('fetch retries; see the client.')"))
     res = run_rlm("ask", str(repo), "Who retries?", *model_flags(llm), "--cite", "--no-leads")
     assert res.code == 0, res.stderr
-    assert res.stdout == "fetch retries; see the client.\n\nSources:\n- src/net/client.py:1-60\n"
+    # The answer names no file: --cite lists nothing it would not rest on; --json has what was seen.
+    assert res.stdout == ("fetch retries; see the client.\n\nSources:\n- none: the answer cites none of the 1 "
+                          "range the run looked at (--json lists them)\n")
+    doc = json.loads(run_rlm("ask", str(repo), "Who retries?", *model_flags(llm), "--json", "--no-leads").stdout)
+    assert [(s["path"], s["how"], s["cited"]) for s in doc["sources"]] == [("src/net/client.py", ["sub_call"], False)]

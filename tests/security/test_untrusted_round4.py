@@ -534,7 +534,9 @@ def test_each_question_of_a_session_stopped_by_the_token_budget_reports_its_own_
     assert first["status"] == second["status"] == "budget_exceeded"
     for doc in (first, second):  # what each says it ran is what its usage counts
         assert doc["sub_calls"] == doc["usage"]["sub"]["calls"], doc
-        assert doc["iterations"] == doc["usage"]["root"]["calls"], doc
+        # iterations count those begun (issue 40): one cut before its root call counts too
+        assert doc["iterations"] - doc["usage"]["root"]["calls"] in (0, 1), doc
     assert first["sub_calls"] == len(llm.chat_requests("sub")) and first["sub_calls"] % 67 == 0
-    assert second["iterations"] == second["sub_calls"] == 0  # stopped before its first call
+    assert second["sub_calls"] == second["usage"]["root"]["calls"] == 0  # stopped before its first call
+    assert second["iterations"] <= 1
     assert f"{first['iterations']} iterations, {first['sub_calls']} sub-calls" in res.stderr
