@@ -7,7 +7,9 @@ Verdicts (``Support.verdict``):
   identifiers, numbers: ``grounding.specific_tokens``, the tokens ``ungrounded`` reads) appears in
   what the model was shown (the REPL output it read, leads included, or, in direct mode, the
   corpus; a number only in what its own code printed or in a corpus line the leads quoted, not in
-  rlm's counts around them), and it had read some output of its code that was not an error (an
+  rlm's counts around them, and not even there once the model's own code printed nothing but
+  errors: a number it writes after failing to compute one is no reading), and it had read some
+  output of its code that was not an error (an
   answer naming nothing specific needs output of the model's own code: leads alone show lines
   that hold the question's words, not an answer);
 * ``computed``: code computed the answer (``FINAL(n)``, ``FINAL_VAR("report")``), no helper of its
@@ -32,6 +34,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm_cli.loop.answers import only_finishes
 from rlm_cli.loop.checks import Candidate
 from rlm_cli.loop.grounding import grounding
 
@@ -95,6 +98,8 @@ def support_of(c: Candidate, objections: list[str], codes: list[str], min_number
     (the run's ``ungrounded`` floor)."""
     overruled = tuple(dict.fromkeys(o for o in objections if o in GROUNDING_CHECKS))
     numbers = c.outputs if c.evidence is None else c.evidence
+    if c.written_out and not c.own_output and any(not only_finishes(code) for code in codes):
+        numbers = ""  # its own code printed nothing but errors: a number it then writes is no reading
     tokens, unseen = grounding(c.answer, c.question, c.shown, numbers, min_number)
     if c.written_out:
         if unseen:

@@ -63,6 +63,15 @@ def test_rlm_s_own_counts_in_the_leads_are_no_evidence_for_a_number() -> None:
     assert vague.verdict == "unsupported" and "ran no code" in vague.reason
 
 
+def test_a_number_written_after_code_that_only_failed_is_no_reading() -> None:
+    data = "  orders.jsonl:1: {\"order_id\": \"SO-1\", \"placed_at\": \"2026-01-04\", \"country\": \"DE\"}\n"
+    c = Candidate("How many orders from DE?", "4 orders were placed from Germany.", True, "stuck", 4, 0, True, data, (),
+                  (), data, quoted_corpus_text(data), False)
+    failed = ['count = 0\nfor line in leads:\n    if "country": "DE" in line["text"]:\n        count += 1']
+    assert support_of(c, [], failed, GUIDED.number_floor).verdict == "unsupported"
+    assert support_of(c, [], [], GUIDED.number_floor).verdict == "observed"  # no code tried: the lines are all it read
+
+
 def test_an_overruled_check_makes_an_answer_unsupported() -> None:
     support = support_of(cand("Yes", "a line of output"), ["evidence", "nothing_found"], [], STANDARD.number_floor)
     assert support.verdict == "unsupported" and support.objections == ("evidence",)  # a second look is no objection
