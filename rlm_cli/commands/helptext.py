@@ -44,6 +44,8 @@ class SectionedCommand(TyperCommand):
             record = param.get_help_record(ctx)
             if record is None:
                 continue
+            if "--help" in param.opts:
+                record = ("-h, --help", record[1])  # -h is read as --help whole (short_help_flag)
             name = DEFAULT_SECTION if "--help" in param.opts else (getattr(param, "rich_help_panel", None)
                                                                      or DEFAULT_SECTION)
             sections.setdefault(name, []).append(record)
