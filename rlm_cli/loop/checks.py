@@ -87,11 +87,13 @@ class Candidate:
 class Verdict:
     """What a check says: ``action`` is ``accept``, ``send_back`` (``note`` says why, for the
     model) or ``rewrite`` (``answer`` is the new answer, ``note`` says what changed, for the
-    trajectory)."""
+    trajectory). ``waived``: accepted only because this check sent an answer back before and lets
+    the second one pass although its objection still holds (the Judge counts it as overruled)."""
 
     action: str
     note: str = ""
     answer: str | None = None
+    waived: bool = False
 
     @property
     def accepted(self) -> bool:
@@ -221,7 +223,7 @@ class Ungrounded(Check):
             if pruned is not None and not grounding(pruned, c.question, c.shown, c.outputs, self.min_number)[1]:
                 return Verdict(REWRITE, f"dropped {', '.join(unseen[:6])}: never shown, named again after the note",
                                pruned)
-        return ACCEPT
+        return Verdict(ACCEPT_ACTION, waived=True)  # still never shown: let through once the note was given
 
 
 # -- default cap ---------------------------------------------------------------------------------
@@ -359,7 +361,9 @@ class Judge:
     The first check that sends the answer back stops the review; a rewrite hands the new answer
     to the checks after it. A check that has fired (sent back or rewritten) ``limit`` times
     accepts from then on. A check that lets an answer pass which it sent back before (the same
-    answer, given again) or that is past its limit has been *overruled* (``Judged.overruled``).
+    answer or another one its objection still holds for: ``Verdict.waived``) or that is past its
+    limit has been *overruled* (``Judged.overruled``); one that accepts because its objection no
+    longer holds (the model has read output since) has not.
     Each check consulted emits one ``check`` event: ``check`` (its name),
     ``verdict`` (``accept``, ``send_back`` or ``rewrite``), ``iteration``, ``source``,
     ``written_out``, ``answer`` (the answer it judged), ``fired`` (times so far, this one
@@ -371,18 +375,15 @@ class Judge:
         self.emit = emit
         self.depth = depth
         self.fired: dict[str, int] = {c.name: 0 for c in checks}
-        #: The answers (whitespace and case folded) each check has sent back in this run.
-        self.sent_back: dict[str, set[str]] = {c.name: set() for c in checks}
 
     def review(self, c: Candidate) -> Judged:
         from rlm_cli.output.trace import event
 
         overruled: list[str] = []
-        said = _fold(c.answer)
         for check in self.checks:
             verdict = check.review(c)
-            if verdict.action == ACCEPT_ACTION and said in self.sent_back[check.name]:
-                overruled.append(check.name)  # it sent this answer back before and lets it pass now
+            if verdict.waived:
+                overruled.append(check.name)  # its objection holds; it lets the answer pass this time
             exhausted = verdict.action != ACCEPT_ACTION and self.fired[check.name] >= check.limit
             fields: dict[str, Any] = {"check": check.name, "iteration": c.iteration, "source": c.source,
                                       "written_out": c.written_out, "answer": c.answer[:4_000]}
@@ -398,13 +399,7 @@ class Judge:
                 extra["rewritten"] = verdict.answer[:4_000]
             self.emit(event("check", self.depth, verdict=verdict.action, fired=self.fired[check.name], **fields, **extra))
             if verdict.action == SEND_BACK:
-                self.sent_back[check.name].add(said)
                 return Judged(None, verdict.note)
             if verdict.action == REWRITE and verdict.answer is not None:
                 c = replace(c, answer=verdict.answer)
         return Judged(c.answer, overruled=tuple(dict.fromkeys(overruled)), candidate=c)
-
-
-def _fold(answer: str) -> str:
-    """An answer with whitespace runs made one space and case folded: the same answer given again."""
-    return " ".join(answer.split()).casefold()

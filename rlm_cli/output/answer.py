@@ -12,7 +12,7 @@ import time
 from typing import IO, Any
 
 from rlm_cli.errors import UsageError
-from rlm_cli.output.text import money, safe_text
+from rlm_cli.output.text import completed_calls, money, safe_text
 
 
 def write_answer(text: str) -> None:
@@ -101,7 +101,8 @@ def _write_stdout(text: str) -> None:
 def summary_line(data: dict[str, Any]) -> str:
     """The run's closing line (without style): iterations, sub-calls, tokens and cost split
     between the root model and sub-calls (:func:`~rlm_cli.output.text.money`: "unknown" when a model is
-    not priced; "no calls" for a group without a completed call, "none" for a run without one),
+    not priced; "no calls" for a group without a completed call, "none" for a run without one:
+    abandoned calls, sent and never answered, are not completed),
     cache hits, retries, calls that failed after their retries, time.
     ``data`` is an ``rlm ask --json`` document (``iterations``, ``sub_calls``, ``usage``,
     ``elapsed_s``; each may be missing)."""
@@ -109,7 +110,7 @@ def summary_line(data: dict[str, Any]) -> str:
     root, sub = usage.get("root") or {}, usage.get("sub") or {}
 
     def cost(value: Any, group: dict[str, Any]) -> str:
-        return "no calls" if not group.get("calls") else money(value)
+        return "no calls" if not completed_calls(group) else money(value)
 
     def tokens(group: dict[str, Any]) -> str:
         return f"{group.get('input_tokens', 0):,} in/{group.get('output_tokens', 0):,} out"
@@ -117,7 +118,7 @@ def summary_line(data: dict[str, Any]) -> str:
     extra = "".join(f", {usage[k]} {label}" for k, label in (
         ("cached_calls", "cached"), ("retries", "retries"), ("failed_calls", "failed calls")) if usage.get(k))
     n, subs = int(data.get("iterations", 0) or 0), int(data.get("sub_calls", 0) or 0)
-    calls = int(root.get("calls") or 0) + int(sub.get("calls") or 0)
+    calls = completed_calls(usage)
     costs = (f"cost {money(usage.get('cost_usd'))} (root {cost(root.get('cost_usd'), root)}, "
              f"sub {cost(sub.get('cost_usd'), sub)})" if calls else "cost none (no model call completed)")
     return (f"{n} iteration{'' if n == 1 else 's'}, {subs} sub-call{'' if subs == 1 else 's'}; "

@@ -41,6 +41,15 @@ def money(value: Any, calls: int | None = None) -> str:
     return usd(value) if isinstance(value, (int, float)) else "unknown"
 
 
+def completed_calls(usage: dict[str, Any]) -> int:
+    """Model calls that completed, from a run's ``usage`` (``{"root": G, "sub": G}``, as in
+    ``rlm ask --json``): each group's ``calls`` less its ``abandoned_calls`` (sent, never
+    answered before the run stopped; they spent nothing rlm can count). ``usage`` may also be
+    one group alone."""
+    groups = [usage.get(g) or {} for g in ("root", "sub")] if ("root" in usage or "sub" in usage) else [usage]
+    return sum(max(0, int(g.get("calls") or 0) - int(g.get("abandoned_calls") or 0)) for g in groups)
+
+
 def usd(value: float) -> str:
     """``$0.0123``; a cost under $0.0001 with two significant digits (``$0.000032``), so a
     cheap call never reads as free; ``$0.0000`` only for zero."""

@@ -317,13 +317,16 @@ def info_dict(info: TraceInfo) -> dict[str, Any]:
 
 
 def completed_calls(events: list[dict[str, Any]]) -> int:
-    """Model calls a run completed: from its summary's ``usage`` (root and sub-calls), else (no
+    """Model calls a run completed: from its summary's ``usage`` (root and sub-calls, abandoned
+    ones left out: ``output.text.completed_calls``), else (no
     summary: a run killed outright, or stopped before it began) the ``root_call`` events and the
     ``sub_call`` events that carry a response."""
     summary = next((e for e in reversed(events) if e.get("type") == "summary"), None)
     usage = summary.get("usage") if summary else None
     if isinstance(usage, dict):
-        return sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
+        from rlm_cli.output.text import completed_calls as of_usage
+
+        return of_usage(usage)
     return sum(1 for e in events if e.get("type") == "root_call"
                or (e.get("type") == "sub_call" and "response" in e and not e.get("error")))
 

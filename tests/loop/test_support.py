@@ -7,11 +7,12 @@ question's wording."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from rlm_cli.loop.checks import Candidate
+from rlm_cli.loop.checks import Candidate, Judge
 from rlm_cli.loop.grounding import quoted_corpus_text, stated_values
 from rlm_cli.loop.policy import GUIDED, STANDARD
 from rlm_cli.loop.support import direct_support, support_of, typed_literals
@@ -75,6 +76,19 @@ def test_a_number_written_after_code_that_only_failed_is_no_reading() -> None:
 def test_an_overruled_check_makes_an_answer_unsupported() -> None:
     support = support_of(cand("Yes", "a line of output"), ["evidence", "nothing_found"], [], STANDARD.number_floor)
     assert support.verdict == "unsupported" and support.objections == ("evidence",)  # a second look is no objection
+
+
+def test_a_check_satisfied_on_the_second_answer_is_not_overruled() -> None:
+    """Answering before reading output is sent back; the same answer after code showed it is a
+    finding, not an overruled check. A guess given again after ``ungrounded``'s note is."""
+    judge = Judge(STANDARD.make_checks(), lambda _e: None)
+    first = Candidate("Which file defines parse_config?", "a.py", True, "block", 1, 0, False, "")
+    assert judge.review(first).answer is None
+    shown = "[{'file': 'a.py', 'line': 1, 'text': 'def parse_config():'}]"
+    assert judge.review(replace(first, iteration=3, seen_output=True, shown=shown, outputs=shown)).overruled == ()
+    guess = replace(first, answer="config/loader.py", iteration=4, seen_output=True, shown=shown, outputs=shown)
+    assert judge.review(guess).answer is None  # ungrounded: never shown
+    assert judge.review(replace(guess, iteration=5)).overruled == ("ungrounded",)
 
 
 def test_a_computed_answer_is_computed_unless_typed_or_capped() -> None:

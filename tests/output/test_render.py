@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from rlm_cli.output.answer import summary_line
 from rlm_cli.output.render import Renderer
 from rlm_cli.output.style import display_style
-from rlm_cli.output.text import progress_line
+from rlm_cli.output.text import completed_calls, progress_line
 from rlm_cli.output.trace import event
 from tests.support.cli import model_flags, rlm_argv, run_rlm
 from tests.support.fake_llm import FakeLLM, Reply, repl
@@ -313,3 +314,17 @@ def test_a_cheap_call_never_reads_as_free() -> None:
 
     assert [usd(v) for v in (0, 3.2e-05, 0.0123, 1.5)] == ["$0.0000", "$0.000032", "$0.0123", "$1.5000"]
     assert usd(4e-08) != "$0.0000" and cost_text(None) == "cost unknown"
+
+
+def test_a_call_abandoned_at_a_stop_is_no_completed_call_in_the_cost() -> None:
+    """A stop (--timeout, Ctrl-C) while the only root call was in flight: that call is counted
+    (``abandoned_calls``) but completed nothing, so the closing line says ``cost none`` and
+    never ``$0.0000``, however the stop raced the request."""
+    abandoned = {"calls": 1, "abandoned_calls": 1, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+    data = {"iterations": 1, "usage": {"root": abandoned, "sub": {"calls": 0}, "cost_usd": 0.0}, "elapsed_s": 2.7}
+    line = summary_line(data)
+    assert "cost none (no model call completed)" in line and "$0.0000" not in line, line
+    answered = {**abandoned, "calls": 2, "cost_usd": 0.0123}
+    line = summary_line({**data, "usage": {"root": answered, "sub": {"calls": 0}, "cost_usd": 0.0123}})
+    assert "cost $0.0123 (root $0.0123, sub no calls)" in line, line
+    assert completed_calls({"root": answered, "sub": {"calls": 3, "abandoned_calls": 1}}) == 3
