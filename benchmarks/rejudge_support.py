@@ -7,8 +7,8 @@ model: a tuning aid for ``rlm_cli/loop/support.py`` (issue 37).
 For each trajectory it rebuilds, from its events, what the loop had when it accepted the final
 answer at depth 0: the question, the first message and every output the model read (leads
 included), the code the model wrote, whether the answer was written out (the last ``check`` event
-on it), the default caps of that turn and the one before, and the checks that had sent the same
-answer back (or were past their limit). It then prints the recorded verdict beside the one
+on it), the default caps of that turn and the one before, and the checks that let it through while
+their objection held (or were past their limit). It then prints the recorded verdict beside the one
 ``support_of`` gives now. With ``--bench``, each run of a ``benchmarks/bench_questions.py`` output
 is scored as that script scores it and the counts per verdict are printed (``--blind``: counts
 only, as for the held-out set). A rebuilt candidate is close to, not always equal to, the loop's
@@ -74,9 +74,11 @@ def rejudge(events: list[dict[str, Any]]) -> tuple[str | None, str | None, list[
     on_final = [c for c in checks if c.get("answer") == answer[:4_000]]
     written = bool(on_final[-1].get("written_out")) if on_final else True
     iteration = int(on_final[-1].get("iteration") or final.get("iterations") or 0) if on_final else 0
-    overruled = sorted({c["check"] for c in on_final if c.get("limit_reached")}
+    # Overruled: past its limit, or let through while its objection held (``waived``; trajectories
+    # recorded before that field: ``ungrounded`` having sent this same answer back).
+    overruled = sorted({c["check"] for c in on_final if c.get("limit_reached") or c.get("waived")}
                        | {c["check"] for c in checks if c.get("verdict") == "send_back" and c.get("answer") == answer[:4_000]
-                          and c.get("check") != "support"})
+                          and c.get("check") == "ungrounded" and not any("waived" in x for x in checks)})
     shown_outputs = "\n".join(o for o in outputs if o)
     candidate = Candidate(str(header.get("question") or ""), answer, written, "block", iteration, 0, read,
                           "\n".join([str(prompt.get("first") or ""), shown_outputs]),

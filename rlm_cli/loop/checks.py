@@ -367,7 +367,7 @@ class Judge:
     Each check consulted emits one ``check`` event: ``check`` (its name),
     ``verdict`` (``accept``, ``send_back`` or ``rewrite``), ``iteration``, ``source``,
     ``written_out``, ``answer`` (the answer it judged), ``fired`` (times so far, this one
-    included), and ``note`` / ``rewritten`` / ``limit_reached`` where they apply.
+    included), and ``note`` / ``rewritten`` / ``limit_reached`` / ``waived`` where they apply.
     """
 
     def __init__(self, checks: list[Check], emit: Emit, depth: int = 0) -> None:
@@ -394,7 +394,9 @@ class Judge:
                 continue
             if verdict.action != ACCEPT_ACTION:
                 self.fired[check.name] += 1
-            extra = {"note": verdict.note} if verdict.note else {}
+            extra: dict[str, Any] = {"note": verdict.note} if verdict.note else {}
+            if verdict.waived:
+                extra["waived"] = True
             if verdict.action == REWRITE and verdict.answer is not None:
                 extra["rewritten"] = verdict.answer[:4_000]
             self.emit(event("check", self.depth, verdict=verdict.action, fired=self.fired[check.name], **fields, **extra))
