@@ -151,7 +151,13 @@ def message(rng: random.Random, category: str, noisy: bool) -> str:
 
 def category_counts(rng: random.Random, n: int) -> dict[str, int]:
     """How many of ``n`` messages each category gets: one rare category (about 4-8% of them, at
-    least 2) and three others with a unique most common one (ahead of the next by at least 2)."""
+    least 2) and three others with a unique most common one (ahead of the next by at least 2).
+
+    Raises:
+        ValueError: ``n`` is under 20 (too few for such a mix).
+    """
+    if n < 20:
+        raise ValueError(f"{n} messages are too few: at least 20")
     names = list(CATEGORIES)
     rng.shuffle(names)
     rare = rng.randint(max(2, n // 25), max(3, n // 12))

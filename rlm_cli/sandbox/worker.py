@@ -4,14 +4,14 @@ It speaks the control protocol (``rlm_cli.protocol``) on two inherited pipe desc
 on the command line, and reaches the parent's LMHandler over a Unix socket for ``llm_query``,
 ``llm_query_batched`` and ``rlm_query``. It uses only the standard library, ``protocol`` and
 the modules of ``rlm_cli.sandbox`` that do the same (the helpers: ``corpus_helpers``,
-``data_helpers``, ``leads``, ``observe``; its own parts: ``calls``, ``execution``,
+``data_helpers``, ``leads``, ``mapping``, ``observe``; its own parts: ``calls``, ``execution``,
 ``hardening``, ``integrity``), so it runs the same under bubblewrap, sandbox-exec or as a plain
 process.
 
 Namespace given to model code: ``context`` (str), ``files``, ``chunks`` (lists of dicts),
 ``grep``, ``read_file``, ``chunk_text``, ``search``, ``leads``, ``data``, ``records``, ``frame``
-(structured files: ``data_helpers``), ``llm_query``, ``llm_query_batched``,
-``rlm_query``, ``FINAL``, ``FINAL_VAR``, ``SHOW_VARS``. Helper names are restored before every
+(structured files: ``data_helpers``), ``llm_query``, ``llm_query_batched``, ``llm_map``
+(``mapping``), ``rlm_query``, ``FINAL``, ``FINAL_VAR``, ``SHOW_VARS``. Helper names are restored before every
 code block, so rebinding them cannot break the loop.
 """
 
@@ -45,6 +45,7 @@ from rlm_cli.sandbox.execution import (
 from rlm_cli.sandbox.hardening import apply_limits, drop_privileges, harden, memory_problem, mount_scratch
 from rlm_cli.sandbox.integrity import Integrity
 from rlm_cli.sandbox.leads import LeadsHelper, leads
+from rlm_cli.sandbox.mapping import map_items
 from rlm_cli.sandbox.observe import Observer, WatchedList, watched
 from rlm_cli.sandbox.texts import Context, Lines
 
@@ -53,7 +54,7 @@ _BUILTINS = builtins
 #: in one block must not break the next).
 _BUILTINS_SNAPSHOT = dict(vars(builtins))
 RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search", "leads", "data", "records", "frame",
-            "llm_query", "llm_query_batched", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
+            "llm_query", "llm_query_batched", "llm_map", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
 
 
 class _FinalSignal:
@@ -140,10 +141,26 @@ class Worker:
         if not prompts:
             return []
         self.observer.count("llm_query_batched")
+        return self._send_batch(prompts, model)
+
+    def _send_batch(self, prompts: list[Any], model: str | None) -> list[str]:
+        """Sub-calls of ``prompts`` from at most ``--max-concurrency`` threads; answers in order."""
         self._batches += 1
         batch = {"id": self._batches, "size": len(prompts)}  # for the parent's progress line
         with ThreadPoolExecutor(max_workers=min(self._batch_threads, len(prompts))) as pool:
             return list(pool.map(lambda p: self._sub_call(p, model, batch), prompts))
+
+    def llm_map(self, items: Any, instruction: Any = None, *, model: str | None = None,
+                per_call: int | None = None) -> list[str | None]:
+        """One answer to ``instruction`` per item of ``items``, from as few sub-calls as fit the
+        sub-model's window (``rlm_cli.sandbox.mapping.map_items``: ``None`` where none came, said).
+
+        Raises:
+            TypeError: the instruction is missing or not a str, or ``per_call`` no positive int.
+        """
+        self.observer.count("llm_map")
+        return map_items(items, instruction, lambda: self._request({"type": "window", "model": model}),
+                         lambda prompts: self._send_batch(prompts, model), per_call)
 
     def rlm_query(self, prompt: str, context: Any = None) -> str:
         """A recursive sub-RLM over ``context`` (default: this REPL's ``context``) at depth + 1.
@@ -234,7 +251,7 @@ class Worker:
                 "search": watched("search", c.search, obs),
                 "leads": LeadsHelper(watched("leads", self._leads, obs)),
                 "data": self.data.data, "records": self.data.records, "frame": self.data.frame,
-                "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched,
+                "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched, "llm_map": self.llm_map,
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
                 "SHOW_VARS": self.SHOW_VARS}
 

@@ -4,15 +4,20 @@ partial credit."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rlm_cli.evaluation import scoring
+from rlm_cli.evaluation import scoring, semantic
 from rlm_cli.evaluation.semantic import CATEGORIES, ID_PATTERN, generate_messages, message
 from rlm_cli.evaluation.tasks import CorpusText, generate
+from tests.support.cli import model_flags, run_rlm
+from tests.support.fake_llm import FakeLLM, last_user, question_message, repl
 
 CORPUS = CorpusText(["readme.txt"], lambda p: "hello\n", lambda: "hello\n")
 
@@ -109,3 +114,93 @@ def test_partial_credit_is_oolong_s() -> None:
     assert scoring.partial("ids", "none", gold, id_pattern=ID_PATTERN) == 0.0
     assert scoring.partial("category", "complaints", "complaint", categories=CATS) == 1.0
     assert scoring.partial("category", "inquiries", "complaint", categories=CATS) == 0.0
+
+
+# -- through the command: one llm_map line answers in one root call ----------------------------------
+
+def _frame_patterns() -> list[tuple[re.Pattern[str], str]]:
+    """Each frame of the generator as a pattern (any product), with its category: an independent
+    way to label a message right, by the sentence it was built from."""
+    out = []
+    for cat, frames in semantic._FRAMES.items():
+        for frame in frames:
+            body = re.escape(frame[1:]).replace(re.escape("{t}"), ".+?")
+            out.append((re.compile(f"[{frame[0].upper()}{frame[0].lower()}]{body}"), cat))
+    return out
+
+
+FRAMES = _frame_patterns()
+
+
+def _label(text: str) -> str:
+    (cat,) = {c for p, c in FRAMES if p.search(text)}
+    return cat
+
+
+def _sub_model(wrong: int = 0) -> Any:
+    """A sub-model that labels every message of a piece right (the first ``wrong`` inquiries it
+    sees, as complaints)."""
+    left = [wrong]
+
+    def answer(req: dict[str, Any]) -> str:
+        items = re.findall(r"^\[(\d+)\] M\d{4}: (.*)$", last_user(req), re.M)
+        out = []
+        for k, text in items:
+            cat = _label(text)
+            if cat == "inquiry" and left[0] > 0:
+                left[0] -= 1
+                cat = "complaint"
+            out.append(f"{k}: {cat}")
+        return "\n".join(out)
+    return answer
+
+
+def _root(req: dict[str, Any]) -> str:
+    """One block per question: llm_map over the file's lines, then count, rank or list in code."""
+    q = question_message(req)
+    path = re.search(r"`(rlm-eval/messages-\d+\.txt)`", q).group(1)  # type: ignore[union-attr]
+    head = (f"lines = context[{path!r}].splitlines()\n"
+            "kinds = llm_map(lines, 'Is this message a complaint, compliment, inquiry or suggestion? One word.')\n")
+    plural = re.search(r"are (\w+)\?", q)
+    if "How many" in q and plural:
+        cat = next(c for c, (p, _) in CATEGORIES.items() if p == plural.group(1))
+        return repl(head + f"FINAL(str(sum(1 for k in kinds if k == {cat!r})))")
+    if plural:
+        cat = next(c for c, (p, _) in CATEGORIES.items() if p == plural.group(1))
+        return repl(head + f"FINAL(', '.join(l.split(':')[0] for l, k in zip(lines, kinds) if k == {cat!r}))")
+    return repl(head + "from collections import Counter\nFINAL(Counter(kinds).most_common(1)[0][0])")
+
+
+def _eval(llm: FakeLLM, tmp_path: Path, limit: int) -> tuple[Any, dict[str, Any]]:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir(exist_ok=True)
+    (corpus / "readme.txt").write_text("Support inbox export.\n")
+    res = run_rlm("eval", str(corpus), "--families", "semantic", "--limit", str(limit), "--records", "300", "--json",
+                  "--no-llm-cache", "--report", str(tmp_path / "report.md"), *model_flags(llm))
+    return res, json.loads(res.stdout)
+
+
+def test_one_llm_map_line_answers_each_kind_in_one_root_call(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.default("root", _root)
+    llm.default("sub", _sub_model())
+    res, doc = _eval(llm, tmp_path, 3)
+    assert res.code == 0, res.stderr
+    (group,) = doc["summary"]
+    assert (group["correct"], group["ran"], group["partial"], group["with_sub_calls"]) == (3, 3, 1.0, 3)
+    assert group["root_calls"] == 3  # the fewest there can be: one per question
+    for r in doc["results"]:
+        assert (r["correct"], r["partial"], r["iterations"], r["root_calls"]) == (True, 1.0, 1, 1), r
+        assert r["sub_calls"] == 30 // 16 + 1  # 30 messages, 16 a sub-call (a 32k window: 32,768 // 2,048)
+    assert "| semantic | rlm | 3/3 | 100% | 1.00 | 1 | 3 | 3/3 |" in (tmp_path / "report.md").read_text()
+
+
+def test_two_mislabelled_messages_cost_the_exact_count_and_leave_partial_credit(tmp_path: Path,
+                                                                              llm: FakeLLM) -> None:
+    llm.default("root", _root)
+    llm.default("sub", _sub_model(wrong=2))
+    res, doc = _eval(llm, tmp_path, 1)
+    assert res.code == 0, res.stderr
+    (r,) = doc["results"]
+    assert r["kind"] == "count" and "are inquiries?" in r["question"]
+    assert int(r["answer"]) == r["gold"] - 2
+    assert r["correct"] is False and r["partial"] == pytest.approx(0.75 ** 2)
