@@ -16,14 +16,15 @@ from rlm_cli.loop.meta import corpus_meta, first_messages
 from rlm_cli.models.window import input_budget, request_tokens
 
 HELPERS = ("context", "files", "chunks", "grep(", "read_file(", "search(", "llm_query(", "llm_query_batched(",
-           "rlm_query(", "SHOW_VARS()", "FINAL(", "FINAL_VAR(")
+           "llm_map(", "rlm_query(", "SHOW_VARS()", "FINAL(", "FINAL_VAR(")
 
 
 def test_full_system_prompt_teaches_the_method() -> None:
     text = prompts.system_prompt(sub_window_tokens=128_000, max_output_chars=10_000, root_window_tokens=200_000)
     for name in HELPERS:
         assert name in text, name
-    for idea in ("Explore first", "Filter with code", "Decompose", "llm_query_batched", "Aggregate in Python",
+    for idea in ("Explore first", "Filter with code", "Decompose when the answer depends on judging text",
+                 "A sub-call costs about one of your turns", "llm_query_batched", "Aggregate in Python",
                  "Only what your code prints comes back", "10,000 characters", "```repl"):
         assert idea in text, idea
     assert "<" + "SUB_" not in text and "<MAX_OUTPUT_CHARS>" not in text  # every placeholder filled
@@ -52,7 +53,8 @@ def test_sub_call_capacity_comes_from_the_window() -> None:
     text_big = prompts.system_prompt(sub_window_tokens=272_000, max_output_chars=10_000)
     text_small = prompts.system_prompt(sub_window_tokens=8_192, max_output_chars=10_000)
     assert "about 204,000 tokens (about 612,000 characters)" in text_big
-    assert "about 150,000 characters each" in text_big
+    assert "pieces of about 150,000 characters" in text_big
+    assert "132 items a sub-call" in text_big and "4 items a sub-call" in text_small  # llm_map: window // 2048
     assert "about 6,144 tokens (about 18,432 characters)" in text_small
 
 
