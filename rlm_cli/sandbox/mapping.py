@@ -21,10 +21,13 @@ How it works (:func:`run_map`):
    the other such items, in new pieces: once. An item still without an answer, or whose piece
    failed (the sub-call's ``Error: ...``), is ``None``, and a note printed in the block's output
    says which and why.
+4. **Remember.** A call answered in full is kept (:data:`MEMO`): the same items and instruction
+   asked again, as a small model does when it reruns a block, get the same answers at no cost.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -240,17 +243,32 @@ def run_map(texts: Sequence[str], instruction: str, cap: Capacity,
     return run
 
 
+#: Calls answered in full, by what they asked (:func:`memo_key`), in this worker: the same items and
+#: instruction again (a repeated block: small models rerun their code) cost no sub-call.
+MEMO: dict[str, list[str | None]] = {}
+#: Calls kept in :data:`MEMO`, at most (the oldest goes first).
+MEMO_SIZE = 64
+MEMO_NOTE = "[llm_map: the same items and instruction as an earlier call; its answers again, no new sub-call.]\n"
+
+
+def memo_key(texts: Sequence[str], instruction: str, model: str | None, per_call: int | None) -> str:
+    """The key of a call in :data:`MEMO`: a SHA-256 of everything that decides its answers."""
+    return hashlib.sha256(json.dumps([model, per_call, instruction, list(texts)]).encode()).hexdigest()
+
+
 USAGE = ("llm_map(items, instruction): give the list of items and, as a str, what to answer about each "
          "(e.g. llm_map(lines, 'Does this line report an error? yes or no'))")
 
 
 def map_items(items: Any, instruction: Any, ask_window: Callable[[], str],
-              send: Callable[[list[str]], list[str]], per_call: int | None = None) -> list[str | None]:
+              send: Callable[[list[str]], list[str]], per_call: int | None = None,
+              model: str | None = None) -> list[str | None]:
     """The REPL's ``llm_map(items, instruction)`` (also ``llm_map(instruction, items)``): one answer
     per item (:func:`item_texts`), ``None`` where none came; the note of :meth:`MapRun.note` is
     printed. ``ask_window`` asks the model layer for the sub-model's window (:func:`window_of`),
     ``send`` makes one round of sub-calls (:func:`run_map`); ``per_call`` caps the items of a
-    sub-call (:func:`capacity`).
+    sub-call (:func:`capacity`). A call that asks what an earlier one answered in full (same
+    items, instruction, ``model`` and ``per_call``) gets those answers again (:data:`MEMO`).
 
     Raises:
         TypeError: the instruction is missing or not a str (the message shows the call), or
@@ -265,6 +283,14 @@ def map_items(items: Any, instruction: Any, ask_window: Callable[[], str],
         return []
     if per_call is not None and (isinstance(per_call, bool) or not isinstance(per_call, int) or per_call < 1):
         raise TypeError(f"llm_map(..., per_call=N): N is the most items of one sub-call, a positive int; got {per_call!r}")
+    key = memo_key(texts, instruction, model, per_call)
+    if key in MEMO:
+        sys.stdout.write(MEMO_NOTE)
+        return list(MEMO[key])
     run = run_map(texts, instruction, capacity(*window_of(ask_window()), per_call), send)
     sys.stdout.write(run.note())
+    if None not in run.answers:
+        MEMO[key] = list(run.answers)
+        while len(MEMO) > MEMO_SIZE:
+            MEMO.pop(next(iter(MEMO)))
     return run.answers

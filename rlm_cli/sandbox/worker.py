@@ -160,7 +160,7 @@ class Worker:
         """
         self.observer.count("llm_map")
         return map_items(items, instruction, lambda: self._request({"type": "window", "model": model}),
-                         lambda prompts: self._send_batch(prompts, model), per_call)
+                         lambda prompts: self._send_batch(prompts, model), per_call, model)
 
     def rlm_query(self, prompt: str, context: Any = None) -> str:
         """A recursive sub-RLM over ``context`` (default: this REPL's ``context``) at depth + 1.

@@ -117,3 +117,16 @@ def test_max_sub_calls_holds_for_llm_map(tmp_path: Path, llm: FakeLLM) -> None:
     assert res.code == ExitCode.BUDGET, res.stderr
     assert len(llm.chat_requests("sub")) == 2 and doc["usage"]["sub"]["calls"] == 2
     assert len(llm.chat_requests("root")) == 1  # the run stopped after the block
+
+
+def test_the_same_map_again_costs_no_sub_call(tmp_path: Path, llm: FakeLLM) -> None:
+    """Small models rerun their blocks: the same items and instruction get the same answers free."""
+    llm.default("sub", _parity)
+    again = repl("labels = llm_map(context['items.txt'], 'Is the value even or odd?')\nprint(labels.count('even'))")
+    llm.script("root", again, again, repl("FINAL(str(labels.count('even')))"))
+    res, doc = _ask(llm, _items(tmp_path, 40), "--policy", "paper")
+    assert res.code == 0, res.stderr
+    assert doc["answer"] == "20" and doc["sub_calls"] == len(llm.chat_requests("sub")) == 2  # 40 items, 32 a call
+    trace = [json.loads(line) for line in Path(doc["trace"]).read_text().splitlines()]
+    outputs = [e["output"] for e in trace if e.get("type") == "output"]
+    assert "no new sub-call" in outputs[1] and outputs[1].endswith("20\n")

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from rlm_cli.sandbox import mapping
 from rlm_cli.sandbox.mapping import (
     ANSWER_TOKENS,
     TOKENS_PER_ITEM,
@@ -21,6 +22,11 @@ from rlm_cli.sandbox.mapping import (
     run_map,
     window_of,
 )
+
+
+@pytest.fixture(autouse=True)
+def _empty_memo() -> None:
+    mapping.MEMO.clear()
 
 
 def test_capacity_leaves_the_reply_free_and_room_for_each_answer() -> None:
@@ -122,3 +128,27 @@ def test_map_items_takes_either_order_and_lines_of_a_str(capsys: pytest.CaptureF
     with pytest.raises(TypeError, match="per_call"):
         map_items(["a"], "Upper?", lambda: window, send, per_call=0)
     assert capsys.readouterr().out == ""  # all answered: no note
+
+
+def test_a_call_answered_in_full_is_answered_again_without_sub_calls(capsys: pytest.CaptureFixture[str]) -> None:
+    sent: list[str] = []
+
+    def send(prompts: list[str]) -> list[str]:
+        sent.extend(prompts)
+        return ["\n".join(f"{k}: {t}!" for k, t in re.findall(r"^\[(\d+)\] (\w+)$", p, re.M)) for p in prompts]
+
+    window = '{"window": 16384, "reply": 3276}'
+    first = map_items(["a", "b"], "Shout it.", lambda: window, send)
+    assert first == ["a!", "b!"] and len(sent) == 1 and capsys.readouterr().out == ""
+    assert map_items(["a", "b"], "Shout it.", lambda: window, send) == first and len(sent) == 1
+    assert "no new sub-call" in capsys.readouterr().out
+    map_items(["a", "b"], "Whisper it.", lambda: window, send)  # another instruction: asked
+    map_items(["a", "b"], "Shout it.", lambda: window, send, model="openai/other")  # another model: asked
+    assert len(sent) == 3
+
+    def fails(prompts: list[str]) -> list[str]:
+        sent.extend(prompts)
+        return ["Error: the model relay could not be reached"] * len(prompts)
+
+    assert map_items(["c"], "Shout it.", lambda: window, fails) == [None]
+    assert map_items(["c"], "Shout it.", lambda: window, send) == ["c!"]  # a failed call is not kept
