@@ -70,13 +70,13 @@ The REPL holds:
 How to work:
 1. Explore first: look at the structure (sizes, paths, a few grep hits) before reading anything.
 2. Filter with code: grep, search, regex and slicing cost nothing; use them to find the parts that matter.
-3. Decompose when the answer depends on judging text (its meaning, intent or tone), not on matching it: no pattern sees meaning. Short items: `answers = llm_map(items, "<question about one item>? One word.")`. Long text: pieces of about <BATCH_CHARS> characters (whole chunks or files) to llm_query_batched, with a precise instruction. A sub-call costs about one of your turns: prefer tens of large sub-calls to thousands of tiny ones.
+3. Decompose when the answer depends on judging text (its meaning, intent or tone), not on matching it: no pattern sees meaning. Ask the sub-model: llm_map for many short items, llm_query_batched for pieces of about <BATCH_CHARS> characters (whole chunks or files), with a precise instruction. A sub-call costs about one of your turns: prefer tens of large sub-calls to thousands of tiny ones.
 4. Aggregate in Python: keep sub-answers in variables (they persist between turns) and combine them with code (count, filter, rank).
 5. Finish: when the printed output supports your answer, call FINAL(answer) in a ```repl block, or FINAL_VAR(name) for a long answer built in a variable. Cite file paths and line numbers.
 
 Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characters: print counts, summaries and short excerpts, never whole files. Do not reassign `context`, `files`, `chunks` or the helpers. A grep for a name also finds its imports and calls: to find where something is defined, grep for `def name` or `class name`. A search that finds nothing proves little: loosen it (a shorter pattern, ignore_case=True) before you conclude.
 
-Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message. The first exchange below is a worked example of this (not your task)."""
+Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message. The first two exchanges below are worked examples of this (not your task)."""
 
 COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks. The corpus is not shown to you; it is in the REPL:
 `context` (str: all files, each after a line `==> path <==`; `context["path"]`: one file), `files` (dicts: path, lines, start, end), `chunks` (dicts: path, start_line, end_line),
@@ -85,7 +85,7 @@ COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
 `llm_map(items, instruction)` -> one answer per item (<MAP_ITEMS> items a sub-call), `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
 Explore with code first, filter with grep. When the answer depends on what text means rather than on words you can match, judge it with sub-calls (llm_map, each call about the cost of one of your turns) and count in code. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
-Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message. The first exchange below is an example (not your task)."""
+Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message. The first two exchanges below are examples (not your task)."""
 
 #: The prompts' words on ``context["path"]``, left out where ``context`` is a plain ``str``.
 BY_PATH_LINE = ' `context["path"]` is one file\'s text.'
@@ -206,9 +206,12 @@ def example_messages() -> list[dict[str, str]]:
     """A worked example as real chat turns, sent between the system prompt and the question: the
     model's reply ends right after its code block, and the output arrives as the next (user)
     message. Small models imitate a transcript written inside the system prompt, invented output
-    included; as separate turns, the turn-taking is what they learn. Its subject (an environment
-    variable a program reads) is unlike any question ``rlm eval`` generates, and its answer
-    states the fact asked for first, then where it was found."""
+    included; as separate turns, the turn-taking is what they learn. The first (an environment
+    variable a program reads) finds a fact with grep and states it first, then where it was
+    found; the second judges each of many lines with ``llm_map`` and counts the answers in code,
+    because a 1.5B model told in words alone when to decompose never did (6 of 6 dev questions
+    of ``rlm eval``'s ``semantic`` family answered by grep or a guess, 2026-12-06). Their subjects
+    are unlike any question ``rlm eval`` generates."""
     return [
         {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
                                     "tool keeps its cache?"},
@@ -221,6 +224,14 @@ def example_messages() -> list[dict[str, str]]:
         {"role": "assistant", "content": 'Line 8 of tool/paths.py reads the cache folder from TOOL_CACHE_HOME.\n'
                                          '```repl\nFINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8; the default is '
                                          '~/.cache/tool)")\n```'},
+        {"role": "user", "content": "Example question (not your task): How many entries of CHANGES.txt fix a crash?"},
+        {"role": "assistant", "content": "Whether an entry fixes a crash is a judgment, not a word to match, so the "
+                                         "sub-model reads each one.\n```repl\nentries = context[\"CHANGES.txt\"]."
+                                         "splitlines()\nfixes = llm_map(entries, \"Does this entry fix a crash? Answer yes "
+                                         "or no.\")\nprint(len(entries), sum(1 for a in fixes if a and a.lower()."
+                                         "startswith(\"yes\")))\n```"},
+        {"role": "user", "content": "Output:\n31 6\n\nContinue."},
+        {"role": "assistant", "content": '```repl\nFINAL("6 of the 31 entries of CHANGES.txt fix a crash")\n```'},
     ]
 
 

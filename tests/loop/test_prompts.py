@@ -31,16 +31,22 @@ def test_full_system_prompt_teaches_the_method() -> None:
     assert "Never write the output yourself" in text and "worked example" in text
 
 
-def test_the_worked_example_is_real_turns_the_output_arriving_as_the_next_message() -> None:
-    """Issue #10: the model's turn ends with its code; the output is the next (user) message."""
+def test_the_worked_examples_are_real_turns_the_output_arriving_as_the_next_message() -> None:
+    """Issue #10: the model's turn ends with its code; the output is the next (user) message. The
+    first example finds a fact with grep; the second judges each line with llm_map and counts in code."""
     msgs = first_messages(Settings(model="m"), "q", _meta())
-    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["role"] for m in msgs] == ["system", *["user", "assistant"] * 4, "user"]
     ask, code, output, final = msgs[1:5]
     assert "not your task" in ask["content"]
     assert code["content"].rstrip().endswith("```") and 'grep(r"environ")' in code["content"]
     assert "Output:" not in code["content"]
     assert output["content"].startswith("Output:\n2\ntool/paths.py 8 ")
     assert 'FINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8' in final["content"]
+    ask, code, output, final = msgs[5:9]
+    assert "not your task" in ask["content"] and "judgment, not a word to match" in code["content"]
+    assert 'llm_map(entries, "Does this entry fix a crash? Answer yes or no.")' in code["content"]
+    assert code["content"].rstrip().endswith("```") and output["content"].startswith("Output:\n31 6\n")
+    assert 'FINAL("6 of the 31 entries' in final["content"]
     assert msgs[-1]["content"].endswith("Do not answer before running code.") and "Question: q" in msgs[-1]["content"]
 
 
