@@ -11,7 +11,7 @@ Two channels use it:
   ``{"type": "load", ...}``, ``{"type": "exec", "code": str}``, ``{"type": "shutdown"}``;
   the worker answers each with ``{"type": "ready"|"result"|"error", ...}``.
 * **lm** (worker -> LMHandler, one Unix-socket connection per request): the worker sends two
-  frames, first the *hello* ``{"token": str, "type": "completion"|"rlm_query"}`` (at most
+  frames, first the *hello* ``{"token": str, "type": "completion"|"rlm_query"|"window"}`` (at most
   :data:`MAX_HELLO_BYTES`), then the request itself ``{...}`` (at most the size the relay allows
   for that type), and reads one reply ``{"ok": bool, "text": str, "error": str}``. The relay reads
   nothing from a connection whose peer is not one of its workers, and nothing past the hello of

@@ -3,7 +3,7 @@
 The RLM method runs in four phases: **explore** (look at the corpus's structure or text:
 ``files``, ``chunks``, ``context``, ``grep``, ``search``, ``read_file``, ``chunk_text``),
 **decompose** (send pieces to sub-calls or sub-RLMs: ``llm_query``, ``llm_query_batched``,
-``rlm_query``), **aggregate** (run code that combines variables without new reads or calls) and
+``llm_map``, ``rlm_query``), **aggregate** (run code that combines variables without new reads or calls) and
 **terminate** (the iteration whose ``FINAL`` ended the loop). The worker counts the helper calls of
 every block (``rlm_cli.sandbox.observe``) and reports them with its result; the orchestrator puts
 them on ``output`` events as ``helpers``.
@@ -27,7 +27,7 @@ from rlm_cli.output.trace import Emit, event
 PHASES = ("explore", "decompose", "aggregate", "terminate")
 #: Helper names whose use is a look at the corpus (explore) or a model call (decompose).
 EXPLORE = frozenset({"grep", "read_file", "search", "leads", "chunk_text", "files", "chunks", "context"})
-DECOMPOSE = frozenset({"llm_query", "llm_query_batched", "rlm_query"})
+DECOMPOSE = frozenset({"llm_query", "llm_query_batched", "llm_map", "rlm_query"})
 
 
 

@@ -25,7 +25,7 @@ from rlm_cli.errors import UsageError
 def eval_cmd(
     paths: PathsArg,
     families: Annotated[str, Opt("--families", help="Comma-separated task families: needle, code, aggregate, "
-                                 "pairs.")] = "needle,code,aggregate,pairs",
+                                 "pairs, semantic.")] = "needle,code,aggregate,pairs,semantic",
     limit: Annotated[int, Opt("--limit", min=1, help="Questions per family.")] = 10,
     seed: Annotated[int, Opt("--seed", help="Same seed and corpus, same questions.")] = 0,
     split: Annotated[str, Opt("--split", help="dev: the families' own wording (tune on it); test: other wordings "
@@ -33,8 +33,9 @@ def eval_cmd(
     modes: Annotated[str, Opt("--modes", help="Comma-separated: rlm, direct (direct only where the corpus fits "
                               "the root model's window).")] = "rlm",
     jobs: Annotated[int, Opt("--jobs", min=1, help="Questions run at once.")] = 1,
-    records: Annotated[int, Opt("--records", min=20, help="Lines of the generated log (aggregate) and, a "
-                                "quarter of it, of each ticket list (pairs).")] = 1000,
+    records: Annotated[int, Opt("--records", min=20, help="Lines of the generated log (aggregate); a "
+                                "quarter of it, of each ticket list (pairs); a tenth, of each message file "
+                                "(semantic).")] = 1000,
     report: Annotated[Path | None, Opt("--report", help="Also write a Markdown report to FILE.")] = None,
     *,
     run: RunFlags,

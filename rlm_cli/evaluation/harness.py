@@ -24,7 +24,7 @@ from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.corpus.store import derive_corpus
 from rlm_cli.errors import DoesNotFitError, PartialAnswerError, ProviderError, RLMError
-from rlm_cli.evaluation.scoring import score
+from rlm_cli.evaluation.scoring import partial, score
 from rlm_cli.evaluation.tasks import CorpusText, Task
 from rlm_cli.output.trace import Emit
 
@@ -40,14 +40,18 @@ class QuestionResult:
     """The outcome of one question in one mode. ``correct`` is ``None`` when it did not run
     (``does_not_fit``); ``tokens`` counts input + output tokens of every model call made;
     ``cached_calls`` counts the calls answered from the LLM cache instead (no tokens spent: the
-    reply the model gave that exact request before)."""
+    reply the model gave that exact request before); ``partial`` is the answer's score from 0 to 1
+    (``scoring.partial``: OOLONG's partial credit; 0 when the run did not end with an answer)."""
 
     task: Task
     mode: str
     status: str
     answer: str = ""
     correct: bool | None = None
+    partial: float = 0.0
     iterations: int = 0
+    #: Calls of root models (the loop's turns, and those of its sub-RLMs), and sub-calls.
+    root_calls: int = 0
     sub_calls: int = 0
     tokens: int = 0
     cached_calls: int = 0
@@ -70,8 +74,9 @@ class QuestionResult:
         """The JSON form used in ``rlm eval --json``'s ``results``."""
         t = self.task
         return {"id": t.id, "family": t.family, "kind": t.kind, "mode": self.mode, "question": t.question,
-                "gold": t.gold, "answer": self.answer[:ANSWER_CHARS], "correct": self.correct, "status": self.status,
-                "iterations": self.iterations, "sub_calls": self.sub_calls, "tokens": self.tokens,
+                "gold": t.gold, "answer": self.answer[:ANSWER_CHARS], "correct": self.correct,
+                "partial": round(self.partial, 4), "status": self.status,
+                "iterations": self.iterations, "root_calls": self.root_calls, "sub_calls": self.sub_calls, "tokens": self.tokens,
                 "cached_calls": self.cached_calls, "cost_usd": self.cost_usd, "elapsed_s": self.elapsed_s,
                 "run_id": self.run_id, "trace": self.trace, "error": self.error, "policy": self.policy,
                 "support": self.support,
@@ -80,7 +85,10 @@ class QuestionResult:
 
 @dataclass
 class GroupSummary:
-    """Figures of one (family, mode): accuracy over the questions that ran, medians and totals."""
+    """Figures of one (family, mode): accuracy over the questions that ran, medians and totals;
+    ``partial`` is the mean partial score of the questions that ran (``scoring.partial``) and
+    ``with_sub_calls`` how many of them made at least one sub-call (decomposed); ``root_calls``
+    and ``sub_calls`` are totals."""
 
     family: str
     mode: str
@@ -96,6 +104,9 @@ class GroupSummary:
     wall_s: float = 0.0
     median_s: float | None = None
     cached_calls: int = 0
+    partial: float | None = None
+    with_sub_calls: int = 0
+    root_calls: int = 0
 
     @property
     def accuracy(self) -> float | None:
@@ -129,7 +140,8 @@ def summarize(results: list[QuestionResult]) -> list[GroupSummary]:
             statistics.median(r.iterations for r in ran) if ran else None, sum(r.sub_calls for r in ran),
             sum(r.tokens for r in ran), None if any(c is None for c in costs) else round(sum(c or 0.0 for c in costs), 6),
             round(sum(r.elapsed_s for r in ran), 3), statistics.median(r.elapsed_s for r in ran) if ran else None,
-            sum(r.cached_calls for r in ran)))
+            sum(r.cached_calls for r in ran), round(statistics.fmean(r.partial for r in ran), 4) if ran else None,
+            sum(1 for r in ran if r.sub_calls > 0), sum(r.root_calls for r in ran)))
     return out
 
 
@@ -232,11 +244,13 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
         res.trace = str(exc.trace_path) if getattr(exc, "trace_path", None) else None  # type: ignore[attr-defined]
     res.elapsed_s = round(time.monotonic() - started, 3)
     res.tokens = int(usage.get("total_tokens") or 0)
+    res.root_calls = int((usage.get("root") or {}).get("calls") or 0)
     res.cached_calls = int(usage.get("cached_calls") or 0)
     res.cost_usd = usage.get("cost_usd")
     if res.trace and not res.run_id:
         res.run_id = res.trace.rsplit("/", 1)[-1].removesuffix(".jsonl")
     res.correct = res.status == "final" and score(task.scorer, res.answer, task.gold, **task.extra)
+    res.partial = partial(task.scorer, res.answer, task.gold, **task.extra) if res.status == "final" else 0.0
     for c in res.checks:
         c["right"] = bool(score(task.scorer, c["answer"], task.gold, **task.extra))
     return res

@@ -95,6 +95,30 @@ TEMPLATES: dict[tuple[str, str], dict[str, list[str]]] = {
         "test": ["How many duplicate pairs (one customer, one product, two tickets) are there in {path}?",
                  "Count the ticket pairs in {path} that repeat a customer together with a product."],
     },
+    ("semantic", "count"): {
+        "dev": ["Each line of `{path}` is a customer message written as {cats}. How many of the messages are "
+                "{plural}? Answer with the number."],
+        "test": ["{path} holds one customer message per line; every message is {cats}. Count the {plural}.",
+                 "Customers wrote the messages in {path} (one per line), each as {cats}. What number of them are "
+                 "{plural}?",
+                 "Going by the intent of each message in {path} ({cats}), how many {plural} are there?"],
+    },
+    ("semantic", "most"): {
+        "dev": ["Each line of `{path}` is a customer message written as {cats}. Which kind of message is the most "
+                "common? Answer with the kind."],
+        "test": ["{path} holds one customer message per line; every message is {cats}. Which of these four kinds "
+                 "occurs most?",
+                 "Customers wrote the messages in {path} (one per line), each as {cats}. What kind did they send "
+                 "most often?"],
+    },
+    ("semantic", "ids"): {
+        "dev": ["Each line of `{path}` is a customer message written as {cats}. Which messages are {plural}? Give "
+                "their ids."],
+        "test": ["{path} holds one customer message per line; every message is {cats}. List the ids of the "
+                 "{plural}.",
+                 "Customers wrote the messages in {path} (one per line), each as {cats}. Which ids belong to "
+                 "{plural}?"],
+    },
 }
 
 

@@ -20,16 +20,21 @@ def _cost(x: float | None) -> str:
 
 
 def summary_table(groups: list[GroupSummary]) -> str:
-    """A Markdown table: one row per family and mode ("cached calls": model calls answered from the
-    LLM cache, which spend no tokens; ``--no-llm-cache`` makes every call anew)."""
-    rows = ["| family | mode | correct | accuracy | median iterations | sub-calls | tokens | cached calls | cost "
-            "| median s | not run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """A Markdown table: one row per family and mode ("partial": the mean partial score, OOLONG's
+    credit for near answers, ``scoring.partial``; "with sub-calls": questions whose run made at least
+    one sub-call; "root calls" and "sub-calls": totals; "cached calls": model calls answered from the LLM cache, which spend no tokens;
+    ``--no-llm-cache`` makes every call anew)."""
+    rows = ["| family | mode | correct | accuracy | partial | median iterations | root calls | with sub-calls "
+            "| sub-calls | tokens | cached calls | cost | median s | not run |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in groups:
         med_it = "n/a" if g.median_iterations is None else f"{g.median_iterations:g}"
         med_s = "n/a" if g.median_s is None else f"{g.median_s:.1f}"
         not_run = f"{g.does_not_fit} does not fit" if g.does_not_fit else ""
-        rows.append(f"| {g.family} | {g.mode} | {g.correct}/{g.ran} | {_pct(g.accuracy)} | {med_it} | {g.sub_calls:,} "
-                    f"| {g.tokens:,} | {g.cached_calls:,} | {_cost(g.cost_usd)} | {med_s} | {not_run} |")
+        part = "n/a" if g.partial is None else f"{g.partial:.2f}"
+        rows.append(f"| {g.family} | {g.mode} | {g.correct}/{g.ran} | {_pct(g.accuracy)} | {part} | {med_it} "
+                    f"| {g.root_calls:,} | {g.with_sub_calls}/{g.ran} | {g.sub_calls:,} | {g.tokens:,} | {g.cached_calls:,} "
+                    f"| {_cost(g.cost_usd)} | {med_s} | {not_run} |")
     return "\n".join(rows)
 
 
@@ -88,13 +93,13 @@ def markdown(meta: dict[str, Any], groups: list[GroupSummary], results: list[Que
     lines += ["", "## Summary", "", summary_table(groups), "", "## Support", "", support_table(results), "",
               "## Answer checks", "", checks_table(results), "",
               "## Questions", "",
-              "| id | kind | mode | status | support | correct | gold | answer | iterations | s | trace |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| id | kind | mode | status | support | correct | partial | gold | answer | iterations | root calls "
+              "| sub-calls | s | trace |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         mark = "n/a" if r.correct is None else ("yes" if r.correct else "**no**")
         lines.append(f"| {r.task.id} | {r.task.kind} | {r.mode} | {r.status} | {r.support or 'error'} | {mark} | "
-                     f"{_cell(r.task.gold, 40)} | "
-                     f"{_cell(r.answer or r.error or '')} | {r.iterations} | {r.elapsed_s:.1f} | {r.run_id or ''} |")
+                     f"{r.partial:.2f} | {_cell(r.task.gold, 40)} | {_cell(r.answer or r.error or '')} | {r.iterations} "
+                     f"| {r.root_calls} | {r.sub_calls} | {r.elapsed_s:.1f} | {r.run_id or ''} |")
     lines += ["", "A failure is one `rlm trace show ID` away."]
     return "\n".join(lines) + "\n"
 

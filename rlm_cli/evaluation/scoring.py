@@ -18,6 +18,14 @@ the answer states the gold fact. The rules (also in docs/eval.md):
   answer, or in its last sentence when several are named, and it is the gold one.
 * ``pairs`` (which pairs): the record ids the answer names, taken two by two in order, are
   exactly the gold set of unordered pairs.
+* ``category`` (which kind of message, ``semantic``): as ``label``, where each category may be
+  named in any of its forms (``complaint`` or ``complaints``).
+* ``ids`` (which messages, ``semantic``): the set of ids the answer names is exactly the gold set.
+
+:func:`partial` gives each answer a score from 0 to 1 beside the exact verdict, as OOLONG
+(Bertsch et al., 2025, arXiv:2511.02817) scores its answers: a number ``0.75 ** |gold - answer|``
+(the better of the answer's first and last number); a list of ids the F1 of the ids named (as
+the RLM paper, Zhang, Kraska and Khattab, scores OOLONG-Pairs); any other answer 1 or 0.
 """
 
 from __future__ import annotations
@@ -168,10 +176,61 @@ def score_pairs(answer: str, gold: list[list[str]], *, id_pattern: str = r"\b[A-
     return len(got) == len(ids) // 2 and got == want
 
 
+def _named_categories(text: str, categories: dict[str, Sequence[str]]) -> list[str]:
+    return [c for c, forms in categories.items()
+            if any(re.search(r"(?<![\w])" + re.escape(f) + r"(?![\w])", text, re.IGNORECASE) for f in forms)]
+
+
+def score_category(answer: str, gold: str, *, categories: dict[str, Sequence[str]] | None = None, **_: Any) -> bool:
+    """Exactly one category is named (in the whole answer, else in its last sentence), by any of
+    its forms in ``categories`` (``{name: [forms]}``, any case), and it is ``gold``."""
+    cats = categories or {gold: [gold]}
+    found = _named_categories(answer, cats)
+    if len(found) > 1:
+        sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", answer.strip()) if s.strip()]
+        found = _named_categories(sentences[-1], cats) if sentences else []
+    return found == [gold]
+
+
+def ids_in(answer: str, id_pattern: str) -> set[str]:
+    """The distinct ids ``answer`` names (matches of ``id_pattern``)."""
+    return set(re.findall(id_pattern, answer))
+
+
+def score_ids(answer: str, gold: list[str], *, id_pattern: str = r"\b[A-Z]\d+\b", **_: Any) -> bool:
+    """The ids named in ``answer`` are exactly the set ``gold`` (order and repeats do not matter)."""
+    return bool(gold) and ids_in(answer, id_pattern) == set(gold)
+
+
 SCORERS: dict[str, Callable[..., bool]] = {
     "key": score_key, "path": score_path, "literal": score_literal, "names": score_names,
-    "number": score_number, "label": score_label, "pairs": score_pairs,
+    "number": score_number, "label": score_label, "pairs": score_pairs, "category": score_category,
+    "ids": score_ids,
 }
+#: OOLONG's partial credit for a number: this to the power of the absolute error.
+PARTIAL_BASE = 0.75
+
+
+def partial(kind: str, answer: str, gold: Any, **extra: Any) -> float:
+    """A score in [0, 1] beside the exact verdict of :func:`score` (see the module docstring):
+    ``number``: ``0.75 ** |gold - n|`` for the closer of the answer's first and last number (0
+    without a number); ``ids``: the F1 of the ids named against ``gold``; any other scorer 1.0
+    when :func:`score` accepts the answer, else 0.0.
+
+    Raises:
+        KeyError: no such scorer.
+    """
+    answer = answer or ""
+    if kind == "number":
+        nums = numbers_in(answer)
+        if not nums:
+            return 0.0
+        return max(PARTIAL_BASE ** min(abs(n - gold), 1e6) for n in (nums[0], nums[-1]))
+    if kind == "ids":
+        got, want = ids_in(answer, extra.get("id_pattern", r"\b[A-Z]\d+\b")), set(gold)
+        hits = len(got & want)
+        return 0.0 if not hits else 2 * hits / (len(got) + len(want))
+    return 1.0 if score(kind, answer, gold, **extra) else 0.0
 
 
 def score(kind: str, answer: str, gold: Any, **extra: Any) -> bool:

@@ -18,6 +18,9 @@ Families (docs/eval.md lists them with their scoring rules):
   counts, sums and most/least frequent labels over every line.
 * ``pairs``: a generated ticket list appended to the corpus; which pairs (and how many pairs)
   of tickets share a customer and a product (a quadratic comparison).
+* ``semantic`` (OOLONG style, ``evaluation.semantic``): a generated file of customer messages per
+  question, each of a hidden category that no keyword gives away; counts, the most common
+  category, the ids of the rarest one: every message must be judged by its meaning.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 from rlm_cli.evaluation.phrasing import Phrasing
 
-FAMILIES = ("needle", "code", "aggregate", "pairs")
+FAMILIES = ("needle", "code", "aggregate", "pairs", "semantic")
 #: Folder of the generated files appended to the corpus (a suffix is added if the corpus has it).
 GENERATED_DIR = "rlm-eval"
 
@@ -76,7 +79,7 @@ class CorpusText:
 def generate(families: list[str], corpus: CorpusText, *, limit: int, seed: int, records: int,
              split: str = "dev") -> dict[str, list[Task]]:
     """Up to ``limit`` tasks per family in ``families`` (fewer where the corpus cannot give more:
-    ``code`` needs Python files). ``records`` sizes the generated log and ticket list. ``split``
+    ``code`` needs Python files). ``records`` sizes the generated log, ticket lists and message files. ``split``
     (``evaluation.phrasing``): ``dev``, the wording and seeds the families always had, or
     ``test``, other wordings and other random streams (``f"{seed}:{family}:test"``).
 
@@ -95,6 +98,10 @@ def generate(families: list[str], corpus: CorpusText, *, limit: int, seed: int, 
             out[fam] = aggregate_tasks(corpus, rng, limit, records, phr)
         elif fam == "pairs":
             out[fam] = pairs_tasks(corpus, rng, limit, records, phr)
+        elif fam == "semantic":
+            from rlm_cli.evaluation.semantic import semantic_tasks
+
+            out[fam] = semantic_tasks(corpus, rng, limit, records, phr)
         else:
             raise ValueError(f"unknown family {fam!r}; choose from {', '.join(FAMILIES)}")
     return out
@@ -304,7 +311,8 @@ _MESSAGES = ("request served", "cache miss", "retrying upstream", "slow query", 
              "connection reset", "queue drained", "config reloaded")
 
 
-def _free_path(corpus: CorpusText, name: str) -> str:
+def free_path(corpus: CorpusText, name: str) -> str:
+    """``rlm-eval/NAME``, or ``rlm-eval-N/NAME`` with the first N whose path the corpus does not have."""
     taken = set(corpus.paths)
     folder = GENERATED_DIR
     n = 1
@@ -350,7 +358,7 @@ def aggregate_tasks(corpus: CorpusText, rng: random.Random, limit: int, records:
     only where the extreme is unique); every line can change the answer."""
     phr = phr or Phrasing("dev")
     recs = generate_log(rng, records)
-    path = _free_path(corpus, "service.log")
+    path = free_path(corpus, "service.log")
     edit = CorpusEdit("aggregate", add=((path, log_text(recs)),))
     users = sorted({r["user"] for r in recs})
     tasks: list[Task] = []
@@ -421,7 +429,7 @@ def pairs_tasks(corpus: CorpusText, rng: random.Random, limit: int, records: int
     for i in range(limit):
         n_pairs = rng.randint(2, 5)
         tickets, gold = generate_tickets(rng, max(records // 4, 2 * n_pairs + 4), n_pairs)
-        path = _free_path(corpus, f"tickets-{i + 1}.txt")
+        path = free_path(corpus, f"tickets-{i + 1}.txt")
         edit = CorpusEdit(f"pairs-{i + 1}", add=((path, tickets_text(tickets)),))
         if i % 2 == 0:
             tasks.append(Task(f"pairs-{i + 1}", "pairs", "list", phr.ask("pairs", "list", path=path), gold, "pairs",

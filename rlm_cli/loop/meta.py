@@ -9,6 +9,7 @@ from typing import Any
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, FileEntry
 from rlm_cli.loop import prompts
+from rlm_cli.loop.examples import example_messages
 from rlm_cli.loop.history import output_limit
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.window import input_budget
@@ -75,7 +76,7 @@ def text_meta(text: str) -> dict[str, Any]:
 def first_messages(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0,
                    note: str = "") -> list[dict[str, str]]:
     """What the root model of a loop at ``depth`` reads first: the system prompt, the worked
-    example's turns (:func:`prompts.example_messages`) and the first user message (metadata and
+    example's turns (:func:`rlm_cli.loop.examples.example_messages`) and the first user message (metadata and
     question); the windows come from ``settings`` (or :data:`DEFAULT_WINDOW`). ``note`` (a
     session's earlier questions and kept variables, ``prompts.session_note``) goes between the
     corpus description and the question."""
@@ -84,6 +85,6 @@ def first_messages(settings: Settings, question: str, meta: dict[str, Any], dept
     system = prompts.system_prompt(sub_window_tokens=settings.sub_model_window or DEFAULT_WINDOW,
                                    max_output_chars=out_limit, root_window_tokens=root_window,
                                    recursion=depth + 1 < settings.max_depth, by_path=meta.get("by_path", True))
-    return [{"role": "system", "content": system}, *prompts.example_messages(),
+    return [{"role": "system", "content": system}, *example_messages(),
             {"role": "user", "content": prompts.first_user_prompt(
                 question, prompts.corpus_metadata(meta) + (f"\n\n{note}" if note else ""))}]

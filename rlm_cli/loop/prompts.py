@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rlm_cli.models.window import reply_tokens
+from rlm_cli.sandbox.mapping import capacity
+
 #: Characters per token assumed when a token budget is stated in characters (conservative:
 #: English prose is ~4, source code ~3).
 CHARS_PER_TOKEN = 3
@@ -59,6 +62,7 @@ The REPL holds:
 - `data[path]`: a JSON/JSONL/CSV/TSV file or web access log parsed (JSON -> its object; the others -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
 - `llm_query(prompt)` -> str: one call to a sub-model that sees ONLY the prompt string you give it. It holds up to about <SUB_MAX_TOKENS> tokens (about <SUB_MAX_CHARS> characters).
 - `llm_query_batched(prompts)` -> list[str]: many sub-calls run concurrently; answers come back in the same order.
+- `llm_map(items, instruction)` -> list: one sub-model answer per item (items: a list of str, such as lines), <MAP_ITEMS> items a sub-call; None where none came.
 - `rlm_query(prompt, context=None)` -> str: <RLM_QUERY>
 - `SHOW_VARS()`: list the variables you have created.
 - `FINAL(answer)`: finish with the answer. `FINAL_VAR(name)`: finish with the value of a variable (e.g. FINAL_VAR("report")).
@@ -66,22 +70,22 @@ The REPL holds:
 How to work:
 1. Explore first: look at the structure (sizes, paths, a few grep hits) before reading anything.
 2. Filter with code: grep, search, regex and slicing cost nothing; use them to find the parts that matter.
-3. Decompose: to read or judge text, send sizeable pieces (about <BATCH_CHARS> characters each: whole chunks or files grouped together) to llm_query_batched, with a precise instruction of what to extract. Prefer tens of large sub-calls to thousands of tiny ones.
-4. Aggregate in Python: keep sub-answers in variables (they persist between turns) and combine them with code.
+3. Decompose when the answer depends on judging text (its meaning, intent or tone), not on matching it: no pattern sees meaning. Ask the sub-model: llm_map for many short items, llm_query_batched for pieces of about <BATCH_CHARS> characters (whole chunks or files), with a precise instruction. A sub-call costs about one of your turns: prefer tens of large sub-calls to thousands of tiny ones.
+4. Aggregate in Python: keep sub-answers in variables (they persist between turns) and combine them with code (count, filter, rank).
 5. Finish: when the printed output supports your answer, call FINAL(answer) in a ```repl block, or FINAL_VAR(name) for a long answer built in a variable. Cite file paths and line numbers.
 
 Only what your code prints comes back to you, cut to <MAX_OUTPUT_CHARS> characters: print counts, summaries and short excerpts, never whole files. Do not reassign `context`, `files`, `chunks` or the helpers. A grep for a name also finds its imports and calls: to find where something is defined, grep for `def name` or `class name`. A search that finds nothing proves little: loosen it (a shorter pattern, ignore_case=True) before you conclude.
 
-Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message. The first exchange below is a worked example of this (not your task)."""
+Each reply: a short thought, then one ```repl block, then stop. Never write the output yourself: the REPL runs your block after your reply ends and sends the real output in the next message. The first two exchanges below are worked examples of this (not your task)."""
 
 COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in ```repl blocks. The corpus is not shown to you; it is in the REPL:
 `context` (str: all files, each after a line `==> path <==`; `context["path"]`: one file), `files` (dicts: path, lines, start, end), `chunks` (dicts: path, start_line, end_line),
 `grep(pattern)` -> [{"file","line","text","in"}] ("in": the enclosing function), `read_file(path, start_line, end_line)`, `search(query, k=10)`,
 `data[path]` (parsed JSON/JSONL/CSV, access logs), `records(glob=None)` (all rows as dicts with "_file", "_line"), `frame(path)` (pandas),
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
-`rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
-Explore with code first, filter with grep, send big pieces to sub-calls. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
-Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message. The first exchange below is an example (not your task)."""
+`llm_map(items, instruction)` -> one answer per item (<MAP_ITEMS> items a sub-call), `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
+Explore with code first, filter with grep. When the answer depends on what text means rather than on words you can match, judge it with sub-calls (llm_map, each call about the cost of one of your turns) and count in code. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
+Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message. The first two exchanges below are examples (not your task)."""
 
 #: The prompts' words on ``context["path"]``, left out where ``context`` is a plain ``str``.
 BY_PATH_LINE = ' `context["path"]` is one file\'s text.'
@@ -100,7 +104,8 @@ def system_prompt(*, sub_window_tokens: int, max_output_chars: int, root_window_
 
     Args:
         sub_window_tokens: the sub-model's input window in tokens; the prompt states what one
-            sub-call can hold and which piece size to send (see :func:`sub_call_capacity`).
+            sub-call can hold, which piece size to send (see :func:`sub_call_capacity`) and how
+            many items ``llm_map`` puts in one sub-call (``sandbox.mapping.capacity``).
         max_output_chars: how much of a block's printed output the model gets back.
         root_window_tokens: the root model's input window; below ``COMPACT_BELOW_TOKENS`` the
             compact variant is used so that a 4,000-token window leaves room to work.
@@ -114,7 +119,9 @@ def system_prompt(*, sub_window_tokens: int, max_output_chars: int, root_window_
                 else SYSTEM_PROMPT)
     if not by_path:
         template = template.replace(BY_PATH_LINE, "").replace(BY_PATH_COMPACT, "")
+    map_items = capacity(sub_window_tokens, reply_tokens(sub_window_tokens)).max_items
     return (template.replace("<SUB_MAX_TOKENS>", f"{cap.max_tokens:,}")
+            .replace("<MAP_ITEMS>", f"{map_items:,}")
             .replace("<SUB_MAX_CHARS>", f"{cap.max_chars:,}")
             .replace("<BATCH_CHARS>", f"{cap.batch_chars:,}")
             .replace("<RLM_QUERY>", _RLM_QUERY_RECURSIVE if recursion else _RLM_QUERY_PLAIN)
@@ -193,28 +200,6 @@ def _describe_structured(m: dict[str, Any]) -> str:
     rest = [str(k)[:30] for k in (m.get("keys") or [])[len(m.get("sample") or []):][:6]]
     keys = sample + (", " + ", ".join(rest) if rest else "") + (f" ({nkeys:,} keys)" if nkeys > 6 else "")
     return f"{path}: {'; '.join(parts)}" + (f"; keys: {keys}" if keys else "")
-
-
-def example_messages() -> list[dict[str, str]]:
-    """A worked example as real chat turns, sent between the system prompt and the question: the
-    model's reply ends right after its code block, and the output arrives as the next (user)
-    message. Small models imitate a transcript written inside the system prompt, invented output
-    included; as separate turns, the turn-taking is what they learn. Its subject (an environment
-    variable a program reads) is unlike any question ``rlm eval`` generates, and its answer
-    states the fact asked for first, then where it was found."""
-    return [
-        {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
-                                    "tool keeps its cache?"},
-        {"role": "assistant", "content": 'I will look for environment variables the code reads.\n```repl\nhits = '
-                                         'grep(r"environ")\nprint(len(hits))\nfor h in hits[:5]:\n    print(h["file"], '
-                                         'h["line"], h["text"].strip())\n```'},
-        {"role": "user", "content": "Output:\n2\ntool/paths.py 8 root = os.environ.get(\"TOOL_CACHE_HOME\", "
-                                    "\"~/.cache/tool\")\ntool/cli.py 30 debug = os.environ.get(\"TOOL_DEBUG\") == "
-                                    "\"1\"\n\nContinue."},
-        {"role": "assistant", "content": 'Line 8 of tool/paths.py reads the cache folder from TOOL_CACHE_HOME.\n'
-                                         '```repl\nFINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8; the default is '
-                                         '~/.cache/tool)")\n```'},
-    ]
 
 
 def first_user_prompt(question: str, metadata: str) -> str:
@@ -409,6 +394,7 @@ HELPER_USAGE = {
                   "grep/search row",
     "llm_query": "llm_query(prompt) sends one string to the sub-model and returns its answer",
     "llm_query_batched": "llm_query_batched([prompt1, prompt2, ...]) returns a list of answers",
+    "llm_map": "llm_map(items, instruction) returns one answer per item of the list items (instruction: a str)",
     "FINAL_VAR": "FINAL_VAR('name') finishes with the value of the variable called name",
 }
 
@@ -446,7 +432,6 @@ def direct_prompt(question: str, context: str) -> list[dict[str, str]]:
     """Messages for direct mode: the whole corpus and the question in one call."""
     return [{"role": "system", "content": DIRECT_SYSTEM},
             {"role": "user", "content": f"{context}\n\nQuestion: {question}"}]
-
 
 
 #: Characters of each earlier question and answer a session shows the root model, and of the whole note.

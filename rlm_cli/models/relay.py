@@ -3,10 +3,13 @@
 applies: budgets, retries, concurrency) and hands ``rlm_query`` to the runner's sub-RLM loop.
 
 Socket protocol (``rlm_cli.protocol`` frames, one request per connection): the worker sends a
-*hello* ``{"token", "type": "completion" | "rlm_query"}`` (at most ``protocol.MAX_HELLO_BYTES``),
-then the request: ``{"prompt": str | [messages], "model": str | None}`` (a completion) or
-``{"prompt": str, "context": str | None}`` (an rlm_query), and reads ``{"ok": true, "text": str}``
-or ``{"ok": false, "error": str}``. The token also tells the handler the *depth* of the worker
+*hello* ``{"token", "type": "completion" | "rlm_query" | "window"}`` (at most
+``protocol.MAX_HELLO_BYTES``), then the request: ``{"prompt": str | [messages], "model": str | None}``
+(a completion), ``{"prompt": str, "context": str | None}`` (an rlm_query) or ``{"model": str | None}``
+(a window: what one sub-call of that model may hold, for ``llm_map``'s packing; no model is
+called), and reads ``{"ok": true, "text": str}`` (a window's text is the JSON
+``{"window": tokens, "reply": tokens}``: the input window and the reply cap every sub-call of the
+model is held to) or ``{"ok": false, "error": str}``. The token also tells the handler the *depth* of the worker
 that is calling, so the depth limit never depends on what the worker says.
 
 **Nothing is read before the caller is known.** A connection is accepted, its peer read from
@@ -58,6 +61,7 @@ time, and its other threads cannot call models meanwhile.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import socket
@@ -78,7 +82,7 @@ from rlm_cli.sockets import private_socket_dir
 
 #: Largest request frame accepted from the worker, by request type: a sub-call prompt (no model's
 #: input window holds more than a few MiB of text), and an ``rlm_query`` with its context.
-MAX_REQUEST_BYTES = {"completion": 32 * 1024 * 1024, "rlm_query": 64 * 1024 * 1024}
+MAX_REQUEST_BYTES = {"completion": 32 * 1024 * 1024, "rlm_query": 64 * 1024 * 1024, "window": 4096}
 #: Connections served at once (a batch of sub-calls uses up to 32); the rest wait in the kernel.
 MAX_CONNECTIONS = 64
 #: Bytes the request frames being read by all connections may announce together.
@@ -362,6 +366,12 @@ class LMHandler:
                     "cached": result.record.cached,
                     "response": result.text, "messages": messages})  # for trajectories and replay
             return {"ok": True, "text": result.text}
+        if kind == "window":
+            model = request.get("model") or self.client.settings.effective_sub_model
+            if str(model) not in self.client.allowed_models():
+                return {"ok": False, "error": f"model {model!r} is not available to code"}
+            return {"ok": True, "text": json.dumps({"window": self.client.input_window(str(model)),
+                                                    "reply": self.client.reply_cap(str(model))})}
         if kind == "rlm_query":
             if self.on_rlm_query is None:
                 return {"ok": False, "error": "rlm_query is not available in this run"}

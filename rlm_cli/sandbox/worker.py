@@ -2,16 +2,16 @@
 
 It speaks the control protocol (``rlm_cli.protocol``) on two inherited pipe descriptors given
 on the command line, and reaches the parent's LMHandler over a Unix socket for ``llm_query``,
-``llm_query_batched`` and ``rlm_query``. It uses only the standard library, ``protocol`` and
+``llm_query_batched``, ``llm_map`` and ``rlm_query`` (``subcalls``). It uses only the standard library, ``protocol`` and
 the modules of ``rlm_cli.sandbox`` that do the same (the helpers: ``corpus_helpers``,
-``data_helpers``, ``leads``, ``observe``; its own parts: ``calls``, ``execution``,
+``data_helpers``, ``leads``, ``mapping``, ``observe``; its own parts: ``calls``, ``subcalls``, ``execution``,
 ``hardening``, ``integrity``), so it runs the same under bubblewrap, sandbox-exec or as a plain
 process.
 
 Namespace given to model code: ``context`` (str), ``files``, ``chunks`` (lists of dicts),
 ``grep``, ``read_file``, ``chunk_text``, ``search``, ``leads``, ``data``, ``records``, ``frame``
-(structured files: ``data_helpers``), ``llm_query``, ``llm_query_batched``,
-``rlm_query``, ``FINAL``, ``FINAL_VAR``, ``SHOW_VARS``. Helper names are restored before every
+(structured files: ``data_helpers``), ``llm_query``, ``llm_query_batched``, ``llm_map``
+(``mapping``), ``rlm_query``, ``FINAL``, ``FINAL_VAR``, ``SHOW_VARS``. Helper names are restored before every
 code block, so rebinding them cannot break the loop.
 """
 
@@ -26,11 +26,10 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlm_cli import protocol
-from rlm_cli.sandbox.calls import MODEL_NAME, as_list, payload_text, prompt_payload, relay, to_text
+from rlm_cli.sandbox.calls import relay, to_text
 from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.data_helpers import DataView
 from rlm_cli.sandbox.execution import (
@@ -54,6 +53,7 @@ from rlm_cli.sandbox.hooks import Hooks, refuse_audit_hooks
 from rlm_cli.sandbox.integrity import Integrity
 from rlm_cli.sandbox.leads import LeadsHelper, leads
 from rlm_cli.sandbox.observe import Observer, WatchedList, watched
+from rlm_cli.sandbox.subcalls import SubCalls
 from rlm_cli.sandbox.texts import Context, Lines
 
 _BUILTINS = builtins
@@ -61,7 +61,7 @@ _BUILTINS = builtins
 #: in one block must not break the next).
 _BUILTINS_SNAPSHOT = dict(vars(builtins))
 RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search", "leads", "data", "records", "frame",
-            "llm_query", "llm_query_batched", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
+            "llm_query", "llm_query_batched", "llm_map", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
 
 
 class _FinalSignal:
@@ -72,7 +72,7 @@ class _FinalSignal:
         self.error: str | None = None
 
 
-class Worker:
+class Worker(SubCalls):
     """State of one REPL: the namespace, the corpus, and the LMHandler connection details."""
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -95,75 +95,6 @@ class Worker:
         #: Threads a batch sends from, at most (``Limits.sub_call_threads``: ``--max-concurrency``).
         self._batch_threads = max(1, int(config.get("sub_call_threads") or 32))
         self._helpers = self._make_helpers()
-
-    # -- model calls ---------------------------------------------------------------------------
-    def llm_query(self, prompt: Any, *context: Any, model: str | None = None) -> str:
-        """One sub-call: send ``prompt`` to the sub-model and return its text (or ``'Error: ...'``).
-
-        Extra positional arguments are text to read, appended to the prompt
-        (``llm_query("Summarise:", chunk)``); a short one without spaces that looks like a model
-        name (``provider/model``) names the model instead, as in earlier releases.
-        """
-        parts = []
-        for extra in context:
-            if model is None and isinstance(extra, str) and MODEL_NAME.fullmatch(extra):
-                model = extra
-            else:
-                parts.append(to_text(extra))
-        if parts:
-            prompt = "\n\n".join([to_text(prompt), *parts])
-        return self._sub_call(prompt, model, None)
-
-    def _sub_call(self, prompt: Any, model: str | None, batch: dict[str, int] | None) -> str:
-        self.observer.count("llm_query")
-        payload = prompt_payload(prompt)
-        message: dict[str, Any] = {"type": "completion", "prompt": payload, "model": model}
-        if batch is not None:
-            message["batch"] = batch
-        text = self._request(message)
-        if not text.startswith("Error: "):  # the sub-model saw the prompt: its corpus slices are sources
-            self.observer.note_text(payload_text(payload), "sub_call")
-        return text
-
-    def llm_query_batched(self, prompts: Any, *texts: Any, model: str | None = None) -> list[str]:
-        """Many sub-calls at once (the parent caps concurrency); answers in input order.
-
-        A failed prompt yields an ``'Error: ...'`` string at its position. ``prompts`` is a list;
-        ``llm_query_batched(instruction, pieces)`` sends the instruction with each piece, and
-        ``llm_query_batched(prompts, pieces)`` pairs them one to one.
-
-        Raises:
-            TypeError: a list of prompts and a list of pieces of different lengths.
-        """
-        if isinstance(prompts, str):
-            prompts = [prompts] if not texts else [f"{prompts}\n\n{to_text(t)}" for t in as_list(texts[0])]
-        else:
-            prompts = list(prompts)
-            if texts:
-                pieces = as_list(texts[0])
-                if len(pieces) != len(prompts):
-                    raise TypeError(f"llm_query_batched(prompts, pieces): {len(prompts)} prompts but {len(pieces)} "
-                                    "pieces; give one list of prompts, or an instruction and a list of pieces")
-                prompts = [f"{to_text(p)}\n\n{to_text(t)}" for p, t in zip(prompts, pieces, strict=True)]
-        if not prompts:
-            return []
-        self.observer.count("llm_query_batched")
-        self._batches += 1
-        batch = {"id": self._batches, "size": len(prompts)}  # for the parent's progress line
-        with ThreadPoolExecutor(max_workers=min(self._batch_threads, len(prompts))) as pool:
-            return list(pool.map(lambda p: self._sub_call(p, model, batch), prompts))
-
-    def rlm_query(self, prompt: str, context: Any = None) -> str:
-        """A recursive sub-RLM over ``context`` (default: this REPL's ``context``) at depth + 1.
-
-        At the depth limit the parent answers with a plain sub-call instead.
-        """
-        self.observer.count("rlm_query")
-        payload = None if context is None else to_text(context)
-        text = self._request({"type": "rlm_query", "prompt": str(prompt), "context": payload})
-        if payload is not None and not text.startswith("Error: "):
-            self.observer.note_text(payload, "rlm_query")
-        return text
 
     # -- finishing -----------------------------------------------------------------------------
     def FINAL(self, *values: Any) -> None:
@@ -242,7 +173,7 @@ class Worker:
                 "search": watched("search", c.search, obs),
                 "leads": LeadsHelper(watched("leads", self._leads, obs)),
                 "data": self.data.data, "records": self.data.records, "frame": self.data.frame,
-                "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched,
+                "llm_query": self.llm_query, "llm_query_batched": self.llm_query_batched, "llm_map": self.llm_map,
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
                 "SHOW_VARS": self.SHOW_VARS}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rlm_cli.evaluation.phrasing import TEMPLATES
 from rlm_cli.loop import prompts
+from rlm_cli.loop.examples import example_messages
 from rlm_cli.sandbox import leads
 
 ROOT = Path(__file__).resolve().parents[2] / "rlm_cli"
@@ -59,7 +60,7 @@ def _loop_strings() -> list[tuple[str, str]]:
                 if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
     built = [prompts.system_prompt(sub_window_tokens=32_768, max_output_chars=10_000, recursion=True),
              prompts.system_prompt(sub_window_tokens=8_000, max_output_chars=2_000, root_window_tokens=8_000),
-             *(m["content"] for m in prompts.example_messages()), prompts.check_missing(["b"], ["a", "b", "c"]),
+             *(m["content"] for m in example_messages()), prompts.check_missing(["b"], ["a", "b", "c"]),
              prompts.ungrounded(["x_y"]), prompts.default_cap(["grep"]), prompts.best_answer_prompt()]
     return out + [("prompts (built)", t) for t in built]
 
@@ -86,7 +87,7 @@ def test_the_leads_stop_words_are_function_words_not_the_templates_words() -> No
 
 
 def test_the_worked_example_is_unlike_every_family() -> None:
-    example = " ".join(m["content"] for m in prompts.example_messages()).lower()
+    example = " ".join(m["content"] for m in example_messages()).lower()
     for word in ("secret code", "project", "defines", "default value", "base class", "how many functions",
                  "service=", "latency", "ticket", "customer"):
         assert word not in example

@@ -10,12 +10,12 @@ import pytest
 
 from rlm_cli.errors import MaxIterationsError
 from rlm_cli.loop.answers import only_finishes
+from rlm_cli.loop.examples import example_messages
 from rlm_cli.loop.prompts import (
     FINAL_WITH_UNSEEN_CODE,
     FIRST_TURN_FINAL,
     FORMAT_REMINDER,
     PROSE_FINAL,
-    example_messages,
 )
 from rlm_cli.loop.reply import code_blocks, find_text_final, mentions_final
 from rlm_cli.models.window import request_tokens

@@ -16,30 +16,37 @@ from rlm_cli.loop.meta import corpus_meta, first_messages
 from rlm_cli.models.window import input_budget, request_tokens
 
 HELPERS = ("context", "files", "chunks", "grep(", "read_file(", "search(", "llm_query(", "llm_query_batched(",
-           "rlm_query(", "SHOW_VARS()", "FINAL(", "FINAL_VAR(")
+           "llm_map(", "rlm_query(", "SHOW_VARS()", "FINAL(", "FINAL_VAR(")
 
 
 def test_full_system_prompt_teaches_the_method() -> None:
     text = prompts.system_prompt(sub_window_tokens=128_000, max_output_chars=10_000, root_window_tokens=200_000)
     for name in HELPERS:
         assert name in text, name
-    for idea in ("Explore first", "Filter with code", "Decompose", "llm_query_batched", "Aggregate in Python",
+    for idea in ("Explore first", "Filter with code", "Decompose when the answer depends on judging text",
+                 "A sub-call costs about one of your turns", "llm_query_batched", "Aggregate in Python",
                  "Only what your code prints comes back", "10,000 characters", "```repl"):
         assert idea in text, idea
     assert "<" + "SUB_" not in text and "<MAX_OUTPUT_CHARS>" not in text  # every placeholder filled
     assert "Never write the output yourself" in text and "worked example" in text
 
 
-def test_the_worked_example_is_real_turns_the_output_arriving_as_the_next_message() -> None:
-    """Issue #10: the model's turn ends with its code; the output is the next (user) message."""
+def test_the_worked_examples_are_real_turns_the_output_arriving_as_the_next_message() -> None:
+    """Issue #10: the model's turn ends with its code; the output is the next (user) message. The
+    first example finds a fact with grep; the second judges each line with llm_map and counts in code."""
     msgs = first_messages(Settings(model="m"), "q", _meta())
-    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["role"] for m in msgs] == ["system", *["user", "assistant"] * 4, "user"]
     ask, code, output, final = msgs[1:5]
     assert "not your task" in ask["content"]
     assert code["content"].rstrip().endswith("```") and 'grep(r"environ")' in code["content"]
     assert "Output:" not in code["content"]
     assert output["content"].startswith("Output:\n2\ntool/paths.py 8 ")
     assert 'FINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8' in final["content"]
+    ask, code, output, final = msgs[5:9]
+    assert "not your task" in ask["content"] and "judgment, not a word to match" in code["content"]
+    assert 'llm_map(entries, "Does this entry fix a crash? Answer yes or no.")' in code["content"]
+    assert code["content"].rstrip().endswith("```") and output["content"].startswith("Output:\n31 6\n")
+    assert 'FINAL("6 of the 31 entries' in final["content"]
     assert msgs[-1]["content"].endswith("Do not answer before running code.") and "Question: q" in msgs[-1]["content"]
 
 
@@ -52,7 +59,8 @@ def test_sub_call_capacity_comes_from_the_window() -> None:
     text_big = prompts.system_prompt(sub_window_tokens=272_000, max_output_chars=10_000)
     text_small = prompts.system_prompt(sub_window_tokens=8_192, max_output_chars=10_000)
     assert "about 204,000 tokens (about 612,000 characters)" in text_big
-    assert "about 150,000 characters each" in text_big
+    assert "pieces of about 150,000 characters" in text_big
+    assert "132 items a sub-call" in text_big and "4 items a sub-call" in text_small  # llm_map: window // 2048
     assert "about 6,144 tokens (about 18,432 characters)" in text_small
 
 
@@ -115,7 +123,9 @@ def test_first_prompt_is_the_same_size_for_1mb_and_30mb(tmp_path: Path) -> None:
         msgs = first_messages(Settings(model="m"), "Which error repeats most?", corpus_meta(corpus))
         sizes[mb] = request_tokens(msgs)
     assert abs(sizes[30] - sizes[1]) / sizes[1] < 0.05, sizes
-    assert sizes[1] < 1_500
+    # About 1,450 tokens before the second worked example (llm_map, issue 42: ~170 tokens, what made
+    # a 1.5B model decompose at all); the budget stays a small fraction of a 16k window.
+    assert sizes[1] < 1_700, sizes
 
 
 def test_small_prompt_pieces_render() -> None:

@@ -6,6 +6,7 @@ ModelClient -> litellm -> HTTP -> FakeLLM (all in this process, litellm imported
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -226,6 +227,16 @@ def test_window_of_a_known_model_comes_from_litellm(llm: FakeLLM, rig_factory: A
     answer = rig.worker.llm_query("token " * 130_000)
     assert "128,000 tokens" in answer
     assert llm.requests == []
+
+
+def test_the_relay_tells_llm_map_the_window_and_reply_cap_without_a_model_call(llm: FakeLLM,
+                                                                                rig_factory: Any) -> None:
+    rig = rig_factory(sub_model="openai/gpt-4o-mini")
+    info = json.loads(rig.worker._request({"type": "window", "model": None}))
+    assert info == {"window": 128_000, "reply": rig.client.reply_cap("openai/gpt-4o-mini")} and info["reply"] == 16_384
+    assert json.loads(rig.worker._request({"type": "window", "model": "openai/root"}))["window"] == 32_768
+    assert "not available to code" in rig.worker._request({"type": "window", "model": "openai/gpt-5.5-pro"})
+    assert llm.requests == [] and rig.client.usage.sub_calls == 0
 
 
 def test_code_cannot_switch_to_another_model(llm: FakeLLM, rig_factory: Any) -> None:

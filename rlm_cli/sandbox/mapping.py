@@ -1,0 +1,296 @@
+"""``llm_map(items, instruction)``: one answer per item, from as few sub-calls as the sub-model's
+window allows. Runs inside the worker: the standard library and ``rlm_cli.sandbox.calls`` only.
+
+How it works (:func:`run_map`):
+
+1. **Pack.** The items are numbered and packed, in order, into pieces that fit the sub-model:
+   at most ``(window - reply) * 0.9`` tokens of prompt (the ``reply`` tokens the model layer asks
+   for are left free, and 10% for tokenizers that count more), counted as
+   :data:`CHARS_PER_TOKEN` characters a token (the worker has no tokenizer; English text runs
+   about 4), at most ``reply // ANSWER_TOKENS`` items, so that every item's answer fits in the
+   reply, and at most ``window // TOKENS_PER_ITEM`` items (or ``per_call``), since a model judges
+   fewer items well at once than its window holds (:data:`TOKENS_PER_ITEM`). The window and reply size come from the model layer (a ``window`` request to the
+   relay: ``models.relay``), so they are the ones every sub-call is checked against. An item
+   too long for a piece on its own is cut to fit, and said.
+2. **Ask.** Each piece is one sub-call: the instruction, then the items as ``[k] text``, asking
+   for one line ``k: answer`` per item. The pieces go out concurrently, as many at once as
+   ``llm_query_batched`` sends (``--max-concurrency``), through the same relay path as every
+   sub-call, so budgets, usage, caching and the trajectory count them like any other.
+3. **Parse, and ask again once.** The numbered lines of each reply are read back; an item whose
+   number is missing, out of range or given twice with different answers is asked again, with
+   the other such items, in new pieces: once. An item still without an answer, or whose piece
+   failed (the sub-call's ``Error: ...``), is ``None``, and a note printed in the block's output
+   says which and why.
+4. **Remember.** A call answered in full is kept (:data:`MEMO`): the same items and instruction
+   asked again, as a small model does when it reruns a block, get the same answers at no cost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm_cli.sandbox.calls import to_text
+
+#: Characters counted per token when a piece is packed (conservative: English prose runs ~4,
+#: source code ~3, so a piece packed at 3 fits under any of the usual tokenizers).
+CHARS_PER_TOKEN = 3
+#: Reply tokens kept for each item's answer: a piece holds at most ``reply // ANSWER_TOKENS``
+#: items (163 in the 3,276-token reply of a 16k window; 682 in a 200k window's 16,384).
+ANSWER_TOKENS = 24
+#: Window tokens per item of a piece, at most (8 items at 16k, 16 at 32k, 97 at 200k): a model
+#: judges fewer items well at once than its window holds. Measured 2026-12-06 with
+#: Qwen2.5-Coder-1.5B (16k) labelling generated messages (dev seeds) in four categories: 60 items in
+#: one call were labelled right 5 times (nearly all answers the same label), 20 in a call 8 of 20,
+#: 10 in a call 10 of 20, one a call 7 of 12. The window is the only size of the sub-model known here;
+#: ``llm_map(..., per_call=N)`` sets another limit.
+TOKENS_PER_ITEM = 2048
+#: Share of ``window - reply`` a piece's prompt may take (the rest: tokenizers that count more).
+INPUT_SHARE = 0.9
+#: Characters of the fixed text around the items in a piece (the request to number the answers).
+FRAME_CHARS = 400
+#: Window assumed when the model layer cannot say (tokens; as ``models.client.DEFAULT_WINDOW``).
+DEFAULT_WINDOW = 32_768
+
+#: A numbered answer line: ``3: text``, ``3. text``, ``3) text``, ``[3] text``, ``**3:** text``, ``- 3: text``.
+ANSWER_LINE = re.compile(r"^\s*[-*•#>]*\s*\**\s*(?:item\s*)?(?:\[\s*(\d{1,6})\s*\]|(\d{1,6})\s*\**\s*[:.)\-–])"
+                         r"\s*\**\s*(.*)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one piece may hold: ``prompt_chars`` characters of prompt and ``max_items`` items."""
+
+    prompt_chars: int
+    max_items: int
+
+
+def capacity(window: int, reply: int, per_call: int | None = None) -> Capacity:
+    """The :class:`Capacity` of a sub-model whose input window is ``window`` tokens and whose
+    reply is capped at ``reply`` tokens (see the module docstring): at most ``per_call`` items a
+    piece when given, else ``window // TOKENS_PER_ITEM``."""
+    window = max(1_000, int(window))
+    reply = max(64, min(int(reply), window // 2))
+    tokens = int((window - reply) * INPUT_SHARE)
+    most = max(1, int(per_call)) if per_call else max(1, window // TOKENS_PER_ITEM)
+    return Capacity(max(1_000, tokens * CHARS_PER_TOKEN), max(1, min(reply // ANSWER_TOKENS, most)))
+
+
+def window_of(reply_text: str) -> tuple[int, int]:
+    """``(window, reply)`` tokens from the relay's answer to a ``window`` request (JSON text);
+    :data:`DEFAULT_WINDOW` and a fifth of it when the answer is an error or unreadable."""
+    try:
+        info = json.loads(reply_text)
+        return int(info["window"]), int(info["reply"])
+    except (ValueError, TypeError, KeyError):
+        return DEFAULT_WINDOW, DEFAULT_WINDOW // 5
+
+
+def item_texts(items: Any) -> list[str]:
+    """The text of each item: a ``str`` is split into its non-empty lines; a dict with ``text``
+    (a grep hit, a chunk row) gives that; anything else its ``to_text``."""
+    if isinstance(items, str):
+        return [line for line in items.splitlines() if line.strip()]
+    out = []
+    for item in list(items):
+        if isinstance(item, dict) and isinstance(item.get("text"), str):
+            out.append(item["text"])
+        else:
+            out.append(to_text(item))
+    return out
+
+
+def piece_prompt(instruction: str, texts: Sequence[str]) -> str:
+    """The prompt of one piece: the instruction, the items as ``[k] text`` (newlines inside an
+    item become spaces, so each item is one line), then the instruction again with the form of the
+    answer lines (``1: <answer for item 1>``). Instruction first, so that the pieces of one call
+    share a prefix (a server's prompt cache reuses it); again after the items, because a 1.5B
+    model given it only before them answered with the item numbers (``1: 5``, ``2: 4``...)."""
+    n = len(texts)
+    lines = "\n".join(f"[{k}] {' '.join(t.split())}" for k, t in enumerate(texts, 1))
+    form = "\n".join(f"{k}: <answer for item {k}>" for k in range(1, min(n, 3) + 1)) + ("\n..." if n > 3 else "")
+    return (f"{instruction.strip()}\n\n{lines}\n\nDo this for each item above, on its own: {instruction.strip()}\n"
+            f"Reply with {n} line{'s' if n > 1 else ''}, one per item, in this form:\n{form}")
+
+
+def parse_answers(text: str, n: int) -> dict[int, str]:
+    """The answers of a piece of ``n`` items read from a reply: ``{k: answer}`` for each number
+    ``1..n`` given once (or always with the same answer). A number given with two different
+    answers is left out (broken), as are numbers outside ``1..n``; an unnumbered line after a
+    numbered one with no text is its answer. A one-item piece whose reply has no numbered line
+    is answered by the whole reply."""
+    found: dict[int, str] = {}
+    broken: set[int] = set()
+    current: int | None = None
+    for line in text.splitlines():
+        m = ANSWER_LINE.match(line)
+        k = int(m.group(1) or m.group(2)) if m else 0
+        if 1 <= k <= n and m is not None:
+            answer = m.group(3).strip().strip("*").strip()
+            if found.get(k):
+                if answer and answer != found[k]:
+                    broken.add(k)
+            else:
+                found[k] = answer
+            current = k
+        elif current is not None and line.strip() and not found.get(current):
+            found[current] = line.strip()
+    for k in broken:
+        found.pop(k, None)
+    answers = {k: v for k, v in found.items() if v}
+    if n == 1 and not answers and text.strip() and not text.startswith("Error: "):
+        return {1: text.strip()}
+    return answers
+
+
+def pack(texts: Sequence[str], indexes: Sequence[int], cap: Capacity, instruction_chars: int) -> list[list[int]]:
+    """``indexes`` of ``texts`` grouped, in order, into pieces of at most ``cap.max_items`` items
+    whose prompt stays within ``cap.prompt_chars`` (an item longer than that alone is a piece
+    of its own; :func:`fit` cuts it)."""
+    room = max(200, cap.prompt_chars - instruction_chars - FRAME_CHARS)
+    pieces: list[list[int]] = []
+    cur: list[int] = []
+    used = 0
+    for i in indexes:
+        size = len(texts[i]) + 8  # "[k] " and the newline
+        if cur and (used + size > room or len(cur) >= cap.max_items):
+            pieces.append(cur)
+            cur, used = [], 0
+        cur.append(i)
+        used += size
+    if cur:
+        pieces.append(cur)
+    return pieces
+
+
+def fit(text: str, cap: Capacity, instruction_chars: int) -> tuple[str, bool]:
+    """``text`` cut to what one piece holds beside the instruction, and whether it was cut."""
+    room = max(200, cap.prompt_chars - instruction_chars - FRAME_CHARS - 40)
+    return (text, False) if len(text) <= room else (text[:room] + " [...]", True)
+
+
+@dataclass
+class MapRun:
+    """The outcome of :func:`run_map`: ``answers`` (one per item, ``None`` for none), the number
+    of ``calls`` made, the items ``asked_again``, and ``failures`` (``(items, error)`` per failed
+    piece) and ``cut`` (items shortened to fit) for the note."""
+
+    answers: list[str | None]
+    calls: int = 0
+    asked_again: int = 0
+    failures: list[tuple[list[int], str]] = field(default_factory=list)
+    cut: list[int] = field(default_factory=list)
+
+    def note(self) -> str:
+        """The line printed in the block's output when some item has no answer or was cut
+        (empty otherwise); items are numbered from 0, as in the returned list."""
+        missing = [i for i, a in enumerate(self.answers) if a is None]
+        parts = []
+        if missing:
+            why = "; ".join(f"the sub-call for {_span(items)} failed: {err[:160]}" for items, err in self.failures[:3])
+            unanswered = len(missing) - sum(len(items) for items, _ in self.failures)
+            if unanswered > 0:
+                why += ("; " if why else "") + f"{unanswered} came back without their number twice"
+            parts.append(f"{len(missing)} of {len(self.answers)} items have no answer (None): {_span(missing)} ({why})")
+        if self.cut:
+            parts.append(f"{_span(self.cut)} too long for one sub-call, so cut to fit")
+        return f"[llm_map: {'; '.join(parts)}.]\n" if parts else ""
+
+
+def _span(indexes: list[int]) -> str:
+    shown = ", ".join(map(str, indexes[:12]))
+    more = f" and {len(indexes) - 12} more" if len(indexes) > 12 else ""
+    return f"item{'s' if len(indexes) > 1 else ''} {shown}{more}"
+
+
+def run_map(texts: Sequence[str], instruction: str, cap: Capacity,
+            send: Callable[[list[str]], list[str]]) -> MapRun:
+    """Answer ``instruction`` for each of ``texts`` (see the module docstring). ``send`` makes the
+    sub-calls of one round, concurrently: prompts in, each answer text or ``'Error: ...'`` out, in
+    order."""
+    run = MapRun([None] * len(texts))
+    fitted = []
+    for i, t in enumerate(texts):
+        text, cut = fit(t, cap, 2 * len(instruction))
+        fitted.append(text)
+        if cut:
+            run.cut.append(i)
+    todo = list(range(len(texts)))
+    for attempt in range(2):
+        pieces = pack(fitted, todo, cap, 2 * len(instruction))
+        if not pieces:
+            break
+        replies = send([piece_prompt(instruction, [fitted[i] for i in piece]) for piece in pieces])
+        run.calls += len(pieces)
+        todo = []
+        for piece, reply in zip(pieces, replies, strict=True):
+            if reply.startswith("Error: "):
+                run.failures.append((piece, reply))
+                continue
+            got = parse_answers(reply, len(piece))
+            for k, i in enumerate(piece, 1):
+                if k in got:
+                    run.answers[i] = got[k]
+                else:
+                    todo.append(i)
+        if attempt == 0:
+            run.asked_again = len(todo)
+    return run
+
+
+#: Calls answered in full, by what they asked (:func:`memo_key`), in this worker: the same items and
+#: instruction again (a repeated block: small models rerun their code) cost no sub-call.
+MEMO: dict[str, list[str | None]] = {}
+#: Calls kept in :data:`MEMO`, at most (the oldest goes first).
+MEMO_SIZE = 64
+MEMO_NOTE = "[llm_map: the same items and instruction as an earlier call; its answers again, no new sub-call.]\n"
+
+
+def memo_key(texts: Sequence[str], instruction: str, model: str | None, per_call: int | None) -> str:
+    """The key of a call in :data:`MEMO`: a SHA-256 of everything that decides its answers."""
+    return hashlib.sha256(json.dumps([model, per_call, instruction, list(texts)]).encode()).hexdigest()
+
+
+USAGE = ("llm_map(items, instruction): give the list of items and, as a str, what to answer about each "
+         "(e.g. llm_map(lines, 'Does this line report an error? yes or no'))")
+
+
+def map_items(items: Any, instruction: Any, ask_window: Callable[[], str],
+              send: Callable[[list[str]], list[str]], per_call: int | None = None,
+              model: str | None = None) -> list[str | None]:
+    """The REPL's ``llm_map(items, instruction)`` (also ``llm_map(instruction, items)``): one answer
+    per item (:func:`item_texts`), ``None`` where none came; the note of :meth:`MapRun.note` is
+    printed. ``ask_window`` asks the model layer for the sub-model's window (:func:`window_of`),
+    ``send`` makes one round of sub-calls (:func:`run_map`); ``per_call`` caps the items of a
+    sub-call (:func:`capacity`). A call that asks what an earlier one answered in full (same
+    items, instruction, ``model`` and ``per_call``) gets those answers again (:data:`MEMO`).
+
+    Raises:
+        TypeError: the instruction is missing or not a str (the message shows the call), or
+            ``per_call`` is not a positive int.
+    """
+    if isinstance(items, str) and instruction is not None and not isinstance(instruction, str):
+        items, instruction = instruction, items
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise TypeError(USAGE)
+    texts = item_texts(items)
+    if not texts:
+        return []
+    if per_call is not None and (isinstance(per_call, bool) or not isinstance(per_call, int) or per_call < 1):
+        raise TypeError(f"llm_map(..., per_call=N): N is the most items of one sub-call, a positive int; got {per_call!r}")
+    key = memo_key(texts, instruction, model, per_call)
+    if key in MEMO:
+        sys.stdout.write(MEMO_NOTE)
+        return list(MEMO[key])
+    run = run_map(texts, instruction, capacity(*window_of(ask_window()), per_call), send)
+    sys.stdout.write(run.note())
+    if None not in run.answers:
+        MEMO[key] = list(run.answers)
+        while len(MEMO) > MEMO_SIZE:
+            MEMO.pop(next(iter(MEMO)))
+    return run.answers

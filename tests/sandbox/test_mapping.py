@@ -1,0 +1,154 @@
+"""``llm_map``'s parts, as pure functions: packing, the piece prompt, reading numbered answers back,
+one round of asking again, and the note. (The helper end to end, through the ``rlm`` command and
+the relay: ``tests/e2e/test_e2e_llm_map.py``.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rlm_cli.sandbox import mapping
+from rlm_cli.sandbox.mapping import (
+    ANSWER_TOKENS,
+    TOKENS_PER_ITEM,
+    Capacity,
+    capacity,
+    item_texts,
+    map_items,
+    pack,
+    parse_answers,
+    piece_prompt,
+    run_map,
+    window_of,
+)
+
+
+@pytest.fixture(autouse=True)
+def _empty_memo() -> None:
+    mapping.MEMO.clear()
+
+
+def test_capacity_leaves_the_reply_free_and_room_for_each_answer() -> None:
+    cap = capacity(16_384, 3_276)  # a 16k window; models.window.reply_tokens gives 3,276
+    assert cap.prompt_chars == int((16_384 - 3_276) * 0.9) * 3
+    assert cap.max_items == 16_384 // TOKENS_PER_ITEM == 8  # fewer than the reply has room for (136)
+    big = capacity(200_000, 16_384)
+    assert big.prompt_chars > 10 * cap.prompt_chars and big.max_items == 200_000 // TOKENS_PER_ITEM
+    assert capacity(16_384, 3_276, per_call=50).max_items == 50
+    assert capacity(16_384, 3_276, per_call=500).max_items == 3_276 // ANSWER_TOKENS  # answers must fit
+
+
+def test_window_of_reads_the_relay_answer_and_falls_back() -> None:
+    assert window_of('{"window": 8192, "reply": 1638}') == (8192, 1638)
+    assert window_of("Error: model 'x' is not available to code") == (32_768, 32_768 // 5)
+
+
+def test_pack_keeps_order_and_fills_each_piece_to_its_limits() -> None:
+    texts = ["x" * 90] * 100
+    by_items = pack(texts, range(100), Capacity(prompt_chars=1_000_000, max_items=30), 50)
+    assert [len(p) for p in by_items] == [30, 30, 30, 10]
+    assert [i for p in by_items for i in p] == list(range(100))
+    by_chars = pack(texts, range(100), Capacity(prompt_chars=2_450, max_items=1_000), 50)
+    assert [len(p) for p in by_chars] == [20] * 5  # (2,450 - 50 - 400) chars / 98 per item
+    assert pack(["y" * 10_000, "z"], [0, 1], Capacity(prompt_chars=3_000, max_items=10), 0) == [[0], [1]]
+
+
+def test_piece_prompt_numbers_each_item_on_one_line_between_two_copies_of_the_instruction() -> None:
+    text = piece_prompt("Is it about money?", ["first\nline", "second"])
+    assert text.startswith("Is it about money?\n\n[1] first line\n[2] second\n\n")
+    assert text.endswith("on its own: Is it about money?\nReply with 2 lines, one per item, in this form:\n"
+                         "1: <answer for item 1>\n2: <answer for item 2>")
+    assert "Reply with 1 line," in piece_prompt("Red?", ["x"])
+
+
+@pytest.mark.parametrize(("reply", "n", "want"), [
+    ("1: yes\n2: no\n3: yes", 3, {1: "yes", 2: "no", 3: "yes"}),
+    ("Sure!\n1. yes\n2) no\n**3:** maybe\n- 4: n/a\n[5] last\nHope that helps.", 5,
+     {1: "yes", 2: "no", 3: "maybe", 4: "n/a", 5: "last"}),
+    ("1:\nyes\n2:\nno", 2, {1: "yes", 2: "no"}),                    # answers on the next line
+    ("1: yes\n2: no\n2: yes\n3: no", 3, {1: "yes", 3: "no"}),        # 2 given twice, differently: broken
+    ("1: yes\n1: yes\n4: no", 3, {1: "yes"}),                        # the same twice is fine; 4 is out of range
+    ("yes, it is", 1, {1: "yes, it is"}),                           # one item: the whole reply
+    ("3 apples and 2 pears", 3, {}),                                 # a number without a separator is no label
+])
+def test_parse_answers(reply: str, n: int, want: dict[int, str]) -> None:
+    assert parse_answers(reply, n) == want
+
+
+def test_broken_numbering_is_asked_again_once_for_the_missing_items_only() -> None:
+    texts = [f"t{i}" for i in range(6)]
+    rounds: list[list[str]] = []
+
+    def send(prompts: list[str]) -> list[str]:
+        rounds.append(prompts)
+        out = []
+        for p in prompts:
+            items = re.findall(r"^\[(\d+)\] (t\d)$", p, re.M)
+            if len(rounds) == 1:  # the first round loses t2 and t4
+                out.append("\n".join(f"{k}: A{t[1:]}" for k, t in items if t not in ("t2", "t4")))
+            else:
+                out.append("\n".join(f"{k}: A{t[1:]}" for k, t in items if t != "t4"))  # t4 lost again
+        return out
+
+    run = run_map(texts, "Label it.", Capacity(prompt_chars=100_000, max_items=100), send)
+    assert run.answers == ["A0", "A1", "A2", "A3", None, "A5"]
+    assert len(rounds) == 2 and len(rounds[1]) == 1
+    assert re.findall(r"^\[\d+\] (t\d)$", rounds[1][0], re.M) == ["t2", "t4"]  # only those, numbered anew
+    assert run.calls == 2 and run.asked_again == 2
+    assert run.note() == "[llm_map: 1 of 6 items have no answer (None): item 4 (1 came back without their number twice).]\n"
+
+
+def test_a_failed_piece_is_none_and_said_and_not_asked_again() -> None:
+    texts = [f"t{i}" for i in range(4)]
+    calls: list[int] = []
+
+    def send(prompts: list[str]) -> list[str]:
+        calls.append(len(prompts))
+        return ["1: a\n2: b", "Error: budget exceeded: 1 sub-call of --max-sub-calls 1 used"]
+
+    run = run_map(texts, "Label it.", Capacity(prompt_chars=100_000, max_items=2), send)
+    assert run.answers == ["a", "b", None, None] and calls == [2]
+    note = run.note()
+    assert "2 of 4 items have no answer (None): items 2, 3" in note and "budget exceeded" in note
+
+
+def test_map_items_takes_either_order_and_lines_of_a_str(capsys: pytest.CaptureFixture[str]) -> None:
+    def send(prompts: list[str]) -> list[str]:
+        return ["\n".join(f"{k}: {t.upper()}" for k, t in re.findall(r"^\[(\d+)\] (\w+)$", p, re.M)) for p in prompts]
+
+    window = '{"window": 16384, "reply": 3276}'
+    assert map_items(["a", "b"], "Upper?", lambda: window, send) == ["A", "B"]
+    assert map_items("Upper?", ["c"], lambda: window, send) == ["C"]
+    assert map_items("x\n\ny\n", "Upper?", lambda: window, send) == ["X", "Y"]
+    assert map_items([], "Upper?", lambda: window, send) == []
+    assert item_texts([{"file": "a.py", "line": 3, "text": "def f():"}, 7]) == ["def f():", "7"]
+    with pytest.raises(TypeError, match=r"llm_map\(items, instruction\)"):
+        map_items(["a"], None, lambda: window, send)
+    with pytest.raises(TypeError, match="per_call"):
+        map_items(["a"], "Upper?", lambda: window, send, per_call=0)
+    assert capsys.readouterr().out == ""  # all answered: no note
+
+
+def test_a_call_answered_in_full_is_answered_again_without_sub_calls(capsys: pytest.CaptureFixture[str]) -> None:
+    sent: list[str] = []
+
+    def send(prompts: list[str]) -> list[str]:
+        sent.extend(prompts)
+        return ["\n".join(f"{k}: {t}!" for k, t in re.findall(r"^\[(\d+)\] (\w+)$", p, re.M)) for p in prompts]
+
+    window = '{"window": 16384, "reply": 3276}'
+    first = map_items(["a", "b"], "Shout it.", lambda: window, send)
+    assert first == ["a!", "b!"] and len(sent) == 1 and capsys.readouterr().out == ""
+    assert map_items(["a", "b"], "Shout it.", lambda: window, send) == first and len(sent) == 1
+    assert "no new sub-call" in capsys.readouterr().out
+    map_items(["a", "b"], "Whisper it.", lambda: window, send)  # another instruction: asked
+    map_items(["a", "b"], "Shout it.", lambda: window, send, model="openai/other")  # another model: asked
+    assert len(sent) == 3
+
+    def fails(prompts: list[str]) -> list[str]:
+        sent.extend(prompts)
+        return ["Error: the model relay could not be reached"] * len(prompts)
+
+    assert map_items(["c"], "Shout it.", lambda: window, fails) == [None]
+    assert map_items(["c"], "Shout it.", lambda: window, send) == ["c!"]  # a failed call is not kept
