@@ -52,7 +52,7 @@ from rlm_cli import protocol
 from rlm_cli.config import CorpusOptions
 from rlm_cli.config_keys import format_size
 from rlm_cli.corpus import formats
-from rlm_cli.corpus.loader import Decoded, SourceFile
+from rlm_cli.corpus.decoding import Decoded, SourceFile
 
 #: Kinds whose files are always decoded in the child (compressed files of any kind too).
 DOCUMENT_KINDS = ("pdf", "notebook", "parquet", "excel")
@@ -87,7 +87,7 @@ def in_child(kind: str, comp: str, head: bytes) -> bool:
     """Whether a file of ``kind`` and compression ``comp`` (from ``formats.kind_of``), whose
     first 8 KiB are ``head``, is decoded in the child: a compressed file with its format's
     magic bytes, a PDF, Parquet or Excel file, or a notebook that is not binary."""
-    from rlm_cli.corpus.loader import is_binary
+    from rlm_cli.corpus.decoding import is_binary
 
     if comp:
         return formats.magic_matches(comp, head)
