@@ -7,6 +7,9 @@ exit-code table documents the same numbers. This module imports no other project
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 
 class ExitCode(enum.IntEnum):
@@ -29,8 +32,36 @@ class ExitCode(enum.IntEnum):
     TERMINATED = 143
 
 
+@dataclass
+class RunReport:
+    """What a question that ended in an error reports of itself, beside the error's message: the
+    session that ran the question fills it in (``app``), the documents and reports read it.
+
+    Every error of a question: its trajectory (``trace_path``; ``None`` when none was written or it
+    was removed) and its usage summary (``usage``: ``Usage.summary()``; ``None`` before a model was
+    asked), and the ``sources`` it looked at (``output.sources``) with how many were left out of
+    the list. A run that stopped without a final answer (:class:`PartialAnswerError`) also says
+    how it ran: the loop's ``result`` (a ``loop.result.RunResult``: status, iterations, sub-calls,
+    policy; ``None`` for a budget stop, which ended the loop before it made one), the ``corpus``
+    it read (a ``corpus.Corpus``), its ``mode`` (``rlm`` or ``direct``; ``None`` when it stopped
+    before choosing) and the sandbox level it used (``sandbox``: not the ``--sandbox`` setting,
+    which may be ``auto``). (``result`` and ``corpus`` are typed ``Any``: this module imports
+    nothing of the project.)
+    """
+
+    trace_path: Path | None = None
+    usage: dict[str, Any] | None = None
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    sources_omitted: int = 0
+    result: Any = None
+    corpus: Any = None
+    mode: str | None = None
+    sandbox: str | None = None
+
+
 class RLMError(Exception):
-    """Base class: a problem the user can act on, printed as one line without a traceback."""
+    """Base class: a problem the user can act on, printed as one line without a traceback.
+    ``report`` is what the question that raised it reports of itself (:class:`RunReport`)."""
 
     exit_code: ExitCode = ExitCode.INTERNAL
 
@@ -38,6 +69,7 @@ class RLMError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.report = RunReport()
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} ({self.hint})"

@@ -381,6 +381,6 @@ def result_document(result: Result, sandbox: str) -> dict[str, Any]:
         doc = partial_document(result.error, sandbox, elapsed)
     else:
         doc = error_document(result.error.message, result.error.exit_code)
-        trace_path = getattr(result.error, "trace_path", None)
+        trace_path = result.error.report.trace_path
         doc["trace"] = str(trace_path) if trace_path else None
     return {"id": result.question.id, "question": result.question.text, **doc}

@@ -190,7 +190,7 @@ class Chat:
             self.ui.warning(f"{exc.message}; the answer is PARTIAL" + (f" ({exc.hint})" if exc.hint else ""))
         except RLMError as exc:
             doc = error_document(exc.message, exc.exit_code)
-            trace_path = getattr(exc, "trace_path", None)
+            trace_path = exc.report.trace_path
             doc["trace"] = str(trace_path) if trace_path else None
             code = int(exc.exit_code)
             self.ui.error(str(exc))

@@ -67,7 +67,7 @@ def kernel_report() -> dict[str, Any]:
     c = probes.confinement()
     return {"landlock_abi": c.landlock_abi, "landlock": c.landlock_detail, "seccomp": c.seccomp,
             "seccomp_detail": c.seccomp_detail,
-            "process_level": [vars(p) for p in levels.protections("process")]}
+            "process_level": [vars(p) for p in levels.protections(levels.Level.PROCESS)]}
 
 
 def sandbox_line(requested: str) -> str:

@@ -42,10 +42,8 @@ def attach_partial(exc: PartialAnswerError, client: ModelClient, corpus: Corpus,
     """Attach what the caller reports of a run that stopped early to ``exc``: the usage summary,
     the corpus, the mode and the sandbox level the run used (``bwrap``, ``process``, ...: not the
     ``--sandbox`` setting, which may be ``auto``)."""
-    exc.usage = client.usage.summary()  # type: ignore[attr-defined]
-    exc.corpus = corpus  # type: ignore[attr-defined]
-    exc.mode = mode  # type: ignore[attr-defined]
-    exc.sandbox = level  # type: ignore[attr-defined]
+    report = exc.report
+    report.usage, report.corpus, report.mode, report.sandbox = client.usage.summary(), corpus, mode, level
 
 
 class TurnCounter:

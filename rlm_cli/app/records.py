@@ -61,23 +61,24 @@ def record_stopped_open(path: Path, *, run_id: str, question: str, paths: list[s
 def record_failure(exc: RLMError, client: ModelClient, collector: SourceCollector, sink: Emit, started: float,
                    trace_path: Path | None, root_turns: int, policy: str) -> None:
     """Record a question that ended in ``exc``: its summary event (a budget stop counts the root
-    turns and sub-calls that ran), sources and trajectory path, attached to ``exc``."""
-    result = getattr(exc, "result", None)
+    turns and sub-calls that ran), sources and trajectory path, in ``exc.report``."""
+    report = exc.report
+    result = report.result
     status = status_of(exc)
+    partial = exc.partial if isinstance(exc, PartialAnswerError) else None
     if result is None and isinstance(exc, PartialAnswerError):  # a budget stop: count what ran
         result = RunResult(answer=exc.partial, status=status, iterations=root_turns,
                            sub_calls=client.usage.sub_calls, elapsed_s=round(time.monotonic() - started, 3),
-                           mode=getattr(exc, "mode", "rlm"), policy=policy)
-        exc.result = result  # type: ignore[attr-defined]
-    corpus = getattr(exc, "corpus", None)
-    found, omitted = (run_sources(collector, getattr(exc, "partial", "") or "", corpus, getattr(exc, "mode", "rlm"))
-                      if corpus is not None else ([], 0))
-    exc.sources, exc.sources_omitted = found, omitted  # type: ignore[attr-defined]
-    sink(event("summary", 0, status=status, answer=getattr(exc, "partial", ""), error=exc.message,
-               exit_code=int(exc.exit_code), mode=getattr(exc, "mode", None),
+                           mode=report.mode or "rlm", policy=policy)
+        report.result = result
+    found, omitted = (run_sources(collector, partial or "", report.corpus, report.mode or "rlm")
+                      if report.corpus is not None else ([], 0))
+    report.sources, report.sources_omitted = found, omitted
+    sink(event("summary", 0, status=status, answer=partial if partial is not None else "", error=exc.message,
+               exit_code=int(exc.exit_code), mode=report.mode,
                iterations=result.iterations if result else root_turns,
                sub_calls=result.sub_calls if result else client.usage.sub_calls, usage=client.usage.summary(),
                elapsed_s=round(time.monotonic() - started, 3), sources=found, sources_omitted=omitted))
-    exc.trace_path = trace_path  # type: ignore[attr-defined]
-    if getattr(exc, "usage", None) is None:
-        exc.usage = client.usage.summary()  # type: ignore[attr-defined]
+    report.trace_path = trace_path
+    if report.usage is None:
+        report.usage = client.usage.summary()

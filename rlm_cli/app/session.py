@@ -397,7 +397,8 @@ class Session:
             if isinstance(exc, CallFailed) and exc.fatal:
                 self.fatal = self.fatal or exc
             record_failure(exc, client, collector, sink, started, trace_path, turns.root_turns, self.settings.policy)
-            self._remember(question, getattr(exc, "partial", "") or "", status_of(exc), trace_path)
+            self._remember(question, exc.partial if isinstance(exc, PartialAnswerError) else "", status_of(exc),
+                           trace_path)
             if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
                     and writer is not None and created):
                 # Bad input that never reached a model leaves nothing behind (no stray trajectory).
@@ -409,7 +410,7 @@ class Session:
                         folder.rmdir()
                     except OSError:
                         break
-                exc.trace_path = None  # type: ignore[attr-defined]
+                exc.report.trace_path = None
             raise
         except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM (SystemExit 143, see cli)
             if isinstance(client, QuestionClient):

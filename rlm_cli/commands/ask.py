@@ -189,7 +189,8 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
 
 
 def _iterations(result: Any) -> int:
-    r = result.outcome.result if result.outcome is not None else getattr(result.error, "result", None)
+    r = (result.outcome.result if result.outcome is not None
+         else result.error.report.result if result.error is not None else None)
     return int(getattr(r, "iterations", 0) or 0)
 
 

@@ -238,6 +238,22 @@ class BundleWriter:
             self.dtmp.unlink(missing_ok=True)
 
 
+class _Progress:
+    """Counts the files of a build as they are done and tells ``on_progress`` (files done, files
+    in all, bytes done, bytes in all)."""
+
+    def __init__(self, sources: list[tuple[SourceFile, str]], on_progress: OnProgress | None) -> None:
+        self.on_progress = on_progress
+        self.files_total, self.bytes_total = len(sources), sum(sf.size for sf, _ in sources)
+        self.files_done = self.bytes_done = 0
+
+    def __call__(self, sf: SourceFile) -> None:
+        self.files_done += 1
+        self.bytes_done += sf.size
+        if self.on_progress is not None:
+            self.on_progress(self.files_done, self.files_total, self.bytes_done, self.bytes_total)
+
+
 def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None, stdin_bytes: bytes | None,
                  old: CachedBundle | None, options: CorpusOptions, report: LoadReport, directory: Path,
                  prefetched: dict[str, Decoded] | None = None, on_progress: OnProgress | None = None) -> Corpus:
@@ -246,16 +262,7 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
     ``prefetched`` holds files already read while checking the cache (not read again);
     ``on_progress`` hears of every file done."""
     prefetched = prefetched or {}
-    files_total = len(sources)
-    bytes_total = sum(sf.size for sf, _ in sources)
-    files_done = bytes_done = 0
-
-    def done(sf: SourceFile) -> None:
-        nonlocal files_done, bytes_done
-        files_done += 1
-        bytes_done += sf.size
-        if on_progress is not None:
-            on_progress(files_done, files_total, bytes_done, bytes_total)
+    done = _Progress(sources, on_progress)
     old_pos = {p: i for i, p in enumerate(old.files["path"])} if old is not None else {}
     to_read = sum(sf.size for sf, state in sources if state in ("new", "check")) + len(stdin_bytes or b"")
     writer = BundleWriter(directory, options, report, sample_tokens=to_read > EXACT_TOKENS_BYTES,
@@ -265,11 +272,7 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
     reads: Generator[Any, None, None] | None = None
     try:
         if old is not None and any(state != "new" for _, state in sources):
-            with open(old.context_file, "rb") as fh:
-                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if old.index["context_bytes"] else None
-            if old.index["data_file"] and old.index["data_bytes"]:
-                with open(old.context_file.parent / old.index["data_file"], "rb") as fh:
-                    dmm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            mm, dmm = _map_old(old)
         from_cache = 0
         skipped_files: list[tuple[str, int, int, str, int, int]] = []
         if writer.sample_tokens and default_threads() > 1:  # a large build: read in worker processes
@@ -286,12 +289,8 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
                 continue
             i = old_pos.get(sf.display, -1)
             if state == "same" and mm is not None:
-                of = old.files  # type: ignore[union-attr]
-                writer.add(sf, mm[of["bstart"][i]:of["bend"][i]], of["chars"][i], of["lines"][i],
-                           of["sha1"][i], of["width"][i], of["notes"][i], old_i=i,
-                           **_old_data(of, i, dmm))
-                report.count_decoded(of["notes"][i])
-                report.count_kind(of["kind"][i])
+                assert old is not None
+                _add_same(writer, sf, old, i, mm, dmm, report)
                 from_cache += 1
                 done(sf)
                 continue
@@ -304,57 +303,19 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
                 read.replay(report)
                 if read.data is None:
                     _remember_skip(report, sf, skipped_files)
-                elif i >= 0 and old is not None and old.files["sha1"][i] == read.sha1 \
-                        and old.files["kind"][i] == read.kind:
-                    report.count_kind(read.kind)
-                    writer.add(sf, read.data, read.chars, read.lines, read.sha1, read.width, read.notes, old_i=i,
-                               **_old_data(old.files, i, dmm))  # touched, not changed
-                    from_cache += 1
                 else:
-                    report.count_kind(read.kind)
-                    writer.add(sf, read.data, read.chars, read.lines, read.sha1, read.width, read.notes,
-                               kind=read.kind, payload=read.payload, dmeta=read.dmeta, spans=read.spans,
-                               counted=read.counted())
+                    from_cache += _add_read(writer, sf, read, i, old, dmm, report)
                 done(sf)
                 continue
             else:
                 decoded = read_source(sf, options, report)
             if decoded is None:
                 _remember_skip(report, sf, skipped_files)
-                done(sf)
-                continue
-            sha1 = sha1_hex(decoded.data)
-            lines = decoded.text.count("\n") + (0 if decoded.text.endswith("\n") else 1)
-            width = char_width(decoded.text)
-            report.count_kind(decoded.kind)
-            if i >= 0 and old is not None and old.files["sha1"][i] == sha1 and old.files["kind"][i] == decoded.kind:
-                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes,
-                           old_i=i, **_old_data(old.files, i, dmm))  # touched, not changed
-                from_cache += 1
             else:
-                payload, dmeta = parse_data(decoded)
-                writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes, text=decoded.text,
-                           kind=decoded.kind, payload=payload, dmeta=dmeta)
+                from_cache += _add_decoded(writer, sf, decoded, i, old, dmm, report)
             done(sf)
         if stdin is not None and stdin_bytes is not None:
-            if compression_of(stdin_bytes):  # decompressed as a .gz file is, in the confined decoder
-                piped = read_piped(stdin_bytes, stdin, options, report)
-                if piped is not None:
-                    lines = piped.text.count("\n") + (0 if piped.text.endswith("\n") else 1)
-                    report.count_kind(piped.kind)
-                    writer.add(stdin, piped.data, len(piped.text), lines, sha1_hex(piped.data),
-                               char_width(piped.text), piped.notes, text=piped.text, kind=piped.kind)
-            elif is_binary(stdin_bytes[:8192]):
-                report.skip("binary", "skipped <stdin>: binary data", path=stdin.display)
-            else:
-                d = decode_bytes(stdin_bytes)
-                if d.text:
-                    lines = d.text.count("\n") + (0 if d.text.endswith("\n") else 1)
-                    report.count_decoded(d.notes)
-                    writer.add(stdin, d.data, len(d.text), lines, sha1_hex(d.data), char_width(d.text), d.notes,
-                               text=d.text)
-                else:
-                    report.skip("empty", path=stdin.display)
+            _add_stdin(writer, stdin, stdin_bytes, options, report)
         if not writer.files:
             message, hint = empty_message(report)
             raise EmptyCorpusError(message, hint=hint)
@@ -368,6 +329,16 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
         for m in (mm, dmm):
             if m is not None:
                 m.close()
+    return _held_corpus(writer, (files, chunks, final, digest), report, options, from_cache, skipped_files)
+
+
+def _held_corpus(writer: BundleWriter, written: tuple[list[FileEntry], list[Chunk], Path, str], report: LoadReport,
+                 options: CorpusOptions, from_cache: int,
+                 skipped_files: list[tuple[str, int, int, str, int, int]]) -> Corpus:
+    """The :class:`Corpus` of the bundle ``writer`` finished (``written``: its files, chunks,
+    final folder and digest), holding a shared lock on it (readers may share it, cleanup may not
+    delete it); ``from_cache`` files were the old bundle's."""
+    files, chunks, final, digest = written
     corpus = Corpus(files, chunks, final, writer.chars, writer.nbytes, digest, report, DEFAULT_ENCODING,
                     options.chunk_tokens, from_cache=from_cache, reindexed=len(files) - from_cache,
                     skipped_files=skipped_files, data_file=writer.data_file, data_bytes=writer.dbytes,
@@ -376,6 +347,16 @@ def build_bundle(sources: list[tuple[SourceFile, str]], stdin: SourceFile | None
     lock(fd, exclusive=False)  # downgrade: readers may share it, cleanup may not delete it
     corpus.hold(fd)
     return corpus
+
+
+def _add_same(writer: BundleWriter, sf: SourceFile, old: CachedBundle, i: int, mm: mmap.mmap,
+              dmm: mmap.mmap | None, report: LoadReport) -> None:
+    """Add file ``sf``, unchanged since the old bundle, from that bundle's row ``i`` (not read)."""
+    of = old.files
+    writer.add(sf, mm[of["bstart"][i]:of["bend"][i]], of["chars"][i], of["lines"][i],
+               of["sha1"][i], of["width"][i], of["notes"][i], old_i=i, **_old_data(of, i, dmm))
+    report.count_decoded(of["notes"][i])
+    report.count_kind(of["kind"][i])
 
 
 def _remember_skip(report: LoadReport, sf: SourceFile,
@@ -417,3 +398,70 @@ def add_text(writer: BundleWriter, sf: SourceFile, text: str) -> None:
     data = text.encode("utf-8")
     lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     writer.add(sf, data, len(text), lines, sha1_hex(data), char_width(text), "", text=text)
+
+
+def _map_old(old: CachedBundle) -> tuple[mmap.mmap | None, mmap.mmap | None]:
+    """The old bundle's context file and data file, mapped for reading (``None`` when empty)."""
+    mm = dmm = None
+    with open(old.context_file, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if old.index["context_bytes"] else None
+    if old.index["data_file"] and old.index["data_bytes"]:
+        with open(old.context_file.parent / old.index["data_file"], "rb") as fh:
+            dmm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return mm, dmm
+
+
+def _add_read(writer: BundleWriter, sf: SourceFile, read: Any, i: int, old: CachedBundle | None,
+              dmm: mmap.mmap | None, report: LoadReport) -> int:
+    """Add a file a reader process read (``read``: a ``parallel`` result with data) at old row ``i``
+    (-1: none); 1 when its content was the old bundle's (touched, not changed), else 0."""
+    report.count_kind(read.kind)
+    if i >= 0 and old is not None and old.files["sha1"][i] == read.sha1 and old.files["kind"][i] == read.kind:
+        writer.add(sf, read.data, read.chars, read.lines, read.sha1, read.width, read.notes, old_i=i,
+                   **_old_data(old.files, i, dmm))  # touched, not changed
+        return 1
+    writer.add(sf, read.data, read.chars, read.lines, read.sha1, read.width, read.notes,
+               kind=read.kind, payload=read.payload, dmeta=read.dmeta, spans=read.spans, counted=read.counted())
+    return 0
+
+
+def _add_decoded(writer: BundleWriter, sf: SourceFile, decoded: Decoded, i: int, old: CachedBundle | None,
+                 dmm: mmap.mmap | None, report: LoadReport) -> int:
+    """Add a file read in this process at old row ``i`` (-1: none); 1 when its content was the old
+    bundle's (touched, not changed), else 0."""
+    sha1 = sha1_hex(decoded.data)
+    lines = decoded.text.count("\n") + (0 if decoded.text.endswith("\n") else 1)
+    width = char_width(decoded.text)
+    report.count_kind(decoded.kind)
+    if i >= 0 and old is not None and old.files["sha1"][i] == sha1 and old.files["kind"][i] == decoded.kind:
+        writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes,
+                   old_i=i, **_old_data(old.files, i, dmm))  # touched, not changed
+        return 1
+    payload, dmeta = parse_data(decoded)
+    writer.add(sf, decoded.data, len(decoded.text), lines, sha1, width, decoded.notes, text=decoded.text,
+               kind=decoded.kind, payload=payload, dmeta=dmeta)
+    return 0
+
+
+def _add_stdin(writer: BundleWriter, stdin: SourceFile, stdin_bytes: bytes, options: CorpusOptions,
+               report: LoadReport) -> None:
+    """Add what was piped in (``-``): compressed (decoded in the confined decoder, as a ``.gz``
+    file is), binary (skipped), empty (skipped) or text."""
+    if compression_of(stdin_bytes):  # decompressed as a .gz file is, in the confined decoder
+        piped = read_piped(stdin_bytes, stdin, options, report)
+        if piped is not None:
+            lines = piped.text.count("\n") + (0 if piped.text.endswith("\n") else 1)
+            report.count_kind(piped.kind)
+            writer.add(stdin, piped.data, len(piped.text), lines, sha1_hex(piped.data),
+                       char_width(piped.text), piped.notes, text=piped.text, kind=piped.kind)
+    elif is_binary(stdin_bytes[:8192]):
+        report.skip("binary", "skipped <stdin>: binary data", path=stdin.display)
+    else:
+        d = decode_bytes(stdin_bytes)
+        if d.text:
+            lines = d.text.count("\n") + (0 if d.text.endswith("\n") else 1)
+            report.count_decoded(d.notes)
+            writer.add(stdin, d.data, len(d.text), lines, sha1_hex(d.data), char_width(d.text), d.notes,
+                       text=d.text)
+        else:
+            report.skip("empty", path=stdin.display)

@@ -18,8 +18,9 @@ Plain text files never leave rlm's process.
 
 The child runs at the strongest sandbox level this machine has (``levels.resolve_level("auto")``:
 bubblewrap, else a ``process`` confined by Landlock and seccomp as far as the kernel allows), is
-started by the launcher's own code (``launcher.Sandbox``'s command, environment, user drop, kill
-and stray reaping), and is given its limits: ``RLIMIT_AS`` of ``--decode-memory``, no network,
+started through the launcher's own start path (``launcher.Sandbox.prepare``, ``launch`` and
+``confinement``: the user drop, the scratch folder, the command per level, the scrubbed
+environment, the limits; and its kill and stray reaping), and is given its limits: ``RLIMIT_AS`` of ``--decode-memory``, no network,
 no file to read but the one it is handed (an open descriptor), none to write. One child serves
 every document of a build in turn (one process start per build and per reader process, not per
 file: see the figures in docs/usage.md); it is stopped at the end of ``load_corpus`` and dies with rlm.
@@ -35,7 +36,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import json
-import os
 import re
 import signal
 import socket
@@ -52,7 +52,8 @@ from rlm_cli import protocol
 from rlm_cli.config import CorpusOptions
 from rlm_cli.config_keys import format_size
 from rlm_cli.corpus import formats
-from rlm_cli.corpus.loader import Decoded, SourceFile
+from rlm_cli.corpus.decoding import Decoded, SourceFile
+from rlm_cli.sandbox.level import Level
 
 #: Kinds whose files are always decoded in the child (compressed files of any kind too).
 DOCUMENT_KINDS = ("pdf", "notebook", "parquet", "excel")
@@ -87,7 +88,7 @@ def in_child(kind: str, comp: str, head: bytes) -> bool:
     """Whether a file of ``kind`` and compression ``comp`` (from ``formats.kind_of``), whose
     first 8 KiB are ``head``, is decoded in the child: a compressed file with its format's
     magic bytes, a PDF, Parquet or Excel file, or a notebook that is not binary."""
-    from rlm_cli.corpus.loader import is_binary
+    from rlm_cli.corpus.decoding import is_binary
 
     if comp:
         return formats.magic_matches(comp, head)
@@ -117,7 +118,7 @@ def _sandbox_class() -> type:
     return DecoderSandbox
 
 
-def _level() -> str:
+def _level() -> Level:
     """The sandbox level of the child: the strongest available here (never ``none``)."""
     from rlm_cli.sandbox import levels
 
@@ -135,7 +136,8 @@ class Decoder:
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
         self.timeout_s = timeout_s
         self.memory_bytes = memory_bytes
-        self.level = ""
+        #: The level the child runs at (``None`` until it first starts).
+        self.level: Level | None = None
         self.starts = 0
         self._box: Any = None
         self._sock: socket.socket | None = None
@@ -312,7 +314,7 @@ class Decoder:
         Raises:
             OSError, protocol.ProtocolError: it failed to start or to confine itself.
         """
-        from rlm_cli.sandbox import launcher, probes, processes, reaper, users
+        from rlm_cli.sandbox import launcher, reaper
 
         self.level = level = _level()
         scratch = Path(tempfile.mkdtemp(prefix=reaper.folder_prefix(reaper.SCRATCH_PREFIX)))
@@ -322,29 +324,18 @@ class Decoder:
                                limits=limits, cell_timeout=self.timeout_s)
         box.scratch = scratch
         self._box = box
-        box.drop = drop = users.plan_drop(level)[0]
-        if drop and drop.uid != os.geteuid() and level != "bwrap":
-            os.chown(scratch, drop.uid, drop.gid)
-        if level in ("process", "none"):
-            processes.become_subreaper()
+        box.prepare()  # the launcher's own start path: its user, scratch folder, subreaper, command, environment
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            argv = box.command(child.fileno(), child.fileno())
-            env = {k: os.environ[k] for k in launcher.ENV_ALLOW if k in os.environ}
-            env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", MALLOC_ARENA_MAX="1",
-                       OMP_NUM_THREADS="1")
-            box.spawn(argv, pass_fds=(child.fileno(),), env=env, name="decoder-stderr")
+            box.launch(child.fileno(), child.fileno(), env={"MALLOC_ARENA_MAX": "1", "OMP_NUM_THREADS": "1"},
+                       name="decoder-stderr")
         finally:
             child.close()
         self._sock = parent
         self._warm = set()
         self.starts += 1
-        rlimits = limits.rlimits(drop.uid if drop else os.geteuid())
-        rlimits.pop("RLIMIT_CPU")  # one child serves many documents: --decode-timeout bounds each one
-        config = {"type": "config", "limits": rlimits, "drop_to": [drop.uid, drop.gid] if drop else None,
-                  "keep_caps": list(drop.keep_caps) if drop else [], "harden": True,
-                  "landlock": box.landlock_policy(),
-                  "seccomp": level in ("process", "bwrap") and probes.confinement().seccomp}
+        # one child serves many documents: --decode-timeout bounds each one, not RLIMIT_CPU
+        config = {"type": "config", **box.confinement(cpu_limit=False)}
         deadline = time.monotonic() + START_TIMEOUT_S
         parent.settimeout(START_TIMEOUT_S)
         protocol.send_message(parent, config)

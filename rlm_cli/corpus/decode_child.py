@@ -21,7 +21,7 @@ followed by the raw *blobs* whose byte lengths its ``blobs`` list gives:
   the child answers ``{"type": "ready", "notes": [...]}`` or ``{"type": "error", "error": str}``.
 * ``{"type": "file", "kind", "comp", "shown", "size", "cap", "truncate"}`` with the file's
   descriptor attached to the frame's first byte: decompress (``comp``) and decode it by
-  ``kind`` (``loader.decode_kind``); a structured result is parsed here too.
+  ``kind`` (``decoding.decode_kind``); a structured result is parsed here too.
 * ``{"type": "import", "modules": [...]}``: import a kind's readers (pypdf; pandas and pyarrow or
   openpyxl) before its first file, so ``--decode-timeout`` times the file, not the import.
 * ``{"type": "parse", "kind", "shown", "blobs": [n]}`` with the UTF-8 text: parse it
@@ -96,12 +96,12 @@ def _decode_file(header: dict[str, Any], fd: int) -> tuple[dict[str, Any], tuple
         formats.Unreadable: the file cannot be read as its kind (or is over the cap once decompressed).
     """
     from rlm_cli.config import CorpusOptions
-    from rlm_cli.corpus import formats, loader
+    from rlm_cli.corpus import decoding, formats
 
     kind, comp, shown = str(header["kind"]), str(header["comp"]), str(header["shown"])
     cap, truncate = int(header["cap"]), bool(header["truncate"])
     options = CorpusOptions(max_file_size=cap, truncate_large=truncate)
-    sf = loader.SourceFile(shown, None, int(header.get("size", 0)), 0)
+    sf = decoding.SourceFile(shown, None, int(header.get("size", 0)), 0)
     cut = False
     os.lseek(fd, 0, os.SEEK_SET)
     with open(fd, "rb", buffering=0, closefd=False) as fh:
@@ -111,11 +111,11 @@ def _decode_file(header: dict[str, Any], fd: int) -> tuple[dict[str, Any], tuple
                 raise formats.Unreadable("too large", f"skipped {shown}: over --max-file-size {cap:,} bytes once "
                                                       "decompressed (raise it, or --truncate-large keeps the start)")
         else:
-            data = loader.read_up_to(fh, cap + 1)
+            data = decoding.read_up_to(fh, cap + 1)
             if len(data) > cap and kind in formats.BINARY_KINDS:
                 raise formats.Unreadable("too large", f"skipped {shown}: over --max-file-size {cap:,} bytes "
                                                       f"(a {kind} file cannot be cut)")
-    decoded = loader.decode_kind(data, kind, comp, sf, options, cut)
+    decoded = decoding.decode_kind(data, kind, comp, sf, options, cut)
     if decoded is None:
         return {"ok": True, "binary": True}, (b"", b"")
     payload, meta = b"", None

@@ -1,5 +1,6 @@
-"""Read and decode the files a walk found (``rlm_cli.corpus.walk``), safely, and the records
-both pass along: :class:`SourceFile`, :class:`LoadReport` and :class:`Decoded`.
+"""Read and decode the files a walk found (``rlm_cli.corpus.walk``), safely, and the report both
+pass along: :class:`LoadReport` (the file and text records, :class:`SourceFile` and
+:class:`Decoded`, and the decodings are ``rlm_cli.corpus.decoding``'s).
 
 Rules (see :func:`read_source`):
 
@@ -7,10 +8,8 @@ Rules (see :func:`read_source`):
   devices are never read;
 * a file over ``max_file_size`` bytes is truncated to that size with ``truncate_large``;
 * binary files (a NUL byte, or more than 30% control bytes, in the first 8 KiB) are skipped;
-* text is decoded as UTF-8 (BOM stripped), UTF-16/UTF-32 when a BOM says so, and otherwise as
-  Latin-1 when invalid UTF-8 sequences outnumber valid multi-byte characters (a legacy 8-bit
-  file); a mostly-UTF-8 file keeps its valid characters and reads each byte that is not part of
-  valid UTF-8 as Latin-1 (no byte is lost or replaced by U+FFFD). Decoding never raises.
+* text is decoded as ``rlm_cli.corpus.decoding`` says (UTF-8, UTF-16/32 by BOM, Latin-1 for a
+  legacy 8-bit file); decoding never raises.
 
 Everything skipped is counted by reason in a :class:`LoadReport`, which the summary line and the
 empty-corpus error read.
@@ -18,48 +17,36 @@ empty-corpus error read.
 
 from __future__ import annotations
 
-import codecs
 import errno
 import os
 import stat
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import formats
+from rlm_cli.corpus.decoding import (
+    BINARY_RATIO,
+    SNIFF_BYTES,
+    Decoded,
+    SourceFile,
+    compression_of,
+    decode,
+    decode_bytes,
+    decode_kind,
+    is_binary,
+    read_up_to,
+    trim_partial_utf8,
+)
 
-#: Bytes inspected for binary detection (the same window git and ripgrep use).
-SNIFF_BYTES = 8192
-#: Share of control bytes in the sniff window above which a file counts as binary.
-BINARY_RATIO = 0.30
+#: Re-exported: the records and decodings of ``decoding`` were this module's, and are still read here.
+__all__ = ["BINARY_RATIO", "SNIFF_BYTES", "Decoded", "LoadReport", "SourceFile", "compression_of", "decode",
+           "decode_bytes", "decode_kind", "is_binary", "read_source", "read_up_to", "trim_partial_utf8"]
+
 #: Warnings kept per skip reason (the summary still counts every file).
 MAX_WARNINGS_PER_REASON = 20
 
-# Control bytes that do not occur in text (tab, LF, VT, FF, CR, ESC, BEL and BS do).
-_NON_TEXT = bytes(b for b in range(32) if b not in (7, 8, 9, 10, 11, 12, 13, 27)) + b"\x7f"
-_BOMS_16_32 = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-
-
-@dataclass(slots=True)
-class SourceFile:
-    """A file selected for reading. ``display`` is its path as shown to the model (UTF-8 text:
-    ``links.display_text``); ``path`` the path to open, as the OS gave it (``None`` for stdin);
-    ``size`` in bytes, ``mtime_ns``, ``ctime_ns`` and ``ino`` from ``stat`` (the cache trusts a
-    file whose four are unchanged; 0 when unknown); ``dev`` its device. ``link``: the last part of
-    ``path`` was a symlink the walk let in (a PATH named through a link, a link inside the corpus,
-    ``--follow``); any other path is opened without following a link, and what is opened must be
-    the file the walk checked (:func:`open_checked`)."""
-
-    display: str
-    path: str | None
-    size: int
-    mtime_ns: int
-    ctime_ns: int = 0
-    ino: int = 0
-    dev: int = 0
-    link: bool = False
 
 
 #: Skipped files named (path and reason) in a report; the counts cover every one.
@@ -116,32 +103,6 @@ class LoadReport:
                 self.warnings.append(f"further files skipped as {reason!r} are counted in the summary only")
 
 
-@dataclass(slots=True)
-class Decoded:
-    """A file's text, the UTF-8 bytes of that text, how it was decoded, and whether only its
-    head was kept (``--truncate-large``). ``kind`` is what the file was read as, comma-separated
-    (``""`` plain text; ``pdf``, ``notebook``, ``jsonl``, ``csv,gz``...: see
-    ``rlm_cli.corpus.formats``); ``payload`` the parsed table of a Parquet or Excel file."""
-
-    text: str
-    data: bytes
-    encoding: str
-    truncated: bool = False
-    kind: str = ""
-    payload: dict[str, Any] | None = None
-    #: The payload already encoded for the data file, and its summary, when the confined decoder
-    #: parsed the file (``rlm_cli.corpus.decode``).
-    encoded: bytes | None = None
-    meta: dict[str, Any] | None = None
-
-    @property
-    def notes(self) -> str:
-        """What the summary's "decoded" counts for this file: ``""`` for plain UTF-8, else the
-        decoding and/or ``truncated``, comma-separated (kept in the index for cached files)."""
-        tags = [] if self.encoding in ("utf-8", "utf-8-sig") else [self.encoding]
-        return ",".join((["truncated"] if self.truncated else []) + tags)
-
-
 def os_failure(exc: OSError, path: str | bytes) -> tuple[str, str]:
     """``(skip reason, words)`` for an ``OSError`` met opening, listing or reading ``path``: a path
     over the system's limit is ``path too long`` (permissions are not the problem), anything else
@@ -165,81 +126,6 @@ def binary_anyway(path: str) -> bool:
             return is_binary(read_up_to(fh, SNIFF_BYTES))
     except OSError:
         return False
-
-
-def is_binary(head: bytes) -> bool:
-    """True if ``head`` (the first 8 KiB) looks binary: a NUL byte, or over 30% control bytes.
-
-    UTF-16/32 files with a BOM are text (they contain NULs by design).
-    """
-    if not head or head.startswith(_BOMS_16_32):
-        return False
-    if b"\x00" in head:
-        return True
-    nontext = len(head) - len(head.translate(None, _NON_TEXT))
-    return nontext > BINARY_RATIO * len(head)
-
-
-def decode_bytes(data: bytes) -> Decoded:
-    """Decode a file's bytes (see the module docstring); never raises.
-
-    Returns the text, its UTF-8 encoding (``data`` itself when it was valid UTF-8 without a BOM)
-    and the name of the decoding used: ``utf-8``, ``utf-8-sig``, ``utf-16``, ``utf-32``,
-    ``utf-8+latin-1`` (UTF-8 with some bytes that are not, read as Latin-1) or ``latin-1``.
-    """
-    if data.startswith(codecs.BOM_UTF8):
-        body = data[3:]
-        try:
-            return Decoded(body.decode("utf-8"), body, "utf-8-sig")
-        except UnicodeDecodeError:
-            text = body.decode("utf-8", _LATIN1_FOR_INVALID)
-            return Decoded(text, text.encode("utf-8"), "utf-8+latin-1")
-    for bom, enc in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-                     (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
-        if data.startswith(bom):
-            text = data.decode(enc, "replace")
-            return Decoded(text, text.encode("utf-8", "surrogatepass"), enc)
-    try:
-        return Decoded(data.decode("utf-8"), data, "utf-8")
-    except UnicodeDecodeError:
-        pass
-    text = data.decode("utf-8", "replace")
-    replaced = text.count("\ufffd") - data.count(b"\xef\xbf\xbd")  # minus genuine U+FFFD characters
-    multibyte = len(text) - len(text.encode("ascii", "ignore")) - text.count("\ufffd")
-    if replaced > multibyte:  # a legacy 8-bit file: every high byte is one invalid sequence
-        text = data.decode("latin-1")
-        return Decoded(text, text.encode("utf-8"), "latin-1")
-    text = data.decode("utf-8", _LATIN1_FOR_INVALID)  # mostly UTF-8: keep it, read the stray bytes as Latin-1
-    return Decoded(text, text.encode("utf-8"), "utf-8+latin-1")
-
-
-def _latin1_for_invalid(err: UnicodeError) -> tuple[str, int]:
-    """A ``codecs`` error handler: the bytes of an invalid UTF-8 sequence, read as Latin-1 (one
-    character per byte, so nothing is lost, unlike U+FFFD)."""
-    if not isinstance(err, UnicodeDecodeError):
-        raise err
-    return bytes(err.object[err.start:err.end]).decode("latin-1"), err.end
-
-
-_LATIN1_FOR_INVALID = "rlm-latin-1-for-invalid"
-codecs.register_error(_LATIN1_FOR_INVALID, _latin1_for_invalid)
-
-
-def decode(data: bytes) -> str:
-    """The text of :func:`decode_bytes` (never raises)."""
-    return decode_bytes(data).text
-
-
-def trim_partial_utf8(data: bytes) -> bytes:
-    """Drop an incomplete UTF-8 sequence cut off at the end of ``data`` (after truncation)."""
-    for back in range(1, min(4, len(data)) + 1):
-        b = data[-back]
-        if b < 0x80:
-            return data
-        if b >= 0xC0:  # a lead byte: how long should its sequence be?
-            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
-            return data if back >= need else data[:-back]
-    return data
 
 
 #: The skip reason of a file that changed into another (a symlink, another file) between the walk
@@ -354,6 +240,12 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
     except formats.Unreadable as exc:
         report.skip(exc.reason, str(exc), path=sf.display)
         return None
+    return _counted(decoded, sf, comp, report)
+
+
+def _counted(decoded: Decoded | None, sf: SourceFile, comp: str, report: LoadReport) -> Decoded | None:
+    """``decoded`` (the text of ``sf``, compressed as ``comp``) counted in ``report``: ``None`` when
+    it is binary or empty (a skip), a warning when it was cut (``--truncate-large``)."""
     if decoded is None:
         report.skip("binary", path=sf.display)
         return None
@@ -365,11 +257,6 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
         return None
     report.count_decoded(decoded.notes)
     return decoded
-
-
-def compression_of(data: bytes) -> str:
-    """The compression whose magic bytes start ``data`` (``gz``, ``bz2``, ``xz``), or ``""``."""
-    return next((tag for tag, magic in formats.COMPRESSIONS.values() if data.startswith(magic)), "")
 
 
 def read_piped(data: bytes, sf: SourceFile, options: CorpusOptions, report: LoadReport) -> Decoded | None:
@@ -386,55 +273,3 @@ def read_piped(data: bytes, sf: SourceFile, options: CorpusOptions, report: Load
         with open(fd, "wb") as fh:
             fh.write(data)
         return read_source(SourceFile(sf.display, path, len(data), 0), options, report)
-
-
-def decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: CorpusOptions,
-                cut: bool) -> Decoded | None:
-    """Turn a file's (decompressed) bytes into text by its kind; ``None`` when they are binary.
-
-    Raises:
-        formats.Unreadable: the file cannot be read as its kind.
-    """
-    tags = [kind] if kind else []
-    if kind == "pdf":
-        text = formats.pdf_text(data, sf.display)
-        return Decoded(text, text.encode("utf-8", "surrogatepass"), "utf-8", kind=",".join(tags + [comp] * bool(comp)))
-    if kind in ("parquet", "excel"):
-        text, payload = formats.table_file(kind, data, sf.display, options.max_file_size, options.truncate_large)
-        return Decoded(text, text.encode("utf-8", "surrogatepass"), "utf-8", kind=",".join(tags + [comp] * bool(comp)),
-                       payload=payload)
-    if comp and is_binary(data[:SNIFF_BYTES]):
-        return None
-    limit = options.max_file_size if options.truncate_large else -1
-    if not comp and 0 <= limit < len(data):
-        data, cut = data[:limit], True
-    if cut:
-        data = trim_partial_utf8(data)
-    decoded = decode_bytes(data)
-    decoded.truncated = cut
-    if kind == "notebook":
-        cells = formats.notebook_text(decoded.text)
-        if cells is None:
-            tags = []  # not a notebook's JSON: kept as the text it is
-        else:
-            decoded = Decoded(cells, cells.encode("utf-8", "surrogatepass"), decoded.encoding, cut)
-    decoded.kind = ",".join(tags + [comp] * bool(comp))
-    return decoded
-
-
-def read_up_to(fh: object, n: int) -> bytes:
-    """Up to ``n`` bytes from the binary file object ``fh`` (fewer only at its end), however few
-    each ``read`` returns.
-
-    Raises:
-        OSError: reading failed.
-    """
-    parts: list[bytes] = []
-    got = 0
-    while got < n:
-        piece = fh.read(n - got)  # type: ignore[attr-defined]
-        if not piece:
-            break
-        parts.append(piece)
-        got += len(piece)
-    return b"".join(parts)

@@ -32,7 +32,7 @@ import glob
 import os
 import stat
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import links
@@ -40,15 +40,27 @@ from rlm_cli.corpus.ignore import IGNORE_FILES, Spec, clock, compile_rules, igno
 from rlm_cli.corpus.loader import LoadReport, SourceFile, binary_anyway, os_failure
 from rlm_cli.errors import UsageError
 
-if TYPE_CHECKING:
-    from rlm_cli.corpus.walklog import WalkLog
+
+class WalkRecorder(Protocol):
+    """What a walk tells the record of what it read (``rlm_cli.corpus.walklog.WalkLog``, which
+    replays it later; described here so that the walk does not import its recorder): something it
+    cannot replay (``untrusted``), a PATH argument, a folder listed with its stat, an ignore file
+    read, a symlink followed, a file taken, a path skipped with its reason."""
+
+    def untrusted(self) -> None: ...
+    def root(self, path: str, prefix: str, is_dir: bool) -> None: ...
+    def folder(self, path: str, st: os.stat_result) -> None: ...
+    def ignore_file(self, path: str) -> None: ...
+    def link(self, path: str) -> None: ...
+    def file(self, rel: str, shown: str, via_link: bool) -> None: ...
+    def skip(self, reason: str, warning: str | None, path: str) -> None: ...
 
 
 class Walker:
     """Walks folder arguments applying the rules of the module docstring."""
 
     def __init__(self, options: CorpusOptions, report: LoadReport, bounds: links.Bounds | None = None,
-                 log: WalkLog | None = None) -> None:
+                 log: WalkRecorder | None = None) -> None:
         self.options = options
         self.report = report
         #: What this walk read, kept to replay it later (``rlm_cli.corpus.walklog``); None: not kept.
@@ -199,18 +211,16 @@ class Walker:
         stack = [self._open_dir(root, "", [], frozenset([root_key]), st, os.path.islink(root))]
         vias = [False]
         while stack:
-            item = stack[-1]
-            entries, rel_dir, specs, ancestors = item
+            entries, rel_dir, specs, ancestors = stack[-1]
             entry = next(entries, None)
             if entry is None:
                 stack.pop()
                 vias.pop()
                 continue
             clock.over()
-            name = entry.name
-            if name == ".git":
+            if entry.name == ".git":
                 continue
-            rel = rel_dir + name
+            rel = rel_dir + entry.name
             shown = prefix + links.display_text(rel)
             try:
                 is_dir = entry.is_dir()  # follows symlinks; False for a broken link
@@ -219,16 +229,7 @@ class Walker:
             link = entry.is_symlink()
             if link and self.log is not None:  # (before the skips too: an ignore rule may depend on is_dir)
                 self.log.link(entry.path)
-            if name.startswith(".") and not self.options.hidden:
-                self._skip("hidden", path=shown + "/" if is_dir else shown)
-                continue
-            if specs and ignored(specs, rel, is_dir):
-                self._skip("ignored", path=shown + "/" if is_dir else shown)
-                continue
-            if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
-                self._skip("excluded", path=shown + "/" if is_dir else shown)
-                continue
-            if link and self.escapes(entry.path, shown, is_dir):
+            if self._left_out(entry, rel, shown, is_dir, specs, link):
                 continue
             via = vias[-1] or link
             if is_dir:
@@ -250,22 +251,44 @@ class Walker:
                 stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}, dst, link))
                 vias.append(via)
                 continue
-            if self.include is not None and not self.include.match_file(rel):
-                self._skip("not included", path=shown)
-                continue
-            if self.log is not None:
-                self.log.file(rel, shown, via)
-            self._in_file = True  # (an exception ends the walk, and its log is not kept)
-            try:
-                fst = entry.stat()
-            except OSError as exc:
-                self._stat_failed(entry.path, shown, exc)
-                self._in_file = False
-                continue
-            sf = self.file(entry.path, shown, fst, via, link)
-            self._in_file = False
+            sf = self._take_file(entry, rel, shown, via, link)
             if sf is not None:
                 yield sf
+
+    def _left_out(self, entry: os.DirEntry[str], rel: str, shown: str, is_dir: bool,
+                  specs: list[tuple[str, Spec]], link: bool) -> bool:
+        """Whether the walk leaves ``entry`` (``rel`` in its root, shown as ``shown``) out: hidden,
+        ignored, excluded, or a symlink out of bounds (each counted)."""
+        where = shown + "/" if is_dir else shown
+        if entry.name.startswith(".") and not self.options.hidden:
+            self._skip("hidden", path=where)
+            return True
+        if specs and ignored(specs, rel, is_dir):
+            self._skip("ignored", path=where)
+            return True
+        if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
+            self._skip("excluded", path=where)
+            return True
+        return link and self.escapes(entry.path, shown, is_dir)
+
+    def _take_file(self, entry: os.DirEntry[str], rel: str, shown: str, via: bool, link: bool) -> SourceFile | None:
+        """The :class:`SourceFile` of the file ``entry`` met by the walk, or ``None`` when it is
+        not included, cannot be stat'ed or is skipped (:meth:`file`; each counted)."""
+        if self.include is not None and not self.include.match_file(rel):
+            self._skip("not included", path=shown)
+            return None
+        if self.log is not None:
+            self.log.file(rel, shown, via)
+        self._in_file = True  # (an exception ends the walk, and its log is not kept)
+        try:
+            fst = entry.stat()
+        except OSError as exc:
+            self._stat_failed(entry.path, shown, exc)
+            self._in_file = False
+            return None
+        sf = self.file(entry.path, shown, fst, via, link)
+        self._in_file = False
+        return sf
 
     def _open_dir(self, path: str, rel_dir: str, specs: list[tuple[str, Spec]],
                   ancestors: frozenset[tuple[int, int]], st: os.stat_result, link: bool = False) -> tuple[
@@ -381,7 +404,7 @@ def list_folder(path: str, st: os.stat_result, *, follow: bool) -> list[Any]:
 
 
 def discover(paths: list[str], options: CorpusOptions, report: LoadReport,
-             deadline: float | None = None, log: WalkLog | None = None) -> list[SourceFile]:
+             deadline: float | None = None, log: WalkRecorder | None = None) -> list[SourceFile]:
     """Expand ``paths`` (files, folders, globs; not ``-``) into the files to read.
 
     Order: arguments in the order given; inside a folder, paths sorted by name (depth first).
@@ -411,7 +434,7 @@ def check_paths(paths: list[str]) -> None:
 
 
 def _discover(paths: list[str], options: CorpusOptions, report: LoadReport,
-              log: WalkLog | None) -> list[SourceFile]:
+              log: WalkRecorder | None) -> list[SourceFile]:
     roots: list[str] = []
     globbed: list[str] = []  # the folders globs start from (also roots: links may lead there)
     matched: set[str] = set()  # roots found by a glob (not named: a link among them is checked)

@@ -25,7 +25,7 @@ from rlm_cli.corpus import Corpus
 from rlm_cli.corpus.store import derive_corpus
 from rlm_cli.errors import DoesNotFitError, PartialAnswerError, ProviderError, RLMError
 from rlm_cli.evaluation.scoring import partial, score
-from rlm_cli.evaluation.tasks import CorpusText, Task
+from rlm_cli.evaluation.task import CorpusText, Task
 from rlm_cli.output.trace import Emit
 
 MODES = ("rlm", "direct")
@@ -225,23 +225,23 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
         res.elapsed_s = round(time.monotonic() - started, 3)
         return res
     except PartialAnswerError as exc:
-        result = getattr(exc, "result", None)
+        result = exc.report.result
         res.status = result.status if result is not None else "budget_exceeded"
         res.answer, res.error = exc.partial or "", exc.message
         res.support = "partial"
         res.iterations = result.iterations if result is not None else 0
         res.policy = result.policy if result is not None else ""
         res.sub_calls = result.sub_calls if result is not None else 0
-        usage = getattr(exc, "usage", None) or {}
-        res.trace = str(exc.trace_path) if getattr(exc, "trace_path", None) else None  # type: ignore[attr-defined]
+        usage = exc.report.usage or {}
+        res.trace = str(exc.report.trace_path) if exc.report.trace_path else None
     except ProviderError as exc:
         if getattr(exc, "fatal", False) or getattr(exc, "status", None) in (401, 403, 404):
             raise
         res.error, usage = exc.message, {}
-        res.trace = str(exc.trace_path) if getattr(exc, "trace_path", None) else None  # type: ignore[attr-defined]
+        res.trace = str(exc.report.trace_path) if exc.report.trace_path else None
     except RLMError as exc:
         res.error, usage = exc.message, {}
-        res.trace = str(exc.trace_path) if getattr(exc, "trace_path", None) else None  # type: ignore[attr-defined]
+        res.trace = str(exc.report.trace_path) if exc.report.trace_path else None
     res.elapsed_s = round(time.monotonic() - started, 3)
     res.tokens = int(usage.get("total_tokens") or 0)
     res.root_calls = int((usage.get("root") or {}).get("calls") or 0)

@@ -23,7 +23,7 @@ import random
 from collections import Counter
 
 from rlm_cli.evaluation.phrasing import Phrasing
-from rlm_cli.evaluation.tasks import CorpusEdit, CorpusText, Task, free_path
+from rlm_cli.evaluation.task import CorpusEdit, CorpusText, Task, free_path
 
 #: The hidden categories: name -> (plural, what a message of it does: told in the question).
 CATEGORIES: dict[str, tuple[str, str]] = {

@@ -30,52 +30,14 @@ import random
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 from rlm_cli.evaluation.phrasing import Phrasing
+from rlm_cli.evaluation.semantic import semantic_tasks
+from rlm_cli.evaluation.task import CorpusEdit, CorpusText, Task, free_path
 
 FAMILIES = ("needle", "code", "aggregate", "pairs", "semantic")
-#: Folder of the generated files appended to the corpus (a suffix is added if the corpus has it).
-GENERATED_DIR = "rlm-eval"
-
-
-@dataclass(frozen=True)
-class CorpusEdit:
-    """An in-memory change of the corpus: ``replace`` maps paths to new text, ``add`` appends
-    ``(path, text)`` files. Tasks with the same ``key`` share one derived corpus."""
-
-    key: str
-    replace: dict[str, str] = field(default_factory=dict)
-    add: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass
-class Task:
-    """One question: ``gold`` is the exact answer, judged by scorer ``scorer`` (see
-    ``evaluation.scoring``) with the keyword arguments ``extra``."""
-
-    id: str
-    family: str
-    kind: str
-    question: str
-    gold: Any
-    scorer: str
-    extra: dict[str, Any] = field(default_factory=dict)
-    edit: CorpusEdit | None = None
-
-
-@dataclass
-class CorpusText:
-    """What the generators read: each file's path and text (``texts`` is a callable so that a
-    file is decoded only when a generator asks for it)."""
-
-    paths: list[str]
-    text: Callable[[str], str]
-    context: Callable[[], str]
-
-
 def generate(families: list[str], corpus: CorpusText, *, limit: int, seed: int, records: int,
              split: str = "dev") -> dict[str, list[Task]]:
     """Up to ``limit`` tasks per family in ``families`` (fewer where the corpus cannot give more:
@@ -99,8 +61,6 @@ def generate(families: list[str], corpus: CorpusText, *, limit: int, seed: int, 
         elif fam == "pairs":
             out[fam] = pairs_tasks(corpus, rng, limit, records, phr)
         elif fam == "semantic":
-            from rlm_cli.evaluation.semantic import semantic_tasks
-
             out[fam] = semantic_tasks(corpus, rng, limit, records, phr)
         else:
             raise ValueError(f"unknown family {fam!r}; choose from {', '.join(FAMILIES)}")
@@ -309,17 +269,6 @@ _SERVICES = ("auth", "billing", "search", "gateway", "storage", "mailer", "sched
 _LEVELS = ("INFO", "WARN", "ERROR")
 _MESSAGES = ("request served", "cache miss", "retrying upstream", "slow query", "token refreshed",
              "connection reset", "queue drained", "config reloaded")
-
-
-def free_path(corpus: CorpusText, name: str) -> str:
-    """``rlm-eval/NAME``, or ``rlm-eval-N/NAME`` with the first N whose path the corpus does not have."""
-    taken = set(corpus.paths)
-    folder = GENERATED_DIR
-    n = 1
-    while f"{folder}/{name}" in taken:
-        n += 1
-        folder = f"{GENERATED_DIR}-{n}"
-    return f"{folder}/{name}"
 
 
 def generate_log(rng: random.Random, n: int) -> list[dict[str, Any]]:

@@ -461,7 +461,7 @@ class Orchestrator:
         result = self._done(answer, "max_iterations", s.max_iterations, sub_calls_before, started)
         err = MaxIterationsError(f"no final answer after {plural(s.max_iterations, 'iteration')}",
                                  partial=result.answer, hint="raise --max-iterations or narrow the question")
-        err.result = result  # type: ignore[attr-defined]
+        err.report.result = result
         raise err
 
     def _notice(self, message: str) -> None:

@@ -13,11 +13,12 @@ from rlm_cli.config import Settings
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.output.trace import Emit, event
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
+from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.notices import shown_before
 from rlm_cli.sandbox.users import run_notes
 
 
-def new_worker(handler: LMHandler, level: str, spec: WorkerSpec, settings: Settings, *, depth: int,
+def new_worker(handler: LMHandler, level: Level | str, spec: WorkerSpec, settings: Settings, *, depth: int,
                hide_paths: tuple[str, ...] = (), interrupt_grace_s: float = 0.0) -> Sandbox:
     """A worker (not started yet) at sandbox ``level`` over ``spec``, with the run's limits
     (``settings.memory_limit`` bytes, ``max_concurrency`` sub-call threads, ``cell_timeout``
@@ -48,7 +49,7 @@ def start_worker(sandbox: Sandbox, emit: Emit, depth: int) -> None:
         emit(machine_notice(note, depth))
 
 
-def level_notices(level: str, warning: str | None) -> list[dict[str, Any]]:
+def level_notices(level: Level | str, warning: str | None) -> list[dict[str, Any]]:
     """The ``notice`` events of a session's first worker at sandbox ``level``: the ``warning`` of
     the level (what it leaves open on this machine) and the worker's user (``users.run_notes``),
     each a :func:`machine_notice`."""

@@ -42,8 +42,6 @@ Policy, all enforced here in the parent process (the worker can neither see nor 
 
 from __future__ import annotations
 
-import math
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -51,32 +49,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlm_cli.config import Settings
-from rlm_cli.errors import BudgetExceededError, ProviderError, RLMError
-from rlm_cli.models.backend import MAX_REPLY_CHARS, Answer, Backend, LocalBackend
+from rlm_cli.errors import ProviderError
+from rlm_cli.models.backend import MAX_REPLY_CHARS, Backend, LocalBackend
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.estimate import Estimate, check_window, counted_tokens
-from rlm_cli.models.failures import (
-    CallFailed,
-    ReplyTimeoutError,
-    classify_error,
-    failure_words,
-    hint_for,
-    http_status,
-    retry_after_s,
-)
+from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.limiter import AdaptiveLimiter
 from rlm_cli.models.llm_cache import LLMCache
 from rlm_cli.models.pricing import Pricing
+from rlm_cli.models.sending import OnDelta, Sending
 from rlm_cli.models.usage import CallRecord, Flight, Usage
-
-#: First backoff (seconds); doubled per retry, with jitter, up to :data:`MAX_BACKOFF_S`.
-BASE_BACKOFF_S = 0.5
-MAX_BACKOFF_S = 20.0
-#: A ``Retry-After`` longer than this many seconds is not waited for: the call fails.
-MAX_RETRY_AFTER_S = 120.0
-#: Rate-limit retries that do not count against ``--retries`` (while concurrency can still drop).
-MAX_FREE_RATE_LIMIT_RETRIES = 10
 
 
 @dataclass
@@ -88,10 +71,9 @@ class Completion:
 
 
 Notify = Callable[[str], None]
-#: Receives each streamed piece of a reply; ``None`` says the pieces so far are void (retry).
-OnDelta = Callable[["str | None"], None]
 
-class ModelClient(Pricing):
+
+class ModelClient(Pricing, Sending):
     """Calls models through litellm (or a litellm Router with ``--router-config``); every
     request is checked against ``budget``, counted in ``usage``, retried per the module policy,
     and answered from the response cache when possible. Thread-safe.
@@ -289,169 +271,3 @@ class ModelClient(Pricing):
             self._warned.add(key)
         if first:
             self._say(message)
-
-    def _send_with_retries(self, messages: list[dict[str, Any]], *, model: str, gated: bool,
-                           on_delta: OnDelta | None = None, temperature: float | None = None,
-                           estimate: Estimate | None = None,
-                           held: list[Reservation] | None = None,
-                           on_send: Callable[[], None] | None = None) -> tuple[Answer, int]:
-        """Send one request, retrying per the module policy; ``(answer, attempts)``. With
-        ``on_delta`` the reply is streamed (falling back to a whole reply, see the module docstring).
-        With ``estimate`` (a token or cost budget is set) each attempt first reserves its worst
-        case; the reservation of the attempt that answers is appended to ``held`` (the caller
-        settles it once the usage is recorded), a failed attempt's is settled here. ``on_send`` is
-        called as each attempt goes out."""
-        s = self.settings
-        retries_used = 0
-        free_rate_limits = 0
-        attempts = 0  # requests sent, a request asked again without streaming counting once
-        plain_pending = False
-        while True:
-            self.budget.check(counted=gated)  # a sub-call's attempts spend the one sub-call it was granted
-            timeout = s.request_timeout
-            remaining = self.budget.remaining_s()
-            if remaining is not None:  # in 0.5 s steps: litellm reuses its HTTP client per timeout value
-                timeout = min(timeout, max(0.5, math.ceil(remaining * 2) / 2))
-            epoch, limit = 0, 1.0
-            if gated:
-                try:
-                    epoch, limit = self.limiter.acquire(timeout=remaining)
-                except TimeoutError:  # the deadline passed while waiting for a slot
-                    continue  # budget.check() raises
-            kind = "ok"
-            stream = on_delta is not None and model not in self._no_stream
-            shown: list[str] = []  # pieces of this attempt's stream already passed on
-
-            def piece(text: str | None, shown: list[str] = shown) -> None:
-                shown.append(text or "")
-                if on_delta is not None:
-                    on_delta(text)
-
-            reservation: Reservation | None = None
-            try:
-                if estimate is not None:
-                    reservation = self._reserve(estimate, model)
-                # A whole reply must arrive within the request's timeout (a stream too) and --timeout.
-                deadline = time.monotonic() + timeout
-                if self.budget.deadline is not None:
-                    deadline = min(deadline, self.budget.deadline)
-                attempts += 1
-                if on_send is not None:
-                    on_send()
-                answer = self.backend.complete(
-                    self._request(messages, model, timeout, temperature,
-                                  None if reservation is None else reservation.max_output),
-                    router_config=self._router_file(model),
-                    stream=stream, on_piece=piece if stream else None, deadline=deadline)
-                if stream:
-                    self.budget.check()  # --timeout passed while the stream was read: refused like any request
-                if answer.cut == "time":  # the stream was still running at --request-timeout
-                    raise ReplyTimeoutError(f"the streamed reply did not end within --request-timeout "
-                                            f"({s.request_timeout:g} s)")
-            except BudgetExceededError:  # a reservation that cannot fit, or --timeout passed during a stream
-                kind = "budget"
-                raise
-            except RLMError:  # not the provider: the model host is gone, or --router-config is bad
-                kind = "local"
-                raise
-            except Exception as exc:  # noqa: BLE001 - litellm raises many provider-specific types
-                error = exc
-                kind = classify_error(exc)
-            finally:
-                if gated:
-                    self.limiter.release(epoch, rate_limited=kind == "rate_limit", success=kind == "ok")
-                if reservation is not None and (kind != "ok" or answer.not_streamed):
-                    self.budget.settle(reservation)  # nothing is charged for a failed attempt
-                    reservation = None
-            if kind == "ok" and answer.not_streamed:  # asked again, not streamed: the same attempt, and
-                plain_pending, attempts = self._stop_streaming(model, None), attempts - 1  # said once answered
-                continue
-            if kind == "ok":
-                if plain_pending:
-                    self._say(f"{model} answered a streamed request with a plain reply: its replies are shown "
-                              "once complete")
-                if reservation is not None:
-                    if held is None:
-                        self.budget.settle(reservation)
-                    else:
-                        held.append(reservation)
-                if on_delta is not None and not stream:
-                    on_delta(answer.text)  # the whole reply at once
-                return answer, attempts
-            if stream and kind == "bad_request" and "stream" in str(error).lower():
-                self._stop_streaming(model, "refused to stream")
-                attempts -= 1  # asked again without streaming: the same attempt
-                if on_delta is not None and any(shown):
-                    on_delta(None)  # whatever was shown of this attempt is void: it is asked again
-                continue
-            status = http_status(error)
-            what, gave_up_hint = failure_words(error, model, s.api_base, timeout)
-            message = f"model {model}: {what}"
-            if kind in ("auth", "not_found"):
-                failed = CallFailed(message, fatal=True, status=status, hint=hint_for(kind))
-                self.fatal = self.fatal or failed
-                raise failed from None
-            if kind in ("bad_request", "context_window"):
-                self.usage.count("failed_calls")
-                raise CallFailed(message, fatal=False, status=status, hint=hint_for(kind)) from None
-            if kind == "rate_limit":
-                self.usage.count("rate_limited")
-                free = gated and limit > 1 and free_rate_limits < MAX_FREE_RATE_LIMIT_RETRIES
-            else:
-                free = False
-            if not free and retries_used >= s.retries:
-                self.usage.count("failed_calls")
-                raise CallFailed(f"{message} (after {attempts} attempt{'s' if attempts > 1 else ''})",
-                                 fatal=False, status=status, hint=gave_up_hint) from None
-            if free:
-                free_rate_limits += 1
-            else:
-                retries_used += 1
-            delay = retry_after_s(error)
-            if delay is None:
-                step = retries_used + free_rate_limits
-                delay = min(MAX_BACKOFF_S, BASE_BACKOFF_S * 2 ** (step - 1)) * random.uniform(0.5, 1.0)
-            elif delay > MAX_RETRY_AFTER_S:
-                self.usage.count("failed_calls")
-                raise CallFailed(f"{message} (the provider asks to retry after {delay:.0f} s)", fatal=False,
-                                 status=status, hint="wait and run again") from None
-            else:
-                delay *= random.uniform(1.0, 1.1)  # never earlier than asked
-            remaining = self.budget.remaining_s()
-            if remaining is not None and remaining <= 0:
-                self.budget.check(counted=gated)  # --timeout passed during the attempt: no retry, none counted
-            self.usage.count("retries")
-            if on_delta is not None and any(shown):
-                on_delta(None)  # whatever was shown of this attempt is void: it is asked again
-            time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
-
-    def _request(self, messages: list[dict[str, Any]], model: str, timeout: float,
-                 temperature: float | None = None, max_output: int | None = None) -> dict[str, Any]:
-        """The request for the backend: model, messages, timeout, the sampling parameters
-        (:meth:`_sampling`: the reply cap, lowered to ``max_output`` when a budget's reservation
-        did, and ``--temperature``), and the base URL and key."""
-        sampling = self._sampling(model, temperature)
-        if max_output is not None and max_output < sampling["max_tokens"]:
-            sampling["max_tokens"] = max(1, max_output)
-        request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
-                                   "sampling": sampling}
-        if self.settings.api_base:
-            request["api_base"] = self.settings.api_base
-        key = self.settings.effective_api_key
-        if key:
-            request["api_key"] = key
-        return request
-
-    def _router_file(self, model: str) -> str | None:
-        """The ``--router-config`` file when ``model`` is one of its model groups, else ``None``."""
-        return str(self.settings.router_config) if self._uses_router(model) else None
-
-    def _stop_streaming(self, model: str, why: str | None) -> bool:
-        """Ask ``model`` without streaming from now on; say ``why`` the first time (``None``: the
-        caller says it later). True the first time."""
-        with self._info_lock:
-            first = model not in self._no_stream
-            self._no_stream.add(model)
-        if first and why and self.notify:
-            self.notify(f"{model} {why}: its replies are shown once complete")
-        return first

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_cli.errors import PartialAnswerError
+from rlm_cli.errors import BudgetExceededError, PartialAnswerError
 
 #: The ``schema`` of the ``rlm ask --json`` document: ``rlm_cli/schemas/ask-result.v1.json``.
 ASK_SCHEMA = "ask-result.v1"
@@ -77,19 +77,18 @@ def partial_document(exc: PartialAnswerError, sandbox: str, elapsed: float) -> d
     ``status`` ``max_iterations`` or ``budget_exceeded`` (then with ``budget``), the partial
     answer, and ``partial: true``. ``sandbox`` is what to report when the run did not say which
     level it used (it stopped before starting a worker); the level it used wins."""
-    result = getattr(exc, "result", None)
-    status = result.status if result is not None else getattr(exc, "budget", "stopped")
+    report = exc.report
+    result = report.result
+    budget = exc.budget if isinstance(exc, BudgetExceededError) else None
+    status = result.status if result is not None else budget or "stopped"
     if status != "max_iterations":
         status = "budget_exceeded"
     doc = ask_document(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
-                       getattr(exc, "usage", None) or {}, elapsed, getattr(exc, "corpus", None),
-                       getattr(exc, "mode", "rlm"), getattr(exc, "sandbox", None) or sandbox, getattr(exc, "sources", None),
-                       getattr(exc, "sources_omitted", 0), result.policy if result else getattr(exc, "policy", ""),
-                       dict(PARTIAL_SUPPORT))
-    trace_path = getattr(exc, "trace_path", None)
-    doc["trace"] = str(trace_path) if trace_path else None
+                       report.usage or {}, elapsed, report.corpus, report.mode or "rlm", report.sandbox or sandbox,
+                       report.sources, report.sources_omitted, result.policy if result else "", dict(PARTIAL_SUPPORT))
+    doc["trace"] = str(report.trace_path) if report.trace_path else None
     if status == "budget_exceeded":
-        doc["budget"] = getattr(exc, "budget", None)  # timeout, tokens, cost or sub_calls
+        doc["budget"] = budget  # timeout, tokens, cost or sub_calls
     doc["partial"] = True
     return doc
 

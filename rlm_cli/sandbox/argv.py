@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.paths import (
     BWRAP_ALWAYS_HIDDEN,
     BWRAP_SYSTEM_DIRS,
@@ -41,17 +42,17 @@ def python_argv(module: str, pkg_parent: str, fds: tuple[int, ...]) -> list[str]
     return [sys.executable, "-I", "-c", boot, *(str(fd) for fd in fds)]
 
 
-def inside_paths(level: str, socket_path: str, corpus: dict[str, str]) -> dict[str, str]:
+def inside_paths(level: Level, socket_path: str, corpus: dict[str, str]) -> dict[str, str]:
     """The paths the worker is given, as it sees them: ``socket`` and the ``corpus`` files
     (``index``, ``context``, ``data``: host paths), moved under ``/tmp/rlm`` at the bwrap level."""
     paths = {"socket": socket_path, **corpus}
-    if level == "bwrap":
+    if level.namespaced:
         paths["socket"] = INSIDE_SOCKETS + "/" + os.path.basename(socket_path)
         paths.update({k: INSIDE_CORPUS[k] for k in corpus})
     return paths
 
 
-def landlock_policy(level: str, *, scratch: Path | None, socket_path: str,
+def landlock_policy(level: Level, *, scratch: Path | None, socket_path: str,
                     hide_paths: tuple[str, ...]) -> dict[str, Any] | None:
     """The Landlock policy for ``hardening.apply_landlock`` (``None``: none is applied). At the
     ``process`` level: read-only the system folders, Python and rlm (``paths.landlock_read_paths``)
@@ -59,21 +60,21 @@ def landlock_policy(level: str, *, scratch: Path | None, socket_path: str,
     files; Unix sockets (ABI 9+) only in the relay's folder. Under bwrap (its mounts already
     confine the files): only the network rules and scopes, as defence in depth."""
     abi = confinement().landlock_abi
-    if level == "process" and abi >= 1:
+    if level is Level.PROCESS and abi >= 1:
         return {"files": True, "read": [*landlock_read_paths(hide_paths), "/proc/self"],
                 "write": [str(scratch)], "devices": [d for d in LANDLOCK_DEVICES if os.path.exists(d)],
                 "unix": [os.path.dirname(socket_path)]}
-    if level == "bwrap" and abi >= 4:
+    if level is Level.BWRAP and abi >= 4:
         return {"files": False}
     return None
 
 
-def level_argv(level: str, python: Callable[[str], list[str]], **bwrap: Any) -> list[str]:
+def level_argv(level: Level, python: Callable[[str], list[str]], **bwrap: Any) -> list[str]:
     """The argv starting the worker at ``level``; ``python(pkg_parent)`` gives the interpreter's
     own argv (:func:`python_argv`), ``bwrap`` the keyword arguments of :func:`bwrap_argv`."""
-    if level in ("process", "none"):
+    if level.runs_plain:
         return python(str(PKG_DIR.parent))
-    if level == "sandbox-exec":
+    if level is Level.SANDBOX_EXEC:
         profile = ("(version 1)(allow default)(deny network*)"
                    "(allow network* (remote unix-socket))")
         return ["sandbox-exec", "-p", profile, *python(str(PKG_DIR.parent))]

@@ -3,7 +3,8 @@
 :func:`memory_problem`), the drop to another user (:func:`drop_privileges`), the seccomp
 filter (:func:`seccomp_program`, :func:`install_seccomp`), Landlock (:func:`apply_landlock`),
 a scratch tmpfs of its own (:func:`mount_scratch`), an IPC namespace of its own
-(:func:`private_ipc`) and :func:`harden`, which applies them.
+(:func:`private_ipc`), :func:`harden` (the filters together) and :func:`confine`, the
+worker's whole sequence.
 
 Runs inside the sandbox: the standard library and ``rlm_cli.protocol`` only (``landlockpy``
 when Landlock is asked for).
@@ -451,3 +452,42 @@ def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_secc
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         os._exit(1)
     return notes
+
+
+def confine(config: dict[str, Any], context_chars: int, parent_pid: int) -> tuple[list[str], str, dict[str, Any] | None]:
+    """Confine the REPL worker's process (``sandbox.worker``) as its ``load`` message ``config``
+    says, in this order: the scratch tmpfs and a private IPC namespace (while it may still
+    mount), the user drop, the scratch folder as working directory, Landlock and seccomp
+    (:func:`harden`), the memory check for a ``context`` of ``context_chars`` characters, the
+    resource limits. Returns the notes for the ``ready`` answer, where the scratch folder is
+    (``tmpfs`` or ``disk``) and, when a step failed, the ``error`` frame to answer instead (the
+    worker then exits)."""
+    notes: list[str] = []
+    scratch = "disk"
+    if config.get("scratch_tmpfs") and config.get("cwd"):
+        owner = config.get("drop_to") or [os.getuid(), os.getgid()]
+        try:
+            mount_scratch(str(config["cwd"]), int(config["scratch_tmpfs"]), int(owner[0]), int(owner[1]))
+            scratch = "tmpfs"
+        except OSError as exc:
+            notes.append(f"the scratch folder stays on the disk ({exc.strerror or exc}); rlm watches its size")
+    if config.get("private_ipc"):
+        notes += private_ipc()
+    step = "cannot drop privileges"
+    try:
+        if config.get("drop_to") is not None:
+            uid, gid = config["drop_to"]
+            drop_privileges(int(uid), int(gid), tuple(config.get("keep_caps") or ()))
+        if config.get("cwd"):  # entered as the dropped user: rlm itself may lack the right to
+            step = "cannot enter the scratch folder"
+            os.chdir(config["cwd"])
+        if config.get("harden", True):
+            step = "cannot confine the worker"
+            notes += harden(parent_pid, config.get("landlock"), bool(config.get("seccomp")))
+    except OSError as exc:
+        return notes, scratch, {"type": "error", "error": f"{step}: {exc}"}
+    problem = memory_problem(config.get("limits", {}), context_chars)
+    if problem:
+        return notes, scratch, {"type": "error", "kind": "memory_limit", "error": problem}
+    notes += apply_limits(config.get("limits", {}))
+    return notes, scratch, None

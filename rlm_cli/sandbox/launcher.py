@@ -25,7 +25,7 @@ from rlm_cli import protocol
 from rlm_cli.errors import SandboxError, UsageError
 from rlm_cli.sandbox import argv, reaper
 from rlm_cli.sandbox.ipc import sweep_worker_ipc
-from rlm_cli.sandbox.levels import LEVELS
+from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.paths import remove_tree
 from rlm_cli.sandbox.probes import can_mount, confinement
 from rlm_cli.sandbox.processes import (
@@ -101,11 +101,11 @@ class Sandbox:
     signal, also bwrap's ``--die-with-parent``): drive a sandbox from a thread that outlives it.
     """
 
-    def __init__(self, level: str, spec: WorkerSpec, *, socket_path: str, token: str,
+    def __init__(self, level: Level | str, spec: WorkerSpec, *, socket_path: str, token: str,
                  limits: Limits | None = None, cell_timeout: float = 120.0) -> None:
-        if level not in LEVELS or level == "auto":
+        if level not in tuple(Level):
             raise ValueError(f"resolve the sandbox level first, got {level!r}")
-        self.level = level
+        self.level = Level(level)
         self.spec = spec
         self.socket_path = socket_path
         self.token = token
@@ -169,29 +169,15 @@ class Sandbox:
 
     def _start(self) -> None:
         self.notes += reaper.sweep()  # what a killed rlm left (once per process)
-        if self.scratch is None:
-            self.scratch = Path(tempfile.mkdtemp(prefix=reaper.folder_prefix(reaper.SCRATCH_PREFIX)))
-        self.drop = drop = plan_drop(self.level)[0]
-        if drop and drop.uid != os.geteuid() and self.level != "bwrap":  # bwrap's scratch is its own tmpfs
-            os.chown(self.scratch, drop.uid, drop.gid)
+        drop = self.prepare()
         if drop and drop.uid != os.geteuid() and os.path.exists(self.socket_path):
             note = share_relay(self.socket_path, drop.gid)
             if note:
                 self.machine_notes.append(f"sandbox: {note}")
-        if self.level in ("process", "none"):
-            become_subreaper()
         p_read, c_write = os.pipe()
         c_read, p_write = os.pipe()
-        cmd = self.command(c_read, c_write)
-        env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
-        # MALLOC_ARENA_MAX=1: glibc gives each new thread its own malloc arena, reserving 64 MiB of
-        # address space each; under a tight RLIMIT_AS those reservations fail and every allocation
-        # of the thread takes a slow path (the background search index took 108 s instead of 2 s
-        # under --memory-limit 256M on the stdlib). One arena: the GIL serialises Python anyway.
-        env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONIOENCODING="utf-8", MALLOC_ARENA_MAX="1")
         try:
-            self.spawn(cmd, pass_fds=(c_read, c_write), env=env)
+            self.launch(c_read, c_write, env={"PYTHONIOENCODING": "utf-8", "MALLOC_ARENA_MAX": "1"})
         except OSError as exc:
             for fd in (p_read, c_write, c_read, p_write):
                 os.close(fd)
@@ -202,16 +188,12 @@ class Sandbox:
         os.set_blocking(self._wfd, False)
         inside = self._inside_paths()
         config: dict[str, Any] = {
-            "type": "load", "socket": inside["socket"], "token": self.token,
-            "limits": self.limits.rlimits(drop.uid if drop else os.geteuid()) if self.level != "none" else {},
-            "drop_to": [drop.uid, drop.gid] if drop else None, "keep_caps": list(drop.keep_caps) if drop else [],
-            "harden": self.level != "none", "cwd": None if self.level == "bwrap" else str(self.scratch),
-            "seccomp": self.level in ("process", "bwrap") and confinement().seccomp,
-            "landlock": self.landlock_policy(),
+            "type": "load", "socket": inside["socket"], "token": self.token, **self.confinement(),
+            "cwd": None if self.level.namespaced else str(self.scratch),
             "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
             "context_text": self.spec.context_text, "sub_call_threads": self.limits.sub_call_threads,
-            "scratch_tmpfs": self.limits.file_bytes if self.level == "process" and can_mount() else None,
-            "private_ipc": self.level == "process" and can_mount(),
+            "scratch_tmpfs": self.limits.file_bytes if self.level is Level.PROCESS and can_mount() else None,
+            "private_ipc": self.level is Level.PROCESS and can_mount(),
         }
         deadline = time.monotonic() + START_TIMEOUT
         try:
@@ -230,11 +212,62 @@ class Sandbox:
         self.machine_notes += [str(n) for n in reply.get("notes", [])]
         pid = reply.get("pid")
         self._worker_ns_pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
-        self.scratch_on_disk = self.level == "process" and reply.get("scratch") != "tmpfs"
+        self.scratch_on_disk = self.level is Level.PROCESS and reply.get("scratch") != "tmpfs"
         if self.scratch_on_disk:  # no tmpfs to bound it: its size is watched
             self._watch = threading.Thread(target=self._watch_scratch, args=(self.proc, self._drain_stop),
                                            name="sandbox-scratch", daemon=True)
             self._watch.start()
+
+    # -- the start path, shared with the document decoder (corpus.decode) -------------------------
+    def prepare(self) -> Drop | None:
+        """Before a start: the scratch folder (made when there is none), the user the process will
+        run as (:attr:`drop`; the scratch folder is given to it, except under bwrap, whose scratch
+        is a tmpfs of its own) and, at the levels rlm reaps itself, this process made a child
+        subreaper. Returns :attr:`drop`.
+
+        Raises:
+            OSError: the scratch folder cannot be made or given.
+        """
+        if self.scratch is None:
+            self.scratch = Path(tempfile.mkdtemp(prefix=reaper.folder_prefix(reaper.SCRATCH_PREFIX)))
+        self.drop = drop = plan_drop(self.level)[0]
+        if drop and drop.uid != os.geteuid() and not self.level.namespaced:
+            os.chown(self.scratch, drop.uid, drop.gid)
+        if self.level.reaped:
+            become_subreaper()
+        return drop
+
+    def launch(self, rfd: int, wfd: int, *, env: dict[str, str], name: str = "sandbox-stderr") -> None:
+        """Start the process (:meth:`command` at this level, for the descriptors ``rfd`` it reads
+        and ``wfd`` it writes, which may be one socket) with a scrubbed environment: only
+        :data:`ENV_ALLOW`, ``HOME`` and ``TMPDIR`` at the scratch folder, no bytecode written, and
+        ``env``. Call :meth:`prepare` first.
+
+        Raises:
+            OSError: the process could not be started.
+        """
+        cmd = self.command(rfd, wfd)
+        full = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+        # MALLOC_ARENA_MAX=1 (in ``env``): glibc gives each new thread its own malloc arena, reserving
+        # 64 MiB of address space each; under a tight RLIMIT_AS those reservations fail and every
+        # allocation of the thread takes a slow path (the background search index took 108 s instead
+        # of 2 s under --memory-limit 256M on the stdlib). One arena: the GIL serialises Python anyway.
+        full.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), PYTHONDONTWRITEBYTECODE="1")
+        full.update(env)
+        self.spawn(cmd, pass_fds=tuple(dict.fromkeys((rfd, wfd))), env=full, name=name)
+
+    def confinement(self, *, cpu_limit: bool = True) -> dict[str, Any]:
+        """What the started process applies to itself (the first message's confinement fields):
+        ``limits`` (setrlimit names and values; none at the ``none`` level; without
+        ``RLIMIT_CPU`` when not ``cpu_limit``), ``drop_to`` and ``keep_caps`` (:attr:`drop`),
+        ``harden``, ``seccomp`` and ``landlock`` (:meth:`landlock_policy`)."""
+        drop = self.drop
+        limits = self.limits.rlimits(drop.uid if drop else os.geteuid()) if self.level.confined else {}
+        if not cpu_limit:
+            limits.pop("RLIMIT_CPU", None)
+        return {"limits": limits, "drop_to": [drop.uid, drop.gid] if drop else None,
+                "keep_caps": list(drop.keep_caps) if drop else [], "harden": self.level.confined,
+                "seccomp": self.level.seccomp and confinement().seccomp, "landlock": self.landlock_policy()}
 
     def spawn(self, cmd: list[str], *, pass_fds: tuple[int, ...], env: dict[str, str],
               name: str = "sandbox-stderr") -> subprocess.Popen[bytes]:
@@ -255,7 +288,7 @@ class Sandbox:
             LIVE.add(proc.pid)
         self._started_ticks = start_ticks(proc.pid)
         self._started_at = started_at
-        if self.level in ("process", "none"):  # found and killed by the next rlm if this one is killed
+        if self.level.reaped:  # found and killed by the next rlm if this one is killed
             reaper.record(proc.pid, self._started_ticks, self.drop.uid if self.drop else os.geteuid())
         self.stderr_tail = b""
         self._drain_stop = threading.Event()
@@ -294,14 +327,14 @@ class Sandbox:
             uid = self.drop.uid if self.drop else os.geteuid()
             own_user = uid != os.geteuid()
             # The worker's processes, before they die: the SysV IPC objects they made are theirs.
-            pids = set() if own_user or self.level not in ("process", "none") else \
+            pids = set() if own_user or not self.level.reaped else \
                 {pid, *reaper.session_members(pid, self._started_ticks, uid)}
             for kill in (os.killpg, os.kill):  # its session first, then the worker itself
                 try:
                     kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            if self.level in ("process", "none"):
+            if self.level.reaped:
                 kill_strays(pid, self._started_ticks, self.drop.uid if self.drop else None)
                 # Everything it started is still in its session (setsid is refused to model code).
                 reaper.kill_session(pid, self._started_ticks, self.drop.uid if self.drop else None)
@@ -312,7 +345,7 @@ class Sandbox:
                 pass
             with LIVE_LOCK:
                 LIVE.discard(pid)
-            if self.level in ("process", "none"):  # bwrap's IPC namespace went with the worker
+            if self.level.reaped:  # bwrap's IPC namespace went with the worker
                 sweep_worker_ipc(uid=uid, since=self._started_at, own_user=own_user, pids=pids)
             self._drain_stop.set()
             self.proc = None
@@ -475,7 +508,7 @@ class Sandbox:
         worker reported (``NSpid`` in ``/proc/PID/status``)."""
         if self.proc is None:
             return None
-        if self.level != "bwrap":
+        if not self.level.namespaced:
             return self.proc.pid
         want = self._worker_ns_pid
         if want is None:
@@ -566,7 +599,7 @@ class Sandbox:
 
     def command(self, rfd: int, wfd: int) -> list[str]:
         """The argv starting the worker at this sandbox's level (``argv.level_argv``)."""
-        assert self.scratch is not None or self.level != "bwrap"
+        assert self.scratch is not None or not self.level.namespaced
         return argv.level_argv(self.level, lambda parent: self.python_argv(parent, rfd, wfd),
                                scratch=self.scratch, socket_path=self.socket_path, corpus=self._corpus_files(),
                                file_bytes=self.limits.file_bytes, drop=self.drop, hide_paths=self.hide_paths)

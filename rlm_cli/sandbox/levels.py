@@ -40,10 +40,14 @@ from dataclasses import dataclass
 
 from rlm_cli.config_keys import CHOICES
 from rlm_cli.errors import UsageError
+from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.probes import bwrap_available, bwrap_status, confinement
 from rlm_cli.sandbox.users import plan_drop
 
 LEVELS = CHOICES["sandbox"]
+
+__all__ = ["LEVELS", "Level", "describe", "level_exposes", "level_protects", "missing", "protections",
+           "resolve_level"]
 
 
 @dataclass(frozen=True)
@@ -57,21 +61,22 @@ class Protection:
     detail: str
 
 
-def protections(level: str) -> list[Protection]:
+def protections(level: Level | str) -> list[Protection]:
     """The protections of ``level`` on this machine (kernel features probed by :func:`confinement`).
 
     Landlock ABI versions used at the ``process`` level: 1 files, 4 TCP, 6 signals and abstract
     Unix sockets, 9 connecting to Unix sockets by path, 10 UDP (see ``hardening.apply_landlock``).
     """
+    level = Level(level)
     names = ("network", "files", "signals", "abstract_unix_sockets", "unix_socket_paths")
-    if level == "bwrap":
+    if level is Level.BWRAP:
         how = ("own network namespace", "own mount namespace: system folders and Python only",
                "own PID namespace", "own network namespace", "own mount namespace")
         return [Protection(n, True, h) for n, h in zip(names, how, strict=True)]
-    if level == "sandbox-exec":
+    if level is Level.SANDBOX_EXEC:
         return [Protection("network", True, "sandbox-exec profile (untested)"),
                 *[Protection(n, False, "not confined by sandbox-exec") for n in names[1:]]]
-    if level != "process" or not sys.platform.startswith("linux"):
+    if level is not Level.PROCESS or not sys.platform.startswith("linux"):
         return [Protection(n, False, f"not confined at the {level} level") for n in names]
     c = confinement()
     abi = c.landlock_abi
@@ -106,12 +111,13 @@ MISSING = {
 }
 
 
-def missing(level: str) -> list[str]:
+def missing(level: Level | str) -> list[str]:
     """What ``level`` leaves open on this machine, one phrase per missing protection."""
+    level = Level(level)
     return [f"{MISSING[p.name]}: {p.detail}" for p in protections(level) if not p.present]
 
 
-def resolve_level(requested: str) -> tuple[str, str | None]:
+def resolve_level(requested: str) -> tuple[Level, str | None]:
     """Map ``auto`` to the strongest available level; return ``(level, warning or None)``.
 
     Raises:
@@ -122,13 +128,13 @@ def resolve_level(requested: str) -> tuple[str, str | None]:
     has_sbx = sys.platform == "darwin" and shutil.which("sandbox-exec") is not None
     if requested == "auto":
         if bwrap_available():
-            return "bwrap", None
+            return Level.BWRAP, None
         if has_sbx:
-            return "sandbox-exec", None
-        gaps, summary = missing("process"), process_summary()
+            return Level.SANDBOX_EXEC, None
+        gaps, summary = missing(Level.PROCESS), process_summary()
         how = (f"a confined process ({summary})" if summary != "resource limits only" else
                "a plain process with resource limits and no API keys in its environment")
-        return "process", (f"sandbox: bubblewrap is not available, so model code runs as {how}; "
+        return Level.PROCESS, (f"sandbox: bubblewrap is not available, so model code runs as {how}; "
                            + ("; ".join(gaps) if gaps else "other processes stay visible")
                            + "; install bubblewrap for full isolation (apt-get install bubblewrap)")
     if requested == "bwrap" and not bwrap_available():
@@ -137,26 +143,26 @@ def resolve_level(requested: str) -> tuple[str, str | None]:
     if requested == "sandbox-exec" and not has_sbx:
         raise UsageError("--sandbox sandbox-exec is only available on macOS")
     if requested == "none":
-        return "none", "sandbox: none; model code runs unconfined, without resource limits"
-    return requested, None
+        return Level.NONE, "sandbox: none; model code runs unconfined, without resource limits"
+    return Level(requested), None
 
 
-LEVEL_PROTECTS = {
-    "bwrap": ("no API keys in its environment; no network (only the model relay's Unix socket); an empty "
-              "filesystem except the system folders and Python, read-only (home, /work, /srv, /mnt, /opt, "
-              "/var, /run, rlm's folders and the corpus folders are absent); the parent and other processes "
-              "invisible; memory, CPU, process, file-size and open-file limits; a size-limited scratch tmpfs; "
-              "per-cell timeout; every process it starts dies with it"),
-    "sandbox-exec": ("no API keys in its environment; no network except Unix sockets; resource limits; "
-                     "per-cell timeout (untested: no macOS in CI)"),
-    "none": "no API keys in its environment; per-cell timeout",
+LEVEL_PROTECTS: dict[Level, str] = {
+    Level.BWRAP: ("no API keys in its environment; no network (only the model relay's Unix socket); an empty "
+                  "filesystem except the system folders and Python, read-only (home, /work, /srv, /mnt, /opt, "
+                  "/var, /run, rlm's folders and the corpus folders are absent); the parent and other processes "
+                  "invisible; memory, CPU, process, file-size and open-file limits; a size-limited scratch tmpfs; "
+                  "per-cell timeout; every process it starts dies with it"),
+    Level.SANDBOX_EXEC: ("no API keys in its environment; no network except Unix sockets; resource limits; "
+                         "per-cell timeout (untested: no macOS in CI)"),
+    Level.NONE: "no API keys in its environment; per-cell timeout",
 }
-LEVEL_EXPOSES = {
-    "bwrap": "kernel exploits through the syscalls left open; world-readable system files (/usr, /etc); CPU "
-             "time up to the cell timeout; total memory (the limits are per process: each of its processes may use "
-             "--memory-limit)",
-    "sandbox-exec": "your files stay readable (and writable where you can write); processes it detaches may survive",
-    "none": "everything: network, files, memory, processes",
+LEVEL_EXPOSES: dict[Level, str] = {
+    Level.BWRAP: "kernel exploits through the syscalls left open; world-readable system files (/usr, /etc); CPU "
+                 "time up to the cell timeout; total memory (the limits are per process: each of its processes may use "
+                 "--memory-limit)",
+    Level.SANDBOX_EXEC: "your files stay readable (and writable where you can write); processes it detaches may survive",
+    Level.NONE: "everything: network, files, memory, processes",
 }
 
 
@@ -167,9 +173,10 @@ def process_summary() -> str:
     return " and ".join(parts) or "resource limits only"
 
 
-def level_protects(level: str) -> str:
+def level_protects(level: Level | str) -> str:
     """What ``level`` protects on this machine, in one sentence (``rlm doctor``, ``-v``)."""
-    if level != "process":
+    level = Level(level)
+    if level is not Level.PROCESS:
         return LEVEL_PROTECTS.get(level, "unknown level")
     present = {p.name: p for p in protections(level) if p.present}
     parts = ["no API keys in its environment"]
@@ -190,9 +197,10 @@ def level_protects(level: str) -> str:
     return "; ".join(parts)
 
 
-def level_exposes(level: str) -> str:
+def level_exposes(level: Level | str) -> str:
     """What ``level`` does not protect on this machine, in one sentence (``rlm doctor``, ``-v``)."""
-    if level != "process":
+    level = Level(level)
+    if level is not Level.PROCESS:
         return LEVEL_EXPOSES.get(level, "?")
     gaps = missing(level)
     if os.geteuid() != 0 and any(p.name == "files" and not p.present for p in protections(level)):
@@ -202,6 +210,7 @@ def level_exposes(level: str) -> str:
                       "total memory (the limits are per process)"])
 
 
-def describe(level: str) -> str:
+def describe(level: Level | str) -> str:
     """One line saying what ``level`` protects, for ``rlm doctor`` and ``-v``."""
+    level = Level(level)
     return f"{level} ({platform.system()}): " + level_protects(level)

@@ -11,10 +11,18 @@ import fnmatch
 import gc
 import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from rlm_cli.sandbox.corpus_helpers import CorpusView
+
+class ChunkTexts(Protocol):
+    """What a :class:`Row` reads its ``text`` from: the worker's corpus view
+    (``corpus_helpers.CorpusView``, which imports this module)."""
+
+    context: str
+
+    def chunk_text(self, i: Any) -> str:
+        """The text of chunk ``i``."""
+        ...
 
 #: Size of the pseudo-chunks made for a raw context (``rlm_query`` with a string).
 RAW_CHUNK_CHARS = 8000
@@ -84,10 +92,10 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "start": ("start_line",), "end": ("end_line",), "line_text": ("text",), "function": ("in",),
 }
 #: The view whose context ``Row`` reads ``text`` from (one per worker; the last one made).
-_CURRENT: CorpusView | None = None
+_CURRENT: ChunkTexts | None = None
 
 
-def set_current(view: CorpusView) -> None:
+def set_current(view: ChunkTexts) -> None:
     """Make ``view`` the one whose context :class:`Row` reads ``text`` from (the last one made)."""
     global _CURRENT
     _CURRENT = view

@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from rlm_cli.sandbox.corpus_helpers import CorpusView
+
+class FileTexts(Protocol):
+    """What a :class:`Context` reads ``context["path"]`` from: the worker's corpus view
+    (``corpus_helpers.CorpusView``, which imports this module)."""
+
+    def file_text(self, path: str) -> str:
+        """The text of the file ``path`` names (a unique path suffix).
+
+        Raises:
+            FileNotFoundError: no such file.
+        """
+        ...
 
 
 class Context(str):
@@ -23,7 +33,7 @@ class Context(str):
     ``KeyError`` naming close paths. Making one copies the text (CPython decodes into a plain
     ``str`` first), so a corpus above ``protocol.CONTEXT_BY_PATH_MAX_BYTES`` stays a plain ``str``."""
 
-    _view: CorpusView | None = None
+    _view: FileTexts | None = None
 
     def __getitem__(self, key: Any) -> str:  # type: ignore[override]
         if isinstance(key, str) and self._view is not None:

@@ -9,6 +9,7 @@ import pwd
 import secrets
 from dataclasses import dataclass
 
+from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.paths import PKG_DIR, mode_allows_others, python_roots, world_readable
 from rlm_cli.sandbox.probes import CAP_CHOWN, CAP_DAC_READ_SEARCH, CAP_SETGID, CAP_SETUID, confinement, effective_caps
 
@@ -22,7 +23,7 @@ class Drop:
     keep_caps: tuple[str, ...] = ()
 
 
-def plan_drop(level: str) -> tuple[Drop | None, str | None]:
+def plan_drop(level: Level | str) -> tuple[Drop | None, str | None]:
     """The user a worker at ``level`` becomes (``None``: it keeps rlm's user) and a note to show
     once per run.
 
@@ -33,7 +34,8 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
     CAP_SETGID or CAP_CHOWN, or without CAP_DAC_READ_SEARCH to lend), the worker stays root with
     every capability dropped (``Drop(0, 0)``); the process limit then does not apply to it.
     """
-    if level not in ("process", "bwrap") or os.geteuid() != 0:
+    level = Level(level)
+    if not level.drops_root or os.geteuid() != 0:
         return None, None
     try:
         uid = pwd.getpwnam("nobody").pw_uid
@@ -41,15 +43,15 @@ def plan_drop(level: str) -> tuple[Drop | None, str | None]:
         uid = 65534
     gid = private_gid()
     caps = effective_caps()
-    confined = ("; Landlock still confines what it can read and write" if level == "process"
+    confined = ("; Landlock still confines what it can read and write" if level is Level.PROCESS
                 and confinement().landlock_abi >= 1 else "")
-    needed_caps = (CAP_SETUID, CAP_SETGID) + ((CAP_CHOWN,) if level == "process" else ())
+    needed_caps = (CAP_SETUID, CAP_SETGID) + ((CAP_CHOWN,) if level is Level.PROCESS else ())
     if not all(caps & (1 << c) for c in needed_caps):
         return Drop(0, 0), ("rlm runs as root without the capabilities to switch users (CAP_SETUID, CAP_SETGID, "
                             "CAP_CHOWN), so the worker stays root with every capability dropped: the process limit "
                             "does not apply to it" + confined)
     needed = [*python_roots(), str(PKG_DIR)]
-    readable = (all(mode_allows_others(p) for p in needed) if level == "bwrap"
+    readable = (all(mode_allows_others(p) for p in needed) if level.namespaced
                 else all(world_readable(p) for p in needed))
     if readable:
         return Drop(uid, gid), None
@@ -108,7 +110,7 @@ def share_relay(socket_path: str, gid: int) -> str | None:
                 "local users can connect to it; the relay reads nothing from a process that is not this run's worker")
 
 
-def run_notes(level: str) -> list[str]:
+def run_notes(level: Level | str) -> list[str]:
     """Notes about the worker's user to show once per run (not once per sub-RLM worker)."""
     note = plan_drop(level)[1]
     return [f"sandbox: {note}"] if note else []

@@ -41,14 +41,7 @@ from rlm_cli.sandbox.execution import (
     iterates_context,
     result_frame,
 )
-from rlm_cli.sandbox.hardening import (
-    apply_limits,
-    drop_privileges,
-    harden,
-    memory_problem,
-    mount_scratch,
-    private_ipc,
-)
+from rlm_cli.sandbox.hardening import confine
 from rlm_cli.sandbox.hooks import Hooks, refuse_audit_hooks
 from rlm_cli.sandbox.integrity import Integrity
 from rlm_cli.sandbox.leads import LeadsHelper, leads
@@ -270,6 +263,21 @@ class Worker(SubCalls):
             self.running = False
             sys.stdout, sys.stderr = old
             vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)  # the worker's own code below needs them
+        notes = self._block_notes(by_char)
+        for note in notes:
+            out.write(note)
+        text, total = out.getvalue()
+        total -= sum(len(n) for n in notes)  # what the code printed, not rlm's notes
+        seen = self.observer.end_block(text if map_output else "")
+        return {"type": "result", "ok": ok, "output": text, "output_chars": total,
+                "final": self.final.value, "final_error": self.final.error,
+                "elapsed_s": round(time.monotonic() - started, 4), "helpers": seen["helpers"],
+                "sources": seen["sources"], "default_caps": ["grep"] if self.corpus.grep_capped_default else []}
+
+    def _block_notes(self, by_char: bool) -> list[str]:
+        """rlm's notes after a block's output: ``context`` or a helper reassigned, ``context``
+        iterated character by character (``by_char``), grep results capped, empty greps and
+        unmatched data keys explained."""
         notes = []
         if self.namespace.get("context") is not self._helpers["context"]:
             notes.append("[note: this block reassigned `context`; the real corpus is restored before the next block. "
@@ -288,15 +296,7 @@ class Worker(SubCalls):
         if rebound:
             notes.append(f"[note: this block reassigned {', '.join(f'`{k}`' for k in rebound)}; the helper is "
                          "restored before the next block.]\n")
-        for note in notes:
-            out.write(note)
-        text, total = out.getvalue()
-        total -= sum(len(n) for n in notes)  # what the code printed, not rlm's notes
-        seen = self.observer.end_block(text if map_output else "")
-        return {"type": "result", "ok": ok, "output": text, "output_chars": total,
-                "final": self.final.value, "final_error": self.final.error,
-                "elapsed_s": round(time.monotonic() - started, 4), "helpers": seen["helpers"],
-                "sources": seen["sources"], "default_caps": ["grep"] if self.corpus.grep_capped_default else []}
+        return notes
 
 
 def _corpus_entry(view: CorpusView, path: str) -> dict[str, Any] | None:
@@ -344,36 +344,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides
         protocol.write_message_fd(wfd, {"type": "error", "error": f"{type(exc).__name__}: {exc}"})
         return
-    notes: list[str] = []
-    scratch = "disk"
-    if config.get("scratch_tmpfs") and config.get("cwd"):
-        owner = config.get("drop_to") or [os.getuid(), os.getgid()]
-        try:
-            mount_scratch(str(config["cwd"]), int(config["scratch_tmpfs"]), int(owner[0]), int(owner[1]))
-            scratch = "tmpfs"
-        except OSError as exc:
-            notes.append(f"the scratch folder stays on the disk ({exc.strerror or exc}); rlm watches its size")
-    if config.get("private_ipc"):
-        notes += private_ipc()
-    step = "cannot drop privileges"
-    try:
-        if config.get("drop_to") is not None:
-            uid, gid = config["drop_to"]
-            drop_privileges(int(uid), int(gid), tuple(config.get("keep_caps") or ()))
-        if config.get("cwd"):  # entered as the dropped user: rlm itself may lack the right to
-            step = "cannot enter the scratch folder"
-            os.chdir(config["cwd"])
-        if config.get("harden", True):
-            step = "cannot confine the worker"
-            notes += harden(parent_pid, config.get("landlock"), bool(config.get("seccomp")))
-    except OSError as exc:
-        protocol.write_message_fd(wfd, {"type": "error", "error": f"{step}: {exc}"})
+    notes, scratch, refusal = confine(config, len(worker.context), parent_pid)
+    if refusal is not None:
+        protocol.write_message_fd(wfd, refusal)
         return
-    problem = memory_problem(config.get("limits", {}), len(worker.context))
-    if problem:
-        protocol.write_message_fd(wfd, {"type": "error", "kind": "memory_limit", "error": problem})
-        return
-    notes += apply_limits(config.get("limits", {}))
     protocol.write_message_fd(wfd, {"type": "ready", "notes": notes, "pid": os.getpid(),
                                     "context_chars": len(worker.context), "scratch": scratch})
     del config

@@ -15,7 +15,8 @@ import pytest
 
 from rlm_cli.evaluation import scoring, semantic
 from rlm_cli.evaluation.semantic import CATEGORIES, ID_PATTERN, generate_messages, message
-from rlm_cli.evaluation.tasks import CorpusText, generate
+from rlm_cli.evaluation.task import CorpusText
+from rlm_cli.evaluation.tasks import generate
 from tests.support.cli import model_flags, run_rlm
 from tests.support.fake_llm import FakeLLM, last_user, question_message, repl
 

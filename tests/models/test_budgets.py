@@ -51,7 +51,7 @@ def test_cost_budget_stops_before_the_next_call(tmp_path: Path, llm: FakeLLM) ->
     assert err.budget == "cost" and "$0.02" in err.message
     assert len(llm.requests) == 1
     assert "step 1" in err.partial  # the best partial answer: the root model's last reply
-    usage = err.usage  # type: ignore[attr-defined]
+    usage = err.report.usage
     assert usage["root"]["cost_usd"] == pytest.approx(100_000 * 0.15e-6 + 10 * 0.6e-6)
 
 
