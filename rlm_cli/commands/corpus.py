@@ -54,7 +54,7 @@ def index(paths: PathsArg, *, flags: CorpusFlags, json_out: JsonOpt = False, qui
 
 @corpus_options
 def stats(paths: PathsArg, *, flags: CorpusFlags,
-          top: Annotated[int, Opt("--top", min=0, help="How many of the largest files to list.")] = 10,
+          top: Annotated[int, Opt("--top", min=0, metavar="N", help="How many of the largest files to list.")] = 10,
           json_out: JsonOpt = False, quiet: QuietOpt = False, debug: DebugOpt = False) -> None:
     """Show files, chunks and tokens by file type and the largest files of PATH... (builds the cache)."""
     from rlm_cli.corpus.stats import corpus_stats

@@ -6,37 +6,46 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+from rlm_cli.commands.complete import words
 from rlm_cli.commands.options import (
     ColorOpt,
     DebugOpt,
     JsonOpt,
-    Opt,
     PathsArg,
     QuietOpt,
     RunFlags,
     VerboseOpt,
+    opt,
     run_options,
     use_color,
 )
 from rlm_cli.errors import UsageError
 
+QUESTIONS = "Questions"
+#: The eval families (``rlm_cli.evaluation.tasks.FAMILIES``; not imported here: --help stays light).
+FAMILY_NAMES = ("needle", "code", "aggregate", "pairs", "semantic")
+
 
 @run_options(without=("mode", "direct_max_tokens", "trace", "require_support"))
 def eval_cmd(
     paths: PathsArg,
-    families: Annotated[str, Opt("--families", help="Comma-separated task families: needle, code, aggregate, "
-                                 "pairs, semantic.")] = "needle,code,aggregate,pairs,semantic",
-    limit: Annotated[int, Opt("--limit", min=1, help="Questions per family.")] = 10,
-    seed: Annotated[int, Opt("--seed", help="Same seed and corpus, same questions.")] = 0,
-    split: Annotated[str, Opt("--split", help="dev: the families' own wording (tune on it); test: other wordings "
-                              "and seeds (report it, never tune on it).")] = "dev",
-    modes: Annotated[str, Opt("--modes", help="Comma-separated: rlm, direct (direct only where the corpus fits "
-                              "the root model's window).")] = "rlm",
-    jobs: Annotated[int, Opt("--jobs", min=1, help="Questions run at once.")] = 1,
-    records: Annotated[int, Opt("--records", min=20, help="Lines of the generated log (aggregate); a "
-                                "quarter of it, of each ticket list (pairs); a tenth, of each message file "
-                                "(semantic).")] = 1000,
-    report: Annotated[Path | None, Opt("--report", help="Also write a Markdown report to FILE.")] = None,
+    families: Annotated[str, opt("--families", section=QUESTIONS, metavar="LIST", complete=words(FAMILY_NAMES),
+                                 help="Families, comma-separated: needle,code,aggregate,pairs,semantic (all).")
+                        ] = ",".join(FAMILY_NAMES),
+    limit: Annotated[int, opt("--limit", section=QUESTIONS, min=1, metavar="N",
+                              help="Questions per family (default 10).")] = 10,
+    seed: Annotated[int, opt("--seed", section=QUESTIONS, metavar="N",
+                             help="Same seed and corpus, same questions (default 0).")] = 0,
+    split: Annotated[str, opt("--split", section=QUESTIONS, metavar="SPLIT", complete=words(("dev", "test")),
+                              help="dev: tune on it (default); test: other wordings, report it.")] = "dev",
+    modes: Annotated[str, opt("--modes", section=QUESTIONS, metavar="LIST", complete=words(("rlm", "direct")),
+                              help="rlm,direct (direct where the corpus fits; default rlm).")] = "rlm",
+    jobs: Annotated[int, opt("--jobs", "-j", section=QUESTIONS, min=1, metavar="N",
+                             help="Questions run at once (default 1).")] = 1,
+    records: Annotated[int, opt("--records", section=QUESTIONS, min=20, metavar="N",
+                                help="Size of the generated files (default 1000).")] = 1000,
+    report: Annotated[Path | None, opt("--report", section=QUESTIONS, metavar="FILE",
+                                       help="Also write a Markdown report to FILE.")] = None,
     *,
     run: RunFlags,
     json_out: JsonOpt = False,

@@ -97,7 +97,7 @@ def _said(removed: Any, *, dry_run: bool) -> None:
 def trace_export(
     ref: TraceRefArg,
     html: Annotated[bool, Opt("--html", help="Export as one self-contained HTML file.")] = False,
-    output: Annotated[Path | None, Opt("--output", "-o", help="Where to write (default: ID.html here).")] = None,
+    output: Annotated[Path | None, Opt("--output", "-o", metavar="FILE", help="Where to write (default: ID.html here).")] = None,
 ) -> None:
     """Export one trajectory to share it (HTML)."""
     from rlm_cli.output import render, trace, trace_view

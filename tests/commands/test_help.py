@@ -53,11 +53,19 @@ def test_every_command_takes_h_and_its_options_are_documented(words: list[str]) 
     res = run_rlm(*words, "-h", env=NARROW)
     assert res.code == 0 and res.stdout.startswith("Usage: rlm "), res.stderr
     assert "…" not in res.stdout
+    assert re.search(r"<(?:int|str|float|bool|path|int range|float range)>", res.stdout) is None, res.stdout  # a word
     docs = "".join((ROOT / "docs" / name).read_text() for name in ("usage.md", "audit.md", "eval.md"))
     cmd = dict((tuple(w), c) for w, c in commands())[tuple(words)]
     names = [o for p in cmd.params for o in (*p.opts, *getattr(p, "secondary_opts", ())) if o.startswith("--")]
     missing = [o for o in names if o != "--help" and not re.search(re.escape(o) + r"(?![\w-])", docs)]
     assert missing == [], f"rlm {' '.join(words)}: not in docs/usage.md, audit.md or eval.md: {missing}"
+
+
+def test_eval_offers_its_families_as_they_are() -> None:
+    from rlm_cli.commands.evaluate import FAMILY_NAMES
+    from rlm_cli.evaluation.tasks import FAMILIES
+
+    assert FAMILY_NAMES == FAMILIES  # --help and completion name the families without importing them
 
 
 def test_the_command_list_has_whole_summaries() -> None:
