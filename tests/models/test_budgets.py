@@ -108,11 +108,11 @@ def test_wall_clock_budget_cuts_a_hanging_request(tmp_path: Path, llm: FakeLLM) 
 def test_sub_calls_cut_by_the_deadline_are_not_counted_as_retries(tmp_path: Path, llm: FakeLLM) -> None:
     """A sub-call in flight when --timeout passes is not retried: none may be counted as a retry
     (the summary read "0 sub-calls ... 8 retries")."""
-    llm.default("sub", Reply(text="late", delay_s=8))
+    llm.default("sub", Reply(text="late", delay_s=30))  # in flight at the deadline however slow the machine
     llm.script("root", repl("parts = llm_query_batched(['a', 'b', 'c', 'd'])\nFINAL('x')"))
     (tmp_path / "a.txt").write_text("hello\n")
     res = run_rlm("ask", str(tmp_path), "q?", "--model", "openai/root", "--sub-model", "openai/sub",
-                  "--api-base", llm.url, "--timeout", "4", "--json", "--policy", "paper", "--no-leads",
+                  "--api-base", llm.url, "--timeout", "8", "--json", "--policy", "paper", "--no-leads",
                   "--no-llm-cache")
     assert res.code == ExitCode.BUDGET, res.stderr
     usage = json.loads(res.stdout)["usage"]

@@ -368,9 +368,11 @@ def test_abstract_unix_sockets_outside_the_worker_are_unreachable(level: str) ->
 
 
 @pytest.mark.parametrize("level", all_levels())
-def test_unix_sockets_by_path_outside_the_relay_are_unreachable(level: str, tmp_path: Path) -> None:
-    """An ssh-agent or D-Bus socket of the user: reachable by path unless the level confines it."""
+def test_unix_sockets_by_path_outside_the_relay_are_unreachable(level: str, run_tmp: Path) -> None:
+    """An ssh-agent or D-Bus socket of the user: reachable by path unless the level confines it.
+    (In ``run_tmp``: a socket path must fit sun_path, whatever the suite's TMPDIR.)"""
     expect_protected(level, "unix_socket_paths")
+    tmp_path = run_tmp
     path = str(tmp_path / "agent.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
         srv.bind(path)
