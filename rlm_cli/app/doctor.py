@@ -99,7 +99,7 @@ def model_report() -> dict[str, Any]:
                 "source": sources.get("model", "default")}
     if settings.api_base:  # that server's list, as a run asks it
         try:
-            detect.ensure_model(settings)
+            settings = detect.ensure_model(settings)
         except RLMError as exc:
             return {"model": None, "sub_model": None, "api_base": settings.api_base, "source": exc.message}
         return {"model": settings.model, "sub_model": settings.model, "api_base": settings.api_base,

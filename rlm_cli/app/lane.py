@@ -30,11 +30,15 @@ class LaneOwner(Protocol):
 
     settings: Settings
     corpus: Corpus | None
-    client: ModelClient
     level: str
     hide: tuple[str, ...]
     interrupt_grace_s: float
     emit: Emit
+
+    @property
+    def client(self) -> ModelClient:
+        """The session's model client."""
+        ...
 
 
 class QuestionUsage(Usage):

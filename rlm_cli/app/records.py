@@ -11,11 +11,20 @@ from typing import Any
 
 from rlm_cli import __version__
 from rlm_cli.app.outcome import run_sources, status_of
+from rlm_cli.corpus import Corpus
 from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError
 from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
+from rlm_cli.output.documents import skipped_files
 from rlm_cli.output.sources import SourceCollector
 from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, traces_dir
+
+
+def corpus_event(corpus: Corpus, load_s: float, level: str) -> dict[str, Any]:
+    """The ``corpus`` event of ``corpus``, loaded in ``load_s`` seconds, for a worker at sandbox ``level``."""
+    return event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
+                 tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(load_s, 3),
+                 sandbox=level, **skipped_files(corpus))
 
 
 def trace_path_for(given: str | Path | None, numbered: bool, run_id: str, turn: int) -> Path:
@@ -82,3 +91,30 @@ def record_failure(exc: RLMError, client: ModelClient, collector: SourceCollecto
     report.trace_path = trace_path
     if report.usage is None:
         report.usage = client.usage.summary()
+
+
+def record_interrupted(exc: KeyboardInterrupt | SystemExit, client: ModelClient, sink: Emit, started: float,
+                       root_turns: int) -> None:
+    """Record a question stopped by Ctrl-C (``KeyboardInterrupt``) or SIGTERM (``SystemExit``
+    143): its ``interrupted`` summary event, with the root turns and the usage so far."""
+    signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+    code = ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.TERMINATED
+    sink(event("summary", 0, status="interrupted", answer="", signal=signal_name, exit_code=int(code),
+               error=f"interrupted by {signal_name}", iterations=root_turns,
+               sub_calls=client.usage.sub_calls, usage=client.usage.summary(),
+               elapsed_s=round(time.monotonic() - started, 3)))
+
+
+def discard_trace(exc: RLMError, writer: TraceWriter, new_dirs: list[Path]) -> None:
+    """Delete the trajectory ``writer`` wrote for a question that failed with ``exc`` before it
+    reached a model (bad input leaves no stray trajectory), and the folders made for it
+    (``new_dirs``, deepest first; a folder another run wrote into stays); ``exc.report`` then
+    names no trajectory."""
+    writer.close()
+    writer.path.unlink(missing_ok=True)
+    for folder in new_dirs:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+    exc.report.trace_path = None

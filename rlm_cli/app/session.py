@@ -23,6 +23,10 @@ What a session keeps between questions:
   ``--timeout``): they hold for the session, not per question. Time spent waiting for the user
   (:meth:`Session.pause`) does not count against ``--timeout``.
 
+What ``open`` decides is a frozen :class:`~rlm_cli.app.plan.RunPlan` (``Session.plan``); the
+session's ``settings`` are never written: code that reads decisions from settings gets
+:attr:`Session.run_settings`, a copy with the plan's decisions in it.
+
 Each question gets its own ``ModelClient`` (:meth:`Session.question_client`): its own usage
 records, also added to the session's, over the session's budget, cache, concurrency limiter and
 backend; a fatal provider error (401/403/404) of one question ends the following ones too.
@@ -40,11 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli import __version__, interrupts
+from rlm_cli.app import records
 from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
 from rlm_cli.app.outcome import AskOutcome, PastQuestion, TurnCounter, attach_partial, run_sources, status_of
 from rlm_cli.app.phases import PhaseTagger
-from rlm_cli.app.planning import answer_spec, choose_mode, direct_tokens, fit_question, model_window, require_model
-from rlm_cli.app.records import record_failure, record_stopped_open, trace_path_for
+from rlm_cli.app.plan import ModelChoice, RunPlan, choose_models, make_plan
+from rlm_cli.app.planning import answer_spec, choose_mode, direct_tokens, fit_question
 from rlm_cli.app.recursion import recursion_handler, sub_call_event
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
@@ -53,21 +58,20 @@ from rlm_cli.errors import DoesNotFitError, ExitCode, PartialAnswerError, RLMErr
 from rlm_cli.loop.direct import run_direct
 from rlm_cli.loop.meta import corpus_meta
 from rlm_cli.loop.orchestrator import Orchestrator
-from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.prompts import session_note
 from rlm_cli.loop.typed import AnswerSpec, settle
 from rlm_cli.loop.workers import level_notices
 from rlm_cli.models.backend import check_router_file
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
-from rlm_cli.models.detect import ensure_model
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.usage import Usage
-from rlm_cli.output.documents import skipped_files, support_object
+from rlm_cli.output.documents import support_object
 from rlm_cli.output.progress import Progress, index_callback
 from rlm_cli.output.sources import SourceCollector
 from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id
 from rlm_cli.sandbox.launcher import WorkerSpec
+from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.levels import resolve_level
 from rlm_cli.sandbox.memory import check_workers_fit
 
@@ -92,7 +96,7 @@ class Session:
                  backend: Any = None, client: ModelClient | None = None, corpus: Corpus | None = None,
                  record: bool = True, conversation: bool = False, numbered: bool = False,
                  interrupt_grace_s: float = 0.0) -> None:
-        self.settings = dataclasses.replace(settings)  # windows get resolved into this copy
+        self.settings = dataclasses.replace(settings)  # never written: decisions go to self.plan
         self.paths = paths
         self.emit = self._keep(emit)
         self.stdin_bytes = stdin_bytes
@@ -108,12 +112,14 @@ class Session:
         self.usage = client.usage if client is not None else Usage()
         self.budget = client.budget if client is not None else SessionBudget(self.settings, self.usage,
                                                                              started=self.started)
-        self.client = client or ModelClient(self.settings, self.usage, self.budget, backend=backend,
-                                            notify=lambda m: self.emit(event("notice", 0, message=m,
-                                                                             level="warning")))
+        self._backend = backend
+        self._client = client  # made by open() once the models are chosen, unless given
+        #: The models chosen (``open``, before the corpus loads), then everything ``open`` decided.
+        self.models: ModelChoice | None = None
+        self.plan: RunPlan | None = None
         self.corpus = corpus
         self._own_corpus = corpus is None
-        self.level = ""
+        self.level: Level | str = ""
         self.mode = ""
         self.hide = tuple(os.path.abspath(p) for p in paths if p != "-")
         self.lane: Lane | None = None
@@ -122,7 +128,6 @@ class Session:
         self._events: list[dict[str, Any]] = []  # the session's events, for the first trajectory
         self._corpus_event: dict[str, Any] | None = None
         self._mode_event: dict[str, Any] | None = None
-        self._mode_fields: dict[str, Any] = {}
         self._noted = False
         self._level_warning: str | None = None
         self.reason = ""
@@ -133,6 +138,24 @@ class Session:
         #: A final answer keeps Ctrl-C dropped after :meth:`ask` returns (``rlm_cli.interrupts``).
         self.hold_final = False
         self._active: set[QuestionClient] = set()
+
+    @property
+    def client(self) -> ModelClient:
+        """The session's model client (the given one, or the one :meth:`open` made)."""
+        assert self._client is not None, "open() the session first"
+        return self._client
+
+    @property
+    def run_settings(self) -> Settings:
+        """The session's settings with what :meth:`open` decided so far in a copy of them (the
+        models, then the windows and the policy's name), for code that reads them from settings."""
+        return self.settings_for(self.settings)
+
+    def settings_for(self, settings: Settings) -> Settings:
+        """A copy of ``settings`` (the session's, or a question's own) with the session's decisions."""
+        if self.plan is not None:
+            return self.plan.settings_for(settings)
+        return self.models.settings_for(settings) if self.models is not None else settings
 
     def _keep(self, emit: Emit) -> Emit:
         def keep(ev: dict[str, Any]) -> None:
@@ -155,60 +178,60 @@ class Session:
             self._open(first_question)
         except (KeyboardInterrupt, SystemExit) as exc:
             if self.record:
-                record_stopped_open(self._trace_path(self.id, 1), run_id=self.id, question=first_question,
-                                    paths=self.paths, config=self.settings.redacted(), events=self._events, exc=exc,
+                records.record_stopped_open(self._trace_path(self.id, 1), run_id=self.id, question=first_question,
+                                    paths=self.paths, config=self.run_settings.redacted(), events=self._events, exc=exc,
                                     elapsed_s=time.monotonic() - self.started)
             raise
 
     def _open(self, first_question: str) -> None:
         s, emit = self.settings, self.emit
         check_paths(self.paths if self.corpus is None else [])  # a mistyped PATH: exit 2 before a model is sought
-        ensure_model(s, lambda message: emit(event("notice", 0, message=message)))
-        require_model(s)
-        for note in check_router_file(s.router_config, [s.model, s.sub_model]) if s.router_config else []:
-            emit(event("notice", 0, message=note, level="warning"))  # a bad file: exit 2 before loading
-        warm = getattr(self.client.backend, "warm", None)
-        if callable(warm) and self._given_client is None:
-            warm([s.model, s.effective_sub_model])
-        self.level, self._level_warning = resolve_level(s.sandbox)  # said when the worker starts
+        models = self._choose_models()
+        self.level, level_warning = resolve_level(s.sandbox)  # said when the worker starts
+        self._level_warning = level_warning
         started = time.monotonic()
         if self.corpus is None:
             self.corpus = load_corpus(self.paths, s.corpus, stdin_bytes=self.stdin_bytes,
                                       on_warning=lambda w: emit(event("notice", 0, message=w, level="warning")),
                                       on_progress=index_callback(emit), deadline=self.budget.deadline)
         corpus = self.corpus
-        self._corpus_event = self._corpus_loaded(corpus, time.monotonic() - started)
+        self._corpus_event = records.corpus_event(corpus, time.monotonic() - started, self.level)
         emit(self._corpus_event)
         self.meta = corpus_meta(corpus)
         surely_rlm = s.mode == "rlm" or (s.mode == "auto" and corpus.total_tokens >= s.direct_max_tokens)
         if surely_rlm:  # the worker starts while litellm is still being imported when the mode cannot be direct
-            self._rlm_lane()
+            self.worker_lane()
         encoding()  # tiktoken's table (0.3-0.7 s; every request needs it), loaded while the host imports litellm
-        model = require_model(s)
-        root_window, root_src = model_window(self.client, model, s.root_model_window)
-        sub_model = s.effective_sub_model or model
-        sub_window, sub_src = model_window(self.client, sub_model, s.sub_model_window)
-        s.root_model_window, s.sub_model_window = root_window, sub_window
-        self.mode, self.reason = choose_mode(s, corpus.total_tokens, root_window)
+        self.plan = plan = make_plan(s, self.client, models, self.level, level_warning)
+        self.mode, self.reason = choose_mode(s, corpus.total_tokens, plan.root_window.tokens)
         self.mode, self.reason = self._question_mode(first_question, "")
-        policy, policy_reason = resolve_policy(s.policy, root_window, root_src)
-        requested, s.policy = s.policy, policy.name
-        self._mode_fields = {"root_window": root_window, "root_window_source": root_src, "sub_window": sub_window,
-                             "sub_window_source": sub_src, "policy": policy.name, "policy_requested": requested,
-                             "policy_reason": policy_reason}
-        self._mode_event = event("mode", 0, mode=self.mode, reason=self.reason, **self._mode_fields)
+        self._mode_event = event("mode", 0, mode=self.mode, reason=self.reason, **plan.mode_fields())
         emit(self._mode_event)
         if self.mode == "rlm":
-            self._rlm_lane()
+            self.worker_lane()
         elif self.lane is not None:
             self.lane.close()
             self.lane = None
 
-    def _corpus_loaded(self, corpus: Corpus, load_s: float) -> dict[str, Any]:
-        """The ``corpus`` event of ``corpus``, loaded in ``load_s`` seconds."""
-        return event("corpus", 0, summary=corpus.summary(), files=len(corpus.files), chars=corpus.chars,
-                     tokens=corpus.total_tokens, chunks=len(corpus.chunks), load_s=round(load_s, 3),
-                     sandbox=self.level, **skipped_files(corpus))
+    def _choose_models(self) -> ModelChoice:
+        """The root and sub-model (autodetected when none is configured, said as a notice), checked
+        against ``--router-config``, warmed on the backend; the session's client is made for them.
+
+        Raises:
+            NoModelError, UsageError (a bad ``--router-config`` file).
+        """
+        emit = self.emit
+        self.models = models = choose_models(self.settings, lambda message: emit(event("notice", 0, message=message)))
+        s = self.run_settings
+        for note in check_router_file(s.router_config, [s.model, s.sub_model]) if s.router_config else []:
+            emit(event("notice", 0, message=note, level="warning"))  # a bad file: exit 2 before loading
+        if self._client is None:
+            self._client = ModelClient(s, self.usage, self.budget, backend=self._backend,
+                                       notify=lambda m: self.emit(event("notice", 0, message=m, level="warning")))
+            warm = getattr(self._client.backend, "warm", None)
+            if callable(warm):
+                warm([s.model, s.effective_sub_model])
+        return models
 
     def use_corpus(self, corpus: Corpus, load_s: float = 0.0) -> Corpus | None:
         """Answer the next questions over ``corpus``, a new load of the session's paths (``rlm
@@ -220,12 +243,11 @@ class Session:
         Raises:
             SandboxError: the new worker failed to start.
         """
-        s = self.settings
-        assert s.root_model_window is not None, "open() the session first"
+        assert self.plan is not None, "open() the session first"
         old, self.corpus = self.corpus, corpus
         self.meta = corpus_meta(corpus)
-        self._corpus_event = self._corpus_loaded(corpus, load_s)
-        self.mode, self.reason = choose_mode(s, corpus.total_tokens, s.root_model_window)
+        self._corpus_event = records.corpus_event(corpus, load_s, self.level)
+        self.mode, self.reason = choose_mode(self.settings, corpus.total_tokens, self.plan.root_window.tokens)
         if self.lane is not None:
             self.lane.sandbox.spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
                                                 data_file=corpus.data_file)
@@ -235,19 +257,25 @@ class Session:
     def _question_mode(self, question: str, note: str) -> tuple[str, str]:
         """``(mode, reason)`` of one question: the session's, except that auto mode keeps a
         question in the REPL when the corpus with it needs over half the root model's window."""
-        s, corpus = self.settings, self.corpus
-        assert corpus is not None and s.root_model_window is not None
+        plan, corpus = self.plan, self.corpus
+        assert corpus is not None and plan is not None
         needed = direct_tokens(corpus, question + note)
-        if self.mode == "direct" and s.mode == "auto" and needed > s.root_model_window // 2:
+        window = plan.root_window.tokens
+        if self.mode == "direct" and plan.mode_rule == "auto" and needed > window // 2:
             return "rlm", (f"the corpus is small, but with the question it needs {needed:,} tokens, over half "
-                           f"the root model's window of {s.root_model_window:,}, so it stays in the REPL")
+                           f"the root model's window of {window:,}, so it stays in the REPL")
         return self.mode, self.reason
 
-    def _rlm_lane(self) -> Lane:
-        """The session's worker, started when it is not yet; its first start says what the sandbox
-        level leaves open and which user the worker runs as: when model code is about to run, never
-        before a usage error, once per session (not per sub-RLM worker) and on the terminal once
-        per machine (``loop.workers.level_notices``)."""
+    def worker_lane(self) -> Lane:
+        """The session's REPL worker, started now when it is not yet (a session in direct mode has
+        none until something needs the REPL helpers: ``rlm mcp``'s ``grep`` and ``search``). Its
+        first start says what the sandbox level leaves open and which user the worker runs as: when
+        model code is about to run, never before a usage error, once per session (not per sub-RLM
+        worker) and on the terminal once per machine (``loop.workers.level_notices``).
+
+        Raises:
+            SandboxError: the worker failed to start.
+        """
         if self.lane is None:
             assert self.corpus is not None
             check_workers_fit(self.corpus, 1, self.settings.memory_limit)  # before a worker can be killed for memory
@@ -256,15 +284,6 @@ class Session:
                 self.emit(ev)
             self._noted = True
         return self.lane
-
-    def worker_lane(self) -> Lane:
-        """The session's REPL worker, started now when it is not yet (a session in direct mode has
-        none until something needs the REPL helpers: ``rlm mcp``'s ``grep`` and ``search``).
-
-        Raises:
-            SandboxError: the worker failed to start.
-        """
-        return self._rlm_lane()
 
     def pause(self) -> None:
         """Waiting for the user: ``--timeout`` does not run meanwhile."""
@@ -317,7 +336,7 @@ class Session:
             return self._given_client
         base = self.client
         usage = QuestionUsage(self.usage)
-        qclient = QuestionClient(self.settings, usage, self.question_budget(usage, settings or self.settings),
+        qclient = QuestionClient(self.run_settings, usage, self.question_budget(usage, settings or self.settings),
                                  cache=base.cache,
                                  backend=base.backend, limiter=base.limiter,
                                  notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
@@ -366,7 +385,7 @@ class Session:
         turns = TurnCounter(sink)
         started = time.monotonic()
         extra = {"session": self.id, "turn": turn, "id": qid} if self.numbered else {}
-        own = settings or self.settings
+        own = self.settings_for(settings or self.settings)
         if answer_type != "text":
             extra["answer_type"] = answer_type
         sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
@@ -374,7 +393,8 @@ class Session:
                    config=own.redacted(), **extra))
         note = session_note(self._history()) if self.conversation else ""
         mode, reason = self._question_mode(question, note)
-        mode_event = event("mode", 0, mode=mode, reason=reason, **self._mode_fields)
+        assert self.plan is not None, "open() the session first"
+        mode_event = event("mode", 0, mode=mode, reason=reason, **self.plan.mode_fields())
         if writer is not None:  # what the session did once, as this question's trajectory needs it
             quiet = TraceSink(writer, lambda ev: None, totals=totals)
             for ev in self._events if turn == 1 else [self._corpus_event]:
@@ -396,31 +416,17 @@ class Session:
         except RLMError as exc:
             if isinstance(exc, CallFailed) and exc.fatal:
                 self.fatal = self.fatal or exc
-            record_failure(exc, client, collector, sink, started, trace_path, turns.root_turns, self.settings.policy)
+            records.record_failure(exc, client, collector, sink, started, trace_path, turns.root_turns, self.plan.policy.name)
             self._remember(question, exc.partial if isinstance(exc, PartialAnswerError) else "", status_of(exc),
                            trace_path)
             if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
                     and writer is not None and created):
-                # Bad input that never reached a model leaves nothing behind (no stray trajectory).
-                writer.close()
-                assert trace_path is not None
-                trace_path.unlink(missing_ok=True)
-                for folder in new_dirs:  # deepest first; a folder another run wrote into stays
-                    try:
-                        folder.rmdir()
-                    except OSError:
-                        break
-                exc.report.trace_path = None
+                records.discard_trace(exc, writer, new_dirs)  # bad input that never reached a model leaves nothing behind
             raise
         except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM (SystemExit 143, see cli)
             if isinstance(client, QuestionClient):
                 client.cancelled.set()
-            signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
-            code = ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.TERMINATED
-            sink(event("summary", 0, status="interrupted", answer="", signal=signal_name, exit_code=int(code),
-                       error=f"interrupted by {signal_name}", iterations=turns.root_turns,
-                       sub_calls=client.usage.sub_calls, usage=client.usage.summary(),
-                       elapsed_s=round(time.monotonic() - started, 3)))
+            records.record_interrupted(exc, client, sink, started, turns.root_turns)
             self._remember(question, "", "interrupted", trace_path)
             raise
         finally:
@@ -450,7 +456,7 @@ class Session:
                 raise
             result.typed = settle(result.answer, spec, emit)
             return AskOutcome(result, corpus, client.usage.summary(), self.level)
-        lane = lane or self._rlm_lane()
+        lane = lane or self.worker_lane()
         if lane.questions:  # an earlier question's code that changed or hooked the worker could rewrite this answer
             lane.fresh_if_hooked(emit)
         if lane.questions and self.independent:
@@ -488,4 +494,4 @@ class Session:
             self.turns.append(PastQuestion(question, answer, status, trace_path))
 
     def _trace_path(self, run_id: str, turn: int) -> Path:
-        return trace_path_for(self.settings.trace, self.numbered, run_id, turn)
+        return records.trace_path_for(self.settings.trace, self.numbered, run_id, turn)

@@ -189,7 +189,7 @@ def check_settings(session: AuditSession, check: Check) -> Settings | None:
     session's."""
     if check.model is None and check.max_cost is None:
         return None
-    s = session.settings
+    s = session.run_settings
     if check.model is None or check.model == s.model:
         return dataclasses.replace(s, max_cost=check.max_cost)
     window, _ = model_window(session.client, check.model, session.given_root_window)

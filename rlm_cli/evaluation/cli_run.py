@@ -45,7 +45,7 @@ def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes
         raise UsageError(f"unknown mode {bad[0]!r}", hint=f"choose from {', '.join(MODES)}")
     if "-" in paths:
         raise UsageError("rlm eval needs files or folders, not '-' (stdin)")
-    ensure_model(settings, ui.info)
+    settings = ensure_model(settings, ui.info)
     corpus = load_corpus(paths, settings.corpus, on_warning=ui.warning)
     try:
         ui.info(f"corpus {corpus.summary()}")

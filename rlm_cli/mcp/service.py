@@ -83,18 +83,17 @@ def _helper_code(body: str) -> str:
 
 class _ServedSession(Session):
     """A session whose questions each get budgets of their own, checked against the settings of
-    the ask being served (``Service.ask`` sets them for the call)."""
+    the ask being served (``Service.ask`` gives them to ``Session.ask``)."""
 
     def question_budget(self, usage: Usage, settings: Settings) -> Budget:
         """A fresh budget over ``usage`` (the question's), started now."""
-        return Budget(self.settings, usage)
+        return Budget(settings, usage)
 
 
 class Service:
     """The warm session and the tools over it, run by the main thread (see ``rlm_cli.mcp``).
 
-    ``settings`` are the run flags (windows and policy are resolved into the session's copy when
-    it opens); ``ui`` is the ``render.Renderer`` of stderr; ``debug`` prints the traceback of an
+    ``settings`` are the run flags (what the session decides when it opens is its ``plan``); ``ui`` is the ``render.Renderer`` of stderr; ``debug`` prints the traceback of an
     internal error there.
     """
 
@@ -129,7 +128,7 @@ class Service:
             self.ui.error(str(exc))
             return
         self.base = self.session.settings
-        s = self.base
+        s = self.session.run_settings
         self.ui.info(f"rlm mcp: serving {len(self.session.corpus.files):,} files over stdio (tools: "
                      f"{', '.join(TOOL_NAMES)}); mode {self.session.mode}, model {s.model}")
 
@@ -258,9 +257,9 @@ class Service:
 
         self.asks += 1
         started = time.monotonic()
-        session.settings = dataclasses.replace(base, **limits)
         try:
-            outcome = session.ask(question, emit=emit, qid=call.id, answer_type=str(call.args.get("answer_type") or "text"))
+            outcome = session.ask(question, emit=emit, qid=call.id, answer_type=str(call.args.get("answer_type") or "text"),
+                                  settings=dataclasses.replace(base, **limits))
         except PartialAnswerError as exc:
             doc = partial_document(exc, session.level, round(time.monotonic() - started, 3))
             self.ui.close()
@@ -269,7 +268,6 @@ class Service:
             return {**self._ask_fields(doc), "partial": True, "budget": doc.get("budget"),
                     "reason": str(exc), "trace_id": Path(trace).stem if trace else "", "trace": trace}
         finally:
-            session.settings = base
             self.ui.close()
         from rlm_cli.output.documents import outcome_document
 
@@ -360,7 +358,7 @@ class Service:
         session = self.session
         corpus = session.corpus
         doc = corpus_stats(corpus, top=10)
-        s = self.base or self.settings
+        s = self.session.run_settings if self.base is not None else self.settings
         return {"paths": [os.path.abspath(p) for p in self.paths], "files": doc["files"], "bytes": doc["bytes"],
                 "chars": corpus.chars, "tokens": doc["tokens"], "chunks": doc["chunks"], "by_type": doc["by_type"],
                 "largest": doc["largest"], "kinds": doc["kinds"], "skipped": doc["skipped"],

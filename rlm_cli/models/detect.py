@@ -19,6 +19,7 @@ Nothing here imports litellm at module level; the model-info helpers take the mo
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -71,7 +72,9 @@ class Detection:
 
 def ensure_model(settings: Settings, notify: Notify | None = None, *,
                  env: Mapping[str, str] | None = None) -> Settings:
-    """Fill ``settings.model`` (and sub-model / api base) by autodetection when none is set.
+    """``settings`` with a model (and sub-model / api base) found by autodetection when none is
+    set: a new copy (``dataclasses.replace``); ``settings`` itself is not changed. ``settings``
+    as they are when they name a model.
 
     ``notify`` receives one line saying what was picked and why.
 
@@ -93,11 +96,11 @@ def ensure_model(settings: Settings, notify: Notify | None = None, *,
         found = detect(settings, env=env)
     if found is None:
         raise NoModelError("no model configured and none detected", hint=no_model_hint(env))
-    settings.model = found.model
-    if not settings.sub_model and found.sub_model and found.sub_model != found.model:
-        settings.sub_model = found.sub_model
-    if found.api_base and not settings.api_base:
-        settings.api_base = found.api_base
+    new_sub = not settings.sub_model and found.sub_model and found.sub_model != found.model
+    settings = dataclasses.replace(settings, model=found.model,
+                                   sub_model=found.sub_model if new_sub else settings.sub_model,
+                                   api_base=found.api_base if found.api_base and not settings.api_base
+                                   else settings.api_base)
     if notify:
         sub = f", sub-calls {settings.sub_model}" if settings.sub_model else ""
         notify(f"model: {settings.model}{sub} ({found.reason}; set --model or `rlm config set model` to choose)")

@@ -1,0 +1,116 @@
+"""A session's run plan: what ``Session.open`` decided, made once and carried frozen.
+
+The :class:`~rlm_cli.config.Settings` a session is given say what the user asked for (flags >
+environment > config file); they are never written after that. What the session decides from
+them when it opens (the model and sub-model, found by autodetection when none is set; their
+input windows and where each came from; the loop's policy; the mode rule; the sandbox level) is
+a :class:`RunPlan`. Code that still takes a ``Settings`` (the loop, the model client) gets
+:meth:`RunPlan.settings_for`: a new copy with the plan's decisions in it, made with
+``dataclasses.replace``; the session's own settings stay as they were given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rlm_cli.app.planning import model_window, require_model
+from rlm_cli.config import Settings
+from rlm_cli.loop.policy import Policy, resolve_policy
+from rlm_cli.models.client import ModelClient
+from rlm_cli.models.detect import ensure_model
+from rlm_cli.sandbox.level import Level
+
+
+@dataclass(frozen=True)
+class Window:
+    """A model's input window: ``tokens``, and where that number came from: ``"flag"``
+    (``--root-model-window`` / ``--sub-model-window``), ``"model info"`` (litellm's map) or
+    ``"default"`` (a model litellm does not know: ``models.detect.DEFAULT_WINDOW``)."""
+
+    tokens: int
+    source: str
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The models a run uses: ``model`` (root), ``sub_model`` (``None``: the root model answers
+    sub-calls too) and ``api_base``, each as configured or else as autodetected
+    (``models.detect.ensure_model``)."""
+
+    model: str
+    sub_model: str | None
+    api_base: str | None
+
+    @property
+    def effective_sub_model(self) -> str:
+        """The model that answers sub-calls."""
+        return self.sub_model or self.model
+
+    def settings_for(self, settings: Settings) -> Settings:
+        """A copy of ``settings`` with these models (``settings`` itself is not changed)."""
+        return dataclasses.replace(settings, model=self.model, sub_model=self.sub_model, api_base=self.api_base)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything ``Session.open`` decided (see the module docstring).
+
+    ``models``: root and sub-model; ``root_window`` / ``sub_window``: their input windows;
+    ``policy``: the loop's rules (``requested``: the ``--policy`` value it came from, ``auto``
+    by default; ``policy_reason``: why); ``mode_rule``: ``--mode`` (``auto``, ``rlm`` or
+    ``direct``: each question's mode follows from it and the corpus); ``level``: the sandbox
+    level (``level_warning``: what was said when ``auto`` could not get the strongest one).
+    """
+
+    models: ModelChoice
+    root_window: Window
+    sub_window: Window
+    policy: Policy
+    policy_requested: str
+    policy_reason: str
+    mode_rule: str
+    level: Level
+    level_warning: str | None = None
+
+    def settings_for(self, settings: Settings) -> Settings:
+        """A copy of ``settings`` with the plan's decisions (models, windows, the policy's name)
+        for code that reads them from settings. A window ``settings`` already sets (``rlm
+        audit``: a check's own model) is kept. ``settings`` itself is not changed."""
+        return dataclasses.replace(
+            settings, model=settings.model or self.models.model,
+            sub_model=settings.sub_model or self.models.sub_model,
+            api_base=settings.api_base or self.models.api_base,
+            root_model_window=settings.root_model_window or self.root_window.tokens,
+            sub_model_window=settings.sub_model_window or self.sub_window.tokens, policy=self.policy.name)
+
+    def mode_fields(self) -> dict[str, object]:
+        """The fields of the ``mode`` event that come from the plan (windows and policy)."""
+        return {"root_window": self.root_window.tokens, "root_window_source": self.root_window.source,
+                "sub_window": self.sub_window.tokens, "sub_window_source": self.sub_window.source,
+                "policy": self.policy.name, "policy_requested": self.policy_requested,
+                "policy_reason": self.policy_reason}
+
+
+def choose_models(settings: Settings, notify: Callable[[str], None]) -> ModelChoice:
+    """The models of a run over ``settings``: as configured, or autodetected (``notify`` gets the
+    line that says which and why; ``models.detect.ensure_model``).
+
+    Raises:
+        NoModelError: none configured and none detected.
+    """
+    chosen = ensure_model(settings, notify)
+    return ModelChoice(require_model(chosen), chosen.sub_model, chosen.api_base)
+
+
+def make_plan(settings: Settings, client: ModelClient, models: ModelChoice, level: Level,
+              level_warning: str | None = None) -> RunPlan:
+    """The run plan of ``settings``: ``models`` with their input windows (``--root-model-window``
+    / ``--sub-model-window``, or ``client``'s lookup: ``planning.model_window``), the policy they
+    lead to (``loop.policy.resolve_policy``), the mode rule and the sandbox ``level``."""
+    root_window = Window(*model_window(client, models.model, settings.root_model_window))
+    sub_window = Window(*model_window(client, models.effective_sub_model, settings.sub_model_window))
+    policy, policy_reason = resolve_policy(settings.policy, root_window.tokens, root_window.source)
+    return RunPlan(models, root_window, sub_window, policy, settings.policy, policy_reason, settings.mode, level,
+                   level_warning)
