@@ -105,6 +105,24 @@ def test_wall_clock_budget_cuts_a_hanging_request(tmp_path: Path, llm: FakeLLM) 
     assert elapsed < 5.0  # the 6 s reply was not waited for
 
 
+@pytest.mark.parametrize("mode", ["direct", "rlm"])
+def test_a_server_that_keeps_the_stream_alive_without_answering_cannot_outlast_the_timeout(
+        tmp_path: Path, llm: FakeLLM, mode: str) -> None:
+    """A busy server (llama.cpp's, sse-starlette's) answers a streamed request with its headers
+    and then ``: ping`` comments while the request waits: no chunk arrives, so neither the stream's
+    deadline check nor the read timeout fires. ``--timeout 3`` waited 26 s for a 25 s wait; now the
+    run stops at its deadline (the CLI's start and exit on top)."""
+    llm.default("root", Reply(text="FINAL('6')", ping_for_s=16))
+    (tmp_path / "a.txt").write_text("The retry count is 6.\n")
+    started = time.monotonic()
+    res = run_rlm("ask", str(tmp_path), "How many retries?", "--model", "openai/root", "--api-base", llm.url,
+                  "--timeout", "3", "--mode", mode, "--no-llm-cache", "--json")
+    elapsed = time.monotonic() - started
+    assert res.code == ExitCode.BUDGET, res.stderr
+    assert "time budget of 3 s reached" in res.stderr and elapsed < 10, (elapsed, res.stderr)
+    assert json.loads(res.stdout)["elapsed_s"] < 5, res.stdout
+
+
 def test_sub_calls_cut_by_the_deadline_are_not_counted_as_retries(tmp_path: Path, llm: FakeLLM) -> None:
     """A sub-call in flight when --timeout passes is not retried: none may be counted as a retry
     (the summary read "0 sub-calls ... 8 retries")."""

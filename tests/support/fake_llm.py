@@ -55,6 +55,10 @@ class Reply:
     usage: bool = True
     #: Streamed replies: send the text again and again, numbered, never ending (``text`` is one piece).
     endless: bool = False
+    #: Streamed replies: after the headers, keep the connection alive with SSE comments (``: ping``,
+    #: one a second) for this many seconds before the first event, as a busy server does while
+    #: the request waits for the model (sse-starlette's pings; llama.cpp's server).
+    ping_for_s: float = 0.0
     #: A 200 without a reply, streamed or not: ``choices`` is empty (every chunk's, when streamed).
     no_choices: bool = False
     #: A 200 whose one choice has a message (or deltas) without ``content``.
@@ -254,6 +258,15 @@ class FakeLLM:
         handler.end_headers()
         ident = f"chatcmpl-{len(self.requests)}"
         created = int(time.time())
+        until = time.monotonic() + spec.ping_for_s
+        while time.monotonic() < until:
+            raw_ping = b": ping\n\n"
+            try:
+                handler.wfile.write(f"{len(raw_ping):x}\r\n".encode() + raw_ping + b"\r\n")
+                handler.wfile.flush()
+            except OSError:
+                return  # the client left
+            time.sleep(min(1.0, max(0.0, until - time.monotonic())))
 
         def event(payload: dict[str, Any] | str) -> None:
             data = payload if isinstance(payload, str) else json.dumps(payload)
