@@ -35,7 +35,8 @@ def main(argv: list[str]) -> int:
     import rlm_cli  # the build measured: its submodules load from its own folder from now on
 
     sys.path[0] = str(HERE)  # tests/ of this checkout (the fake server, the trajectories)
-    tmp = Path(tempfile.mkdtemp(prefix="rlm-loop-cost-"))
+    holder = tempfile.TemporaryDirectory(prefix="rlm-loop-cost-")  # removed when the script ends
+    tmp = Path(holder.name)
     for var in ("RLM_CONFIG_DIR", "RLM_CACHE_DIR", "RLM_DATA_DIR"):
         os.environ[var] = str(tmp / var.lower())
     from tests.loop.test_strong_model import STRONG_WINDOW, TRAJECTORIES, repo
@@ -66,6 +67,7 @@ def main(argv: list[str]) -> int:
     print(f"total: {made} root calls for {needed} needed (+{made - needed}, "
           f"{100 * (made - needed) / needed:.0f}% more); answers kept {kept}/{len(TRAJECTORIES)}; support: "
           + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
+    holder.cleanup()
     return 0
 
 

@@ -315,7 +315,8 @@ class Orchestrator:
         judged = self._judge.review(c)
         if judged.answer is None or judged.candidate is None:
             return judged
-        codes = [code for t in history.turns for code in t.codes] + list(codes_now or [])
+        # the model's own code (iteration 0 is rlm's leads call, not the model's)
+        codes = [code for t in history.turns if t.iteration > 0 for code in t.codes] + list(codes_now or [])
         support = support_of(judged.candidate, list(judged.overruled), codes, self.policy.number_floor)
         if (support.verdict == UNSUPPORTED and support.objections and self.policy.support_retry and self.depth == 0
                 and not self._held and c.iteration < self.settings.max_iterations):

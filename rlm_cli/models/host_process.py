@@ -253,6 +253,22 @@ class _Host:
                 return
 
 
+    def terminate(self) -> None:
+        """SIGTERM of a shared host (``kill``, a service manager): remove its socket and token (if
+        still its own, under the lock, as an idle exit does) and exit; requests in progress are
+        dropped. Runs in a thread of its own: the signal handler only starts it."""
+        from rlm_cli.models.shared import HostFiles, locked, remove
+
+        assert self.shared is not None
+        files = HostFiles(*(Path(self.shared[k]) for k in ("socket", "token", "lock", "log")))
+        try:
+            with locked(files):
+                remove(files, token=self.token)  # not if a newer host's token is there
+        except OSError:
+            pass  # the folder is gone: nothing of ours to remove
+        os._exit(0)
+
+
 class _Gone(Exception):
     """The parent closed the connection while a reply was being streamed."""
 
@@ -315,6 +331,8 @@ def main() -> None:
             os._exit(0)
 
         threading.Thread(target=leave, name="host-idle", daemon=True).start()
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=host.terminate, name="host-term",
+                                                                  daemon=True).start())
     try:
         host.backend.load()
     except Exception as exc:  # noqa: BLE001 - reported to every request

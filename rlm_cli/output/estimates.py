@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlm_cli.output.text import plural
+
 
 def _usd(value: float | None) -> str:
     return "unpriced" if value is None else f"${value:.4f}"
@@ -19,14 +21,16 @@ def estimate_text(doc: dict[str, Any]) -> str:
         bound = f"at most {q['bound_tokens']:,} tokens{cost} in all" if q["bound_tokens"] else q["bound"]
         earlier = (f"; median of {q['earlier_runs']} earlier run(s) {_usd(q['median_cost_usd'])}"
                    if q["earlier_runs"] else "")
+        price = ("(the model is not priced)" if q["first_cost_usd"] is None else
+                 f"up to {_usd(q['first_cost_usd'])} with a {q['reply_cap']:,}-token reply")
         lines.append(f"[{q['id']}] {q['model']}, {q['mode']} ({q['policy']}): first request {q['first_tokens']:,} "
-                     f"tokens, up to {_usd(q['first_cost_usd'])} with a {q['reply_cap']:,}-token reply; {bound}"
-                     f"{earlier}")
+                     f"tokens {price}; {bound}{earlier}")
     t = doc["totals"]
-    lines.append(f"{t['questions']} question(s): first requests up to {_usd(t['first_cost_usd'])}; upper bound "
-                 + (_usd(t["bound_cost_usd"]) if t["bound_cost_usd"] is not None else "none (see above)")
+    first = "unpriced" if t["first_cost_usd"] is None else f"up to {_usd(t['first_cost_usd'])}"
+    lines.append(f"{t['questions']} question(s): first requests {first}; cost bound "
+                 + (_usd(t["bound_cost_usd"]) if t["bound_cost_usd"] is not None else "unknown (no price, or no limit)")
                  + (f"; --max-cost ${t['max_cost']:g} for the whole run" if t.get("max_cost") is not None else "")
                  + f". {t['note'][0].upper()}{t['note'][1:]}.")
     c = doc["corpus"]
-    lines.append(f"corpus: {c['files']:,} files, {c['tokens']:,} tokens")
+    lines.append(f"corpus: {plural(c['files'], 'file')}, {plural(c['tokens'], 'token')}")
     return "\n".join(lines) + "\n"

@@ -229,3 +229,16 @@ def test_guided_asks_once_to_show_an_overruled_guess_with_code(tmp_path: Path, l
                     "--json", "--no-leads")
     assert json.loads(plain.stdout)["support"]["verdict"] == "unsupported"
     assert len(llm.chat_requests("root")) == 8 + 3
+
+
+def test_a_number_the_leads_quoted_is_observed_when_the_model_ran_no_code_of_its_own(tmp_path: Path,
+                                                                                     llm: FakeLLM) -> None:
+    """rlm's own leads call is not the model's code: an answer read off a corpus line the leads
+    quoted is ``observed`` (it was listed as never shown: "`6` appears in no code output or
+    corpus line the model read")."""
+    (tmp_path / "a.txt").write_text("alpha line 1\nbeta line 2\nThe retry count is 6.\n")
+    llm.default("root", "FINAL('6')")
+    res = run_rlm("ask", str(tmp_path), "How many retries are configured?", *model_flags(llm), "--mode", "rlm",
+                  "--no-llm-cache", "--require-support", "--json")
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["support"]["verdict"] == "observed", res.stdout

@@ -193,6 +193,16 @@ def test_verbose_says_how_the_command_got_its_host(runtime: Path, tmp_path: Path
     runtime.chmod(0o700)
 
 
+def test_a_terminated_host_removes_its_files(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    """``kill PID`` (SIGTERM, as a service manager stops it) ends a shared host as an idle exit
+    does: socket, token, lock and log gone (they stayed until the next command replaced them)."""
+    ask(tmp_path, llm, "q1?")
+    (first,) = hosts()
+    os.kill(int(first["pid"]), signal.SIGTERM)
+    assert until(lambda: not alive(int(first["pid"])))
+    assert until(lambda: list(runtime.iterdir()) == []), list(runtime.iterdir())
+
+
 def test_a_killed_hosts_stale_socket_is_replaced(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
     ask(tmp_path, llm, "q1?")
     (first,) = hosts()
