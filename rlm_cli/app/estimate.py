@@ -22,9 +22,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from rlm_cli.app.planning import choose_mode, direct_tokens, model_window, require_model
+from rlm_cli.app.planning import model_window, require_model
 from rlm_cli.config import Settings
 from rlm_cli.corpus import check_paths, load_corpus
+from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.typed import AnswerSpec, asked

@@ -49,16 +49,17 @@ from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
 from rlm_cli.app.outcome import AskOutcome, PastQuestion, TurnCounter, attach_partial, run_sources, status_of
 from rlm_cli.app.phases import PhaseTagger
 from rlm_cli.app.plan import ModelChoice, RunPlan, choose_models, make_plan
-from rlm_cli.app.planning import answer_spec, choose_mode, direct_tokens, fit_question
-from rlm_cli.app.recursion import recursion_handler, sub_call_event
+from rlm_cli.app.planning import answer_spec
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import DoesNotFitError, ExitCode, PartialAnswerError, RLMError
 from rlm_cli.loop.direct import run_direct
+from rlm_cli.loop.fitting import choose_mode, direct_tokens, fit_question
 from rlm_cli.loop.meta import corpus_meta
 from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.prompts import session_note
+from rlm_cli.loop.recursion import recursion_handler, sub_call_event
 from rlm_cli.loop.typed import AnswerSpec, settle
 from rlm_cli.loop.workers import level_notices
 from rlm_cli.models.backend import check_router_file

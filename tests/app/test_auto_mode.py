@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rlm_cli.app.planning import choose_mode
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
+from rlm_cli.loop.fitting import choose_mode
 from tests.support.cli import model_flags, run_rlm
 from tests.support.fake_llm import FakeLLM, last_user, question_message, repl
 from tests.support.inproc import corpus, run

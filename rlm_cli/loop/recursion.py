@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlm_cli.app.planning import fit_question
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import MaxIterationsError, UsageError
+from rlm_cli.loop.fitting import fit_question
 from rlm_cli.loop.meta import corpus_meta, text_meta
 from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.models.client import ModelClient
