@@ -66,6 +66,7 @@ from rlm_cli.models.backend import check_router_file
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
+from rlm_cli.models.relay import Route
 from rlm_cli.models.usage import Usage
 from rlm_cli.output.documents import support_object
 from rlm_cli.output.progress import Progress, index_callback
@@ -469,10 +470,8 @@ class Session:
         if cut:
             emit(event("notice", 0, message=cut, level="warning"))
         handler = lane.handler
-        handler.client = client
-        handler.on_sub_call = lambda info: emit(sub_call_event(info))
-        handler.on_request = progress.on_request
-        handler.on_rlm_query = recursion_handler(s, client, handler, self.level, emit, corpus, self.hide)
+        handler.route_to(Route(client, recursion_handler(s, client, handler, self.level, emit, corpus, self.hide),
+                               lambda info: emit(sub_call_event(info)), progress.on_request))
         orch = Orchestrator(s, client, handler, sandbox_level=self.level, emit=emit, hide_paths=self.hide, answer=spec)
         try:
             result = orch.run(question, lane.sandbox.spec, self.meta, sandbox=lane.sandbox, note=note)

@@ -100,6 +100,20 @@ SubCallObserver = Callable[[dict[str, Any]], None]
 #: ``end`` with the reply about to be sent (for progress displays; must not raise).
 RequestObserver = Callable[[str, int, dict[str, Any], "dict[str, Any] | None"], None]
 
+
+@dataclass(frozen=True)
+class Route:
+    """Who serves the worker's requests for one question: the model ``client`` (its budgets and
+    usage are the question's), the ``rlm_query`` handler, and the observers of sub-calls and of
+    requests (progress). A session's relay outlives its questions; each question gives it a
+    route of its own in one call (:meth:`LMHandler.route_to`), never by attribute writes."""
+
+    client: ModelClient
+    on_rlm_query: RlmQueryHandler | None = None
+    on_sub_call: SubCallObserver | None = None
+    on_request: RequestObserver | None = None
+
+
 @dataclass
 class _Registration:
     """A worker known to the relay: its depth, how to find its process (``owner`` returns the
@@ -126,10 +140,7 @@ class LMHandler:
 
     def __init__(self, client: ModelClient, *, on_rlm_query: RlmQueryHandler | None = None,
                  on_sub_call: SubCallObserver | None = None, on_request: RequestObserver | None = None) -> None:
-        self.client = client
-        self.on_rlm_query = on_rlm_query
-        self.on_sub_call = on_sub_call
-        self.on_request = on_request
+        self.route = Route(client, on_rlm_query, on_sub_call, on_request)
         self._tokens: dict[str, _Registration] = {}
         self._lock = threading.Lock()
         # --max-concurrency above the cap is the user's own choice of a bound (a cluster's slots).
@@ -211,6 +222,16 @@ class LMHandler:
         """Forget a worker's token; its later requests are refused."""
         with self._lock:
             self._tokens.pop(token, None)
+
+    def route_to(self, route: Route) -> None:
+        """Serve the requests of the next question with ``route`` (requests in progress finish
+        with the route they started with)."""
+        self.route = route
+
+    @property
+    def client(self) -> ModelClient:
+        """The model client of the current route."""
+        return self.route.client
 
     def recurses(self, depth: int) -> bool:
         """Whether an ``rlm_query`` from a worker at ``depth`` starts a sub-RLM (a loop at
@@ -330,9 +351,10 @@ class LMHandler:
             pass
 
     def _observe(self, stage: str, depth: int, request: dict[str, Any], reply: dict[str, Any] | None) -> None:
-        if self.on_request is not None:
+        on_request = self.route.on_request
+        if on_request is not None:
             try:
-                self.on_request(stage, depth, request, reply)
+                on_request(stage, depth, request, reply)
             except Exception:  # noqa: BLE001, S110 - a display problem must not fail a request
                 pass
 
@@ -345,21 +367,23 @@ class LMHandler:
 
     def _serve(self, request: dict[str, Any], depth: int) -> dict[str, Any]:
         kind = request.get("type")
+        route = self.route  # the whole request is served by the route it started with
+        client = route.client
         if kind == "completion":
             try:
                 messages = text_messages(request.get("prompt"))
             except ValueError as exc:
                 return {"ok": False, "error": str(exc)}
-            model = request.get("model") or self.client.settings.effective_sub_model
+            model = request.get("model") or client.settings.effective_sub_model
             assert model is not None
-            allowed = self.client.allowed_models()
+            allowed = client.allowed_models()
             if str(model) not in allowed:
                 return {"ok": False, "error": f"model {model!r} is not available to code; omit model= or use one "
                                               f"of {sorted(allowed)}"}
             started = time.monotonic()
-            result = self.client.complete(messages, model=str(model), role="sub", depth=depth + 1)
-            if self.on_sub_call:
-                self.on_sub_call({"depth": depth, "model": model, "prompt_chars": sum(
+            result = client.complete(messages, model=str(model), role="sub", depth=depth + 1)
+            if route.on_sub_call:
+                route.on_sub_call({"depth": depth, "model": model, "prompt_chars": sum(
                     len(str(m.get("content", ""))) for m in messages), "answer_chars": len(result.text),
                     "input_tokens": result.record.input_tokens, "output_tokens": result.record.output_tokens,
                     "cost_usd": result.record.cost_usd, "latency_s": round(time.monotonic() - started, 3),
@@ -367,16 +391,16 @@ class LMHandler:
                     "response": result.text, "messages": messages})  # for trajectories and replay
             return {"ok": True, "text": result.text}
         if kind == "window":
-            model = request.get("model") or self.client.settings.effective_sub_model
-            if str(model) not in self.client.allowed_models():
+            model = request.get("model") or client.settings.effective_sub_model
+            if str(model) not in client.allowed_models():
                 return {"ok": False, "error": f"model {model!r} is not available to code"}
-            return {"ok": True, "text": json.dumps({"window": self.client.input_window(str(model)),
-                                                    "reply": self.client.reply_cap(str(model))})}
+            return {"ok": True, "text": json.dumps({"window": client.input_window(str(model)),
+                                                    "reply": client.reply_cap(str(model))})}
         if kind == "rlm_query":
-            if self.on_rlm_query is None:
+            if route.on_rlm_query is None:
                 return {"ok": False, "error": "rlm_query is not available in this run"}
             ctx = request.get("context")
-            text = self.on_rlm_query(str(request.get("prompt", "")), None if ctx is None else str(ctx), depth)
+            text = route.on_rlm_query(str(request.get("prompt", "")), None if ctx is None else str(ctx), depth)
             return {"ok": True, "text": text}
         return {"ok": False, "error": f"unknown request type {kind!r}"}
 

@@ -494,3 +494,21 @@ def test_a_router_with_every_deployment_cooling_down_is_said_in_plain_words() ->
     said = short_error(raw)
     assert "cooling down" in said and "--router-config" in said and "cooldown_list" not in said
     assert short_error(RuntimeError("litellm.APIError: APIError: boom\nmore")) == "boom"
+
+
+def test_a_relay_serves_each_question_by_the_route_it_was_given() -> None:
+    """A session's relay outlives its questions: each question hands it a whole ``Route`` (client,
+    observers, rlm_query handler) in one call, and no attribute of the relay is written."""
+    from rlm_cli.models.relay import LMHandler, Route
+
+    first, second = ModelClient(Settings(model="openai/a")), ModelClient(Settings(model="openai/b"))
+    handler = LMHandler(first)
+    try:
+        assert handler.client is first and handler.route.on_rlm_query is None
+        seen: list[int] = []
+        handler.route_to(Route(second, lambda prompt, context, depth: "child", lambda info: seen.append(1)))
+        assert handler.client is second and handler.route.on_sub_call is not None
+        assert handler._serve({"type": "rlm_query", "prompt": "p"}, 0) == {"ok": True, "text": "child"}
+        assert not hasattr(handler, "on_rlm_query") and not hasattr(handler, "on_sub_call")
+    finally:
+        handler.close()
