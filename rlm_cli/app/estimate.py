@@ -25,6 +25,7 @@ from typing import Any
 from rlm_cli.app.planning import model_window, require_model
 from rlm_cli.config import Settings
 from rlm_cli.corpus import check_paths, load_corpus
+from rlm_cli.events import Emit, event
 from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages
 from rlm_cli.loop.policy import resolve_policy
@@ -34,7 +35,7 @@ from rlm_cli.models.client import ModelClient
 from rlm_cli.models.usage import Usage
 from rlm_cli.models.window import input_budget, reply_tokens, request_tokens
 from rlm_cli.output.progress import index_callback
-from rlm_cli.output.trace import Emit, event, traces_dir
+from rlm_cli.output.trace import traces_dir
 
 #: Trajectories read for the median of earlier runs (the newest).
 MAX_TRACES = 400

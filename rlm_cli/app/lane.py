@@ -15,12 +15,12 @@ from typing import Any, Protocol
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import InterruptedRunError
+from rlm_cli.events import Emit, event
 from rlm_cli.loop.workers import new_worker, start_worker
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.usage import CallRecord, Usage
-from rlm_cli.output.trace import Emit, event
 from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sandbox.results import WorkerCheck
 

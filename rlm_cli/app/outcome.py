@@ -10,10 +10,10 @@ from typing import Any
 
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import InterruptedRunError, MaxIterationsError, PartialAnswerError, RLMError
+from rlm_cli.events import Emit
 from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
 from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
-from rlm_cli.output.trace import Emit
 
 
 @dataclass

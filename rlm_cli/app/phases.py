@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli.output.trace import Emit, event
+from rlm_cli.events import Emit, event
 
 PHASES = ("explore", "decompose", "aggregate", "terminate")
 #: Helper names whose use is a look at the corpus (explore) or a model call (decompose).

@@ -13,11 +13,12 @@ from rlm_cli import __version__
 from rlm_cli.app.outcome import run_sources, status_of
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError
+from rlm_cli.events import Emit, event
 from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
 from rlm_cli.output.documents import skipped_files
 from rlm_cli.output.sources import SourceCollector
-from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, traces_dir
+from rlm_cli.output.trace import TraceSink, TraceWriter, traces_dir
 
 
 def corpus_event(corpus: Corpus, load_s: float, level: str) -> dict[str, Any]:

@@ -28,9 +28,10 @@ from typing import Any
 from rlm_cli.config import CorpusOptions, Settings, resolve
 from rlm_cli.config_keys import coerce
 from rlm_cli.errors import ProviderError, UsageError
+from rlm_cli.events import Emit, event
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.usage import CallRecord
-from rlm_cli.output.trace import Emit, event, read_trace, request_key, signed_by_me
+from rlm_cli.output.trace import read_trace, request_key, signed_by_me
 
 
 @dataclass

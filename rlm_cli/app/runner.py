@@ -13,8 +13,8 @@ from rlm_cli.app.outcome import AskOutcome
 from rlm_cli.app.session import Session
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
+from rlm_cli.events import Emit
 from rlm_cli.models.client import ModelClient
-from rlm_cli.output.trace import Emit
 
 
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,

@@ -54,6 +54,7 @@ from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import DoesNotFitError, ExitCode, PartialAnswerError, RLMError
+from rlm_cli.events import Emit, event
 from rlm_cli.loop.direct import run_direct
 from rlm_cli.loop.fitting import choose_mode, direct_tokens, fit_question
 from rlm_cli.loop.meta import corpus_meta
@@ -71,7 +72,7 @@ from rlm_cli.models.usage import Usage
 from rlm_cli.output.documents import support_object
 from rlm_cli.output.progress import Progress, index_callback
 from rlm_cli.output.sources import SourceCollector
-from rlm_cli.output.trace import Emit, TraceSink, TraceWriter, event, new_run_id
+from rlm_cli.output.trace import TraceSink, TraceWriter, new_run_id
 from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.levels import resolve_level

@@ -25,9 +25,9 @@ from rlm_cli.app.session import Session
 from rlm_cli.audit.checklist import Check, Checklist
 from rlm_cli.audit.verdicts import Verdict, decide, exit_code
 from rlm_cli.config import Settings
+from rlm_cli.events import Emit
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
-from rlm_cli.output.trace import Emit
 
 #: The ``schema`` of the ``rlm audit --json`` document.
 AUDIT_SCHEMA = "audit-result.v1"

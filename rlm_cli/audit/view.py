@@ -10,8 +10,8 @@ from rlm_cli.app.batch import Question
 from rlm_cli.audit.checklist import Checklist
 from rlm_cli.audit.run import CheckRun, audit_document, check_row, run_checklist
 from rlm_cli.config import Settings
+from rlm_cli.events import Emit
 from rlm_cli.output.audit_reports import table_rows
-from rlm_cli.output.trace import Emit
 
 COLUMNS = ["check", "severity", "status", "value", "why"]
 

@@ -26,7 +26,7 @@ from rlm_cli.corpus.store import derive_corpus
 from rlm_cli.errors import DoesNotFitError, PartialAnswerError, ProviderError, RLMError
 from rlm_cli.evaluation.scoring import partial, score
 from rlm_cli.evaluation.task import CorpusText, Task
-from rlm_cli.output.trace import Emit
+from rlm_cli.events import Emit
 
 MODES = ("rlm", "direct")
 #: Characters of an answer kept in the results (the trajectory keeps it whole).

@@ -35,13 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlm_cli.events import Emit
 from rlm_cli.loop import prompts, reply
 from rlm_cli.loop.grounding import (
     ANSWER_NUMBER,
     grounding,
     number,
 )
-from rlm_cli.output.trace import Emit
 
 ACCEPT_ACTION, SEND_BACK, REWRITE = "accept", "send_back", "rewrite"
 
@@ -377,7 +377,7 @@ class Judge:
         self.fired: dict[str, int] = {c.name: 0 for c in checks}
 
     def review(self, c: Candidate) -> Judged:
-        from rlm_cli.output.trace import event
+        from rlm_cli.events import event
 
         overruled: list[str] = []
         for check in self.checks:

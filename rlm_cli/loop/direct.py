@@ -7,6 +7,7 @@ from typing import Any
 
 from rlm_cli import interrupts
 from rlm_cli.config import Settings
+from rlm_cli.events import Emit, event
 from rlm_cli.loop import prompts, reply
 from rlm_cli.loop.checks import Candidate, Judge
 from rlm_cli.loop.result import RunResult, policy_of
@@ -15,7 +16,7 @@ from rlm_cli.loop.typed import AnswerSpec, asked, typed_checks
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.window import request_tokens
 from rlm_cli.output.progress import stream_callback
-from rlm_cli.output.trace import Emit, event, request_key
+from rlm_cli.output.trace import request_key
 
 
 def run_direct(settings: Settings, client: ModelClient, question: str, context: str, *, emit: Emit,

@@ -31,6 +31,7 @@ from typing import Any
 from rlm_cli import interrupts
 from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, MaxIterationsError
+from rlm_cli.events import Emit, event
 from rlm_cli.loop import prompts, reply
 from rlm_cli.loop.answers import (
     best_text,
@@ -56,7 +57,7 @@ from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.window import input_budget, request_tokens
 from rlm_cli.output.progress import stream_callback
 from rlm_cli.output.text import plural
-from rlm_cli.output.trace import Emit, event, request_key
+from rlm_cli.output.trace import request_key
 from rlm_cli.sandbox.launcher import Sandbox, WorkerSpec
 from rlm_cli.sandbox.results import ExecResult
 

@@ -10,12 +10,13 @@ from typing import Any
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import MaxIterationsError, UsageError
+from rlm_cli.events import Emit, event
 from rlm_cli.loop.fitting import fit_question
 from rlm_cli.loop.meta import corpus_meta, text_meta
 from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.relay import LMHandler
-from rlm_cli.output.trace import PROMPT_HEAD_CHARS, Emit, event, request_key
+from rlm_cli.output.trace import PROMPT_HEAD_CHARS, request_key
 from rlm_cli.sandbox.launcher import WorkerSpec
 
 

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm_cli.events import Emit
 from rlm_cli.loop.checks import ACCEPT, SEND_BACK, Candidate, Check, Verdict
-from rlm_cli.output.trace import Emit
 
 #: Every answer type, ``text`` (the default) first.
 TYPES = ("text", "bool", "int", "number", "list", "locations", "json")
@@ -301,7 +301,7 @@ def settle(answer: str, spec: AnswerSpec | None, emit: Emit, depth: int = 0) -> 
     notice naming the locations dropped, or why the answer has no value."""
     if spec is None or not spec.typed:
         return None
-    from rlm_cli.output.trace import event
+    from rlm_cli.events import event
 
     value = parse_value(answer, spec)
     emit(event("typed", depth, answer_type=spec.kind, ok=value.ok, value=value.value, problem=value.problem,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlm_cli.config import Settings
+from rlm_cli.events import Emit, event
 from rlm_cli.models.relay import LMHandler
-from rlm_cli.output.trace import Emit, event
 from rlm_cli.sandbox.launcher import Limits, Sandbox, WorkerSpec
 from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.notices import shown_before

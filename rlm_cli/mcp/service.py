@@ -201,8 +201,8 @@ class Service:
             SandboxError: the worker failed to restart on the new corpus.
         """
         from rlm_cli.corpus import load_corpus, watch
+        from rlm_cli.events import event
         from rlm_cli.output.progress import index_callback
-        from rlm_cli.output.trace import event
 
         now = watch.stamp(self.paths, self.settings.corpus)
         before, self.stamp = self.stamp, now

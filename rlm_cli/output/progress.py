@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.output.trace import Emit, event
+from rlm_cli.events import Emit, event
 
 #: Seconds between two progress events of one group (its start and end are always sent).
 MIN_INTERVAL_S = 0.1

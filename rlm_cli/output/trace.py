@@ -39,7 +39,9 @@ Transient events (:data:`TRANSIENT_TYPES`: ``stream``, the root model's reply as
 ``progress``, sub-call, sub-RLM and indexing progress) reach the terminal only: the trajectory
 keeps the whole reply in ``root_call`` and the counts in ``sub_call`` events.
 
-This module reads and writes; it never renders (see ``render.py`` and ``trace_view.py``).
+The vocabulary (the typed class of each event type, :func:`event`, :data:`Emit`) is
+``rlm_cli.events``. This module reads and writes; it never renders (see ``render.py`` and
+``trace_view.py``).
 """
 
 from __future__ import annotations
@@ -59,20 +61,14 @@ from typing import IO, Any
 
 from rlm_cli.errors import UsageError
 
-SCHEMA_VERSION = 1
-#: Event types shown on the terminal but never written to the trajectory.
-TRANSIENT_TYPES = frozenset({"stream", "progress"})
+# The vocabulary lives in rlm_cli.events; these names stay importable from here.
+from rlm_cli.events import SCHEMA_VERSION as SCHEMA_VERSION
+from rlm_cli.events import TRANSIENT_TYPES as TRANSIENT_TYPES
+from rlm_cli.events import Emit as Emit
+from rlm_cli.events import event as event
+
 #: Characters of a sub-call prompt kept in the trajectory (the response is kept whole).
 PROMPT_HEAD_CHARS = 2_000
-#: The event callback every part of a run reports through, one :func:`event` dict at a time (the
-#: session's :class:`TraceSink` writes the trajectory and forwards to the terminal renderer).
-Emit = Callable[[dict[str, Any]], None]
-
-
-def event(type_: str, depth: int = 0, **fields: Any) -> dict[str, Any]:
-    """A trajectory event dict with schema version, type, depth and timestamp."""
-    return {"schema": SCHEMA_VERSION, "type": type_, "depth": depth, "ts": round(time.time(), 3), **fields}
-
 
 def request_key(model: str, messages: list[dict[str, Any]]) -> str:
     """A stable digest (hex, 24 chars) of one model request, used to match responses on replay."""

@@ -1,0 +1,325 @@
+"""The vocabulary of trajectory events: one typed class per event type, and the builder.
+
+An event is a plain ``dict`` (what ``emit`` callbacks pass, what a trajectory line holds, what
+``rlm replay`` reads back from old files); each type's shape is a :class:`~typing.TypedDict`
+here, so a reader can be typed against it and :func:`event` can refuse a type or a field that
+is not in the vocabulary. Every event has ``schema`` (:data:`SCHEMA_VERSION`), ``type``,
+``depth`` and ``ts`` (Unix seconds), in that order, then its fields in the order given; a
+trajectory line also carries ``total_tokens`` and ``total_cost_usd`` (``output.trace.TraceSink``).
+What each field means is in ``rlm_cli.output.trace``'s docstring.
+
+Adding an event type: a class here, its entry in :data:`VOCABULARY`, and (if the terminal shows
+it) a handler in ``rlm_cli.output.render`` (see ``docs/extending.md``).
+
+This module imports nothing of the project: every package may emit events, and ``output`` only
+receives them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal, NotRequired, TypedDict
+
+SCHEMA_VERSION = 1
+#: Event types shown on the terminal but never written to the trajectory.
+TRANSIENT_TYPES = frozenset({"stream", "progress"})
+#: The event callback every part of a run reports through, one :func:`event` dict at a time (the
+#: session's ``output.trace.TraceSink`` writes the trajectory and forwards to the terminal renderer).
+Emit = Callable[[dict[str, Any]], None]
+
+
+class Event(TypedDict):
+    """What every event has (``total_*``: stamped on trajectory lines, the run's usage so far)."""
+
+    schema: int
+    depth: int
+    ts: float
+    total_tokens: NotRequired[int]
+    total_cost_usd: NotRequired[float | None]
+
+
+class HeaderEvent(Event, total=False):
+    """The first line of a trajectory (``signature``: added when it is written)."""
+
+    type: Literal["header"]
+    run_id: str
+    rlm_version: str
+    question: str
+    cwd: str
+    paths: list[str]
+    config: dict[str, Any]
+    signature: str
+    session: str
+    turn: int
+    id: str
+    answer_type: str
+
+
+class CorpusEvent(Event, total=False):
+    """The corpus as loaded (``skipped``: ``{"path", "reason"}`` rows, the first ones named)."""
+
+    type: Literal["corpus"]
+    summary: str
+    files: int
+    chars: int
+    tokens: int
+    chunks: int
+    load_s: float
+    sandbox: str
+    skipped: list[dict[str, str]]
+    skipped_count: int
+
+
+class ModeEvent(Event, total=False):
+    """The mode of a question (``rlm``/``direct``), why, and the plan's windows and policy."""
+
+    type: Literal["mode"]
+    mode: str
+    reason: str
+    root_window: int | None
+    root_window_source: str
+    sub_window: int | None
+    sub_window_source: str
+    policy: str
+    policy_requested: str | None
+    policy_reason: str
+
+
+class IterationEvent(Event, total=False):
+    """An iteration of a loop begins."""
+
+    type: Literal["iteration"]
+    iteration: int
+
+
+class PromptEvent(Event, total=False):
+    """The first messages of a loop: system prompt, first user message, examples."""
+
+    type: Literal["prompt"]
+    system: str
+    first: str
+    examples: list[dict[str, Any]]
+
+
+class LeadsEvent(Event, total=False):
+    """What ``leads(question)`` printed before the first root call."""
+
+    type: Literal["leads"]
+    code: str
+    output: str
+    elapsed_s: float
+    sources: list[list[Any]]
+
+
+class RootCallEvent(Event, total=False):
+    """One root-model call (``history``: turns verbatim/compacted/omitted/truncated)."""
+
+    type: Literal["root_call"]
+    model: str
+    response: str
+    request_key: str
+    request_tokens: int
+    history: dict[str, int]
+    direct: bool
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    latency_s: float
+
+
+class CodeEvent(Event, total=False):
+    """A code block the worker runs."""
+
+    type: Literal["code"]
+    iteration: int
+    block: int
+    code: str
+
+
+class OutputEvent(Event, total=False):
+    """What a code block printed, as the model was shown it (``phase``: added by ``app.phases``)."""
+
+    type: Literal["output"]
+    iteration: int
+    block: int
+    output: str
+    output_chars: int
+    elapsed_s: float
+    sub_calls: int
+    lost: str | None
+    helpers: dict[str, int]
+    sources: list[list[Any]]
+    default_caps: list[Any]
+    phase: str
+
+
+class CheckEvent(Event, total=False):
+    """An answer check's verdict on a candidate answer."""
+
+    type: Literal["check"]
+    check: str
+    verdict: str
+    fired: int
+    iteration: int
+    source: str
+    written_out: bool
+    answer: str
+    limit_reached: bool
+    note: str
+    waived: bool
+    rewritten: str
+    objections: list[str]
+
+
+class SubCallEvent(Event, total=False):
+    """One ``llm_query`` (or plain ``rlm_query``) call, one depth below its caller."""
+
+    type: Literal["sub_call"]
+    model: str
+    prompt_chars: int
+    answer_chars: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    latency_s: float
+    cached: bool
+    response: str
+    request_key: str
+    prompt_head: str
+
+
+class RecursionEvent(Event, total=False):
+    """An ``rlm_query`` starts a child: ``mode`` ``rlm``, or ``plain`` at the depth limit."""
+
+    type: Literal["recursion"]
+    mode: str
+    prompt_chars: int
+    context_chars: int
+    prompt_head: str
+
+
+class NoticeEvent(Event, total=False):
+    """A note or a warning (``machine``: the same on every run of this machine)."""
+
+    type: Literal["notice"]
+    message: str
+    level: str
+    machine: bool
+    verbose_only: bool
+
+
+class PhaseEvent(Event, total=False):
+    """The phase of a finished iteration and the helpers its code called."""
+
+    type: Literal["phase"]
+    iteration: int
+    phase: str
+    helpers: dict[str, int]
+
+
+class TypedAnswerEvent(Event, total=False):
+    """A typed answer (``--answer-type``) as parsed."""
+
+    type: Literal["typed"]
+    answer_type: str
+    ok: bool
+    value: Any
+    problem: str | None
+    dropped: list[str]
+
+
+class FinalEvent(Event, total=False):
+    """A loop ends."""
+
+    type: Literal["final"]
+    status: str
+    iterations: int
+    answer: str
+    answer_chars: int
+    policy: str
+    support: dict[str, Any]
+
+
+class SummaryEvent(Event, total=False):
+    """The run's outcome (the last line of a trajectory)."""
+
+    type: Literal["summary"]
+    status: str
+    answer: str
+    signal: str
+    exit_code: int
+    error: str
+    mode: str
+    iterations: int
+    sub_calls: int
+    usage: dict[str, Any] | None
+    elapsed_s: float
+    support: dict[str, Any]
+    sources: list[dict[str, Any]]
+    sources_omitted: int
+
+
+class StreamEvent(Event, total=False):
+    """Transient: the root model's reply as it arrives (``state`` start, delta or restart)."""
+
+    type: Literal["stream"]
+    state: str
+    model: str
+    text: str
+
+
+class ProgressEvent(Event, total=False):
+    """Transient: progress of a group of sub-calls or sub-RLMs, or of corpus indexing (``kind``)."""
+
+    type: Literal["progress"]
+    kind: str
+    group: int
+    batch: bool
+    done: int
+    failed: int
+    in_flight: int
+    total: int
+    elapsed_s: float
+    tokens: int
+    cost_usd: float | None
+    finished: bool
+    files: int
+    files_total: int
+    bytes: int
+    bytes_total: int
+    rate_bps: int
+
+
+#: Every event type by its ``type`` name.
+VOCABULARY: dict[str, type[Event]] = {
+    "header": HeaderEvent, "corpus": CorpusEvent, "mode": ModeEvent, "iteration": IterationEvent,
+    "prompt": PromptEvent, "leads": LeadsEvent, "root_call": RootCallEvent, "code": CodeEvent,
+    "output": OutputEvent, "check": CheckEvent, "sub_call": SubCallEvent, "recursion": RecursionEvent,
+    "notice": NoticeEvent, "phase": PhaseEvent, "typed": TypedAnswerEvent, "final": FinalEvent,
+    "summary": SummaryEvent, "stream": StreamEvent, "progress": ProgressEvent,
+}
+
+#: The fields each type's :func:`event` call may give (every field but ``schema``, ``type``,
+#: ``depth`` and ``ts``, which :func:`event` sets, and the ``total_*`` stamped on writing).
+_COMMON = frozenset(Event.__annotations__) | {"type"}
+FIELDS: dict[str, frozenset[str]] = {
+    name: frozenset(cls.__annotations__) - _COMMON for name, cls in VOCABULARY.items()  # a TypedDict's keys, inherited ones too
+}
+
+
+def event(type_: str, depth: int = 0, **fields: Any) -> dict[str, Any]:
+    """A trajectory event dict: ``schema``, ``type``, ``depth``, ``ts`` (rounded to ms), then
+    ``fields`` in the order given.
+
+    Raises:
+        ValueError: ``type_`` is not in :data:`VOCABULARY`, or a field is not one of its
+            :data:`FIELDS` (a mistake in the code that emits it, never in the user's input).
+    """
+    allowed = FIELDS.get(type_)
+    if allowed is None:
+        raise ValueError(f"unknown trajectory event type {type_!r} (add it to rlm_cli.events)")
+    unknown = fields.keys() - allowed
+    if unknown:
+        raise ValueError(f"event {type_!r} has no field {', '.join(sorted(unknown))} (see rlm_cli.events)")
+    return {"schema": SCHEMA_VERSION, "type": type_, "depth": depth, "ts": round(time.time(), 3), **fields}
