@@ -17,12 +17,29 @@ import re
 import sys
 import threading
 import time
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, Any, cast
 
 from rich.console import Console
 from rich.live import Live
 from rich.syntax import Syntax
 
+from rlm_cli.events import (
+    CheckEvent,
+    CodeEvent,
+    CorpusEvent,
+    FinalEvent,
+    IterationEvent,
+    LeadsEvent,
+    ModeEvent,
+    NoticeEvent,
+    OutputEvent,
+    PhaseEvent,
+    RecursionEvent,
+    RootCallEvent,
+    StreamEvent,
+    SubCallEvent,
+)
 from rlm_cli.output.answer import summary_line, support_warning
 from rlm_cli.output.live import EvalProgress, LiveView, PlainGroup, StreamState, ViewState
 from rlm_cli.output.style import SHOW_LINES, display_style, escape
@@ -75,88 +92,101 @@ class Renderer:
                 self.quiet = True
 
     def _on_event(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("type")
+        kind = str(ev.get("type"))
         indent = "  " * int(ev.get("depth", 0))
         if kind == "notice":
-            if self.quiet or (ev.get("verbose_only") and not self.verbose):
-                return  # verbose_only: a note about this machine already shown on it (-v shows it again)
-            self._end_stream_text()
-            if ev.get("level") == "warning":
-                self.err.print(f"{indent}[yellow]warning:[/] {escape(str(ev['message']))}")
-            else:
-                self.err.print(f"{indent}[dim]{escape(str(ev['message']))}[/]")
+            self._on_notice(cast(NoticeEvent, ev), indent)
             return
         if self.quiet:
             return
-        if kind == "stream":
-            self._on_stream(ev)
-            return
-        if kind == "progress":
-            self._on_progress(ev)
-            return
-        if kind not in ("sub_call",):
+        if kind not in _KEEPS_STREAM:
             self._end_stream_text()
-        if kind == "corpus":
-            self._state.index = None
-            self._refresh_live()
-            self.err.print(f"[bold]corpus[/] {escape(ev['summary'])} [dim]({ev['load_s']:.2f} s, "
-                           f"sandbox {ev['sandbox']})[/]")
-            if self.verbose:
-                named = ev.get("skipped") or []
-                for row in named:
-                    self.err.print(f"[dim]skipped {escape(str(row['path']))} ({escape(str(row['reason']))})[/]")
-                more = int(ev.get("skipped_count") or 0) - len(named)
-                if more > 0:
-                    self.err.print(f"[dim]... and {more:,} more skipped (counted in the summary above)[/]")
-        elif kind == "iteration":
-            title = f"iteration {ev['iteration']}" + (f" (depth {ev['depth']})" if ev["depth"] else "")
-            if self.styled:
-                self.err.rule(f"{indent}{title}", style="cyan", align="left")
-            else:
-                self.err.print(f"{indent}── {title} ──")
-        elif kind == "root_call":
-            self._on_root_call(ev, indent)
-        elif kind == "code":
-            if self.styled:
-                self.err.print(Syntax(safe_text(clip(ev["code"], SHOW_LINES)), "python", theme="ansi_dark",
-                                      line_numbers=False, word_wrap=True))
-            elif int(ev.get("depth", 0)) not in self._streamed:  # plain: the stream showed it already
-                self.err.print(escape(indent_lines(clip(ev["code"], SHOW_LINES), indent + "  ")))
-        elif kind == "output":
-            out = ev.get("output") or "(no output)"
-            sub = f" · {plural(ev['sub_calls'], 'sub-call')}" if ev.get("sub_calls") else ""
-            self.err.print(f"{indent}[dim]→ {ev['output_chars']:,} chars, {ev['elapsed_s']:.2f} s{sub}[/]")
-            self.err.print(escape(indent_lines(clip(out, SHOW_LINES), indent + "  ")), style="green")
-        elif kind == "leads":
-            if ev.get("output"):
-                self.err.print(f"{indent}[bold]leads[/] [dim](leads(question), {ev.get('elapsed_s', 0) or 0:.2f} s)[/]")
-                self.err.print(escape(indent_lines(clip(str(ev["output"]), SHOW_LINES), indent + "  ")), style="green")
-        elif kind == "phase":
-            self.err.print(f"{indent}[bold cyan]iteration {ev['iteration']}: {ev['phase']}[/]"
-                           f"[dim]{escape(helpers_text(ev.get('helpers') or {}))}[/]")
-        elif kind == "recursion":
-            self.err.print(f"{indent}[magenta]rlm_query → depth {ev['depth']} ({ev['mode']})[/]")
-        elif kind == "mode":
-            self.err.print(f"[bold]mode[/] {ev['mode']} [dim]({escape(str(ev.get('reason', '')))})[/]")
-            if ev["mode"] == "rlm" and ev.get("policy"):  # what the loop will do to an answer (README)
-                self.err.print(f"[bold]policy[/] {ev['policy']} [dim]({escape(str(ev.get('policy_reason', '')))})[/]")
-        elif kind == "sub_call" and self.verbose:
+        handler = HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, ev, indent)
+
+    # -- one handler per event type the terminal shows (HANDLERS) ------------------------------------
+    def _on_notice(self, ev: NoticeEvent, indent: str) -> None:
+        if self.quiet or (ev.get("verbose_only") and not self.verbose):
+            return  # verbose_only: a note about this machine already shown on it (-v shows it again)
+        self._end_stream_text()
+        if ev.get("level") == "warning":
+            self.err.print(f"{indent}[yellow]warning:[/] {escape(str(ev['message']))}")
+        else:
+            self.err.print(f"{indent}[dim]{escape(str(ev['message']))}[/]")
+
+    def _on_corpus(self, ev: CorpusEvent, indent: str) -> None:
+        self._state.index = None
+        self._refresh_live()
+        self.err.print(f"[bold]corpus[/] {escape(ev['summary'])} [dim]({ev['load_s']:.2f} s, "
+                       f"sandbox {ev['sandbox']})[/]")
+        if self.verbose:
+            named = ev.get("skipped") or []
+            for row in named:
+                self.err.print(f"[dim]skipped {escape(str(row['path']))} ({escape(str(row['reason']))})[/]")
+            more = int(ev.get("skipped_count") or 0) - len(named)
+            if more > 0:
+                self.err.print(f"[dim]... and {more:,} more skipped (counted in the summary above)[/]")
+
+    def _on_iteration(self, ev: IterationEvent, indent: str) -> None:
+        title = f"iteration {ev['iteration']}" + (f" (depth {ev['depth']})" if ev["depth"] else "")
+        if self.styled:
+            self.err.rule(f"{indent}{title}", style="cyan", align="left")
+        else:
+            self.err.print(f"{indent}── {title} ──")
+
+    def _on_code(self, ev: CodeEvent, indent: str) -> None:
+        if self.styled:
+            self.err.print(Syntax(safe_text(clip(ev["code"], SHOW_LINES)), "python", theme="ansi_dark",
+                                  line_numbers=False, word_wrap=True))
+        elif int(ev.get("depth", 0)) not in self._streamed:  # plain: the stream showed it already
+            self.err.print(escape(indent_lines(clip(ev["code"], SHOW_LINES), indent + "  ")))
+
+    def _on_output(self, ev: OutputEvent, indent: str) -> None:
+        out = ev.get("output") or "(no output)"
+        sub = f" · {plural(ev['sub_calls'], 'sub-call')}" if ev.get("sub_calls") else ""
+        self.err.print(f"{indent}[dim]→ {ev['output_chars']:,} chars, {ev['elapsed_s']:.2f} s{sub}[/]")
+        self.err.print(escape(indent_lines(clip(out, SHOW_LINES), indent + "  ")), style="green")
+
+    def _on_leads(self, ev: LeadsEvent, indent: str) -> None:
+        if ev.get("output"):
+            self.err.print(f"{indent}[bold]leads[/] [dim](leads(question), {ev.get('elapsed_s', 0) or 0:.2f} s)[/]")
+            self.err.print(escape(indent_lines(clip(str(ev["output"]), SHOW_LINES), indent + "  ")), style="green")
+
+    def _on_phase(self, ev: PhaseEvent, indent: str) -> None:
+        self.err.print(f"{indent}[bold cyan]iteration {ev['iteration']}: {ev['phase']}[/]"
+                       f"[dim]{escape(helpers_text(ev.get('helpers') or {}))}[/]")
+
+    def _on_recursion(self, ev: RecursionEvent, indent: str) -> None:
+        self.err.print(f"{indent}[magenta]rlm_query → depth {ev['depth']} ({ev['mode']})[/]")
+
+    def _on_mode(self, ev: ModeEvent, indent: str) -> None:
+        self.err.print(f"[bold]mode[/] {ev['mode']} [dim]({escape(str(ev.get('reason', '')))})[/]")
+        if ev["mode"] == "rlm" and ev.get("policy"):  # what the loop will do to an answer (README)
+            self.err.print(f"[bold]policy[/] {ev['policy']} [dim]({escape(str(ev.get('policy_reason', '')))})[/]")
+
+    def _on_sub_call(self, ev: SubCallEvent, indent: str) -> None:
+        if self.verbose:
             self.err.print(f"{indent}[dim]sub-call {ev.get('model')}: {ev.get('input_tokens', 0):,} in / "
                            f"{ev.get('output_tokens', 0):,} out tokens, {ev.get('latency_s', 0):.1f} s, "
                            f"{cost_text(ev.get('cost_usd'))}[/]")
-        elif kind == "check" and ev.get("verdict") in ("send_back", "rewrite"):
-            # why the run goes on after a FINAL (or why the answer differs from the one given)
-            did = "sent the answer back" if ev["verdict"] == "send_back" else "rewrote the answer"
-            note = str(ev.get("note") or "").strip().splitlines()
-            self.err.print(f"{indent}[yellow]check {escape(str(ev.get('check')))}[/] {did}"
-                           + (f"[dim]: {escape(note[0] if len(note[0]) <= 200 else note[0][:199] + '…')}[/]"
-                              if note else ""))
-        elif kind == "final":
-            n = ev["iterations"]
-            self.err.print(f"{indent}[bold green]{ev['status']}[/] after {n} iteration{'' if n == 1 else 's'}")
+
+    def _on_check(self, ev: CheckEvent, indent: str) -> None:
+        if ev.get("verdict") not in ("send_back", "rewrite"):
+            return
+        # why the run goes on after a FINAL (or why the answer differs from the one given)
+        did = "sent the answer back" if ev["verdict"] == "send_back" else "rewrote the answer"
+        note = str(ev.get("note") or "").strip().splitlines()
+        self.err.print(f"{indent}[yellow]check {escape(str(ev.get('check')))}[/] {did}"
+                       + (f"[dim]: {escape(note[0] if len(note[0]) <= 200 else note[0][:199] + '…')}[/]"
+                          if note else ""))
+
+    def _on_final(self, ev: FinalEvent, indent: str) -> None:
+        n = ev["iterations"]
+        self.err.print(f"{indent}[bold green]{ev['status']}[/] after {n} iteration{'' if n == 1 else 's'}")
 
     # -- the streaming reply -----------------------------------------------------------------------
-    def _on_stream(self, ev: dict[str, Any]) -> None:
+    def _on_stream(self, ev: StreamEvent, indent: str = "") -> None:
         depth = int(ev.get("depth", 0))
         state = ev.get("state")
         if state == "start":
@@ -215,7 +245,7 @@ class Renderer:
             self._write_raw("\n")
             st.at_line_start = True
 
-    def _on_root_call(self, ev: dict[str, Any], indent: str) -> None:
+    def _on_root_call(self, ev: RootCallEvent, indent: str) -> None:
         depth = int(ev.get("depth", 0))
         st = self._state.stream
         if st is not None and st.depth == depth:
@@ -235,8 +265,7 @@ class Renderer:
                        f"tokens, {ev['latency_s']:.1f} s{first_s}, {cost_text(ev.get('cost_usd'))}[/]")
 
     # -- progress ---------------------------------------------------------------------------------
-    def _on_progress(self, ev: dict[str, Any]) -> None:
-        indent = "  " * int(ev.get("depth", 0))
+    def _on_progress(self, ev: dict[str, Any], indent: str) -> None:  # a ProgressEvent, kept in ViewState
         if ev.get("kind") == "index":
             self._on_index(ev)
             return
@@ -380,3 +409,17 @@ class Renderer:
         """A table on stdout (for stats-like commands on a terminal; see
         :func:`~rlm_cli.output.tables.print_table`)."""
         print_table(title, columns, rows)
+
+
+#: The handler of each event type the terminal shows, by its name in ``rlm_cli.events.VOCABULARY``
+#: (``notice`` too, though it is handled first: a notice shows even when other events do not). A
+#: type with none (``header``, ``prompt``, ``typed``, ``summary``) only ends a streamed line.
+HANDLERS: dict[str, Callable[[Renderer, Any, str], None]] = {
+    "notice": Renderer._on_notice, "stream": Renderer._on_stream, "progress": Renderer._on_progress,
+    "corpus": Renderer._on_corpus, "iteration": Renderer._on_iteration, "root_call": Renderer._on_root_call,
+    "code": Renderer._on_code, "output": Renderer._on_output, "leads": Renderer._on_leads,
+    "phase": Renderer._on_phase, "recursion": Renderer._on_recursion, "mode": Renderer._on_mode,
+    "sub_call": Renderer._on_sub_call, "check": Renderer._on_check, "final": Renderer._on_final,
+}
+#: Types drawn without ending a streamed reply's line (a transient event, or a sub-call line).
+_KEEPS_STREAM = frozenset({"stream", "progress", "sub_call"})

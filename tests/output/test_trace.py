@@ -230,3 +230,19 @@ def test_direct_mode_run_is_recorded_and_replayed(tmp_path: Path, llm: FakeLLM) 
     assert [e["response"] for e in events if e["type"] == "root_call"] == ["Four words."]
     outcome = replay.replay(replay.plan(r.outcome.trace_path), emit=lambda e: None)
     assert outcome.result.mode == "direct" and outcome.result.answer == "Four words."
+
+
+def test_a_recorded_trajectory_rebuilds_byte_identically_from_the_vocabulary(tmp_path: Path, llm: FakeLLM) -> None:
+    """Every line of a run's trajectory is an event of ``rlm_cli.events`` with its declared fields,
+    in the order :func:`event` writes them (then the totals and a header's signature)."""
+    _, path = _recorded_run(tmp_path, llm)
+    stamped = ("total_tokens", "total_cost_usd", "signature")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        ev = json.loads(line)
+        fields = {k: v for k, v in ev.items() if k not in ("schema", "type", "depth", "ts", *stamped)}
+        rebuilt = event(ev["type"], ev["depth"], **fields)
+        rebuilt["ts"] = ev["ts"]
+        rebuilt.update({k: ev[k] for k in stamped if k in ev})
+        assert json.dumps(rebuilt, ensure_ascii=False, default=str) == line
+    assert {json.loads(line)["type"] for line in lines} >= {"header", "corpus", "sub_call", "recursion", "summary"}

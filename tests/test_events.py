@@ -1,0 +1,63 @@
+"""The trajectory event vocabulary (``rlm_cli.events``): every event the code builds is in it."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import pytest
+
+from rlm_cli import events
+from rlm_cli.events import FIELDS, VOCABULARY, event
+from rlm_cli.output.render import HANDLERS
+
+PACKAGE = Path(events.__file__).parent
+
+
+def _event_calls() -> list[tuple[str, ast.Call]]:
+    """Every call of a function named ``event`` in ``rlm_cli/``, with where it is."""
+    calls = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if name == "event":
+                    calls.append((f"{path.relative_to(PACKAGE.parent)}:{node.lineno}", node))
+    return calls
+
+
+def test_every_event_call_uses_a_type_and_fields_of_the_vocabulary() -> None:
+    calls = _event_calls()
+    assert len(calls) > 40  # the scan found the call sites
+    problems = []
+    for where, call in calls:
+        first = call.args[0] if call.args else None
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            problems.append(f"{where}: the type is not a literal")
+            continue
+        if first.value not in VOCABULARY:
+            problems.append(f"{where}: unknown type {first.value!r}")
+            continue
+        named = {kw.arg for kw in call.keywords if kw.arg is not None}  # **fields are checked at run time
+        if named - FIELDS[first.value]:
+            problems.append(f"{where}: {first.value!r} has no field {sorted(named - FIELDS[first.value])}")
+    assert not problems, "\n".join(problems)
+
+
+def test_event_keeps_the_order_and_refuses_what_is_not_in_the_vocabulary() -> None:
+    ev = event("notice", 2, message="m", level="warning")
+    assert list(ev) == ["schema", "type", "depth", "ts", "message", "level"]
+    assert ev["schema"] == events.SCHEMA_VERSION and ev["type"] == "notice" and ev["depth"] == 2
+    with pytest.raises(ValueError, match="unknown trajectory event type 'notise'"):
+        event("notise", 0, message="m")
+    with pytest.raises(ValueError, match="no field mesage"):
+        event("notice", 0, mesage="m")
+
+
+def test_each_class_is_named_by_its_type_and_every_handler_by_a_type() -> None:
+    for name, cls in VOCABULARY.items():
+        assert typing.get_args(typing.get_type_hints(cls)["type"]) == (name,)
+    assert set(HANDLERS) <= set(VOCABULARY)
+    assert {"corpus", "iteration", "root_call", "code", "output", "final", "notice"} <= set(HANDLERS)
