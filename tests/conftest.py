@@ -21,6 +21,7 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                 "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    monkeypatch.setenv("RLM_STRICT_EVENTS", "1")  # an undeclared event type or field fails the test
     # No model autodetection of servers running on this machine (tests that want it set these).
     monkeypatch.setenv("RLM_PROBE_OLLAMA", "off")
     monkeypatch.setenv("RLM_PROBE_PORTS", "off")

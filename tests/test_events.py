@@ -56,6 +56,13 @@ def test_event_keeps_the_order_and_refuses_what_is_not_in_the_vocabulary() -> No
         event("notice", 0, mesage="m")
 
 
+def test_a_users_run_writes_an_undeclared_field_instead_of_failing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strict only under the test suite (``RLM_STRICT_EVENTS=1``): a slip in rlm's own code must
+    not cost a user's answer."""
+    monkeypatch.delenv("RLM_STRICT_EVENTS")
+    assert event("notice", 0, mesage="m")["mesage"] == "m"
+
+
 def test_each_class_is_named_by_its_type_and_every_handler_by_a_type() -> None:
     for name, cls in VOCABULARY.items():
         assert typing.get_args(typing.get_type_hints(cls)["type"]) == (name,)
