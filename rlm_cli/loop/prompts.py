@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlm_cli.models.window import reply_tokens
+from rlm_cli.output.text import plural
 from rlm_cli.sandbox.mapping import capacity
 
 #: Characters per token assumed when a token budget is stated in characters (conservative:
@@ -143,7 +144,7 @@ def corpus_metadata(meta: dict[str, Any]) -> str:
     prefix = str(meta.get("prefix", ""))[:300].replace("```", "'''")
     structured = structured_metadata(meta["structured"]) if meta.get("structured") else ""
     return (f"The corpus: {meta['chars']:,} characters, about {meta['tokens']:,} tokens, "
-            f"{meta['files']:,} files in {meta['chunks']:,} chunks.\n"
+            f"{plural(meta['files'], 'file')} in {plural(meta['chunks'], 'chunk')}.\n"
             f"Top-level folders: {top}\nFile types: {types}\nSome paths:\n{samples}\n{structured}"
             f"The first characters of `context`:\n{prefix}")
 
