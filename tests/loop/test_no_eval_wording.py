@@ -48,16 +48,18 @@ def _template_grams() -> set[tuple[str, ...]]:
 
 
 def _loop_strings() -> list[tuple[str, str]]:
-    """``(file, text)`` of every string the loop's code holds, docstrings left out (the model never
-    reads them), plus the texts the prompt functions build."""
+    """``(file, text)`` of every string the loop's code holds, docstrings and dict keys left out
+    (the model never reads them), plus the texts the prompt functions build."""
     out: list[tuple[str, str]] = []
     for path in LOOP_SOURCES:
         tree = ast.parse(path.read_text())
         docs = {id(n.body[0].value) for n in ast.walk(tree)
                 if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
                 and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        # dict keys are field names of records (a trajectory's ``latency_s``), never text a model reads
+        keys = {id(k) for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if k is not None}
         out += [(path.name, n.value) for n in ast.walk(tree)
-                if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs | keys]
     built = [prompts.system_prompt(sub_window_tokens=32_768, max_output_chars=10_000, recursion=True),
              prompts.system_prompt(sub_window_tokens=8_000, max_output_chars=2_000, root_window_tokens=8_000),
              *(m["content"] for m in example_messages()), prompts.check_missing(["b"], ["a", "b", "c"]),
