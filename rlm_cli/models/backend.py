@@ -68,6 +68,8 @@ OnPiece = Callable[[str], None]
 MAX_REPLY_CHARS = 1_000_000
 #: Routers a model host keeps (one per command and Router file; a shared host serves many commands).
 ROUTERS_KEPT = 16
+
+
 class _Abandoned(Exception):
     """Raised in a stream's reader thread once its caller stopped waiting (``LocalBackend._within``)."""
 
@@ -75,6 +77,7 @@ class _Abandoned(Exception):
 #: Seconds a streamed request may run past its deadline before the caller stops waiting for it
 #: (the reader thread then drops whatever still comes; see ``LocalBackend._within``).
 STREAM_GRACE_S = 0.25
+
 
 class Backend(Protocol):
     """Where litellm runs for a ``ModelClient``: :class:`LocalBackend` or the model host's client."""

@@ -252,7 +252,6 @@ class _Host:
                 remove(files, token=self.token, inode=mine if mine is not None else -1)
                 return
 
-
     def terminate(self) -> None:
         """SIGTERM of a shared host (``kill``, a service manager): remove its socket and token (if
         still its own, under the lock, as an idle exit does) and exit; requests in progress are
