@@ -84,7 +84,7 @@ def test_a_reader_that_leaves_mid_run_stops_it_before_the_next_model_call(tmp_pa
                                                                          run_tmp: Path) -> None:
     """`rlm ask ... | head -c0`-like: the reader goes away while the first root call is on; rlm
     stops with 141 at once instead of running the loop to its end for nobody."""
-    llm.script("root", Reply(repl("print('one')"), delay_s=2.0), repl("print('two')"), repl("FINAL('done')"))
+    llm.script("root", Reply(repl("print('one')"), delay_s=5.0), repl("print('two')"), repl("FINAL('done')"))
     read, write = os.pipe()
     proc = subprocess.Popen([*rlm_argv(), "ask", str(corpus(tmp_path)), "q?", *model_flags(llm), "--mode", "rlm",
                              "--no-llm-cache"], stdout=write, stderr=subprocess.PIPE,
