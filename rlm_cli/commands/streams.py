@@ -70,10 +70,20 @@ def reader_gone(fd: int) -> bool:
         return False
 
 
+#: The signal :class:`ReaderWatch` interrupts the main thread with: a private one, so that it works
+#: where SIGINT is ignored (a background job of a script: ``rlm ask ... | head &``).
+WATCH_SIGNAL = signal.SIGUSR2
+
+
+def _reader_gone_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # handled as a Ctrl-C, and ``ReaderWatch.fired`` makes it exit 141
+
+
 class ReaderWatch:
     """A daemon thread that watches stdout and stderr (when they are pipes or sockets) for a
-    reader that went away, and then interrupts the main thread (a real SIGINT, so a blocking
-    call returns at once); :attr:`fired` tells ``commands.exits`` to end with exit 141, quietly."""
+    reader that went away, and then interrupts the main thread (a real signal, :data:`WATCH_SIGNAL`,
+    so a blocking call returns at once, whatever SIGINT's disposition); :attr:`fired` tells
+    ``commands.exits`` to end with exit 141, quietly."""
 
     def __init__(self) -> None:
         self.fired = threading.Event()
@@ -82,8 +92,10 @@ class ReaderWatch:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start watching (nothing to do when neither stream is a pipe)."""
+        """Start watching (nothing to do when neither stream is a pipe). Call from the main thread:
+        it installs the handler of :data:`WATCH_SIGNAL`."""
         if self._fds and self._thread is None:
+            signal.signal(WATCH_SIGNAL, _reader_gone_interrupt)
             self._thread = threading.Thread(target=self._run, name="rlm-reader-watch", daemon=True)
             self._thread.start()
 
@@ -95,7 +107,7 @@ class ReaderWatch:
         while not self._stop.wait(POLL_S):
             if any(reader_gone(fd) for fd in self._fds):
                 self.fired.set()
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), WATCH_SIGNAL)
                 return
 
 

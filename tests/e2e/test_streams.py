@@ -80,15 +80,23 @@ def test_a_full_stderr_drops_the_diagnostics_and_answers(tmp_path: Path, llm: Fa
     assert res.returncode == 0 and res.stdout == "the answer\n"
 
 
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "sigint-ignored"])
 def test_a_reader_that_leaves_mid_run_stops_it_before_the_next_model_call(tmp_path: Path, llm: FakeLLM,
-                                                                         run_tmp: Path) -> None:
+                                                                         run_tmp: Path, background: bool) -> None:
     """`rlm ask ... | head -c0`-like: the reader goes away while the first root call is on; rlm
-    stops with 141 at once instead of running the loop to its end for nobody."""
+    stops with 141 at once instead of running the loop to its end for nobody. Also as a
+    background job of a script (`... | head &`), which starts with SIGINT ignored: the watch
+    interrupts with a signal of its own (it made all three calls there)."""
     llm.script("root", Reply(repl("print('one')"), delay_s=5.0), repl("print('two')"), repl("FINAL('done')"))
     read, write = os.pipe()
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     proc = subprocess.Popen([*rlm_argv(), "ask", str(corpus(tmp_path)), "q?", *model_flags(llm), "--mode", "rlm",
                              "--no-llm-cache"], stdout=write, stderr=subprocess.PIPE,
-                            env={**os.environ, "TMPDIR": str(run_tmp)})
+                            env={**os.environ, "TMPDIR": str(run_tmp)},
+                            preexec_fn=ignore_sigint if background else None)  # noqa: PLW1509 - a signal disposition only
     os.close(write)
     deadline = time.monotonic() + 60
     while not llm.chat_requests("root") and time.monotonic() < deadline:
