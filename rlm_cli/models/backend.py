@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlm_cli.errors import UsageError
-from rlm_cli.models.failures import ReplyTimeoutError, check_reply, short_error
+from rlm_cli.models.failures import check_reply, short_error
 
 
 @dataclass
@@ -72,6 +72,12 @@ ROUTERS_KEPT = 16
 
 class _Abandoned(Exception):
     """Raised in a stream's reader thread once its caller stopped waiting (``LocalBackend._within``)."""
+
+
+class _StreamDeadline(TimeoutError):
+    """No whole streamed reply by the deadline (``LocalBackend._within``): a ``TimeoutError``, so it is
+    classified, worded ("timed out after N s without a whole reply") and retried as litellm's own
+    timeout would be, whichever of the two fires first."""
 
 
 #: Seconds a streamed request may run past its deadline before the caller stops waiting for it
@@ -234,7 +240,7 @@ class LocalBackend:
         reads from then on go nowhere.
 
         Raises:
-            ReplyTimeoutError: no whole reply by the deadline (classified and retried as a timeout).
+            TimeoutError: no whole reply by the deadline (classified and retried as a timeout).
             Exception: whatever ``read`` raised.
         """
         box: dict[str, Any] = {}
@@ -267,7 +273,7 @@ class LocalBackend:
         with gate:
             if worker.is_alive():
                 left.set()
-                raise ReplyTimeoutError("the server kept the connection open without a whole reply by the deadline")
+                raise _StreamDeadline("the server kept the connection open without a whole reply by the deadline")
         if "error" in box:
             raise box["error"]
         return box["answer"]

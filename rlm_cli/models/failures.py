@@ -248,8 +248,8 @@ def classify_error(exc: BaseException) -> str:
     status = http_status(exc)
     if "ContextWindowExceededError" in names:
         return "context_window"
-    if names & {"Timeout", "APITimeoutError", "ReplyTimeoutError", "EmptyReplyError"}:
-        return "retry"
+    if names & {"Timeout", "APITimeoutError", "ReplyTimeoutError", "EmptyReplyError", "TimeoutError"}:
+        return "retry"  # TimeoutError: Python's own (a socket's, or a stream past its deadline in the backend)
     if status in (401, 403) or names & {"AuthenticationError", "PermissionDeniedError"} or _NO_KEY.search(str(exc)):
         return "auth"
     if ("LiteLLMUnknownProvider" in names or status == 404 or "NotFoundError" in names
