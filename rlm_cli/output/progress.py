@@ -53,6 +53,10 @@ def stream_callback(emit: Emit, depth: int, model: str) -> Callable[[str | None]
     return on_delta
 
 
+#: Progress group ids, unique in the process (``Renderer`` drops late events of a finished group by id).
+_GROUP_IDS = itertools.count(1)
+
+
 @dataclass
 class _Group:
     id: int
@@ -100,7 +104,7 @@ class Progress:
         self.clock = clock
         self._lock = threading.Lock()
         self._groups: dict[tuple[Any, ...], _Group] = {}
-        self._ids = itertools.count(1)
+        self._ids = _GROUP_IDS  # unique in the process: a renderer outlives the questions of a session
 
     def __call__(self, ev: dict[str, Any]) -> None:
         if ev.get("type") in ("output", "final"):  # the block (or loop) is over: so are its groups

@@ -78,6 +78,9 @@ class Renderer:
         self._state = ViewState()
         self._live: Live | None = None
         self._plain_groups: dict[int, PlainGroup] = {}
+        #: Progress groups already reported finished: a late event of one (its sender's thread lost
+        #: the race to the last) is dropped, not shown as a new batch.
+        self._finished_groups: set[int] = set()
         self._plain_index_at = 0.0
         self._streamed: set[int] = set()  # depths whose last reply was streamed (plain: code shown)
         self._first_token: dict[int, float] = {}
@@ -270,6 +273,10 @@ class Renderer:
             self._on_index(ev)
             return
         gid = int(ev.get("group", 0))
+        if gid in self._finished_groups:
+            return
+        if ev.get("finished"):
+            self._finished_groups.add(gid)
         if self.live:
             if ev.get("finished"):
                 self._state.groups.pop(gid, None)

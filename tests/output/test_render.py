@@ -328,3 +328,14 @@ def test_a_call_abandoned_at_a_stop_is_no_completed_call_in_the_cost() -> None:
     line = summary_line({**data, "usage": {"root": answered, "sub": {"calls": 0}, "cost_usd": 0.0123}})
     assert "cost $0.0123 (root $0.0123, sub no calls)" in line, line
     assert completed_calls({"root": answered, "sub": {"calls": 3, "abandoned_calls": 1}}) == 3
+
+
+def test_a_late_progress_event_of_a_finished_batch_is_dropped() -> None:
+    """Sub-call threads report as they end; one that loses the race to the last sends its "4 of 8"
+    after the batch is reported finished. It was shown as a new batch ("batch of 8 sub-calls
+    started" twice, seen in CI); now it is dropped."""
+    out = io.StringIO()
+    r = Renderer(color="auto", stream=out)
+    _feed(r, [_batch(2, 0, 6), _batch(8, 0, 0, finished=True), _batch(4, 0, 4)])
+    text = out.getvalue()
+    assert text.count("batch of 8 sub-calls started") == 1 and text.count("sub-calls 4/8") == 0, text
