@@ -20,10 +20,9 @@ from rlm_cli.commands.options import (
     use_color,
 )
 from rlm_cli.errors import UsageError
+from rlm_cli.evaluation.task import FAMILIES as FAMILY_NAMES
 
 QUESTIONS = "Questions"
-#: The eval families (``rlm_cli.evaluation.tasks.FAMILIES``; not imported here: --help stays light).
-FAMILY_NAMES = ("needle", "code", "aggregate", "pairs", "semantic")
 
 
 @run_options(without=("mode", "direct_max_tokens", "trace", "require_support"))

@@ -9,6 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The eval families, in the order they run (here, with no heavy import, so that `rlm eval -h`
+#: and its completion can name them).
+FAMILIES = ("needle", "code", "aggregate", "pairs", "semantic")
 #: Folder of the generated files appended to the corpus (a suffix is added if the corpus has it).
 GENERATED_DIR = "rlm-eval"
 

@@ -35,9 +35,9 @@ from typing import Any
 
 from rlm_cli.evaluation.phrasing import Phrasing
 from rlm_cli.evaluation.semantic import semantic_tasks
-from rlm_cli.evaluation.task import CorpusEdit, CorpusText, Task, free_path
+from rlm_cli.evaluation.task import FAMILIES, CorpusEdit, CorpusText, Task, free_path
 
-FAMILIES = ("needle", "code", "aggregate", "pairs", "semantic")
+
 def generate(families: list[str], corpus: CorpusText, *, limit: int, seed: int, records: int,
              split: str = "dev") -> dict[str, list[Task]]:
     """Up to ``limit`` tasks per family in ``families`` (fewer where the corpus cannot give more:
