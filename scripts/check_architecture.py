@@ -65,10 +65,7 @@ MAX_FUNCTION_LINES = 80
 
 #: Functions (``module:Qualified.name``) allowed over :data:`MAX_FUNCTION_LINES`, each with why.
 #: An entry whose function is gone or back within the budget is reported (``stale``).
-FUNCTION_EXCEPTIONS: dict[str, str] = {
-    "app.session:Session.ask": "one question's whole run (trajectory, events, records of a failure) in one frame "
-                               "until the session is split by what it owns (issue 41's next step removes it)",
-}
+FUNCTION_EXCEPTIONS: dict[str, str] = {}
 
 #: The project modules the REPL worker (``sandbox.worker``) may reach through its imports, at
 #: any level: the wire format, the exception tree and value rules it shares with rlm, and the

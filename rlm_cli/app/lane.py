@@ -16,12 +16,13 @@ from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import InterruptedRunError
 from rlm_cli.events import Emit, event
-from rlm_cli.loop.workers import new_worker, start_worker
+from rlm_cli.loop.workers import level_notices, new_worker, start_worker
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.usage import CallRecord, Usage
 from rlm_cli.sandbox.launcher import WorkerSpec
+from rlm_cli.sandbox.memory import check_workers_fit
 from rlm_cli.sandbox.results import WorkerCheck
 
 
@@ -174,6 +175,65 @@ class Lane:
         """Stop the worker and the relay (idempotent)."""
         self.sandbox.close()
         self.handler.close()
+
+
+class LaneKeeper:
+    """The lifecycle of a session's own lane (worker and relay): started on first need, with what
+    the sandbox level leaves open said once per session (``loop.workers.level_notices``), pointed
+    at a new corpus, replaced, stopped and closed. ``rlm ask --jobs N``'s other lanes are the
+    batch's own (``app.batch``)."""
+
+    def __init__(self) -> None:
+        self.lane: Lane | None = None
+        self._noted = False
+
+    def get(self, owner: LaneOwner, level_warning: str | None) -> Lane:
+        """The lane, started now when it is not yet; its first start says ``level_warning`` (what
+        ``--sandbox auto`` could not get) and what the level leaves open, through ``owner.emit``.
+
+        Raises:
+            SandboxError: the worker failed to start.
+            UsageError: the corpus is too large for the worker's ``--memory-limit``.
+        """
+        if self.lane is None:
+            assert owner.corpus is not None
+            check_workers_fit(owner.corpus, 1, owner.settings.memory_limit)  # before a worker can be killed for memory
+            self.lane = Lane(owner)
+            for ev in [] if self._noted else level_notices(owner.level, level_warning):
+                owner.emit(ev)
+            self._noted = True
+        return self.lane
+
+    def use_corpus(self, corpus: Corpus) -> None:
+        """Restart the lane's worker (if any) on ``corpus``'s bundle: its variables are gone.
+
+        Raises:
+            SandboxError: the new worker failed to start.
+        """
+        if self.lane is not None:
+            self.lane.sandbox.spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
+                                                data_file=corpus.data_file)
+            self.lane.reset()
+
+    def reset(self) -> None:
+        """A fresh worker (when there is one).
+
+        Raises:
+            SandboxError: the new worker failed to start.
+        """
+        if self.lane is not None:
+            self.lane.reset()
+
+    def stop(self) -> None:
+        """Stop the worker now (Ctrl-C in a multi-question run); the lane stays until :meth:`close`."""
+        if self.lane is not None:
+            self.lane.sandbox.close()
+
+    def close(self) -> None:
+        """Stop the worker and the relay and forget the lane (idempotent)."""
+        if self.lane is not None:
+            self.lane.close()
+            self.lane = None
 
 
 def replaced_worker_note(found: WorkerCheck) -> str:

@@ -30,6 +30,11 @@ session's ``settings`` are never written: code that reads decisions from setting
 Each question gets its own ``ModelClient`` (:meth:`Session.question_client`): its own usage
 records, also added to the session's, over the session's budget, cache, concurrency limiter and
 backend; a fatal provider error (401/403/404) of one question ends the following ones too.
+
+Who owns what: this module opens the session and holds what it decided (models, corpus, plan,
+mode, the conversation); ``app.question.QuestionRun`` runs one question (its client,
+trajectory, mode and answer); ``app.lane.LaneKeeper`` keeps the session's worker and relay
+(started on first need, replaced, stopped).
 """
 
 from __future__ import annotations
@@ -37,46 +42,31 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from rlm_cli import __version__, interrupts
 from rlm_cli.app import records
-from rlm_cli.app.lane import Lane, QuestionClient, QuestionUsage, SessionBudget
-from rlm_cli.app.outcome import AskOutcome, PastQuestion, TurnCounter, attach_partial, run_sources, status_of
-from rlm_cli.app.phases import PhaseTagger
+from rlm_cli.app.lane import Lane, LaneKeeper, QuestionClient, QuestionUsage, SessionBudget
+from rlm_cli.app.outcome import AskOutcome, PastQuestion
 from rlm_cli.app.plan import ModelChoice, RunPlan, choose_models, make_plan
-from rlm_cli.app.planning import answer_spec
+from rlm_cli.app.question import QuestionRun
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
-from rlm_cli.errors import DoesNotFitError, ExitCode, PartialAnswerError, RLMError
 from rlm_cli.events import Emit, event
-from rlm_cli.loop.direct import run_direct
-from rlm_cli.loop.fitting import choose_mode, direct_tokens, fit_question
+from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta
-from rlm_cli.loop.orchestrator import Orchestrator
-from rlm_cli.loop.prompts import session_note
-from rlm_cli.loop.recursion import recursion_handler, sub_call_event
-from rlm_cli.loop.typed import AnswerSpec, settle
-from rlm_cli.loop.workers import level_notices
 from rlm_cli.models.backend import check_router_file
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
-from rlm_cli.models.relay import Route
 from rlm_cli.models.usage import Usage
-from rlm_cli.output.documents import support_object
-from rlm_cli.output.progress import Progress, index_callback
-from rlm_cli.output.sources import SourceCollector
-from rlm_cli.output.trace import TraceSink, TraceWriter, new_run_id
-from rlm_cli.sandbox.launcher import WorkerSpec
+from rlm_cli.output.progress import index_callback
+from rlm_cli.output.trace import new_run_id
 from rlm_cli.sandbox.level import Level
 from rlm_cli.sandbox.levels import resolve_level
-from rlm_cli.sandbox.memory import check_workers_fit
 
 #: Seconds a Ctrl-C in ``rlm chat`` gives the running code block to stop before the worker is
 #: restarted (losing its variables).
@@ -125,13 +115,13 @@ class Session:
         self.level: Level | str = ""
         self.mode = ""
         self.hide = tuple(os.path.abspath(p) for p in paths if p != "-")
-        self.lane: Lane | None = None
+        #: The session's own REPL worker and relay (started when first needed).
+        self.workers = LaneKeeper()
         self.turns: list[PastQuestion] = []
         self.fatal: CallFailed | None = None
         self._events: list[dict[str, Any]] = []  # the session's events, for the first trajectory
         self._corpus_event: dict[str, Any] | None = None
         self._mode_event: dict[str, Any] | None = None
-        self._noted = False
         self._level_warning: str | None = None
         self.reason = ""
         self.meta: dict[str, Any] = {}
@@ -181,7 +171,7 @@ class Session:
             self._open(first_question)
         except (KeyboardInterrupt, SystemExit) as exc:
             if self.record:
-                records.record_stopped_open(self._trace_path(self.id, 1), run_id=self.id, question=first_question,
+                records.record_stopped_open(self.trace_path(self.id, 1), run_id=self.id, question=first_question,
                                     paths=self.paths, config=self.run_settings.redacted(), events=self._events, exc=exc,
                                     elapsed_s=time.monotonic() - self.started)
             raise
@@ -207,14 +197,13 @@ class Session:
         encoding()  # tiktoken's table (0.3-0.7 s; every request needs it), loaded while the host imports litellm
         self.plan = plan = make_plan(s, self.client, models, self.level, level_warning)
         self.mode, self.reason = choose_mode(s, corpus.total_tokens, plan.root_window.tokens)
-        self.mode, self.reason = self._question_mode(first_question, "")
+        self.mode, self.reason = self.question_mode(first_question, "")
         self._mode_event = event("mode", 0, mode=self.mode, reason=self.reason, **plan.mode_fields())
         emit(self._mode_event)
         if self.mode == "rlm":
             self.worker_lane()
-        elif self.lane is not None:
-            self.lane.close()
-            self.lane = None
+        else:
+            self.workers.close()
 
     def _choose_models(self) -> ModelChoice:
         """The root and sub-model (autodetected when none is configured, said as a notice), checked
@@ -251,13 +240,10 @@ class Session:
         self.meta = corpus_meta(corpus)
         self._corpus_event = records.corpus_event(corpus, load_s, self.level)
         self.mode, self.reason = choose_mode(self.settings, corpus.total_tokens, self.plan.root_window.tokens)
-        if self.lane is not None:
-            self.lane.sandbox.spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
-                                                data_file=corpus.data_file)
-            self.lane.reset()
+        self.workers.use_corpus(corpus)
         return old
 
-    def _question_mode(self, question: str, note: str) -> tuple[str, str]:
+    def question_mode(self, question: str, note: str) -> tuple[str, str]:
         """``(mode, reason)`` of one question: the session's, except that auto mode keeps a
         question in the REPL when the corpus with it needs over half the root model's window."""
         plan, corpus = self.plan, self.corpus
@@ -274,19 +260,17 @@ class Session:
         none until something needs the REPL helpers: ``rlm mcp``'s ``grep`` and ``search``). Its
         first start says what the sandbox level leaves open and which user the worker runs as: when
         model code is about to run, never before a usage error, once per session (not per sub-RLM
-        worker) and on the terminal once per machine (``loop.workers.level_notices``).
+        worker) and on the terminal once per machine (``app.lane.LaneKeeper``).
 
         Raises:
             SandboxError: the worker failed to start.
         """
-        if self.lane is None:
-            assert self.corpus is not None
-            check_workers_fit(self.corpus, 1, self.settings.memory_limit)  # before a worker can be killed for memory
-            self.lane = Lane(self)
-            for ev in [] if self._noted else level_notices(self.level, self._level_warning):
-                self.emit(ev)
-            self._noted = True
-        return self.lane
+        return self.workers.get(self, self._level_warning)
+
+    @property
+    def lane(self) -> Lane | None:
+        """The session's REPL worker and relay, if started."""
+        return self.workers.lane
 
     def pause(self) -> None:
         """Waiting for the user: ``--timeout`` does not run meanwhile."""
@@ -305,8 +289,7 @@ class Session:
             SandboxError: the new worker failed to start.
         """
         self.turns.clear()
-        if self.lane is not None:
-            self.lane.reset()
+        self.workers.reset()
 
     def abort(self) -> None:
         """Stop every question in progress (Ctrl-C in a multi-question run): their model calls
@@ -314,14 +297,11 @@ class Session:
         with self._lock:
             for client in self._active:
                 client.cancelled.set()
-        if self.lane is not None:
-            self.lane.sandbox.close()
+        self.workers.stop()
 
     def close(self) -> None:
         """Stop the worker and delete a corpus loaded without the cache (idempotent)."""
-        if self.lane is not None:
-            self.lane.close()
-            self.lane = None
+        self.workers.close()
         if self.corpus is not None and self.corpus.temporary and self._own_corpus:
             shutil.rmtree(self.corpus.bundle_dir, ignore_errors=True)
 
@@ -356,10 +336,11 @@ class Session:
     def ask(self, question: str, *, emit: Emit, qid: Any = None, lane: Lane | None = None, answer_type: str = "text",
             settings: Settings | None = None) -> AskOutcome:
         """Answer ``question`` with its own trajectory (``settings.trace`` or a new file under
-        ``traces_dir()``), on ``lane`` (default: the session's worker). ``emit`` receives the
-        question's events. ``answer_type``: the type the answer must have (``rlm_cli.loop.typed``;
-        its value is ``outcome.result.typed``). ``settings``: this question's own (``rlm audit``: a
-        check's model), resolved like the session's; default the session's.
+        ``traces_dir()``), on ``lane`` (default: the session's worker): an
+        ``app.question.QuestionRun``. ``emit`` receives the question's events. ``answer_type``:
+        the type the answer must have (``rlm_cli.loop.typed``; its value is
+        ``outcome.result.typed``). ``settings``: this question's own (``rlm audit``: a check's
+        model), resolved like the session's; default the session's.
 
         Raises:
             PartialAnswerError / BudgetExceededError / MaxIterationsError: stopped without a final
@@ -367,132 +348,46 @@ class Session:
             ProviderError, UsageError (a question too large for direct mode), SandboxError.
             KeyboardInterrupt: Ctrl-C (the trajectory records it; the question's sub-RLMs stop).
         """
-        interrupts.clear()
+        return QuestionRun(self, question, emit=emit, qid=qid, lane=lane, answer_type=answer_type,
+                           settings=settings).run()
+
+    # -- what a question reads and writes of its session (``app.question.QuestionHost``) -------------
+    def next_turn(self) -> int:
+        """Number the next question (1, 2, ...; ``/reset`` does not start it again)."""
         with self._lock:
             self.asked += 1
-            turn = self.asked
-        client = self.question_client(lambda ev: sink(ev), settings)
-        if isinstance(client, QuestionClient):
-            with self._lock:
-                self._active.add(client)
-        run_id = new_run_id()
-        trace_path = self._trace_path(run_id, turn) if self.record else None
-        created = trace_path is not None and not trace_path.exists()
-        new_dirs = [d for d in trace_path.parents if not d.exists()] if created and trace_path is not None else []
-        writer = TraceWriter(trace_path) if trace_path is not None else None
-        totals = lambda: (client.usage.total_tokens, client.usage.cost_usd)  # noqa: E731
-        # Events flow: turns counted -> phases -> progress groups closed -> sources kept -> trajectory + terminal.
-        progress = Progress(TraceSink(writer, emit, totals=totals), totals)
-        collector = SourceCollector(progress)
-        sink = PhaseTagger(collector)
-        turns = TurnCounter(sink)
-        started = time.monotonic()
-        extra = {"session": self.id, "turn": turn, "id": qid} if self.numbered else {}
-        own = self.settings_for(settings or self.settings)
-        if answer_type != "text":
-            extra["answer_type"] = answer_type
-        sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
-                   paths=[p if p == "-" else os.path.abspath(p) for p in self.paths],
-                   config=own.redacted(), **extra))
-        note = session_note(self._history()) if self.conversation else ""
-        mode, reason = self._question_mode(question, note)
-        assert self.plan is not None, "open() the session first"
-        mode_event = event("mode", 0, mode=mode, reason=reason, **self.plan.mode_fields())
-        if writer is not None:  # what the session did once, as this question's trajectory needs it
-            quiet = TraceSink(writer, lambda ev: None, totals=totals)
-            for ev in self._events if turn == 1 else [self._corpus_event]:
-                if ev is not None and ev is not self._mode_event:
-                    quiet(ev)
-            quiet(mode_event)
-        if mode != self.mode:
-            emit(mode_event)
-        try:
-            outcome = self._answer(question, note, mode, turns, client, progress, lane, own,
-                                   answer_spec(answer_type, self.corpus))
-            res = outcome.result
-            outcome.sources, outcome.sources_omitted = run_sources(collector, res.answer, outcome.corpus, res.mode)
-            sink(event("summary", 0, status=res.status, answer=res.answer, support=support_object(res), mode=res.mode,
-                       iterations=res.iterations,
-                       sub_calls=res.sub_calls, usage=outcome.usage, elapsed_s=round(time.monotonic() - started, 3),
-                       sources=outcome.sources, sources_omitted=outcome.sources_omitted))
-            self._remember(question, res.answer, res.status, trace_path)
-        except RLMError as exc:
-            if isinstance(exc, CallFailed) and exc.fatal:
-                self.fatal = self.fatal or exc
-            records.record_failure(exc, client, collector, sink, started, trace_path, turns.root_turns, self.plan.policy.name)
-            self._remember(question, exc.partial if isinstance(exc, PartialAnswerError) else "", status_of(exc),
-                           trace_path)
-            if (exc.exit_code in (ExitCode.USAGE, ExitCode.NO_MODEL) and not client.usage.records
-                    and writer is not None and created):
-                records.discard_trace(exc, writer, new_dirs)  # bad input that never reached a model leaves nothing behind
-            raise
-        except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM (SystemExit 143, see cli)
-            if isinstance(client, QuestionClient):
-                client.cancelled.set()
-            records.record_interrupted(exc, client, sink, started, turns.root_turns)
-            self._remember(question, "", "interrupted", trace_path)
-            raise
-        finally:
-            if writer is not None:
-                writer.close()
-            with self._lock:
-                self._active.discard(client)  # type: ignore[arg-type]
-            if not self.hold_final or sys.exc_info()[0] is not None:
-                interrupts.clear()  # the next question, or the error's report, may be interrupted
-        outcome.run_id, outcome.trace_path = run_id, trace_path
-        return outcome
+            return self.asked
 
-    def _answer(self, question: str, note: str, mode: str, emit: Emit, client: ModelClient, progress: Progress,
-                lane: Lane | None, s: Settings, spec: AnswerSpec) -> AskOutcome:
-        corpus = self.corpus
-        assert corpus is not None and s.root_model_window is not None
-        if mode == "direct":
-            needed = direct_tokens(corpus, question + note)
-            if needed > s.root_model_window:
-                raise DoesNotFitError(f"--mode direct: the corpus needs {needed:,} tokens but the root model's input "
-                                      f"window is {s.root_model_window:,}", hint="use --mode rlm (or auto)")
-            try:
-                result = run_direct(s, client, f"{note}\n\nQuestion: {question}" if note else question,
-                                    corpus.context, emit=emit, answer=spec)
-            except PartialAnswerError as exc:
-                attach_partial(exc, client, corpus, "direct", self.level)
-                raise
-            result.typed = settle(result.answer, spec, emit)
-            return AskOutcome(result, corpus, client.usage.summary(), self.level)
-        lane = lane or self.worker_lane()
-        if lane.questions:  # an earlier question's code that changed or hooked the worker could rewrite this answer
-            lane.fresh_if_hooked(emit)
-        if lane.questions and self.independent:
-            lane.clear()
-        elif lane.questions:  # what earlier questions left in the REPL
-            note = session_note(self._history() if self.conversation else [], lane.variables())
-        lane.questions += 1
-        question, cut = fit_question(s, question, self.meta, 0, note)
-        if cut:
-            emit(event("notice", 0, message=cut, level="warning"))
-        handler = lane.handler
-        handler.route_to(Route(client, recursion_handler(s, client, handler, self.level, emit, corpus, self.hide),
-                               lambda info: emit(sub_call_event(info)), progress.on_request))
-        orch = Orchestrator(s, client, handler, sandbox_level=self.level, emit=emit, hide_paths=self.hide, answer=spec)
-        try:
-            result = orch.run(question, lane.sandbox.spec, self.meta, sandbox=lane.sandbox, note=note)
-        except PartialAnswerError as exc:
-            attach_partial(exc, client, corpus, "rlm", self.level)
-            raise
-        finally:
-            if client.fatal is not None:
-                self.fatal = self.fatal or client.fatal
-        if client.fatal is not None:  # e.g. a sub-call's 401 in the block that called FINAL
-            raise client.fatal
-        result.typed = settle(result.answer, spec, emit)
-        return AskOutcome(result, corpus, client.usage.summary(), self.level)
+    def opening_events(self, turn: int) -> list[dict[str, Any]]:
+        """What the session did once, as question ``turn``'s trajectory needs it: every event of
+        the opening for the first question, the ``corpus`` event for the others; never the
+        session's ``mode`` event (each question writes its own)."""
+        events = self._events if turn == 1 else [self._corpus_event]
+        return [ev for ev in events if ev is not None and ev is not self._mode_event]
 
-    def _history(self) -> list[tuple[str, str, str]]:
+    def history(self) -> list[tuple[str, str, str]]:
+        """The conversation so far: ``(question, answer, status)`` of each earlier question."""
         return [(t.question, t.answer, t.status) for t in self.turns]
 
-    def _remember(self, question: str, answer: str, status: str, trace_path: Path | None) -> None:
+    def remember(self, question: str, answer: str, status: str, trace_path: Path | None) -> None:
+        """Keep one finished question (for the conversation and ``/history``)."""
         with self._lock:
             self.turns.append(PastQuestion(question, answer, status, trace_path))
 
-    def _trace_path(self, run_id: str, turn: int) -> Path:
+    def track(self, client: ModelClient, active: bool) -> None:
+        """Count a question's ``client`` among those :meth:`abort` cancels (``active``), or no longer."""
+        if not isinstance(client, QuestionClient):
+            return
+        with self._lock:
+            if active:
+                self._active.add(client)
+            else:
+                self._active.discard(client)
+
+    def note_fatal(self, failure: CallFailed) -> None:
+        """A fatal provider error (401/403/404): the session's later questions end on it (the first kept)."""
+        self.fatal = self.fatal or failure
+
+    def trace_path(self, run_id: str, turn: int) -> Path:
+        """Where question ``turn``'s trajectory is written (``--trace FILE``, numbered, or a new file)."""
         return records.trace_path_for(self.settings.trace, self.numbered, run_id, turn)
