@@ -4,10 +4,12 @@ Run it from the repository root (a script, not a test), with a model server up:
 
     python benchmarks/bench_questions.py --set dev --out /tmp/dev.jsonl
     python benchmarks/bench_questions.py --set heldout --out /somewhere/private/heldout.jsonl --resume
+    python benchmarks/bench_questions.py --set heldout2 --out /somewhere/private/heldout2.jsonl --resume
     python benchmarks/bench_questions.py --set dev --build /path/to/other/rlm/tree --out /tmp/dev-old.jsonl
 
-The questions are ``benchmarks/questions/{dev,dev2,heldout}.jsonl`` (written by ``make_questions.py``,
-``dev2`` by ``make_dev2.py``: a second tuning set about other stdlib packages;
+The questions are ``benchmarks/questions/{dev,dev2,heldout,heldout2}.jsonl`` (written by ``make_questions.py``,
+``dev2`` by ``make_dev2.py``: a second tuning set about other stdlib packages; ``heldout2`` by
+``make_heldout2.py``: a second held-out set, written after issue 37's rules were frozen;
 golds computed by code over this interpreter's standard library and over the corpora
 ``make_data.py`` generates, which this script regenerates under ``--data-dir``). Each question runs
 as ``python -m rlm_cli ask CORPUS QUESTION --json --no-llm-cache`` plus the model flags, with
@@ -22,8 +24,9 @@ errors, median seconds, mean root calls, and per support verdict (``observed``, 
 ``unsupported``, ``partial``; issue 37) how many answers got it and how many of those were right;
 ``--progress FILE`` appends it to a Markdown file.
 
-Held-out stays blind: for ``--set heldout`` nothing per question is printed (no question, answer or
-verdict), only a counter and the aggregate; the per-question record lives in ``--out`` alone.
+Held-out stays blind: for ``--set heldout`` and ``--set heldout2`` nothing per question is printed (no
+question, answer or verdict), only a counter and the aggregate; the per-question record lives in
+``--out`` alone.
 """
 
 from __future__ import annotations
@@ -49,10 +52,11 @@ import make_data  # noqa: E402
 import scoring  # noqa: E402
 
 CORPUS_KINDS = ("stdlib", "log", "jsonl")
+BLIND_SETS = ("heldout", "heldout2")  # judged only: nothing per question is printed
 
 
 def load_questions(set_name: str) -> list[dict[str, Any]]:
-    """The questions of ``set_name`` (``dev``, ``dev2`` or ``heldout``) as dicts, file order."""
+    """The questions of ``set_name`` (``dev``, ``dev2``, ``heldout`` or ``heldout2``) as dicts, file order."""
     path = QDIR / f"{set_name}.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -183,7 +187,7 @@ def render(agg: dict[str, Any], set_name: str, commit: str, expected: int) -> st
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", dest="set_name", choices=("dev", "dev2", "heldout"), default="dev")
+    ap.add_argument("--set", dest="set_name", choices=("dev", "dev2", *BLIND_SETS), default="dev")
     ap.add_argument("--build", type=Path, default=REPO, help="rlm source tree to run (PYTHONPATH)")
     ap.add_argument("--out", type=Path, required=True, help="results JSONL (appended)")
     ap.add_argument("--resume", action="store_true", help="skip ids already in --out for this build")
@@ -210,7 +214,7 @@ def main() -> int:
     if args.interleave:  # stdlib, log, jsonl, stdlib, ...: a run cut short still covers every corpus kind
         lanes = [[q for q in questions if q["corpus"].split(":", 1)[0] == k] for k in CORPUS_KINDS]
         questions = [q for row in zip_longest(*lanes) for q in row if q is not None]
-    blind = args.set_name == "heldout"
+    blind = args.set_name in BLIND_SETS
     ids = {q["id"] for q in questions}
     by_id = {q["id"]: q for q in questions}
 
