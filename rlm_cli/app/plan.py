@@ -4,9 +4,12 @@ The :class:`~rlm_cli.config.Settings` a session is given say what the user asked
 environment > config file); they are never written after that. What the session decides from
 them when it opens (the model and sub-model, found by autodetection when none is set; their
 input windows and where each came from; the loop's policy; the mode rule; the sandbox level) is
-a :class:`RunPlan`. Code that still takes a ``Settings`` (the loop, the model client) gets
-:meth:`RunPlan.settings_for`: a new copy with the plan's decisions in it, made with
-``dataclasses.replace``; the session's own settings stay as they were given.
+a :class:`RunPlan`. A question's model client is given the plan's windows as resolved
+(:meth:`RunPlan.windows`: a window from litellm's map stays ``"model info"``, not a flag). The
+loop takes a ``Settings`` (its one parameter object, which it also hands to the sub-RLMs it
+starts): each question gets :meth:`RunPlan.settings_for`, a new copy with the plan's decisions
+in it, made with ``dataclasses.replace`` and read only; the session's own settings stay as they
+were given (``tests/app/test_plan.py``).
 """
 
 from __future__ import annotations
@@ -84,6 +87,13 @@ class RunPlan:
             api_base=settings.api_base or self.models.api_base,
             root_model_window=settings.root_model_window or self.root_window.tokens,
             sub_model_window=settings.sub_model_window or self.sub_window.tokens, policy=self.policy.name)
+
+    def windows(self) -> dict[str, tuple[int, str]]:
+        """``{model: (tokens, source)}`` of the root and sub-model, for a model client
+        (``ModelClient(windows=...)``) that must report them as resolved, not as flags. The
+        sub-model's entry wins when both are one model (the client's own order)."""
+        return {self.models.model: (self.root_window.tokens, self.root_window.source),
+                self.models.effective_sub_model: (self.sub_window.tokens, self.sub_window.source)}
 
     def mode_fields(self) -> dict[str, object]:
         """The fields of the ``mode`` event that come from the plan (windows and policy)."""

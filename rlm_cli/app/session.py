@@ -320,8 +320,8 @@ class Session:
         base = self.client
         usage = QuestionUsage(self.usage)
         qclient = QuestionClient(self.run_settings, usage, self.question_budget(usage, settings or self.settings),
-                                 cache=base.cache,
-                                 backend=base.backend, limiter=base.limiter,
+                                 cache=base.cache, backend=base.backend, limiter=base.limiter,
+                                 windows=self.plan.windows() if self.plan is not None else None,
                                  notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
         qclient.fatal = self.fatal
         return qclient

@@ -95,10 +95,7 @@ class CheckBudget(Budget):
 
 class AuditSession(Session):
     """A session whose questions are checks: one with a ``max_cost`` of its own (its settings'
-    ``max_cost``) gets a :class:`CheckBudget` within the session's. ``given_root_window``:
-    ``--root-model-window`` as given (``None``: from each model's info), for checks with a model."""
-
-    given_root_window: int | None = None
+    ``max_cost``) gets a :class:`CheckBudget` within the session's."""
 
     def question_budget(self, usage: Usage, settings: Settings) -> Budget:
         """The session's budget, or a :class:`CheckBudget` for a check with ``max_cost``."""
@@ -190,9 +187,10 @@ def check_settings(session: AuditSession, check: Check) -> Settings | None:
     if check.model is None and check.max_cost is None:
         return None
     s = session.run_settings
-    if check.model is None or check.model == s.model:
+    if check.model is None or session.plan is None or check.model == session.plan.models.model:
         return dataclasses.replace(s, max_cost=check.max_cost)
-    window, _ = model_window(session.client, check.model, session.given_root_window)
+    # --root-model-window as given (the session's settings are never written), else the model's own
+    window, _ = model_window(session.client, check.model, session.settings.root_model_window)
     return dataclasses.replace(s, model=check.model, root_model_window=window, max_cost=check.max_cost)
 
 
@@ -219,7 +217,6 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
     by_id = {c.id: c for c in checklist.checks}
     runs: dict[str, CheckRun] = {}
     session = AuditSession(settings, paths, emit=session_events, backend=backend, numbered=True)
-    session.given_root_window = settings.root_model_window
     with session:
         session.open()
         questions = [Question(c.id, check_question(c), c.type, check_settings(session, c)) for c in checklist.checks]

@@ -128,9 +128,8 @@ class Service:
             self.ui.error(str(exc))
             return
         self.base = self.session.settings
-        s = self.session.run_settings
         self.ui.info(f"rlm mcp: serving {len(self.session.corpus.files):,} files over stdio (tools: "
-                     f"{', '.join(TOOL_NAMES)}); mode {self.session.mode}, model {s.model}")
+                     f"{', '.join(TOOL_NAMES)}); mode {self.session.mode}, model {self.session.plan.models.model}")
 
     def close(self) -> None:
         """Stop the worker and delete what the session made (idempotent)."""
@@ -358,9 +357,11 @@ class Service:
         session = self.session
         corpus = session.corpus
         doc = corpus_stats(corpus, top=10)
-        s = self.session.run_settings if self.base is not None else self.settings
+        plan = session.plan if self.base is not None else None
+        model = plan.models.model if plan is not None else self.settings.model
+        sub_model = plan.models.effective_sub_model if plan is not None else self.settings.effective_sub_model
         return {"paths": [os.path.abspath(p) for p in self.paths], "files": doc["files"], "bytes": doc["bytes"],
                 "chars": corpus.chars, "tokens": doc["tokens"], "chunks": doc["chunks"], "by_type": doc["by_type"],
                 "largest": doc["largest"], "kinds": doc["kinds"], "skipped": doc["skipped"],
-                "summary": corpus.summary(), "mode": session.mode, "model": s.model,
-                "sub_model": s.effective_sub_model, "sandbox": session.level, "asks": self.asks}
+                "summary": corpus.summary(), "mode": session.mode, "model": model,
+                "sub_model": sub_model, "sandbox": session.level, "asks": self.asks}

@@ -78,13 +78,15 @@ class ModelClient(Pricing, Sending):
     request is checked against ``budget``, counted in ``usage``, retried per the module policy,
     and answered from the response cache when possible. Thread-safe.
 
-    ``notify`` receives warnings worth showing the user (one line each).
+    ``notify`` receives warnings worth showing the user (one line each). ``windows``: input
+    windows already resolved (a session's run plan: ``{model: (tokens, source)}``), reported by
+    :meth:`input_window_source` as they were resolved.
     """
 
     def __init__(self, settings: Settings, usage: Usage | None = None, budget: Budget | None = None, *,
                  cache: LLMCache | None = None, notify: Notify | None = None,
                  started: float | None = None, backend: Backend | None = None,
-                 limiter: AdaptiveLimiter | None = None) -> None:
+                 limiter: AdaptiveLimiter | None = None, windows: dict[str, tuple[int, str]] | None = None) -> None:
         self.settings = settings
         self.usage = usage or Usage()
         self.budget = budget or Budget(settings, self.usage, started=started)
@@ -98,7 +100,7 @@ class ModelClient(Pricing, Sending):
         self.fatal: CallFailed | None = None
         self._router_models: dict[str, str] | None = None
         self._info_lock = threading.Lock()
-        self._windows: dict[str, tuple[int, str]] = {}
+        self._windows: dict[str, tuple[int, str]] = dict(windows or {})
         self._warned: set[str] = set()
         self._seen: dict[str, int] = {}
         self._prices: dict[str, tuple[float, float] | None] = {}
@@ -141,20 +143,22 @@ class ModelClient(Pricing, Sending):
         return self.input_window_source(model)[0]
 
     def input_window_source(self, model: str) -> tuple[int, str]:
-        """``(tokens, source)``: ``--sub-model-window`` / ``--root-model-window`` when ``model`` is
-        that model (``"flag"``), else litellm's map (``"model info"``, even when it equals the
-        default; a Router group: its first deployment's), else ``(DEFAULT_WINDOW, "default")``."""
+        """``(tokens, source)``: as resolved already (the ``windows`` given), else
+        ``--sub-model-window`` / ``--root-model-window`` when ``model`` is that model (``"flag"``),
+        else litellm's map (``"model info"``, even when it equals the default; a Router group: its
+        first deployment's), else ``(DEFAULT_WINDOW, "default")``."""
         s = self.settings
+        known = self._windows.get(model)  # a dict read is atomic; the lock guards the write
+        if known is not None:
+            return known
         if model == s.effective_sub_model and s.sub_model_window:
             return s.sub_model_window, "flag"
         if model == s.model and s.root_model_window:
             return s.root_model_window, "flag"
-        known = self._windows.get(model)  # a dict read is atomic; the lock guards the write
-        if known is None:
-            window = self.backend.facts(self.router_models().get(model, model))[0]
-            known = (window, "model info") if window else (DEFAULT_WINDOW, "default")
-            with self._info_lock:
-                self._windows[model] = known
+        window = self.backend.facts(self.router_models().get(model, model))[0]
+        known = (window, "model info") if window else (DEFAULT_WINDOW, "default")
+        with self._info_lock:
+            self._windows[model] = known
         return known
 
     def price_known(self, model: str) -> bool:

@@ -66,3 +66,23 @@ def test_ensure_model_returns_a_copy() -> None:
     s = Settings()
     found = ensure_model(s, env={"OPENAI_API_KEY": "sk-x", "RLM_PROBE_OLLAMA": "off", "RLM_PROBE_PORTS": "off"})
     assert found.model and s.model is None and s == Settings()
+
+
+def test_a_question_client_reports_windows_as_the_plan_resolved_them(tmp_path: Path, llm: FakeLLM) -> None:
+    """The trap issue 41 named: a question's client was made from settings with the resolved
+    windows written in, so it reported a window litellm's map (or the default) gave as a flag."""
+    llm.script("root", repl("FINAL('x')"))
+    given = settings_for(llm)
+    with Session(given, [str(corpus(tmp_path))], emit=lambda ev: None) as session:
+        session.open("q")
+        plan = session.plan
+        assert plan is not None
+        client = session.question_client(lambda ev: None)
+        assert client.input_window_source(plan.models.model) == (32_768, "default")
+        assert client.input_window_source(plan.models.effective_sub_model) == (32_768, "default")
+    flagged = dataclasses.replace(given, root_model_window=20_000)
+    with Session(flagged, [str(corpus(tmp_path))], emit=lambda ev: None) as session:
+        session.open("q")
+        assert session.plan is not None and session.plan.root_window == Window(20_000, "flag")
+        client = session.question_client(lambda ev: None)
+        assert client.input_window_source(session.plan.models.model) == (20_000, "flag")
