@@ -146,7 +146,7 @@ def transport_failure(exc: BaseException) -> str | None:
     names = error_class_names(exc)
     if any(_NO_CONNECTION.match(c) for c in chain):
         return "connect"
-    if names & {"Timeout", "APITimeoutError", "ReplyTimeoutError"} or any(_TIMED_OUT.match(c) for c in chain):
+    if names & {"Timeout", "APITimeoutError", "ReplyTimeoutError", "TimeoutError"} or any(_TIMED_OUT.match(c) for c in chain):
         return "timeout"
     closed = [c for c in chain if _CLOSED.match(c)]
     if closed:

@@ -95,6 +95,16 @@ def test_a_timeout_is_not_a_server_that_could_not_be_reached(tmp_path: Path, llm
     assert "could not connect" not in err and "server is running" not in err
 
 
+def test_a_stream_kept_alive_past_the_request_timeout_is_said_as_a_timeout(tmp_path: Path, llm: FakeLLM) -> None:
+    """A server that keeps the stream open with ``: ping`` comments: litellm's read timeout never
+    fires, rlm's own stream deadline does; the words are the same as for litellm's timeout (under
+    load this path also won the race in the test above and was worded as an unknown failure)."""
+    llm.default("root", Reply(text="FINAL(42)", ping_for_s=8))
+    code, err = _fails(llm, tmp_path, "--request-timeout", "1", "--retries", "0")
+    assert code == 4 and "timed out after 1 s" in err and "raise --request-timeout" in err, err
+    assert "kept failing" not in err
+
+
 def test_a_dropped_connection_is_said_as_such(tmp_path: Path, llm: FakeLLM) -> None:
     llm.default("root", Reply(drop=True))
     code, err = _fails(llm, tmp_path, "--retries", "1")
