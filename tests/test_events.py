@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli import events
-from rlm_cli.events import FIELDS, VOCABULARY, event
+from rlm_cli.events import FIELDS, TRANSIENT_TYPES, VOCABULARY, EventType, event, is_type, of_type
 from rlm_cli.output.render import HANDLERS
 
 PACKAGE = Path(events.__file__).parent
@@ -68,3 +68,31 @@ def test_each_class_is_named_by_its_type_and_every_handler_by_a_type() -> None:
         assert typing.get_args(typing.get_type_hints(cls)["type"]) == (name,)
     assert set(HANDLERS) <= set(VOCABULARY)
     assert {"corpus", "iteration", "root_call", "code", "output", "final", "notice"} <= set(HANDLERS)
+
+
+def test_is_type_and_of_type_read_one_type_and_refuse_a_name_outside_the_vocabulary() -> None:
+    evs = [event("iteration", 0, iteration=1), event("final", 0, status="final"), {"no": "type"},
+           event("final", 1, status="max_iterations")]
+    assert is_type(evs[1], "final") and not is_type(evs[0], "final") and not is_type(evs[2], "final")
+    assert [e["depth"] for e in of_type(evs, "final")] == [0, 1]
+    assert next(of_type(reversed(evs), "final"))["status"] == "max_iterations"
+    assert next(of_type(evs, "summary"), None) is None
+    with pytest.raises(ValueError, match="unknown trajectory event type 'finall'"):
+        is_type(evs[1], "finall")  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="unknown trajectory event type 'finall'"):
+        of_type(evs, "finall")  # type: ignore[call-overload]  # at the call, before any event is read
+
+
+def test_the_type_names_are_those_of_the_vocabulary_each_with_its_overloads() -> None:
+    """``EventType`` and the overloads of ``is_type`` and ``of_type`` (one per type, giving mypy its
+    class) are written out in ``rlm_cli.events``: they must say what ``VOCABULARY`` says."""
+    assert typing.get_args(EventType) == tuple(VOCABULARY)
+    assert TRANSIENT_TYPES <= set(VOCABULARY)
+    for reader, wrapper in ((is_type, typing.TypeGuard), (of_type, typing.Iterator)):
+        typed = {}
+        for overload in typing.get_overloads(reader):
+            hints = typing.get_type_hints(overload)
+            (name,) = typing.get_args(hints["type_"])
+            assert typing.get_origin(hints["return"]) in (wrapper, getattr(wrapper, "__origin__", None))
+            (typed[name],) = typing.get_args(hints["return"])
+        assert typed == VOCABULARY, reader.__name__
