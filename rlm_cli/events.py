@@ -8,8 +8,14 @@ is not in the vocabulary. Every event has ``schema`` (:data:`SCHEMA_VERSION`), `
 trajectory line also carries ``total_tokens`` and ``total_cost_usd`` (``output.trace.TraceSink``).
 What each field means is in ``rlm_cli.output.trace``'s docstring.
 
-Adding an event type: a class here, its entry in :data:`VOCABULARY`, and (if the terminal shows
-it) a handler in ``rlm_cli.output.render`` (see ``docs/extending.md``).
+Reading events: :func:`is_type` (``if is_type(ev, "final"): ...``, where mypy then knows ``ev`` as a
+:class:`FinalEvent`) and :func:`of_type` (the events of one type among many), never a bare
+``ev.get("type") == "final"``: a type name outside the vocabulary fails there (mypy, and a
+``ValueError`` at run time) instead of never matching. ``tests/test_events.py`` checks that every
+type name the code compares an event's type with is in the vocabulary.
+
+Adding an event type: a class here, its entry in :data:`VOCABULARY` and :data:`EventType`, and (if
+the terminal shows it) a handler in ``rlm_cli.output.render`` (see ``docs/extending.md``).
 
 This module imports nothing of the project: every package may emit events, and ``output`` only
 receives them.
@@ -19,12 +25,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from typing import Any, Literal, NotRequired, TypedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Literal, NotRequired, TypedDict, TypeGuard, overload
 
 SCHEMA_VERSION = 1
+#: The name of every event type (the keys of :data:`VOCABULARY`), as :func:`is_type` and
+#: :func:`of_type` take it: a name outside it is a type error for mypy (and a ``ValueError`` at run
+#: time). A constant holding type names is typed with it (``frozenset[EventType]``).
+EventType = Literal[
+    "header", "corpus", "mode", "iteration", "prompt", "leads", "root_call", "code", "output", "check",
+    "sub_call", "recursion", "notice", "phase", "typed", "final", "summary", "stream", "progress",
+]
 #: Event types shown on the terminal but never written to the trajectory.
-TRANSIENT_TYPES = frozenset({"stream", "progress"})
+TRANSIENT_TYPES: frozenset[EventType] = frozenset({"stream", "progress"})
 #: The event callback every part of a run reports through, one :func:`event` dict at a time (the
 #: session's ``output.trace.TraceSink`` writes the trajectory and forwards to the terminal renderer).
 Emit = Callable[[dict[str, Any]], None]
@@ -88,10 +101,13 @@ class ModeEvent(Event, total=False):
 
 
 class IterationEvent(Event, total=False):
-    """An iteration of a loop begins."""
+    """An iteration of a loop begins (``phase``, ``helpers``: never written, added when read back
+    by ``output.trace.build_tree`` from the iteration's ``phase`` event)."""
 
     type: Literal["iteration"]
     iteration: int
+    phase: str
+    helpers: dict[str, int]
 
 
 class PromptEvent(Event, total=False):
@@ -327,3 +343,119 @@ def event(type_: str, depth: int = 0, **fields: Any) -> dict[str, Any]:
         if unknown:
             raise ValueError(f"event {type_!r} has no field {', '.join(sorted(unknown))} (see rlm_cli.events)")
     return {"schema": SCHEMA_VERSION, "type": type_, "depth": depth, "ts": round(time.time(), 3), **fields}
+
+
+def _known(type_: str) -> str:
+    """``type_`` itself when it is in :data:`VOCABULARY`.
+
+    Raises:
+        ValueError: it is not (a mistake in rlm's code: a reader would never match it).
+    """
+    if type_ not in VOCABULARY:
+        raise ValueError(f"unknown trajectory event type {type_!r} (see rlm_cli.events.VOCABULARY)")
+    return type_
+
+
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["header"]) -> TypeGuard[HeaderEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["corpus"]) -> TypeGuard[CorpusEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["mode"]) -> TypeGuard[ModeEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["iteration"]) -> TypeGuard[IterationEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["prompt"]) -> TypeGuard[PromptEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["leads"]) -> TypeGuard[LeadsEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["root_call"]) -> TypeGuard[RootCallEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["code"]) -> TypeGuard[CodeEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["output"]) -> TypeGuard[OutputEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["check"]) -> TypeGuard[CheckEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["sub_call"]) -> TypeGuard[SubCallEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["recursion"]) -> TypeGuard[RecursionEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["notice"]) -> TypeGuard[NoticeEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["phase"]) -> TypeGuard[PhaseEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["typed"]) -> TypeGuard[TypedAnswerEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["final"]) -> TypeGuard[FinalEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["summary"]) -> TypeGuard[SummaryEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["stream"]) -> TypeGuard[StreamEvent]: ...
+@overload
+def is_type(ev: Mapping[str, Any], type_: Literal["progress"]) -> TypeGuard[ProgressEvent]: ...
+
+
+def is_type(ev: Mapping[str, Any], type_: EventType) -> bool:
+    """Whether the event ``ev`` (a dict as emitted, or a trajectory line as read back) is of type
+    ``type_``; for mypy, ``ev`` is that type's class where it is (``is_type(ev, "final")``: a
+    :class:`FinalEvent`). Only ``type`` is read: the fields of an event read back from a file are
+    as it holds them (old trajectories lack newer ones), so a reader still reads them with ``.get``.
+
+    Raises:
+        ValueError: ``type_`` is not in :data:`VOCABULARY`, whatever ``ev`` is (a misspelt name
+            fails where it is written instead of never matching).
+    """
+    return ev.get("type") == _known(type_)
+
+
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["header"]) -> Iterator[HeaderEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["corpus"]) -> Iterator[CorpusEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["mode"]) -> Iterator[ModeEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["iteration"]) -> Iterator[IterationEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["prompt"]) -> Iterator[PromptEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["leads"]) -> Iterator[LeadsEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["root_call"]) -> Iterator[RootCallEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["code"]) -> Iterator[CodeEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["output"]) -> Iterator[OutputEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["check"]) -> Iterator[CheckEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["sub_call"]) -> Iterator[SubCallEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["recursion"]) -> Iterator[RecursionEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["notice"]) -> Iterator[NoticeEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["phase"]) -> Iterator[PhaseEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["typed"]) -> Iterator[TypedAnswerEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["final"]) -> Iterator[FinalEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["summary"]) -> Iterator[SummaryEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["stream"]) -> Iterator[StreamEvent]: ...
+@overload
+def of_type(events: Iterable[Mapping[str, Any]], type_: Literal["progress"]) -> Iterator[ProgressEvent]: ...
+
+
+def of_type(events: Iterable[Mapping[str, Any]], type_: EventType) -> Iterator[Any]:
+    """The events of type ``type_`` among ``events``, in their order, typed as that type's class
+    (``of_type(events, "summary")``: :class:`SummaryEvent` each; ``next(of_type(reversed(events),
+    "summary"), None)``: the last one or ``None``). Lazy: ``events`` is read as it is iterated.
+
+    Raises:
+        ValueError: ``type_`` is not in :data:`VOCABULARY`, at the call (before any event is read).
+    """
+    name = _known(type_)
+    return (ev for ev in events if ev.get("type") == name)

@@ -25,7 +25,7 @@ from typing import Any
 from rlm_cli.app.planning import model_window, require_model
 from rlm_cli.config import Settings
 from rlm_cli.corpus import check_paths, load_corpus
-from rlm_cli.events import Emit, event
+from rlm_cli.events import Emit, event, is_type
 from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages
 from rlm_cli.loop.policy import resolve_policy
@@ -64,7 +64,7 @@ def earlier_costs(model: str, directory: Path | None = None) -> list[float]:
                 last = json.loads(fh.read().splitlines()[-1])
         except (OSError, ValueError, IndexError):
             continue
-        if (header.get("config") or {}).get("model") != model or last.get("type") != "summary":
+        if (header.get("config") or {}).get("model") != model or not is_type(last, "summary"):
             continue
         cost = (last.get("usage") or {}).get("cost_usd")
         if last.get("status") == "final" and isinstance(cost, (int, float)):

@@ -10,7 +10,7 @@ from typing import Any
 
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import InterruptedRunError, MaxIterationsError, PartialAnswerError, RLMError
-from rlm_cli.events import Emit
+from rlm_cli.events import Emit, is_type
 from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
 from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
@@ -57,7 +57,7 @@ class TurnCounter:
         self.root_turns = 0
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        if ev.get("type") == "iteration" and ev.get("depth") == 0:
+        if is_type(ev, "iteration") and ev.get("depth") == 0:
             self.root_turns += 1
         self.forward(ev)
 

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_cli.events import Emit, event
+from rlm_cli.events import Emit, event, is_type
 
 PHASES = ("explore", "decompose", "aggregate", "terminate")
 #: Helper names whose use is a look at the corpus (explore) or a model call (decompose).
@@ -66,14 +66,13 @@ class PhaseTagger:
         self._lock = threading.Lock()
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("type")
         depth = int(ev.get("depth", 0))
         key = (threading.get_ident(), depth)
-        if kind == "iteration":
+        if is_type(ev, "iteration"):
             self._close(key, depth, finished=False)
             with self._lock:
                 self._open[key] = _Open(int(ev.get("iteration", 0)))
-        elif kind == "output":
+        elif is_type(ev, "output"):
             helpers = ev.get("helpers") or {}
             with self._lock:
                 state = self._open.get(key)
@@ -81,9 +80,9 @@ class PhaseTagger:
                     state.helpers.update(helpers)
                     state.blocks += 1
             ev = {**ev, "phase": block_phase(helpers)}
-        elif kind == "final":
+        elif is_type(ev, "final"):
             self._close(key, depth, finished=ev.get("status") == "final")
-        elif kind == "summary":
+        elif is_type(ev, "summary"):
             with self._lock:
                 keys = list(self._open)
             for k in keys:

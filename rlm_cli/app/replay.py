@@ -28,7 +28,7 @@ from typing import Any
 from rlm_cli.config import CorpusOptions, Settings, resolve
 from rlm_cli.config_keys import coerce
 from rlm_cli.errors import ProviderError, UsageError
-from rlm_cli.events import Emit, event
+from rlm_cli.events import Emit, ModeEvent, event, is_type, of_type
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.usage import CallRecord
 from rlm_cli.output.trace import read_trace, request_key, signed_by_me
@@ -54,10 +54,9 @@ def recorded_responses(events: list[dict[str, Any]]) -> list[Recorded]:
     including plain ``rlm_query`` fallbacks (role ``sub``)."""
     out = []
     for ev in events:
-        kind = ev.get("type")
-        if kind not in ("root_call", "sub_call") or "response" not in ev:
+        if not (is_type(ev, "root_call") or is_type(ev, "sub_call")) or "response" not in ev:
             continue
-        out.append(Recorded("root" if kind == "root_call" else "sub", int(ev.get("depth", 0)),
+        out.append(Recorded("root" if is_type(ev, "root_call") else "sub", int(ev.get("depth", 0)),
                             str(ev.get("request_key", "")), str(ev["response"]), str(ev.get("model", "")),
                             int(ev.get("input_tokens") or 0), int(ev.get("output_tokens") or 0), ev.get("cost_usd")))
     return out
@@ -121,7 +120,7 @@ CORPUS_FLAGS = {"hidden": "--hidden", "follow": "--follow", "no_ignore": "--no-i
 REPLAY_MODEL = "replay"
 
 
-def settings_from_header(header: dict[str, Any], mode_event: dict[str, Any] | None,
+def settings_from_header(header: dict[str, Any], mode_event: ModeEvent | None,
                          base: Settings | None = None) -> Settings:
     """The replay's :class:`Settings`: ``base`` (the user's: flags, environment, config file;
     default: the environment and config file) with the recorded run's loop settings
@@ -227,7 +226,7 @@ def plan(path: Path, *, sandbox: str | None = None, base: Settings | None = None
     """
     events = read_trace(path)
     header = events[0]
-    mode_event = next((e for e in events if e.get("type") == "mode"), None)
+    mode_event = next(of_type(events, "mode"), None)
     settings = settings_from_header(header, mode_event, base)
     if sandbox:
         settings.sandbox = sandbox
@@ -235,7 +234,7 @@ def plan(path: Path, *, sandbox: str | None = None, base: Settings | None = None
         raise UsageError("rlm replay runs the recorded code: sandbox level none is taken only from its command line, "
                          "not from RLM_SANDBOX or the config file", hint="give --sandbox none to run it unconfined, "
                          "or --sandbox auto")
-    summary = next((e for e in reversed(events) if e.get("type") == "summary"), None)
+    summary = next(of_type(reversed(events), "summary"), None)
     responses = recorded_responses(events)
     if not responses:
         raise UsageError(f"{path} recorded no model response; nothing to replay")

@@ -25,7 +25,7 @@ from rlm_cli.app.session import Session
 from rlm_cli.audit.checklist import Check, Checklist
 from rlm_cli.audit.verdicts import Verdict, decide, exit_code
 from rlm_cli.config import Settings
-from rlm_cli.events import Emit
+from rlm_cli.events import Emit, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
 
@@ -210,7 +210,7 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
     loads = [0]
 
     def session_events(ev: dict[str, Any]) -> None:
-        if ev.get("type") == "corpus":
+        if is_type(ev, "corpus"):
             loads[0] += 1
         emit(ev)
 

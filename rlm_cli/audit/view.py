@@ -10,7 +10,7 @@ from rlm_cli.app.batch import Question
 from rlm_cli.audit.checklist import Checklist
 from rlm_cli.audit.run import CheckRun, audit_document, check_row, run_checklist
 from rlm_cli.config import Settings
-from rlm_cli.events import Emit
+from rlm_cli.events import Emit, is_type
 from rlm_cli.output.audit_reports import table_rows
 
 COLUMNS = ["check", "severity", "status", "value", "why"]
@@ -38,7 +38,7 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
 
     def emit_for(question: Question) -> Emit:
         def warnings_only(ev: dict[str, Any]) -> None:
-            if ev.get("type") == "notice" and ev.get("level") == "warning":
+            if is_type(ev, "notice") and ev.get("level") == "warning":
                 ui.on_event({**ev, "message": f"[{question.id}] {ev.get('message', '')}"})
         return warnings_only
 

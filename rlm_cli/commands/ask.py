@@ -27,6 +27,7 @@ from rlm_cli.commands.options import (
     use_color,
 )
 from rlm_cli.errors import ExitCode, PartialAnswerError, UsageError
+from rlm_cli.events import is_type
 
 
 @run_options()
@@ -202,7 +203,7 @@ def _question_events(question: Any, ui: Any, jobs: int) -> Any:
         return ui.on_event
 
     def warnings_only(ev: dict[str, Any]) -> None:
-        if ev.get("type") == "notice" and ev.get("level") == "warning":
+        if is_type(ev, "notice") and ev.get("level") == "warning":
             ui.on_event(ev)
     return warnings_only
 

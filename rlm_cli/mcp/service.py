@@ -16,6 +16,7 @@ from typing import Any
 from rlm_cli.app.session import Session
 from rlm_cli.config import Settings
 from rlm_cli.errors import PartialAnswerError, RLMError, UsageError
+from rlm_cli.events import is_type
 from rlm_cli.mcp.calls import Call, Calls, Result
 from rlm_cli.mcp.tools import TOOL_NAMES, ref
 from rlm_cli.models.budget import Budget
@@ -44,11 +45,11 @@ class _ProgressNotes:
         self._last: dict[Any, float] = {}
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        kind, depth = ev.get("type"), int(ev.get("depth", 0))
-        if kind == "iteration" and depth == 0:
+        depth = int(ev.get("depth", 0))
+        if is_type(ev, "iteration") and depth == 0:
             self.iteration = int(ev.get("iteration", 0))
             self.send(f"iteration {self.iteration} of at most {self.max_iterations}")
-        elif kind == "progress" and ev.get("kind") in ("sub_calls", "sub_rlms"):
+        elif is_type(ev, "progress") and ev.get("kind") in ("sub_calls", "sub_rlms"):
             group, now = ev.get("group"), time.monotonic()
             first = group not in self._last
             if not (first or ev.get("finished") or now - self._last[group] >= PROGRESS_INTERVAL_S):
@@ -251,7 +252,7 @@ class Service:
 
         def emit(ev: dict[str, Any]) -> None:
             notes(ev)
-            if verbose or (ev.get("type") == "notice" and ev.get("level") == "warning"):
+            if verbose or (is_type(ev, "notice") and ev.get("level") == "warning"):
                 self.ui.on_event(ev)
 
         self.asks += 1

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.events import Emit, event
+from rlm_cli.events import Emit, event, is_type
 
 #: Seconds between two progress events of one group (its start and end are always sent).
 MIN_INTERVAL_S = 0.1
@@ -107,7 +107,7 @@ class Progress:
         self._ids = _GROUP_IDS  # unique in the process: a renderer outlives the questions of a session
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        if ev.get("type") in ("output", "final"):  # the block (or loop) is over: so are its groups
+        if is_type(ev, "output") or is_type(ev, "final"):  # the block (or loop) is over: so are its groups
             depth = int(ev.get("depth", 0))
             with self._lock:
                 keys = [k for k, g in self._groups.items() if g.depth == depth]

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any, cast
+from typing import IO, Any
 
 from rich.console import Console
 from rich.live import Live
@@ -28,6 +28,7 @@ from rlm_cli.events import (
     CheckEvent,
     CodeEvent,
     CorpusEvent,
+    EventType,
     FinalEvent,
     IterationEvent,
     LeadsEvent,
@@ -39,6 +40,7 @@ from rlm_cli.events import (
     RootCallEvent,
     StreamEvent,
     SubCallEvent,
+    is_type,
 )
 from rlm_cli.output.answer import summary_line, support_warning
 from rlm_cli.output.live import EvalProgress, LiveView, PlainGroup, StreamState, ViewState
@@ -97,8 +99,8 @@ class Renderer:
     def _on_event(self, ev: dict[str, Any]) -> None:
         kind = str(ev.get("type"))
         indent = "  " * int(ev.get("depth", 0))
-        if kind == "notice":
-            self._on_notice(cast(NoticeEvent, ev), indent)
+        if is_type(ev, "notice"):
+            self._on_notice(ev, indent)
             return
         if self.quiet:
             return
@@ -429,4 +431,4 @@ HANDLERS: dict[str, Callable[[Renderer, Any, str], None]] = {
     "sub_call": Renderer._on_sub_call, "check": Renderer._on_check, "final": Renderer._on_final,
 }
 #: Types drawn without ending a streamed reply's line (a transient event, or a sub-call line).
-_KEEPS_STREAM = frozenset({"stream", "progress", "sub_call"})
+_KEEPS_STREAM: frozenset[EventType] = frozenset({"stream", "progress", "sub_call"})

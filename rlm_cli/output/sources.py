@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from rlm_cli.output.trace import Emit
+from rlm_cli.events import Emit, is_type
 
 #: Most ranges listed in ``sources`` (the rest are counted in ``sources_omitted``).
 MAX_SOURCES = 100
@@ -43,7 +43,7 @@ class SourceCollector:
         self.rows: list[tuple[str, str, int, int]] = []
 
     def __call__(self, ev: dict[str, Any]) -> None:
-        if ev.get("type") in ("output", "leads"):
+        if is_type(ev, "output") or is_type(ev, "leads"):
             for row in ev.get("sources") or []:
                 if isinstance(row, (list, tuple)) and len(row) == 4:
                     self.rows.append((str(row[0]), str(row[1]), int(row[2]), int(row[3])))

@@ -53,7 +53,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,6 +66,7 @@ from rlm_cli.events import SCHEMA_VERSION as SCHEMA_VERSION
 from rlm_cli.events import TRANSIENT_TYPES as TRANSIENT_TYPES
 from rlm_cli.events import Emit as Emit
 from rlm_cli.events import event as event
+from rlm_cli.events import is_type, of_type
 
 #: Characters of a sub-call prompt kept in the trajectory (the response is kept whole).
 PROMPT_HEAD_CHARS = 2_000
@@ -131,7 +132,7 @@ def trace_key(*, create: bool) -> bytes | None:
     return None
 
 
-def header_signature(header: dict[str, Any], key: bytes) -> str:
+def header_signature(header: Mapping[str, Any], key: bytes) -> str:
     """HMAC-SHA256 (hex) of a header event as it reads back from its JSON line, without its
     :data:`SIGNATURE_FIELD`."""
     import hmac
@@ -142,7 +143,7 @@ def header_signature(header: dict[str, Any], key: bytes) -> str:
     return hmac.new(key, blob.encode("ascii"), hashlib.sha256).hexdigest()
 
 
-def sign_header(header: dict[str, Any]) -> dict[str, Any]:
+def sign_header(header: Mapping[str, Any]) -> Mapping[str, Any]:
     """``header`` with this user's signature (:func:`trace_key`), or unchanged when there is no key."""
     key = trace_key(create=True)
     return header if key is None else {**header, SIGNATURE_FIELD: header_signature(header, key)}
@@ -191,9 +192,9 @@ class TraceWriter:
         self._fh: IO[str] | None = os.fdopen(fd, "a", encoding="utf-8")
         self._lock = threading.Lock()
 
-    def write(self, ev: dict[str, Any]) -> None:
+    def write(self, ev: Mapping[str, Any]) -> None:
         """Write one event as a line (a ``header`` signed: :func:`sign_header`)."""
-        if ev.get("type") == "header":
+        if is_type(ev, "header"):
             ev = sign_header(ev)
         line = json.dumps(ev, ensure_ascii=False, default=str)
         with self._lock:
@@ -250,7 +251,7 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
                     continue
     except OSError as exc:
         raise UsageError(f"cannot read the trajectory {path}: {exc.strerror or exc}") from None
-    if not events or events[0].get("type") != "header":
+    if not events or not is_type(events[0], "header"):
         raise UsageError(f"{path} is not an rlm trajectory (no header line)")
     return events
 
@@ -312,19 +313,19 @@ def info_dict(info: TraceInfo) -> dict[str, Any]:
             "cost_usd": info.cost_usd, "elapsed_s": info.elapsed_s}
 
 
-def completed_calls(events: list[dict[str, Any]]) -> int:
+def completed_calls(events: Sequence[Mapping[str, Any]]) -> int:
     """Model calls a run completed: from its summary's ``usage`` (root and sub-calls, abandoned
     ones left out: ``output.text.completed_calls``), else (no
     summary: a run killed outright, or stopped before it began) the ``root_call`` events and the
     ``sub_call`` events that carry a response."""
-    summary = next((e for e in reversed(events) if e.get("type") == "summary"), None)
+    summary = next(of_type(reversed(events), "summary"), None)
     usage = summary.get("usage") if summary else None
     if isinstance(usage, dict):
         from rlm_cli.output.text import completed_calls as of_usage
 
         return of_usage(usage)
-    return sum(1 for e in events if e.get("type") == "root_call"
-               or (e.get("type") == "sub_call" and "response" in e and not e.get("error")))
+    return sum(1 for e in events if is_type(e, "root_call")
+               or (is_type(e, "sub_call") and "response" in e and not e.get("error")))
 
 
 def summarize(path: Path) -> TraceInfo:
@@ -335,9 +336,9 @@ def summarize(path: Path) -> TraceInfo:
     """
     events = read_trace(path)
     head = events[0]
-    summary = next((e for e in reversed(events) if e.get("type") == "summary"), None)
+    summary = next(of_type(reversed(events), "summary"), None)
     last = events[-1]
-    mode = next((str(e.get("mode")) for e in events if e.get("type") == "mode"), "?")
+    mode = next((str(e.get("mode")) for e in of_type(events, "mode")), "?")
     return TraceInfo(
         run_id=str(head.get("run_id", path.stem)), path=path, started=float(head.get("ts", 0.0)),
         question=str(head.get("question", "")), status=str(summary.get("status")) if summary else "incomplete",
@@ -373,10 +374,6 @@ class Node:
     children: list[Node] = field(default_factory=list)
 
 
-#: Events that belong to the loop *calling* them, one depth above their own ``depth``.
-_CALLER_OWNED = ("sub_call", "recursion")
-
-
 def build_tree(events: list[dict[str, Any]]) -> Node:
     """Arrange a trajectory's events as a tree: iterations under the run (or under the
     ``rlm_query`` that started their loop), and each iteration's root call, code, output,
@@ -386,29 +383,29 @@ def build_tree(events: list[dict[str, Any]]) -> Node:
     container: dict[int, Node] = {0: root}  # where iterations of each depth go
     current: dict[int, Node] = {}  # the open iteration of each depth
     for ev in events:
-        kind = ev.get("type")
-        if kind == "header":
+        if is_type(ev, "header"):
             continue
         depth = int(ev.get("depth", 0))
         node = Node(ev)
-        if kind == "iteration":
+        if is_type(ev, "iteration"):
             container.get(depth, root).children.append(node)
             current[depth] = node
             continue
-        if kind == "phase":  # a label of its iteration, not a node of its own
+        if is_type(ev, "phase"):  # a label of its iteration, not a node of its own
             label = _last_iteration(container.get(depth, root), ev.get("iteration"))
             if label is not None and label.event is not None:
                 label.event = {**label.event, "phase": ev.get("phase"), "helpers": ev.get("helpers")}
             continue
-        owner_depth = depth - 1 if kind in _CALLER_OWNED and depth > 0 else depth
+        caller_owned = is_type(ev, "sub_call") or is_type(ev, "recursion")  # of the loop calling it, one depth up
+        owner_depth = depth - 1 if caller_owned and depth > 0 else depth
         parent = current.get(owner_depth) or container.get(owner_depth, root)
-        if kind in ("summary", "corpus", "mode") and depth == 0:
+        if (is_type(ev, "summary") or is_type(ev, "corpus") or is_type(ev, "mode")) and depth == 0:
             parent = root
         parent.children.append(node)
-        if kind == "recursion" and ev.get("mode") == "rlm":
+        if is_type(ev, "recursion") and ev.get("mode") == "rlm":
             container[depth] = node
             current.pop(depth, None)
-        elif kind == "final":
+        elif is_type(ev, "final"):
             current.pop(depth, None)
     return root
 
@@ -416,6 +413,6 @@ def build_tree(events: list[dict[str, Any]]) -> Node:
 def _last_iteration(container: Node, iteration: Any) -> Node | None:
     """The newest ``iteration`` node numbered ``iteration`` directly under ``container``."""
     for node in reversed(container.children):
-        if node.event is not None and node.event.get("type") == "iteration" and node.event.get("iteration") == iteration:
+        if node.event is not None and is_type(node.event, "iteration") and node.event.get("iteration") == iteration:
             return node
     return None

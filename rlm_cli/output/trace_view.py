@@ -9,6 +9,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
+from rlm_cli.events import EventType, is_type
 from rlm_cli.output.style import SHOW_LINES, escape
 from rlm_cli.output.text import clip, cost_text, helpers_text, money, plural
 from rlm_cli.output.trace import completed_calls
@@ -18,6 +19,8 @@ TREE_TEXT_CHARS = 600
 #: The colour of each event type's node in the terminal tree.
 STYLE = {"iteration": "cyan", "root_call": "blue", "code": "yellow", "output": "green", "sub_call": "magenta",
          "recursion": "bold magenta", "final": "bold green", "notice": "dim", "summary": "bold"}
+#: The event types whose node of the HTML page starts open.
+OPEN_IN_HTML: frozenset[EventType] = frozenset({"iteration", "recursion", "final", "summary"})
 
 
 def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
@@ -30,48 +33,48 @@ def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
         return text if full or len(text) <= TREE_TEXT_CHARS else text[:TREE_TEXT_CHARS] + f" … ({len(text):,} chars)"
 
     tokens = f"{ev.get('input_tokens', 0) or 0:,} in / {ev.get('output_tokens', 0) or 0:,} out tokens"
-    if kind == "iteration":
+    if is_type(ev, "iteration"):
         phase = f" · {ev['phase']}{helpers_text(ev.get('helpers') or {})}" if ev.get("phase") else ""
         return kind, f"iteration {ev.get('iteration')}" + (f" (depth {ev['depth']})" if ev.get("depth") else "") + phase, ""
-    if kind == "root_call":
+    if is_type(ev, "root_call"):
         hist = ev.get("history") or {}
         shrunk = f", history: {hist.get('compacted', 0)} compacted, {hist.get('omitted', 0)} omitted" if (
             hist.get("compacted") or hist.get("omitted")) else ""
         return kind, (f"root model {ev.get('model')}: {tokens}, {cost_text(ev.get('cost_usd'))}, "
                       f"{ev.get('latency_s', 0) or 0:.2f} s{shrunk}"), cut(ev.get("response"))
-    if kind == "code":
+    if is_type(ev, "code"):
         return kind, f"code block {ev.get('block', 1)}", str(ev.get("code", "")) if full else cut(ev.get("code"))
-    if kind == "output":
+    if is_type(ev, "output"):
         extra = f", {plural(ev['sub_calls'], 'sub-call')}" if ev.get("sub_calls") else ""
         return kind, f"output: {ev.get('output_chars', 0):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s{extra}", cut(
             ev.get("output") or "(no output)")
-    if kind == "leads":
+    if is_type(ev, "leads"):
         text = str(ev.get("output") or "(none)")
         return kind, f"leads: {len(text):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s", text if full else cut(text)
-    if kind == "sub_call":
+    if is_type(ev, "sub_call"):
         return kind, f"sub-call {ev.get('model')}: {tokens}, {cost_text(ev.get('cost_usd'))}", (
             f"prompt: {cut(ev.get('prompt_head'))}\n→ {cut(ev.get('response'))}")
-    if kind == "recursion":
+    if is_type(ev, "recursion"):
         return kind, f"rlm_query → depth {ev.get('depth')} ({ev.get('mode')})", cut(ev.get("prompt_head"))
-    if kind == "final":
+    if is_type(ev, "final"):
         n = ev.get("iterations")
         return kind, f"{ev.get('status')} after {n} iteration{'' if n == 1 else 's'}", cut(ev.get("answer"))
-    if kind == "check":
+    if is_type(ev, "check"):
         limit = " (its limit reached)" if ev.get("limit_reached") else ""
         return kind, f"check {ev.get('check')}: {str(ev.get('verdict', '')).replace('_', ' ')}{limit}", cut(
             ev.get("note") or ev.get("rewritten") or "")
-    if kind == "prompt":
+    if is_type(ev, "prompt"):
         return kind, (f"prompt: system {len(str(ev.get('system') or '')):,} chars, "
                       f"first message {len(str(ev.get('first') or '')):,} chars"), cut(ev.get("first"))
-    if kind == "notice":
+    if is_type(ev, "notice"):
         return kind, f"{ev.get('level', 'note')}: {ev.get('message')}", ""
-    if kind == "corpus":
+    if is_type(ev, "corpus"):
         return kind, f"corpus: {ev.get('summary')}", ""
-    if kind == "mode":
+    if is_type(ev, "mode"):
         policy = f", policy {ev['policy']}" if ev.get("policy") else ""
         reason = f"{ev.get('reason', '')}" + (f"\n{ev['policy_reason']}" if ev.get("policy_reason") else "")
         return kind, f"mode {ev.get('mode')}{policy}", reason
-    if kind == "summary":
+    if is_type(ev, "summary"):
         err = f" ({ev['error']})" if ev.get("error") else ""
         cost = money(ev.get("total_cost_usd"), completed_calls([ev]))  # a summary without usage: no call began
         return kind, (f"{ev.get('status')}{err}: {ev.get('total_tokens', 0) or 0:,} tokens, cost {cost}, "
@@ -116,7 +119,7 @@ def trace_html(header: dict[str, Any], root: Any) -> str:
         inner = f"<pre>{esc(body)}</pre>" if body else ""
         kids = "".join(render(c) for c in node.children)
         kids = f"<ul>{kids}</ul>" if kids else ""
-        is_open = " open" if kind in ("iteration", "recursion", "final", "summary") else ""
+        is_open = " open" if kind in OPEN_IN_HTML else ""
         return f'<li class="{esc(kind)}"><details{is_open}><summary>{esc(head)}</summary>{inner}{kids}</details></li>'
 
     config = header.get("config") or {}
