@@ -55,7 +55,7 @@ from rlm_cli.app.question import QuestionRun
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
-from rlm_cli.events import Emit, event
+from rlm_cli.events import TRANSIENT_TYPES, Emit, event
 from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta
 from rlm_cli.models.backend import check_router_file
@@ -152,7 +152,7 @@ class Session:
 
     def _keep(self, emit: Emit) -> Emit:
         def keep(ev: dict[str, Any]) -> None:
-            if ev.get("type") not in ("stream", "progress"):
+            if ev.get("type") not in TRANSIENT_TYPES:
                 self._events.append(ev)
             emit(ev)
         return keep

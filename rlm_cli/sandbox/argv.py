@@ -60,7 +60,7 @@ def landlock_policy(level: Level, *, scratch: Path | None, socket_path: str,
     files; Unix sockets (ABI 9+) only in the relay's folder. Under bwrap (its mounts already
     confine the files): only the network rules and scopes, as defence in depth."""
     abi = confinement().landlock_abi
-    if level is Level.PROCESS and abi >= 1:
+    if level.confined_on_host and abi >= 1:
         return {"files": True, "read": [*landlock_read_paths(hide_paths), "/proc/self"],
                 "write": [str(scratch)], "devices": [d for d in LANDLOCK_DEVICES if os.path.exists(d)],
                 "unix": [os.path.dirname(socket_path)]}

@@ -411,7 +411,8 @@ def private_ipc() -> list[str]:
     return []
 
 
-def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_seccomp: bool = False) -> list[str]:
+def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_seccomp: bool = False,
+           seccomp: bool = True) -> list[str]:
     """Linux hardening that needs no privileges: no new privileges through setuid binaries or
     file capabilities (``PR_SET_NO_NEW_PRIVS``), death with the parent (``PR_SET_PDEATHSIG``),
     Landlock with the ``landlock`` policy when given (see :func:`apply_landlock`), and a seccomp
@@ -444,7 +445,7 @@ def harden(parent_pid: int, landlock: dict[str, Any] | None = None, require_secc
         raise OSError(f"the worker runs {threads} threads; Landlock and seccomp would confine only one")
     if landlock is not None:
         apply_landlock(landlock)
-    note = install_seccomp()
+    note = install_seccomp() if seccomp or require_seccomp else None
     if note:
         if require_seccomp:
             raise OSError(note)
@@ -483,7 +484,8 @@ def confine(config: dict[str, Any], context_chars: int, parent_pid: int) -> tupl
             os.chdir(config["cwd"])
         if config.get("harden", True):
             step = "cannot confine the worker"
-            notes += harden(parent_pid, config.get("landlock"), bool(config.get("seccomp")))
+            notes += harden(parent_pid, config.get("landlock"), bool(config.get("seccomp")),
+                            bool(config.get("seccomp_filter", True)))
     except OSError as exc:
         return notes, scratch, {"type": "error", "error": f"{step}: {exc}"}
     problem = memory_problem(config.get("limits", {}), context_chars)

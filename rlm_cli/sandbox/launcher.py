@@ -192,8 +192,8 @@ class Sandbox:
             "cwd": None if self.level.namespaced else str(self.scratch),
             "index_file": inside.get("index"), "context_file": inside.get("context"), "data_file": inside.get("data"),
             "context_text": self.spec.context_text, "sub_call_threads": self.limits.sub_call_threads,
-            "scratch_tmpfs": self.limits.file_bytes if self.level is Level.PROCESS and can_mount() else None,
-            "private_ipc": self.level is Level.PROCESS and can_mount(),
+            "scratch_tmpfs": self.limits.file_bytes if self.level.confined_on_host and can_mount() else None,
+            "private_ipc": self.level.confined_on_host and can_mount(),
         }
         deadline = time.monotonic() + START_TIMEOUT
         try:
@@ -212,7 +212,7 @@ class Sandbox:
         self.machine_notes += [str(n) for n in reply.get("notes", [])]
         pid = reply.get("pid")
         self._worker_ns_pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
-        self.scratch_on_disk = self.level is Level.PROCESS and reply.get("scratch") != "tmpfs"
+        self.scratch_on_disk = self.level.confined_on_host and reply.get("scratch") != "tmpfs"
         if self.scratch_on_disk:  # no tmpfs to bound it: its size is watched
             self._watch = threading.Thread(target=self._watch_scratch, args=(self.proc, self._drain_stop),
                                            name="sandbox-scratch", daemon=True)
@@ -260,14 +260,17 @@ class Sandbox:
         """What the started process applies to itself (the first message's confinement fields):
         ``limits`` (setrlimit names and values; none at the ``none`` level; without
         ``RLIMIT_CPU`` when not ``cpu_limit``), ``drop_to`` and ``keep_caps`` (:attr:`drop`),
-        ``harden``, ``seccomp`` and ``landlock`` (:meth:`landlock_policy`)."""
+        ``harden``, ``seccomp_filter`` (install the seccomp filter: :attr:`Level.seccomp`),
+        ``seccomp`` (a filter that cannot be installed stops the start: where the kernel has
+        seccomp) and ``landlock`` (:meth:`landlock_policy`)."""
         drop = self.drop
         limits = self.limits.rlimits(drop.uid if drop else os.geteuid()) if self.level.confined else {}
         if not cpu_limit:
             limits.pop("RLIMIT_CPU", None)
         return {"limits": limits, "drop_to": [drop.uid, drop.gid] if drop else None,
                 "keep_caps": list(drop.keep_caps) if drop else [], "harden": self.level.confined,
-                "seccomp": self.level.seccomp and confinement().seccomp, "landlock": self.landlock_policy()}
+                "seccomp_filter": self.level.seccomp, "seccomp": self.level.seccomp and confinement().seccomp,
+                "landlock": self.landlock_policy()}
 
     def spawn(self, cmd: list[str], *, pass_fds: tuple[int, ...], env: dict[str, str],
               name: str = "sandbox-stderr") -> subprocess.Popen[bytes]:

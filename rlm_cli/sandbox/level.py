@@ -34,7 +34,8 @@ class Level(enum.StrEnum):
 
     @property
     def seccomp(self) -> bool:
-        """The seccomp filter is installed (where the kernel has seccomp): ``process`` and ``bwrap``."""
+        """The worker installs the seccomp filter (``hardening.install_seccomp``), and where the
+        kernel has seccomp one that cannot be installed stops the start: ``process`` and ``bwrap``."""
         return self in (Level.PROCESS, Level.BWRAP)
 
     @property
@@ -53,3 +54,12 @@ class Level(enum.StrEnum):
     def runs_plain(self) -> bool:
         """The worker is a plain Python process on the host (no wrapper command): ``process`` and ``none``."""
         return self in (Level.PROCESS, Level.NONE)
+
+    @property
+    def confined_on_host(self) -> bool:
+        """Confined, and a plain process on the host's file system (``process``): the worker
+        confines its own files with Landlock (``argv.landlock_policy``), mounts a tmpfs over its
+        scratch folder and takes an IPC namespace of its own where rlm may mount (else the
+        scratch folder's size is watched), and a worker that drops from root is given its scratch
+        folder (``CAP_CHOWN``: ``users.plan_drop``)."""
+        return self.confined and self.runs_plain

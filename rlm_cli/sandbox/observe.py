@@ -50,10 +50,6 @@ MAX_MAP_CHARS = 4_000_000
 MAX_RECORDS = 2_000
 #: ``grep`` hits remembered per block to check against its output.
 MAX_PENDING_HITS = 5_000
-#: Names whose use counts as looking at the corpus's structure or text (``explore``).
-READ_HELPERS = ("grep", "read_file", "search", "chunk_text", "files", "chunks", "context")
-#: Names whose use sends pieces of the corpus to models (``decompose``).
-CALL_HELPERS = ("llm_query", "rlm_query")
 
 
 class LineIndex:

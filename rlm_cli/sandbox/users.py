@@ -43,9 +43,9 @@ def plan_drop(level: Level | str) -> tuple[Drop | None, str | None]:
         uid = 65534
     gid = private_gid()
     caps = effective_caps()
-    confined = ("; Landlock still confines what it can read and write" if level is Level.PROCESS
+    confined = ("; Landlock still confines what it can read and write" if level.confined_on_host
                 and confinement().landlock_abi >= 1 else "")
-    needed_caps = (CAP_SETUID, CAP_SETGID) + ((CAP_CHOWN,) if level is Level.PROCESS else ())
+    needed_caps = (CAP_SETUID, CAP_SETGID) + ((CAP_CHOWN,) if level.confined_on_host else ())
     if not all(caps & (1 << c) for c in needed_caps):
         return Drop(0, 0), ("rlm runs as root without the capabilities to switch users (CAP_SETUID, CAP_SETGID, "
                             "CAP_CHOWN), so the worker stays root with every capability dropped: the process limit "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from rlm_cli.loop.checks import Candidate, Judge
 from rlm_cli.loop.grounding import quoted_corpus_text, stated_values
 from rlm_cli.loop.policy import GUIDED, STANDARD
-from rlm_cli.loop.support import direct_support, support_of, typed_literals
+from rlm_cli.loop.support import GROUNDING_CHECKS, direct_support, support_of, typed_literals
 from tests.loop.test_checks import GROUNDED
 from tests.support.cli import model_flags, run_rlm
 from tests.support.fake_llm import FakeLLM, repl
@@ -242,3 +243,21 @@ def test_a_number_the_leads_quoted_is_observed_when_the_model_ran_no_code_of_its
                   "--no-llm-cache", "--require-support", "--json")
     assert res.code == 0, res.stderr
     assert json.loads(res.stdout)["support"]["verdict"] == "observed", res.stdout
+
+
+def test_the_schema_names_the_same_grounding_checks_as_the_verdict() -> None:
+    """``support.objections`` in ``ask-result.v1`` lists what ``GROUNDING_CHECKS`` may put there: a
+    check added to one and not the other would ship a schema that rejects valid output."""
+    schema = json.loads(resources.files("rlm_cli.schemas").joinpath("ask-result.v1.json").read_text("utf-8"))
+
+    def find(node: object) -> list[str] | None:
+        if isinstance(node, dict):
+            if "objections" in node.get("properties", {}):
+                return list(node["properties"]["objections"]["items"]["enum"])
+            for value in node.values():
+                found = find(value)
+                if found is not None:
+                    return found
+        return None
+
+    assert sorted(find(schema) or []) == sorted(GROUNDING_CHECKS)
