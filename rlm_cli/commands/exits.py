@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -189,6 +190,8 @@ def _usage_message(exc: Any) -> str:
     their dashes, are close to it (``difflib`` ratio 0.6, click's own cutoff, which with the dashes
     counted offered ``--jobs`` for ``--bogus``)."""
     name = getattr(exc, "option_name", None)
+    if type(exc).__name__ == "BadParameter":
+        return _bad_value_message(exc)
     if type(exc).__name__ != "NoSuchOption" or not name:
         return str(exc.format_message())
     import difflib
@@ -202,6 +205,45 @@ def _usage_message(exc: Any) -> str:
     if len(close) == 1:
         return f"No such option: {name} (did you mean {close[0]}?)"
     return f"No such option: {name} (possible options: {', '.join(sorted(close))})"
+
+
+#: pydantic's words for a value out of an option's range or of the wrong type (typer checks values
+#: with pydantic), and rlm's: ``(pattern, words)`` where the words take the pattern's groups.
+_VALUE_WORDS = (
+    (re.compile(r"Input should be greater than or equal to (\S+)"), "must be at least {0}"),
+    (re.compile(r"Input should be greater than (\S+)"), "must be more than {0}"),
+    (re.compile(r"Input should be less than or equal to (\S+)"), "must be at most {0}"),
+    (re.compile(r"Input should be less than (\S+)"), "must be less than {0}"),
+    (re.compile(r"Input should be a valid integer"), "must be a whole number"),
+    (re.compile(r"Input should be a valid number"), "must be a number"),
+)
+
+
+def _bad_value_message(exc: Any) -> str:
+    """Click's ``BadParameter`` ``exc`` in rlm's words: ``--max-iterations must be at least 1, not
+    0`` for pydantic's "Invalid value for '--max-iterations': Input should be greater than or
+    equal to 1"; click's own message when it is not one of :data:`_VALUE_WORDS`."""
+    text = str(exc.format_message())
+    param = getattr(exc, "param", None)
+    opts = getattr(param, "opts", None) or []
+    name = max(opts, key=len) if opts else getattr(exc, "param_hint", None)
+    cause = exc.__cause__
+    errors = cause.errors() if cause is not None and callable(getattr(cause, "errors", None)) else []
+    given = errors[0].get("input") if errors and isinstance(errors[0], dict) else None
+    for pattern, words in _VALUE_WORDS:
+        found = pattern.search(text)
+        if found and isinstance(name, str):
+            return f"{name} {words.format(*found.groups())}" + (f", not {_shown(given)}" if given is not None else "")
+    return text
+
+
+def _shown(value: object) -> str:
+    """``value`` as an error line shows it: a number as is, anything else quoted."""
+    try:
+        float(str(value))
+    except ValueError:
+        return repr(str(value))
+    return str(value)
 
 
 def _usage_hint(exc: Any) -> str:

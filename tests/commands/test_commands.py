@@ -63,3 +63,20 @@ def test_a_question_that_starts_with_a_dash_is_told_to_go_after_double_dash(tmp_
     assert r.code == 2 and "No such option: --jsn (did you mean --json?)" in r.stderr
     r = run_rlm("ask", str(tmp_path), "--bogus", "q")  # nothing close: no suggestion (it offered --jobs)
     assert r.code == 2 and r.stderr.strip() == "error: No such option: --bogus (see `rlm ask --help`)"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--max-iterations", "0"], "--max-iterations must be at least 1, not 0"),
+    (["--max-iterations=-3"], "--max-iterations must be at least 1, not -3"),
+    (["--max-iterations", "2.5"], "--max-iterations must be a whole number, not 2.5"),
+    (["--max-cost", "x"], "--max-cost must be a number, not 'x'"),
+    (["--temperature", "-1"], "--temperature must be at least 0, not -1"),
+])
+def test_a_value_out_of_range_or_of_the_wrong_kind_is_said_in_rlm_s_words(tmp_path: Path, args: list[str],
+                                                                         said: str) -> None:
+    """Typer checks option values with pydantic, whose words ("Input should be greater than or
+    equal to 1") reached the user as they were."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    r = run_rlm("ask", str(tmp_path), "q", *args)
+    assert r.code == 2 and r.stdout == ""
+    assert r.stderr.strip() == f"error: {said} (see `rlm ask --help`)", r.stderr
