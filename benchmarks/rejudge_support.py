@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
     import scoring
 
     questions = {}
-    for name in ("dev", "dev2", "heldout"):
+    for name in ("dev", "dev2", "heldout", "heldout2"):
         for line in (REPO / "benchmarks" / "questions" / f"{name}.jsonl").read_text().splitlines():
             q = json.loads(line)
             questions[q["id"]] = q

@@ -169,9 +169,16 @@ FEDEX = q("none", "none", "List the orders that were shipped with FedEx.", optio
     (FEDEX, "SO-58100", False),
     (FEDEX, "SO-58100 and SO-58103", False),
     (FEDEX, "FedEx orders: see list", False),
+    (DELETE, "No final answer yet: the run stopped before the model gave one.", False),
 ])
 def test_none(question: dict[str, Any], answer: str, right: bool) -> None:
     assert scoring.score(question, answer)[0] is right, scoring.score(question, answer)
+
+
+def test_the_no_answer_prefix_is_rlm_s_own() -> None:
+    from rlm_cli.loop.partial import NO_ANSWER_PREFIX
+
+    assert scoring.NO_ANSWER_PREFIX == NO_ANSWER_PREFIX
 
 
 def test_blank_and_unknown() -> None:

@@ -41,6 +41,9 @@ _NOT_FIGURE = re.compile(
 )
 _FIGURE = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
 _APPROX = re.compile(r"~?\d[\d,.]*\s*(?:[KMGT]i?B|%|percent)(?!\w)", re.IGNORECASE)
+#: How rlm begins the answer of a run that stopped before the model gave one
+#: (``rlm_cli.loop.partial.NO_ANSWER_PREFIX``): it says "No", but it is no answer.
+NO_ANSWER_PREFIX = "No final answer yet:"
 _NEGATIVE = re.compile(
     r"\b(?:none|no|nothing|zero|empty|not any|never|nobody|no one|neither|n/a"
     r"|(?:does|do|did|is|are|was|were|has|have)\s*(?:n[’']t|not))\b", re.IGNORECASE)
@@ -157,9 +160,12 @@ def _score_none(q: dict[str, Any], answer: str) -> tuple[bool, str]:
 def score(question: dict[str, Any], answer: str | None) -> tuple[bool, str]:
     """Whether ``answer`` is right for ``question`` (a line of ``dev.jsonl``/``heldout.jsonl``), and why.
 
-    ``None`` or a blank answer is wrong. Raises ``ValueError`` for an unknown ``score`` kind."""
+    ``None``, a blank answer and rlm's line for a run that gave none (``No final answer yet: ...``)
+    are wrong. Raises ``ValueError`` for an unknown ``score`` kind."""
     if answer is None or not answer.strip():
         return False, "no answer"
+    if answer.lstrip().startswith(NO_ANSWER_PREFIX):  # rlm's words for a run without an answer: not a "none"
+        return False, "no answer (the run stopped before one)"
     kind = question["score"]
     if kind == "number":
         return _score_number(question, answer)
