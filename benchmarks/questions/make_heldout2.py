@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import make_data  # noqa: E402
 import scoring  # noqa: E402
-from make_questions import COMMON_EXC, PYVER, STDLIB, Package, render  # noqa: E402
+from make_questions import COMMON_EXC, PYVER, STDLIB, Package, package_imports, render  # noqa: E402
 
 SET = "heldout2"
 OTHER_SETS = ("dev.jsonl", "dev2.jsonl", "heldout.jsonl")
@@ -39,18 +39,6 @@ def _top(counter: Counter[str]) -> str:
     (a, na), (_, nb) = counter.most_common(2)
     assert na > nb, "a tie: change the question"
     return a
-
-
-def _imports(pkg: Package) -> set[str]:
-    """Top-level names of the absolute imports anywhere in ``pkg``."""
-    out: set[str] = set()
-    for m in pkg.files.values():
-        for n in ast.walk(m):
-            if isinstance(n, ast.Import):
-                out |= {a.name.split(".")[0] for a in n.names}
-            elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
-                out.add(n.module.split(".")[0])
-    return out
 
 
 def _assigned(pkg: Package, rel: str, name: str) -> ast.expr:
@@ -157,7 +145,7 @@ def _param_count(pkg: Package, rel: str, func: str) -> dict[str, Any]:
 
 
 def _no_import(pkg: Package, module: str) -> dict[str, Any]:
-    assert module not in _imports(pkg)
+    assert module not in package_imports(pkg)
     assert not any(module in (pkg.root / f).read_text(encoding="utf-8") for f in pkg.files)  # not even mentioned
     modules = sorted(f"{pkg.folder}.{f[:-3].replace('/', '.')}" for f in pkg.files if not f.endswith("__init__.py"))
     return {"kind": "negative", "score": "none", "gold": "none", "options": modules,

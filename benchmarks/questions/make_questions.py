@@ -186,14 +186,20 @@ def q_all_count(pkg: Package, rng: random.Random, phrasing: str) -> dict[str, An
             "question": phrasing.format(file=f"{pkg.folder}/{p}", pkg=pkg.folder)}
 
 
-def q_no_import(pkg: Package, rng: random.Random, phrasing: str) -> dict[str, Any]:
-    imported = set()
+def package_imports(pkg: Package) -> set[str]:
+    """Top-level names of the absolute imports anywhere in ``pkg``."""
+    imported: set[str] = set()
     for m in pkg.files.values():
         for n in ast.walk(m):
             if isinstance(n, ast.Import):
                 imported |= {a.name.split(".")[0] for a in n.names}
             elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
                 imported.add(n.module.split(".")[0])
+    return imported
+
+
+def q_no_import(pkg: Package, rng: random.Random, phrasing: str) -> dict[str, Any]:
+    imported = package_imports(pkg)
     cands = [m for m in ("subprocess", "pickle", "sqlite3", "asyncio", "shutil", "tempfile", "ctypes")
              if m not in imported]
     mod = rng.choice(cands)
