@@ -21,7 +21,6 @@ from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.models.usage import CallRecord, Usage
-from rlm_cli.sandbox.launcher import WorkerSpec
 from rlm_cli.sandbox.memory import check_workers_fit
 from rlm_cli.sandbox.results import WorkerCheck
 
@@ -126,8 +125,7 @@ class Lane:
         s, corpus = session.settings, session.corpus
         assert corpus is not None
         self.handler = LMHandler(session.client)
-        spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file, data_file=corpus.data_file)
-        self.sandbox = new_worker(self.handler, session.level, spec, s, depth=0, hide_paths=session.hide,
+        self.sandbox = new_worker(self.handler, session.level, corpus.worker_spec(), s, depth=0, hide_paths=session.hide,
                                   interrupt_grace_s=session.interrupt_grace_s)
         self.questions = 0
         try:
@@ -211,8 +209,7 @@ class LaneKeeper:
             SandboxError: the new worker failed to start.
         """
         if self.lane is not None:
-            self.lane.sandbox.spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
-                                                data_file=corpus.data_file)
+            self.lane.sandbox.spec = corpus.worker_spec()
             self.lane.reset()
 
     def reset(self) -> None:

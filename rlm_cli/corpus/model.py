@@ -24,12 +24,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from rlm_cli.corpus.loader import LoadReport
 from rlm_cli.corpus.tokens import DEFAULT_ENCODING
 from rlm_cli.output.text import plural
 from rlm_cli.protocol import BUNDLE_VERSION, pack_column
+
+if TYPE_CHECKING:
+    from rlm_cli.sandbox.launcher import WorkerSpec
 
 #: The bundle layout version (shared with the worker through ``protocol``).
 INDEX_VERSION = BUNDLE_VERSION
@@ -221,6 +224,12 @@ class Corpus:
     def index_file(self) -> Path:
         """The bundle's ``index.json``."""
         return self.context_file.parent / "index.json"
+
+    def worker_spec(self) -> WorkerSpec:
+        """What a REPL worker loads to hold this corpus: its bundle (index, context and data files)."""
+        from rlm_cli.sandbox.launcher import WorkerSpec
+
+        return WorkerSpec(index_file=self.index_file, context_file=self.context_file, data_file=self.data_file)
 
     @property
     def context(self) -> str:

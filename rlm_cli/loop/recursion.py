@@ -60,9 +60,7 @@ def recursion_handler(settings: Settings, client: ModelClient, handler: LMHandle
         child = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, depth=child_depth,
                              hide_paths=hide)
         if context is None:
-            spec = WorkerSpec(index_file=corpus.index_file, context_file=corpus.context_file,
-                              data_file=corpus.data_file)
-            meta = corpus_meta(corpus)
+            spec, meta = corpus.worker_spec(), corpus_meta(corpus)
         else:
             spec, meta = WorkerSpec(context_text=context), text_meta(context)
         try:
