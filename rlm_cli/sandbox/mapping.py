@@ -17,8 +17,9 @@ How it works (:func:`run_map`):
    ``llm_query_batched`` sends (``--max-concurrency``), through the same relay path as every
    sub-call, so budgets, usage, caching and the trajectory count them like any other.
 3. **Parse, and ask again once.** The numbered lines of each reply are read back; an item whose
-   number is missing, out of range or given twice with different answers is asked again, with
-   the other such items, in new pieces: once. An item still without an answer, or whose piece
+   number is missing, out of range or given twice with different answers, or (with ``choices``)
+   whose answer names none of the choices or several (:func:`match_choice`), is asked again,
+   with the other such items, in new pieces: once. An item still without an answer, or whose piece
    failed (the sub-call's ``Error: ...``), is ``None``, and a note printed in the block's output
    says which and why.
 4. **Remember.** A call answered in full is kept (:data:`MEMO`): the same items and instruction
@@ -105,6 +106,38 @@ def item_texts(items: Any) -> list[str]:
     return out
 
 
+def with_choices(instruction: str, choices: Sequence[str] | None) -> str:
+    """The instruction a piece carries: ``instruction``, and with ``choices`` the request to
+    answer with exactly one of them (``Answer with exactly one of: a, b, c.``)."""
+    if not choices:
+        return instruction.strip()
+    return f"{instruction.strip()} Answer with exactly one of: {', '.join(choices)}."
+
+
+def match_choice(answer: str, choices: Sequence[str]) -> str | None:
+    """The one of ``choices`` that ``answer`` names, as given in ``choices``, or ``None`` when it
+    names none or several. Case is ignored and a plural is allowed (``s``, ``es``, ``y`` ->
+    ``ies``); a choice inside a longer one it also names (``fix`` in ``bug fix``) does not count;
+    when several are named, the answer counts only if it starts with one and goes on after a
+    break (``Complaint, not a suggestion``; not ``suggestion/inquiry``)."""
+    text = answer.strip().lower()
+    spans: list[tuple[int, int, str]] = []
+    for choice in choices:
+        word = choice.strip().lower()
+        forms = [re.escape(word) + "(?:e?s)?"] + ([re.escape(word[:-1]) + "ies"] if word.endswith("y") else [])
+        spans += [(m.start(), m.end(), choice) for m in re.finditer(rf"(?<!\w)(?:{'|'.join(forms)})(?!\w)", text)]
+    kept = [s for s in spans if not any(o[0] <= s[0] and s[1] <= o[1] and (o[1] - o[0]) > (s[1] - s[0])
+                                        for o in spans)]
+    named = {choice for _, _, choice in kept}
+    if len(named) == 1:
+        return named.pop()
+    lead = len(text) - len(text.lstrip("*_`'\"([ "))
+    for start, end, choice in kept:
+        if start == lead and re.match(r"\W*(?:[,.;:(]|\s+-|$)", text[end:]):
+            return choice
+    return None
+
+
 def piece_prompt(instruction: str, texts: Sequence[str]) -> str:
     """The prompt of one piece: the instruction, the items as ``[k] text`` (newlines inside an
     item become spaces, so each item is one line), then the instruction again with the form of the
@@ -185,6 +218,8 @@ class MapRun:
     asked_again: int = 0
     failures: list[tuple[list[int], str]] = field(default_factory=list)
     cut: list[int] = field(default_factory=list)
+    #: Items whose last answer named none of the ``choices`` or several (then ``None``).
+    unmatched: list[int] = field(default_factory=list)
 
     def note(self) -> str:
         """The line printed in the block's output when some item has no answer or was cut
@@ -193,9 +228,12 @@ class MapRun:
         parts = []
         if missing:
             why = "; ".join(f"the sub-call for {_span(items)} failed: {err[:160]}" for items, err in self.failures[:3])
-            unanswered = len(missing) - sum(len(items) for items, _ in self.failures)
+            unanswered = len(missing) - sum(len(items) for items, _ in self.failures) - len(self.unmatched)
             if unanswered > 0:
                 why += ("; " if why else "") + f"{unanswered} came back without their number twice"
+            if self.unmatched:
+                why += ("; " if why else "") + (f"{len(self.unmatched)} named none of the choices, or several, "
+                                                "twice")
             parts.append(f"{len(missing)} of {len(self.answers)} items have no answer (None): {_span(missing)} ({why})")
         if self.cut:
             parts.append(f"{_span(self.cut)} too long for one sub-call, so cut to fit")
@@ -209,11 +247,14 @@ def _span(indexes: list[int]) -> str:
 
 
 def run_map(texts: Sequence[str], instruction: str, cap: Capacity,
-            send: Callable[[list[str]], list[str]]) -> MapRun:
+            send: Callable[[list[str]], list[str]],
+            accept: Callable[[str], str | None] | None = None) -> MapRun:
     """Answer ``instruction`` for each of ``texts`` (see the module docstring). ``send`` makes the
     sub-calls of one round, concurrently: prompts in, each answer text or ``'Error: ...'`` out, in
-    order."""
+    order. ``accept`` turns an answer into the one kept (``None``: not an answer, ask again once;
+    :func:`match_choice` for ``choices``); by default every answer is kept as it came."""
     run = MapRun([None] * len(texts))
+    unmatched: set[int] = set()
     fitted = []
     for i, t in enumerate(texts):
         text, cut = fit(t, cap, 2 * len(instruction))
@@ -234,12 +275,17 @@ def run_map(texts: Sequence[str], instruction: str, cap: Capacity,
                 continue
             got = parse_answers(reply, len(piece))
             for k, i in enumerate(piece, 1):
-                if k in got:
-                    run.answers[i] = got[k]
+                kept = got[k] if k in got and accept is None else accept(got[k]) if k in got and accept else None
+                unmatched.discard(i)
+                if kept is not None:
+                    run.answers[i] = kept
                 else:
                     todo.append(i)
+                    if k in got:
+                        unmatched.add(i)
         if attempt == 0:
             run.asked_again = len(todo)
+    run.unmatched = sorted(unmatched)
     return run
 
 
@@ -251,28 +297,52 @@ MEMO_SIZE = 64
 MEMO_NOTE = "[llm_map: the same items and instruction as an earlier call; its answers again, no new sub-call.]\n"
 
 
-def memo_key(texts: Sequence[str], instruction: str, model: str | None, per_call: int | None) -> str:
+def memo_key(texts: Sequence[str], instruction: str, model: str | None, per_call: int | None,
+             choices: Sequence[str] | None = None) -> str:
     """The key of a call in :data:`MEMO`: a SHA-256 of everything that decides its answers."""
-    return hashlib.sha256(json.dumps([model, per_call, instruction, list(texts)]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([model, per_call, instruction, list(texts),
+                                      list(choices or [])]).encode()).hexdigest()
 
 
 USAGE = ("llm_map(items, instruction): give the list of items and, as a str, what to answer about each "
          "(e.g. llm_map(lines, 'Does this line report an error? yes or no'))")
+CHOICES_USAGE = ("llm_map(..., choices=[...]): the answers allowed, a list of at least two different non-empty "
+                 "strs (e.g. choices=['bug fix', 'feature', 'docs'])")
+
+
+def check_choices(choices: Any) -> list[str] | None:
+    """``choices`` as a list of distinct stripped strs (``None`` when not given).
+
+    Raises:
+        TypeError: not a list or tuple of at least two different non-empty strs.
+    """
+    if choices is None:
+        return None
+    if isinstance(choices, str) or not isinstance(choices, (list, tuple, set, frozenset)) \
+            or not all(isinstance(c, str) and c.strip() for c in choices):
+        raise TypeError(f"{CHOICES_USAGE}; got {choices!r:.120}")
+    out = list(dict.fromkeys(c.strip() for c in choices))
+    if len(out) < 2:
+        raise TypeError(f"{CHOICES_USAGE}; got {choices!r:.120}")
+    return out
 
 
 def map_items(items: Any, instruction: Any, ask_window: Callable[[], str],
               send: Callable[[list[str]], list[str]], per_call: int | None = None,
-              model: str | None = None) -> list[str | None]:
+              model: str | None = None, choices: Any = None) -> list[str | None]:
     """The REPL's ``llm_map(items, instruction)`` (also ``llm_map(instruction, items)``): one answer
     per item (:func:`item_texts`), ``None`` where none came; the note of :meth:`MapRun.note` is
     printed. ``ask_window`` asks the model layer for the sub-model's window (:func:`window_of`),
     ``send`` makes one round of sub-calls (:func:`run_map`); ``per_call`` caps the items of a
-    sub-call (:func:`capacity`). A call that asks what an earlier one answered in full (same
-    items, instruction, ``model`` and ``per_call``) gets those answers again (:data:`MEMO`).
+    sub-call (:func:`capacity`). With ``choices`` (a list of labels) each piece asks for exactly
+    one of them and each answer is the label it names (:func:`match_choice`), spelled as given,
+    so that ``Counter(answers)`` counts them; an answer naming none or several is asked again
+    once, then ``None``. A call that asks what an earlier one answered in full (same items,
+    instruction, ``model``, ``per_call`` and ``choices``) gets those answers again (:data:`MEMO`).
 
     Raises:
-        TypeError: the instruction is missing or not a str (the message shows the call), or
-            ``per_call`` is not a positive int.
+        TypeError: the instruction is missing or not a str (the message shows the call),
+            ``per_call`` is not a positive int, or ``choices`` not at least two different strs.
     """
     if isinstance(items, str) and instruction is not None and not isinstance(instruction, str):
         items, instruction = instruction, items
@@ -283,11 +353,14 @@ def map_items(items: Any, instruction: Any, ask_window: Callable[[], str],
         return []
     if per_call is not None and (isinstance(per_call, bool) or not isinstance(per_call, int) or per_call < 1):
         raise TypeError(f"llm_map(..., per_call=N): N is the most items of one sub-call, a positive int; got {per_call!r}")
-    key = memo_key(texts, instruction, model, per_call)
+    labels = check_choices(choices)
+    key = memo_key(texts, instruction, model, per_call, labels)
     if key in MEMO:
         sys.stdout.write(MEMO_NOTE)
         return list(MEMO[key])
-    run = run_map(texts, instruction, capacity(*window_of(ask_window()), per_call), send)
+    accept = None if labels is None else (lambda answer: match_choice(answer, labels))
+    run = run_map(texts, with_choices(instruction, labels), capacity(*window_of(ask_window()), per_call), send,
+                  accept)
     sys.stdout.write(run.note())
     if None not in run.answers:
         MEMO[key] = list(run.answers)

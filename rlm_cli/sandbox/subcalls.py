@@ -85,16 +85,18 @@ class SubCalls:
             return list(pool.map(lambda p: self._sub_call(p, model, batch), prompts))
 
     def llm_map(self, items: Any, instruction: Any = None, *, model: str | None = None,
-                per_call: int | None = None) -> list[str | None]:
+                per_call: int | None = None, choices: Any = None) -> list[str | None]:
         """One answer to ``instruction`` per item of ``items``, from as few sub-calls as fit the
-        sub-model's window (``rlm_cli.sandbox.mapping.map_items``: ``None`` where none came, said).
+        sub-model's window (``rlm_cli.sandbox.mapping.map_items``: ``None`` where none came, said);
+        with ``choices`` (labels) each answer is exactly one of them.
 
         Raises:
-            TypeError: the instruction is missing or not a str, or ``per_call`` no positive int.
+            TypeError: the instruction is missing or not a str, ``per_call`` no positive int, or
+                ``choices`` not at least two different strs.
         """
         self.observer.count("llm_map")
         return map_items(items, instruction, lambda: self._request({"type": "window", "model": model}),
-                         lambda prompts: self._send_batch(prompts, model), per_call, model)
+                         lambda prompts: self._send_batch(prompts, model), per_call, model, choices)
 
     def rlm_query(self, prompt: str, context: Any = None) -> str:
         """A recursive sub-RLM over ``context`` (default: this REPL's ``context``) at depth + 1.

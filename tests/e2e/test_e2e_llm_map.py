@@ -130,3 +130,33 @@ def test_the_same_map_again_costs_no_sub_call(tmp_path: Path, llm: FakeLLM) -> N
     trace = [json.loads(line) for line in Path(doc["trace"]).read_text().splitlines()]
     outputs = [e["output"] for e in trace if e.get("type") == "output"]
     assert "no new sub-call" in outputs[1] and outputs[1].endswith("20\n")
+
+
+def test_choices_turn_answers_in_words_into_the_labels_and_ask_again_for_an_answer_off_the_list(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    def in_words(req: dict[str, Any]) -> str:  # the sub-model's own wording; the value 14 gets no label
+        assert "Answer with exactly one of: even, odd." in last_user(req)
+        return "\n".join(f"{k}: {'I cannot tell' if v == 14 else '**Even**' if v % 2 == 0 else 'It is odd.'}"
+                         for k, v in _numbered(req))
+
+    llm.script("sub", in_words)
+    llm.default("sub", _parity)
+    llm.script("root", repl("from collections import Counter\n"
+                            "kinds = llm_map(context['items.txt'], 'Is the value even or odd?', choices=['even', 'odd'])\n"
+                            "FINAL(str(sorted(Counter(kinds).items())))"))
+    res, doc = _ask(llm, _items(tmp_path, 10), "--max-concurrency", "1")
+    assert res.code == 0, res.stderr
+    assert doc["answer"] == "[('even', 5), ('odd', 5)]"
+    first, again = llm.chat_requests("sub")
+    assert len(_numbered(first)) == 10 and _numbered(again) == [("1", 14)]  # only the answer off the list
+
+
+def test_choices_that_are_not_a_list_of_labels_are_a_type_error_the_model_sees(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script("root", repl("kinds = llm_map(context['items.txt'], 'Even or odd?', choices='even, odd')"),
+               repl("FINAL('done')"))
+    res, doc = _ask(llm, _items(tmp_path, 4))
+    assert res.code == 0, res.stderr
+    trace = [json.loads(line) for line in Path(doc["trace"]).read_text().splitlines()]
+    output = next(e for e in trace if e.get("type") == "output")["output"]
+    assert "TypeError: llm_map(..., choices=[...]): the answers allowed" in output
+    assert not llm.chat_requests("sub")

@@ -152,3 +152,69 @@ def test_a_call_answered_in_full_is_answered_again_without_sub_calls(capsys: pyt
 
     assert map_items(["c"], "Shout it.", lambda: window, fails) == [None]
     assert map_items(["c"], "Shout it.", lambda: window, send) == ["c!"]  # a failed call is not kept
+
+
+CATS = ["complaint", "compliment", "inquiry", "suggestion"]
+
+
+@pytest.mark.parametrize(("answer", "want"), [
+    ("Complaint", "complaint"), ("complaints.", "complaint"), ("**Suggestion**", "suggestion"),
+    ('"inquiry"', "inquiry"), ("inquiries", "inquiry"),                        # plurals, quotes, bold
+    ("It is an inquiry", "inquiry"),                                           # named once, anywhere
+    ("Complaint, not a suggestion", "complaint"),                              # several: the lead, after a break
+    ("Inquiry (a suggestion too)", "inquiry"),
+    ("suggestion/inquiry", None), ("suggestion or inquiry", None),             # several, no lead: none
+    ("none of these", None), ("", None), ("complaining", None),                # a word that only starts like one
+])
+def test_match_choice(answer: str, want: str | None) -> None:
+    assert mapping.match_choice(answer, CATS) == want
+
+
+def test_match_choice_prefers_the_longer_choice_and_keeps_the_spelling_given() -> None:
+    assert mapping.match_choice("bug fix", ["fix", "bug fix", "docs"]) == "bug fix"
+    assert mapping.match_choice("a FIX", ["fix", "bug fix", "docs"]) == "fix"
+    assert mapping.match_choice("No, it is not.", ["Yes", "No"]) == "No"  # "not" is not "no"
+
+
+def test_choices_ask_for_one_of_them_and_an_answer_naming_none_is_asked_again_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rounds: list[list[str]] = []
+
+    def send(prompts: list[str]) -> list[str]:
+        rounds.append(prompts)
+        out = []
+        for p in prompts:
+            items = re.findall(r"^\[(\d+)\] (t\d)$", p, re.M)
+            # t1 is answered off the list the first time, t2 both times; the rest in their own words
+            first = {"t0": "Inquiry.", "t1": "I am not sure", "t2": "both a complaint and a suggestion",
+                     "t3": "**complaints**"}
+            again = {"t1": "compliment", "t2": "no idea"}
+            out.append("\n".join(f"{k}: {(first if len(rounds) == 1 else again)[t]}" for k, t in items))
+        return out
+
+    window = '{"window": 16384, "reply": 3276}'
+    got = map_items(["t0", "t1", "t2", "t3"], "What kind of message is this?", lambda: window, send, choices=CATS)
+    assert got == ["inquiry", "compliment", None, "complaint"]
+    assert "Answer with exactly one of: complaint, compliment, inquiry, suggestion." in rounds[0][0]
+    assert len(rounds) == 2 and re.findall(r"^\[\d+\] (t\d)$", rounds[1][0], re.M) == ["t1", "t2"]
+    assert capsys.readouterr().out == ("[llm_map: 1 of 4 items have no answer (None): item 2 (1 named none of the "
+                                       "choices, or several, twice).]\n")
+
+
+@pytest.mark.parametrize("bad", ["a, b", ["only one"], ["a", ""], ["a", 3], 5, ["same", " same "]])
+def test_choices_must_be_two_or_more_strs(bad: object) -> None:
+    with pytest.raises(TypeError, match=r"choices=\["):
+        map_items(["x"], "Kind?", lambda: "{}", lambda p: [], choices=bad)
+
+
+def test_the_same_items_with_other_choices_are_asked_again() -> None:
+    sent: list[str] = []
+
+    def send(prompts: list[str]) -> list[str]:
+        sent.extend(prompts)
+        return ["1: yes"] * len(prompts)
+
+    window = '{"window": 16384, "reply": 3276}'
+    assert map_items(["a"], "Red?", lambda: window, send, choices=["yes", "no"]) == ["yes"]
+    assert map_items(["a"], "Red?", lambda: window, send, choices=["yes", "no", "maybe"]) == ["yes"]
+    assert map_items(["a"], "Red?", lambda: window, send, choices=["yes", "no"]) == ["yes"] and len(sent) == 2
