@@ -12,8 +12,12 @@ def example_messages() -> list[dict[str, str]]:
     variable a program reads) finds a fact with grep and states it first, then where it was
     found; the second judges each of many lines with ``llm_map`` and counts the answers in code,
     because a 1.5B model told in words alone when to decompose never did (6 of 6 dev questions
-    of ``rlm eval``'s ``semantic`` family answered by grep or a guess, 2026-12-06). Their subjects
-    are unlike any question ``rlm eval`` generates."""
+    of ``rlm eval``'s ``semantic`` family answered by grep or a guess, 2026-12-06). It gives
+    every kind as ``choices`` rather than asking yes or no about one: the model imitates the
+    example, and asked yes or no about one kind at a time the 1.5B model said yes to 87 and 89 of
+    160 (message, kind) pairs where 40 were true (``benchmarks/bench_map_labels.py --yes-no``,
+    seeds 7 and 11), over-counting every kind, while one kind among all counts each item once. Their subjects are unlike any question
+    ``rlm eval`` generates."""
     return [
         {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
                                     "tool keeps its cache?"},
@@ -28,10 +32,12 @@ def example_messages() -> list[dict[str, str]]:
                                          '~/.cache/tool)")\n```'},
         {"role": "user", "content": "Example question (not your task): How many entries of CHANGES.txt fix a crash?"},
         {"role": "assistant", "content": "Whether an entry fixes a crash is a judgment, not a word to match, so the "
-                                         "sub-model reads each one.\n```repl\nentries = context[\"CHANGES.txt\"]."
-                                         "splitlines()\nfixes = llm_map(entries, \"Does this entry fix a crash? Answer yes "
-                                         "or no.\")\nprint(len(entries), sum(1 for a in fixes if a and a.lower()."
-                                         "startswith(\"yes\")))\n```"},
-        {"role": "user", "content": "Output:\n31 6\n\nContinue."},
+                                         "sub-model gives each entry one kind, every kind named as a choice.\n```repl\n"
+                                         "from collections import Counter\nentries = context[\"CHANGES.txt\"]."
+                                         "splitlines()\nkinds = llm_map(entries, \"What does this entry change?\", "
+                                         "choices=[\"crash fix\", \"other fix\", \"feature\", \"docs\"])\n"
+                                         "print(len(entries), Counter(kinds))\n```"},
+        {"role": "user", "content": "Output:\n31 Counter({'other fix': 12, 'feature': 9, 'crash fix': 6, 'docs': 4})"
+                                    "\n\nContinue."},
         {"role": "assistant", "content": '```repl\nFINAL("6 of the 31 entries of CHANGES.txt fix a crash")\n```'},
     ]

@@ -63,7 +63,7 @@ The REPL holds:
 - `data[path]`: a JSON/JSONL/CSV/TSV file or web access log parsed (JSON -> its object; the others -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
 - `llm_query(prompt)` -> str: one call to a sub-model that sees ONLY the prompt string you give it. It holds up to about <SUB_MAX_TOKENS> tokens (about <SUB_MAX_CHARS> characters).
 - `llm_query_batched(prompts)` -> list[str]: many sub-calls run concurrently; answers come back in the same order.
-- `llm_map(items, instruction)` -> list: one sub-model answer per item (items: a list of str, such as lines), <MAP_ITEMS> items a sub-call; None where none came.
+- `llm_map(items, instruction, choices=None)` -> list: one sub-model answer per item (items: a list of str, such as lines), <MAP_ITEMS> items a sub-call; None where none came; with choices (a list of labels), each answer is one of them.
 - `rlm_query(prompt, context=None)` -> str: <RLM_QUERY>
 - `SHOW_VARS()`: list the variables you have created.
 - `FINAL(answer)`: finish with the answer. `FINAL_VAR(name)`: finish with the value of a variable (e.g. FINAL_VAR("report")).
@@ -71,7 +71,7 @@ The REPL holds:
 How to work:
 1. Explore first: look at the structure (sizes, paths, a few grep hits) before reading anything.
 2. Filter with code: grep, search, regex and slicing cost nothing; use them to find the parts that matter.
-3. Decompose when the answer depends on judging text (its meaning, intent or tone), not on matching it: no pattern sees meaning. Ask the sub-model: llm_map for many short items, llm_query_batched for pieces of about <BATCH_CHARS> characters (whole chunks or files), with a precise instruction. A sub-call costs about one of your turns: prefer tens of large sub-calls to thousands of tiny ones.
+3. Decompose when the answer depends on judging text (its meaning, intent or tone), not on matching it: no pattern sees meaning. Ask the sub-model: llm_map for many short items, llm_query_batched for pieces of about <BATCH_CHARS> characters (whole chunks or files), with a precise instruction. To count kinds, name every kind in choices (asked yes or no about one kind, a sub-model says yes too often). A sub-call costs about one of your turns: prefer tens of large sub-calls to thousands of tiny ones.
 4. Aggregate in Python: keep sub-answers in variables (they persist between turns) and combine them with code (count, filter, rank).
 5. Finish: when the printed output supports your answer, call FINAL(answer) in a ```repl block, or FINAL_VAR(name) for a long answer built in a variable. Cite file paths and line numbers.
 
@@ -84,7 +84,7 @@ COMPACT_SYSTEM_PROMPT = """Answer a question about a corpus by writing Python in
 `grep(pattern)` -> [{"file","line","text","in"}] ("in": the enclosing function), `read_file(path, start_line, end_line)`, `search(query, k=10)`,
 `data[path]` (parsed JSON/JSONL/CSV, access logs), `records(glob=None)` (all rows as dicts with "_file", "_line"), `frame(path)` (pandas),
 `llm_query(prompt)` -> str (a sub-model that sees only that prompt; up to <SUB_MAX_CHARS> chars), `llm_query_batched(prompts)` -> list[str],
-`llm_map(items, instruction)` -> one answer per item (<MAP_ITEMS> items a sub-call), `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
+`llm_map(items, instruction, choices=None)` -> one answer per item (<MAP_ITEMS> items a sub-call; choices: the labels allowed), `rlm_query(prompt, context=None)` -> str, `SHOW_VARS()`, `FINAL(answer)` or `FINAL_VAR(name)` to finish.
 Explore with code first, filter with grep. When the answer depends on what text means rather than on words you can match, judge it with sub-calls (llm_map, each call about the cost of one of your turns) and count in code. Only printed output comes back (cut to <MAX_OUTPUT_CHARS> chars).
 Each reply: one ```repl block, then stop. Never write its output yourself: the real output comes in the next message. The first two exchanges below are examples (not your task)."""
 
@@ -395,7 +395,8 @@ HELPER_USAGE = {
                   "grep/search row",
     "llm_query": "llm_query(prompt) sends one string to the sub-model and returns its answer",
     "llm_query_batched": "llm_query_batched([prompt1, prompt2, ...]) returns a list of answers",
-    "llm_map": "llm_map(items, instruction) returns one answer per item of the list items (instruction: a str)",
+    "llm_map": "llm_map(items, instruction, choices=None) returns one answer per item of the list items "
+               "(instruction: a str; choices: a list of the labels allowed)",
     "FINAL_VAR": "FINAL_VAR('name') finishes with the value of the variable called name",
 }
 

@@ -24,7 +24,7 @@ def test_full_system_prompt_teaches_the_method() -> None:
     for name in HELPERS:
         assert name in text, name
     for idea in ("Explore first", "Filter with code", "Decompose when the answer depends on judging text",
-                 "A sub-call costs about one of your turns", "llm_query_batched", "Aggregate in Python",
+                 "A sub-call costs about one of your turns", "llm_query_batched", "To count kinds, name every kind in choices", "Aggregate in Python",
                  "Only what your code prints comes back", "10,000 characters", "```repl"):
         assert idea in text, idea
     assert "<" + "SUB_" not in text and "<MAX_OUTPUT_CHARS>" not in text  # every placeholder filled
@@ -44,8 +44,9 @@ def test_the_worked_examples_are_real_turns_the_output_arriving_as_the_next_mess
     assert 'FINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8' in final["content"]
     ask, code, output, final = msgs[5:9]
     assert "not your task" in ask["content"] and "judgment, not a word to match" in code["content"]
-    assert 'llm_map(entries, "Does this entry fix a crash? Answer yes or no.")' in code["content"]
-    assert code["content"].rstrip().endswith("```") and output["content"].startswith("Output:\n31 6\n")
+    assert 'choices=["crash fix", "other fix", "feature", "docs"])' in code["content"]
+    assert "print(len(entries), Counter(kinds))" in code["content"]
+    assert code["content"].rstrip().endswith("```") and output["content"].startswith("Output:\n31 Counter(")
     assert 'FINAL("6 of the 31 entries' in final["content"]
     assert msgs[-1]["content"].endswith("Do not answer before running code.") and "Question: q" in msgs[-1]["content"]
 
@@ -124,8 +125,8 @@ def test_first_prompt_is_the_same_size_for_1mb_and_30mb(tmp_path: Path) -> None:
         sizes[mb] = request_tokens(msgs)
     assert abs(sizes[30] - sizes[1]) / sizes[1] < 0.05, sizes
     # About 1,450 tokens before the second worked example (llm_map, issue 42: ~170 tokens, what made
-    # a 1.5B model decompose at all); the budget stays a small fraction of a 16k window.
-    assert sizes[1] < 1_700, sizes
+    # a 1.5B model decompose at all; ~60 more for its choices); a small fraction of a 16k window.
+    assert sizes[1] < 1_750, sizes
 
 
 def test_small_prompt_pieces_render() -> None:
