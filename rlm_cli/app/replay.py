@@ -32,6 +32,7 @@ from rlm_cli.events import Emit, ModeEvent, event, is_type, of_type
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.usage import CallRecord
 from rlm_cli.output.trace import read_trace, request_key, signed_by_me
+from rlm_cli.sandbox.level import Level
 
 
 @dataclass
@@ -230,8 +231,9 @@ def plan(path: Path, *, sandbox: str | None = None, base: Settings | None = None
     settings = settings_from_header(header, mode_event, base)
     if sandbox:
         settings.sandbox = sandbox
-    elif settings.sandbox == "none":
-        raise UsageError("rlm replay runs the recorded code: sandbox level none is taken only from its command line, "
+    elif _unconfined(settings.sandbox):
+        raise UsageError(f"rlm replay runs the recorded code: sandbox level {settings.sandbox} is taken only from "
+                         "its command line, "
                          "not from RLM_SANDBOX or the config file", hint="give --sandbox none to run it unconfined, "
                          "or --sandbox auto")
     summary = next(of_type(reversed(events), "summary"), None)
@@ -318,3 +320,12 @@ def replay(p: ReplayPlan, *, emit: Emit, stdin_bytes: bytes | None = None) -> An
         os.chdir(here)
     outcome.usage["replay_s"] = round(time.monotonic() - started, 3)
     return outcome
+
+
+def _unconfined(name: str) -> bool:
+    """Whether the sandbox setting ``name`` is a level that leaves the worker unconfined
+    (:attr:`Level.confined` false: ``none``); ``auto`` and unknown names are not."""
+    try:
+        return not Level(name).confined
+    except ValueError:
+        return False
