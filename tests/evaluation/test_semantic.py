@@ -139,8 +139,8 @@ def _label(text: str) -> str:
 
 
 def _sub_model(wrong: int = 0) -> Any:
-    """A sub-model that labels every message of a piece right (the first ``wrong`` inquiries it
-    sees, as complaints)."""
+    """A sub-model that labels every message of a piece right, in its own words (the first
+    ``wrong`` inquiries it sees, as complaints)."""
     left = [wrong]
 
     def answer(req: dict[str, Any]) -> str:
@@ -151,7 +151,7 @@ def _sub_model(wrong: int = 0) -> Any:
             if cat == "inquiry" and left[0] > 0:
                 left[0] -= 1
                 cat = "complaint"
-            out.append(f"{k}: {cat}")
+            out.append(f"{k}: I would say **{cat.title()}**.")
         return "\n".join(out)
     return answer
 
@@ -161,7 +161,8 @@ def _root(req: dict[str, Any]) -> str:
     q = question_message(req)
     path = re.search(r"`(rlm-eval/messages-\d+\.txt)`", q).group(1)  # type: ignore[union-attr]
     head = (f"lines = context[{path!r}].splitlines()\n"
-            "kinds = llm_map(lines, 'Is this message a complaint, compliment, inquiry or suggestion? One word.')\n")
+            "kinds = llm_map(lines, 'What kind of message is this?', "
+            "choices=['complaint', 'compliment', 'inquiry', 'suggestion'])\n")
     plural = re.search(r"are (\w+)\?", q)
     if "How many" in q and plural:
         cat = next(c for c, (p, _) in CATEGORIES.items() if p == plural.group(1))
