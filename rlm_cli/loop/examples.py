@@ -13,10 +13,10 @@ def example_messages() -> list[dict[str, str]]:
     found; the second judges each of many lines with ``llm_map`` and counts the answers in code,
     because a 1.5B model told in words alone when to decompose never did (6 of 6 dev questions
     of ``rlm eval``'s ``semantic`` family answered by grep or a guess, 2026-12-06). It gives
-    every kind as ``choices`` rather than asking yes or no about one: the model imitates the
-    example, and asked yes or no about one kind at a time the 1.5B model said yes to 87 and 89 of
-    160 (message, kind) pairs where 40 were true (``benchmarks/bench_map_labels.py --yes-no``,
-    seeds 7 and 11), over-counting every kind, while one kind among all counts each item once. Their subjects are unlike any question
+    every kind as ``choices`` rather than asking yes or no about one (the model imitates the
+    example): one pass labels every item once, and ``Counter`` answers how many of a kind, which
+    kind is most common and which items are of a kind alike. (Neither way made the 1.5B model's
+    counts good: ``benchmarks/bench_map_labels.py --yes-no``, docs/eval.md.) Their subjects are unlike any question
     ``rlm eval`` generates."""
     return [
         {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "

@@ -24,7 +24,7 @@ def test_full_system_prompt_teaches_the_method() -> None:
     for name in HELPERS:
         assert name in text, name
     for idea in ("Explore first", "Filter with code", "Decompose when the answer depends on judging text",
-                 "A sub-call costs about one of your turns", "llm_query_batched", "To count kinds, name every kind in choices", "Aggregate in Python",
+                 "A sub-call costs about one of your turns", "llm_query_batched", "To count or compare kinds, name every kind in choices", "Aggregate in Python",
                  "Only what your code prints comes back", "10,000 characters", "```repl"):
         assert idea in text, idea
     assert "<" + "SUB_" not in text and "<MAX_OUTPUT_CHARS>" not in text  # every placeholder filled
