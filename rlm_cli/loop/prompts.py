@@ -63,7 +63,7 @@ The REPL holds:
 - `data[path]`: a JSON/JSONL/CSV/TSV file or web access log parsed (JSON -> its object; the others -> rows as dicts); `records(glob=None)` -> every row of those tables, each dict with "_file" and "_line" (count and group with comprehensions); `frame(path)` -> a pandas DataFrame.
 - `llm_query(prompt)` -> str: one call to a sub-model that sees ONLY the prompt string you give it. It holds up to about <SUB_MAX_TOKENS> tokens (about <SUB_MAX_CHARS> characters).
 - `llm_query_batched(prompts)` -> list[str]: many sub-calls run concurrently; answers come back in the same order.
-- `llm_map(items, instruction, choices=None)` -> list: one sub-model answer per item (items: a list of str, such as lines), <MAP_ITEMS> items a sub-call; None where none came; with choices (a list of labels), each answer is one of them.
+- `llm_map(items, instruction, choices=None)` -> list: one sub-model answer per item (items: a list of str, e.g. a file's text .splitlines()), <MAP_ITEMS> items a sub-call; None where none came; with choices (a list of labels), each answer is one of them.
 - `rlm_query(prompt, context=None)` -> str: <RLM_QUERY>
 - `SHOW_VARS()`: list the variables you have created.
 - `FINAL(answer)`: finish with the answer. `FINAL_VAR(name)`: finish with the value of a variable (e.g. FINAL_VAR("report")).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import sys
 import traceback
 from typing import Any
 
@@ -118,10 +119,12 @@ FILE_TEXT = "context['a.py']"
 FILE_TEXT_PLAIN = "context[f['start']:f['end']] for f in files with f['path'] == 'a.py'"
 
 
-def format_error(info: Any, by_path: bool = True) -> str:
+def format_error(info: Any, by_path: bool = True, example_path: str = "a.py") -> str:
     """The traceback of a failed block, limited to the block's own frames, with a hint for the
     mistakes models often make; ``by_path``: whether ``context["path"]`` works in this worker
-    (``protocol.context_by_path``), so that a hint never offers a call that fails."""
+    (``protocol.context_by_path``), so that a hint never offers a call that fails;
+    ``example_path``: a corpus path a hint's example code may name (the file the question names,
+    else the largest)."""
     etype, evalue, tb = info
     try:
         frames = [f for f in traceback.extract_tb(tb) if f.filename.startswith("<cell")]
@@ -147,6 +150,13 @@ def format_error(info: Any, by_path: bool = True) -> str:
         if isinstance(name, str) and name.upper() in ("FINAL", "FINAL_VAR") and name not in ("FINAL", "FINAL_VAR"):
             text += (f"hint: `{name}` is spelled in capitals: FINAL(answer), or FINAL_VAR('variable_name') "
                      "for the value of a variable\n")
+        elif isinstance(name, str) and name in sys.stdlib_module_names:
+            text += f"hint: `{name}` is a module: `import {name}` first, in this block\n"
+        elif isinstance(name, str) and name.isidentifier() and re.search(rf"\b{name}\s*\(", line):
+            text += (f"hint: nothing here defines a function `{name}`; the REPL's helpers are listed in the first "
+                     "message (grep, read_file, search, llm_query, llm_map, ...), and a function you def persists\n")
+        elif isinstance(name, str) and name.isidentifier():
+            text += unassigned_hint(name, by_path, example_path)
         if etype is ValueError and str(evalue).startswith(("invalid literal for int()", "could not convert string")):
             text += ("hint: that text is not a number; take the number out of a line with a regex group, e.g. "
                      "int(re.search(r'port (\\d+)', h['text']).group(1)), or h['match'] of a grep whose "
@@ -154,6 +164,20 @@ def format_error(info: Any, by_path: bool = True) -> str:
         return text
     except BaseException:  # noqa: BLE001 - a hostile __str__ must not take the worker down
         return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
+
+
+def unassigned_hint(name: str, by_path: bool, example_path: str) -> str:
+    """The hint for a name no block assigned: a variable exists only once code assigns it, with
+    an assignment to copy (a file's lines, of ``example_path``). The 1.5B model called
+    ``llm_map(lines, ...)`` with no ``lines`` 71 times in 9 trajectories (2026-12-06), up to 17
+    times in a row, the bare traceback its only answer."""
+    if by_path:
+        source = f"context[{example_path!r}].splitlines()"
+    else:
+        source = (f"context[f['start']:f['end']].splitlines() with f = next(f for f in files "
+                  f"if f['path'] == {example_path!r})")
+    return (f"hint: no code has assigned `{name}` yet: a variable exists only after a block assigns it. Assign it "
+            f"first, in this block, e.g. for a file's lines: {name} = {source}\n")
 
 
 def _indexed_path(name: str, line: str) -> str:

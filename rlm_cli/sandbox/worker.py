@@ -175,6 +175,17 @@ class Worker(SubCalls):
                 "rlm_query": self.rlm_query, "FINAL": self.FINAL, "FINAL_VAR": self.FINAL_VAR,
                 "SHOW_VARS": self.SHOW_VARS}
 
+    def _example_path(self) -> str:
+        """A corpus path for a hint's example code: the first file the run's ``question`` names,
+        else the largest file (``a.py`` in an empty corpus)."""
+        question = self.namespace.get("question")
+        files = self.corpus.files
+        if isinstance(question, str):
+            named = next((f["path"] for f in files if f["path"] in question), None)
+            if named:
+                return str(named)
+        return str(max(files, key=lambda f: f.get("chars") or 0)["path"]) if files else "a.py"
+
     def _cell_name(self, cell: int) -> str:
         """The file name of a block's code: ``<cell N>``, or ``<cell N.k>`` when an earlier block
         (of an earlier question of a session, or a FINAL line) had that number, so that a function
@@ -265,7 +276,7 @@ class Worker(SubCalls):
             out.write("SystemExit: exit() is disabled in the REPL; call FINAL(answer) to finish\n")
         except BaseException:  # noqa: BLE001 - model code may raise anything; it reads the traceback
             ok = False
-            out.write(format_error(sys.exc_info(), isinstance(self.context, Context)))
+            out.write(format_error(sys.exc_info(), isinstance(self.context, Context), self._example_path()))
         finally:
             self.running = False
             sys.stdout, sys.stderr = old

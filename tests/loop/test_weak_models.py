@@ -317,6 +317,21 @@ def test_a_variable_named_final_is_left_alone_and_final_var_misspelled_gets_a_hi
     assert r.answer == "urllib/parse.py"  # `final` stays the model's variable in later blocks
 
 
+def test_a_name_no_block_assigned_gets_an_assignment_to_copy_and_a_module_an_import(tmp_path: Path,
+                                                                                    llm: FakeLLM) -> None:
+    # Seen with the 1.5B model: llm_map(lines, ...) with no `lines`, 71 times in 9 trajectories.
+    llm.script("root", repl("kinds = llm_map(lines, 'What kind?')"), repl("print(re.escape('a.b'))"),
+               repl("print(grep_files('def '))"), repl("FINAL('done')"))
+    r = run(llm, [code_corpus(tmp_path)], "What does distutils/command/upload.py define?")
+    unassigned, module, function = (o["output"] for o in r.of("output")[:3])
+    assert "NameError: name 'lines' is not defined" in unassigned
+    assert ("hint: no code has assigned `lines` yet: a variable exists only after a block assigns it. Assign it "
+            "first, in this block, e.g. for a file's lines: lines = context['distutils/command/upload.py'].splitlines()"
+            ) in unassigned  # the file the question names, not the largest
+    assert "hint: `re` is a module: `import re` first" in module
+    assert "nothing here defines a function `grep_files`" in function and "assigned" not in function
+
+
 def test_a_model_stuck_on_the_same_code_is_asked_for_its_answer_once(tmp_path: Path, llm: FakeLLM) -> None:
     same = repl("print(grep('def urlparse'))")
     llm.script("root", same, same, same, "urlparse is defined in urllib/parse.py, line 4.")
