@@ -5,6 +5,7 @@ the relay: ``tests/e2e/test_e2e_llm_map.py``.)"""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -76,21 +77,22 @@ def test_parse_answers(reply: str, n: int, want: dict[int, str]) -> None:
     assert parse_answers(reply, n) == want
 
 
-def test_broken_numbering_is_asked_again_once_for_the_missing_items_only() -> None:
-    texts = [f"t{i}" for i in range(6)]
+def _rounds(answer: Callable[[int, str], str | None]) -> tuple[list[list[str]], Callable[[list[str]], list[str]]]:
+    """A sub-model for items ``t0``, ``t1``...: ``answer(round, item)`` is its answer line's text
+    (``None``: the line is left out); and the prompts of each round, as sent."""
     rounds: list[list[str]] = []
 
     def send(prompts: list[str]) -> list[str]:
         rounds.append(prompts)
-        out = []
-        for p in prompts:
-            items = re.findall(r"^\[(\d+)\] (t\d)$", p, re.M)
-            if len(rounds) == 1:  # the first round loses t2 and t4
-                out.append("\n".join(f"{k}: A{t[1:]}" for k, t in items if t not in ("t2", "t4")))
-            else:
-                out.append("\n".join(f"{k}: A{t[1:]}" for k, t in items if t != "t4"))  # t4 lost again
-        return out
+        return ["\n".join(f"{k}: {a}" for k, t in re.findall(r"^\[(\d+)\] (t\d)$", p, re.M)
+                          if (a := answer(len(rounds), t)) is not None) for p in prompts]
+    return rounds, send
 
+
+def test_broken_numbering_is_asked_again_once_for_the_missing_items_only() -> None:
+    texts = [f"t{i}" for i in range(6)]
+    # the first round loses t2 and t4, the second t4 again
+    rounds, send = _rounds(lambda r, t: None if t in (("t2", "t4") if r == 1 else ("t4",)) else f"A{t[1:]}")
     run = run_map(texts, "Label it.", Capacity(prompt_chars=100_000, max_items=100), send)
     assert run.answers == ["A0", "A1", "A2", "A3", None, "A5"]
     assert len(rounds) == 2 and len(rounds[1]) == 1
@@ -178,19 +180,10 @@ def test_match_choice_prefers_the_longer_choice_and_keeps_the_spelling_given() -
 
 def test_choices_ask_for_one_of_them_and_an_answer_naming_none_is_asked_again_once(
         capsys: pytest.CaptureFixture[str]) -> None:
-    rounds: list[list[str]] = []
-
-    def send(prompts: list[str]) -> list[str]:
-        rounds.append(prompts)
-        out = []
-        for p in prompts:
-            items = re.findall(r"^\[(\d+)\] (t\d)$", p, re.M)
-            # t1 is answered off the list the first time, t2 both times; the rest in their own words
-            first = {"t0": "Inquiry.", "t1": "I am not sure", "t2": "both a complaint and a suggestion",
-                     "t3": "**complaints**"}
-            again = {"t1": "compliment", "t2": "no idea"}
-            out.append("\n".join(f"{k}: {(first if len(rounds) == 1 else again)[t]}" for k, t in items))
-        return out
+    # t1 is answered off the list the first time, t2 both times; the rest in their own words
+    first = {"t0": "Inquiry.", "t1": "I am not sure", "t2": "both a complaint and a suggestion", "t3": "**complaints**"}
+    again = {"t1": "compliment", "t2": "no idea"}
+    rounds, send = _rounds(lambda r, t: (first if r == 1 else again)[t])
 
     window = '{"window": 16384, "reply": 3276}'
     got = map_items(["t0", "t1", "t2", "t3"], "What kind of message is this?", lambda: window, send, choices=CATS)
