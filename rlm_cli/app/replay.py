@@ -233,9 +233,8 @@ def plan(path: Path, *, sandbox: str | None = None, base: Settings | None = None
         settings.sandbox = sandbox
     elif _unconfined(settings.sandbox):
         raise UsageError(f"rlm replay runs the recorded code: sandbox level {settings.sandbox} is taken only from "
-                         "its command line, "
-                         "not from RLM_SANDBOX or the config file", hint="give --sandbox none to run it unconfined, "
-                         "or --sandbox auto")
+                         "its command line, not from RLM_SANDBOX or the config file",
+                         hint=f"give --sandbox {settings.sandbox} to run it unconfined, or --sandbox auto")
     summary = next(of_type(reversed(events), "summary"), None)
     responses = recorded_responses(events)
     if not responses:

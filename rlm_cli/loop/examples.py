@@ -16,8 +16,8 @@ def example_messages() -> list[dict[str, str]]:
     every kind as ``choices`` rather than asking yes or no about one (the model imitates the
     example): one pass labels every item once, and ``Counter`` answers how many of a kind, which
     kind is most common and which items are of a kind alike. (Neither way made the 1.5B model's
-    counts good: ``benchmarks/bench_map_labels.py --yes-no``, docs/eval.md.) Their subjects are unlike any question
-    ``rlm eval`` generates."""
+    counts good: ``benchmarks/bench_map_labels.py --yes-no``, docs/eval.md.) Their subjects are
+    unlike any question ``rlm eval`` generates."""
     return [
         {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
                                     "tool keeps its cache?"},

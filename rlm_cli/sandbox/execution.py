@@ -150,7 +150,7 @@ def format_error(info: Any, by_path: bool = True, example_path: str = "a.py") ->
         if isinstance(name, str) and name.upper() in ("FINAL", "FINAL_VAR") and name not in ("FINAL", "FINAL_VAR"):
             text += (f"hint: `{name}` is spelled in capitals: FINAL(answer), or FINAL_VAR('variable_name') "
                      "for the value of a variable\n")
-        elif isinstance(name, str) and name in sys.stdlib_module_names:
+        elif isinstance(name, str) and name in sys.stdlib_module_names and re.search(rf"\b{name}\s*\.", line):
             text += f"hint: `{name}` is a module: `import {name}` first, in this block\n"
         elif isinstance(name, str) and name.isidentifier() and re.search(rf"\b{name}\s*\(", line):
             text += (f"hint: nothing here defines a function `{name}`; the REPL's helpers are listed in the first "

@@ -275,13 +275,14 @@ def run_map(texts: Sequence[str], instruction: str, cap: Capacity,
                 continue
             got = parse_answers(reply, len(piece))
             for k, i in enumerate(piece, 1):
-                kept = got[k] if k in got and accept is None else accept(got[k]) if k in got and accept else None
+                answer = got.get(k)
+                kept = answer if answer is None or accept is None else accept(answer)
                 unmatched.discard(i)
                 if kept is not None:
                     run.answers[i] = kept
                 else:
                     todo.append(i)
-                    if k in got:
+                    if answer is not None:
                         unmatched.add(i)
         if attempt == 0:
             run.asked_again = len(todo)

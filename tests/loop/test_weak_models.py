@@ -321,15 +321,16 @@ def test_a_name_no_block_assigned_gets_an_assignment_to_copy_and_a_module_an_imp
                                                                                     llm: FakeLLM) -> None:
     # Seen with the 1.5B model: llm_map(lines, ...) with no `lines`, 71 times in 9 trajectories.
     llm.script("root", repl("kinds = llm_map(lines, 'What kind?')"), repl("print(re.escape('a.b'))"),
-               repl("print(grep_files('def '))"), repl("FINAL('done')"))
+               repl("print(grep_files('def '))"), repl("print(len(code))"), repl("FINAL('done')"))
     r = run(llm, [code_corpus(tmp_path)], "What does distutils/command/upload.py define?")
-    unassigned, module, function = (o["output"] for o in r.of("output")[:3])
+    unassigned, module, function, variable = (o["output"] for o in r.of("output")[:4])
     assert "NameError: name 'lines' is not defined" in unassigned
     assert ("hint: no code has assigned `lines` yet: a variable exists only after a block assigns it. Assign it "
             "first, in this block, e.g. for a file's lines: lines = context['distutils/command/upload.py'].splitlines()"
             ) in unassigned  # the file the question names, not the largest
     assert "hint: `re` is a module: `import re` first" in module
     assert "nothing here defines a function `grep_files`" in function and "assigned" not in function
+    assert "no code has assigned `code` yet" in variable and "is a module" not in variable  # a module name as a variable
 
 
 def test_a_model_stuck_on_the_same_code_is_asked_for_its_answer_once(tmp_path: Path, llm: FakeLLM) -> None:
