@@ -44,7 +44,8 @@ def test_the_worked_examples_are_real_turns_the_output_arriving_as_the_next_mess
     assert 'FINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8' in final["content"]
     ask, code, output, final = msgs[5:9]
     assert "not your task" in ask["content"] and "judgment, not a word to match" in code["content"]
-    assert 'choices=["crash fix", "other fix", "feature", "docs"])' in code["content"]
+    assert "a crash fix, another fix, a feature or a docs change" in ask["content"]  # the kinds come from the question
+    assert 'choices=["crash fix", "other fix", "feature", "docs change"])' in code["content"]
     assert "print(len(entries), Counter(kinds))" in code["content"]
     assert code["content"].rstrip().endswith("```") and output["content"].startswith("Output:\n31 Counter(")
     assert 'FINAL("6 of the 31 entries' in final["content"]
