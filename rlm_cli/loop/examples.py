@@ -12,13 +12,13 @@ def example_messages() -> list[dict[str, str]]:
     variable a program reads) finds a fact with grep and states it first, then where it was
     found; the second judges each of many lines with ``llm_map`` and counts the answers in code,
     because a 1.5B model told in words alone when to decompose never did (6 of 6 dev questions
-    of ``rlm eval``'s ``semantic`` family answered by grep or a guess, 2026-12-06). It gives
-    every kind as ``choices`` rather than asking yes or no about one (the model imitates the
-    example), the kinds the example's question names (given kinds it did not see named, the 1.5B
-    model copied them into its own task's call): one pass labels every item once, and ``Counter`` answers how many of a kind, which
-    kind is most common and which items are of a kind alike. (Neither way made the 1.5B model's
-    counts good: ``benchmarks/bench_map_labels.py --yes-no``, docs/eval.md.) Their subjects are
-    unlike any question ``rlm eval`` generates."""
+    of ``rlm eval``'s ``semantic`` family answered by grep or a guess, 2026-12-06). Its question
+    is yes or no about one kind, with ``choices=["yes", "no"]`` so that the answers can be counted
+    as they are. An example whose call listed four kinds as choices (2026-12-06) had its labels
+    copied, all or some, into the 1.5B model's own call in 4 of the 5 runs that called
+    ``llm_map``; with the yes-or-no example it wrote its own question in every call (about 10
+    runs, semantic and other questions). Their subjects are unlike any question ``rlm eval``
+    generates."""
     return [
         {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
                                     "tool keeps its cache?"},
@@ -31,15 +31,11 @@ def example_messages() -> list[dict[str, str]]:
         {"role": "assistant", "content": 'Line 8 of tool/paths.py reads the cache folder from TOOL_CACHE_HOME.\n'
                                          '```repl\nFINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8; the default is '
                                          '~/.cache/tool)")\n```'},
-        {"role": "user", "content": "Example question (not your task): Each entry of CHANGES.txt is a crash fix, "
-                                    "another fix, a feature or a docs change. How many fix a crash?"},
-        {"role": "assistant", "content": "What an entry does is a judgment, not a word to match, so the sub-model "
-                                         "labels each one with the kinds this question names.\n```repl\n"
-                                         "from collections import Counter\nentries = context[\"CHANGES.txt\"]."
-                                         "splitlines()\nkinds = llm_map(entries, \"What does this entry change?\", "
-                                         "choices=[\"crash fix\", \"other fix\", \"feature\", \"docs change\"])\n"
-                                         "print(len(entries), Counter(kinds))\n```"},
-        {"role": "user", "content": "Output:\n31 Counter({'other fix': 12, 'feature': 9, 'crash fix': 6, "
-                                    "'docs change': 4})\n\nContinue."},
+        {"role": "user", "content": "Example question (not your task): How many entries of CHANGES.txt fix a crash?"},
+        {"role": "assistant", "content": "Whether an entry fixes a crash is a judgment, not a word to match, so the "
+                                         "sub-model reads each one.\n```repl\nentries = context[\"CHANGES.txt\"]."
+                                         "splitlines()\nfixes = llm_map(entries, \"Does this entry fix a crash?\", "
+                                         "choices=[\"yes\", \"no\"])\nprint(len(entries), fixes.count(\"yes\"))\n```"},
+        {"role": "user", "content": "Output:\n31 6\n\nContinue."},
         {"role": "assistant", "content": '```repl\nFINAL("6 of the 31 entries of CHANGES.txt fix a crash")\n```'},
     ]

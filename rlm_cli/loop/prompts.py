@@ -71,7 +71,7 @@ The REPL holds:
 How to work:
 1. Explore first: look at the structure (sizes, paths, a few grep hits) before reading anything.
 2. Filter with code: grep, search, regex and slicing cost nothing; use them to find the parts that matter.
-3. Decompose when the answer depends on judging text (its meaning, intent or tone), not on matching it: no pattern sees meaning. Ask the sub-model: llm_map for many short items, llm_query_batched for pieces of about <BATCH_CHARS> characters (whole chunks or files), with a precise instruction. To count or compare kinds, name every kind in choices: one pass labels them all. A sub-call costs about one of your turns: prefer tens of large sub-calls to thousands of tiny ones.
+3. Decompose when the answer depends on judging text (its meaning, intent or tone), not on matching it: no pattern sees meaning. Ask the sub-model: llm_map for many short items, llm_query_batched for pieces of about <BATCH_CHARS> characters (whole chunks or files), with a precise instruction. To compare kinds (which is most common), name every kind in choices: one pass labels them all. A sub-call costs about one of your turns: prefer tens of large sub-calls to thousands of tiny ones.
 4. Aggregate in Python: keep sub-answers in variables (they persist between turns) and combine them with code (count, filter, rank).
 5. Finish: when the printed output supports your answer, call FINAL(answer) in a ```repl block, or FINAL_VAR(name) for a long answer built in a variable. Cite file paths and line numbers.
 

@@ -24,7 +24,7 @@ def test_full_system_prompt_teaches_the_method() -> None:
     for name in HELPERS:
         assert name in text, name
     for idea in ("Explore first", "Filter with code", "Decompose when the answer depends on judging text",
-                 "A sub-call costs about one of your turns", "llm_query_batched", "To count or compare kinds, name every kind in choices", "Aggregate in Python",
+                 "A sub-call costs about one of your turns", "llm_query_batched", "To compare kinds (which is most common), name every kind in choices", "Aggregate in Python",
                  "Only what your code prints comes back", "10,000 characters", "```repl"):
         assert idea in text, idea
     assert "<" + "SUB_" not in text and "<MAX_OUTPUT_CHARS>" not in text  # every placeholder filled
@@ -44,10 +44,9 @@ def test_the_worked_examples_are_real_turns_the_output_arriving_as_the_next_mess
     assert 'FINAL("TOOL_CACHE_HOME (read in tool/paths.py, line 8' in final["content"]
     ask, code, output, final = msgs[5:9]
     assert "not your task" in ask["content"] and "judgment, not a word to match" in code["content"]
-    assert "a crash fix, another fix, a feature or a docs change" in ask["content"]  # the kinds come from the question
-    assert 'choices=["crash fix", "other fix", "feature", "docs change"])' in code["content"]
-    assert "print(len(entries), Counter(kinds))" in code["content"]
-    assert code["content"].rstrip().endswith("```") and output["content"].startswith("Output:\n31 Counter(")
+    assert 'llm_map(entries, "Does this entry fix a crash?", choices=["yes", "no"])' in code["content"]
+    assert 'print(len(entries), fixes.count("yes"))' in code["content"]
+    assert code["content"].rstrip().endswith("```") and output["content"].startswith("Output:\n31 6\n")
     assert 'FINAL("6 of the 31 entries' in final["content"]
     assert msgs[-1]["content"].endswith("Do not answer before running code.") and "Question: q" in msgs[-1]["content"]
 
