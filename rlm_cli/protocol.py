@@ -63,6 +63,13 @@ def context_by_path(chars: int, width: int) -> bool:
     return chars * width <= CONTEXT_BY_PATH_MAX_BYTES
 
 
+#: Other spellings of ``FINAL`` that finish the run too while the model's code has not bound them
+#: itself (``final = ...`` stays an ordinary variable). The worker binds them; the loop reads them
+#: as ``FINAL`` when it judges an answer (a guess typed into ``Final('6')`` is as written out as
+#: one typed into ``FINAL``). In 132 trajectories of the 1.5B model (2026-12-06), 3 called
+#: ``Final(...)``, 12 times in all, and two of them ended with no answer after repeating it 8 and
+#: 3 times despite the hint.
+FINAL_ALIASES = ("Final", "final")
 #: How the worker's note on a grep that stopped at its ``max_results`` starts (the loop refuses
 #: a figure computed in that block: it rests on part of the matches).
 GREP_CAPPED_NOTE = "[note: a grep() call stopped at max_results="

@@ -9,13 +9,19 @@ assigned (:data:`PLACEHOLDER_NAMES`) is no answer.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 
+from rlm_cli import protocol
 from rlm_cli.loop import reply
 from rlm_cli.loop.partial import partial_answer
 from rlm_cli.sandbox.launcher import Sandbox
 
-FINISHERS = ("FINAL", "FINAL_VAR")
+#: Calls that finish the run with the answer given (``Final``/``final``: :data:`protocol.FINAL_ALIASES`).
+ANSWER_FINISHERS = ("FINAL", *protocol.FINAL_ALIASES)
+#: Every call that finishes the run: the answer given, or ``FINAL_VAR`` of a variable's name.
+FINISHERS = (*ANSWER_FINISHERS, "FINAL_VAR")
+_CALLS_A_FINISHER = re.compile(r"\b(?:" + "|".join(FINISHERS) + r")\s*\(")
 #: Names that stand for an answer rather than being one: ``FINAL(answer)`` of such a name never
 #: assigned is refused, where ``FINAL(gone)`` is taken as the word written.
 PLACEHOLDER_NAMES = frozenset({"answer", "final_answer", "result", "results", "res", "ans", "output", "out",
@@ -51,7 +57,7 @@ def literal_finals(blocks: list[reply.Block]) -> list[str]:
             break
         for stmt in ast.parse(block.code).body:
             call = stmt.value  # type: ignore[attr-defined]  # only_finishes: FINAL(...) expressions
-            if call.func.id == "FINAL" and len(call.args) == 1 and isinstance(call.args[0].value, (str, int, float)):
+            if call.func.id in ANSWER_FINISHERS and len(call.args) == 1 and isinstance(call.args[0].value, (str, int, float)):
                 out.append(str(call.args[0].value))
     return out
 
@@ -118,7 +124,7 @@ def best_text(best: str, sandbox: Sandbox, last_output: str, notice: Callable[[s
         if value is not None:
             return value, written
     for block in reply.plan(best).blocks:
-        if "FINAL" in block.code:
+        if _CALLS_A_FINISHER.search(block.code):
             result = sandbox.execute(block.code, cell=0)
             if result.final is not None:
                 return result.final, literal_final(block.code)

@@ -55,11 +55,6 @@ _BUILTINS = builtins
 _BUILTINS_SNAPSHOT = dict(vars(builtins))
 RESERVED = ("context", "files", "chunks", "grep", "read_file", "chunk_text", "search", "leads", "data", "records", "frame",
             "llm_query", "llm_query_batched", "llm_map", "rlm_query", "FINAL", "FINAL_VAR", "SHOW_VARS")
-#: Other spellings of ``FINAL`` that finish the run too while the model's code has not bound them
-#: itself (``final = ...`` stays an ordinary variable). In 132 trajectories of the 1.5B model
-#: (2026-12-06), 3 called ``Final(...)``, 12 times in all, and two of them ended with no answer
-#: after repeating it 8 and 3 times despite the hint.
-FINAL_ALIASES = ("Final", "final")
 
 
 class _FinalSignal:
@@ -239,7 +234,7 @@ class Worker(SubCalls):
         """
         vars(_BUILTINS).update(_BUILTINS_SNAPSHOT)
         self.namespace.update(self._helpers)
-        for alias in FINAL_ALIASES:
+        for alias in protocol.FINAL_ALIASES:
             self.namespace.setdefault(alias, self.FINAL)
         self.namespace["__builtins__"] = _BUILTINS
         self.final = _FinalSignal()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.errors import MaxIterationsError
-from rlm_cli.loop.answers import only_finishes
+from rlm_cli.loop.answers import literal_final, literal_finals, only_finishes
 from rlm_cli.loop.examples import example_messages
 from rlm_cli.loop.prompts import (
     FINAL_WITH_UNSEEN_CODE,
@@ -17,7 +17,7 @@ from rlm_cli.loop.prompts import (
     FORMAT_REMINDER,
     PROSE_FINAL,
 )
-from rlm_cli.loop.reply import code_blocks, find_text_final, mentions_final
+from rlm_cli.loop.reply import Block, code_blocks, find_text_final, mentions_final
 from rlm_cli.models.window import request_tokens
 from tests.support.fake_llm import FakeLLM, last_user, repl
 from tests.support.inproc import corpus, run
@@ -59,6 +59,10 @@ def test_mentions_and_only_finishes() -> None:
     assert not only_finishes("x = 1\nFINAL(x)")
     assert not only_finishes("print(1)")
     assert not only_finishes("FINAL(")
+    # Final(...) and final(...) finish the run as FINAL does (protocol.FINAL_ALIASES): the same rules.
+    assert only_finishes("Final('guess')") and literal_final("final(1658)") and not literal_final("Final(x)")
+    blocks = [Block(code, 0, 0) for code in ("Final('alpha')\n", "final('beta')\n", "print(1)\n")]
+    assert literal_finals(blocks) == ["alpha", "beta"]
     # Beside a repl block, a python block is illustration; alone, python blocks run.
     assert [b.code for b in code_blocks("a\n```python\nx=1\n```\nb\n```repl\ny=2\n```")] == ["y=2\n"]
     assert [b.code for b in code_blocks("a\n```python\nx=1\n```\nb\n```py\ny=2\n```")] == ["x=1\n", "y=2\n"]

@@ -157,6 +157,21 @@ def test_a_repeated_guess_is_unsupported_everywhere_and_fails_require_support(tm
     assert gate.stderr.count("treat this answer as a guess") == 1
 
 
+@pytest.mark.parametrize("spelling", ["FINAL", "Final", "final"])
+def test_a_guess_typed_into_any_spelling_of_final_fails_require_support(tmp_path: Path, llm: FakeLLM,
+                                                                        spelling: str) -> None:
+    """``Final('6')`` finishes the run as ``FINAL('6')`` does, so it is the same written-out guess:
+    the checks send it back and the verdict says unsupported (it was once taken as computed)."""
+    root = orders(tmp_path)
+    llm.default("root", repl(f"{spelling}('1658')"))
+    res = run_rlm("ask", str(root), QUESTION, *model_flags(llm), "--policy", "standard", "--no-llm-cache", "--json",
+                  "--require-support")
+    assert res.code == 7, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["answer"] == "1658" and doc["support"]["verdict"] == "unsupported"
+    assert len(llm.chat_requests("root")) > 1  # sent back once at least, as FINAL('1658') is
+
+
 def test_answers_that_rest_on_the_run_pass_require_support(tmp_path: Path, llm: FakeLLM) -> None:
     root = orders(tmp_path)
     llm.script("root", repl("rows = records('orders.csv')\nFINAL(sum(1 for r in rows if r['status'] == 'refunded'))"),

@@ -301,9 +301,9 @@ def test_joining_result_rows_as_strings_gets_a_hint(tmp_path: Path, llm: FakeLLM
 @pytest.mark.parametrize("spelling", ["Final", "final"])
 def test_final_spelled_otherwise_finishes_the_run(tmp_path: Path, llm: FakeLLM, spelling: str) -> None:
     # Seen with the 1.5B model: Final(...) 8 times in a row despite the hint, then the time ran out.
-    llm.script("root", repl(f"{spelling}('urllib/parse.py')"))
+    llm.script("root", repl("print(grep('def urlparse'))"), repl(f"{spelling}('urllib/parse.py')"))
     r = run(llm, [code_corpus(tmp_path)])
-    assert r.error is None and r.answer == "urllib/parse.py" and len(r.of("root_call")) == 1
+    assert r.error is None and r.answer == "urllib/parse.py" and len(r.of("root_call")) == 2
 
 
 def test_a_variable_named_final_is_left_alone_and_final_var_misspelled_gets_a_hint(tmp_path: Path,
@@ -397,6 +397,14 @@ def test_a_final_block_in_the_last_reply_at_the_iteration_limit_is_the_answer(tm
     llm.script("root", repl("print(1)"), repl("print(2)"), repl("FINAL('x')"))
     r = run(llm, [code_corpus(tmp_path)], max_iterations=2)
     assert r.answer == "x" and r.error is not None and r.error.exit_code == 5
+
+
+@pytest.mark.parametrize("spelling", ["Final", "final"])
+def test_final_spelled_otherwise_in_the_last_reply_at_the_iteration_limit_is_run(tmp_path: Path, llm: FakeLLM,
+                                                                                spelling: str) -> None:
+    llm.script("root", repl("print(1)"), repl(f"x = 41 + 1\n{spelling}(x)"))
+    r = run(llm, [code_corpus(tmp_path)], max_iterations=1)
+    assert r.answer == "42" and r.error is not None and r.error.exit_code == 5
 
 
 def test_a_question_with_bytes_that_are_not_utf8_is_asked_with_replacement_characters(tmp_path: Path,
