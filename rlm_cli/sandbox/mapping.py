@@ -32,7 +32,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +97,11 @@ def item_texts(items: Any) -> list[str]:
     (a grep hit, a chunk row) gives that; anything else its ``to_text``."""
     if isinstance(items, str):
         return [line for line in items.splitlines() if line.strip()]
+    if isinstance(items, dict):
+        raise TypeError(f"{USAGE}; items is a dict (a single grep hit or row is one): pass a list of them, "
+                        "list(d.values()), or [f'{k}: {v}' for k, v in d.items()]")
+    if isinstance(items, (bytes, bytearray)) or not isinstance(items, Iterable):
+        raise TypeError(f"{USAGE}; items is {type(items).__name__}, not a list")
     out = []
     for item in list(items):
         if isinstance(item, dict) and isinstance(item.get("text"), str):
@@ -111,21 +116,37 @@ def with_choices(instruction: str, choices: Sequence[str] | None) -> str:
     answer with exactly one of them (``Answer with exactly one of: a, b, c.``)."""
     if not choices:
         return instruction.strip()
-    return f"{instruction.strip()} Answer with exactly one of: {', '.join(choices)}."
+    quoted = any(re.search(r"[,;]", c) for c in choices)  # "yes, definitely" must read as one label
+    listed = ", ".join(f'"{c}"' if quoted else c for c in choices)
+    return f"{instruction.strip()} Answer with exactly one of: {listed}."
+
+
+def _plain(text: str) -> str:
+    """``text`` lower-cased with a hyphen or underscore inside a word read as a space
+    (``bug-fix`` -> ``bug fix``)."""
+    return re.sub(r"(?<=\w)[-_](?=\w)", " ", text.strip().lower())
+
+
+#: A negation shortly before a label (``not a complaint``, ``isn't an inquiry``, ``no bug``): up to
+#: three words between, within one clause. Such a mention does not name the label.
+_NEGATED = re.compile(r"(?:\b(?:not|no|never|neither|nor|non|without)|n't)(?:[^\w,.;:!?]+\w+){0,3}[^\w,.;:!?]*$")
 
 
 def match_choice(answer: str, choices: Sequence[str]) -> str | None:
     """The one of ``choices`` that ``answer`` names, as given in ``choices``, or ``None`` when it
-    names none or several. Case is ignored and a plural is allowed (``s``, ``es``, ``y`` ->
-    ``ies``); a choice inside a longer one it also names (``fix`` in ``bug fix``) does not count;
-    when several are named, the answer counts only if it starts with one and goes on after a
-    break (``Complaint, not a suggestion``; not ``suggestion/inquiry``)."""
-    text = answer.strip().lower()
+    names none or several. Case is ignored, a hyphen inside a word reads as a space (``bug-fix``
+    names ``bug fix``) and a plural is allowed (``s``, ``es``, ``y`` -> ``ies``); a choice inside a
+    longer one it also names (``fix`` in ``bug fix``) does not count, nor does one negated
+    (``not a complaint``, ``Complaint, not a suggestion``); when several are still named, the
+    answer counts only if it starts with one and goes on after a sentence break
+    (``Complaint. It also suggests...``; not ``red, green`` or ``suggestion/inquiry``)."""
+    text = _plain(answer)
     spans: list[tuple[int, int, str]] = []
     for choice in choices:
-        word = choice.strip().lower()
+        word = _plain(choice)
         forms = [re.escape(word) + "(?:e?s)?"] + ([re.escape(word[:-1]) + "ies"] if word.endswith("y") else [])
-        spans += [(m.start(), m.end(), choice) for m in re.finditer(rf"(?<!\w)(?:{'|'.join(forms)})(?!\w)", text)]
+        spans += [(m.start(), m.end(), choice) for m in re.finditer(rf"(?<!\w)(?:{'|'.join(forms)})(?!\w)", text)
+                  if not _NEGATED.search(text[:m.start()])]
     kept = [s for s in spans if not any(o[0] <= s[0] and s[1] <= o[1] and (o[1] - o[0]) > (s[1] - s[0])
                                         for o in spans)]
     named = {choice for _, _, choice in kept}
@@ -133,7 +154,7 @@ def match_choice(answer: str, choices: Sequence[str]) -> str | None:
         return named.pop()
     lead = len(text) - len(text.lstrip("*_`'\"([ "))
     for start, end, choice in kept:
-        if start == lead and re.match(r"\W*(?:[,.;:(]|\s+-|$)", text[end:]):
+        if start == lead and re.match(r"[*_`'\")\]]*(?:\s*[.:(]|\s+-\s|\s*\n)", text[end:]):
             return choice
     return None
 
@@ -227,7 +248,7 @@ class MapRun:
         missing = [i for i, a in enumerate(self.answers) if a is None]
         parts = []
         if missing:
-            why = "; ".join(f"the sub-call for {_span(items)} failed: {err[:160]}" for items, err in self.failures[:3])
+            why = "; ".join(f"the sub-call for {_span(items)} failed: {_clip(err, 200)}" for items, err in self.failures[:3])
             unanswered = len(missing) - sum(len(items) for items, _ in self.failures) - len(self.unmatched)
             if unanswered > 0:
                 why += ("; " if why else "") + f"{unanswered} came back without their number twice"
@@ -238,6 +259,11 @@ class MapRun:
         if self.cut:
             parts.append(f"{_span(self.cut)} too long for one sub-call, so cut to fit")
         return f"[llm_map: {'; '.join(parts)}.]\n" if parts else ""
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters at a word, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def _span(indexes: list[int]) -> str:
@@ -272,6 +298,7 @@ def run_map(texts: Sequence[str], instruction: str, cap: Capacity,
         for piece, reply in zip(pieces, replies, strict=True):
             if reply.startswith("Error: "):
                 run.failures.append((piece, reply))
+                unmatched.difference_update(piece)  # said as the failed sub-call it is now
                 continue
             got = parse_answers(reply, len(piece))
             for k, i in enumerate(piece, 1):
@@ -305,6 +332,8 @@ def memo_key(texts: Sequence[str], instruction: str, model: str | None, per_call
                                       list(choices or [])]).encode()).hexdigest()
 
 
+#: How ``llm_map`` is called, as errors about its arguments show it.
+MAP_SIGNATURE = "llm_map(items, instruction, choices=None, *, per_call=None, model=None)"
 USAGE = ("llm_map(items, instruction): give the list of items and, as a str, what to answer about each "
          "(e.g. llm_map(lines, 'Does this line report an error? yes or no'))")
 CHOICES_USAGE = ("llm_map(..., choices=[...]): the answers allowed, a list of at least two different non-empty "
@@ -315,7 +344,8 @@ def check_choices(choices: Any) -> list[str] | None:
     """``choices`` as a list of distinct stripped strs (``None`` when not given).
 
     Raises:
-        TypeError: not a list or tuple of at least two different non-empty strs.
+        TypeError: not a list or tuple of at least two different non-empty strs, or two that
+            differ only in case or hyphens (:func:`match_choice` could not tell them apart).
     """
     if choices is None:
         return None
@@ -325,6 +355,11 @@ def check_choices(choices: Any) -> list[str] | None:
     out = list(dict.fromkeys(c.strip() for c in choices))
     if len(out) < 2:
         raise TypeError(f"{CHOICES_USAGE}; got {choices!r:.120}")
+    spelled: dict[str, str] = {}
+    for c in out:
+        other = spelled.setdefault(_plain(c), c)
+        if other != c:  # answers are read regardless of case and hyphens: the two could never be told apart
+            raise TypeError(f"{CHOICES_USAGE}; {other!r} and {c!r} differ only in case or hyphens")
     return out
 
 
@@ -349,12 +384,15 @@ def map_items(items: Any, instruction: Any, ask_window: Callable[[], str],
         items, instruction = instruction, items
     if not isinstance(instruction, str) or not instruction.strip():
         raise TypeError(USAGE)
-    texts = item_texts(items)
-    if not texts:
-        return []
+    if isinstance(items, str) and len(items.strip().splitlines()) == 1 and len(instruction.strip().splitlines()) > 1:
+        raise TypeError(f"{USAGE}; items came as one line and the instruction as several: are they the wrong way "
+                        "round? (one item alone: llm_map([text], instruction))")
     if per_call is not None and (isinstance(per_call, bool) or not isinstance(per_call, int) or per_call < 1):
         raise TypeError(f"llm_map(..., per_call=N): N is the most items of one sub-call, a positive int; got {per_call!r}")
     labels = check_choices(choices)
+    texts = item_texts(items)
+    if not texts:
+        return []
     key = memo_key(texts, instruction, model, per_call, labels)
     if key in MEMO:
         sys.stdout.write(MEMO_NOTE)

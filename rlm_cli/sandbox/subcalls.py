@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlm_cli.sandbox.calls import MODEL_NAME, as_list, payload_text, prompt_payload, to_text
-from rlm_cli.sandbox.mapping import map_items
+from rlm_cli.sandbox.mapping import MAP_SIGNATURE, map_items
 from rlm_cli.sandbox.observe import Observer
 
 
@@ -84,16 +84,19 @@ class SubCalls:
         with ThreadPoolExecutor(max_workers=min(self._batch_threads, len(prompts))) as pool:
             return list(pool.map(lambda p: self._sub_call(p, model, batch), prompts))
 
-    def llm_map(self, items: Any, instruction: Any = None, *, model: str | None = None,
-                per_call: int | None = None, choices: Any = None) -> list[str | None]:
+    def llm_map(self, items: Any, instruction: Any = None, choices: Any = None, *, model: str | None = None,
+                per_call: int | None = None, **unknown: Any) -> list[str | None]:
         """One answer to ``instruction`` per item of ``items``, from as few sub-calls as fit the
         sub-model's window (``rlm_cli.sandbox.mapping.map_items``: ``None`` where none came, said);
-        with ``choices`` (labels) each answer is exactly one of them.
+        with ``choices`` (labels, also the third argument) each answer is exactly one of them.
 
         Raises:
-            TypeError: the instruction is missing or not a str, ``per_call`` no positive int, or
-                ``choices`` not at least two different strs.
+            TypeError: the instruction is missing or not a str, ``per_call`` no positive int,
+                ``choices`` not at least two different strs, ``items`` not a list-like of items,
+                or a keyword ``llm_map`` does not take (the message shows the call).
         """
+        if unknown:
+            raise TypeError(f"llm_map() takes no argument {next(iter(unknown))}=; it is called as {MAP_SIGNATURE}")
         self.observer.count("llm_map")
         return map_items(items, instruction, lambda: self._request({"type": "window", "model": model}),
                          lambda prompts: self._send_batch(prompts, model), per_call, model, choices)

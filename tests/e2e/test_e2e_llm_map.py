@@ -160,3 +160,21 @@ def test_choices_that_are_not_a_list_of_labels_are_a_type_error_the_model_sees(t
     output = next(e for e in trace if e.get("type") == "output")["output"]
     assert "TypeError: llm_map(..., choices=[...]): the answers allowed" in output
     assert not llm.chat_requests("sub")
+
+
+def test_choices_can_be_the_third_argument_and_an_unknown_keyword_shows_the_call(tmp_path: Path,
+                                                                                  llm: FakeLLM) -> None:
+    llm.default("sub", _parity)
+    llm.script("root", repl("kinds = llm_map(context['items.txt'], 'Even or odd?', labels=['even', 'odd'])"),
+               repl("kinds = llm_map(context['items.txt'], 'Even or odd?', ['even', 'odd'])\n"
+                    "print(kinds.count('even'))"),
+               repl("FINAL(str(kinds.count('even')))"))
+    res, doc = _ask(llm, _items(tmp_path, 6))
+    assert res.code == 0, res.stderr
+    assert doc["answer"] == "3"
+    trace = [json.loads(line) for line in Path(doc["trace"]).read_text().splitlines()]
+    unknown, positional = [e["output"] for e in trace if e.get("type") == "output"][:2]
+    assert ("TypeError: llm_map() takes no argument labels=; it is called as "
+            "llm_map(items, instruction, choices=None, *, per_call=None, model=None)") in unknown
+    assert positional.strip() == "3"
+    assert all("Answer with exactly one of: even, odd." in last_user(r) for r in llm.chat_requests("sub"))

@@ -163,9 +163,13 @@ CATS = ["complaint", "compliment", "inquiry", "suggestion"]
     ("Complaint", "complaint"), ("complaints.", "complaint"), ("**Suggestion**", "suggestion"),
     ('"inquiry"', "inquiry"), ("inquiries", "inquiry"),                        # plurals, quotes, bold
     ("It is an inquiry", "inquiry"),                                           # named once, anywhere
-    ("Complaint, not a suggestion", "complaint"),                              # several: the lead, after a break
-    ("Inquiry (a suggestion too)", "inquiry"),
+    ("Complaint, not a suggestion", "complaint"),                              # a negated one does not count
+    ("Not a complaint", None), ("No, it is not a complaint.", None), ("this isn't an inquiry", None),
+    ("It is not an inquiry, it is a complaint", "complaint"), ("non-complaint", None),
+    ("Inquiry (a suggestion too)", "inquiry"),                                 # several: the lead, after a break
+    ("Complaint. It also makes a suggestion", "complaint"), ("**Complaint** - with a suggestion", "complaint"),
     ("suggestion/inquiry", None), ("suggestion or inquiry", None),             # several, no lead: none
+    ("complaint, suggestion", None), ("complaint; suggestion", None),
     ("none of these", None), ("", None), ("complaining", None),                # a word that only starts like one
 ])
 def test_match_choice(answer: str, want: str | None) -> None:
@@ -176,6 +180,15 @@ def test_match_choice_prefers_the_longer_choice_and_keeps_the_spelling_given() -
     assert mapping.match_choice("bug fix", ["fix", "bug fix", "docs"]) == "bug fix"
     assert mapping.match_choice("a FIX", ["fix", "bug fix", "docs"]) == "fix"
     assert mapping.match_choice("No, it is not.", ["Yes", "No"]) == "No"  # "not" is not "no"
+    assert mapping.match_choice("bug-fix", ["fix", "bug fix"]) == "bug fix"  # a hyphen reads as a space
+    assert mapping.match_choice("a Bug Fix", ["fix", "bug-fix"]) == "bug-fix"
+    assert mapping.match_choice("red, green", ["red", "green", "blue"]) is None  # names two
+
+
+def test_labels_with_a_comma_are_quoted_in_the_request() -> None:
+    assert mapping.with_choices("Sure?", ["yes, definitely", "no"]) == \
+        'Sure? Answer with exactly one of: "yes, definitely", "no".'
+    assert mapping.with_choices("Sure?", ["yes", "no"]) == "Sure? Answer with exactly one of: yes, no."
 
 
 def test_choices_ask_for_one_of_them_and_an_answer_naming_none_is_asked_again_once(
@@ -194,10 +207,34 @@ def test_choices_ask_for_one_of_them_and_an_answer_naming_none_is_asked_again_on
                                        "choices, or several, twice).]\n")
 
 
-@pytest.mark.parametrize("bad", ["a, b", ["only one"], ["a", ""], ["a", 3], 5, ["same", " same "]])
-def test_choices_must_be_two_or_more_strs(bad: object) -> None:
+@pytest.mark.parametrize("bad", ["a, b", ["only one"], ["a", ""], ["a", 3], 5, ["same", " same "], ["Yes", "yes", "no"],
+                                 ["bug fix", "bug-fix"]])
+def test_choices_must_be_two_or_more_strs_told_apart(bad: object) -> None:
     with pytest.raises(TypeError, match=r"choices=\["):
         map_items(["x"], "Kind?", lambda: "{}", lambda p: [], choices=bad)
+    with pytest.raises(TypeError, match=r"choices=\["):  # checked with no items too
+        map_items([], "Kind?", lambda: "{}", lambda p: [], choices=bad)
+
+
+@pytest.mark.parametrize(("items", "instruction", "says"), [
+    ({"k1": "alpha", "k2": "beta"}, "Greek?", "items is a dict"),
+    (None, "Greek?", "items is NoneType"), (5, "Greek?", "items is int"),
+    ("Is it greek?", "alpha\nbeta", "the wrong way round"),
+])
+def test_items_that_are_not_a_list_of_items_are_refused_with_the_call(items: object, instruction: str,
+                                                                      says: str) -> None:
+    with pytest.raises(TypeError, match=r"llm_map\(items, instruction\)") as err:
+        map_items(items, instruction, lambda: "{}", lambda p: [])
+    assert says in str(err.value)
+
+
+def test_an_item_whose_second_asking_failed_is_said_once_as_a_failure() -> None:
+    replies = iter([["1: no idea\n2: b"], ["Error: budget exceeded: 1 sub-call of --max-sub-calls 1 used"]])
+    run = run_map(["t0", "t1"], "Kind?", Capacity(prompt_chars=100_000, max_items=8), lambda prompts: next(replies),
+                  lambda a: a if a in ("a", "b") else None)
+    assert run.answers == [None, "b"] and run.unmatched == []
+    assert run.note() == ("[llm_map: 1 of 2 items have no answer (None): item 0 (the sub-call for item 0 failed: "
+                          "Error: budget exceeded: 1 sub-call of --max-sub-calls 1 used).]\n")
 
 
 def test_the_same_items_with_other_choices_are_asked_again() -> None:
