@@ -150,13 +150,16 @@ def format_error(info: Any, by_path: bool = True, example_path: str = "a.py") ->
         if isinstance(name, str) and name.upper() in ("FINAL", "FINAL_VAR") and name not in ("FINAL", "FINAL_VAR"):
             text += (f"hint: `{name}` is spelled in capitals: FINAL(answer), or FINAL_VAR('variable_name') "
                      "for the value of a variable\n")
-        elif isinstance(name, str) and name in sys.stdlib_module_names and re.search(rf"\b{name}\s*\.", line):
+        elif isinstance(name, str) and name in JSON_WORDS:
+            text += (f"hint: Python writes `{JSON_WORDS[name]}`, not `{name}` (JSON's word); json.loads(text) reads "
+                     "JSON into Python values\n")
+        elif isinstance(name, str) and used_as_module(name, line):
             text += f"hint: `{name}` is a module: `import {name}` first, in this block\n"
         elif isinstance(name, str) and name.isidentifier() and re.search(rf"\b{name}\s*\(", line):
             text += (f"hint: nothing here defines a function `{name}`; the REPL's helpers are listed in the first "
                      "message (grep, read_file, search, llm_query, llm_map, ...), and a function you def persists\n")
         elif isinstance(name, str) and name.isidentifier():
-            text += unassigned_hint(name, by_path, example_path)
+            text += unassigned_hint(name, by_path, example_path, line)
         if etype is ValueError and str(evalue).startswith(("invalid literal for int()", "could not convert string")):
             text += ("hint: that text is not a number; take the number out of a line with a regex group, e.g. "
                      "int(re.search(r'port (\\d+)', h['text']).group(1)), or h['match'] of a grep whose "
@@ -166,18 +169,45 @@ def format_error(info: Any, by_path: bool = True, example_path: str = "a.py") ->
         return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
 
 
-def unassigned_hint(name: str, by_path: bool, example_path: str) -> str:
+#: Words of JSON (and other languages) a model writes for Python's constants.
+JSON_WORDS = {"true": "True", "false": "False", "null": "None", "none": "None", "nil": "None"}
+#: Types whose methods a variable is often used with: ``numbers.append(3)`` is a list never
+#: assigned, not the ``numbers`` module.
+_VALUE_TYPES = (str, list, dict, set, tuple, int, float, bytes)
+
+
+def used_as_module(name: str, line: str) -> bool:
+    """Whether ``name.attr`` on ``line`` (a failing line) reads as a standard module used without
+    its import (``re.findall``), rather than a variable never assigned that happens to share a
+    module's name (``numbers.append``, ``code.split``): the module must be a standard one, and have
+    ``attr`` when it is already loaded here; when it is not, ``attr`` must not be a method of a
+    plain value (``str``, ``list``, ``dict``...). Nothing is imported to decide."""
+    m = re.search(rf"\b{re.escape(name)}\s*\.\s*(\w+)", line)
+    if not m or name not in sys.stdlib_module_names:
+        return False
+    attr, module = m.group(1), sys.modules.get(name)
+    if module is not None:
+        return hasattr(module, attr)
+    return not any(hasattr(t, attr) for t in _VALUE_TYPES)
+
+
+def unassigned_hint(name: str, by_path: bool, example_path: str, line: str = "") -> str:
     """The hint for a name no block assigned: a variable exists only once code assigns it, with
-    an assignment to copy (a file's lines, of ``example_path``). The 1.5B model called
+    an assignment to copy (a file's lines, of ``example_path``; valid Python whether or not
+    ``context["path"]`` works, ``by_path``). ``FINAL(name)`` on the failing ``line`` is told to
+    assign it from what the code found, or to give the answer itself. The 1.5B model called
     ``llm_map(lines, ...)`` with no ``lines`` 71 times in 9 trajectories (2026-12-06), up to 17
     times in a row, the bare traceback its only answer."""
+    head = f"hint: no code has assigned `{name}` yet: a variable exists only after a block assigns it. "
+    if re.search(rf"\b(?:FINAL|Final|final)\s*\(\s*{re.escape(name)}\s*\)", line):
+        return head + (f"Assign `{name}` from what your code computed, or give FINAL the answer itself, "
+                       "written out: FINAL('...')\n")
     if by_path:
-        source = f"context[{example_path!r}].splitlines()"
+        source = f"{name} = context[{example_path!r}].splitlines()"
     else:
-        source = (f"context[f['start']:f['end']].splitlines() with f = next(f for f in files "
-                  f"if f['path'] == {example_path!r})")
-    return (f"hint: no code has assigned `{name}` yet: a variable exists only after a block assigns it. Assign it "
-            f"first, in this block, e.g. for a file's lines: {name} = {source}\n")
+        source = (f"f = next(f for f in files if f['path'] == {example_path!r}); "
+                  f"{name} = context[f['start']:f['end']].splitlines()")
+    return head + f"Assign it first, in this block, e.g. for a file's lines: {source}\n"
 
 
 def _indexed_path(name: str, line: str) -> str:
