@@ -138,8 +138,9 @@ def match_choice(answer: str, choices: Sequence[str]) -> str | None:
     names ``bug fix``) and a plural is allowed (``s``, ``es``, ``y`` -> ``ies``); a choice inside a
     longer one it also names (``fix`` in ``bug fix``) does not count, nor does one negated
     (``not a complaint``, ``Complaint, not a suggestion``); when several are still named, the
-    answer counts only if it starts with one and goes on after a sentence break
-    (``Complaint. It also suggests...``; not ``red, green`` or ``suggestion/inquiry``)."""
+    answer counts only if it starts with one and goes on after a break that does not list the
+    next (``Complaint. It also suggests...``, ``Yes, there is no crash``; not ``red, green``,
+    ``red or green`` or ``suggestion/inquiry``)."""
     text = _plain(answer)
     spans: list[tuple[int, int, str]] = []
     for choice in choices:
@@ -153,9 +154,18 @@ def match_choice(answer: str, choices: Sequence[str]) -> str | None:
     if len(named) == 1:
         return named.pop()
     lead = len(text) - len(text.lstrip("*_`'\"([ "))
+    starts = {start for start, _, _ in kept}
     for start, end, choice in kept:
-        if start == lead and re.match(r"[*_`'\")\]]*(?:\s*[.:(]|\s+-\s|\s*\n)", text[end:]):
-            return choice
+        brk = re.match(r"[*_`'\")\]]*(?:\s*[.:(]|\s+-\s|\s*\n|\s*([,;/]|\bor\b|\band\b))", text[end:]) \
+            if start == lead else None
+        if brk is None:
+            continue
+        if brk.group(1):  # "Yes, there is no crash" names yes; "red, green" or "red/green" lists two
+            nxt = re.match(r"[\s*_`'\"(]*(?:(?:and|or|a|an|the|maybe|perhaps|possibly)\s+)*[*_`'\"(]*",
+                           text[end + brk.end():])
+            if brk.group(1) in ("/", "or", "and") or end + brk.end() + (nxt.end() if nxt else 0) in starts:
+                continue
+        return choice
     return None
 
 
@@ -378,7 +388,8 @@ def map_items(items: Any, instruction: Any, ask_window: Callable[[], str],
 
     Raises:
         TypeError: the instruction is missing or not a str (the message shows the call),
-            ``per_call`` is not a positive int, or ``choices`` not at least two different strs.
+            ``per_call`` is not a positive int, ``choices`` not at least two different strs,
+            ``items`` a dict or not iterable, or one line with an instruction of several.
     """
     if isinstance(items, str) and instruction is not None and not isinstance(instruction, str):
         items, instruction = instruction, items

@@ -169,7 +169,8 @@ CATS = ["complaint", "compliment", "inquiry", "suggestion"]
     ("Inquiry (a suggestion too)", "inquiry"),                                 # several: the lead, after a break
     ("Complaint. It also makes a suggestion", "complaint"), ("**Complaint** - with a suggestion", "complaint"),
     ("suggestion/inquiry", None), ("suggestion or inquiry", None),             # several, no lead: none
-    ("complaint, suggestion", None), ("complaint; suggestion", None),
+    ("complaint, suggestion", None), ("complaint; suggestion", None), ("complaint, or a suggestion", None),
+    ("Complaint, although it ends with a suggestion", "complaint"),
     ("none of these", None), ("", None), ("complaining", None),                # a word that only starts like one
 ])
 def test_match_choice(answer: str, want: str | None) -> None:
@@ -183,6 +184,8 @@ def test_match_choice_prefers_the_longer_choice_and_keeps_the_spelling_given() -
     assert mapping.match_choice("bug-fix", ["fix", "bug fix"]) == "bug fix"  # a hyphen reads as a space
     assert mapping.match_choice("a Bug Fix", ["fix", "bug-fix"]) == "bug-fix"
     assert mapping.match_choice("red, green", ["red", "green", "blue"]) is None  # names two
+    assert mapping.match_choice("**red** and **green**", ["red", "green", "blue"]) is None
+    assert mapping.match_choice("Yes, there is no crash.", ["yes", "no"]) == "yes"  # "no" as a word, after the lead
 
 
 def test_labels_with_a_comma_are_quoted_in_the_request() -> None:
