@@ -62,10 +62,35 @@ def literal_finals(blocks: list[reply.Block]) -> list[str]:
     return out
 
 
+#: Builtins that only re-spell a value: ``FINAL(str(1658))`` is as written out as ``FINAL('1658')``.
+_RESPELL = frozenset({"str", "int", "float", "repr", "format", "abs", "round"})
+
+
+def written_value(node: ast.expr) -> bool:
+    """Whether the expression ``node`` is a value written out: constants only, joined by
+    operators (``'1' + '658'``, ``'%d' % 1658``, ``-3``), in f-strings, or passed through a builtin
+    that only re-spells them (:data:`_RESPELL`: ``str(1658)``). Any variable, attribute, subscript
+    or other call (``len(...)``, ``context.count(...)``) makes it computed."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.JoinedStr):
+        return all(written_value(v) for v in node.values)
+    if isinstance(node, ast.FormattedValue):
+        return written_value(node.value) and (node.format_spec is None or written_value(node.format_spec))
+    if isinstance(node, ast.BinOp):
+        return written_value(node.left) and written_value(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return written_value(node.operand)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _RESPELL:
+        return all(written_value(a) for a in node.args) and all(written_value(k.value) for k in node.keywords)
+    return False
+
+
 def literal_final(code: str) -> bool:
-    """Whether ``code`` calls FINAL with an answer written out as a literal (a string or number
-    constant, or an f-string without fields), as opposed to a value the code computed, or
-    ``FINAL_VAR`` of a text that is not a variable name."""
+    """Whether ``code`` calls FINAL with an answer written out (:func:`written_value`: a string or
+    number constant, an f-string without variables, or such constants only joined or re-spelled),
+    as opposed to a value the code computed, or ``FINAL_VAR`` of a text that is not a variable
+    name."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -78,8 +103,7 @@ def literal_final(code: str) -> bool:
                 if isinstance(args[0], ast.Constant) and isinstance(args[0].value, str) \
                         and not args[0].value.isidentifier():
                     return True
-            elif all(isinstance(a, ast.Constant) or (isinstance(a, ast.JoinedStr) and all(
-                    isinstance(v, ast.Constant) for v in a.values)) for a in args):
+            elif all(written_value(a) for a in args):
                 return True
     return False
 

@@ -155,9 +155,15 @@ def format_error(info: Any, by_path: bool = True, example_path: str = "a.py") ->
                      "JSON into Python values\n")
         elif isinstance(name, str) and used_as_module(name, line):
             text += f"hint: `{name}` is a module: `import {name}` first, in this block\n"
+        elif isinstance(name, str) and name in FROM_IMPORTS:
+            text += f"hint: `{name}` comes from a module: `from {FROM_IMPORTS[name]} import {name}` first, in this block\n"
         elif isinstance(name, str) and name.isidentifier() and re.search(rf"\b{name}\s*\(", line):
             text += (f"hint: nothing here defines a function `{name}`; the REPL's helpers are listed in the first "
                      "message (grep, read_file, search, llm_query, llm_map, ...), and a function you def persists\n")
+        elif isinstance(name, str) and name.isidentifier() and name not in sys.stdlib_module_names and \
+                re.search(rf"\b{name}\s*\.\s*[A-Za-z_]", line) and not re.search(rf"\b{name}\s*=", line):
+            text += (f"hint: nothing assigned or imported `{name}`: if it names a module, import it first (only the "
+                     "standard library is sure to be installed here); if a variable, assign it first\n")
         elif isinstance(name, str) and name.isidentifier():
             text += unassigned_hint(name, by_path, example_path, line)
         if etype is ValueError and str(evalue).startswith(("invalid literal for int()", "could not convert string")):
@@ -169,6 +175,12 @@ def format_error(info: Any, by_path: bool = True, example_path: str = "a.py") ->
         return f"{getattr(etype, '__name__', 'Exception')}: (the error could not be formatted)\n"
 
 
+#: Names models use without their import, and the module each comes from.
+FROM_IMPORTS = {"Counter": "collections", "defaultdict": "collections", "OrderedDict": "collections",
+                "deque": "collections", "namedtuple": "collections", "Path": "pathlib", "datetime": "datetime",
+                "timedelta": "datetime", "dataclass": "dataclasses", "reduce": "functools",
+                "partial": "functools", "chain": "itertools", "groupby": "itertools", "pprint": "pprint",
+                "dedent": "textwrap", "mean": "statistics", "median": "statistics", "fnmatch": "fnmatch"}
 #: Words of JSON (and other languages) a model writes for Python's constants.
 JSON_WORDS = {"true": "True", "false": "False", "null": "None", "none": "None", "nil": "None"}
 #: Types whose methods a variable is often used with: ``numbers.append(3)`` is a list never
@@ -199,7 +211,7 @@ def unassigned_hint(name: str, by_path: bool, example_path: str, line: str = "")
     ``llm_map(lines, ...)`` with no ``lines`` 71 times in 9 trajectories (2026-12-06), up to 17
     times in a row, the bare traceback its only answer."""
     head = f"hint: no code has assigned `{name}` yet: a variable exists only after a block assigns it. "
-    if re.search(rf"\b(?:FINAL|Final|final)\s*\(\s*{re.escape(name)}\s*\)", line):
+    if re.search(rf"\b(?:FINAL|FINAL_VAR|Final|final)\s*\(.*\b{re.escape(name)}\b", line):
         return head + (f"Assign `{name}` from what your code computed, or give FINAL the answer itself, "
                        "written out: FINAL('...')\n")
     if by_path:

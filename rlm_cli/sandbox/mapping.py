@@ -129,7 +129,14 @@ def _plain(text: str) -> str:
 
 #: A negation shortly before a label (``not a complaint``, ``isn't an inquiry``, ``no bug``): up to
 #: three words between, within one clause. Such a mention does not name the label.
-_NEGATED = re.compile(r"(?:\b(?:not|no|never|neither|nor|non|without)|n't)(?:[^\w,.;:!?]+\w+){0,3}[^\w,.;:!?]*$")
+_NEGATED = re.compile(r"(?:\b(?:not(?!\s+(?:only|just|merely)\b)|no|never|neither|nor|non|without|cannot)|n't)"
+                      r"(?:[^\w,.;:!?]+\w+){0,3}[^\w,.;:!?]*$")
+#: Labels that are themselves a negation (``no``, ``none``, ``not sure``): no negation before them
+#: unnames them (``Not really - no`` answers ``no``).
+_NEGATION_LABEL = re.compile(r"(?:no|none|not|never|neither|nor|n/a)\b")
+#: Characters of an answer read for a label: a label answer is short; a long run (a sub-model
+#: repeating itself) is not read further, so reading stays linear in the reply.
+ANSWER_READ_CHARS = 300
 
 
 def match_choice(answer: str, choices: Sequence[str]) -> str | None:
@@ -141,32 +148,41 @@ def match_choice(answer: str, choices: Sequence[str]) -> str | None:
     answer counts only if it starts with one and goes on after a break that does not list the
     next (``Complaint. It also suggests...``, ``Yes, there is no crash``; not ``red, green``,
     ``red or green`` or ``suggestion/inquiry``)."""
-    text = _plain(answer)
+    text = _plain(answer[:ANSWER_READ_CHARS])
     spans: list[tuple[int, int, str]] = []
     for choice in choices:
         word = _plain(choice)
         forms = [re.escape(word) + "(?:e?s)?"] + ([re.escape(word[:-1]) + "ies"] if word.endswith("y") else [])
+        negatable = not _NEGATION_LABEL.match(word)
         spans += [(m.start(), m.end(), choice) for m in re.finditer(rf"(?<!\w)(?:{'|'.join(forms)})(?!\w)", text)
-                  if not _NEGATED.search(text[:m.start()])]
+                  if not (negatable and _NEGATED.search(text[max(0, m.start() - 60):m.start()]))]
     kept = [s for s in spans if not any(o[0] <= s[0] and s[1] <= o[1] and (o[1] - o[0]) > (s[1] - s[0])
                                         for o in spans)]
     named = {choice for _, _, choice in kept}
     if len(named) == 1:
         return named.pop()
     lead = len(text) - len(text.lstrip("*_`'\"([ "))
-    starts = {start for start, _, _ in kept}
     for start, end, choice in kept:
         brk = re.match(r"[*_`'\")\]]*(?:\s*[.:(]|\s+-\s|\s*\n|\s*([,;/]|\bor\b|\band\b))", text[end:]) \
             if start == lead else None
         if brk is None:
             continue
-        if brk.group(1):  # "Yes, there is no crash" names yes; "red, green" or "red/green" lists two
-            nxt = re.match(r"[\s*_`'\"(]*(?:(?:and|or|a|an|the|maybe|perhaps|possibly)\s+)*[*_`'\"(]*",
-                           text[end + brk.end():])
-            if brk.group(1) in ("/", "or", "and") or end + brk.end() + (nxt.end() if nxt else 0) in starts:
-                continue
+        if brk.group(1) and (brk.group(1) in ("/", "or", "and") or _lists(text, end + brk.end(), kept)):
+            continue  # "red, green", "red/green", "complaint, or a suggestion": two labels listed
         return choice
     return None
+
+
+def _lists(text: str, at: int, kept: list[tuple[int, int, str]]) -> bool:
+    """Whether ``text`` from ``at`` (just after a comma) goes on with another label as a list
+    item (``red, green``; ``complaint, or a suggestion.``), rather than a sentence in which a
+    label's word appears (``Yes, no crash``: the word goes on with more words)."""
+    skip = re.match(r"[\s*_`'\"(]*(?:(?:and|or|a|an|the|maybe|perhaps|possibly)\s+)*[*_`'\"(]*", text[at:])
+    start = at + (skip.end() if skip else 0)
+    for s, e, _ in kept:
+        if s == start:
+            return re.match(r"[*_`'\")\]]*\s*(?:$|[,;/.!?)\n]|(?:and|or)\b)", text[e:]) is not None
+    return False
 
 
 def piece_prompt(instruction: str, texts: Sequence[str]) -> str:
@@ -347,7 +363,7 @@ MAP_SIGNATURE = "llm_map(items, instruction, choices=None, *, per_call=None, mod
 USAGE = ("llm_map(items, instruction): give the list of items and, as a str, what to answer about each "
          "(e.g. llm_map(lines, 'Does this line report an error? yes or no'))")
 CHOICES_USAGE = ("llm_map(..., choices=[...]): the answers allowed, a list of at least two different non-empty "
-                 "strs (e.g. choices=['bug fix', 'feature', 'docs'])")
+                 "one-line strs (e.g. choices=['bug fix', 'feature', 'docs'])")
 
 
 def check_choices(choices: Any) -> list[str] | None:
@@ -360,7 +376,7 @@ def check_choices(choices: Any) -> list[str] | None:
     if choices is None:
         return None
     if isinstance(choices, str) or not isinstance(choices, (list, tuple, set, frozenset)) \
-            or not all(isinstance(c, str) and c.strip() for c in choices):
+            or not all(isinstance(c, str) and c.strip() and "\n" not in c.strip() for c in choices):
         raise TypeError(f"{CHOICES_USAGE}; got {choices!r:.120}")
     out = list(dict.fromkeys(c.strip() for c in choices))
     if len(out) < 2:

@@ -58,3 +58,23 @@ def test_the_assignment_a_hint_offers_is_valid_python(by_path: bool) -> None:
     assert code is not None, text
     ast.parse(code.group(1))  # raises SyntaxError if the offered code is not Python
     assert "notes/a b.md" in code.group(1)
+
+
+@pytest.mark.parametrize(("code", "module"), [("c = Counter('abc')", "collections"),
+                                              ("d = defaultdict(int)", "collections")])
+def test_a_name_a_module_exports_gets_its_from_import(code: str, module: str) -> None:
+    name = code.split("= ")[1].split("(")[0]
+    assert f"hint: `{name}` comes from a module: `from {module} import {name}` first" in _error_of(code)
+
+
+@pytest.mark.parametrize("code", ["a = np.array([1])", "df = pd.DataFrame()"])
+def test_a_module_outside_the_standard_library_is_not_offered_a_file_s_lines(code: str) -> None:
+    text = _error_of(code)
+    assert "nothing assigned or imported" in text and "splitlines" not in text
+
+
+@pytest.mark.parametrize("call", ["FINAL(str(answer))", "FINAL(f'{answer}')", "FINAL_VAR(answer)"])
+def test_final_around_a_name_never_assigned_gets_the_final_hint(call: str) -> None:
+    func = call.split("(")[0]
+    text = _error_of(f"def {func}(a):\n    return a\n{call}\n")
+    assert "Assign `answer` from what your code computed" in text and "splitlines" not in text

@@ -171,6 +171,8 @@ CATS = ["complaint", "compliment", "inquiry", "suggestion"]
     ("suggestion/inquiry", None), ("suggestion or inquiry", None),             # several, no lead: none
     ("complaint, suggestion", None), ("complaint; suggestion", None), ("complaint, or a suggestion", None),
     ("Complaint, although it ends with a suggestion", "complaint"),
+    ("Not only a complaint but also a suggestion", None), ("It cannot be called a complaint", None),
+    ("Complaint, suggestion box aside", "complaint"),                          # a label's word in a sentence
     ("none of these", None), ("", None), ("complaining", None),                # a word that only starts like one
 ])
 def test_match_choice(answer: str, want: str | None) -> None:
@@ -186,6 +188,18 @@ def test_match_choice_prefers_the_longer_choice_and_keeps_the_spelling_given() -
     assert mapping.match_choice("red, green", ["red", "green", "blue"]) is None  # names two
     assert mapping.match_choice("**red** and **green**", ["red", "green", "blue"]) is None
     assert mapping.match_choice("Yes, there is no crash.", ["yes", "no"]) == "yes"  # "no" as a word, after the lead
+    for answer in ("Yes, no crash.", "Yes; no errors", "yes, no doubt"):
+        assert mapping.match_choice(answer, ["yes", "no"]) == "yes", answer
+    assert mapping.match_choice("Yes, no.", ["yes", "no"]) is None  # both, listed
+    assert mapping.match_choice("Not really - no", ["yes", "no"]) == "no"  # a negation label is not unnamed
+    assert mapping.match_choice("not sure", ["yes", "no", "not sure"]) == "not sure"
+
+
+def test_only_the_head_of_a_long_answer_is_read() -> None:
+    # A sub-model repeating itself ("no yes no yes ...", 42k characters) took 14-74 s to read: every
+    # label's position against every other. A label answer is short; only its head is read.
+    assert mapping.match_choice("x " * mapping.ANSWER_READ_CHARS + "yes", ["yes", "no"]) is None
+    assert mapping.match_choice("yes " + "x " * 50_000, ["yes", "no"]) == "yes"
 
 
 def test_labels_with_a_comma_are_quoted_in_the_request() -> None:
@@ -211,7 +225,7 @@ def test_choices_ask_for_one_of_them_and_an_answer_naming_none_is_asked_again_on
 
 
 @pytest.mark.parametrize("bad", ["a, b", ["only one"], ["a", ""], ["a", 3], 5, ["same", " same "], ["Yes", "yes", "no"],
-                                 ["bug fix", "bug-fix"]])
+                                 ["bug fix", "bug-fix"], ["yes\nno", "maybe"]])
 def test_choices_must_be_two_or_more_strs_told_apart(bad: object) -> None:
     with pytest.raises(TypeError, match=r"choices=\["):
         map_items(["x"], "Kind?", lambda: "{}", lambda p: [], choices=bad)
