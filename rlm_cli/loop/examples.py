@@ -16,9 +16,9 @@ def example_messages() -> list[dict[str, str]]:
     is yes or no about one kind, with ``choices=["yes", "no"]`` so that the answers can be counted
     as they are. An example whose call listed four kinds as choices (2026-12-06) had its labels
     copied, all or some, into the 1.5B model's own call in 4 of the 5 runs that called
-    ``llm_map``; with the yes-or-no example it wrote its own question in every call (about 10
-    runs, semantic and other questions). Their subjects are unlike any question ``rlm eval``
-    generates."""
+    ``llm_map``; with the yes-or-no example it wrote its own question in every call of about 10
+    runs on the dev split, and copied the example's question once in the 4 runs of test seed 5
+    that called it. Their subjects are unlike any question ``rlm eval`` generates."""
     return [
         {"role": "user", "content": "Example question (not your task): Which environment variable changes where the "
                                     "tool keeps its cache?"},
