@@ -411,7 +411,7 @@ def map_items(items: Any, instruction: Any, ask_window: Callable[[], str],
         items, instruction = instruction, items
     if not isinstance(instruction, str) or not instruction.strip():
         raise TypeError(USAGE)
-    if isinstance(items, str) and len(items.strip().splitlines()) == 1 and len(instruction.strip().splitlines()) > 1:
+    if isinstance(items, str) and len(instruction.strip().splitlines()) > 1 and len(items.strip().splitlines()) == 1:
         raise TypeError(f"{USAGE}; items came as one line and the instruction as several: are they the wrong way "
                         "round? (one item alone: llm_map([text], instruction))")
     if per_call is not None and (isinstance(per_call, bool) or not isinstance(per_call, int) or per_call < 1):
