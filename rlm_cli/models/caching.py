@@ -16,8 +16,9 @@ request carries at most three (:func:`with_breakpoints`):
 3. the end of this request: written for the next turn (a cache write costs 1.25 times the input
    price once; each later read 0.1 times).
 
-The first request's end is the question itself (system prompt, worked example, question), so
-that prefix stays in the cache even when later requests compact older turns. Sub-calls carry none:
+On a question's first request the second falls inside the worked example (the same for every
+question) and the third is the question itself, so that prefix stays in the cache even when later
+requests compact older turns. Sub-calls carry none:
 a ``llm_query``/``llm_map`` prompt is seldom sent twice, and a write costs more than a plain read.
 ``--no-prompt-cache`` (config ``prompt_cache = false``) sends no breakpoints.
 
