@@ -91,8 +91,9 @@ def main() -> None:
     print(f"a scripted {args.turns}-turn run over {args.root}; root calls only; costs from litellm's bundled map")
     print(f"  {'':34} {'calls':>5} {'input':>9} {'cache read':>10} {'written':>9} {'input cost':>11}")
     for label, r in rows:
+        cost = f"${r['input_cost_usd']:.4f}"
         print(f"  {label:34} {r['calls']:5d} {r['input_tokens']:9,d} {r['cache_read_tokens']:10,d} "
-              f"{r['cache_write_tokens']:9,d} {'$%.4f' % r['input_cost_usd']:>11}")
+              f"{r['cache_write_tokens']:9,d} {cost:>11}")
     for a, b, name in ((0, 1, "Claude"), (2, 3, "OpenAI")):
         with_, without = rows[a][1]["input_cost_usd"], rows[b][1]["input_cost_usd"]
         print(f"{name}: input cost with caching {with_ / without:.2f} x without "
