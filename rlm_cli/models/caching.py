@@ -36,6 +36,10 @@ from typing import Any
 EPHEMERAL = {"type": "ephemeral"}
 #: At most this many breakpoints a request (Anthropic refuses more than 4).
 MAX_BREAKPOINTS = 4
+#: A cache write's price over the plain input price (Anthropic's 5-minute cache, also on Bedrock
+#: and Vertex AI): a budget's reservation prices input at this much, since every input token of a
+#: request with breakpoints may be written.
+CACHE_WRITE_PRICE = 1.25
 
 
 def needs_breakpoints(model: str) -> bool:
