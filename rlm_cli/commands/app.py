@@ -8,7 +8,7 @@ and renders; :func:`main` is the only place that turns exceptions into exit code
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,9 +55,12 @@ app.add_typer(hosts.host_app, name="host", short_help="Show or stop the shared m
 use_plain_help(app)
 
 
-def main() -> None:
-    """Console-script entry point: run the app and map every error to its exit code (never returns)."""
-    closed = streams.reopen_closed()  # first: no file rlm opens may take the number of a closed stream
+def main(closed: set[str] | None = None, early_host: Any = None) -> None:
+    """Run the app and map every error to its exit code (never returns). ``closed``: the standard
+    streams ``streams.reopen_closed`` reopened, when the caller did (``commands.launch``), and
+    ``early_host`` the model host it started (``Invocation.start_host_early``)."""
+    if closed is None:
+        closed = streams.reopen_closed()  # first: no file rlm opens may take the number of a closed stream
     exits.install()
     # With --json, an error is a JSON document on stdout too (so `| jq` never reads nothing),
     # even one met before the command runs (a flag the parser rejects).
@@ -66,4 +69,5 @@ def main() -> None:
     if warning:
         sys.stderr.write(f"warning: {warning}\n")
     INVOCATION.begin(sys.argv[1:])
+    INVOCATION.early_host = early_host
     exits.run(lambda: app(prog_name="rlm", standalone_mode=False), closed=closed)
