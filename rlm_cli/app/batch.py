@@ -275,19 +275,11 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
         KeyboardInterrupt / SystemExit: Ctrl-C or SIGTERM; the other questions are stopped first.
         UsageError: ``jobs`` workers would not fit in memory (``sandbox.memory``); none is started.
     """
-    import time
 
     results: list[Result] = []
     if jobs <= 1 or len(questions) <= 1:
         for q in questions:
-            started = time.monotonic()
-            try:
-                outcome = session.ask(q.text, emit=emit_for(q), qid=q.id, answer_type=q.answer_type,
-                                      settings=q.settings)
-                result = Result(q, outcome=outcome, elapsed_s=time.monotonic() - started,
-                                require_support=session.settings.require_support)
-            except RLMError as exc:
-                result = Result(q, error=exc, elapsed_s=time.monotonic() - started)
+            result = ask_one(session, q, emit_for)
             results.append(result)
             on_result(result)
         return results
@@ -299,9 +291,25 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
     return _run_parallel(session, questions, min(jobs, len(questions)), emit_for, on_result, results)
 
 
+def ask_one(session: Any, q: Question, emit_for: Callable[[Question], Any], lane: Any = None) -> Result:
+    """Ask ``q`` in ``session`` (on ``lane``; ``None``: the session's worker) as a :class:`Result`.
+    A question after the run's budget is spent is not started: its result is the budget's error,
+    and it writes no trajectory (3,000 questions under ``--timeout 10`` wrote 3,000 files)."""
+    import time
+
+    started = time.monotonic()
+    try:
+        session.budget.check()
+        outcome = session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane, answer_type=q.answer_type,
+                              settings=q.settings)
+        return Result(q, outcome=outcome, elapsed_s=time.monotonic() - started,
+                      require_support=session.settings.require_support)
+    except RLMError as exc:
+        return Result(q, error=exc, elapsed_s=time.monotonic() - started)
+
+
 def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: Callable[[Question], Any],
                   on_result: Callable[[Result], None], results: list[Result]) -> list[Result]:
-    import time
 
     from rlm_cli.app.lane import Lane
 
@@ -325,14 +333,7 @@ def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: 
                     q = todo.get_nowait()
                 except queue.Empty:
                     return
-                started = time.monotonic()
-                try:
-                    done.put(Result(q, outcome=session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane,
-                                                           answer_type=q.answer_type, settings=q.settings),
-                                    elapsed_s=time.monotonic() - started,
-                                    require_support=session.settings.require_support))
-                except RLMError as exc:
-                    done.put(Result(q, error=exc, elapsed_s=time.monotonic() - started))
+                done.put(ask_one(session, q, emit_for, lane))
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
             done.put(exc)
         finally:
