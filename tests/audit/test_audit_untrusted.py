@@ -155,14 +155,18 @@ def test_b_allowed_checklist_models_never_get_the_key(tmp_path: Path, llm: FakeL
 def test_c_a_check_model_named_by_the_invoker_runs(tmp_path: Path, llm: FakeLLM) -> None:
     repo = corpus(tmp_path)
     checklist = tmp_path / "checks.toml"
-    checklist.write_text(with_model(checklist_text(["no-pickle", "enough-files"]), "enough-files", "openai/sub"))
+    checklist.write_text(with_model(checklist_text(["no-pickle", "enough-files", "regexes"]), "enough-files",
+                                    "openai/sub"))
     script_model(llm)
     script_model(llm, model="sub")
     res = run_rlm("audit", str(repo), "--checklist", str(checklist), "--model", "openai/root", "--sub-model",
-                  "openai/sub", "--api-base", llm.url, "--api-key", KEY, "--policy", "standard", "--json")
+                  "openai/sub", "--api-base", llm.url, "--api-key", KEY, "--policy", "standard", "--json",
+                  "--max-cost", "5", "--no-llm-cache")
     assert res.code == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert [c["status"] for c in doc["checks"]] == ["pass", "pass"]
+    assert [c["status"] for c in doc["checks"]] == ["pass", "pass", "pass"]
+    # two checks of the unpriced root model: its note is said once for the run, not once per check
+    assert res.stderr.count("the price of openai/root is unknown") == 1, res.stderr
     assert {r["model"] for r in llm.requests} == {"root", "sub"}
     # the key goes to the base it was given for, with every named model
     assert {h.get("authorization") for h in llm.request_headers} == {f"Bearer {KEY}"}
