@@ -207,8 +207,9 @@ def check_credentials(checklist: Checklist, settings: Any, backend: Any) -> None
         uses = users[model]
         shown = ", ".join(uses[:3]) + (f" and {len(uses) - 3} more" if len(uses) > 3 else "")
         more = f" ({len(missing) - 1} more model(s) lack one too)" if len(missing) > 1 else ""
-        raise NoModelError(f"no API key for {model} ({shown}): {' or '.join(names)} is not set{more}; no check ran",
-                           hint=f"export {names[0]} or give --api-key (a fork's pull request gets no secrets)")
+        name = model[:100] if model.isprintable() else repr(model[:100])  # a checklist's: no control characters
+        raise NoModelError(f"no API key for {name} ({shown}): {' or '.join(names)} is not set{more}; no check ran",
+                           hint=f"export {names[0]} or give --api-key; a fork's pull request gets no secrets")
 
 
 def _id_lines(text: str) -> dict[str, int]:
