@@ -6,14 +6,18 @@ Data and properties are escaped as ``@actions/core`` escapes them."""
 
 from __future__ import annotations
 
+import re
+
 from rlm_cli.output.findings import AuditReport
 from rlm_cli.output.reports.text import shown_value, value_text
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: The workflow command of each severity.
 COMMANDS = {"error": "error", "warning": "warning", "note": "notice"}
 
 
 def _escape_data(text: str) -> str:
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # no UTF-8 form: shown as its escape
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
@@ -46,7 +50,8 @@ def github_commands(report: AuditReport) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")[:200]
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))
+    return " ".join(text.split()).replace("|", "\\|")[:200]
 
 
 def summary_markdown(report: AuditReport) -> str:
