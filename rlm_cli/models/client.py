@@ -226,7 +226,8 @@ class ModelClient(Pricing, Sending):
                 self._say(f"the reply of {model} was {answer.chars:,} characters; only the first "
                           f"{MAX_REPLY_CHARS:,} were kept")
             record = landed = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started,
-                                         attempts=attempts)
+                                         attempts=attempts, cache_read_tokens=answer.cache_read_tokens,
+                                         cache_write_tokens=answer.cache_write_tokens)
         except CallFailed:
             raise  # the provider answered with a failure: failed_calls counts it
         except BaseException:  # the run stopped before its answer (--timeout, Ctrl-C): Flight.end

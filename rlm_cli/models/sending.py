@@ -17,6 +17,7 @@ from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, RLMError
 from rlm_cli.models.backend import Answer, Backend
 from rlm_cli.models.budget import Budget, Reservation
+from rlm_cli.models.caching import needs_breakpoints, with_breakpoints
 from rlm_cli.models.estimate import Estimate
 from rlm_cli.models.failures import (
     CallFailed,
@@ -88,6 +89,9 @@ class Sending:
     def _uses_router(self, model: str) -> bool:
         raise NotImplementedError  # models.client
 
+    def router_models(self) -> dict[str, str]:
+        raise NotImplementedError  # models.client
+
     def _say(self, message: str) -> None:
         raise NotImplementedError  # models.client
 
@@ -107,6 +111,8 @@ class Sending:
             CallFailed: the request failed for good (see :meth:`_retry_delay`).
             BudgetExceededError: a budget is spent (checked before each attempt).
         """
+        if not gated and self.settings.prompt_cache and needs_breakpoints(self.router_models().get(model, model)):
+            messages = with_breakpoints(messages)  # a root call to a provider that caches only marked prefixes
         tries = Tries()
         while True:
             self.budget.check(counted=gated)  # a sub-call's attempts spend the one sub-call it was granted
