@@ -29,8 +29,6 @@ class Format(enum.Enum):
     SARIF = "sarif"
     #: GitHub Actions workflow commands (``rlm audit --github``): annotations, on stdout.
     GITHUB = "github"
-    #: A Markdown table (``rlm audit --github``'s job summary, appended to ``GITHUB_STEP_SUMMARY``).
-    MARKDOWN = "markdown"
 
 
 @dataclass(frozen=True)
@@ -39,11 +37,6 @@ class Report:
 
     format: Format
     path: Path | None = None
-
-    @property
-    def to_stdout(self) -> bool:
-        """Whether it goes to stdout."""
-        return self.path is None
 
 
 def render_answer(doc: dict[str, Any], fmt: Format, cite: bool = False) -> str:
