@@ -6,10 +6,10 @@ exist); with ``--jobs N`` up to N run at once, each in its own worker, independe
 question has its own trajectory, usage and exit code; its result reaches ``on_result`` as soon as
 it is done (in completion order), so a failed question never costs the others their answers.
 
-The run's exit code is the *worst* of its questions' (:func:`worst_exit_code`), ranked by
-:data:`SEVERITY` from best to worst: answered (0) < answered but unsupported under
-``--require-support`` (7) < iteration limit (5, partial answer) < budget (6, partial answer) <
-usage error (2, not answered) < provider failure (4) < internal error (1).
+The run's exit code is the *worst* of its questions' (``errors.worst_exit_code``, ranked by
+``errors.EXIT_SEVERITY``): answered (0) < answered but unsupported under ``--require-support``
+(7) < iteration limit (5, partial answer) < budget (6, partial answer) < usage error (2, not
+answered) < no model (3) < provider failure (4) < internal error (1).
 Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay.
 """
 
@@ -25,9 +25,6 @@ from typing import Any, BinaryIO
 
 from rlm_cli.errors import ExitCode, RLMError, UsageError
 
-#: Exit codes from best to worst (see the module docstring).
-SEVERITY = (ExitCode.OK, ExitCode.UNSUPPORTED, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET, ExitCode.USAGE,
-            ExitCode.PROVIDER, ExitCode.INTERNAL)
 #: Characters of a question kept in a plain-text header line.
 HEADER_CHARS = 100
 
@@ -71,17 +68,6 @@ def unsupported(outcome: Any) -> bool:
     ``unsupported``."""
     support = getattr(getattr(outcome, "result", None), "support", None)
     return getattr(support, "verdict", None) == "unsupported"
-
-
-def worst_exit_code(codes: list[int]) -> int:
-    """The worst of ``codes`` by :data:`SEVERITY` (0 for none); a code outside it counts as the
-    internal error (1)."""
-    rank = {int(c): i for i, c in enumerate(SEVERITY)}
-    worst = 0
-    for code in codes:
-        if rank.get(int(code), len(SEVERITY) - 1) > rank.get(worst, 0):
-            worst = int(code) if int(code) in rank else int(ExitCode.INTERNAL)
-    return worst
 
 
 #: The longest question, in UTF-8 bytes: one ``--question``, one line of ``--questions`` or a
