@@ -178,7 +178,7 @@ def router_groups(settings: Any) -> list[str]:
     """
     if not settings.router_config:
         return []
-    from rlm_cli.models.backend import read_router_file
+    from rlm_cli.models.router_file import read_router_file
 
     return [str(d["model_name"]) for d in read_router_file(settings.router_config)[0]]
 
