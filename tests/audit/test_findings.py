@@ -51,6 +51,7 @@ def test_uris_are_encoded_references_from_the_root_or_file_uris_outside_it() -> 
                                                          "uriBaseId": "%SRCROOT%"}
     assert artifact_location("uni-é-中.py")["uri"] == "uni-%C3%A9-%E4%B8%AD.py"
     assert artifact_location("comma,colon;name.py")["uri"] == "comma%2Ccolon%3Bname.py"
+    assert artifact_location("a:b.py")["uri"] == "a%3Ab.py"  # never read as a scheme
     assert artifact_location("/tmp/a b.py") == {"uri": "file:///tmp/a%20b.py"}  # no uriBaseId (SARIF1004)
     assert folder_uri("/work/repo") == "file:///work/repo/" and folder_uri("/") == "file:///"
 
