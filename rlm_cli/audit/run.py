@@ -265,8 +265,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
 
 
 def finding_message(verdict: Verdict) -> str:
-    """What a finding says: why its check did not pass."""
-    return verdict.reason + (" (the answer is unsupported)" if verdict.status == "unsupported" else "")
+    """What a finding says: why its check did not pass (an unsupported answer's reason says so)."""
+    return verdict.reason
 
 
 def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditReport:
