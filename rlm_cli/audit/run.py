@@ -24,7 +24,7 @@ from rlm_cli.app.planning import model_window
 from rlm_cli.app.session import Session
 from rlm_cli.audit.checklist import Check, Checklist
 from rlm_cli.audit.findings import LinesOf, ReportPaths, place
-from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, outcome_of
+from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, fails_job, outcome_of
 from rlm_cli.config import Settings
 from rlm_cli.events import Emit, is_type
 from rlm_cli.models.budget import Budget, Reservation
@@ -265,15 +265,15 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
 
 
 def finding_message(verdict: Verdict) -> str:
-    """What a finding says: why its check did not pass."""
-    return verdict.reason + (" (the answer is unsupported)" if verdict.status == "unsupported" else "")
+    """What a finding says: why its check did not pass (an unsupported answer's reason says so)."""
+    return verdict.reason
 
 
 def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditReport:
     """The typed report of ``run`` that every report format reads: each check with its status,
     reason, answer, value, locations and findings, the totals and the exit code."""
     code = exit_code([(r.check, r.verdict) for r in run.runs], fail_on)
-    checks = [check_report(r, run.paths) for r in run.runs]
+    checks = [check_report(r, run.paths, fail_on) for r in run.runs]
     usage = run.usage
     calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
     cached = int(usage.get("cached_calls") or 0)
@@ -294,8 +294,8 @@ def audit_document(report: AuditReport) -> dict[str, Any]:
     return report.document(AUDIT_SCHEMA)
 
 
-def check_report(run: CheckRun, paths: ReportPaths) -> CheckReport:
-    """One check of the audit report."""
+def check_report(run: CheckRun, paths: ReportPaths, fail_on: str = "error") -> CheckReport:
+    """One check of the audit report (``fail_on``: ``--fail-on``)."""
     c, out, v, doc = run.check, run.outcome, run.verdict, run.doc
     support = doc.get("support")
     return CheckReport(
@@ -303,4 +303,4 @@ def check_report(run: CheckRun, paths: ReportPaths) -> CheckReport:
         c.line, [Location(p, paths.report_path(p), Region(a, b)) for p, a, b in v.locations], list(run.findings),
         v.run_code, c.model, c.max_cost, tuple(c.include), tuple(c.exclude), list(doc.get("sources") or []),
         {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
-         if k in doc}, support if isinstance(support, dict) else None)
+         if k in doc}, support if isinstance(support, dict) else None, fails_job(c, v, fail_on))
