@@ -91,6 +91,11 @@ def corpus(tmp_path: Path) -> Path:
     return repo
 
 
+def written(tmp_path: Path) -> list[Path]:
+    """The files rlm wrote in its user folders (the index cache of a load, trajectories)."""
+    return [p for p in (tmp_path / "userdirs").rglob("*") if p.is_file()]
+
+
 def with_model(text: str, check: str, model: str) -> str:
     return text.replace(f'id = "{check}"\n', f'id = "{check}"\nmodel = "{model}"\n')
 
@@ -116,7 +121,7 @@ def test_a_checklist_model_not_named_stops_before_loading(tmp_path: Path, llm: F
     res = run_rlm("audit", str(repo), *base, "--require-support")
     assert res.code == 2 and "--require-support" in res.stderr and len(res.stderr.splitlines()) == 1
     assert not llm.requests
-    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("*.jsonl"))  # no trajectory
+    assert not written(tmp_path)
 
 
 def test_b_allowed_checklist_models_never_get_the_key(tmp_path: Path, llm: FakeLLM,
@@ -163,7 +168,7 @@ def test_c_a_check_model_named_by_the_invoker_runs(tmp_path: Path, llm: FakeLLM)
                   "--max-cost", "5", "--no-llm-cache")
     assert res.code == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert [c["status"] for c in doc["checks"]] == ["pass", "pass", "pass"]
+    assert [c["status"] for c in doc["checks"]] == ["pass", "pass", "pass"] and written(tmp_path)
     # two checks of the unpriced root model: its note is said once for the run, not once per check
     assert res.stderr.count("the price of openai/root is unknown") == 1, res.stderr
     assert {r["model"] for r in llm.requests} == {"root", "sub"}
@@ -182,6 +187,7 @@ def test_a_missing_key_is_one_line_and_exit_3_before_loading(tmp_path: Path, llm
     assert "no API key for anthropic/claude-haiku-4-5 (the root model)" in line and "ANTHROPIC_API_KEY" in line
     assert "no check ran" in line
     assert res.stdout.count("::error") <= 1 and "Missing credentials" not in res.stdout + res.stderr
+    assert not written(tmp_path)  # nothing loaded: no index cache, no trajectory
     # a check's own model, allowed, is checked too (the root here goes to the scripted server)
     checklist.write_text(with_model(checklist_text(["no-pickle"]), "no-pickle", "gemini/gemini-3.5-flash"))
     res = run_rlm("audit", str(repo), "--checklist", str(checklist), "--model", "openai/root", "--api-base", llm.url,
