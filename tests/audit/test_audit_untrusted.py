@@ -113,6 +113,10 @@ def test_a_checklist_model_not_named_stops_before_loading(tmp_path: Path, llm: F
     assert "--model" in line and not res.stdout
     res = run_rlm("audit", str(repo), *base, "--estimate")  # an estimate is refused the same way
     assert res.code == 2 and "check 'enough-files'" in res.stderr
+    # a model that holds a server is refused even where checklist models are allowed
+    checklist.write_text(with_model(checklist_text(["no-pickle"]), "no-pickle", "huggingface/https://evil.example"))
+    res = run_rlm("audit", str(repo), *base, "--allow-checklist-models")
+    assert res.code == 2 and "check 'no-pickle': field 'model' holds a URL" in res.stderr, res.stderr
     # --max-checks: more checks than it is exit 2 before loading, naming the count and the flag
     checklist.write_text(checklist_text(["no-pickle", "enough-files", "todo-free"]))
     res = run_rlm("audit", str(repo), *base, "--max-checks", "2")
