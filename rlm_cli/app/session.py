@@ -320,7 +320,7 @@ class Session:
         base = self.client
         usage = QuestionUsage(self.usage)
         qclient = QuestionClient(self.run_settings, usage, self.question_budget(usage, settings or self.settings),
-                                 cache=base.cache, backend=base.backend, limiter=base.limiter,
+                                 cache=base.cache, backend=base.backend, limiter=base.limiter, said=base.said,
                                  windows=self.plan.windows() if self.plan is not None else None,
                                  notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
         qclient.fatal = self.fatal

@@ -27,7 +27,7 @@ from rlm_cli.errors import UsageError
 CHECKS, REPORTS = "Checks", "Reports"
 
 
-@run_options()
+@run_options(without=("require_support",))  # an unsupported answer never passes a check: nothing to require
 def audit(
     paths: Annotated[list[str] | None, typer.Argument(metavar="[PATH...]",
                                                       help="Files, folders or globs (default: .).")] = None,
@@ -39,11 +39,17 @@ def audit(
                              help="Checks at once (default 1).")] = 1,
     fail_on: Annotated[str, opt("--fail-on", section=CHECKS, metavar="SEVERITY", complete=words(SEVERITIES),
                                 help="Lowest failing severity: error|warning|note.")] = "error",
+    max_checks: Annotated[int, opt("--max-checks", section=CHECKS, min=1, metavar="N",
+                                   help="Refuse a checklist of more checks (default 200).")] = 200,
+    allow_checklist_models: Annotated[bool, opt("--allow-checklist-models", section=CHECKS,
+                                                help="Let a check's model be one not named here.")] = False,
     estimate: Annotated[bool, opt("--estimate", section=CHECKS, help="Print what it would cost; call no model.")] = False,
     junit: Annotated[Path | None, opt("--junit", section=REPORTS, metavar="FILE",
                                       help="Write a JUnit XML report to FILE.")] = None,
     sarif: Annotated[Path | None, opt("--sarif", section=REPORTS, metavar="FILE",
                                       help="Write a SARIF 2.1.0 report to FILE.")] = None,
+    codequality: Annotated[Path | None, opt("--codequality", section=REPORTS, metavar="FILE",
+                                            help="Write a GitLab Code Quality report to FILE.")] = None,
     github: Annotated[bool, opt("--github", section=REPORTS, help="GitHub annotations and job summary.")] = False,
     json_out: JsonOpt = False,
     output: Annotated[Path | None, opt("--output", "-o", section=REPORTS, metavar="FILE",
@@ -57,7 +63,7 @@ def audit(
 
     Each check ends pass, fail, error or unsupported; exit 8 when one of severity error (or
     --fail-on) fails. The checklist format and CI jobs: docs/audit.md."""
-    from rlm_cli.audit.checklist import SEVERITIES, default_path, read_checklist
+    from rlm_cli.audit.checklist import SEVERITIES, admit, check_credentials, default_path, read_checklist
     from rlm_cli.output import render
 
     host = INVOCATION.take_host()
@@ -65,10 +71,12 @@ def audit(
         use_color(color)
         if fail_on not in SEVERITIES:
             raise UsageError(f"--fail-on must be one of {', '.join(SEVERITIES)} (not {fail_on!r})")
-        reports = audit_reports(junit=junit, sarif=sarif, github=github, json_out=json_out, output=output)
+        reports = audit_reports(junit=junit, sarif=sarif, github=github, json_out=json_out, output=output,
+                                codequality=codequality)
         where = paths or ["."]
         listed = read_checklist(checklist or default_path(where))
         settings = run.settings()
+        admit(listed, settings, allow_models=allow_checklist_models, max_checks=max_checks)
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if estimate:
             from rlm_cli.app.estimate import estimate as cost_of
@@ -81,9 +89,11 @@ def audit(
             return
         from rlm_cli.audit.view import run_audit
 
-        doc = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on)
-        deliver_audit(doc, reports, ui)
-        if doc["exit_code"]:
-            raise typer.Exit(doc["exit_code"])
+        check_credentials(listed, settings, host)
+
+        report = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on)
+        deliver_audit(report, reports, ui)
+        if report.exit_code:
+            raise typer.Exit(report.exit_code)
     finally:
         host.close()

@@ -28,6 +28,7 @@ from rlm_cli.models.failures import (
     http_status,
     retry_after_s,
 )
+from rlm_cli.models.keys import key_travels
 from rlm_cli.models.limiter import AdaptiveLimiter
 from rlm_cli.models.usage import Usage
 
@@ -273,12 +274,21 @@ class Sending:
             sampling["max_tokens"] = max(1, max_output)
         request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
                                    "sampling": sampling}
-        if self.settings.api_base:
-            request["api_base"] = self.settings.api_base
-        key = self.settings.effective_api_key
+        base, key = self._destination(model)
+        if base:
+            request["api_base"] = base
         if key:
             request["api_key"] = key
         return request
+
+    def _destination(self, model: str) -> tuple[str | None, str | None]:
+        """``(api_base, api_key)`` a request for ``model`` carries: the invoker's, only when they
+        are meant for it (``models.keys.key_travels``: the root or sub-model, or their provider);
+        ``(None, None)`` for any other model, which litellm sends to its own provider."""
+        s = self.settings
+        if not key_travels(model, (s.model, s.effective_sub_model)):
+            return None, None
+        return s.api_base, s.effective_api_key
 
     def _router_file(self, model: str) -> str | None:
         """The ``--router-config`` file when ``model`` is one of its model groups, else ``None``."""
