@@ -40,6 +40,8 @@ def audit(
     fail_on: Annotated[str, opt("--fail-on", section=CHECKS, metavar="SEVERITY", complete=words(SEVERITIES),
                                 help="Lowest failing severity: error|warning|note.")] = "error",
     estimate: Annotated[bool, opt("--estimate", section=CHECKS, help="Print what it would cost; call no model.")] = False,
+    changed_since: Annotated[str | None, opt("--changed-since", section=CHECKS, metavar="REF",
+                                             help="Only files changed since git REF's merge base.")] = None,
     junit: Annotated[Path | None, opt("--junit", section=REPORTS, metavar="FILE",
                                       help="Write a JUnit XML report to FILE.")] = None,
     sarif: Annotated[Path | None, opt("--sarif", section=REPORTS, metavar="FILE",
@@ -68,21 +70,29 @@ def audit(
         reports = audit_reports(junit=junit, sarif=sarif, github=github, json_out=json_out, output=output)
         where = paths or ["."]
         listed = read_checklist(checklist or default_path(where))
-        settings = run.settings()
         ui = render.Renderer(quiet=quiet, verbose=verbose)
+        from rlm_cli.audit.view import deliver_github_output, prepare, run_audit
+
+        settings, scope = prepare(run.settings(), where, [junit, sarif, output], changed_since, ui)
         if estimate:
             from rlm_cli.app.estimate import estimate as cost_of
-            from rlm_cli.audit.run import check_question, without_checklist
+            from rlm_cli.audit.run import check_question, scope_matcher, without_checklist
 
-            asked = [(c.id, check_question(c), c.type, c.model) for c in listed.checks]
+            asked = [(c.id, check_question(c, scope), c.type, c.model) for c in listed.checks
+                     if scope is None or scope.touches(scope_matcher(c))]
             settings = without_checklist(settings, where, listed.path)
             deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event),
                              Format.JSON if json_out else Format.TEXT, ui)
             return
-        from rlm_cli.audit.view import run_audit
 
-        doc = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on)
-        deliver_audit(doc, reports, ui)
+        def deliver(doc: dict[str, object]) -> None:  # also the checks that finished when cancelled
+            INVOCATION.json_errors = False  # the document is the --json answer, even of a cancelled run
+            deliver_audit(doc, reports, ui)
+            deliver_github_output(doc, sarif, ui)
+
+        doc = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on, scope=scope,
+                        on_cancel=deliver)
+        deliver(doc)
         if doc["exit_code"]:
             raise typer.Exit(doc["exit_code"])
     finally:

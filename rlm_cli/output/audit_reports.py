@@ -76,7 +76,8 @@ def junit_text(doc: dict[str, Any]) -> str:
                           skipped="0", time=f"{doc['elapsed_s']:.3f}")
     props = ET.SubElement(suite, "properties")
     for name, value in (("checklist", doc["checklist"]), ("exit_code", doc["exit_code"]),
-                        ("fail_on", doc["fail_on"]), ("cost_usd", doc["totals"].get("cost_usd"))):
+                        ("fail_on", doc["fail_on"]), ("cost_usd", doc["totals"].get("cost_usd")),
+                        ("incomplete", "true" if doc.get("incomplete") else "false")):
         ET.SubElement(props, "property", name=name, value="" if value is None else str(value))
     for c in doc["checks"]:
         elapsed = float((c.get("run") or {}).get("elapsed_s") or 0.0)
@@ -123,6 +124,11 @@ def sarif_text(doc: dict[str, Any], version: str) -> str:
         if len(locations) > 1:
             result["relatedLocations"] = [{"id": n, **loc} for n, loc in enumerate(locations[1:], 1)]
         results.append(result)
+    cut = doc.get("incomplete")
+    if cut:  # a cancelled run (SIGINT, SIGTERM): the checks that finished, and which did not run
+        notes.append({"level": "error", "message": {"text": f"the run was cancelled ({cut['signal']}): "
+                                                            f"{len(cut['not_run'])} check(s) did not run: "
+                                                            + ", ".join(cut["not_run"])}})
     run: dict[str, Any] = {
         "tool": {"driver": {"name": "rlm audit", "version": version, "rules": rules}},
         "originalUriBaseIds": {"%SRCROOT%": {"description": {"text": "the folder rlm audit ran in"}}},
@@ -156,7 +162,9 @@ def github_commands(doc: dict[str, Any]) -> str:
     for c in doc["checks"]:
         if c["status"] == "pass":
             continue
-        command = "error" if c["status"] == "error" else COMMANDS[c["severity"]]
+        # the check's severity; an undecided check is an error only where it fails the run (exit 3/4/5/6)
+        stops = c["status"] == "error" and doc["exit_code"] and c.get("exit_code") == doc["exit_code"]
+        command = "error" if stops else COMMANDS[c["severity"]]
         loc = c["locations"][0] if c["locations"] else {"file": doc["checklist"], "start_line": c.get("line") or 1,
                                                         "end_line": c.get("line") or 1}
         more = len(c["locations"]) - 1
