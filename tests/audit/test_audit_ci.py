@@ -16,6 +16,7 @@ from pathlib import Path
 from junitparser import JUnitXml
 
 from tests.audit.scripted import checklist_text, json_repo, script_model
+from tests.audit.test_audit_cli import audit_validator, sarif_validator
 from tests.support.cli import rlm_argv, run_rlm
 from tests.support.fake_llm import FakeLLM, Reply
 
@@ -79,6 +80,7 @@ def test_changed_since_reports_only_the_changed_file(tmp_path: Path, llm: FakeLL
                   "--json", cwd=tmp_path, env={"GITHUB_OUTPUT": str(outputs)})
     assert res.code == 8, res.stderr
     doc = json.loads(res.stdout)
+    assert not list(audit_validator().iter_errors(doc))
     assert doc["changed_since"]["files"] == ["decoder.py"] and doc["corpus"]["files"] == 5  # all read, one asked about
     no_eval = next(c for c in doc["checks"] if c["id"] == "no-eval")
     assert no_eval["status"] == "fail" and [loc["file"] for loc in no_eval["locations"]] == ["repo/decoder.py"]
@@ -129,11 +131,13 @@ def test_progress_lines_retries_and_sigterm_writes_the_finished_checks(tmp_path:
     assert re.search(r"progress: 0/2 checks done, \d+ s: enough-files iteration \d", err), err
     assert "retrying (attempt 2)" in err and "1 retry" in err
     sarif = json.loads((tmp_path / "out.sarif").read_text())
+    assert not list(sarif_validator().iter_errors(sarif))
     inv = sarif["runs"][0]["invocations"][0]
     assert inv["executionSuccessful"] is False and inv["exitCode"] == 143
     assert "cancelled (SIGTERM)" in inv["toolExecutionNotifications"][-1]["message"]["text"]
     cases = [case.name for suite in JUnitXml.fromfile(str(tmp_path / "out.xml")) for case in suite]
     assert cases == ["enough-files"]
     doc = json.loads((tmp_path / "out.json").read_text())
+    assert not list(audit_validator().iter_errors(doc))
     assert doc["status"] == "interrupted" and doc["incomplete"] == {"signal": "SIGTERM", "not_run": ["no-eval"]}
     assert read_outputs(outputs)["incomplete"] == "true"
