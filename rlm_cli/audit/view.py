@@ -16,12 +16,15 @@ from typing import Any
 from rlm_cli.app.batch import Question
 from rlm_cli.audit.changed import Scope
 from rlm_cli.audit.checklist import Checklist
-from rlm_cli.audit.run import AuditRun, CheckRun, audit_document, check_row, run_checklist
+from rlm_cli.audit.findings import ReportPaths
+from rlm_cli.audit.run import AuditRun, CheckRun, audit_report, check_report, run_checklist
 from rlm_cli.config import Settings
 from rlm_cli.events import Emit, is_type
-from rlm_cli.output.audit_reports import table_rows
+from rlm_cli.output.findings import AuditReport
+from rlm_cli.output.reports.text import shown_value, table_rows, value_text
 
 COLUMNS = ["check", "severity", "status", "value", "why"]
+
 #: Seconds between two progress lines when stderr is not a terminal (issue 48: a CI log said
 #: nothing for 7 minutes through 3 retries). ``RLM_PROGRESS_EVERY`` (seconds) sets another.
 PROGRESS_EVERY_S = 30.0
@@ -109,47 +112,39 @@ def _short_value(value: str) -> str:
     return cut[:cut.rfind(",")] + ", ..." if "," in cut else cut + "..."
 
 
-def check_line(run: CheckRun, done: int, total: int, fail_on: str) -> tuple[str, bool]:
+def check_line(run: CheckRun, where: ReportPaths, done: int, total: int, fail_on: str) -> tuple[str, bool]:
     """A check's line as it completes, and whether it is an error line (it makes the run fail:
     its severity is at or above ``fail_on``), else a warning line (not passing) or an info one."""
     from rlm_cli.audit.checklist import SEVERITIES
 
-    row = check_row(run, "")
-    value = _value_text(row)
+    value = shown_value(check_report(run, where))
     line = f"[{done}/{total}] {run.check.id} ({run.check.severity}): {run.verdict.status}"
-    line += f" {_short_value(value)}" if value else ""
+    line += f" {_short_value(value_text(value))}" if value is not None else ""
     if run.verdict.status == "pass":
         return line, False
     failing = SEVERITIES.index(run.check.severity) <= SEVERITIES.index(fail_on)
     return f"{line}: {' '.join(run.verdict.reason.split())}", failing
 
 
-def _value_text(row: dict[str, Any]) -> str:
-    import json
-
-    value = row["value"]
-    return "" if value is None else json.dumps(value, ensure_ascii=False)
-
-
 def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any, ui: Any,
               fail_on: str, scope: Scope | None = None,
-              on_cancel: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              on_cancel: Callable[[AuditReport], None] | None = None) -> AuditReport:
     """Run ``checklist`` (:func:`~rlm_cli.audit.run.run_checklist`) showing its progress on
     ``ui`` (a ``render.Renderer``): a line per check as it completes, progress lines in a CI log,
-    then the table of all checks and a closing line. Returns the ``audit-result.v1`` document;
-    stopped by Ctrl-C or SIGTERM, ``on_cancel`` gets the document of the checks that finished
-    (``incomplete``) first.
+    then the table of all checks and a closing line. Returns the typed report every report
+    format reads; stopped by Ctrl-C or SIGTERM, ``on_cancel`` gets the report of the checks that
+    finished (``incomplete``) first.
 
     Raises:
         the errors of ``run_checklist``.
     """
-    total, done = len(checklist.checks), [0]
+    total, done, where = len(checklist.checks), [0], ReportPaths.of_run(paths)
     ticker = Ticker(ui, total, progress_every())
 
     def on_check(run: CheckRun) -> None:
         done[0] += 1
         ticker.finished(run.check.id)
-        line, failing = check_line(run, done[0], total, fail_on)
+        line, failing = check_line(run, where, done[0], total, fail_on)
         (ui.error if failing else ui.warning if run.verdict.status != "pass" else ui.info)(line)
 
     def emit_for(question: Question) -> Emit:
@@ -163,44 +158,44 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
 
     def cancelled(cut: AuditRun) -> None:
         if on_cancel is not None:
-            doc = audit_document(checklist, cut, fail_on=fail_on)
             ui.warning(f"{cut.extra['incomplete']['signal']}: {len(cut.runs)} of {total} checks finished; "
                        "writing their reports, marked incomplete")
-            on_cancel(doc)
+            on_cancel(audit_report(checklist, cut, fail_on=fail_on))
 
     started = time.monotonic()
     with ticker:
         run = run_checklist(settings, paths, checklist, jobs=jobs, backend=backend, emit=ui.on_event,
                             emit_for=emit_for, on_check=on_check, on_cancel=cancelled, scope=scope)
     ui.close()
-    doc = audit_document(checklist, run, fail_on=fail_on)
-    t = doc["totals"]
-    ui.stderr_table(f"rlm audit: {doc['checklist']}", COLUMNS, table_rows(doc))
-    ui.summary({"iterations": sum(int((c["run"] or {}).get("iterations") or 0) for c in doc["checks"]),
-                "usage": doc["usage"], "sub_calls": sum(int((c["run"] or {}).get("sub_calls") or 0)
-                                                       for c in doc["checks"]),
+    report = audit_report(checklist, run, fail_on=fail_on)
+    t = report.totals
+    ui.stderr_table(f"rlm audit: {report.checklist}", COLUMNS, table_rows(report))
+    ui.summary({"iterations": sum(int(c.run.get("iterations") or 0) for c in report.checks), "usage": report.usage,
+                "sub_calls": sum(int(c.run.get("sub_calls") or 0) for c in report.checks),
                 "elapsed_s": round(time.monotonic() - started, 3)})
-    ui.info(f"{t['checks']} checks: {t['pass']} pass, {t['fail']} fail, {t['error']} error, {t['unsupported']} "
-            f"unsupported; corpus loaded {run.loads} time(s)" + (f"; {t['note']}" if t.get("note") else "")
-            + (f"; exit code {doc['exit_code']}" if doc["exit_code"] else ""))
-    return doc
+    ui.info(f"{t.checks} checks: {t.passed} pass, {t.failed} fail, {t.errors} error, {t.unsupported} "
+            f"unsupported; corpus loaded {run.loads} time(s)" + (f"; {t.note}" if t.note else "")
+            + (f"; exit code {report.exit_code}" if report.exit_code else ""))
+    return report
 
 
-def github_output(doc: dict[str, Any], sarif: Path | None, path: Path) -> None:
+def github_output(report: AuditReport, sarif: Path | None, path: Path) -> None:
     """Append the step's outputs to ``path`` (``$GITHUB_OUTPUT``): ``passed``, ``failed``
-    (``fail`` and ``unsupported``), ``errors``, ``new`` (findings a ``--baseline`` did not hold;
-    every failing check without one), ``incomplete`` and ``sarif`` (its path, when written), each
-    in GitHub's multiline form (``NAME<<DELIMITER``, the value, the delimiter; a delimiter the
-    value cannot hold, as ``@actions/core``'s ``prepareKeyValueMessage`` does).
+    (checks that ended ``fail`` or ``unsupported``), ``errors``, ``new`` (failing findings a
+    ``--baseline`` did not hold: every failing finding without one), ``incomplete``, ``exit-code``
+    and ``sarif`` (its path, when written), each in GitHub's multiline form (``NAME<<DELIMITER``,
+    the value, the delimiter; a delimiter the value does not hold, as ``@actions/core``'s
+    ``prepareKeyValueMessage`` makes one).
 
     Raises:
         OSError: the file cannot be written.
     """
-    t = doc["totals"]
-    failed = int(t["fail"]) + int(t["unsupported"])
-    new = t.get("new", failed)  # the baseline's count of new findings, where one was given
-    values = {"passed": t["pass"], "failed": failed, "errors": t["error"], "new": new,
-              "incomplete": "true" if doc.get("incomplete") else "false", "exit-code": doc["exit_code"]}
+    t = report.totals
+    failing = [f for f in report.findings if f.failing]
+    values: dict[str, object] = {
+        "passed": t.passed, "failed": t.failed + t.unsupported, "errors": t.errors,
+        "new": sum(1 for f in failing if f.baseline_state in (None, "new")),
+        "incomplete": "true" if report.incomplete else "false", "exit-code": report.exit_code}
     if sarif is not None:
         values["sarif"] = str(sarif)
     out = []
@@ -238,13 +233,13 @@ def prepare(settings: Settings, paths: list[str], outputs: list[Path | None], ch
     return settings, scope
 
 
-def deliver_github_output(doc: dict[str, Any], sarif: Path | None, ui: Any) -> None:
+def deliver_github_output(report: AuditReport, sarif: Path | None, ui: Any) -> None:
     """:func:`github_output` into ``$GITHUB_OUTPUT`` when it names a file (a GitHub Actions
     step); a file that cannot be written is a warning, never a lost report."""
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         return
     try:
-        github_output(doc, sarif, Path(target))
+        github_output(report, sarif, Path(target))
     except OSError as exc:
         ui.warning(f"cannot write $GITHUB_OUTPUT ({target}): {exc.strerror or exc}")

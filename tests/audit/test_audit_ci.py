@@ -83,7 +83,7 @@ def test_changed_since_reports_only_the_changed_file(tmp_path: Path, llm: FakeLL
     assert not list(audit_validator().iter_errors(doc))
     assert doc["changed_since"]["files"] == ["decoder.py"] and doc["corpus"]["files"] == 5  # all read, one asked about
     no_eval = next(c for c in doc["checks"] if c["id"] == "no-eval")
-    assert no_eval["status"] == "fail" and [loc["file"] for loc in no_eval["locations"]] == ["repo/decoder.py"]
+    assert no_eval["status"] == "fail" and [loc["file"] for loc in no_eval["locations"]] == ["decoder.py"]  # from the repository root
     asked = next(r for r in llm.requests if "eval()" in json.dumps(r))
     assert "changed since HEAD~1: decoder.py" in json.dumps(asked)
     assert read_outputs(outputs) == {"passed": "1", "failed": "1", "errors": "0", "new": "1",
