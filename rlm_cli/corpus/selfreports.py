@@ -10,7 +10,7 @@ opened, and only :data:`HEAD_BYTES` of each are read):
 * JUnit XML whose ``<testsuites>`` is named ``rlm audit`` (``junit_text``);
 * JSON documents of schema ``audit-result.v1``, ``ask-result.v1`` or ``estimate.v1`` (``--json``,
   ``--json -o``; one per line for ``--questions``);
-* GitLab Code Quality JSON whose findings carry rlm's ``check_name`` prefix ``rlm-audit``.
+* GitLab Code Quality JSON whose first issue's ``engine_name`` is ``rlm audit``.
 
 The walk is the corpus's own (``walk.discover`` with the run's options: ignore files and
 ``--exclude`` apply), so nothing is opened that the run would not read anyway.
@@ -31,7 +31,7 @@ _SIGNS = (
     re.compile(rb'"driver"\s*:\s*\{\s*"name"\s*:\s*"rlm(?: audit)?"'),  # SARIF
     re.compile(rb'<testsuites\b[^>]*\bname="rlm audit"'),  # JUnit
     re.compile(rb'^\s*\{\s*"schema"\s*:\s*"(?:audit-result|ask-result|estimate)\.v\d+"'),  # --json
-    re.compile(rb'^\s*\[\s*\{[^\[\]]*"check_name"\s*:\s*"rlm'),  # GitLab Code Quality
+    re.compile(rb'^\s*\[\s*\{[^\[\]{}]*"engine_name"\s*:\s*"rlm audit"'),  # GitLab Code Quality
 )
 
 

@@ -35,6 +35,7 @@ def git(root: Path, *args: str) -> str:
 def read_outputs(path: Path) -> dict[str, str]:
     """``$GITHUB_OUTPUT`` as GitHub reads it: ``NAME<<DELIMITER`` ... ``DELIMITER`` blocks."""
     text, out = path.read_text(), {}
+    text = text.removeprefix("earlier=1\n")
     for m in re.finditer(r"^([\w-]+)<<(ghadelimiter_[\w-]+)\n(.*?)\n\2$", text, re.S | re.M):
         out[m.group(1)] = m.group(3)
     assert text.count("<<") == len(out)
@@ -45,7 +46,8 @@ def test_a_second_run_in_the_same_folder_sees_the_same_files(tmp_path: Path, llm
     repo = json_repo(tmp_path)
     (repo / "rlm-audit.toml").write_text(checklist_text(["enough-files", "no-eval", "summary"]))
     script_model(llm)
-    args = ["audit", ".", *flags(llm), "--sarif", "rlm.sarif", "--junit", "rlm-junit.xml", "--json", "-o", "audit.json"]
+    args = ["audit", ".", *flags(llm), "--sarif", "rlm.sarif", "--junit", "rlm-junit.xml", "--json", "-o", "audit.json",
+            "--codequality", "rlm-cq.json"]
     first = run_rlm(*args, cwd=repo)
     assert first.code == 0, first.stderr
     doc1 = json.loads((repo / "audit.json").read_text())
@@ -59,7 +61,7 @@ def test_a_second_run_in_the_same_folder_sees_the_same_files(tmp_path: Path, llm
     assert doc1["corpus"]["files"] == doc2["corpus"]["files"] == 5
     values = [{c["id"]: c["value"] for c in d["checks"]} for d in (doc1, doc2)]
     assert values[0] == values[1] and values[1]["summary"] == {"files": 5} and values[1]["no-eval"] == []
-    assert "left out 6 report file(s) rlm wrote" in second.stderr and "old/earlier.sarif" in second.stderr
+    assert "left out 7 report file(s) rlm wrote" in second.stderr and "old/earlier.sarif" in second.stderr
     assert doc2["totals"]["from_cache"]  # the same corpus: every check served by the response cache
     sarif = json.loads((repo / "rlm.sarif").read_text())
     assert sarif["runs"][0]["results"] == []
@@ -141,3 +143,33 @@ def test_progress_lines_retries_and_sigterm_writes_the_finished_checks(tmp_path:
     assert not list(audit_validator().iter_errors(doc))
     assert doc["status"] == "interrupted" and doc["incomplete"] == {"signal": "SIGTERM", "not_run": ["no-eval"]}
     assert read_outputs(outputs)["incomplete"] == "true"
+
+
+def test_rlm_reports_are_told_by_their_first_bytes() -> None:
+    from rlm_cli.corpus.selfreports import is_rlm_report
+
+    ours = [b'{\n  "$schema": "x",\n  "version": "2.1.0",\n  "runs": [\n    {\n      "tool": {\n        "driver": {\n'
+            b'          "name": "rlm audit",', b'<?xml version="1.0"?>\n<testsuites name="rlm audit" tests="2">',
+            b'{\n  "schema": "audit-result.v1",', b'{"schema": "ask-result.v1", "answer": "x"}\n',
+            b'[\n  {\n    "type": "issue",\n    "engine_name": "rlm audit",\n    "check_name": "no-eval",']
+    theirs = [b'{"runs": [{"tool": {"driver": {"name": "CodeQL"}}}]}', b'<testsuites name="pytest">',
+              b'{"name": "rlm audit", "schema": "audit-result.v1"}', b'[{"check_name": "eslint", "engine_name": "eslint"}]']
+    assert all(is_rlm_report(h) for h in ours) and not any(is_rlm_report(h) for h in theirs)
+
+
+def test_github_output_is_multiline_safe_and_ci_step_variables_share_a_model_host(tmp_path: Path) -> None:
+    from rlm_cli.audit.view import github_output
+    from rlm_cli.models.shared import fingerprint
+    from rlm_cli.output.findings import AuditReport, Totals
+
+    report = AuditReport([], Totals(3, 1, 1, 0, 1, 0, 0, None), 8, "error", "rlm-audit.toml", str(tmp_path), "")
+    out = tmp_path / "out"
+    out.write_text("earlier=1\n")
+    github_output(report, Path("a\nb.sarif"), out)
+    assert read_outputs(out) == {"passed": "1", "failed": "2", "errors": "0", "new": "0", "incomplete": "false",
+                                 "exit-code": "8", "sarif": "a\nb.sarif"}
+    base = {"PATH": "/bin", "OPENAI_API_KEY": "k1"}
+    step1 = {**base, "GITHUB_OUTPUT": "/r/_temp/1", "GITHUB_STEP_SUMMARY": "/r/s1", "INPUT_PATHS": "a"}
+    step2 = {**base, "GITHUB_OUTPUT": "/r/_temp/2", "GITHUB_STEP_SUMMARY": "/r/s2", "GITHUB_ACTION": "__run_2"}
+    assert fingerprint(step1) == fingerprint(step2) == fingerprint(base)
+    assert fingerprint({**base, "OPENAI_API_KEY": "k2"}) != fingerprint(base)
