@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,9 @@ from rlm_cli.commands.options import (
     use_color,
 )
 from rlm_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from rlm_cli.output.findings import AuditReport
 
 #: ``rlm audit``'s own sections of ``--help``.
 CHECKS, REPORTS = "Checks", "Reports"
@@ -44,6 +47,8 @@ def audit(
     allow_checklist_models: Annotated[bool, opt("--allow-checklist-models", section=CHECKS,
                                                 help="Let a check's model be one not named here.")] = False,
     estimate: Annotated[bool, opt("--estimate", section=CHECKS, help="Print what it would cost; call no model.")] = False,
+    changed_since: Annotated[str | None, opt("--changed-since", section=CHECKS, metavar="REF",
+                                             help="Only files changed since git REF's merge base.")] = None,
     junit: Annotated[Path | None, opt("--junit", section=REPORTS, metavar="FILE",
                                       help="Write a JUnit XML report to FILE.")] = None,
     sarif: Annotated[Path | None, opt("--sarif", section=REPORTS, metavar="FILE",
@@ -75,24 +80,31 @@ def audit(
                                 codequality=codequality)
         where = paths or ["."]
         listed = read_checklist(checklist or default_path(where))
-        settings = run.settings()
-        admit(listed, settings, allow_models=allow_checklist_models, max_checks=max_checks)
         ui = render.Renderer(quiet=quiet, verbose=verbose)
+        from rlm_cli.audit.view import deliver_github_output, prepare, run_audit
+
+        settings, scope = prepare(run.settings(), where, [junit, sarif, output, codequality], changed_since, ui)
+        admit(listed, settings, allow_models=allow_checklist_models, max_checks=max_checks)
         if estimate:
             from rlm_cli.app.estimate import estimate as cost_of
-            from rlm_cli.audit.run import check_question, without_checklist
+            from rlm_cli.audit.run import check_question, scope_matcher, without_checklist
 
-            asked = [(c.id, check_question(c), c.type, c.model) for c in listed.checks]
+            asked = [(c.id, check_question(c, scope), c.type, c.model) for c in listed.checks
+                     if scope is None or scope.touches(scope_matcher(c))]
             settings = without_checklist(settings, where, listed.path)
             deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event),
                              Format.JSON if json_out else Format.TEXT, ui)
             return
-        from rlm_cli.audit.view import run_audit
-
         check_credentials(listed, settings, host)
 
-        report = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on)
-        deliver_audit(report, reports, ui)
+        def deliver(report: AuditReport) -> None:  # also the checks that finished when cancelled
+            INVOCATION.json_errors = False  # the document is the --json answer, even of a cancelled run
+            deliver_audit(report, reports, ui)
+            deliver_github_output(report, sarif, ui)
+
+        report = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on, scope=scope,
+                           on_cancel=deliver)
+        deliver(report)
         if report.exit_code:
             raise typer.Exit(report.exit_code)
     finally:

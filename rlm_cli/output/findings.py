@@ -213,11 +213,15 @@ class AuditReport:
     corpus: dict[str, Any] | None = None
     sandbox: str = ""
     elapsed_s: float = 0.0
+    #: A cancelled run: ``{"signal": "SIGINT"|"SIGTERM", "not_run": [check ids]}``.
+    incomplete: dict[str, Any] | None = None
+    #: ``--changed-since``: ``{"ref", "merge_base", "files"}``.
+    changed_since: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
-        """``pass`` when the exit code is 0, else ``fail``."""
-        return "pass" if self.exit_code == 0 else "fail"
+        """``pass`` when the exit code is 0, ``interrupted`` when cancelled, else ``fail``."""
+        return "interrupted" if self.incomplete else "pass" if self.exit_code == 0 else "fail"
 
     @property
     def findings(self) -> list[Finding]:
@@ -229,4 +233,5 @@ class AuditReport:
         return {"schema": schema, "status": self.status, "exit_code": self.exit_code, "fail_on": self.fail_on,
                 "checklist": self.checklist, "root": self.prefix, "root_dir": self.root_dir,
                 "checks": [c.to_dict() for c in self.checks], "totals": self.totals.to_dict(), "usage": self.usage,
-                "corpus": self.corpus, "sandbox": self.sandbox, "elapsed_s": self.elapsed_s}
+                "corpus": self.corpus, "sandbox": self.sandbox, "elapsed_s": self.elapsed_s,
+                **{k: v for k, v in (("incomplete", self.incomplete), ("changed_since", self.changed_since)) if v}}

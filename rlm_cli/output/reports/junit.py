@@ -41,7 +41,8 @@ def junit_text(report: AuditReport) -> str:
                           failures=failures, errors=errors, skipped="0", time=elapsed)
     props = ET.SubElement(suite, "properties")
     for name, value in (("checklist", report.checklist), ("exit_code", report.exit_code),
-                        ("fail_on", report.fail_on), ("cost_usd", t.cost_usd)):
+                        ("fail_on", report.fail_on), ("cost_usd", t.cost_usd),
+                        ("incomplete", "true" if report.incomplete else "false")):
         ET.SubElement(props, "property", name=name, value="" if value is None else xml_text(str(value)))
     for c in report.checks:
         case = ET.SubElement(suite, "testcase", name=c.id, classname="rlm.audit", time=f"{c.elapsed_s:.3f}")

@@ -88,6 +88,11 @@ def sarif_log(report: AuditReport, version: str) -> dict[str, Any]:
             notes.append({"level": "error", "message": {"text": f"check {c.id} could not be decided: {c.reason}"},
                           "associatedRule": {"id": c.id, "index": index}})
         results.extend(_result(c, index, f) for f in c.findings)
+    cut = report.incomplete
+    if cut:  # a cancelled run (SIGINT, SIGTERM): the checks that finished, and which did not run
+        notes.append({"level": "error", "message": {"text": f"the run was cancelled ({cut['signal']}): "
+                                                            f"{len(cut['not_run'])} check(s) did not run: "
+                                                            + ", ".join(cut["not_run"])}})
     run: dict[str, Any] = {
         "tool": {"driver": {"name": "rlm audit", "version": version, "rules": rules}},
         "originalUriBaseIds": {SRCROOT: {"uri": folder_uri(report.root_dir),
