@@ -17,17 +17,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.app.batch import Question, Result, result_document, run_all
 from rlm_cli.app.planning import model_window
 from rlm_cli.app.session import Session
 from rlm_cli.audit.checklist import Check, Checklist
-from rlm_cli.audit.verdicts import Verdict, decide, exit_code
+from rlm_cli.audit.findings import LinesOf, ReportPaths, place
+from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, outcome_of
 from rlm_cli.config import Settings
 from rlm_cli.events import Emit, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
+from rlm_cli.output.findings import AuditReport, CheckReport, Finding, Location, Region, Totals
+
+if TYPE_CHECKING:
+    from rlm_cli.corpus.model import Corpus
 
 #: The ``schema`` of the ``rlm audit --json`` document.
 AUDIT_SCHEMA = "audit-result.v1"
@@ -106,18 +111,23 @@ class AuditSession(Session):
 
 @dataclass
 class CheckRun:
-    """One check's run: its ``ask-result.v1`` document (``doc``, or an error document) and verdict."""
+    """One check's run: its typed ``outcome``, its verdict and findings (placed and
+    fingerprinted: ``audit.findings``), and its ``ask-result.v1`` document (``doc``, or an error
+    document), whose run fields the ``--json`` document carries along."""
 
     check: Check
-    doc: dict[str, Any]
+    outcome: CheckOutcome
     verdict: Verdict
+    doc: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
 
 
 @dataclass
 class AuditRun:
     """What :func:`run_checklist` hands back: the check runs in checklist order, the session's
     usage summary, its corpus (``ask-result``'s ``corpus`` section), how many times the corpus
-    was loaded, the sandbox level, and the seconds it took."""
+    was loaded, the sandbox level, the seconds it took, and where report paths are from
+    (``paths``)."""
 
     runs: list[CheckRun]
     usage: dict[str, Any]
@@ -125,8 +135,7 @@ class AuditRun:
     loads: int
     sandbox: str
     elapsed_s: float
-    prefix: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    paths: ReportPaths
 
 
 def check_question(check: Check) -> str:
@@ -155,16 +164,31 @@ def scope_matcher(check: Check) -> Callable[[str], bool]:
 
 
 def path_prefix(paths: list[str]) -> str:
-    """What turns a corpus path into a path from the current folder (what CI reports need): the
-    folder PATH when it is the only one and under the current folder (``src/``), else ``""``
-    (corpus paths are then already from the current folder, or absolute)."""
-    if len(paths) != 1 or not os.path.isdir(paths[0]):
-        return ""
-    here, root = os.getcwd(), os.path.abspath(paths[0])
-    if root != here and not root.startswith(here.rstrip(os.sep) + os.sep):
-        return root.rstrip("/") + "/"
-    rel = os.path.relpath(root, here).replace(os.sep, "/")
-    return "" if rel == "." else rel + "/"
+    """What turns a corpus path into a path from the repository root (what CI reports need:
+    ``audit.findings.ReportPaths``): ``"svc/"`` for the folder PATH ``svc`` of a repository,
+    ``""`` when corpus paths are already from it, an absolute folder outside it."""
+    return ReportPaths.of_run(paths).prefix
+
+
+def corpus_lines(corpus: Corpus | None) -> LinesOf:
+    """A reader of a corpus file's lines as the run saw them (from the corpus bundle; ``None``
+    for a path that is not a corpus file or cannot be read)."""
+    files = {f.path: f for f in corpus.files} if corpus is not None else {}
+    cache: dict[str, list[str] | None] = {}
+
+    def lines_of(path: str) -> list[str] | None:
+        entry = files.get(path)
+        if entry is None or corpus is None:
+            return None
+        if path not in cache:
+            try:
+                with open(corpus.context_file, "rb") as fh:
+                    fh.seek(entry.bstart)
+                    cache[path] = fh.read(entry.bend - entry.bstart).decode("utf-8", "replace").splitlines()
+            except OSError:
+                cache[path] = None
+        return cache[path]
+    return lines_of
 
 
 def without_checklist(settings: Settings, paths: list[str], checklist: Path) -> Settings:
@@ -216,15 +240,19 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
 
     by_id = {c.id: c for c in checklist.checks}
     runs: dict[str, CheckRun] = {}
+    where, checklist_path = ReportPaths.of_run(paths), os.path.abspath(checklist.path)
     session = AuditSession(settings, paths, emit=session_events, backend=backend, numbered=True)
     with session:
         session.open()
+        lines_of = corpus_lines(session.corpus)
         questions = [Question(c.id, check_question(c), c.type, check_settings(session, c)) for c in checklist.checks]
 
         def done(result: Result) -> None:
             check = by_id[result.question.id]
-            doc = result_document(result, session.level)
-            run = CheckRun(check, doc, decide(check, doc, scope_matcher(check)))
+            outcome = outcome_of(result, check.type)
+            verdict = decide(check, outcome, scope_matcher(check))
+            run = CheckRun(check, outcome, verdict, result_document(result, session.level))
+            run.findings = place(check, verdict, finding_message(verdict), where, checklist_path, lines_of)
             runs[check.id] = run
             on_check(run)
 
@@ -233,54 +261,46 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
         corpus_doc = None if corpus is None else {"files": len(corpus.files), "chars": corpus.chars,
                                                   "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}
         return AuditRun([runs[c.id] for c in checklist.checks if c.id in runs], session.usage.summary(), corpus_doc,
-                        loads[0], session.level, round(time.monotonic() - started, 3), path_prefix(paths))
+                        loads[0], session.level, round(time.monotonic() - started, 3), where)
 
 
-def audit_document(checklist: Checklist, run: AuditRun, *, fail_on: str) -> dict[str, Any]:
-    """The ``audit-result.v1`` document of ``run``: ``checks`` (each check with its status,
-    reason, answer, value, locations and run), ``totals``, ``usage``, ``corpus`` (with
-    ``loads``), ``status`` (``pass`` or ``fail``) and ``exit_code``."""
+def finding_message(verdict: Verdict) -> str:
+    """What a finding says: why its check did not pass."""
+    return verdict.reason + (" (the answer is unsupported)" if verdict.status == "unsupported" else "")
+
+
+def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditReport:
+    """The typed report of ``run`` that every report format reads: each check with its status,
+    reason, answer, value, locations and findings, the totals and the exit code."""
     code = exit_code([(r.check, r.verdict) for r in run.runs], fail_on)
-    checks = [check_row(r, run.prefix) for r in run.runs]
+    checks = [check_report(r, run.paths) for r in run.runs]
     usage = run.usage
     calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
     cached = int(usage.get("cached_calls") or 0)
-    totals: dict[str, Any] = {"checks": len(checks), **{s: sum(1 for c in checks if c["status"] == s)
-                                                         for s in ("pass", "fail", "error", "unsupported")},
-                              "calls": calls, "cached_calls": cached, "cost_usd": usage.get("cost_usd"),
-                              "from_cache": bool(calls) and cached == calls}
-    if totals["from_cache"]:
-        totals["note"] = "every model call was served by the response cache: this run cost nothing"
-    return {"schema": AUDIT_SCHEMA, "status": "pass" if code == 0 else "fail", "exit_code": code,
-            "fail_on": fail_on, "checklist": _from_here(str(checklist.path)), "root": run.prefix,
-            "checks": checks, "totals": totals, "usage": usage,
-            "corpus": None if run.corpus is None else {**run.corpus, "loads": run.loads},
-            "sandbox": run.sandbox, "elapsed_s": run.elapsed_s}
+    count = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "fail", "error", "unsupported")}
+    totals = Totals(len(checks), count["pass"], count["fail"], count["error"], count["unsupported"], calls, cached,
+                    usage.get("cost_usd"))
+    if totals.from_cache:
+        totals.note = "every model call was served by the response cache: this run cost nothing"
+    return AuditReport(checks, totals, code, fail_on, run.paths.from_root(os.path.abspath(checklist.path)),
+                       run.paths.root, run.paths.prefix, usage,
+                       None if run.corpus is None else {**run.corpus, "loads": run.loads}, run.sandbox, run.elapsed_s)
 
 
-def _from_here(path: str) -> str:
-    """``path`` from the current folder when it is under it, else as given."""
-    absolute = os.path.abspath(path)
-    here = os.getcwd().rstrip(os.sep) + os.sep
-    return os.path.relpath(absolute).replace(os.sep, "/") if absolute.startswith(here) else path
+def audit_document(report: AuditReport) -> dict[str, Any]:
+    """The ``audit-result.v1`` document of ``report``: ``checks`` (each check with its status,
+    reason, answer, value, locations, findings and run), ``totals``, ``usage``, ``corpus`` (with
+    ``loads``), ``status`` (``pass`` or ``fail``) and ``exit_code``."""
+    return report.document(AUDIT_SCHEMA)
 
 
-def check_row(run: CheckRun, prefix: str) -> dict[str, Any]:
-    """One check of the audit document."""
-    c, doc, v = run.check, run.doc, run.verdict
-    row: dict[str, Any] = {
-        "id": c.id, "question": c.question, "type": c.type, "severity": c.severity, "expectation": c.expectation(),
-        "status": v.status, "reason": v.reason, "answer": doc.get("answer"),
-        "value": doc.get("value") if c.type != "text" else doc.get("answer"),
-        "locations": [{"path": p, "file": prefix + p if not p.startswith("/") else p, "start_line": a,
-                       "end_line": b} for p, a, b in v.locations],
-        "sources": doc.get("sources") or [], "line": c.line, "model": c.model, "max_cost": c.max_cost,
-        "include": list(c.include), "exclude": list(c.exclude),
-        "run": {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
-                if k in doc},
-    }
-    if v.run_code:
-        row["exit_code"] = v.run_code
-    if isinstance(doc.get("support"), dict):
-        row["support"] = doc["support"]
-    return row
+def check_report(run: CheckRun, paths: ReportPaths) -> CheckReport:
+    """One check of the audit report."""
+    c, out, v, doc = run.check, run.outcome, run.verdict, run.doc
+    support = doc.get("support")
+    return CheckReport(
+        c.id, c.question, c.type, c.severity, c.expectation(), v.status, v.reason, out.answer, out.value,
+        c.line, [Location(p, paths.report_path(p), Region(a, b)) for p, a, b in v.locations], list(run.findings),
+        v.run_code, c.model, c.max_cost, tuple(c.include), tuple(c.exclude), list(doc.get("sources") or []),
+        {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
+         if k in doc}, support if isinstance(support, dict) else None)

@@ -8,29 +8,31 @@ from typing import Any
 
 from rlm_cli.app.batch import Question
 from rlm_cli.audit.checklist import Checklist
-from rlm_cli.audit.run import CheckRun, audit_document, check_row, run_checklist
+from rlm_cli.audit.run import CheckRun, audit_report, check_report, run_checklist
 from rlm_cli.config import Settings
 from rlm_cli.events import Emit, is_type
-from rlm_cli.output.audit_reports import table_rows
+from rlm_cli.output.findings import AuditReport
+from rlm_cli.output.reports.text import table_row, table_rows
 
 COLUMNS = ["check", "severity", "status", "value", "why"]
 
 
 def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any, ui: Any,
-              fail_on: str) -> dict[str, Any]:
+              fail_on: str) -> AuditReport:
     """Run ``checklist`` (:func:`~rlm_cli.audit.run.run_checklist`) showing its progress on
     ``ui`` (a ``render.Renderer``): a line per check as it completes, then the table of all
-    checks and a closing line. Returns the ``audit-result.v1`` document.
+    checks and a closing line. Returns the typed report every report format reads.
 
     Raises:
         the errors of ``run_checklist``.
     """
-    total, done = len(checklist.checks), [0]
+    from rlm_cli.audit.findings import ReportPaths
+
+    total, done, where = len(checklist.checks), [0], ReportPaths.of_run(paths)
 
     def on_check(run: CheckRun) -> None:
         done[0] += 1
-        row = check_row(run, "")
-        value = table_rows({"checks": [row]})[0][3]
+        value = table_row(check_report(run, where))[3]
         line = f"[{done[0]}/{total}] {run.check.id} ({run.check.severity}): {run.verdict.status}"
         line += f" {value}" if value else ""
         (ui.warning if run.verdict.status in ("fail", "error", "unsupported") else ui.info)(
@@ -46,14 +48,13 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
     run = run_checklist(settings, paths, checklist, jobs=jobs, backend=backend, emit=ui.on_event, emit_for=emit_for,
                         on_check=on_check)
     ui.close()
-    doc = audit_document(checklist, run, fail_on=fail_on)
-    t = doc["totals"]
-    ui.stderr_table(f"rlm audit: {doc['checklist']}", COLUMNS, table_rows(doc))
-    ui.summary({"iterations": sum(int((c["run"] or {}).get("iterations") or 0) for c in doc["checks"]),
-                "usage": doc["usage"], "sub_calls": sum(int((c["run"] or {}).get("sub_calls") or 0)
-                                                       for c in doc["checks"]),
+    report = audit_report(checklist, run, fail_on=fail_on)
+    t = report.totals
+    ui.stderr_table(f"rlm audit: {report.checklist}", COLUMNS, table_rows(report))
+    ui.summary({"iterations": sum(int(c.run.get("iterations") or 0) for c in report.checks), "usage": report.usage,
+                "sub_calls": sum(int(c.run.get("sub_calls") or 0) for c in report.checks),
                 "elapsed_s": round(time.monotonic() - started, 3)})
-    ui.info(f"{t['checks']} checks: {t['pass']} pass, {t['fail']} fail, {t['error']} error, {t['unsupported']} "
-            f"unsupported; corpus loaded {run.loads} time(s)" + (f"; {t['note']}" if t.get("note") else "")
-            + (f"; exit code {doc['exit_code']}" if doc["exit_code"] else ""))
-    return doc
+    ui.info(f"{t.checks} checks: {t.passed} pass, {t.failed} fail, {t.errors} error, {t.unsupported} "
+            f"unsupported; corpus loaded {run.loads} time(s)" + (f"; {t.note}" if t.note else "")
+            + (f"; exit code {report.exit_code}" if report.exit_code else ""))
+    return report

@@ -44,6 +44,8 @@ def audit(
                                       help="Write a JUnit XML report to FILE.")] = None,
     sarif: Annotated[Path | None, opt("--sarif", section=REPORTS, metavar="FILE",
                                       help="Write a SARIF 2.1.0 report to FILE.")] = None,
+    codequality: Annotated[Path | None, opt("--codequality", section=REPORTS, metavar="FILE",
+                                            help="Write a GitLab Code Quality report to FILE.")] = None,
     github: Annotated[bool, opt("--github", section=REPORTS, help="GitHub annotations and job summary.")] = False,
     json_out: JsonOpt = False,
     output: Annotated[Path | None, opt("--output", "-o", section=REPORTS, metavar="FILE",
@@ -65,7 +67,8 @@ def audit(
         use_color(color)
         if fail_on not in SEVERITIES:
             raise UsageError(f"--fail-on must be one of {', '.join(SEVERITIES)} (not {fail_on!r})")
-        reports = audit_reports(junit=junit, sarif=sarif, github=github, json_out=json_out, output=output)
+        reports = audit_reports(junit=junit, sarif=sarif, github=github, json_out=json_out, output=output,
+                                codequality=codequality)
         where = paths or ["."]
         listed = read_checklist(checklist or default_path(where))
         settings = run.settings()
@@ -81,9 +84,9 @@ def audit(
             return
         from rlm_cli.audit.view import run_audit
 
-        doc = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on)
-        deliver_audit(doc, reports, ui)
-        if doc["exit_code"]:
-            raise typer.Exit(doc["exit_code"])
+        report = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on)
+        deliver_audit(report, reports, ui)
+        if report.exit_code:
+            raise typer.Exit(report.exit_code)
     finally:
         host.close()

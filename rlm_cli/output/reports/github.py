@@ -1,0 +1,66 @@
+"""GitHub Actions (``rlm audit --github``): workflow commands on stdout, one annotation per
+finding that fails (``::error file=PATH,line=N,endLine=M,title=rlm audit: ID::MESSAGE``;
+``::warning`` and ``::notice`` for the other severities) and an ``::error`` per check that could
+not be decided (:func:`github_commands`); and the job summary table (:func:`summary_markdown`).
+Data and properties are escaped as ``@actions/core`` escapes them."""
+
+from __future__ import annotations
+
+from rlm_cli.output.findings import AuditReport
+from rlm_cli.output.reports.text import shown_value, value_text
+
+#: The workflow command of each severity.
+COMMANDS = {"error": "error", "warning": "warning", "note": "notice"}
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _command(command: str, path: str, start: int, end: int, check: str, message: str) -> str:
+    props = (f"file={_escape_property(path)},line={start},endLine={end},"
+             f"title={_escape_property('rlm audit: ' + check)}")
+    return f"::{command} {props}::{_escape_data(message)}\n"
+
+
+def github_commands(report: AuditReport) -> str:
+    """The workflow commands of an audit (see the module docstring)."""
+    out = []
+    for c in report.checks:
+        if c.status == "error":
+            line = max(1, c.line or 1)
+            out.append(_command("error", report.checklist, line, line, c.id, f"{c.status}: {c.reason}"))
+            continue
+        for f in c.findings:
+            if not f.failing:
+                continue
+            more = len(f.related)
+            message = f"{f.status}: {f.message}" + (f" (and {more} more location{'s' if more > 1 else ''})"
+                                                    if more else "")
+            out.append(_command(COMMANDS[f.level], f.path, f.region.start_line, f.region.end_line, c.id, message))
+    return "".join(out)
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")[:200]
+
+
+def summary_markdown(report: AuditReport) -> str:
+    """The job summary: a heading with the result, a Markdown table of the checks, the totals."""
+    t = report.totals
+    head = (f"### rlm audit: {report.status} ({t.passed} pass, {t.failed} fail, {t.errors} error, "
+            f"{t.unsupported} unsupported; exit {report.exit_code})\n\n")
+    rows = ["| check | severity | status | answer | why | where |", "| --- | --- | --- | --- | --- | --- |"]
+    for c in report.checks:
+        where = ", ".join(loc.text for loc in c.locations[:3])
+        value = shown_value(c)
+        rows.append(f"| `{c.id}` | {c.severity} | {c.status} | {_cell(value_text(value) if value is not None else '')} "
+                    f"| {_cell(c.reason)} | {_cell(where)} |")
+    cost = t.cost_usd
+    tail = f"\n\n{t.calls} model calls ({t.cached_calls} from the cache), cost " + (
+        "unknown" if cost is None else f"${cost:.4f}") + (f"; {t.note}" if t.note else "") + "\n"
+    return head + "\n".join(rows) + tail
