@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 from rlm_cli.app.batch import Question, Result, result_document, run_all
 from rlm_cli.app.planning import model_window
 from rlm_cli.app.session import Session
+from rlm_cli.audit import suppress
+from rlm_cli.audit.baseline import Baseline, compare, counted
 from rlm_cli.audit.checklist import Check, Checklist
 from rlm_cli.audit.findings import LinesOf, ReportPaths, place
 from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, outcome_of
 from rlm_cli.config import Settings
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, event, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
 from rlm_cli.output.findings import AuditReport, CheckReport, Finding, Location, Region, Totals
@@ -245,6 +247,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
     with session:
         session.open()
         lines_of = corpus_lines(session.corpus)
+        files = [f.path for f in session.corpus.files] if session.corpus is not None else []
+        lines = suppress.report_lines(files, where, lines_of, checklist_path)
         questions = [Question(c.id, check_question(c), c.type, check_settings(session, c)) for c in checklist.checks]
 
         def done(result: Result) -> None:
@@ -252,7 +256,11 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
             outcome = outcome_of(result, check.type)
             verdict = decide(check, outcome, scope_matcher(check))
             run = CheckRun(check, outcome, verdict, result_document(result, session.level))
-            run.findings = place(check, verdict, finding_message(verdict), where, checklist_path, lines_of)
+            run.findings, bare = suppress.apply(place(check, verdict, finding_message(verdict), where,
+                                                      checklist_path, lines_of), lines)
+            for at in bare:
+                emit(event("notice", message=f"{at}: 'rlm-audit: ignore' without [CHECK-ID] accepts nothing "
+                                             f"(write rlm-audit: ignore[{check.id}] REASON)", level="warning"))
             runs[check.id] = run
             on_check(run)
 
@@ -269,10 +277,18 @@ def finding_message(verdict: Verdict) -> str:
     return verdict.reason + (" (the answer is unsupported)" if verdict.status == "unsupported" else "")
 
 
-def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditReport:
+def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline: Baseline | None = None) -> AuditReport:
     """The typed report of ``run`` that every report format reads: each check with its status,
-    reason, answer, value, locations and findings, the totals and the exit code."""
-    code = exit_code([(r.check, r.verdict) for r in run.runs], fail_on)
+    reason, answer, value, locations and findings (against ``baseline``, when given: each
+    ``new`` or ``unchanged``, and the ``absent`` ones), the totals and the exit code, in which
+    a failing check counts only while one of its findings does (``Finding.failing``: not
+    suppressed, not in the baseline)."""
+    absent: list[Finding] = []
+    if baseline is not None:
+        matched, absent = compare([f for r in run.runs for f in r.findings], baseline)
+        for r in run.runs:
+            r.findings, matched = matched[:len(r.findings)], matched[len(r.findings):]
+    code = exit_code([(r.check, counted(r.verdict, r.findings)) for r in run.runs], fail_on)
     checks = [check_report(r, run.paths) for r in run.runs]
     usage = run.usage
     calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
@@ -284,7 +300,8 @@ def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditR
         totals.note = "every model call was served by the response cache: this run cost nothing"
     return AuditReport(checks, totals, code, fail_on, run.paths.from_root(os.path.abspath(checklist.path)),
                        run.paths.root, run.paths.prefix, usage,
-                       None if run.corpus is None else {**run.corpus, "loads": run.loads}, run.sandbox, run.elapsed_s)
+                       None if run.corpus is None else {**run.corpus, "loads": run.loads}, run.sandbox, run.elapsed_s,
+                       None if baseline is None else str(baseline.path), absent)
 
 
 def audit_document(report: AuditReport) -> dict[str, Any]:

@@ -7,21 +7,23 @@ import time
 from typing import Any
 
 from rlm_cli.app.batch import Question
+from rlm_cli.audit.baseline import Baseline
 from rlm_cli.audit.checklist import Checklist
 from rlm_cli.audit.run import CheckRun, audit_report, check_report, run_checklist
 from rlm_cli.config import Settings
 from rlm_cli.events import Emit, is_type
 from rlm_cli.output.findings import AuditReport
-from rlm_cli.output.reports.text import table_row, table_rows
+from rlm_cli.output.reports.text import findings_line, table_row, table_rows
 
 COLUMNS = ["check", "severity", "status", "value", "why"]
 
 
 def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any, ui: Any,
-              fail_on: str) -> AuditReport:
+              fail_on: str, baseline: Baseline | None = None) -> AuditReport:
     """Run ``checklist`` (:func:`~rlm_cli.audit.run.run_checklist`) showing its progress on
     ``ui`` (a ``render.Renderer``): a line per check as it completes, then the table of all
-    checks and a closing line. Returns the typed report every report format reads.
+    checks and a closing line; findings are matched against ``baseline`` when given
+    (``audit.baseline``). Returns the typed report every report format reads.
 
     Raises:
         the errors of ``run_checklist``.
@@ -48,13 +50,15 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
     run = run_checklist(settings, paths, checklist, jobs=jobs, backend=backend, emit=ui.on_event, emit_for=emit_for,
                         on_check=on_check)
     ui.close()
-    report = audit_report(checklist, run, fail_on=fail_on)
+    report = audit_report(checklist, run, fail_on=fail_on, baseline=baseline)
     t = report.totals
     ui.stderr_table(f"rlm audit: {report.checklist}", COLUMNS, table_rows(report))
     ui.summary({"iterations": sum(int(c.run.get("iterations") or 0) for c in report.checks), "usage": report.usage,
                 "sub_calls": sum(int(c.run.get("sub_calls") or 0) for c in report.checks),
                 "elapsed_s": round(time.monotonic() - started, 3)})
+    found = findings_line(report)
     ui.info(f"{t.checks} checks: {t.passed} pass, {t.failed} fail, {t.errors} error, {t.unsupported} "
-            f"unsupported; corpus loaded {run.loads} time(s)" + (f"; {t.note}" if t.note else "")
+            f"unsupported; " + (f"{found}; " if found else "") + f"corpus loaded {run.loads} time(s)"
+            + (f"; {t.note}" if t.note else "")
             + (f"; exit code {report.exit_code}" if report.exit_code else ""))
     return report

@@ -40,6 +40,8 @@ def audit(
     fail_on: Annotated[str, opt("--fail-on", section=CHECKS, metavar="SEVERITY", complete=words(SEVERITIES),
                                 help="Lowest failing severity: error|warning|note.")] = "error",
     estimate: Annotated[bool, opt("--estimate", section=CHECKS, help="Print what it would cost; call no model.")] = False,
+    baseline: Annotated[Path | None, opt("--baseline", section=CHECKS, metavar="FILE",
+                                         help="An earlier SARIF or --json report: only new findings fail.")] = None,
     junit: Annotated[Path | None, opt("--junit", section=REPORTS, metavar="FILE",
                                       help="Write a JUnit XML report to FILE.")] = None,
     sarif: Annotated[Path | None, opt("--sarif", section=REPORTS, metavar="FILE",
@@ -59,6 +61,7 @@ def audit(
 
     Each check ends pass, fail, error or unsupported; exit 8 when one of severity error (or
     --fail-on) fails. The checklist format and CI jobs: docs/audit.md."""
+    from rlm_cli.audit.baseline import read_baseline
     from rlm_cli.audit.checklist import SEVERITIES, default_path, read_checklist
     from rlm_cli.output import render
 
@@ -71,6 +74,7 @@ def audit(
                                 codequality=codequality)
         where = paths or ["."]
         listed = read_checklist(checklist or default_path(where))
+        earlier = None if baseline is None else read_baseline(baseline)  # before loading: a bad file is exit 2
         settings = run.settings()
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if estimate:
@@ -82,9 +86,11 @@ def audit(
             deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event),
                              Format.JSON if json_out else Format.TEXT, ui)
             return
+        from rlm_cli.audit.run import without_checklist
         from rlm_cli.audit.view import run_audit
 
-        report = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on)
+        report = run_audit(settings if baseline is None else without_checklist(settings, where, baseline), where,
+                           listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on, baseline=earlier)
         deliver_audit(report, reports, ui)
         if report.exit_code:
             raise typer.Exit(report.exit_code)

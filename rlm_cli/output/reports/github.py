@@ -2,12 +2,14 @@
 finding that fails (``::error file=PATH,line=N,endLine=M,title=rlm audit: ID::MESSAGE``;
 ``::warning`` and ``::notice`` for the other severities) and an ``::error`` per check that could
 not be decided (:func:`github_commands`); and the job summary table (:func:`summary_markdown`).
-Data and properties are escaped as ``@actions/core`` escapes them."""
+Data and properties are escaped as ``@actions/core`` escapes them; every cell of the summary is
+plain text (``workflow_guard.summary_text``: no HTML, link or table border from an answer)."""
 
 from __future__ import annotations
 
 from rlm_cli.output.findings import AuditReport
-from rlm_cli.output.reports.text import shown_value, value_text
+from rlm_cli.output.reports.text import findings_line, shown_value, value_text
+from rlm_cli.output.workflow_guard import summary_text
 
 #: The workflow command of each severity.
 COMMANDS = {"error": "error", "warning": "warning", "note": "notice"}
@@ -46,7 +48,7 @@ def github_commands(report: AuditReport) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")[:200]
+    return summary_text(str(text))  # answers, reasons, file names: plain text in the table (issue 47)
 
 
 def summary_markdown(report: AuditReport) -> str:
@@ -54,6 +56,9 @@ def summary_markdown(report: AuditReport) -> str:
     t = report.totals
     head = (f"### rlm audit: {report.status} ({t.passed} pass, {t.failed} fail, {t.errors} error, "
             f"{t.unsupported} unsupported; exit {report.exit_code})\n\n")
+    found = findings_line(report)
+    if found:
+        head += f"{found}\n\n"
     rows = ["| check | severity | status | answer | why | where |", "| --- | --- | --- | --- | --- | --- |"]
     for c in report.checks:
         where = ", ".join(loc.text for loc in c.locations[:3])
