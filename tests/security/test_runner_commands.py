@@ -48,3 +48,34 @@ def test_ask_answer_outputs_replies_and_file_names_carry_no_runner_command(tmp_p
                               stderr=subprocess.PIPE, env={**os.environ, **env}, timeout=240)
     assert proc.returncode == 0 and (tmp_path / "answer.txt").read_text() == HOSTILE + "\n"
     assert runner_commands(proc.stderr.decode()) == []
+
+
+def test_audit_github_lines_are_its_own_and_the_job_summary_is_plain_text(tmp_path: Path, llm: FakeLLM) -> None:
+    from markdown_it import MarkdownIt
+
+    from tests.support.fake_llm import turn
+
+    corpus = tmp_path / "repo"
+    corpus.mkdir()
+    (corpus / "a.py").write_text("x = 1\n")
+    (tmp_path / "checks.toml").write_text('[[check]]\nid = "hostile"\nquestion = "What does it say?"\n'
+                                          'equals = "ok"\n')
+    answer = HOSTILE + '\n<img src="https://evil.example/x.png"> [Approve](javascript:alert(1)) | cell'
+    llm.default("root", lambda req: repl(f"print({answer!r})") if turn(req) == 0 else repl(f"FINAL({answer!r})"))
+    summary = tmp_path / "summary.md"
+    res = run_rlm("audit", "repo", "--checklist", "checks.toml", "--model", "openai/root", "--api-base", llm.url,
+                  "--policy", "standard", "--github", "--sarif", "out.sarif", cwd=tmp_path,
+                  env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
+    assert res.code == 8, res.stderr
+    assert "add-mask" in res.stderr and runner_commands(res.stderr) == []
+    # stdout: --github's one annotation, a command of its own, and no old-style command in its data
+    (line,) = res.stdout.splitlines()
+    assert line.startswith("::error file=checks.toml,line=2,endLine=2,title=rlm audit%3A hostile::fail: ")
+    assert "add-mask" in line and "##[" not in line
+    # the job summary: the answer is text in its cell; no HTML, no link, the table keeps its columns
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    html = md.render(summary.read_text())
+    assert "evil.example" in html and "<img" not in html and "<a " not in html
+    row = [t for t in md.parse(summary.read_text()) if t.type == "tr_open"]
+    cells = [t for t in md.parse(summary.read_text()) if t.type == "td_open"]
+    assert len(row) == 2 and len(cells) == 6  # the header row and one check, six columns
