@@ -135,6 +135,18 @@ class CheckReport:
     support: dict[str, Any] | None = None
 
     @property
+    def accepted(self) -> bool:
+        """Whether it ended ``fail`` or ``unsupported`` yet every finding of it is accepted
+        (suppressed in the source, or in the ``--baseline`` report): it does not fail the run."""
+        return self.status in ("fail", "unsupported") and bool(self.findings) and not any(
+            f.failing for f in self.findings)
+
+    @property
+    def shown_status(self) -> str:
+        """The status as the tables show it: ``fail (accepted)`` for an :attr:`accepted` check."""
+        return f"{self.status} (accepted)" if self.accepted else self.status
+
+    @property
     def trace(self) -> str | None:
         """The check's trajectory file, when it has one."""
         trace = self.run.get("trace")

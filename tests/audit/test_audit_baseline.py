@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from junitparser import JUnitXml, Skipped
+
 from tests.audit.scripted import checklist_text, script_model
 from tests.audit.test_audit_cli import audit_validator, flags, sarif_validator
 from tests.support.cli import run_rlm
@@ -70,8 +72,12 @@ def test_baseline_new_unchanged_absent_and_a_suppressed_finding(tmp_path: Path, 
     (repo / "a.py").write_text(A_PY.replace('eval(s + "1")', 's + "1"'))
     (repo / "b.py").write_text(B_PY)
     (repo / "c.js").write_text("// fixtures\nlet v = eval(x); // rlm-audit: ignore[no-eval] test fixture only\n")
-    res = run_rlm(*audit, "--baseline", "old.json", "--sarif", "last.sarif", "--json", cwd=tmp_path)
+    res = run_rlm(*audit, "--baseline", "old.json", "--sarif", "last.sarif", "--junit", "last.xml", "--json",
+                  cwd=tmp_path)
     assert res.code == 0, res.stderr
+    assert "fail (accepted)" in res.stderr  # the table
+    (case,) = [case for suite in JUnitXml.fromfile(str(tmp_path / "last.xml")) for case in suite]
+    assert [type(r) for r in case.result] == [Skipped] and case.result[0].message.startswith("fail, accepted: ")
     doc = json.loads(res.stdout)
     assert not list(audit_validator().iter_errors(doc))
     assert doc["status"] == "pass" and doc["checks"][0]["status"] == "fail"  # the check still says what it found

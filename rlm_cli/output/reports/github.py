@@ -63,7 +63,7 @@ def summary_markdown(report: AuditReport) -> str:
     for c in report.checks:
         where = ", ".join(loc.text for loc in c.locations[:3])
         value = shown_value(c)
-        rows.append(f"| `{c.id}` | {c.severity} | {c.status} | {_cell(value_text(value) if value is not None else '')} "
+        rows.append(f"| `{c.id}` | {c.severity} | {c.shown_status} | {_cell(value_text(value) if value is not None else '')} "
                     f"| {_cell(c.reason)} | {_cell(where)} |")
     cost = t.cost_usd
     tail = f"\n\n{t.calls} model calls ({t.cached_calls} from the cache), cost " + (

@@ -75,7 +75,7 @@ def strict_json(doc: Any, indent: int | None = 2) -> str:
 def table_row(c: CheckReport) -> list[str]:
     """A row of the stderr table: check, severity, status, value (short), why."""
     value = shown_value(c)
-    return [c.id, c.severity, c.status, "" if value is None else value_text(value)[:40],
+    return [c.id, c.severity, c.shown_status, "" if value is None else value_text(value)[:40],
             " ".join(c.reason.split())[:80]]
 
 
