@@ -7,15 +7,19 @@ plain text (``workflow_guard.summary_text``: no HTML, link or table border from 
 
 from __future__ import annotations
 
+import re
+
 from rlm_cli.output.findings import AuditReport
 from rlm_cli.output.reports.text import findings_line, shown_value, value_text
 from rlm_cli.output.workflow_guard import summary_text
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: The workflow command of each severity.
 COMMANDS = {"error": "error", "warning": "warning", "note": "notice"}
 
 
 def _escape_data(text: str) -> str:
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # no UTF-8 form: shown as its escape
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
@@ -48,7 +52,8 @@ def github_commands(report: AuditReport) -> str:
 
 
 def _cell(text: str) -> str:
-    return summary_text(str(text))  # answers, reasons, file names: plain text in the table (issue 47)
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))  # no UTF-8 form: its escape, as text
+    return summary_text(text)  # answers, reasons, file names: plain text in the table (issue 47)
 
 
 def summary_markdown(report: AuditReport) -> str:

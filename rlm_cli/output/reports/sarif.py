@@ -50,7 +50,7 @@ def _physical(path: str, start: int, end: int) -> dict[str, Any]:
 
 def _rule(c: CheckReport) -> dict[str, Any]:
     first_line = (c.question.splitlines() or [""])[0]
-    return {"id": c.id, "name": c.id, "shortDescription": {"text": first_line[:200]},
+    return {"id": c.id, "shortDescription": {"text": first_line[:200]},
             "fullDescription": {"text": c.question},
             "help": {"text": f"{c.question}\nType: {c.type}; expectation: {c.expectation or 'none'}"},
             "defaultConfiguration": {"level": LEVELS[c.severity]},
