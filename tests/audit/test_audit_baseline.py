@@ -14,6 +14,7 @@ from junitparser import JUnitXml, Skipped
 
 from tests.audit.scripted import checklist_text, script_model
 from tests.audit.test_audit_cli import audit_validator, flags, sarif_validator
+from tests.audit.test_audit_reports import multitool, multitool_errors
 from tests.support.cli import run_rlm
 from tests.support.fake_llm import FakeLLM
 
@@ -94,6 +95,9 @@ def test_baseline_new_unchanged_absent_and_a_suppressed_finding(tmp_path: Path, 
     gone = [r for r in results if r["baselineState"] == "absent"]
     assert len(gone) == 1 and gone[0]["kind"] == "pass" and gone[0]["level"] == "none"
     assert gone[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "repo/a.py"
+    if multitool() is not None:  # Microsoft's validator, where installed (.ci/run installs it)
+        assert multitool_errors([tmp_path / "new.sarif", tmp_path / "last.sarif"], tmp_path) == {
+            "new.sarif": [], "last.sarif": []}
 
 
 def test_a_baseline_that_is_not_a_report_is_exit_2_before_loading(tmp_path: Path, llm: FakeLLM) -> None:
