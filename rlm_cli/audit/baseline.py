@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,10 +140,13 @@ def _path_of(artifact: dict[str, Any]) -> str:
     return unquote(urlsplit(uri).path) if uri.startswith("file:") else unquote(uri)
 
 
-def compare(findings: Iterable[Finding], baseline: Baseline) -> tuple[list[Finding], list[Finding]]:
+def compare(findings: Iterable[Finding], baseline: Baseline,
+            looked_at: Callable[[Finding], bool] = lambda f: True) -> tuple[list[Finding], list[Finding]]:
     """``(findings, absent)``: each of ``findings`` with its ``baseline_state`` (``unchanged``
     when the baseline holds its fingerprint not yet matched, else ``new``), and the baseline's
-    findings that none matched, as ``absent`` ones (in the baseline's order)."""
+    findings that none matched, as ``absent`` ones (in the baseline's order), among those this
+    run ``looked_at`` (a finding in a file outside this run's corpus, or of a check no longer
+    in the checklist, is not known to be gone: it is left out)."""
     left = Counter(f.fingerprint for f in baseline.findings)
     out = []
     for f in findings:
@@ -156,7 +159,8 @@ def compare(findings: Iterable[Finding], baseline: Baseline) -> tuple[list[Findi
     for f in reversed(baseline.findings):  # the last of equal fingerprints are the ones left over
         if left[f.fingerprint] > 0:
             left[f.fingerprint] -= 1
-            absent.append(dataclasses.replace(f, baseline_state="absent"))
+            if looked_at(f):
+                absent.append(dataclasses.replace(f, baseline_state="absent"))
     return out, absent[::-1]
 
 

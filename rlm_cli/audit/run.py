@@ -138,6 +138,9 @@ class AuditRun:
     sandbox: str
     elapsed_s: float
     paths: ReportPaths
+    #: The report paths of the corpus files and the checklist: what a baseline's finding may be
+    #: ``absent`` from (``audit.baseline.compare``).
+    files: frozenset[str] = frozenset()
 
 
 def check_question(check: Check) -> str:
@@ -269,7 +272,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
         corpus_doc = None if corpus is None else {"files": len(corpus.files), "chars": corpus.chars,
                                                   "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}
         return AuditRun([runs[c.id] for c in checklist.checks if c.id in runs], session.usage.summary(), corpus_doc,
-                        loads[0], session.level, round(time.monotonic() - started, 3), where)
+                        loads[0], session.level, round(time.monotonic() - started, 3), where,
+                        frozenset([*(where.report_path(p) for p in files), where.from_root(checklist_path)]))
 
 
 def finding_message(verdict: Verdict) -> str:
@@ -285,7 +289,9 @@ def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline:
     suppressed, not in the baseline)."""
     absent: list[Finding] = []
     if baseline is not None:
-        matched, absent = compare([f for r in run.runs for f in r.findings], baseline)
+        ids = {r.check.id for r in run.runs}
+        matched, absent = compare([f for r in run.runs for f in r.findings], baseline,
+                                  lambda f: f.check in ids and f.path in run.files)
         for r in run.runs:
             r.findings, matched = matched[:len(r.findings)], matched[len(r.findings):]
     code = exit_code([(r.check, counted(r.verdict, r.findings)) for r in run.runs], fail_on)

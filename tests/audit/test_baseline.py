@@ -80,6 +80,9 @@ def test_compare_matches_fingerprints_as_a_multiset_and_lists_the_absent() -> No
     assert [f.baseline_state for f in states] == ["unchanged", "unchanged", "unchanged", "new", "new"]
     assert states[1].region == Region(25, 25)  # moved by inserted lines: the new place, still unchanged
     assert [(f.fingerprint, f.baseline_state) for f in absent] == [("fixed", "absent")]
+    # a finding in a file this run did not read is not known to be gone
+    _, absent_here = compare(now, base, lambda f: f.path != "a.py")
+    assert absent_here == []
     assert [f.failing for f in states] == [False, False, False, True, True]
     accepted = Finding("c", "a.py", Region(1, 1), "s", "m", "error", baseline_state="new",
                        suppression=Suppression("inSource", "ok"))
