@@ -34,10 +34,9 @@ from typing import IO, Any
 
 #: Inserted inside a command's marker: invisible in the log, not white space to the runner.
 BREAK = "\u200b"
-#: The old form of workflow command, read anywhere in a line.
-_OLD = re.compile(r"(?<=##)\[")
-#: ``::`` at a line start (after white space); lines end at \n or \r for the runner.
-_NEW = re.compile(r"(?:\A|(?<=[\r\n]))([^\S\r\n]*):(?=:)")
+#: ``::`` at a line start (after white space); lines end at \n or \r for the runner. (The text is
+#: always matched behind a line end or a character of the line: see ``Neutraliser.feed``.)
+_NEW = re.compile(r"([\r\n][^\S\r\n]*):(?=:)")
 
 
 def active(environ: Any = None) -> bool:
@@ -67,8 +66,10 @@ class Neutraliser:
             # what the runner saw of this line: a line start, one ':' after it, or the last two
             # characters behind something that is not white space (no line-start match there)
             context = {"ws": "\n", "ws:": "\n:"}.get(self._line, "x" + self._tail)
-            out = _OLD.sub(BREAK + "[", context + text)
-            if not own:
+            out = context + text
+            if "##[" in out:  # the old form, read anywhere in a line
+                out = out.replace("##[", "##" + BREAK + "[")
+            if not own and "::" in out:
                 out = _NEW.sub(r"\1:" + BREAK, out)
             out = out[len(context):]
             self._remember(out)
