@@ -26,7 +26,7 @@ from rlm_cli.audit import suppress
 from rlm_cli.audit.baseline import Baseline, compare, counted
 from rlm_cli.audit.checklist import Check, Checklist
 from rlm_cli.audit.findings import LinesOf, ReportPaths, place
-from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, outcome_of
+from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, fails_job, outcome_of
 from rlm_cli.config import Settings
 from rlm_cli.events import Emit, event, is_type
 from rlm_cli.models.budget import Budget, Reservation
@@ -277,8 +277,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
 
 
 def finding_message(verdict: Verdict) -> str:
-    """What a finding says: why its check did not pass."""
-    return verdict.reason + (" (the answer is unsupported)" if verdict.status == "unsupported" else "")
+    """What a finding says: why its check did not pass (an unsupported answer's reason says so)."""
+    return verdict.reason
 
 
 def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline: Baseline | None = None) -> AuditReport:
@@ -295,7 +295,7 @@ def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline:
         for r in run.runs:
             r.findings, matched = matched[:len(r.findings)], matched[len(r.findings):]
     code = exit_code([(r.check, counted(r.verdict, r.findings)) for r in run.runs], fail_on)
-    checks = [check_report(r, run.paths) for r in run.runs]
+    checks = [check_report(r, run.paths, fail_on) for r in run.runs]
     usage = run.usage
     calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
     cached = int(usage.get("cached_calls") or 0)
@@ -317,8 +317,8 @@ def audit_document(report: AuditReport) -> dict[str, Any]:
     return report.document(AUDIT_SCHEMA)
 
 
-def check_report(run: CheckRun, paths: ReportPaths) -> CheckReport:
-    """One check of the audit report."""
+def check_report(run: CheckRun, paths: ReportPaths, fail_on: str = "error") -> CheckReport:
+    """One check of the audit report (``fail_on``: ``--fail-on``)."""
     c, out, v, doc = run.check, run.outcome, run.verdict, run.doc
     support = doc.get("support")
     return CheckReport(
@@ -326,4 +326,4 @@ def check_report(run: CheckRun, paths: ReportPaths) -> CheckReport:
         c.line, [Location(p, paths.report_path(p), Region(a, b)) for p, a, b in v.locations], list(run.findings),
         v.run_code, c.model, c.max_cost, tuple(c.include), tuple(c.exclude), list(doc.get("sources") or []),
         {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
-         if k in doc}, support if isinstance(support, dict) else None)
+         if k in doc}, support if isinstance(support, dict) else None, fails_job(c, counted(v, run.findings), fail_on))

@@ -111,7 +111,8 @@ class CheckReport:
     its ``status`` (pass, fail, error, unsupported) and ``reason``, the ``answer`` text, the
     typed ``value`` (a text check's: its answer), ``locations``, its ``findings`` (empty unless
     it ended ``fail`` or ``unsupported``), the ``exit_code`` of a run that ended in an error (0:
-    it answered), and the ask-result fields carried along (``run``, ``sources``, ``support``)."""
+    it answered), the ask-result fields carried along (``run``, ``sources``, ``support``), and
+    whether it counts against the job (``fails_job``: decided by the audit from ``--fail-on``)."""
 
     id: str
     question: str
@@ -133,6 +134,7 @@ class CheckReport:
     sources: list[dict[str, Any]] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)
     support: dict[str, Any] | None = None
+    fails_job: bool = False
 
     @property
     def accepted(self) -> bool:

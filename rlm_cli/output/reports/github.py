@@ -1,9 +1,11 @@
 """GitHub Actions (``rlm audit --github``): workflow commands on stdout, one annotation per
 finding that fails (``::error file=PATH,line=N,endLine=M,title=rlm audit: ID::MESSAGE``;
-``::warning`` and ``::notice`` for the other severities) and an ``::error`` per check that could
-not be decided (:func:`github_commands`); and the job summary table (:func:`summary_markdown`).
-Data and properties are escaped as ``@actions/core`` escapes them; every cell of the summary is
-plain text (``workflow_guard.summary_text``: no HTML, link or table border from an answer)."""
+``::warning`` and ``::notice`` for the other severities) and one per check that could not be
+decided, at its line of the checklist (``::error`` when that fails the job, else the command of
+its severity, so that annotations and the exit code agree) (:func:`github_commands`); and the job
+summary table (:func:`summary_markdown`). Data and properties are escaped as ``@actions/core``
+escapes them; every cell of the summary is plain text (``workflow_guard.summary_text``: no HTML,
+link or table border from an answer)."""
 
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ def github_commands(report: AuditReport) -> str:
     for c in report.checks:
         if c.status == "error":
             line = max(1, c.line or 1)
-            out.append(_command("error", report.checklist, line, line, c.id, f"{c.status}: {c.reason}"))
+            command = "error" if c.fails_job else COMMANDS[c.severity]
+            out.append(_command(command, report.checklist, line, line, c.id, f"{c.status}: {c.reason}"))
             continue
         for f in c.findings:
             if not f.failing:
