@@ -48,11 +48,6 @@ def clear() -> None:
         _final = False
 
 
-def holding() -> bool:
-    """Whether a Ctrl-C would be dropped now (a final answer is in hand)."""
-    return _final
-
-
 def _on_sigint(signum: int, frame: Any) -> None:
     if _final:
         return

@@ -27,7 +27,7 @@ from rlm_cli.errors import UsageError
 CHECKS, REPORTS = "Checks", "Reports"
 
 
-@run_options()
+@run_options(without=("require_support",))  # an unsupported answer never passes a check: nothing to require
 def audit(
     paths: Annotated[list[str] | None, typer.Argument(metavar="[PATH...]",
                                                       help="Files, folders or globs (default: .).")] = None,
@@ -39,6 +39,10 @@ def audit(
                              help="Checks at once (default 1).")] = 1,
     fail_on: Annotated[str, opt("--fail-on", section=CHECKS, metavar="SEVERITY", complete=words(SEVERITIES),
                                 help="Lowest failing severity: error|warning|note.")] = "error",
+    max_checks: Annotated[int, opt("--max-checks", section=CHECKS, min=1, metavar="N",
+                                   help="Refuse a checklist of more checks (default 200).")] = 200,
+    allow_checklist_models: Annotated[bool, opt("--allow-checklist-models", section=CHECKS,
+                                                help="Let a check's model be one not named here.")] = False,
     estimate: Annotated[bool, opt("--estimate", section=CHECKS, help="Print what it would cost; call no model.")] = False,
     baseline: Annotated[Path | None, opt("--baseline", section=CHECKS, metavar="FILE",
                                          help="An earlier SARIF or --json report: only new findings fail.")] = None,
@@ -62,7 +66,7 @@ def audit(
     Each check ends pass, fail, error or unsupported; exit 8 when one of severity error (or
     --fail-on) fails. The checklist format and CI jobs: docs/audit.md."""
     from rlm_cli.audit.baseline import read_baseline
-    from rlm_cli.audit.checklist import SEVERITIES, default_path, read_checklist
+    from rlm_cli.audit.checklist import SEVERITIES, admit, check_credentials, default_path, read_checklist
     from rlm_cli.output import render
 
     host = INVOCATION.take_host()
@@ -76,6 +80,7 @@ def audit(
         listed = read_checklist(checklist or default_path(where))
         earlier = None if baseline is None else read_baseline(baseline)  # before loading: a bad file is exit 2
         settings = run.settings()
+        admit(listed, settings, allow_models=allow_checklist_models, max_checks=max_checks)
         ui = render.Renderer(quiet=quiet, verbose=verbose)
         if estimate:
             from rlm_cli.app.estimate import estimate as cost_of
@@ -88,6 +93,8 @@ def audit(
             return
         from rlm_cli.audit.run import without_checklist
         from rlm_cli.audit.view import run_audit
+
+        check_credentials(listed, settings, host)
 
         report = run_audit(settings if baseline is None else without_checklist(settings, where, baseline), where,
                            listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on, baseline=earlier)

@@ -26,7 +26,7 @@ class Pricing:
     _info_lock: threading.Lock
     _prices: dict[str, tuple[float, float] | None]
     _ratios: dict[str, float]
-    _warned: set[str]
+    said: set[str]
 
     def router_models(self) -> dict[str, str]:
         """``{Router model group: its first deployment's model}`` (``ModelClient`` says how)."""
@@ -82,8 +82,8 @@ class Pricing:
             if rates is not None:
                 return counted[0] * rates[0] + counted[1] * rates[1]
         if answer.cost_usd is None or not answer.priced:
-            if self.settings.max_cost is not None and model not in self._warned:
-                self._warned.add(model)
+            if self.settings.max_cost is not None and model not in self.said:
+                self.said.add(model)
                 if self.notify:
                     self.notify(f"the price of {model} is unknown, so --max-cost cannot count its calls")
             return None

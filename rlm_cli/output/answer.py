@@ -110,7 +110,8 @@ def summary_line(data: dict[str, Any]) -> str:
     between the root model and sub-calls (:func:`~rlm_cli.output.text.money`: "unknown" when a model is
     not priced; "no calls" for a group without a completed call, "none" for a run without one:
     abandoned calls, sent and never answered, are not completed),
-    cache hits, retries, calls that failed after their retries, time.
+    the share of the input the provider served from its prompt cache, response-cache hits,
+    retries, calls that failed after their retries, time.
     ``data`` is an ``rlm ask --json`` document (``iterations``, ``sub_calls``, ``usage``,
     ``elapsed_s``; each may be missing)."""
     usage = data.get("usage") or {}
@@ -124,6 +125,10 @@ def summary_line(data: dict[str, Any]) -> str:
 
     extra = "".join(f", {usage[k]} {label}" for k, label in (
         ("cached_calls", "cached"), ("retries", "retries"), ("failed_calls", "failed calls")) if usage.get(k))
+    read = sum(int(g.get("cache_read_tokens", 0) or 0) for g in (root, sub))
+    total_in = sum(int(g.get("input_tokens", 0) or 0) for g in (root, sub))
+    if read and total_in:  # the provider's own prompt cache (models.caching), not rlm's response cache
+        extra = f"; {read / total_in:.0%} of the input ({read:,} tokens) served from the provider's prompt cache{extra}"
     n, subs = int(data.get("iterations", 0) or 0), int(data.get("sub_calls", 0) or 0)
     calls = completed_calls(usage)
     costs = (f"cost {money(usage.get('cost_usd'))} (root {cost(root.get('cost_usd'), root)}, "

@@ -40,11 +40,6 @@ class Report:
     format: Format
     path: Path | None = None
 
-    @property
-    def to_stdout(self) -> bool:
-        """Whether it goes to stdout."""
-        return self.path is None
-
 
 def render_answer(doc: dict[str, Any], fmt: Format, cite: bool = False) -> str:
     """The text of an ``rlm ask`` document (``ask-result.v1``) in ``fmt``: the JSON document, or
