@@ -51,3 +51,15 @@ def test_bare_markers() -> None:
     assert bare_marker(["# rlm-audit: ignore", "eval(s)"], 2) == 1
     assert bare_marker(["eval(s)  # rlm-audit: ignore[no-eval]"], 1) is None
     assert bare_marker(["eval(s)"], 1) is None
+
+
+def test_apply_sets_suppressions_and_reports_bare_markers() -> None:
+    from rlm_cli.audit.suppress import apply
+    from rlm_cli.output.findings import Finding, Region
+
+    files = {"a.py": ["x = eval(s)  # rlm-audit: ignore[no-eval] fixture", "y = eval(t)  # rlm-audit: ignore"]}
+    found = [Finding(CHECK, "a.py", Region(n, n), f"fp{n}", "m", "error") for n in (1, 2)]
+    found.append(Finding(CHECK, "gone.py", Region(1, 1), "fp3", "m", "error"))  # unreadable: as it was
+    out, bare = apply(found, files.get)
+    assert [None if f.suppression is None else f.suppression.reason for f in out] == ["fixture", None, None]
+    assert [f.failing for f in out] == [False, True, True] and bare == ["a.py:2"]
