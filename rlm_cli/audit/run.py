@@ -308,7 +308,9 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
         try:
             session.open()
             lines_of = corpus_lines(session.corpus)
-            files.extend(f.path for f in (session.corpus.files if session.corpus is not None else []))
+            # what a baseline's finding may be absent from: the files this run was about
+            files.extend(f.path for f in (session.corpus.files if session.corpus is not None else [])
+                         if scope is None or f.path in scope.files)
             lines = suppress.report_lines(files, where, lines_of, checklist_path)
             questions = [Question(c.id, check_question(c, scope), c.type, check_settings(session, c)) for c in asked]
 
