@@ -85,6 +85,9 @@ ATTRIBUTE_LIMITS: dict[str, tuple[int, str]] = {
     "corpus.model:FileEntry": (22, "a record: the columns of one file's row of the saved index (a slots "
                                    "dataclass, one per file of corpora of a million files: a nested "
                                    "object per group of columns would cost memory per file)"),
+    "output.findings:CheckReport": (21, "a record: one check of an audit as every report format reads it, each "
+                                        "field a value of that check (checklist fields, status, answer, findings, "
+                                        "run fields carried into --json); built once, never changed"),
     "app.session:Session": (36, "mixed: the resolved run plan and the decisions still outside it (issue 50 "
                                 "moves the mode, its reason, the level and the models into the frozen plan), "
                                 "the clients, the worker pool and the budget clock; it may not grow"),

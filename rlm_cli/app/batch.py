@@ -10,7 +10,8 @@ The run's exit code is the *worst* of its questions' (``errors.worst_exit_code``
 ``errors.EXIT_SEVERITY``): answered (0) < answered but unsupported under ``--require-support``
 (7) < iteration limit (5, partial answer) < budget (6, partial answer) < usage error (2, not
 answered) < no model (3) < provider failure (4) < internal error (1).
-Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay.
+Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay. A question the
+run's budget leaves no room to start is not started (:func:`ask_one`): it writes no trajectory.
 """
 
 from __future__ import annotations
@@ -261,7 +262,6 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
         KeyboardInterrupt / SystemExit: Ctrl-C or SIGTERM; the other questions are stopped first.
         UsageError: ``jobs`` workers would not fit in memory (``sandbox.memory``); none is started.
     """
-
     results: list[Result] = []
     if jobs <= 1 or len(questions) <= 1:
         for q in questions:
@@ -296,7 +296,6 @@ def ask_one(session: Any, q: Question, emit_for: Callable[[Question], Any], lane
 
 def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: Callable[[Question], Any],
                   on_result: Callable[[Result], None], results: list[Result]) -> list[Result]:
-
     from rlm_cli.app.lane import Lane
 
     todo: queue.Queue[Question] = queue.Queue()

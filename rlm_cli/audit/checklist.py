@@ -36,7 +36,7 @@ DEFAULT_NAME = "rlm-audit.toml"
 SEVERITIES = ("error", "warning", "note")
 FIELDS = ("id", "question", "type", "expect", "equals", "max", "min", "empty", "severity", "include", "exclude",
           "model", "max_cost", "description")
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" would let an id end in a newline
 #: Which expectations each type takes.
 _EXPECTS: dict[str, tuple[str, ...]] = {
     "text": ("equals",), "bool": ("expect", "equals"), "int": ("expect", "equals", "max", "min"),
@@ -150,7 +150,9 @@ def admit(checklist: Checklist, settings: Any, *, allow_models: bool, max_checks
     ``max_checks`` checks (``--max-checks``), or a check whose ``model`` is not one the invoker
     named (``settings.model``/``sub_model``: ``--model``, ``--sub-model``, ``RLM_MODEL``, the
     config file; or a model group of ``--router-config``) unless ``allow_models``
-    (``--allow-checklist-models``). The checklist comes with the code audited, which may be a
+    (``--allow-checklist-models``), and even then one that holds a URL (``://``, as
+    ``huggingface/https://host`` would make litellm send that provider's key there) or a
+    control character. The checklist comes with the code audited, which may be a
     pull request's: it chooses questions, never where the code and the key go.
 
     Raises:
@@ -160,14 +162,18 @@ def admit(checklist: Checklist, settings: Any, *, allow_models: bool, max_checks
     if n > max_checks:
         raise UsageError(f"{checklist.path}: {n:,} checks, over --max-checks {max_checks:,}",
                          hint="raise --max-checks N if the checklist is meant to be that long")
-    if allow_models:
-        return
     named = {settings.model, settings.sub_model} | set(router_groups(settings))
     for check in checklist.checks:
-        if check.model is not None and check.model not in named:
-            raise UsageError(f"{checklist.path}: check {check.id!r} names the model {check.model[:100]!r}, which "
-                             "this run was not given: name it with --model or --sub-model (or the config file, "
-                             "RLM_MODEL, a group of --router-config), or pass --allow-checklist-models")
+        model = check.model
+        if model is None or model in named:
+            continue
+        if "://" in model or not model.isprintable():
+            raise UsageError(f"{checklist.path}: check {check.id!r}: field 'model' holds a URL or a control "
+                             f"character ({model[:100]!r}): a checklist may name a model, never where it is served")
+        if not allow_models:
+            raise UsageError(f"{checklist.path}: check {check.id!r} names the model {model[:100]!r}, which this run "
+                             "was not given: name it with --model or --sub-model (or the config file, RLM_MODEL, "
+                             "a group of --router-config), or pass --allow-checklist-models")
 
 
 def router_groups(settings: Any) -> list[str]:

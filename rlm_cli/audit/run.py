@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, Any
 from rlm_cli.app.batch import Question, Result, result_document, run_all
 from rlm_cli.app.planning import model_window
 from rlm_cli.app.session import Session
+from rlm_cli.audit import suppress
+from rlm_cli.audit.baseline import Baseline, compare, counted
 from rlm_cli.audit.changed import Scope
 from rlm_cli.audit.checklist import Check, Checklist
 from rlm_cli.audit.findings import LinesOf, ReportPaths, place
-from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, outcome_of
+from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, fails_job, outcome_of
 from rlm_cli.config import Settings
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, event, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
 from rlm_cli.output.findings import AuditReport, CheckReport, Finding, Location, Region, Totals
@@ -139,6 +141,9 @@ class AuditRun:
     elapsed_s: float
     paths: ReportPaths
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The report paths of the corpus files and the checklist: what a baseline's finding may be
+    #: ``absent`` from (``audit.baseline.compare``).
+    files: frozenset[str] = frozenset()
 
 
 def check_question(check: Check, scope: Scope | None = None) -> str:
@@ -286,6 +291,7 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
             runs[c.id] = unasked_run(c, f"no file it is about changed since {scope.ref}")
             on_check(runs[c.id])
     session = AuditSession(settings, paths, emit=session_events, backend=backend, numbered=True)
+    files: list[str] = []  # the corpus's paths, once it is loaded
 
     def audit_run() -> AuditRun:
         corpus = session.corpus
@@ -293,7 +299,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
                                                   "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}
         return AuditRun([runs[c.id] for c in checklist.checks if c.id in runs], session.usage.summary(), corpus_doc,
                         loads[0], str(session.level), round(time.monotonic() - started, 3), where,
-                        {"changed_since": None if scope is None else scope.document()})
+                        {"changed_since": None if scope is None else scope.document()},
+                        frozenset([*(where.report_path(p) for p in files), where.from_root(checklist_path)]))
 
     if not asked:  # nothing in scope: no corpus, no model
         return audit_run()
@@ -301,6 +308,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
         try:
             session.open()
             lines_of = corpus_lines(session.corpus)
+            files.extend(f.path for f in (session.corpus.files if session.corpus is not None else []))
+            lines = suppress.report_lines(files, where, lines_of, checklist_path)
             questions = [Question(c.id, check_question(c, scope), c.type, check_settings(session, c)) for c in asked]
 
             def done(result: Result) -> None:
@@ -309,7 +318,11 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
                 about = scope_matcher(check) if scope is None else scope.matcher(scope_matcher(check))
                 verdict = decide(check, outcome, about)
                 run = CheckRun(check, outcome, verdict, result_document(result, session.level))
-                run.findings = place(check, verdict, finding_message(verdict), where, checklist_path, lines_of)
+                run.findings, bare = suppress.apply(place(check, verdict, finding_message(verdict), where,
+                                                          checklist_path, lines_of), lines)
+                for at in bare:
+                    emit(event("notice", message=f"{at}: 'rlm-audit: ignore' without [CHECK-ID] accepts nothing "
+                                                 f"(write rlm-audit: ignore[{check.id}] REASON)", level="warning"))
                 runs[check.id] = run
                 on_check(run)
 
@@ -330,17 +343,27 @@ def unasked_run(check: Check, reason: str) -> CheckRun:
 
 
 def finding_message(verdict: Verdict) -> str:
-    """What a finding says: why its check did not pass."""
-    return verdict.reason + (" (the answer is unsupported)" if verdict.status == "unsupported" else "")
+    """What a finding says: why its check did not pass (an unsupported answer's reason says so)."""
+    return verdict.reason
 
 
-def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditReport:
+def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline: Baseline | None = None) -> AuditReport:
     """The typed report of ``run`` that every report format reads: each check with its status,
-    reason, answer, value, locations and findings, the totals and the exit code."""
-    code = exit_code([(r.check, r.verdict) for r in run.runs], fail_on)
-    cut = run.extra.get("incomplete")  # a cancelled run: 130 (Ctrl-C) or 143 (SIGTERM)
+    reason, answer, value, locations and findings (against ``baseline``, when given: each
+    ``new`` or ``unchanged``, and the ``absent`` ones), the totals and the exit code, in which
+    a failing check counts only while one of its findings does (``Finding.failing``: not
+    suppressed, not in the baseline). A cancelled run exits 130 (Ctrl-C) or 143 (SIGTERM)."""
+    absent: list[Finding] = []
+    if baseline is not None:
+        ids = {r.check.id for r in run.runs}
+        matched, absent = compare([f for r in run.runs for f in r.findings], baseline,
+                                  lambda f: f.check in ids and f.path in run.files)
+        for r in run.runs:
+            r.findings, matched = matched[:len(r.findings)], matched[len(r.findings):]
+    code = exit_code([(r.check, counted(r.verdict, r.findings)) for r in run.runs], fail_on)
+    cut = run.extra.get("incomplete")
     code = (130 if cut["signal"] == "SIGINT" else 143) if cut else code
-    checks = [check_report(r, run.paths) for r in run.runs]
+    checks = [check_report(r, run.paths, fail_on) for r in run.runs]
     usage = run.usage
     calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
     cached = int(usage.get("cached_calls") or 0)
@@ -352,7 +375,8 @@ def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditR
     return AuditReport(checks, totals, code, fail_on, run.paths.from_root(os.path.abspath(checklist.path)),
                        run.paths.root, run.paths.prefix, usage,
                        None if run.corpus is None else {**run.corpus, "loads": run.loads}, run.sandbox, run.elapsed_s,
-                       cut, run.extra.get("changed_since"))
+                       incomplete=cut, changed_since=run.extra.get("changed_since"),
+                       baseline=None if baseline is None else str(baseline.path), absent=absent)
 
 
 def audit_document(report: AuditReport) -> dict[str, Any]:
@@ -362,8 +386,8 @@ def audit_document(report: AuditReport) -> dict[str, Any]:
     return report.document(AUDIT_SCHEMA)
 
 
-def check_report(run: CheckRun, paths: ReportPaths) -> CheckReport:
-    """One check of the audit report."""
+def check_report(run: CheckRun, paths: ReportPaths, fail_on: str = "error") -> CheckReport:
+    """One check of the audit report (``fail_on``: ``--fail-on``)."""
     c, out, v, doc = run.check, run.outcome, run.verdict, run.doc
     support = doc.get("support")
     return CheckReport(
@@ -371,4 +395,4 @@ def check_report(run: CheckRun, paths: ReportPaths) -> CheckReport:
         c.line, [Location(p, paths.report_path(p), Region(a, b)) for p, a, b in v.locations], list(run.findings),
         v.run_code, c.model, c.max_cost, tuple(c.include), tuple(c.exclude), list(doc.get("sources") or []),
         {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
-         if k in doc}, support if isinstance(support, dict) else None)
+         if k in doc}, support if isinstance(support, dict) else None, fails_job(c, counted(v, run.findings), fail_on))

@@ -202,6 +202,14 @@ def counts(check: Check, fail_on: str) -> bool:
     return SEVERITIES.index(check.severity) <= SEVERITIES.index(fail_on)
 
 
+def fails_job(check: Check, verdict: Verdict, fail_on: str) -> bool:
+    """Whether ``verdict`` counts against the job (see the module docstring): a check that did
+    not pass, at a severity ``--fail-on`` counts, or one whose run failed systemically."""
+    if verdict.status == "pass":
+        return False
+    return counts(check, fail_on) or (verdict.status == "error" and verdict.run_code in SYSTEMIC)
+
+
 def exit_code(verdicts: list[tuple[Check, Verdict]], fail_on: str = "error") -> int:
     """The audit's exit code (see the module docstring)."""
     rank = {int(c): i for i, c in enumerate(RANK)}

@@ -15,6 +15,7 @@ from typing import Any
 
 from rlm_cli import interrupts
 from rlm_cli.app.batch import Question
+from rlm_cli.audit.baseline import Baseline
 from rlm_cli.audit.changed import Scope
 from rlm_cli.audit.checklist import Checklist
 from rlm_cli.audit.findings import ReportPaths
@@ -22,7 +23,7 @@ from rlm_cli.audit.run import AuditRun, CheckRun, audit_report, check_report, ru
 from rlm_cli.config import Settings
 from rlm_cli.events import Emit, is_type
 from rlm_cli.output.findings import AuditReport
-from rlm_cli.output.reports.text import shown_value, table_rows, value_text
+from rlm_cli.output.reports.text import findings_line, shown_value, table_rows, value_text
 
 COLUMNS = ["check", "severity", "status", "value", "why"]
 
@@ -128,13 +129,14 @@ def check_line(run: CheckRun, where: ReportPaths, done: int, total: int, fail_on
 
 
 def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any, ui: Any,
-              fail_on: str, scope: Scope | None = None,
+              fail_on: str, scope: Scope | None = None, baseline: Baseline | None = None,
               on_cancel: Callable[[AuditReport], None] | None = None) -> AuditReport:
     """Run ``checklist`` (:func:`~rlm_cli.audit.run.run_checklist`) showing its progress on
     ``ui`` (a ``render.Renderer``): a line per check as it completes, progress lines in a CI log,
-    then the table of all checks and a closing line. Returns the typed report every report
-    format reads; stopped by Ctrl-C or SIGTERM, ``on_cancel`` gets the report of the checks that
-    finished (``incomplete``) first.
+    then the table of all checks and a closing line; findings are matched against ``baseline``
+    when given (``audit.baseline``). Returns the typed report every report format reads; stopped
+    by Ctrl-C or SIGTERM, ``on_cancel`` gets the report of the checks that finished
+    (``incomplete``) first.
 
     Raises:
         the errors of ``run_checklist``.
@@ -169,14 +171,16 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
         run = run_checklist(settings, paths, checklist, jobs=jobs, backend=backend, emit=ui.on_event,
                             emit_for=emit_for, on_check=on_check, on_cancel=cancelled, scope=scope)
     ui.close()
-    report = audit_report(checklist, run, fail_on=fail_on)
+    report = audit_report(checklist, run, fail_on=fail_on, baseline=baseline)
     t = report.totals
     ui.stderr_table(f"rlm audit: {report.checklist}", COLUMNS, table_rows(report))
     ui.summary({"iterations": sum(int(c.run.get("iterations") or 0) for c in report.checks), "usage": report.usage,
                 "sub_calls": sum(int(c.run.get("sub_calls") or 0) for c in report.checks),
                 "elapsed_s": round(time.monotonic() - started, 3)})
+    found = findings_line(report)
     ui.info(f"{t.checks} checks: {t.passed} pass, {t.failed} fail, {t.errors} error, {t.unsupported} "
-            f"unsupported; corpus loaded {run.loads} time(s)" + (f"; {t.note}" if t.note else "")
+            f"unsupported; " + (f"{found}; " if found else "") + f"corpus loaded {run.loads} time(s)"
+            + (f"; {t.note}" if t.note else "")
             + (f"; exit code {report.exit_code}" if report.exit_code else ""))
     return report
 

@@ -1,10 +1,11 @@
 """The audit's reports whatever the corpus holds (issues 47 and 48), through ``rlm audit`` with a
 scripted model over a git repository whose audited folder is ``svc/``: file names with spaces,
-``%``, ``#``, non-ASCII letters, commas, colons and semicolons; an answer quoting a coloured log
-line. One SARIF result per finding with fingerprints of rlm's own that survive a line inserted
-at the top of a file; paths from the repository root; JUnit that strict XML parsers read; the
-GitLab Code Quality report; SARIF valid by the OASIS schema and by Microsoft's SARIF multitool
-(when installed: ``npm install -g @microsoft/sarif-multitool``, or ``RLM_SARIF_MULTITOOL``)."""
+``%``, ``#``, non-ASCII letters, commas, colons and semicolons (a text ``locations`` answer names
+them); an answer quoting a coloured log line. One SARIF result per finding with fingerprints of
+rlm's own that survive a line inserted at the top of a file; paths from the repository root;
+JUnit that strict XML parsers read; the GitLab Code Quality report; SARIF valid by the OASIS
+schema and by Microsoft's SARIF multitool (when installed: ``npm install -g
+@microsoft/sarif-multitool``, or ``RLM_SARIF_MULTITOOL`` naming it)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.audit.test_audit_cli import audit_validator, sarif_validator
 from tests.support.cli import run_rlm
 from tests.support.fake_llm import FakeLLM, first_prompt, repl, turn
 
-SPACE, UNI, COMMA = "sp ace %41 #x.py", "uni-é-中.py", "comma,colon;name.py"
+SPACE, UNI, COMMA, COLON = "sp ace %41 #x.py", "uni-é-中.py", "comma,colon;name.py", "co:lon.py"
 #: check id -> (TOML of the check, code run first, code that ends the run)
 CHECKS: dict[str, tuple[str, str, str]] = {
     "no-eval": ('type = "locations"\nempty = true\nquestion = "Where is eval called?"',
@@ -56,6 +57,7 @@ def make_repo(tmp_path: Path) -> Path:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (svc / SPACE).write_text("import os\n\n\ndef f(x):\n    return eval(x)\n\n\ndef g(y):\n    return eval(y)\n")
     (svc / COMMA).write_text("# MARK\nvalue = eval('1')\n")
+    (svc / COLON).write_text("x = 1  # MARK\n")
     (svc / UNI).write_text("import requests\n\n# MARK\nrequests.get('https://x', verify=False)\n")
     (svc / "app.log").write_text("\x1b[31mERROR\x1b[0m disk full\n")
     (svc / "rlm-audit.toml").write_text("".join(f'[[check]]\nid = "{cid}"\n{spec[0]}\n\n'
@@ -143,8 +145,8 @@ def test_reports_of_hostile_names_from_a_subfolder_one_result_per_finding_and_st
     (tls,) = results["tls-off"]
     assert (Path(place(tls, base)[0]).name, place(tls, base)[1]) == (UNI, 4)
     assert tls["properties"]["placedAt"] == "evidence" and tls["level"] == "warning"
-    # a text answer naming files with commas, semicolons and non-ASCII letters keeps each whole
-    assert sorted(Path(place(r, base)[0]).name for r in results["marked"]) == [COMMA, UNI]
+    # a text answer naming files with commas, colons, semicolons and non-ASCII letters keeps each whole
+    assert sorted(Path(place(r, base)[0]).name for r in results["marked"]) == [COLON, COMMA, UNI]
 
     # JUnit: the answer quoting a coloured log line stays readable by strict parsers
     raw = (out / "j.xml").read_bytes()
@@ -158,7 +160,7 @@ def test_reports_of_hostile_names_from_a_subfolder_one_result_per_finding_and_st
 
     # GitLab Code Quality: an issue per finding with the fields GitLab reads
     issues = json.loads((out / "cq.json").read_text())
-    assert len(issues) == 3 + 1 + 2 + 1
+    assert len(issues) == 3 + 1 + 3 + 1
     for issue in issues:
         assert set(issue) >= {"description", "check_name", "fingerprint", "severity", "location"}
         assert issue["location"]["path"].startswith("svc/") and issue["location"]["lines"]["begin"] >= 1
@@ -190,7 +192,7 @@ def test_sarif_of_hostile_names_from_a_subfolder_has_no_error_in_microsofts_vali
     res = audit(svc, llm, "--sarif", str(out / "a.sarif"))
     assert res.code == 8, res.stderr
     raw_uri = json.loads((out / "a.sarif").read_text("utf-8"))
-    assert len(raw_uri["runs"][0]["results"]) == 7
+    assert len(raw_uri["runs"][0]["results"]) == 8
     raw_uri["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] = SPACE
     (out / "raw.sarif").write_text(json.dumps(raw_uri), "utf-8")
     assert multitool_errors([out / "a.sarif", out / "raw.sarif"], tmp_path) == {"a.sarif": [],

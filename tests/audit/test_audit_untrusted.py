@@ -91,12 +91,16 @@ def corpus(tmp_path: Path) -> Path:
     return repo
 
 
+def written(tmp_path: Path) -> list[Path]:
+    """The files rlm wrote in its user folders (the index cache of a load, trajectories)."""
+    return [p for p in (tmp_path / "userdirs").rglob("*") if p.is_file()]
+
+
 def with_model(text: str, check: str, model: str) -> str:
     return text.replace(f'id = "{check}"\n', f'id = "{check}"\nmodel = "{model}"\n')
 
 
-def test_a_checklist_model_not_named_stops_before_loading(tmp_path: Path, llm: FakeLLM,
-                                                         listeners: dict[str, Listener]) -> None:
+def test_a_checklist_model_not_named_stops_before_loading(tmp_path: Path, llm: FakeLLM) -> None:
     repo = corpus(tmp_path)
     checklist = tmp_path / "checks.toml"
     checklist.write_text(with_model(checklist_text(["no-pickle", "enough-files"]), "enough-files",
@@ -109,6 +113,10 @@ def test_a_checklist_model_not_named_stops_before_loading(tmp_path: Path, llm: F
     assert "--model" in line and not res.stdout
     res = run_rlm("audit", str(repo), *base, "--estimate")  # an estimate is refused the same way
     assert res.code == 2 and "check 'enough-files'" in res.stderr
+    # a model that holds a server is refused even where checklist models are allowed
+    checklist.write_text(with_model(checklist_text(["no-pickle"]), "no-pickle", "huggingface/https://evil.example"))
+    res = run_rlm("audit", str(repo), *base, "--allow-checklist-models")
+    assert res.code == 2 and "check 'no-pickle': field 'model' holds a URL" in res.stderr, res.stderr
     # --max-checks: more checks than it is exit 2 before loading, naming the count and the flag
     checklist.write_text(checklist_text(["no-pickle", "enough-files", "todo-free"]))
     res = run_rlm("audit", str(repo), *base, "--max-checks", "2")
@@ -116,8 +124,8 @@ def test_a_checklist_model_not_named_stops_before_loading(tmp_path: Path, llm: F
     # --require-support means nothing to audit (an unsupported answer never passes): refused
     res = run_rlm("audit", str(repo), *base, "--require-support")
     assert res.code == 2 and "--require-support" in res.stderr and len(res.stderr.splitlines()) == 1
-    assert not llm.requests and all(not lis.received for lis in listeners.values())
-    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("*.jsonl"))  # no trajectory
+    assert not llm.requests
+    assert not written(tmp_path)
 
 
 def test_b_allowed_checklist_models_never_get_the_key(tmp_path: Path, llm: FakeLLM,
@@ -164,7 +172,7 @@ def test_c_a_check_model_named_by_the_invoker_runs(tmp_path: Path, llm: FakeLLM)
                   "--max-cost", "5", "--no-llm-cache")
     assert res.code == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert [c["status"] for c in doc["checks"]] == ["pass", "pass", "pass"]
+    assert [c["status"] for c in doc["checks"]] == ["pass", "pass", "pass"] and written(tmp_path)
     # two checks of the unpriced root model: its note is said once for the run, not once per check
     assert res.stderr.count("the price of openai/root is unknown") == 1, res.stderr
     assert {r["model"] for r in llm.requests} == {"root", "sub"}
@@ -183,6 +191,7 @@ def test_a_missing_key_is_one_line_and_exit_3_before_loading(tmp_path: Path, llm
     assert "no API key for anthropic/claude-haiku-4-5 (the root model)" in line and "ANTHROPIC_API_KEY" in line
     assert "no check ran" in line
     assert res.stdout.count("::error") <= 1 and "Missing credentials" not in res.stdout + res.stderr
+    assert not written(tmp_path)  # nothing loaded: no index cache, no trajectory
     # a check's own model, allowed, is checked too (the root here goes to the scripted server)
     checklist.write_text(with_model(checklist_text(["no-pickle"]), "no-pickle", "gemini/gemini-3.5-flash"))
     res = run_rlm("audit", str(repo), "--checklist", str(checklist), "--model", "openai/root", "--api-base", llm.url,
