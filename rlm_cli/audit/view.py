@@ -164,7 +164,7 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
             interrupts.final_in_hand()  # a second Ctrl-C does not cut the reports short (rlm_cli.interrupts)
             ui.warning(f"{cut.extra['incomplete']['signal']}: {len(cut.runs)} of {total} checks finished; "
                        "writing their reports, marked incomplete")
-            on_cancel(audit_report(checklist, cut, fail_on=fail_on))
+            on_cancel(audit_report(checklist, cut, fail_on=fail_on, baseline=baseline))
 
     started = time.monotonic()
     with ticker:
