@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlm_cli import interrupts
 from rlm_cli.app.batch import Question
 from rlm_cli.audit.baseline import Baseline
 from rlm_cli.audit.changed import Scope
@@ -160,9 +161,10 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
 
     def cancelled(cut: AuditRun) -> None:
         if on_cancel is not None:
+            interrupts.final_in_hand()  # a second Ctrl-C does not cut the reports short (rlm_cli.interrupts)
             ui.warning(f"{cut.extra['incomplete']['signal']}: {len(cut.runs)} of {total} checks finished; "
                        "writing their reports, marked incomplete")
-            on_cancel(audit_report(checklist, cut, fail_on=fail_on))
+            on_cancel(audit_report(checklist, cut, fail_on=fail_on, baseline=baseline))
 
     started = time.monotonic()
     with ticker:
