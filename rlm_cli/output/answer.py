@@ -38,10 +38,9 @@ def json_text(doc: dict[str, Any]) -> str:
     """A JSON document as printed (indented, UTF-8 characters kept, newline-terminated). Under
     GitHub Actions a ``##[`` in a string is written ``#\\u0023[``: the same value, and no runner
     command in the log (``output.workflow_guard``; outside strings JSON has no ``#``)."""
-    from rlm_cli.output.workflow_guard import active
+    from rlm_cli.output.workflow_guard import json_for_runner
 
-    text = json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n"
-    return text.replace("##[", "#\\u0023[") if active() else text
+    return json_for_runner(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
 def write_json(doc: dict[str, Any]) -> None:

@@ -85,3 +85,16 @@ def test_summary_cells_are_plain_text_to_a_markdown_parser() -> None:
 
         assert html_lib.unescape(html_cell) == " ".join(text.split())
     assert summary_text("x" * 500, 50) == "x" * 49 + "…"
+
+
+def test_json_documents_keep_their_values_under_github_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from rlm_cli.output.answer import json_text
+    from rlm_cli.output.reports.text import strict_json
+
+    doc = {"answer": "##[add-mask]x ###[ \\##[", "n": 1}
+    assert "##[" in json_text(doc)  # outside GitHub Actions: as json.dumps writes it
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    for text in (json_text(doc), strict_json(doc)):
+        assert "##[" not in text and json.loads(text) == doc and not runner_commands(text)

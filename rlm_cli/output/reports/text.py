@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from rlm_cli.output.findings import AuditReport, CheckReport
+from rlm_cli.output.workflow_guard import json_for_runner
 
 #: Characters of an answer a report quotes.
 ANSWER_CHARS = 2_000
@@ -67,9 +68,10 @@ def finite(value: Any) -> Any:
 def strict_json(doc: Any, indent: int | None = 2) -> str:
     """``doc`` as RFC 8259 JSON, UTF-8 characters kept, newline-terminated: floats that are not
     finite written as strings (:func:`finite`), and a lone surrogate (from a corpus file or an
-    answer: it has no UTF-8 form) written as its ``\\uXXXX`` escape."""
+    answer: it has no UTF-8 form) written as its ``\\uXXXX`` escape; under GitHub Actions ``##[``
+    as ``#\\u0023[`` (``workflow_guard.json_for_runner``: the same value)."""
     text = json.dumps(finite(doc), ensure_ascii=False, indent=indent, allow_nan=False, default=str)
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
+    return json_for_runner(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 
 def table_row(c: CheckReport) -> list[str]:
