@@ -1,0 +1,48 @@
+"""``rlm audit`` pull-request features tried as a hostile pull request would (the trial of issues
+47 and 48), through the command against the scripted server: file names that are not UTF-8 or
+hold a newline, renamed and deleted files under ``--changed-since`` from a subfolder."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.audit.scripted import checklist_text, script_model
+from tests.audit.test_audit_ci import flags, git
+from tests.support.cli import run_rlm
+from tests.support.fake_llm import FakeLLM
+
+EVAL = "import os\nx = eval('1')\n"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="file names of any bytes: Linux file systems")
+def test_changed_since_with_hostile_file_names_from_a_subfolder(tmp_path: Path, llm: FakeLLM) -> None:
+    repo = tmp_path / "repo"
+    svc = repo / "svc"
+    svc.mkdir(parents=True)
+    (svc / "rlm-audit.toml").write_text(checklist_text(["no-eval"]))
+    (svc / "old_name.py").write_text("def r():\n    return 1\n")
+    (svc / "gone.py").write_text("y = 1\n")
+    (svc / "same.py").write_text(EVAL)  # unchanged: not reported
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    git(repo, "mv", "svc/old_name.py", "svc/new name é.py")
+    git(repo, "rm", "-q", "svc/gone.py")
+    (svc / "new name é.py").write_text("def r():\n    return eval('1')\n")
+    with open(os.path.join(os.fsencode(svc), b"bad\xffname.py"), "w") as fh:  # not UTF-8
+        fh.write(EVAL)
+    (svc / "nl\nname.py").write_text(EVAL)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "two")
+    script_model(llm)
+    res = run_rlm("audit", ".", *flags(llm), "--changed-since", "HEAD~1", "--json", cwd=svc)
+    assert res.code == 8, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["changed_since"]["files"] == ["bad\ufffdname.py", "new name é.py", "nl\ufffdname.py"]
+    found = sorted((f["path"], f["start_line"]) for c in doc["checks"] for f in c["findings"])
+    assert found == [("svc/bad\ufffdname.py", 2), ("svc/new name é.py", 2), ("svc/nl\ufffdname.py", 2)]
