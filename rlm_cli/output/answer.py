@@ -12,7 +12,7 @@ import time
 from typing import IO, Any
 
 from rlm_cli.errors import UsageError
-from rlm_cli.output.text import completed_calls, money, safe_text
+from rlm_cli.output.text import completed_calls, json_escaped_surrogates, money, safe_text, utf8_text
 
 
 def write_answer(text: str) -> None:
@@ -40,7 +40,8 @@ def json_text(doc: dict[str, Any]) -> str:
     command in the log (``output.workflow_guard``; outside strings JSON has no ``#``)."""
     from rlm_cli.output.workflow_guard import json_for_runner
 
-    return json_for_runner(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
+    text = json.dumps(doc, ensure_ascii=False, indent=2, default=str)
+    return json_for_runner(json_escaped_surrogates(text) + "\n")
 
 
 def write_json(doc: dict[str, Any]) -> None:
@@ -88,7 +89,7 @@ def _write_stdout(text: str) -> None:
     from rlm_cli.output.workflow_guard import for_stream
 
     out = sys.stdout
-    text = for_stream(for_stdout(text, out), out)  # under GitHub Actions: no runner command (issue 47)
+    text = for_stream(for_stdout(utf8_text(text), out), out)  # under GitHub Actions: no runner command (issue 47)
     out.flush()
     buf = getattr(out, "buffer", None)
     if buf is None:  # a text-only stream (a test's StringIO)

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from rlm_cli.errors import UsageError
+from rlm_cli.output.text import utf8_text
 
 
 def check_writable(path: Path, flag: str = "--output") -> Path:
@@ -51,7 +52,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            fh.write(utf8_text(text))
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

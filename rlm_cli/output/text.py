@@ -20,6 +20,23 @@ def safe_text(text: str) -> str:
     return CONTROL.sub("\ufffd", text.replace("\r\n", "\n"))
 
 
+#: A lone surrogate: what Python keeps of a JSON ``"\ud800"`` escape (in a corpus file, an answer)
+#: or of a file name's byte that is not UTF-8; UTF-8 has no form for it.
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8_text(text: str) -> str:
+    """``text`` with each lone surrogate (:data:`SURROGATE`) replaced by U+FFFD, so it can be
+    written as UTF-8 (stdout, a file) instead of raising ``UnicodeEncodeError``."""
+    return text if text.isascii() else SURROGATE.sub("\ufffd", text)
+
+
+def json_escaped_surrogates(text: str) -> str:
+    """JSON text with each lone surrogate written as its ``\\uXXXX`` escape: the same JSON
+    value, and text UTF-8 can hold (RFC 8259)."""
+    return text if text.isascii() else SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def cost_text(value: Any) -> str:
     """``$0.0123`` for a number of USD, ``cost unknown`` for anything else (an unpriced model)."""
     return usd(value) if isinstance(value, (int, float)) else "cost unknown"

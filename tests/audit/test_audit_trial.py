@@ -46,3 +46,22 @@ def test_changed_since_with_hostile_file_names_from_a_subfolder(tmp_path: Path, 
     assert doc["changed_since"]["files"] == ["bad\ufffdname.py", "new name é.py", "nl\ufffdname.py"]
     found = sorted((f["path"], f["start_line"]) for c in doc["checks"] for f in c["findings"])
     assert found == [("svc/bad\ufffdname.py", 2), ("svc/new name é.py", 2), ("svc/nl\ufffdname.py", 2)]
+
+
+def test_lone_surrogates_in_a_corpus_json_file_and_in_repl_output_are_no_crash(tmp_path: Path,
+                                                                               llm: FakeLLM) -> None:
+    """A ``"\\ud800"`` escape in a corpus JSON file (shown in the corpus summary) and printed by
+    the model's code reach the next request as U+FFFD, not an internal error."""
+    from tests.support.fake_llm import repl
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "data.json").write_text('{"a": "\\ud800 x"}\n')
+    llm.script("root", repl("print(data['data.json']['a'])"), repl("FINAL(data['data.json']['a'])"))
+    res = run_rlm("ask", "c", "What is a?", *flags(llm), "--mode", "rlm", "--json", cwd=tmp_path)
+    assert res.code == 0, res.stderr
+    assert json.loads(res.stdout)["answer"] in ("\ufffd x", "\ud800 x")
+    sent = json.dumps(llm.requests, ensure_ascii=False)
+    assert "\ufffd x" in sent and "\ud800" not in sent
+    # the plain answer (served by the response cache): U+FFFD on stdout
+    res = run_rlm("ask", "c", "What is a?", *flags(llm), "--mode", "rlm", cwd=tmp_path)
+    assert res.code == 0 and res.stdout.strip() == "\ufffd x", res.stderr
