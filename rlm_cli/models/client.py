@@ -46,7 +46,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-import re
 from typing import Any
 
 from rlm_cli.config import Settings
@@ -58,6 +57,7 @@ from rlm_cli.models.estimate import Estimate, check_window, counted_tokens
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.limiter import AdaptiveLimiter
 from rlm_cli.models.llm_cache import LLMCache
+from rlm_cli.models.messages import valid_messages
 from rlm_cli.models.pricing import Pricing
 from rlm_cli.models.sending import OnDelta, Sending
 from rlm_cli.models.usage import CallRecord, Flight, Usage
@@ -281,33 +281,3 @@ class ModelClient(Pricing, Sending):
         if first:
             self._say(message)
 
-
-#: A lone surrogate: what Python keeps of a JSON ``"\ud800"`` escape or a file name's byte that is
-#: not UTF-8; no UTF-8 text (a request body, the cache key) can hold one.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def valid_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with every lone surrogate in a text ``content`` (a string, or the ``text`` of
-    a content part) replaced by U+FFFD, so a corpus or a REPL output holding one is sent, not an
-    internal error; ``messages`` itself when none holds one (the common case: no copy)."""
-    def fix(value: Any) -> Any:
-        if isinstance(value, str):
-            return _SURROGATE.sub("\ufffd", value) if not value.isascii() else value
-        if isinstance(value, list):
-            return [fix(v) for v in value]
-        if isinstance(value, dict):
-            return {k: fix(v) for k, v in value.items()}
-        return value
-
-    if all(_clean(m) for m in messages):
-        return messages
-    return [fix(m) for m in messages]
-
-
-
-def _clean(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    texts = [content] if isinstance(content, str) else [
-        p.get("text") for p in content if isinstance(p, dict)] if isinstance(content, list) else []
-    return all(not isinstance(t, str) or t.isascii() or _SURROGATE.search(t) is None for t in texts)
