@@ -65,3 +65,19 @@ def test_lone_surrogates_in_a_corpus_json_file_and_in_repl_output_are_no_crash(t
     # the plain answer (served by the response cache): U+FFFD on stdout
     res = run_rlm("ask", "c", "What is a?", *flags(llm), "--mode", "rlm", cwd=tmp_path)
     assert res.code == 0 and res.stdout.strip() == "\ufffd x", res.stderr
+
+
+@pytest.mark.parametrize("before, after, line, moved_to", [
+    # code appended after a finding on a file's last line (a blank line, then a function)
+    (["import pickle", "x = pickle.loads(b)"], ["import pickle", "x = pickle.loads(b)", "", "", "def g():", "    pass"],
+     2, 2),
+    # a header and a blank line put above a finding on a file's first line
+    (["x = pickle.loads(b)", "y = 1"], ["# header", "", "x = pickle.loads(b)", "y = 1"], 1, 3),
+])
+def test_fingerprint_of_a_finding_at_a_file_edge_survives_code_added_past_a_blank_line(
+        before: list[str], after: list[str], line: int, moved_to: int) -> None:
+    """A file's edge counts as a blank line: the commonest change, a function appended after a
+    blank line, keeps the fingerprint of a finding on the old last line."""
+    from rlm_cli.audit.findings import fingerprint
+
+    assert fingerprint("c", "p.py", after, moved_to, moved_to, 0) == fingerprint("c", "p.py", before, line, line, 0)
