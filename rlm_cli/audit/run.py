@@ -392,8 +392,12 @@ def check_report(run: CheckRun, paths: ReportPaths, fail_on: str = "error") -> C
     """One check of the audit report (``fail_on``: ``--fail-on``)."""
     c, out, v, doc = run.check, run.outcome, run.verdict, run.doc
     support = doc.get("support")
+    value = out.value
+    if c.type == "locations" and isinstance(value, list) and v.status in ("pass", "fail", "unsupported"):
+        # what the verdict counted: locations outside the check's scope (include, --changed-since) are out
+        value = [f"{p}:{a}" + (f"-{b}" if b != a else "") for p, a, b in v.locations]
     return CheckReport(
-        c.id, c.question, c.type, c.severity, c.expectation(), v.status, v.reason, out.answer, out.value,
+        c.id, c.question, c.type, c.severity, c.expectation(), v.status, v.reason, out.answer, value,
         c.line, [Location(p, paths.report_path(p), Region(a, b)) for p, a, b in v.locations], list(run.findings),
         v.run_code, c.model, c.max_cost, tuple(c.include), tuple(c.exclude), list(doc.get("sources") or []),
         {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")

@@ -46,6 +46,10 @@ def test_changed_since_with_hostile_file_names_from_a_subfolder(tmp_path: Path, 
     assert doc["changed_since"]["files"] == ["bad\ufffdname.py", "new name é.py", "nl\ufffdname.py"]
     found = sorted((f["path"], f["start_line"]) for c in doc["checks"] for f in c["findings"])
     assert found == [("svc/bad\ufffdname.py", 2), ("svc/new name é.py", 2), ("svc/nl\ufffdname.py", 2)]
+    # the value is what the verdict counted: the unchanged same.py:2 is out of scope, as in every report
+    (check,) = doc["checks"]
+    assert check["value"] == ["bad\ufffdname.py:2", "new name é.py:2", "nl\ufffdname.py:2"], check
+    assert check["reason"] == "expected no items, got 3"
 
 
 def test_lone_surrogates_in_a_corpus_json_file_and_in_repl_output_are_no_crash(tmp_path: Path,
