@@ -4,6 +4,7 @@ terminal (a CI log), and the table of every check at the end; and ``$GITHUB_OUTP
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -204,6 +205,10 @@ def github_output(report: AuditReport, sarif: Path | None, path: Path) -> None:
         "incomplete": "true" if report.incomplete else "false", "exit-code": report.exit_code}
     if sarif is not None:
         values["sarif"] = str(sarif)
+    _append_outputs(values, path)
+
+
+def _append_outputs(values: dict[str, object], path: Path) -> None:
     out = []
     for name, value in values.items():
         text = str(value)
@@ -237,6 +242,17 @@ def prepare(settings: Settings, paths: list[str], outputs: list[Path | None], ch
     ui.info(f"--changed-since {changed_since}: {len(scope.files)} changed file(s) since {scope.merge_base[:12]}"
             + ("; every check passes without a model call" if not scope.files else ""))
     return settings, scope
+
+
+def deliver_exit_code(code: int) -> None:
+    """``exit-code`` and ``incomplete`` (``true``) into ``$GITHUB_OUTPUT``, when it names a file,
+    for a run that ended before any report (no key: 3; a bad checklist or option: 2), so a
+    workflow can tell a fork's pull request without secrets from a failing audit. A file that
+    cannot be written is left as it is: the run's own error line is what matters then."""
+    target = os.environ.get("GITHUB_OUTPUT")
+    if target:
+        with contextlib.suppress(OSError):
+            _append_outputs({"incomplete": "true", "exit-code": code}, Path(target))
 
 
 def deliver_github_output(report: AuditReport, sarif: Path | None, ui: Any) -> None:

@@ -21,7 +21,7 @@ from rlm_cli.commands.options import (
     run_options,
     use_color,
 )
-from rlm_cli.errors import UsageError
+from rlm_cli.errors import RLMError, UsageError
 
 if TYPE_CHECKING:
     from rlm_cli.audit.changed import Scope
@@ -80,6 +80,7 @@ def audit(
     from rlm_cli.output import render
 
     host = INVOCATION.take_host()
+    delivered = [False]
     try:
         use_color(color)
         if fail_on not in SEVERITIES:
@@ -102,6 +103,7 @@ def audit(
 
         def deliver(report: AuditReport) -> None:  # also the checks that finished when cancelled
             INVOCATION.json_errors = False  # the document is the --json answer, even of a cancelled run
+            delivered[0] = True
             deliver_audit(report, reports, ui)
             deliver_github_output(report, sarif, ui)
 
@@ -110,6 +112,12 @@ def audit(
         deliver(report)
         if report.exit_code:
             raise typer.Exit(report.exit_code)
+    except RLMError as exc:
+        if not delivered[0]:  # ended before any report: the step still gets its exit code
+            from rlm_cli.audit.view import deliver_exit_code
+
+            deliver_exit_code(int(exc.exit_code))
+        raise
     finally:
         host.close()
 

@@ -85,3 +85,22 @@ def test_fingerprint_of_a_finding_at_a_file_edge_survives_code_added_past_a_blan
     from rlm_cli.audit.findings import fingerprint
 
     assert fingerprint("c", "p.py", after, moved_to, moved_to, 0) == fingerprint("c", "p.py", before, line, line, 0)
+
+
+def test_a_run_that_ends_before_any_check_still_gives_the_step_its_exit_code(tmp_path: Path) -> None:
+    """A fork's pull request (no key: exit 3) or a bad checklist (exit 2): ``$GITHUB_OUTPUT``
+    gets ``exit-code`` and ``incomplete``, so a workflow can tell "no secrets" from a failure."""
+    from tests.audit.test_audit_ci import read_outputs
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "rlm-audit.toml").write_text(checklist_text(["no-eval"]))
+    outputs = tmp_path / "out" / "github_output"
+    outputs.parent.mkdir()
+    env = {"GITHUB_OUTPUT": str(outputs), "GITHUB_ACTIONS": "true"}
+    res = run_rlm("audit", ".", "--model", "anthropic/claude-haiku-4-5", "--github", cwd=tmp_path, env=env)
+    assert res.code == 3 and outputs.exists(), res.stderr
+    assert read_outputs(outputs) == {"exit-code": "3", "incomplete": "true"}
+    outputs.unlink()
+    (tmp_path / "rlm-audit.toml").write_text(checklist_text(["no-eval"]) + 'model = "ollama_chat/evil"\n')
+    res = run_rlm("audit", ".", "--model", "anthropic/claude-haiku-4-5", cwd=tmp_path, env=env)
+    assert res.code == 2 and read_outputs(outputs) == {"exit-code": "2", "incomplete": "true"}, res.stderr
