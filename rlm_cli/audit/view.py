@@ -244,13 +244,18 @@ def prepare(settings: Settings, paths: list[str], outputs: list[Path | None], ch
     return settings, scope
 
 
+#: Whether this process has written the step's outputs (``written``): a run cancelled after
+#: writing its reports does not write ``exit-code`` again.
+_STEP = {"written": False}
+
+
 def deliver_exit_code(code: int) -> None:
     """``exit-code`` and ``incomplete`` (``true``) into ``$GITHUB_OUTPUT``, when it names a file,
-    for a run that ended before any report (no key: 3; a bad checklist or option: 2), so a
+    for a run that ended before its report did (no key: 3; a bad checklist or option: 2), so a
     workflow can tell a fork's pull request without secrets from a failing audit. A file that
     cannot be written is left as it is: the run's own error line is what matters then."""
     target = os.environ.get("GITHUB_OUTPUT")
-    if target:
+    if target and not _STEP["written"]:
         with contextlib.suppress(OSError):
             _append_outputs({"incomplete": "true", "exit-code": code}, Path(target))
 
@@ -261,6 +266,7 @@ def deliver_github_output(report: AuditReport, sarif: Path | None, ui: Any) -> N
     target = os.environ.get("GITHUB_OUTPUT")
     if not target:
         return
+    _STEP["written"] = True
     try:
         github_output(report, sarif, Path(target))
     except OSError as exc:

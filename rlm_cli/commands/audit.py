@@ -77,10 +77,10 @@ def audit(
     --fail-on) fails. The checklist format and CI jobs: docs/audit.md."""
     from rlm_cli.audit.baseline import read_baseline
     from rlm_cli.audit.checklist import SEVERITIES, admit, check_credentials, default_path, read_checklist
+    from rlm_cli.audit.view import deliver_exit_code, deliver_github_output, prepare, run_audit
     from rlm_cli.output import render
 
     host = INVOCATION.take_host()
-    delivered = [False]
     try:
         use_color(color)
         if fail_on not in SEVERITIES:
@@ -91,7 +91,6 @@ def audit(
         listed = read_checklist(checklist or default_path(where))
         earlier = None if baseline is None else read_baseline(baseline)  # before loading: a bad file is exit 2
         ui = render.Renderer(quiet=quiet, verbose=verbose)
-        from rlm_cli.audit.view import deliver_github_output, prepare, run_audit
 
         settings, scope = prepare(run.settings(), where, [junit, sarif, output, codequality, baseline], changed_since,
                                   ui)
@@ -103,7 +102,6 @@ def audit(
 
         def deliver(report: AuditReport) -> None:  # also the checks that finished when cancelled
             INVOCATION.json_errors = False  # the document is the --json answer, even of a cancelled run
-            delivered[0] = True
             deliver_audit(report, reports, ui)
             deliver_github_output(report, sarif, ui)
 
@@ -113,10 +111,7 @@ def audit(
         if report.exit_code:
             raise typer.Exit(report.exit_code)
     except RLMError as exc:
-        if not delivered[0]:  # ended before any report: the step still gets its exit code
-            from rlm_cli.audit.view import deliver_exit_code
-
-            deliver_exit_code(int(exc.exit_code))
+        deliver_exit_code(int(exc.exit_code))  # ended before its report: the step still gets its exit code
         raise
     finally:
         host.close()
