@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rlm_cli.errors import UsageError
@@ -68,9 +68,10 @@ def _git(args: list[str], cwd: str) -> str:
     return done.stdout
 
 
-def changed_since(ref: str, paths: list[str]) -> Scope:
+def changed_since(ref: str, paths: list[str], leave_out: Iterable[str] = ()) -> Scope:
     """The :class:`Scope` of ``ref`` for a run over ``paths`` (the git repository is the one the
-    first folder PATH, else the current folder, lies in).
+    first folder PATH, else the current folder, lies in); ``leave_out``: files that are not
+    corpus whatever git says of them (rlm's own reports, which an earlier run left untracked).
 
     Raises:
         UsageError: not a git repository, ``ref`` unknown, or git missing.
@@ -83,7 +84,9 @@ def changed_since(ref: str, paths: list[str]) -> Scope:
     base = _git(["merge-base", "--end-of-options", ref, "HEAD"], top).strip()
     names = _git(["diff", "--name-only", "--no-renames", "--no-relative", "-z", base, "--"], top).split("\0")
     names += _git(["ls-files", "--others", "--exclude-standard", "-z"], top).split("\0")
-    absolute = {os.path.join(top, n) for n in names if n and os.path.isfile(os.path.join(top, n))}
+    out = {os.path.realpath(p) for p in leave_out}
+    absolute = {os.path.join(top, n) for n in names
+                if n and os.path.isfile(os.path.join(top, n)) and os.path.realpath(os.path.join(top, n)) not in out}
     return Scope(ref, base, frozenset(_corpus_paths(absolute, paths)))
 
 

@@ -238,7 +238,7 @@ def prepare(settings: Settings, paths: list[str], outputs: list[Path | None], ch
         return settings, None
     from rlm_cli.audit.changed import changed_since as scope_of
 
-    scope = scope_of(changed_since, paths)
+    scope = scope_of(changed_since, paths, leave_out=[os.path.abspath(p) for p in left])  # reports are no change
     ui.info(f"--changed-since {changed_since}: {len(scope.files)} changed file(s) since {scope.merge_base[:12]}"
             + ("; every check passes without a model call" if not scope.files else ""))
     return settings, scope

@@ -104,3 +104,23 @@ def test_a_run_that_ends_before_any_check_still_gives_the_step_its_exit_code(tmp
     (tmp_path / "rlm-audit.toml").write_text(checklist_text(["no-eval"]) + 'model = "ollama_chat/evil"\n')
     res = run_rlm("audit", ".", "--model", "anthropic/claude-haiku-4-5", cwd=tmp_path, env=env)
     assert res.code == 2 and read_outputs(outputs) == {"exit-code": "2", "incomplete": "true"}, res.stderr
+
+
+def test_changed_since_does_not_count_the_reports_of_an_earlier_run_as_changes(tmp_path: Path,
+                                                                               llm: FakeLLM) -> None:
+    """A second run in the same working tree (a rerun, the pre-commit hook): the untracked
+    reports the first run wrote are not code, so nothing changed and no model is asked."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text(EVAL)
+    (repo / "rlm-audit.toml").write_text(checklist_text(["no-eval"]))
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    (repo / "rlm.sarif").write_text("{}")  # left by an earlier run (untracked)
+    (repo / "junit.xml").write_text("<testsuites/>")
+    script_model(llm)
+    res = run_rlm("audit", ".", *flags(llm), "--changed-since", "HEAD", "--sarif", "rlm.sarif", "--junit", "junit.xml",
+                  cwd=repo)
+    assert res.code == 0 and not llm.requests, res.stderr
+    assert "0 changed file(s)" in res.stderr
