@@ -38,8 +38,10 @@ class SourceFile:
     ``size`` in bytes, ``mtime_ns``, ``ctime_ns`` and ``ino`` from ``stat`` (the cache trusts a
     file whose four are unchanged; 0 when unknown); ``dev`` its device. ``link``: the last part of
     ``path`` was a symlink the walk let in (a PATH named through a link, a link inside the corpus,
-    ``--follow``); any other path is opened without following a link, and what is opened must be
-    the file the walk checked (:func:`open_checked`)."""
+    ``--follow``). ``real`` is the real path the walk resolved (once) and checked to lie inside
+    the corpus: the file is opened there, a component at a time without following a link
+    anywhere (``rlm_cli.corpus.nofollow``), and what is opened must be the file the walk checked
+    (``loader.open_checked``); ``None``: ``path`` is resolved when it is read."""
 
     display: str
     path: str | None
@@ -49,6 +51,7 @@ class SourceFile:
     ino: int = 0
     dev: int = 0
     link: bool = False
+    real: str | None = None
 
 
 @dataclass(slots=True)
