@@ -212,11 +212,14 @@ class FolderEntry:
         self._stat: os.stat_result | OSError | None = None
         if not self._link:
             try:
-                self._stat = entry.stat(follow_symlinks=False)
-                self._dir = stat.S_ISDIR(self._stat.st_mode)
-                self._link = stat.S_ISLNK(self._stat.st_mode)  # (a file swapped for a link since listing)
+                st = entry.stat(follow_symlinks=False)
             except OSError as exc:
                 self._stat, self._dir = exc, False
+            else:
+                if stat.S_ISLNK(st.st_mode):  # (swapped for a link since the listing: judged as one)
+                    self._link = True
+                else:
+                    self._stat, self._dir = st, stat.S_ISDIR(st.st_mode)
 
     def is_symlink(self) -> bool:
         """Whether the entry is a symlink."""
