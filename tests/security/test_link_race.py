@@ -60,17 +60,27 @@ def _load(repo: Path) -> list[str]:
     return [d.text for sf in discover([str(repo)], options, report) if (d := read_source(sf, options, report))]
 
 
-def _flipper(x: Path, harmless: Path, secret: Path, other: Path) -> Callable[[], None]:
-    """A function that flips ``x`` between the hard link to ``harmless`` it is and a symlink to
-    ``secret``: one atomic exchange with ``other`` (``renameat2``, Linux), else a rename of a
-    fresh link over it."""
+def _exchanger(x: Path, other: Path) -> Callable[[], None] | None:
+    """A function that swaps the names ``x`` and ``other`` atomically (``renameat2`` with
+    ``RENAME_EXCHANGE``, Linux 3.15+), once swapped already; ``None`` where the system has none."""
     import ctypes
 
-    os.symlink(secret, other)
+    if not sys.platform.startswith("linux"):
+        return None
+    exchange = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     a, b = os.fsencode(x), os.fsencode(other)
-    exchange = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None) if sys.platform == "linux" else None
-    if exchange is not None and exchange(-100, a, -100, b, 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
-        return lambda: None if exchange(-100, a, -100, b, 2) == 0 else pytest.fail("renameat2 failed")
+    if exchange is None or exchange(-100, a, -100, b, 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
+        return None
+    return lambda: None if exchange(-100, a, -100, b, 2) == 0 else pytest.fail("renameat2 failed")
+
+
+def _flipper(x: Path, harmless: Path, secret: Path, other: Path) -> Callable[[], None]:
+    """A function that flips ``x`` between the hard link to ``harmless`` it is and a symlink to
+    ``secret``: one atomic exchange with ``other`` (Linux), else a rename of a fresh link over it."""
+    os.symlink(secret, other)
+    exchange = _exchanger(x, other)
+    if exchange is not None:
+        return exchange
     tmp = str(other) + ".new"
 
     def flip() -> None:
@@ -82,9 +92,21 @@ def _flipper(x: Path, harmless: Path, secret: Path, other: Path) -> Callable[[],
     return flip
 
 
-def test_scheduled_flips_between_each_check_and_open_never_read_the_secret(tmp_path: Path) -> None:
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_scheduled_flips_between_each_check_and_open_never_read_the_secret(tmp_path: Path, what: str) -> None:
+    """``file``: ``docs/x.txt`` flips between the hard link and a symlink to the secret;
+    ``folder``: ``docs`` flips between the folder and a symlink to the secret's folder, which
+    holds a ``x.txt`` too (the secret)."""
     repo, harmless, secret = _plant(tmp_path)
-    flip = _flipper(repo / "docs" / "x.txt", harmless, secret, tmp_path / "other.txt")
+    if what == "file":
+        flip = _flipper(repo / "docs" / "x.txt", harmless, secret, tmp_path / "other.txt")
+    else:
+        os.link(secret, secret.parent / "x.txt")
+        os.symlink(secret.parent, tmp_path / "other")
+        found = _exchanger(repo / "docs", tmp_path / "other")
+        if found is None:
+            pytest.skip("no atomic exchange of a folder and a link here (renameat2, Linux)")
+        flip = found
 
     def hook_for(rng: random.Random) -> Callable[[FrameType, str, Any], None]:
         def hook(frame: FrameType, event: str, arg: Any) -> None:
