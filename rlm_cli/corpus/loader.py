@@ -113,12 +113,13 @@ def os_failure(exc: OSError, path: str | bytes) -> tuple[str, str]:
     return "unreadable", str(exc.strerror or exc)
 
 
-def binary_anyway(real: str) -> bool:
-    """Whether a file too large to read would be skipped as binary all the same: a name of no
-    compressed or document kind whose first 8 KiB are binary (:func:`is_binary`). Reads only
-    those 8 KiB, of the file at real path ``real`` opened without following a link
-    (``nofollow.open_file``: non-blocking); ``False`` when it cannot."""
-    kind, comp = formats.kind_of(real)
+def binary_anyway(path: str, real: str) -> bool:
+    """Whether a file too large to read would be skipped as binary all the same: a name
+    (``path``'s, as :func:`read_source` judges it) of no compressed or document kind whose first
+    8 KiB are binary (:func:`is_binary`). Reads only those 8 KiB, of the file at real path
+    ``real`` opened without following a link (``nofollow.open_file``: non-blocking); ``False``
+    when it cannot."""
+    kind, comp = formats.kind_of(path)
     if comp or kind in formats.BINARY_KINDS or kind == "notebook":
         return False
     try:

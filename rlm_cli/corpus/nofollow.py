@@ -26,14 +26,17 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-#: How a folder on the way is opened.
+#: How a folder to list is opened.
 DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
+#: How a folder on the way is opened: ``O_PATH`` where there is one (Linux), which needs only the
+#: search permission a path lookup needs, not the read permission listing needs.
+WAY_FLAGS = DIR_FLAGS | getattr(os, "O_PATH", 0)
 #: How a file is opened (non-blocking: a FIFO put in its place never blocks the load).
 FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW | _CLOEXEC
 #: The longest path opened, in bytes (Linux's ``PATH_MAX``, 4,096 with its NUL): the rule of the
@@ -103,33 +106,44 @@ def _split(path: str) -> list[str]:
     return parts
 
 
-def _step(name: str, fd: int) -> int:
-    """Open folder ``name`` in the folder ``fd`` without following a link.
+def _step(name: str, fd: int, flags: int = 0) -> int:
+    """Open folder ``name`` in the folder ``fd`` without following a link (``flags``: how;
+    default :data:`WAY_FLAGS`).
 
     Raises:
         Replaced: ``name`` is a symlink or not a folder.
         OSError: it cannot be opened.
     """
     try:
-        return os.open(name, DIR_FLAGS, dir_fd=fd)
+        return os.open(name, flags or WAY_FLAGS, dir_fd=fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise Replaced() from None
         raise
 
 
-def _folder_fd(parts: list[str]) -> int:
-    """A new descriptor (the caller closes it) of the folder ``/`` + ``parts``, opened a component
-    at a time without following a link, starting from the kept chain's longest common part.
+def _way(parts: list[str]) -> tuple[int, bool]:
+    """A descriptor of the folder ``/`` + ``parts`` (:data:`WAY_FLAGS`), opened a component at a
+    time without following a link (inside :func:`kept`, from the kept chain's longest common
+    part); and whether the caller must close it (else the chain owns it).
 
     Raises:
         Replaced: a component is a symlink or not a folder.
         OSError: one cannot be opened (``ENOENT``, ``EACCES``...).
     """
-    if _chain.depth == 0:
-        _drop(-1)
+    if _chain.depth == 0:  # nothing kept: from "/" each time
+        fd = os.open(os.sep, WAY_FLAGS)
+        try:
+            for name in parts:
+                nxt = _step(name, fd)
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, True
     if not _chain.fds:
-        _chain.fds.append(os.open(os.sep, DIR_FLAGS))
+        _chain.fds.append(os.open(os.sep, WAY_FLAGS))
     same = 0
     for mine, want in zip(_chain.parts, parts, strict=False):
         if mine != want:
@@ -148,31 +162,49 @@ def _folder_fd(parts: list[str]) -> int:
                     os.close(own)
                 own = nxt
             fd = nxt
-        return own if own >= 0 else os.dup(fd)
     except BaseException:
         if own >= 0:
             os.close(own)
         raise
+    return (own, True) if own >= 0 else (fd, False)
+
+
+def _open_in(parts: list[str], flags: int, opener: Callable[[str, int, int], int]) -> int:
+    """``opener(last part, flags, folder fd)`` in the folder of ``/`` + ``parts[:-1]`` (:func:`_way`)."""
+    fd, mine = _way(parts[:-1])
+    try:
+        return opener(parts[-1], flags, fd)
     finally:
-        if _chain.depth == 0:
-            _drop(-1)
+        if mine:
+            os.close(fd)
 
 
 def open_folder(path: str) -> int:
-    """A new descriptor (the caller closes it) of the folder at the real path ``path``, opened
-    without following a symlink anywhere on the way.
+    """A descriptor (the caller closes it) of the folder at the real path ``path``, opened for
+    listing without following a symlink anywhere on the way.
 
     Raises:
         Replaced: a component of ``path`` is now a symlink or not a folder.
         OSError: it cannot be opened.
     """
     parts = _split(path)
-    return _folder_fd(parts)
+    if not parts:
+        return os.open(os.sep, DIR_FLAGS)
+    return _open_in(parts, DIR_FLAGS, lambda name, flags, fd: _step(name, fd, flags))
+
+
+def _file_at(name: str, flags: int, fd: int) -> int:
+    try:
+        return os.open(name, flags, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Replaced() from None
+        raise
 
 
 def open_file(path: str) -> int:
     """A descriptor (the caller closes it) of the file at the real path ``path``, opened with
-    :data:`FILE_FLAGS` relative to its folder, itself opened as :func:`open_folder` does.
+    :data:`FILE_FLAGS` in its folder, reached as :func:`open_folder` reaches one.
 
     Raises:
         Replaced: a component of ``path`` (the file included) is now a symlink, or a folder on
@@ -182,15 +214,7 @@ def open_file(path: str) -> int:
     parts = _split(path)
     if not parts:
         raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-    dfd = _folder_fd(parts[:-1])
-    try:
-        return os.open(parts[-1], FILE_FLAGS, dir_fd=dfd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise Replaced() from None
-        raise
-    finally:
-        os.close(dfd)
+    return _open_in(parts, FILE_FLAGS, _file_at)
 
 
 class FolderEntry:

@@ -21,8 +21,13 @@ Rules (see :func:`discover`):
 * files over ``max_file_size`` bytes are skipped with a warning, or truncated to that size
   with ``truncate_large`` (when read); empty files are skipped.
 
-Files are only ``stat``'ed here, never opened; ``rlm_cli.corpus.loader`` reads them. Everything
-skipped is counted by reason in a :class:`~rlm_cli.corpus.loader.LoadReport`.
+Nothing is opened by a path the kernel would resolve through a link (``rlm_cli.corpus.nofollow``):
+each root and each symlink met is resolved once (``os.path.realpath``), that real path is what is
+checked against the roots and what is opened, folders are listed through a descriptor opened a
+component at a time with ``O_NOFOLLOW``, and entries are ``stat``'ed relative to it. Files are
+only ``stat``'ed here, never opened; ``rlm_cli.corpus.loader`` reads them at the real path kept in
+each :class:`SourceFile`. Everything skipped is counted by reason in a
+:class:`~rlm_cli.corpus.loader.LoadReport`.
 """
 
 from __future__ import annotations
@@ -121,7 +126,7 @@ class Walker:
             self.dropped.add(id(first))  # first met through a link: read at its own path instead
         limit = self.options.max_file_size
         if st.st_size > limit and not self.options.truncate_large:
-            if binary_anyway(real):  # raising --max-file-size would not read it: no advice to
+            if binary_anyway(full, real):  # raising --max-file-size would not read it: no advice to
                 self.report.skip("binary", path=shown)
             else:
                 self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
