@@ -62,3 +62,16 @@ def test_a_notebook_cell_with_a_lone_surrogate_escape_is_text_with_u_fffd() -> N
     d = decode_kind(nb.encode(), "notebook", "", SourceFile("n.ipynb", None, len(nb), 0), CorpusOptions(), False)
     assert d is not None and 'x = "\ufffd"' in d.text
     d.text.encode("utf-8")
+
+
+def test_rlm_audit_of_such_a_corpus_writes_its_reports(tmp_path: Path, llm: FakeLLM) -> None:
+    repo = _corpus(tmp_path)
+    (repo / "rlm-audit.toml").write_text('[[check]]\nid = "has-k"\nquestion = "How many files name k?"\n'
+                                         'type = "int"\nseverity = "error"\nmin = 1\n')
+    llm.script("root", repl("n = len(grep('k'))\nprint(n, repr(data['data.json']['k']))"), repl("FINAL(n)"))
+    res = run_rlm("audit", str(repo), "--model", "openai/root", "--api-base", llm.url, "--policy", "standard",
+                  "--json", "--junit", str(tmp_path / "junit.xml"), "--no-llm-cache")
+    assert res.code == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "pass" and [c["status"] for c in doc["checks"]] == ["pass"]
+    assert (tmp_path / "junit.xml").read_text(encoding="utf-8").startswith("<?xml")
