@@ -16,6 +16,7 @@ from rlm_cli import __version__
 from rlm_cli.commands import ask, audit, chat, config, corpus, evaluate, exits, hosts, mcp, streams, traces
 from rlm_cli.commands.helptext import short_help_flag, use_plain_help
 from rlm_cli.commands.invocation import INVOCATION
+from rlm_cli.output import workflow_guard
 
 app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
                   help="Answer questions about huge local corpora with Recursive Language Models.")
@@ -62,6 +63,7 @@ def main(closed: set[str] | None = None, early_host: Any = None) -> None:
     if closed is None:
         closed = streams.reopen_closed()  # first: no file rlm opens may take the number of a closed stream
     exits.install()
+    workflow_guard.install()  # under GitHub Actions no line rlm writes is a runner command (issue 47)
     # With --json, an error is a JSON document on stdout too (so `| jq` never reads nothing),
     # even one met before the command runs (a flag the parser rejects).
     args, warning = INVOCATION.short_question_flag(short_help_flag(sys.argv[1:]))

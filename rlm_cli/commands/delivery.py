@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -124,13 +125,15 @@ def deliver_audit(report: AuditReport, reports: list[Report], ui: Any) -> None:
     from rlm_cli.output.formats import append
     from rlm_cli.output.reports import codequality, github, junit, sarif
     from rlm_cli.output.reports.text import strict_json
+    from rlm_cli.output.workflow_guard import own_commands
 
     render: dict[Format, Callable[[AuditReport], str]] = {
         Format.JUNIT: junit.junit_text, Format.JSON: lambda r: strict_json(audit_document(r)),
         Format.SARIF: lambda r: sarif.sarif_text(r, __version__), Format.GITHUB: github.github_commands,
         Format.CODEQUALITY: codequality.codequality_text}
     for out in reports:
-        deliver_report(render[out.format](report), out, ui)
+        with own_commands() if out.format is Format.GITHUB else contextlib.nullcontext():  # --github's own ::
+            deliver_report(render[out.format](report), out, ui)
         if out.format is Format.GITHUB and os.environ.get("GITHUB_STEP_SUMMARY"):
             append(github.summary_markdown(report), Path(os.environ["GITHUB_STEP_SUMMARY"]))
 

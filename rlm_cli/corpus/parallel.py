@@ -247,7 +247,10 @@ def serve() -> None:
     with ``(True, [Read])`` or ``(False, error text)``; end at EOF. Ignores SIGINT (Ctrl-C is
     rlm's to handle: it stops the workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from rlm_cli.output import workflow_guard
+
     rfd, out = sys.stdin.buffer, sys.stdout.buffer
+    workflow_guard.install()  # its stderr is rlm's own: no runner command from a file's warnings (issue 47)
     sys.stdout = sys.stderr  # nothing else may write into the answers
     while True:
         head = rfd.read(_HEADER.size)

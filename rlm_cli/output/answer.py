@@ -35,8 +35,13 @@ def for_stdout(text: str, stream: IO[str] | None = None) -> str:
 
 
 def json_text(doc: dict[str, Any]) -> str:
-    """A JSON document as printed (indented, UTF-8 characters kept, newline-terminated)."""
-    return json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n"
+    """A JSON document as printed (indented, UTF-8 characters kept, newline-terminated). Under
+    GitHub Actions a ``##[`` in a string is written ``#\\u0023[``: the same value, and no runner
+    command in the log (``output.workflow_guard``; outside strings JSON has no ``#``)."""
+    from rlm_cli.output.workflow_guard import active
+
+    text = json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n"
+    return text.replace("##[", "#\\u0023[") if active() else text
 
 
 def write_json(doc: dict[str, Any]) -> None:
@@ -81,8 +86,10 @@ def _drop_stdout() -> None:
 
 
 def _write_stdout(text: str) -> None:
+    from rlm_cli.output.workflow_guard import for_stream
+
     out = sys.stdout
-    text = for_stdout(text, out)
+    text = for_stream(for_stdout(text, out), out)  # under GitHub Actions: no runner command (issue 47)
     out.flush()
     buf = getattr(out, "buffer", None)
     if buf is None:  # a text-only stream (a test's StringIO)

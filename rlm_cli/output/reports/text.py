@@ -75,10 +75,25 @@ def strict_json(doc: Any, indent: int | None = 2) -> str:
 def table_row(c: CheckReport) -> list[str]:
     """A row of the stderr table: check, severity, status, value (short), why."""
     value = shown_value(c)
-    return [c.id, c.severity, c.status, "" if value is None else value_text(value)[:40],
+    return [c.id, c.severity, c.shown_status, "" if value is None else value_text(value)[:40],
             " ".join(c.reason.split())[:80]]
 
 
 def table_rows(report: AuditReport) -> list[list[str]]:
     """Rows of the stderr table, one per check (:func:`table_row`)."""
     return [table_row(c) for c in report.checks]
+
+
+def findings_line(report: AuditReport) -> str:
+    """The findings in words, for the stderr summary and the job summary: ``4 findings, 1
+    failing (1 new, 3 unchanged, 2 absent against the baseline; 0 suppressed)``; ``""`` when
+    there are none, no baseline and nothing suppressed."""
+    n = report.finding_counts
+    if not n["findings"] and report.baseline is None:
+        return ""
+    text = f"{n['findings']} finding{'' if n['findings'] == 1 else 's'}, {n['failing']} failing"
+    parts = []
+    if report.baseline is not None:
+        parts.append(f"{n['new']} new, {n['unchanged']} unchanged, {n['absent']} absent against the baseline")
+    parts.append(f"{n['suppressed']} suppressed")
+    return f"{text} ({'; '.join(parts)})"
