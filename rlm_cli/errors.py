@@ -27,6 +27,9 @@ class ExitCode(enum.IntEnum):
     #: ``rlm audit``: a check of error severity (or as low as ``--fail-on``) failed, or its answer
     #: could not be decided or was unsupported.
     CHECK_FAILED = 8
+    #: ``--answer-type``: the answer is not a value of its type (``maybe`` for ``bool``, ``NaN`` for
+    #: ``json``): nothing is printed but the ``--json`` document (``value: null``, ``value_problem``).
+    NOT_OF_TYPE = 9
     INTERRUPTED = 130
     BROKEN_PIPE = 141
     TERMINATED = 143
