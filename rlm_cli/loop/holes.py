@@ -95,8 +95,12 @@ def bounded(value: Any) -> Any:
 
 def guard_binop(op: type, a: Any, b: Any) -> None:
     """Refuse an operation whose result would be too large to build (before building it)."""
-    if op is ast.Pow and isinstance(b, (int, float)) and abs(b) > 10_000:
+    if op is ast.Pow and isinstance(b, (int, float)) and (abs(b) > 10_000 or isinstance(a, int) and isinstance(b, int)
+                                                          and a.bit_length() * b > 4 * MAX_ITEMS):
         raise Failed("exponent")
+    if op is ast.Mod and isinstance(a, (str, bytes)) and ("*" in str(a) or any(
+            int(d) > MAX_ITEMS for d in digit_runs(str(a)))):
+        raise Failed("width")  # '%0999999999d' % 1, '%*d' % (10**9, 1)
     if op in (ast.LShift,) and isinstance(b, int) and b > MAX_ITEMS:
         raise Failed("shift")
     if op is ast.Mult:

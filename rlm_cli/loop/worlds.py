@@ -369,6 +369,8 @@ class World:
 
     def expression_statement(self, stmt: ast.Expr, top: bool) -> None:
         value = self.ev(stmt.value)
+        if holey(value, 0) and isinstance(stmt.value, ast.Call):
+            self.record.shows = True  # called for what it does (sys.stdout.write, logging...): it may print
         if not top or value is None:
             return
         # the REPL shows the value of a top-level expression: a str as it is, anything else as its repr
