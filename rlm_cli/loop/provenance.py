@@ -35,7 +35,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.loop.holes import FAILED, MAX_CODE, WORLDS, Ended, Failed, OverBudget, Record, agreed, holey
+from rlm_cli.loop.holes import FAILED, MAX_CODE, WORLDS, Ended, Failed, Record, agreed, holey
 from rlm_cli.loop.worlds import World
 from rlm_cli.sandbox.calls import to_text
 
