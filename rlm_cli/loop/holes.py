@@ -11,12 +11,15 @@ from typing import Any
 
 from rlm_cli import protocol
 
-#: How many made-up worlds the code runs in (each sample table below has this many values).
-WORLDS = 5
-INTS = (0, 1, 2, 7, 10**12 + 3)
+#: The made-up values a hole's result takes, by kind, before the code's own comparison constants
+#: are added (:func:`samples_for`): small and huge counts, a negative, strings empty and not.
+INTS = (0, 1, 2, 7, 10**12 + 3, -1)
 FLOATS = (0.0, 1.5, -2.0, 7.25, 1e12)
 STRS = ("", "a", "0", "x y\nz", "-")
 BOOLS = (False, True, False, True, True)
+#: At most this many made-up values per kind (the worlds are twice as many); code that compares
+#: with more constants than fit is not traced.
+MAX_SAMPLES = 16
 #: Worlds whose run failed (``ZeroDivisionError`` when a made-up length is 0...) are left out; a
 #: value counts as the code's own only when at least this many worlds gave it.
 MIN_WORLDS = 3
@@ -25,11 +28,11 @@ MAX_CODE, MAX_STEPS = 200_000, 5_000
 #: The largest sequence, exponent or shift the interpreter builds (``'x' * 10**9`` is not built).
 MAX_ITEMS = 100_000
 FINISHERS = frozenset({"FINAL", "FINAL_VAR", *protocol.FINAL_ALIASES})
-#: Builtins that are pure, with the made-up values for their result on a hole (``None``: a hole).
-PURE: dict[str, tuple[Any, ...] | None] = {
-    "len": INTS, "int": INTS, "ord": INTS, "float": FLOATS, "str": STRS, "repr": STRS, "format": STRS,
-    "chr": STRS, "hex": STRS, "bin": STRS, "oct": STRS, "ascii": STRS, "bool": BOOLS, "any": BOOLS,
-    "all": BOOLS, "isinstance": BOOLS, "callable": BOOLS, "abs": None, "round": None, "min": None, "max": None,
+#: Builtins that are pure, with the kind of their result on a hole (``None``: a hole).
+PURE: dict[str, str | None] = {
+    "len": "int", "int": "int", "ord": "int", "float": "float", "str": "str", "repr": "str", "format": "str",
+    "chr": "str", "hex": "str", "bin": "str", "oct": "str", "ascii": "str", "bool": "bool", "any": "bool",
+    "all": "bool", "isinstance": "bool", "callable": "bool", "abs": None, "round": None, "min": None, "max": None,
     "sum": None, "sorted": None, "list": None, "tuple": None, "set": None, "frozenset": None, "dict": None,
     "divmod": None, "pow": None, "reversed": None, "type": None}
 BUILTINS: dict[str, Callable[..., Any]] = {name: getattr(__builtins__, name) if not isinstance(__builtins__, dict)
@@ -188,3 +191,63 @@ def agreed(values: list[Any], text_only: bool = True) -> Any:
     except Exception:  # a container holding a hole
         return None
     return kept[0] if same else None
+
+
+@dataclass(frozen=True)
+class Samples:
+    """The made-up values of one run, by kind (``int``, ``float``, ``str``, ``bool``), and how many
+    worlds take them: ``2 * n`` for ``n`` values. In world ``w < n`` every hole of a kind takes its
+    ``w``-th value (so two holes are equal there: ``len(a) == len(b)`` can be true), in world
+    ``n + w`` the ``k``-th hole made takes value ``w + k`` (so they differ); each hole sweeps every
+    value of its kind, the code's own comparison constants among them (``len(files) == 3`` is
+    true in some world and false in another)."""
+
+    tables: dict[str, tuple[Any, ...]]
+    size: int
+
+    @property
+    def worlds(self) -> int:
+        return 2 * self.size
+
+    def value(self, kind: str, world: int, made: int) -> Any:
+        table = self.tables[kind]
+        at = world if world < self.size else world + made
+        return table[at % len(table)]
+
+
+def samples_for(trees: list[ast.AST]) -> Samples | None:
+    """The :class:`Samples` for code whose syntax trees are ``trees``: the base values plus, for
+    each constant the code compares with (``x == 3``, ``n > 10``, ``s in ('a', 'b')``), that
+    constant and the values beside it. ``None`` when more than :data:`MAX_SAMPLES` are needed."""
+    ints: dict[Any, None] = dict.fromkeys(INTS)
+    floats: dict[Any, None] = dict.fromkeys(FLOATS)
+    strs: dict[Any, None] = dict.fromkeys(STRS)
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in (node.left, *node.comparators):
+                items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+                for item in items:
+                    value = _constant(item)
+                    if isinstance(value, bool) or value is None:
+                        continue
+                    if isinstance(value, int):
+                        ints.update(dict.fromkeys((value - 1, value, value + 1)))
+                    elif isinstance(value, float):
+                        floats.update(dict.fromkeys((value - 0.5, value, value + 0.5)))
+                    elif isinstance(value, str):
+                        strs[value] = None
+    size = max(len(ints), len(floats), len(strs))
+    if size > MAX_SAMPLES:
+        return None
+    return Samples({"int": tuple(ints), "float": tuple(floats), "str": tuple(strs), "bool": BOOLS}, size)
+
+
+def _constant(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and isinstance(node.operand.value, (int, float)):
+        return -node.operand.value
+    return None

@@ -7,19 +7,21 @@ corpus holds, and ``print(1658)`` shows the model nothing it did not type. Match
 one would miss the next spelling, so the question is asked of the values instead: *would the
 value be the same if the corpus were different?*
 
-The model's code (every block of the run, in order) is run again here, abstractly, in
-:data:`WORLDS` made-up worlds, by a small interpreter of the pure part of Python (constants,
-operators, comparisons, ``and``/``or``, conditionals, assignments, containers, f-strings, pure
-builtins such as ``len``/``str``/``bool``/``min``, ``str`` methods, ``eval``/``exec`` of a known
-string). Everything the code reads from outside its own text (``context``, ``files``, ``chunks``,
-a helper's result, a name it never assigned, an attribute, a function it defined) is a *hole*: a
-value of its own in each world that refuses every operation, so whatever is made from it is a hole
-too. Only where the type of a result is certain whatever the hole holds is a made-up value put in
-its place, a different one in each world: ``len(x)``, ``int(x)`` are integers (0, 1, 2, 7,
-10**12+3), a comparison or a truth test is ``True`` or ``False``, ``str(x)`` a string. A value
-that comes out the same in every world did not depend on anything the code read: ``len(files) * 0
-+ 1658`` is 1658 in each, ``len(context) > 10**9 or True`` is ``True`` in each, while
-``len(files)`` or ``"yes" if grep(...) else "no"`` differ.
+The model's code (every block of the run, in order) is run again here, abstractly, in a few
+made-up worlds (``loop.holes.Samples``: ten or more), by a small interpreter of the pure part of
+Python (``loop.worlds``: constants, operators, comparisons, ``and``/``or``, conditionals,
+assignments, containers, f-strings, pure builtins such as ``len``/``str``/``bool``/``min``,
+``str`` methods, ``eval``/``exec`` of a known string). Everything the code reads from outside its
+own text (``context``, ``files``, ``chunks``, a helper's result, a name it never assigned, an
+attribute, a function it defined) is a *hole*: a value of its own in each world that refuses every
+operation, so whatever is made from it is a hole too. Only where the type of a result is certain
+whatever the hole holds is a made-up value put in its place: ``len(x)``, ``int(x)`` are integers
+(0, 1, 2, 7, 10**12+3, -1, and each constant the code compares with and the integers beside it), a
+comparison or a truth test is ``True`` or ``False``, ``str(x)`` a string; each hole sweeps all of
+them across the worlds, equal to the other holes in some worlds and different in others. A value
+that comes out the same in every world did not depend on anything the code read:
+``len(files) * 0 + 1658`` is 1658 in each, ``len(context) > 10**9 or True`` is ``True`` in each,
+while ``len(files)``, ``len(files) == 3`` or ``"yes" if grep(...) else "no"`` differ.
 
 This is a test, not a proof, and it leans one way: anything the interpreter does not follow
 (loops are run once, with every name they assign made a hole before and after; functions the code
@@ -35,7 +37,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.loop.holes import FAILED, MAX_CODE, WORLDS, Ended, Failed, Record, agreed, holey
+from rlm_cli.loop.holes import FAILED, MAX_CODE, Ended, Failed, Record, agreed, holey, samples_for
 from rlm_cli.loop.worlds import World
 from rlm_cli.sandbox.calls import to_text
 
@@ -64,9 +66,12 @@ def provenance(codes: list[str]) -> Provenance:
     if sum(len(c) for c in codes) > MAX_CODE:
         return Provenance()
     trees = [_parsed(code) for code in codes]
+    samples = samples_for([t for t in trees if t is not None])
+    if samples is None:
+        return Provenance()
     records: list[Record] = []
-    for index in range(WORLDS):
-        world = World(index)
+    for index in range(samples.worlds):
+        world = World(index, samples)
         world.last_block = len(trees) - 1
         for world.block, tree in enumerate(trees):
             try:
@@ -101,8 +106,11 @@ def written_value(node: ast.expr) -> bool:
     ``str(1658)``, ``bool(1)``, ``eval('Tr' + 'ue')``, ``len(files) * 0 + 1658``. A value that
     depends on anything read (``len(files)``, ``context.count(...)``, a variable) is computed."""
     values: list[Any] = []
-    for index in range(WORLDS):
-        world = World(index)
+    samples = samples_for([node])
+    if samples is None:
+        return False
+    for index in range(samples.worlds):
+        world = World(index, samples)
         try:
             value = world.ev(node)
             values.append(world.sample(None) if holey(value) else to_text(value))

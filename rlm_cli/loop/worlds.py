@@ -16,7 +16,6 @@ from typing import Any
 
 from rlm_cli.loop.holes import (
     BINOPS,
-    BOOLS,
     BUILTINS,
     CMPOPS,
     FAILED,
@@ -26,13 +25,12 @@ from rlm_cli.loop.holes import (
     PURE,
     READ_METHODS,
     STR_METHODS,
-    STRS,
-    WORLDS,
     Ended,
     Failed,
     Hole,
     OverBudget,
     Record,
+    Samples,
     bounded,
     digit_runs,
     guard_binop,
@@ -47,8 +45,9 @@ from rlm_cli.sandbox.calls import to_text
 class World:
     """One made-up world: the namespace the code builds and where each hole's made-up values go."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, samples: Samples) -> None:
         self.index = index
+        self.samples = samples
         self.env: dict[str, Any] = {}
         self.leaves: dict[str, Hole] = {}
         self.made = 0
@@ -59,15 +58,15 @@ class World:
         self.record = Record(printed={}, assigned={})
 
     # -- values ------------------------------------------------------------------------------------
-    def sample(self, table: tuple[Any, ...] | None) -> Any:
-        """A made-up value from ``table`` (a new hole for ``None``): each new one starts one
-        further along the table, so two holes rarely take the same value in the same world."""
+    def sample(self, kind: str | None) -> Any:
+        """A made-up value of ``kind`` (``int``, ``float``, ``str``, ``bool``; a new hole for
+        ``None``), as :class:`~rlm_cli.loop.holes.Samples` gives it in this world."""
         self.made += 1
-        return Hole() if table is None else table[(self.index + self.made) % WORLDS]
+        return Hole() if kind is None else self.samples.value(kind, self.index, self.made)
 
     def truth(self, value: Any) -> bool:
         if holey(value, 0):
-            return bool(self.sample(BOOLS))
+            return bool(self.sample("bool"))
         try:
             return bool(value)
         except Exception as exc:
@@ -131,14 +130,14 @@ class World:
         for op, comp in zip(node.ops, node.comparators, strict=True):
             right = self.ev(comp)
             if holey(left, 0) or holey(right, 0) or (type(op) in (ast.In, ast.NotIn) and holey(right)):
-                result = self.sample(BOOLS)
+                result = self.sample("bool")
             else:
                 try:
                     result = CMPOPS[type(op)](left, right)
                 except TypeError:
                     if not (holey(left) or holey(right)):
                         raise Failed("type") from None
-                    result = self.sample(BOOLS)
+                    result = self.sample("bool")
                 except Exception as exc:
                     raise Failed(str(exc)) from None
             if not self.truth(result):
@@ -158,7 +157,7 @@ class World:
         value = self.ev(node.value)
         spec = self.ev(node.format_spec) if node.format_spec is not None else ""
         if holey(value) or holey(spec):
-            return str(self.sample(STRS))
+            return str(self.sample("str"))
         convert = _CONVERSIONS.get(node.conversion)
         return self.format(convert(value) if convert else value, spec)
 

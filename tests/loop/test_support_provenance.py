@@ -31,7 +31,7 @@ LITERAL_SHAPES = {
     "printed": ["print(1658)", "FINAL(1658)"],
     "str of a name": ["n = str(1658)", "FINAL_VAR('n')"],
     "exec": ["exec('n = 1657 + 1')\nFINAL(n)"],
-    "branch always taken": ["n = 1658 if len(files) < 10**15 else 0\nFINAL(n)"],
+    "a branch whatever it tests": ["n = 1658 if len(files) < 10 else 1658\nFINAL(n)"],
     "in a try": ["try:\n    FINAL(1658)\nexcept Exception:\n    pass"],
     "a list's item": ["FINAL([len(files), 1658][1])"],
 }
@@ -45,6 +45,10 @@ COMPUTED_SHAPES = {
     "yes or no": ["FINAL('yes' if grep('eval(') else 'no')"],
     "a typed number, then a read one": ["n = 1658\nn = len(context)\nFINAL(n)"],
     "compared with a constant": ["FINAL(context == 5)"],
+    "equal to a constant": ["FINAL(len(files) == 3)"],
+    "negative": ["FINAL(int(context['a.txt']) < 0)"],
+    "two counts compared": ["FINAL(len(grep('a')) == len(grep('b')))"],
+    "a string compared": ["FINAL(context['a.txt'].strip() == 'yes')"],
     "globals": ["globals()['n'] = 1658\nFINAL(n)"],
     "a sum": ["FINAL(sum(1 for r in records('orders.csv') if r['status'] == 'refunded'))"],
 }
