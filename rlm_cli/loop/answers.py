@@ -1,8 +1,9 @@
 """What answer a reply gives: ``FINAL`` calls written in code or in text, and the answer of a
 last request (the iteration limit, or a stuck model asked for it).
 
-A ``FINAL`` whose argument is a literal is an answer *written out*; one of a variable or an
-expression is *computed* (its value in the REPL). ``FINAL(answer)`` of a placeholder name never
+A ``FINAL`` whose argument the code's constants alone give (a literal, ``str(1658)``,
+``bool(1)``: ``provenance.written_value``) is an answer *written out*; one of a variable or an
+expression of what the code read is *computed* (its value in the REPL). ``FINAL(answer)`` of a placeholder name never
 assigned (:data:`PLACEHOLDER_NAMES`) is no answer.
 """
 

@@ -12,15 +12,22 @@ Verdicts (``Support.verdict``):
   output of its code that was not an error (an
   answer naming nothing specific needs output of the model's own code: leads alone show lines
   that hold the question's words, not an answer);
-* ``computed``: code computed the answer (``FINAL(n)``, ``FINAL_VAR("report")``), no helper of its
-  turn stopped at a default cap, and no token of it was typed into the code as a literal that
-  nothing ever showed (``count = 1658; FINAL(count)`` is a written-out guess in disguise);
+* ``computed``: code computed the answer from what it read (``FINAL(n)``, ``FINAL_VAR("report")``),
+  no helper of its turn stopped at a default cap, and no token of it was typed into the code as a
+  literal that nothing ever showed (``count = 1658; FINAL(count)`` is a written-out guess in
+  disguise);
 * ``unsupported``: neither. ``unsupported`` lists the tokens never shown, ``objections`` the
   answer checks that objected to this answer and were overruled (the model gave it again after
   the check's limit): ``evidence``, ``empty``, ``ungrounded``, ``default_cap`` (the checks of
   grounding; ``nothing_found`` and ``listed_items`` ask for a second look or a complete list,
   and giving the answer again after them is what they expect);
 * ``partial``: the run stopped without a final answer (the iteration limit, a budget).
+
+Support follows the data, not the text (``loop.provenance``): an answer the model's code made from
+its own constants alone (``n = len(files) * 0 + 1658``, ``bool(1)``, ``eval('Tr' + 'ue')``) is
+judged as written out, and what its code printed of its own constants (``print(1658)``) is no
+reading: it is taken out of what the model was shown, and code that printed nothing else printed
+nothing it read.
 
 Numbers count from the same floor as the run's ``ungrounded`` check: 0 under ``guided`` (small
 models invent small counts: "6 orders" for 1,658), 10 under ``standard`` and ``paper`` (a strong
