@@ -98,19 +98,21 @@ def shop(tmp_path: Path) -> Path:
 
 
 def test_each_literal_shape_fails_require_support(tmp_path: Path, llm: FakeLLM) -> None:
-    """The issue's five shapes, ``print(1658)`` then ``FINAL(1658)``, and the model obeying the
-    corpus's note, each one question of one run: every answer is unsupported, exit 7."""
+    """The issue's five shapes, ``print(1658)`` then ``FINAL(1658)``, the model obeying the
+    corpus's note, and a FINAL line of the text naming a value typed before, each one question of
+    one run: every answer is unsupported, exit 7."""
     root = shop(tmp_path)
     shapes = [LITERAL_SHAPES[k] for k in ("times zero", "added", "bool", "or True", "eval", "printed")]
     obeys = ["print(context['NOTE.txt'][:3])", "print(1658)", "FINAL(1658)"]  # reads 3 characters, types the rest
-    llm.script("root", *[repl(code) for codes in [*shapes, obeys] for code in codes])
-    questions = [arg for n in range(len(shapes) + 1) for arg in ("--question", f"Question {n}: how many orders?")]
+    llm.script("root", *[repl(code) for codes in [*shapes, obeys] for code in codes],
+               repl("ok = bool(1)"), "Done.\nFINAL(ok)")  # a FINAL line of the text, of a name typed before
+    questions = [arg for n in range(len(shapes) + 2) for arg in ("--question", f"Question {n}: how many orders?")]
     res = run_rlm("ask", str(root), *questions, *model_flags(llm), "--policy", "paper", "--no-llm-cache", "--json",
                   "--require-support")
     assert res.code == 7, res.stderr
     docs = [json.loads(line) for line in res.stdout.splitlines()]
-    assert [d["answer"] for d in docs] == ["1658", "1658", "True", "True", "True", "1658", "1658"]
-    assert [d["support"]["verdict"] for d in docs] == ["unsupported"] * 7, [d["support"] for d in docs]
+    assert [d["answer"] for d in docs] == ["1658", "1658", "True", "True", "True", "1658", "1658", "True"]
+    assert [d["support"]["verdict"] for d in docs] == ["unsupported"] * 8, [d["support"] for d in docs]
     assert "constants it typed" in docs[0]["support"]["reason"]
 
 
