@@ -69,7 +69,7 @@ def test_json_answers_are_rfc_8259_and_a_lone_surrogate_or_deep_nesting_is_no_cr
             "deep": "FINAL('[' * 50000 + ']' * 50000)", "ok": "data = {'n': len(files)}\nFINAL_VAR('data')"}
     for name in code:  # the answer_type check sends an ill-typed answer back once: it comes again
         llm.script("root", *[repl(code[name])] * (2 if name in ("inf", "deep") else 1))
-    questions = [a for name in code for a in ("-q", f"Give the data ({name}).")]
+    questions = [a for name in code for a in ("--question", f"Give the data ({name}).")]
     res = run_rlm("ask", str(root), *questions, "--answer-type", "json", *model_flags(llm), "--json",
                   "--policy", "paper")
     assert res.code == NOT_OF_TYPE, res.stderr
