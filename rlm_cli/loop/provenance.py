@@ -8,7 +8,7 @@ one would miss the next spelling, so the question is asked of the values instead
 value be the same if the corpus were different?*
 
 The model's code (every block of the run, in order) is run again here, abstractly, in a few
-made-up worlds (``loop.holes.Samples``: ten or more), by a small interpreter of the pure part of
+made-up worlds (``loop.holes.Samples``: a dozen or more), by a small interpreter of the pure part of
 Python (``loop.worlds``: constants, operators, comparisons, ``and``/``or``, conditionals,
 assignments, containers, f-strings, pure builtins such as ``len``/``str``/``bool``/``min``,
 ``str`` methods, ``eval``/``exec`` of a known string). Everything the code reads from outside its
