@@ -110,7 +110,7 @@ def answer_text(doc: dict[str, Any], cite: bool = False) -> str:
     if doc.get("answer_type") and doc.get("value") is not None:
         text = value_text(doc["value"])  # an empty list is no line at all
     elif doc.get("answer_type") and doc.get("status", "final") == "final":
-        text = ""  # not a value of its type (exit 9): nothing, never the untyped text in its place
+        return ""  # not a value of its type (exit 9): nothing, never the untyped text in its place
     else:
         text = answer if answer.endswith("\n") else answer + "\n"
     if cite and doc.get("status", "final") == "final":

@@ -14,6 +14,7 @@ import pytest
 from rlm_cli.errors import ExitCode
 from rlm_cli.loop.typed import AnswerSpec, parse_value
 from rlm_cli.output.answer import json_text
+from rlm_cli.output.documents import answer_text
 from tests.support.cli import model_flags, run_rlm, two_file_repo
 from tests.support.fake_llm import FakeLLM, repl
 
@@ -41,6 +42,13 @@ def strict_json(text: str) -> object:
 def test_a_value_not_of_its_type_has_no_value(kind: str, answer: str, problem: str) -> None:
     value = parse_value(answer, AnswerSpec(kind))
     assert not value.ok and value.value is None and problem in value.problem
+
+
+def test_the_plain_answer_of_a_value_not_of_its_type_is_nothing() -> None:
+    doc = {"answer": "maybe", "answer_type": "bool", "value": None, "status": "final", "sources": []}
+    assert answer_text(doc) == answer_text(doc, cite=True) == ""  # no Sources: list under nothing either
+    assert answer_text({**doc, "value": True}) == "true\n"
+    assert answer_text({"answer": "maybe", "status": "final"}) == "maybe\n"  # a text question: as always
 
 
 def test_json_documents_are_rfc_8259_whatever_they_hold() -> None:
