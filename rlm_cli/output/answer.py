@@ -45,6 +45,21 @@ def json_text(doc: Any, *, line: bool = False) -> str:
     return SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
 
 
+def json_value(value: Any) -> Any:
+    """``value`` as JSON values every encoder takes: each lone surrogate of a string (or key)
+    replaced by U+FFFD, each float that is not finite ``None``. For a serialiser that refuses a
+    lone surrogate (pydantic, under the MCP SDK), where :func:`json_text` would keep its escape."""
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {encodable(k) if isinstance(k, str) else k: json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    return value
+
+
 def _finite(value: Any) -> Any:
     """``value`` with every float that is not finite made ``None`` (tuples as lists)."""
     if isinstance(value, float):
