@@ -156,8 +156,7 @@ class CorpusOptions:
     #: Files larger than this many bytes are skipped (or truncated with ``truncate_large``).
     max_file_size: int = 10 * 1024 * 1024
     truncate_large: bool = False
-    #: Target chunk size in tokens.
-    chunk_tokens: int = 2000
+    chunk_tokens: int = 2000  #: target chunk size in tokens
     use_cache: bool = True
     #: Wall-clock seconds one document may take in the confined decoder (``rlm_cli.corpus.decode``).
     decode_timeout: float = 60.0
@@ -192,6 +191,7 @@ class Settings:
     #: Wall-clock seconds for the whole run.
     timeout: float | None = None
     llm_cache: bool = True
+    prompt_cache: bool = True  # cache_control breakpoints where a provider needs them (models.caching)
     #: Sampling temperature of every model request (``None``: the provider's default).
     temperature: float | None = None
     #: Run ``leads(question)`` (a keyword search of the question's names and words) in the REPL

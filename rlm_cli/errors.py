@@ -7,6 +7,7 @@ exit-code table documents the same numbers. This module imports no other project
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,27 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130
     BROKEN_PIPE = 141
     TERMINATED = 143
+
+
+#: Exit codes from best to worst, for a run of several questions or checks that exits with the
+#: worst of theirs (:func:`worst_exit_code`): answered (0) < answered but unsupported under
+#: ``--require-support`` (7) < answered, but not a value of its ``--answer-type`` (9) < iteration
+#: limit (5, partial answer) < budget (6, partial answer) <
+#: an audit check failed (8) < usage error (2, not answered) < no model configured (3) < provider
+#: failure (4) < internal error (1). The README's exit-code section gives the same order.
+EXIT_SEVERITY = (ExitCode.OK, ExitCode.UNSUPPORTED, ExitCode.NOT_OF_TYPE, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET,
+                 ExitCode.CHECK_FAILED, ExitCode.USAGE, ExitCode.NO_MODEL, ExitCode.PROVIDER, ExitCode.INTERNAL)
+
+
+def worst_exit_code(codes: Iterable[int]) -> int:
+    """The worst of ``codes`` by :data:`EXIT_SEVERITY` (0 for none); a code outside it (130, 141,
+    143: a run that ends that way exits at once instead) counts as the internal error (1)."""
+    rank = {int(c): i for i, c in enumerate(EXIT_SEVERITY)}
+    worst = 0
+    for code in codes:
+        if rank.get(int(code), len(EXIT_SEVERITY) - 1) > rank.get(worst, 0):
+            worst = int(code) if int(code) in rank else int(ExitCode.INTERNAL)
+    return worst
 
 
 @dataclass

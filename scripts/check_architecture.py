@@ -1,6 +1,6 @@
 """Check that the layout of ``rlm_cli/`` shows its architecture (docs/architecture.md).
 
-Reads every module with :mod:`ast` (nothing is imported) and reports six kinds of violation,
+Reads every module with :mod:`ast` (nothing is imported) and reports seven kinds of violation,
 one per line, as ``KIND: detail``:
 
 - ``size``: a module over :data:`MAX_LINES` lines, or over the limit of its own that
@@ -9,6 +9,10 @@ one per line, as ``KIND: detail``:
 - ``function``: a function over :data:`MAX_FUNCTION_LINES` lines that is not in
   :data:`FUNCTION_EXCEPTIONS`, or an entry of that table that is stale (its function is gone or
   back within the limit);
+- ``attributes``: a class with more than :data:`MAX_ATTRIBUTES` attributes (the names its own
+  methods assign on ``self`` and the fields annotated in its body) that :data:`ATTRIBUTE_LIMITS`
+  does not allow, or an entry of that table that is stale (its class is gone or back within the
+  limit);
 - ``cycle``: modules that import each other in a circle, through module-level imports, or
   through any import at all (inside a function, under ``if TYPE_CHECKING:``): the flow of the
   code goes one way, whenever an import runs;
@@ -48,9 +52,6 @@ MAX_LINES = 500
 #: pass its state around), a limit below it for a file that mixes responsibilities and must not
 #: grow until it is split. Keep this short: an entry is a decision with a reason.
 SIZE_LIMITS: dict[str, tuple[int, str]] = {
-    "sandbox.launcher": (620, "one responsibility: the Sandbox class is one worker's lifecycle (its start path, "
-                              "shared with the document decoder, exec, interrupt, restart, stop) over shared state; "
-                              "the command per level is sandbox.argv"),
     "sandbox.corpus_helpers": (600, "one responsibility: CorpusView, the REPL helpers over one corpus view (grep, "
                                     "search, read_file, files, chunks) sharing its caches"),
     "models.client": (300, "mixed: the client's setup, input windows, the response cache and complete(); what "
@@ -67,13 +68,38 @@ MAX_FUNCTION_LINES = 80
 #: An entry whose function is gone or back within the budget is reported (``stale``).
 FUNCTION_EXCEPTIONS: dict[str, str] = {}
 
+#: The most attributes a class may have unless :data:`ATTRIBUTE_LIMITS` gives it a limit of its
+#: own: the distinct names its own methods assign on ``self`` plus the fields annotated in its
+#: body (a dataclass's). A class holding more state than that is usually several things sharing
+#: their state through ``self``.
+MAX_ATTRIBUTES = 20
+
+#: Classes (``module:Qualified.Name``) with an attribute limit of their own, each with why: a
+#: record whose fields are each a value of one thing (not state that several jobs share), or a
+#: mixed class at its present count that must not grow until it is split. An entry whose class is
+#: gone or back within :data:`MAX_ATTRIBUTES` is reported (``stale``).
+ATTRIBUTE_LIMITS: dict[str, tuple[int, str]] = {
+    "config:Settings": (33, "a record: one field per setting a user can give (flag, environment, config "
+                            "file), resolved once; no method changes more than one of them; it grows by one with each new "
+                            "setting (33: prompt_cache)"),
+    "corpus.model:FileEntry": (22, "a record: the columns of one file's row of the saved index (a slots "
+                                   "dataclass, one per file of corpora of a million files: a nested "
+                                   "object per group of columns would cost memory per file)"),
+    "output.findings:CheckReport": (21, "a record: one check of an audit as every report format reads it, each "
+                                        "field a value of that check (checklist fields, status, answer, findings, "
+                                        "run fields carried into --json); built once, never changed"),
+    "app.session:Session": (36, "mixed: the resolved run plan and the decisions still outside it (issue 50 "
+                                "moves the mode, its reason, the level and the models into the frozen plan), "
+                                "the clients, the worker pool and the budget clock; it may not grow"),
+}
+
 #: The project modules the REPL worker (``sandbox.worker``) may reach through its imports, at
 #: any level: the wire format, the exception tree and value rules it shares with rlm, and the
 #: worker side of the sandbox package. It runs in the confined process: nothing of the corpus
 #: loader, the model layer, the loop, the app or the terminal output may be in it.
 WORKER_MODULES = frozenset({"protocol", "errors", "config_keys"})
 #: Sandbox modules of rlm's side (the launcher and what only it uses): never in the worker.
-LAUNCHER_SIDE = frozenset({"sandbox.launcher", "sandbox.argv", "sandbox.levels", "sandbox.probes", "sandbox.users",
+LAUNCHER_SIDE = frozenset({"sandbox.launcher", "sandbox.spawning", "sandbox.watchers", "sandbox.argv", "sandbox.levels", "sandbox.probes", "sandbox.users",
                            "sandbox.reaper", "sandbox.processes", "sandbox.ipc", "sandbox.paths",
                            "sandbox.notices", "sandbox.results"})
 #: Third-party modules the worker may import, each with why (everything else it imports is the
@@ -151,6 +177,18 @@ class Function:
     length: int
 
 
+@dataclass(frozen=True)
+class ClassInfo:
+    """One class: ``module``, ``name`` (qualified inside the module: ``Outer.Inner``), its first
+    line and its ``attributes`` (sorted: the names its own methods, nested functions included,
+    assign on ``self``, and the names annotated in its body; a nested class's are its own)."""
+
+    module: str
+    name: str
+    line: int
+    attributes: tuple[str, ...]
+
+
 @dataclass
 class Tree:
     """The modules of one package: ``lines`` per module, ``imports`` (project edges only),
@@ -165,6 +203,7 @@ class Tree:
     external: list[tuple[str, str, int]] = field(default_factory=list)
     attrs: list[tuple[str, str, str, int]] = field(default_factory=list)
     functions: list[Function] = field(default_factory=list)
+    classes: list[ClassInfo] = field(default_factory=list)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -223,6 +262,7 @@ def parse_tree(root: Path, package: str, homes: dict[str, str] | None = None) ->
         node = ast.parse(text, filename=str(path))
         aliases: dict[str, str] = {}  # local name -> project module it is bound to
         tree.functions += _functions(node, mod)
+        tree.classes += _classes(node, mod)
         for sub, level in _walk(node, True):
             if isinstance(sub, ast.Import):
                 for a in sub.names:
@@ -268,6 +308,40 @@ def _functions(node: ast.AST, module: str, prefix: str = "") -> list[Function]:
         else:
             out += _functions(child, module, prefix)
     return out
+
+
+def _classes(node: ast.AST, module: str, prefix: str = "") -> list[ClassInfo]:
+    """Every class below ``node`` (nested ones included, by qualified name) with its attributes."""
+    out: list[ClassInfo] = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef):
+            name = prefix + child.name
+            out.append(ClassInfo(module, name, child.lineno, tuple(sorted(_attributes(child)))))
+            out += _classes(child, module, name + ".")
+        elif not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            out += _classes(child, module, prefix)
+    return out
+
+
+def _attributes(cls: ast.ClassDef) -> set[str]:
+    """The fields annotated in ``cls``'s body and the names its methods assign on ``self``."""
+    names = {st.target.id for st in cls.body if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)}
+    todo: list[ast.AST] = [st for st in cls.body if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef)]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, ast.ClassDef):
+            continue  # a class defined in a method has attributes of its own
+        targets: list[ast.expr] = []
+        if isinstance(sub, ast.Assign):
+            targets = sub.targets
+        elif isinstance(sub, ast.AnnAssign | ast.AugAssign):
+            targets = [sub.target]
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    names.add(t.attr)
+        todo.extend(ast.iter_child_nodes(sub))
+    return names
 
 
 def _strip(name: str, package: str) -> str | None:
@@ -411,12 +485,31 @@ def _function_problems(tree: Tree, max_lines: int, exceptions: dict[str, str]) -
     return out
 
 
+def _attribute_problems(tree: Tree, max_attributes: int, limits: dict[str, tuple[int, str]]) -> list[str]:
+    """Classes over their attribute limit (``limits``, else ``max_attributes``), and entries of
+    ``limits`` that are stale."""
+    out: list[str] = []
+    classes = {f"{c.module}:{c.name}": c for c in tree.classes}
+    for key, c in sorted(classes.items()):
+        limit = limits[key][0] if key in limits else max_attributes
+        if len(c.attributes) > limit:
+            out.append(f"attributes: {tree.package}.{key} (line {c.line}) has {len(c.attributes)} attributes "
+                       f"(limit {limit})")
+    for key in sorted(limits):
+        entry = classes.get(key)
+        if entry is None or len(entry.attributes) <= max_attributes:
+            why = "is gone" if entry is None else f"has {len(entry.attributes)}, within the limit of {max_attributes}"
+            out.append(f"attributes: the limit for {tree.package}.{key} is stale: it {why}")
+    return out
+
+
 def check(tree: Tree, layers: dict[str, int] | None = None, max_lines: int = MAX_LINES,
           size_limits: dict[str, tuple[int, str]] | None = None, max_function_lines: int = MAX_FUNCTION_LINES,
           function_exceptions: dict[str, str] | None = None,
-          worker_third_party: dict[str, str] | None = None) -> list[str]:
-    """Every violation of ``tree`` as ``"KIND: detail"`` lines (kinds: size, function, cycle,
-    layer, private, worker), sorted within each kind; empty when the tree is clean."""
+          worker_third_party: dict[str, str] | None = None, max_attributes: int = MAX_ATTRIBUTES,
+          attribute_limits: dict[str, tuple[int, str]] | None = None) -> list[str]:
+    """Every violation of ``tree`` as ``"KIND: detail"`` lines (kinds: size, function, attributes,
+    cycle, layer, private, worker), sorted within each kind; empty when the tree is clean."""
     layers = LAYERS if layers is None else layers
     limits = SIZE_LIMITS if size_limits is None else size_limits
     out: list[str] = []
@@ -426,6 +519,7 @@ def check(tree: Tree, layers: dict[str, int] | None = None, max_lines: int = MAX
             out.append(f"size: {tree.package}.{mod} has {n} lines (limit {limit})")
     out += _function_problems(tree, max_function_lines,
                               FUNCTION_EXCEPTIONS if function_exceptions is None else function_exceptions)
+    out += _attribute_problems(tree, max_attributes, ATTRIBUTE_LIMITS if attribute_limits is None else attribute_limits)
     module_cycles = find_cycles(tree)
     for group in module_cycles:
         out.append("cycle: " + " <-> ".join(f"{tree.package}.{m}" for m in group))
@@ -494,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_graph(tree))
         print()
     own = args.root.resolve() == (here / "rlm_cli").resolve()  # the tables name rlm_cli's modules only
-    problems = check(tree, size_limits=None if own else {}, function_exceptions=None if own else {})
+    problems = check(tree, size_limits=None if own else {}, function_exceptions=None if own else {},
+                     attribute_limits=None if own else {})
     for p in problems:
         print(p)
     print(f"{len(problems)} violation(s) in {len(tree.lines)} modules", file=sys.stderr)

@@ -11,7 +11,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_architecture.py"
 sys.path.insert(0, str(SCRIPT.parent))
-from check_architecture import LAYERS, MAX_FUNCTION_LINES, check, find_cycles, parse_tree  # noqa: E402
+from check_architecture import (  # noqa: E402
+    LAYERS,
+    MAX_ATTRIBUTES,
+    MAX_FUNCTION_LINES,
+    check,
+    find_cycles,
+    parse_tree,
+)
 
 #: A small package laid out like rlm_cli, clean: imports go down the ranks only.
 CLEAN = {
@@ -44,6 +51,7 @@ def _tree(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
 def _problems(tmp_path: Path, extra: dict[str, str] | None = None, **kw: object) -> list[str]:
     kw.setdefault("function_exceptions", {})  # rlm_cli's own would be stale in a planted tree
     kw.setdefault("size_limits", {})
+    kw.setdefault("attribute_limits", {})
     return check(parse_tree(_tree(tmp_path, extra), "pkg"), **kw)  # type: ignore[arg-type]
 
 
@@ -74,6 +82,27 @@ def test_a_long_function_is_reported_unless_excepted_and_a_stale_exception_too(t
         "function: the exception for pkg.loop.long:gone is stale: it is gone",
         f"function: the exception for pkg.loop.long:ok is stale: it has {MAX_FUNCTION_LINES} lines, within the "
         f"limit of {MAX_FUNCTION_LINES}",
+    ]
+
+
+def test_a_class_with_too_many_attributes_is_reported_unless_given_a_limit_and_a_stale_limit_too(
+        tmp_path: Path) -> None:
+    n = MAX_ATTRIBUTES
+    fields = "".join(f"    f{i}: int = 0\n" for i in range(n - 2))
+    # fields in the body, names assigned on self in methods (nested functions too, a tuple target,
+    # an augmented assignment, one name twice): n + 1 distinct names; a nested class's are its own
+    body = (f"class Big:\n{fields}\n    def __init__(self):\n        self.a, self.b = 1, 2\n"
+            "        self.f0 = 3\n\n    def grow(self):\n        def inner():\n            self.c += 1\n"
+            "        class Local:\n            def __init__(self):\n                self.z = 1\n"
+            "        return inner, Local\n\n\nclass Small:\n    def __init__(self):\n        self.a = 1\n")
+    extra = {"loop/state.py": body}
+    assert _problems(tmp_path, extra) == [
+        f"attributes: pkg.loop.state:Big (line 1) has {n + 1} attributes (limit {n})"]
+    assert _problems(tmp_path, extra, attribute_limits={"loop.state:Big": (n + 1, "a record")}) == []
+    assert _problems(tmp_path, extra, attribute_limits={"loop.state:Big": (n + 1, "x"), "loop.state:Small": (9, "y"),
+                                                        "loop.state:Gone": (30, "z")}) == [
+        "attributes: the limit for pkg.loop.state:Gone is stale: it is gone",
+        f"attributes: the limit for pkg.loop.state:Small is stale: it has 1, within the limit of {n}",
     ]
 
 

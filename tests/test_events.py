@@ -81,7 +81,6 @@ PROTOCOL_MODULES = ("rlm_cli/models/relay.py", "rlm_cli/models/host_process.py",
 #: Other ``"type"`` keys, of records that are not events, each with why: ``(module, the record read)``.
 NOT_EVENTS: dict[tuple[str, str], str] = {
     ("rlm_cli/audit/checklist.py", "row"): "a checklist row: its answer type (text, number, list...)",
-    ("rlm_cli/output/audit_reports.py", "c"): "a check of the audit document: its answer type",
 }
 #: The code that reads events back: the package, and the scripts and benchmarks that read trajectories.
 READER_DIRS = ("rlm_cli", "scripts", "benchmarks")

@@ -6,12 +6,13 @@ exist); with ``--jobs N`` up to N run at once, each in its own worker, independe
 question has its own trajectory, usage and exit code; its result reaches ``on_result`` as soon as
 it is done (in completion order), so a failed question never costs the others their answers.
 
-The run's exit code is the *worst* of its questions' (:func:`worst_exit_code`), ranked by
-:data:`SEVERITY` from best to worst: answered (0) < answered but unsupported under
-``--require-support`` (7) < answered, but not a value of the question's ``--answer-type`` (9) <
-iteration limit (5, partial answer) < budget (6, partial answer) <
-usage error (2, not answered) < provider failure (4) < internal error (1).
-Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay.
+The run's exit code is the *worst* of its questions' (``errors.worst_exit_code``, ranked by
+``errors.EXIT_SEVERITY``): answered (0) < answered but unsupported under ``--require-support``
+(7) < answered, but not a value of the question's ``--answer-type`` (9) < iteration limit (5,
+partial answer) < budget (6, partial answer) < usage error (2, not
+answered) < no model (3) < provider failure (4) < internal error (1).
+Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay. A question the
+run's budget leaves no room to start is not started (:func:`ask_one`): it writes no trajectory.
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ from typing import Any, BinaryIO
 
 from rlm_cli.errors import ExitCode, RLMError, UsageError
 
-#: Exit codes from best to worst (see the module docstring).
-SEVERITY = (ExitCode.OK, ExitCode.UNSUPPORTED, ExitCode.NOT_OF_TYPE, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET, ExitCode.USAGE,
-            ExitCode.PROVIDER, ExitCode.INTERNAL)
 #: Characters of a question kept in a plain-text header line.
 HEADER_CHARS = 100
 
@@ -82,17 +80,6 @@ def unsupported(outcome: Any) -> bool:
     ``unsupported``."""
     support = getattr(getattr(outcome, "result", None), "support", None)
     return getattr(support, "verdict", None) == "unsupported"
-
-
-def worst_exit_code(codes: list[int]) -> int:
-    """The worst of ``codes`` by :data:`SEVERITY` (0 for none); a code outside it counts as the
-    internal error (1)."""
-    rank = {int(c): i for i, c in enumerate(SEVERITY)}
-    worst = 0
-    for code in codes:
-        if rank.get(int(code), len(SEVERITY) - 1) > rank.get(worst, 0):
-            worst = int(code) if int(code) in rank else int(ExitCode.INTERNAL)
-    return worst
 
 
 #: The longest question, in UTF-8 bytes: one ``--question``, one line of ``--questions`` or a
@@ -286,19 +273,10 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
         KeyboardInterrupt / SystemExit: Ctrl-C or SIGTERM; the other questions are stopped first.
         UsageError: ``jobs`` workers would not fit in memory (``sandbox.memory``); none is started.
     """
-    import time
-
     results: list[Result] = []
     if jobs <= 1 or len(questions) <= 1:
         for q in questions:
-            started = time.monotonic()
-            try:
-                outcome = session.ask(q.text, emit=emit_for(q), qid=q.id, answer_type=q.answer_type,
-                                      settings=q.settings)
-                result = Result(q, outcome=outcome, elapsed_s=time.monotonic() - started,
-                                require_support=session.settings.require_support)
-            except RLMError as exc:
-                result = Result(q, error=exc, elapsed_s=time.monotonic() - started)
+            result = ask_one(session, q, emit_for)
             results.append(result)
             on_result(result)
         return results
@@ -310,10 +288,25 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
     return _run_parallel(session, questions, min(jobs, len(questions)), emit_for, on_result, results)
 
 
-def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: Callable[[Question], Any],
-                  on_result: Callable[[Result], None], results: list[Result]) -> list[Result]:
+def ask_one(session: Any, q: Question, emit_for: Callable[[Question], Any], lane: Any = None) -> Result:
+    """Ask ``q`` in ``session`` (on ``lane``; ``None``: the session's worker) as a :class:`Result`.
+    A question after the run's budget is spent is not started: its result is the budget's error,
+    and it writes no trajectory (3,000 questions under ``--timeout 10`` wrote 3,000 files)."""
     import time
 
+    started = time.monotonic()
+    try:
+        session.budget.check()
+        outcome = session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane, answer_type=q.answer_type,
+                              settings=q.settings)
+        return Result(q, outcome=outcome, elapsed_s=time.monotonic() - started,
+                      require_support=session.settings.require_support)
+    except RLMError as exc:
+        return Result(q, error=exc, elapsed_s=time.monotonic() - started)
+
+
+def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: Callable[[Question], Any],
+                  on_result: Callable[[Result], None], results: list[Result]) -> list[Result]:
     from rlm_cli.app.lane import Lane
 
     todo: queue.Queue[Question] = queue.Queue()
@@ -336,14 +329,7 @@ def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: 
                     q = todo.get_nowait()
                 except queue.Empty:
                     return
-                started = time.monotonic()
-                try:
-                    done.put(Result(q, outcome=session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane,
-                                                           answer_type=q.answer_type, settings=q.settings),
-                                    elapsed_s=time.monotonic() - started,
-                                    require_support=session.settings.require_support))
-                except RLMError as exc:
-                    done.put(Result(q, error=exc, elapsed_s=time.monotonic() - started))
+                done.put(ask_one(session, q, emit_for, lane))
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises it
             done.put(exc)
         finally:

@@ -18,7 +18,7 @@ of it is a question (or a command), nothing but answers goes to stdout, and Ctrl
 
 Budgets (``--max-cost``, ``--max-tokens``, ``--max-sub-calls``, ``--timeout``) hold for the
 whole session; time spent at the prompt does not count against ``--timeout``. The exit code is
-the worst of the questions' (``batch.worst_exit_code``); an interrupted question does not count.
+the worst of the questions' (``errors.worst_exit_code``); an interrupted question does not count.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlm_cli.app.batch import outcome_code, worst_exit_code
-from rlm_cli.errors import PartialAnswerError, RLMError
+from rlm_cli.app.batch import outcome_code
+from rlm_cli.errors import PartialAnswerError, RLMError, worst_exit_code
 from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
 from rlm_cli.output.text import money, plural
 

@@ -11,7 +11,8 @@ sub-model's window; no bound without ``--max-sub-calls``, or with sub-RLMs, ``--
 ``--max-cost`` caps it); and, when the trajectory folder holds earlier runs of the same root
 model, their median cost per question. Unpriced models (most local ones) have token figures and
 no prices (``None``). A rerun whose requests are in the response cache costs nothing; the
-estimate says so (it cannot know which will be).
+estimate says so (it cannot know which will be). Prices assume no provider prompt cache (the
+worst case; ``totals.prompt_cache`` says whether breakpoints would be sent).
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ from rlm_cli.output.trace import traces_dir
 MAX_TRACES = 400
 #: The ``schema`` of an estimate document.
 ESTIMATE_SCHEMA = "estimate.v1"
+#: What the prices assume about the provider's prompt cache (``models.caching``).
+PROMPT_CACHE_NOTE = ("the prices count every input token at the full input price, as if the provider's prompt cache "
+                     "served none: the root prefix it serves (a tenth of the price on Claude, half on OpenAI) "
+                     "only lowers them")
 
 
 def _price(tokens_in: int, tokens_out: int, prices: tuple[float, float] | None) -> float | None:
@@ -109,8 +114,9 @@ def estimate(settings: Settings, paths: list[str], questions: list[tuple[Any, st
             "totals": {"questions": len(rows), "first_cost_usd": None if None in first else round(sum(first), 6),
                        "bound_cost_usd": None if None in bound else round(sum(bound), 6),
                        "max_cost": settings.max_cost,
-                       "note": "no model was called; a rerun on an unchanged corpus is served by the response cache "
-                               "at no cost" if settings.llm_cache else "no model was called"},
+                       "note": ("no model was called; a rerun on an unchanged corpus is served by the response cache "
+                                "at no cost" if settings.llm_cache else "no model was called") + f"; {PROMPT_CACHE_NOTE}",
+                       "prompt_cache": settings.prompt_cache},
             "corpus": {"files": len(corpus.files), "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}}
 
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from rlm_cli.events import Emit, event, is_type
 
-PHASES = ("explore", "decompose", "aggregate", "terminate")
 #: Helper names whose use is a look at the corpus (explore) or a model call (decompose).
 EXPLORE = frozenset({"grep", "read_file", "search", "leads", "chunk_text", "files", "chunks", "context"})
 DECOMPOSE = frozenset({"llm_query", "llm_query_batched", "llm_map", "rlm_query"})

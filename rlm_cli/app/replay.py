@@ -201,7 +201,6 @@ class ReplayPlan:
     paths: list[str]
     question: str
     recorded_answer: str | None
-    recorded_status: str | None
     responses: list[Recorded]
     #: The folder the run started in: file and glob paths are shown in ``context`` relative to it
     #: (only for a trajectory of the user's own; another's paths come from the command line).
@@ -255,8 +254,7 @@ def plan(path: Path, *, sandbox: str | None = None, base: Settings | None = None
                          hint=f"check them, then: rlm replay {shlex.quote(str(path))} {shown}")
     notices += _differences(header, settings, recorded_paths, paths, recorded_corpus)
     return ReplayPlan(path, settings, list(paths), str(header.get("question", "")),
-                      None if summary is None else str(summary.get("answer", "")),
-                      None if summary is None else str(summary.get("status", "")), responses, cwd, notices, who.own)
+                      None if summary is None else str(summary.get("answer", "")), responses, cwd, notices, who.own)
 
 
 def _recorded_corpus(current: CorpusOptions, recorded: dict[str, Any]) -> CorpusOptions:

@@ -58,10 +58,10 @@ from rlm_cli.corpus.tokens import encoding
 from rlm_cli.events import TRANSIENT_TYPES, Emit, event
 from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta
-from rlm_cli.models.backend import check_router_file
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
+from rlm_cli.models.router_file import check_router_file
 from rlm_cli.models.usage import Usage
 from rlm_cli.output.progress import index_callback
 from rlm_cli.output.trace import new_run_id
@@ -320,7 +320,7 @@ class Session:
         base = self.client
         usage = QuestionUsage(self.usage)
         qclient = QuestionClient(self.run_settings, usage, self.question_budget(usage, settings or self.settings),
-                                 cache=base.cache, backend=base.backend, limiter=base.limiter,
+                                 cache=base.cache, backend=base.backend, limiter=base.limiter, said=base.said,
                                  windows=self.plan.windows() if self.plan is not None else None,
                                  notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
         qclient.fatal = self.fatal

@@ -36,7 +36,7 @@ DEFAULT_NAME = "rlm-audit.toml"
 SEVERITIES = ("error", "warning", "note")
 FIELDS = ("id", "question", "type", "expect", "equals", "max", "min", "empty", "severity", "include", "exclude",
           "model", "max_cost", "description")
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" would let an id end in a newline
 #: Which expectations each type takes.
 _EXPECTS: dict[str, tuple[str, ...]] = {
     "text": ("equals",), "bool": ("expect", "equals"), "int": ("expect", "equals", "max", "min"),
@@ -143,6 +143,79 @@ def read_checklist(path: Path) -> Checklist:
             raise UsageError(f"{path}: two checks have the id {check.id!r}", hint="give each check its own id")
         checks.append(Check(**{**check.__dict__, "line": lines.get(check.id, 0)}))
     return Checklist(path, tuple(checks))
+
+
+def admit(checklist: Checklist, settings: Any, *, allow_models: bool, max_checks: int) -> None:
+    """Refuse, before anything loads, a checklist the invoker did not allow: more than
+    ``max_checks`` checks (``--max-checks``), or a check whose ``model`` is not one the invoker
+    named (``settings.model``/``sub_model``: ``--model``, ``--sub-model``, ``RLM_MODEL``, the
+    config file; or a model group of ``--router-config``) unless ``allow_models``
+    (``--allow-checklist-models``), and even then one that holds a URL (``://``, as
+    ``huggingface/https://host`` would make litellm send that provider's key there) or a
+    control character. The checklist comes with the code audited, which may be a
+    pull request's: it chooses questions, never where the code and the key go.
+
+    Raises:
+        UsageError: too many checks, or the first check with a model not named (exit 2).
+    """
+    n = len(checklist.checks)
+    if n > max_checks:
+        raise UsageError(f"{checklist.path}: {n:,} checks, over --max-checks {max_checks:,}",
+                         hint="raise --max-checks N if the checklist is meant to be that long")
+    named = {settings.model, settings.sub_model} | set(router_groups(settings))
+    for check in checklist.checks:
+        model = check.model
+        if model is None or model in named:
+            continue
+        if "://" in model or not model.isprintable():
+            raise UsageError(f"{checklist.path}: check {check.id!r}: field 'model' holds a URL or a control "
+                             f"character ({model[:100]!r}): a checklist may name a model, never where it is served")
+        if not allow_models:
+            raise UsageError(f"{checklist.path}: check {check.id!r} names the model {model[:100]!r}, which this run "
+                             "was not given: name it with --model or --sub-model (or the config file, RLM_MODEL, "
+                             "a group of --router-config), or pass --allow-checklist-models")
+
+
+def router_groups(settings: Any) -> list[str]:
+    """The model groups of ``settings.router_config`` (``[]`` without one; read without litellm).
+
+    Raises:
+        UsageError: the file is unreadable or invalid.
+    """
+    if not settings.router_config:
+        return []
+    from rlm_cli.models.router_file import read_router_file
+
+    return [str(d["model_name"]) for d in read_router_file(settings.router_config)[0]]
+
+
+def check_credentials(checklist: Checklist, settings: Any, backend: Any) -> None:
+    """Check, once and before anything loads, that every model the audit will call (the root and
+    sub-model as given, each check's ``model``) has a key (``models.keys.missing_credentials``).
+
+    Raises:
+        NoModelError: the first model without one (exit 3), naming the variables it lacks.
+        UsageError: an invalid ``--router-config`` file.
+    """
+    from rlm_cli.errors import NoModelError
+    from rlm_cli.models.keys import missing_credentials
+
+    users: dict[str, list[str]] = {}
+    for model, who in [(settings.model, "the root model"), (settings.sub_model, "the sub-model"),
+                       *((c.model, f"check {c.id}") for c in checklist.checks)]:
+        if model:
+            users.setdefault(model, []).append(who)
+    missing = missing_credentials(users, named=(settings.model, settings.effective_sub_model),
+                                  api_key=settings.api_key, api_base=settings.api_base, backend=backend,
+                                  router_groups=router_groups(settings))
+    if missing:
+        model, names = missing[0]
+        uses = users[model]
+        shown = ", ".join(uses[:3]) + (f" and {len(uses) - 3} more" if len(uses) > 3 else "")
+        more = f" ({len(missing) - 1} more model(s) lack one too)" if len(missing) > 1 else ""
+        name = model[:100] if model.isprintable() else repr(model[:100])  # a checklist's: no control characters
+        raise NoModelError(f"no API key for {name} ({shown}): {' or '.join(names)} is not set{more}; no check ran",
+                           hint=f"export {names[0]} or give --api-key; a fork's pull request gets no secrets")
 
 
 def _id_lines(text: str) -> dict[str, int]:

@@ -13,21 +13,30 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.app.batch import Question, Result, result_document, run_all
 from rlm_cli.app.planning import model_window
 from rlm_cli.app.session import Session
+from rlm_cli.audit import suppress
+from rlm_cli.audit.baseline import Baseline, compare, counted
+from rlm_cli.audit.changed import Scope
 from rlm_cli.audit.checklist import Check, Checklist
-from rlm_cli.audit.verdicts import Verdict, decide, exit_code
+from rlm_cli.audit.findings import LinesOf, ReportPaths, place
+from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, fails_job, outcome_of
 from rlm_cli.config import Settings
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, event, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
+from rlm_cli.output.findings import AuditReport, CheckReport, Finding, Location, Region, Totals
+
+if TYPE_CHECKING:
+    from rlm_cli.corpus.model import Corpus
 
 #: The ``schema`` of the ``rlm audit --json`` document.
 AUDIT_SCHEMA = "audit-result.v1"
@@ -106,18 +115,23 @@ class AuditSession(Session):
 
 @dataclass
 class CheckRun:
-    """One check's run: its ``ask-result.v1`` document (``doc``, or an error document) and verdict."""
+    """One check's run: its typed ``outcome``, its verdict and findings (placed and
+    fingerprinted: ``audit.findings``), and its ``ask-result.v1`` document (``doc``, or an error
+    document), whose run fields the ``--json`` document carries along."""
 
     check: Check
-    doc: dict[str, Any]
+    outcome: CheckOutcome
     verdict: Verdict
+    doc: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
 
 
 @dataclass
 class AuditRun:
     """What :func:`run_checklist` hands back: the check runs in checklist order, the session's
     usage summary, its corpus (``ask-result``'s ``corpus`` section), how many times the corpus
-    was loaded, the sandbox level, and the seconds it took."""
+    was loaded, the sandbox level, the seconds it took, and where report paths are from
+    (``paths``)."""
 
     runs: list[CheckRun]
     usage: dict[str, Any]
@@ -125,20 +139,26 @@ class AuditRun:
     loads: int
     sandbox: str
     elapsed_s: float
-    prefix: str = ""
+    paths: ReportPaths
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The report paths of the corpus files and the checklist: what a baseline's finding may be
+    #: ``absent`` from (``audit.baseline.compare``).
+    files: frozenset[str] = frozenset()
 
 
-def check_question(check: Check) -> str:
-    """The question a check asks: its ``question``, and the files it is about when it names them."""
+def check_question(check: Check, scope: Scope | None = None) -> str:
+    """The question a check asks: its ``question``, and the files it is about when it names them
+    or ``--changed-since`` does (``scope``)."""
+    if scope is not None:
+        return f"{check_question(check)}\n\n{scope.question_note()}"
     if not check.include and not check.exclude:
         return check.question
-    scope = []
+    about = []
     if check.include:
-        scope.append("only files matching " + ", ".join(check.include))
+        about.append("only files matching " + ", ".join(check.include))
     if check.exclude:
-        scope.append("no files matching " + ", ".join(check.exclude))
-    return (f"{check.question}\n\nThis question is about {' and '.join(scope)} (gitignore-style globs); "
+        about.append("no files matching " + ", ".join(check.exclude))
+    return (f"{check.question}\n\nThis question is about {' and '.join(about)} (gitignore-style globs); "
             "ignore other files (grep and search take path_glob=).")
 
 
@@ -155,29 +175,74 @@ def scope_matcher(check: Check) -> Callable[[str], bool]:
 
 
 def path_prefix(paths: list[str]) -> str:
-    """What turns a corpus path into a path from the current folder (what CI reports need): the
-    folder PATH when it is the only one and under the current folder (``src/``), else ``""``
-    (corpus paths are then already from the current folder, or absolute)."""
-    if len(paths) != 1 or not os.path.isdir(paths[0]):
-        return ""
-    here, root = os.getcwd(), os.path.abspath(paths[0])
-    if root != here and not root.startswith(here.rstrip(os.sep) + os.sep):
-        return root.rstrip("/") + "/"
-    rel = os.path.relpath(root, here).replace(os.sep, "/")
-    return "" if rel == "." else rel + "/"
+    """What turns a corpus path into a path from the repository root (what CI reports need:
+    ``audit.findings.ReportPaths``): ``"svc/"`` for the folder PATH ``svc`` of a repository,
+    ``""`` when corpus paths are already from it, an absolute folder outside it."""
+    return ReportPaths.of_run(paths).prefix
+
+
+def corpus_lines(corpus: Corpus | None) -> LinesOf:
+    """A reader of a corpus file's lines as the run saw them (from the corpus bundle; ``None``
+    for a path that is not a corpus file or cannot be read)."""
+    files = {f.path: f for f in corpus.files} if corpus is not None else {}
+    cache: dict[str, list[str] | None] = {}
+
+    def lines_of(path: str) -> list[str] | None:
+        entry = files.get(path)
+        if entry is None or corpus is None:
+            return None
+        if path not in cache:
+            try:
+                with open(corpus.context_file, "rb") as fh:
+                    fh.seek(entry.bstart)
+                    cache[path] = fh.read(entry.bend - entry.bstart).decode("utf-8", "replace").splitlines()
+            except OSError:
+                cache[path] = None
+        return cache[path]
+    return lines_of
+
+
+def without_files(settings: Settings, paths: list[str], files: list[str]) -> Settings:
+    """``settings`` whose corpus leaves out each of ``files`` that lies in a folder PATH (an
+    ``--exclude`` rule anchored at that folder, matching the name literally)."""
+    rules = []
+    for file in files:
+        target = os.path.abspath(file)
+        for p in paths:
+            root = os.path.abspath(p)
+            if p != "-" and os.path.isdir(p) and target.startswith(root.rstrip(os.sep) + os.sep):
+                rules.append("/" + _literal(os.path.relpath(target, root).replace(os.sep, "/")))
+                break
+    if not rules:
+        return settings
+    return dataclasses.replace(settings, corpus=dataclasses.replace(settings.corpus,
+                                                                    exclude=[*settings.corpus.exclude, *rules]))
+
+
+def _literal(path: str) -> str:
+    """``path`` as a gitignore pattern that matches only itself (its wildcards escaped)."""
+    return re.sub(r"([\\*?\[\]!# ])", r"\\\1", path)
 
 
 def without_checklist(settings: Settings, paths: list[str], checklist: Path) -> Settings:
     """``settings`` whose corpus leaves out the checklist file when it lies in a folder PATH (its
     questions would otherwise be evidence for their own answers)."""
-    target = os.path.abspath(checklist)
-    for p in paths:
-        root = os.path.abspath(p)
-        if p != "-" and os.path.isdir(p) and target.startswith(root.rstrip(os.sep) + os.sep):
-            rel = "/" + os.path.relpath(target, root).replace(os.sep, "/")
-            corpus = dataclasses.replace(settings.corpus, exclude=[*settings.corpus.exclude, rel])
-            return dataclasses.replace(settings, corpus=corpus)
-    return settings
+    return without_files(settings, paths, [str(checklist)])
+
+
+def without_reports(settings: Settings, paths: list[str], outputs: list[Path]) -> tuple[Settings, list[str]]:
+    """``settings`` whose corpus leaves out what rlm writes (issue 48): the report files of this
+    run (``outputs``: ``--sarif``, ``--junit``, ``--codequality``, ``-o``) and the files under the
+    folder PATHs that are rlm reports by their content (``corpus.selfreports``). Also returns
+    those found in the corpus, as paths from the current folder, for the one line that says so."""
+    from rlm_cli.corpus.selfreports import find_reports
+
+    found = find_reports(paths, settings.corpus)
+    files = sorted({*found, *(os.path.abspath(p) for p in outputs)})
+    here = os.getcwd().rstrip(os.sep) + os.sep
+    present = [os.path.relpath(f) if f.startswith(here) else f for f in files if os.path.isfile(f) and any(
+        f.startswith(os.path.abspath(p).rstrip(os.sep) + os.sep) for p in paths if p != "-" and os.path.isdir(p))]
+    return without_files(settings, paths, files), present
 
 
 def check_settings(session: AuditSession, check: Check) -> Settings | None:
@@ -195,11 +260,14 @@ def check_settings(session: AuditSession, check: Check) -> Settings | None:
 
 
 def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any,
-                  emit: Emit, emit_for: Callable[[Question], Emit],
-                  on_check: Callable[[CheckRun], None]) -> AuditRun:
+                  emit: Emit, emit_for: Callable[[Question], Emit], on_check: Callable[[CheckRun], None],
+                  on_cancel: Callable[[AuditRun], None] | None = None, scope: Scope | None = None) -> AuditRun:
     """Ask every check of ``checklist`` over the corpus at ``paths`` and decide each
     (``audit.verdicts``); ``on_check`` gets each :class:`CheckRun` as it completes, ``emit`` the
-    session's events, ``emit_for(question)`` those of one check.
+    session's events, ``emit_for(question)`` those of one check. ``scope`` (``--changed-since``)
+    narrows what every check is about; a check with no file of it in scope passes unasked.
+    Stopped by Ctrl-C or SIGTERM, ``on_cancel`` gets the checks that finished (``extra``'s
+    ``incomplete``: the signal and the checks not run) before the stop goes on.
 
     Raises:
         UsageError, NoModelError, SandboxError, HostUnavailable: the session could not open (no
@@ -216,71 +284,117 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
 
     by_id = {c.id: c for c in checklist.checks}
     runs: dict[str, CheckRun] = {}
+    where, checklist_path = ReportPaths.of_run(paths), os.path.abspath(checklist.path)
+    asked = [c for c in checklist.checks if scope is None or scope.touches(scope_matcher(c))]
+    for c in checklist.checks:
+        if c not in asked and scope is not None:
+            runs[c.id] = unasked_run(c, f"no file it is about changed since {scope.ref}")
+            on_check(runs[c.id])
     session = AuditSession(settings, paths, emit=session_events, backend=backend, numbered=True)
-    with session:
-        session.open()
-        questions = [Question(c.id, check_question(c), c.type, check_settings(session, c)) for c in checklist.checks]
+    files: list[str] = []  # the corpus's paths, once it is loaded
 
-        def done(result: Result) -> None:
-            check = by_id[result.question.id]
-            doc = result_document(result, session.level)
-            run = CheckRun(check, doc, decide(check, doc, scope_matcher(check)))
-            runs[check.id] = run
-            on_check(run)
-
-        run_all(session, questions, jobs=jobs, emit_for=emit_for, on_result=done)
+    def audit_run() -> AuditRun:
         corpus = session.corpus
         corpus_doc = None if corpus is None else {"files": len(corpus.files), "chars": corpus.chars,
                                                   "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}
         return AuditRun([runs[c.id] for c in checklist.checks if c.id in runs], session.usage.summary(), corpus_doc,
-                        loads[0], session.level, round(time.monotonic() - started, 3), path_prefix(paths))
+                        loads[0], str(session.level), round(time.monotonic() - started, 3), where,
+                        {"changed_since": None if scope is None else scope.document()},
+                        frozenset([*(where.report_path(p) for p in files), where.from_root(checklist_path)]))
+
+    if not asked:  # nothing in scope: no corpus, no model
+        return audit_run()
+    with session:
+        try:
+            session.open()
+            lines_of = corpus_lines(session.corpus)
+            # what a baseline's finding may be absent from: the files this run was about
+            files.extend(f.path for f in (session.corpus.files if session.corpus is not None else [])
+                         if scope is None or f.path in scope.files)
+            lines = suppress.report_lines(files, where, lines_of, checklist_path)
+            questions = [Question(c.id, check_question(c, scope), c.type, check_settings(session, c)) for c in asked]
+
+            def done(result: Result) -> None:
+                check = by_id[result.question.id]
+                outcome = outcome_of(result, check.type)
+                about = scope_matcher(check) if scope is None else scope.matcher(scope_matcher(check))
+                verdict = decide(check, outcome, about)
+                run = CheckRun(check, outcome, verdict, result_document(result, session.level))
+                run.findings, bare = suppress.apply(place(check, verdict, finding_message(verdict), where,
+                                                          checklist_path, lines_of), lines)
+                for at in bare:
+                    emit(event("notice", message=f"{at}: 'rlm-audit: ignore' without [CHECK-ID] accepts nothing "
+                                                 f"(write rlm-audit: ignore[{check.id}] REASON)", level="warning"))
+                runs[check.id] = run
+                on_check(run)
+
+            run_all(session, questions, jobs=jobs, emit_for=emit_for, on_result=done)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            if on_cancel is not None and (isinstance(exc, KeyboardInterrupt) or exc.code == 143):
+                cut = audit_run()
+                cut.extra["incomplete"] = {"signal": "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM",
+                                           "not_run": [c.id for c in checklist.checks if c.id not in runs]}
+                on_cancel(cut)
+            raise
+        return audit_run()
 
 
-def audit_document(checklist: Checklist, run: AuditRun, *, fail_on: str) -> dict[str, Any]:
-    """The ``audit-result.v1`` document of ``run``: ``checks`` (each check with its status,
-    reason, answer, value, locations and run), ``totals``, ``usage``, ``corpus`` (with
-    ``loads``), ``status`` (``pass`` or ``fail``) and ``exit_code``."""
-    code = exit_code([(r.check, r.verdict) for r in run.runs], fail_on)
-    checks = [check_row(r, run.prefix) for r in run.runs]
+def unasked_run(check: Check, reason: str) -> CheckRun:
+    """The run of a check that passes without a model call (``reason``: why it was not asked)."""
+    return CheckRun(check, CheckOutcome(None, None), Verdict("pass", reason), {})
+
+
+def finding_message(verdict: Verdict) -> str:
+    """What a finding says: why its check did not pass (an unsupported answer's reason says so)."""
+    return verdict.reason
+
+
+def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline: Baseline | None = None) -> AuditReport:
+    """The typed report of ``run`` that every report format reads: each check with its status,
+    reason, answer, value, locations and findings (against ``baseline``, when given: each
+    ``new`` or ``unchanged``, and the ``absent`` ones), the totals and the exit code, in which
+    a failing check counts only while one of its findings does (``Finding.failing``: not
+    suppressed, not in the baseline). A cancelled run exits 130 (Ctrl-C) or 143 (SIGTERM)."""
+    absent: list[Finding] = []
+    if baseline is not None:
+        ids = {r.check.id for r in run.runs}
+        matched, absent = compare([f for r in run.runs for f in r.findings], baseline,
+                                  lambda f: f.check in ids and f.path in run.files)
+        for r in run.runs:
+            r.findings, matched = matched[:len(r.findings)], matched[len(r.findings):]
+    code = exit_code([(r.check, counted(r.verdict, r.findings)) for r in run.runs], fail_on)
+    cut = run.extra.get("incomplete")
+    code = (130 if cut["signal"] == "SIGINT" else 143) if cut else code
+    checks = [check_report(r, run.paths, fail_on) for r in run.runs]
     usage = run.usage
     calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
     cached = int(usage.get("cached_calls") or 0)
-    totals: dict[str, Any] = {"checks": len(checks), **{s: sum(1 for c in checks if c["status"] == s)
-                                                         for s in ("pass", "fail", "error", "unsupported")},
-                              "calls": calls, "cached_calls": cached, "cost_usd": usage.get("cost_usd"),
-                              "from_cache": bool(calls) and cached == calls}
-    if totals["from_cache"]:
-        totals["note"] = "every model call was served by the response cache: this run cost nothing"
-    return {"schema": AUDIT_SCHEMA, "status": "pass" if code == 0 else "fail", "exit_code": code,
-            "fail_on": fail_on, "checklist": _from_here(str(checklist.path)), "root": run.prefix,
-            "checks": checks, "totals": totals, "usage": usage,
-            "corpus": None if run.corpus is None else {**run.corpus, "loads": run.loads},
-            "sandbox": run.sandbox, "elapsed_s": run.elapsed_s}
+    count = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "fail", "error", "unsupported")}
+    totals = Totals(len(checks), count["pass"], count["fail"], count["error"], count["unsupported"], calls, cached,
+                    usage.get("cost_usd"))
+    if totals.from_cache:
+        totals.note = "every model call was served by the response cache: this run cost nothing"
+    return AuditReport(checks, totals, code, fail_on, run.paths.from_root(os.path.abspath(checklist.path)),
+                       run.paths.root, run.paths.prefix, usage,
+                       None if run.corpus is None else {**run.corpus, "loads": run.loads}, run.sandbox, run.elapsed_s,
+                       incomplete=cut, changed_since=run.extra.get("changed_since"),
+                       baseline=None if baseline is None else str(baseline.path), absent=absent)
 
 
-def _from_here(path: str) -> str:
-    """``path`` from the current folder when it is under it, else as given."""
-    absolute = os.path.abspath(path)
-    here = os.getcwd().rstrip(os.sep) + os.sep
-    return os.path.relpath(absolute).replace(os.sep, "/") if absolute.startswith(here) else path
+def audit_document(report: AuditReport) -> dict[str, Any]:
+    """The ``audit-result.v1`` document of ``report``: ``checks`` (each check with its status,
+    reason, answer, value, locations, findings and run), ``totals``, ``usage``, ``corpus`` (with
+    ``loads``), ``status`` (``pass`` or ``fail``) and ``exit_code``."""
+    return report.document(AUDIT_SCHEMA)
 
 
-def check_row(run: CheckRun, prefix: str) -> dict[str, Any]:
-    """One check of the audit document."""
-    c, doc, v = run.check, run.doc, run.verdict
-    row: dict[str, Any] = {
-        "id": c.id, "question": c.question, "type": c.type, "severity": c.severity, "expectation": c.expectation(),
-        "status": v.status, "reason": v.reason, "answer": doc.get("answer"),
-        "value": doc.get("value") if c.type != "text" else doc.get("answer"),
-        "locations": [{"path": p, "file": prefix + p if not p.startswith("/") else p, "start_line": a,
-                       "end_line": b} for p, a, b in v.locations],
-        "sources": doc.get("sources") or [], "line": c.line, "model": c.model, "max_cost": c.max_cost,
-        "include": list(c.include), "exclude": list(c.exclude),
-        "run": {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
-                if k in doc},
-    }
-    if v.run_code:
-        row["exit_code"] = v.run_code
-    if isinstance(doc.get("support"), dict):
-        row["support"] = doc["support"]
-    return row
+def check_report(run: CheckRun, paths: ReportPaths, fail_on: str = "error") -> CheckReport:
+    """One check of the audit report (``fail_on``: ``--fail-on``)."""
+    c, out, v, doc = run.check, run.outcome, run.verdict, run.doc
+    support = doc.get("support")
+    return CheckReport(
+        c.id, c.question, c.type, c.severity, c.expectation(), v.status, v.reason, out.answer, out.value,
+        c.line, [Location(p, paths.report_path(p), Region(a, b)) for p, a, b in v.locations], list(run.findings),
+        v.run_code, c.model, c.max_cost, tuple(c.include), tuple(c.exclude), list(doc.get("sources") or []),
+        {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
+         if k in doc}, support if isinstance(support, dict) else None, fails_job(c, counted(v, run.findings), fail_on))

@@ -1,4 +1,5 @@
-"""Each check's status from its run, where its finding is, and the audit's exit code.
+"""Each check's status from the typed outcome of its run, where its finding is, and the audit's
+exit code.
 
 A check ends:
 
@@ -6,15 +7,19 @@ A check ends:
   stopped without a final answer (the iteration limit, a budget), or its answer was still not a
   well-typed value after the ``answer_type`` check sent it back;
 * ``unsupported``: the answer's support verdict (issue 37: ``support.verdict``) is
-  ``unsupported``; such an answer never passes (:func:`answer_unsupported`);
+  ``unsupported``; such an answer never passes (:attr:`CheckOutcome.unsupported`, read from the
+  typed ``RunResult.support`` by :func:`outcome_of`: the one place the audit reads it);
 * ``pass`` / ``fail``: the typed value meets the check's expectation, or does not (a check
   without one passes once answered).
 
-The exit code (:func:`exit_code`) is the worst of, ranked by :data:`RANK` (best first):
-0, 5 (an iteration limit), 6 (a budget), 8 (a check failed: :attr:`ExitCode.CHECK_FAILED`), 2, 4,
-1. A failed, unsupported or undecided check counts (as 8, or its run's 5 or 6) only when its
+The audit decides from :class:`CheckOutcome` (built from the run's ``RunResult`` or the error it
+raised), never from the ``--json`` document of the run.
+
+The exit code (:func:`exit_code`) is the worst of, ranked by ``errors.EXIT_SEVERITY`` (best
+first): 0, 5 (an iteration limit), 6 (a budget), 8 (a check failed: :attr:`ExitCode.CHECK_FAILED`),
+2, 3, 4, 1. A failed, unsupported or undecided check counts (as 8, or its run's 5 or 6) only when its
 severity is at least ``--fail-on`` (``error`` by default: warnings and notes never fail the job);
-a usage, provider or internal error (2, 4, 1) counts whatever the severity.
+a usage, no-model, provider or internal error (2, 3, 4, 1) counts whatever the severity.
 """
 
 from __future__ import annotations
@@ -24,18 +29,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm_cli.app.batch import Result
+from rlm_cli.app.outcome import AskOutcome
 from rlm_cli.audit.checklist import SEVERITIES, Check
-from rlm_cli.errors import ExitCode
+from rlm_cli.errors import BudgetExceededError, ExitCode, PartialAnswerError, worst_exit_code
+from rlm_cli.loop.result import RunResult
 from rlm_cli.loop.typed import location_parts
 
 STATUSES = ("pass", "fail", "error", "unsupported")
-#: Exit codes from best to worst (see the module docstring).
-RANK = (ExitCode.OK, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET, ExitCode.CHECK_FAILED, ExitCode.USAGE,
-        ExitCode.PROVIDER, ExitCode.INTERNAL)
 #: Codes that count whatever the check's severity: the audit itself could not run as asked.
 SYSTEMIC = (ExitCode.USAGE, ExitCode.NO_MODEL, ExitCode.PROVIDER, ExitCode.INTERNAL)
 #: Locations a report shows for one check at most.
 MAX_LOCATIONS = 20
+#: How a run reads lines with code (``rlm_cli.output.sources.HOW_ORDER``): what a finding of a
+#: check that is not a ``locations`` check may point at (a lead shown before it looked may not).
+CODE_READS = ("read_file", "grep", "printed")
 
 
 @dataclass
@@ -50,14 +58,68 @@ class Verdict:
     locations: list[tuple[str, int, int]] = field(default_factory=list)
 
 
-def answer_unsupported(result: Any) -> bool:
-    """Whether an answer's support verdict is ``unsupported`` (issue 37): read from
-    ``result.support.verdict`` (a ``RunResult``) or ``result["support"]["verdict"]`` (an
-    ``rlm ask --json`` document). An answer without a verdict (before issue 37, or a run that
-    gives none) is not unsupported. This is the one place the audit reads the verdict."""
-    support = result.get("support") if isinstance(result, dict) else getattr(result, "support", None)
-    verdict = support.get("verdict") if isinstance(support, dict) else getattr(support, "verdict", None)
-    return verdict == "unsupported"
+@dataclass(frozen=True)
+class Evidence:
+    """A range of lines a run looked at (``ask-result``'s ``sources``): corpus ``path``, lines,
+    ``how`` it looked (``read_file``, ``grep``, ``leads``...) and whether the answer ``cited`` it."""
+
+    path: str
+    start_line: int
+    end_line: int
+    how: tuple[str, ...] = ()
+    cited: bool = False
+
+    @property
+    def read_with_code(self) -> bool:
+        """Whether the run's own code read these lines (:data:`CODE_READS`), not only a lead
+        shown to the model."""
+        return any(h in CODE_READS for h in self.how)
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What a check's run ended with, typed: ``answer`` (``None``: no answer), the typed ``value``
+    (a text check: its answer; ``None``: not well typed, and ``problem`` says why);
+    ``unsupported`` (the answer's support verdict is ``unsupported``); ``evidence`` (what the run
+    looked at); for a run that did not answer: ``error`` (why) and ``run_code`` (its exit code),
+    or ``stopped_at`` (``max_iterations`` or the budget's name: a partial answer)."""
+
+    answer: str | None
+    value: Any = None
+    problem: str = ""
+    unsupported: bool = False
+    evidence: tuple[Evidence, ...] = ()
+    error: str | None = None
+    run_code: int = 0
+    stopped_at: str | None = None
+
+
+def evidence_of(sources: list[dict[str, Any]]) -> tuple[Evidence, ...]:
+    """The ``sources`` rows of a run (``rlm_cli.output.sources.build_sources``) as :class:`Evidence`."""
+    return tuple(Evidence(str(s["path"]), int(s["start_line"]), int(s["end_line"]), tuple(s.get("how") or ()),
+                          bool(s.get("cited"))) for s in sources)
+
+
+def outcome_of(result: Result, kind: str) -> CheckOutcome:
+    """The typed outcome of one check's run (``app.batch.Result`` of a question of answer type
+    ``kind``): read from the run's ``RunResult`` (its ``typed`` value and its ``support``
+    verdict), or from the partial answer or the error the run raised."""
+    err = result.error
+    if isinstance(err, PartialAnswerError):
+        report = err.report
+        limit = report.result is not None and report.result.status == "max_iterations"
+        stopped = "max_iterations" if limit else str(err.budget if isinstance(err, BudgetExceededError) else None)
+        return CheckOutcome(err.partial, evidence=evidence_of(report.sources), run_code=int(err.exit_code),
+                            stopped_at=stopped)
+    if err is not None:
+        return CheckOutcome(None, error=err.message or "the run failed", run_code=int(err.exit_code))
+    outcome: AskOutcome = result.outcome
+    run: RunResult = outcome.result
+    typed = run.typed
+    value = run.answer if kind == "text" else (typed.value if typed is not None else None)
+    support = run.support
+    return CheckOutcome(run.answer, value, typed.problem if typed is not None else "",
+                        support is not None and support.verdict == "unsupported", evidence_of(outcome.sources))
 
 
 def meets(check: Check, value: Any) -> tuple[bool, str]:
@@ -96,39 +158,40 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def decide(check: Check, doc: dict[str, Any], in_scope: Callable[[str], bool]) -> Verdict:
-    """The verdict of ``check`` from its run's document (``ask-result.v1``: an answer, a partial
-    answer or an error); ``in_scope(path)`` says whether a corpus path is one the check is about
-    (its ``include``/``exclude``), and a located answer outside it is dropped."""
-    code = int(doc.get("exit_code") or 0)
-    if doc.get("status") == "error":
-        return Verdict("error", str(doc.get("error") or "the run failed"), code or int(ExitCode.INTERNAL))
-    if doc.get("partial"):
-        why = "the iteration limit" if doc.get("status") == "max_iterations" else f"the {doc.get('budget')} budget"
+def decide(check: Check, outcome: CheckOutcome, in_scope: Callable[[str], bool]) -> Verdict:
+    """The verdict of ``check`` from its run's typed outcome; ``in_scope(path)`` says whether a
+    corpus path is one the check is about (its ``include``/``exclude``), and a located answer
+    outside it is dropped."""
+    if outcome.error is not None:
+        return Verdict("error", outcome.error, outcome.run_code or int(ExitCode.INTERNAL))
+    if outcome.stopped_at is not None:
+        limit = outcome.stopped_at == "max_iterations"
+        why = "the iteration limit" if limit else f"the {outcome.stopped_at} budget"
         return Verdict("error", f"stopped at {why} without a final answer",
-                       int(ExitCode.MAX_ITERATIONS if doc.get("status") == "max_iterations" else ExitCode.BUDGET))
-    value = doc.get("value") if check.type != "text" else doc.get("answer")
+                       int(ExitCode.MAX_ITERATIONS if limit else ExitCode.BUDGET))
+    value = outcome.value
     if check.type != "text" and value is None:
-        return Verdict("error", f"no well-typed {check.type} answer ({doc.get('value_problem') or 'none'})")
-    located = _located(check, value, doc, in_scope)
+        return Verdict("error", f"no well-typed {check.type} answer ({outcome.problem or 'none'})")
+    located = _located(check, value, outcome.evidence, in_scope)
     if check.type == "locations":
         value = [f"{p}:{a}" + (f"-{b}" if b != a else "") for p, a, b in located]
-    if answer_unsupported(doc):
+    if outcome.unsupported:
         return Verdict("unsupported", "the answer is not supported by what the run read", 0, located)
     passed, why = meets(check, value)
     return Verdict("pass" if passed else "fail", why, 0, located)
 
 
-def _located(check: Check, value: Any, doc: dict[str, Any],
+def _located(check: Check, value: Any, evidence: tuple[Evidence, ...],
              in_scope: Callable[[str], bool]) -> list[tuple[str, int, int]]:
-    """Where a check's answer is: its ``locations`` (in scope), else the sources it cites, else
-    those it read (at most :data:`MAX_LOCATIONS`)."""
+    """Where a check's answer is: its ``locations`` (in scope); else the lines its run read with
+    code (:attr:`Evidence.read_with_code`; those the answer cites first), never a lead line it
+    did not examine (at most :data:`MAX_LOCATIONS`)."""
     if check.type == "locations" and isinstance(value, list):
         parts = [location_parts(v) for v in value]
         return [p for p in parts if p is not None and in_scope(p[0])]
-    sources = doc.get("sources") or []
-    chosen = [s for s in sources if s.get("cited")] or sources
-    return [(s["path"], int(s["start_line"]), int(s["end_line"])) for s in chosen[:MAX_LOCATIONS]]
+    read = [e for e in evidence if e.read_with_code and in_scope(e.path)]
+    chosen = [e for e in read if e.cited] + [e for e in read if not e.cited]
+    return [(e.path, e.start_line, e.end_line) for e in chosen[:MAX_LOCATIONS]]
 
 
 def counts(check: Check, fail_on: str) -> bool:
@@ -136,21 +199,27 @@ def counts(check: Check, fail_on: str) -> bool:
     return SEVERITIES.index(check.severity) <= SEVERITIES.index(fail_on)
 
 
+def fails_job(check: Check, verdict: Verdict, fail_on: str) -> bool:
+    """Whether ``verdict`` counts against the job (see the module docstring): a check that did
+    not pass, at a severity ``--fail-on`` counts, or one whose run failed systemically."""
+    if verdict.status == "pass":
+        return False
+    return counts(check, fail_on) or (verdict.status == "error" and verdict.run_code in SYSTEMIC)
+
+
 def exit_code(verdicts: list[tuple[Check, Verdict]], fail_on: str = "error") -> int:
-    """The audit's exit code (see the module docstring)."""
-    rank = {int(c): i for i, c in enumerate(RANK)}
-    worst = 0
+    """The audit's exit code (see the module docstring): the worst (``errors.worst_exit_code``)
+    of the codes of the checks that count."""
+    codes: list[int] = []
     for check, v in verdicts:
         if v.status == "pass":
             continue
         if v.status == "error" and v.run_code in SYSTEMIC:
-            code = v.run_code if v.run_code in rank else int(ExitCode.INTERNAL)
+            codes.append(v.run_code)
         elif not counts(check, fail_on):
             continue
         elif v.status == "error" and v.run_code in (ExitCode.MAX_ITERATIONS, ExitCode.BUDGET):
-            code = v.run_code
+            codes.append(v.run_code)
         else:
-            code = int(ExitCode.CHECK_FAILED)
-        if rank.get(code, len(RANK) - 1) > rank.get(worst, 0):
-            worst = code
-    return worst
+            codes.append(int(ExitCode.CHECK_FAILED))
+    return worst_exit_code(codes)

@@ -26,7 +26,7 @@ from rlm_cli.commands.options import (
     run_options,
     use_color,
 )
-from rlm_cli.errors import PartialAnswerError, UsageError
+from rlm_cli.errors import PartialAnswerError, UsageError, worst_exit_code
 from rlm_cli.events import is_type
 
 
@@ -180,7 +180,7 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
                                 on_result=lambda r: write(batch.result_document(r, session.level), r))
         ui.close()
     finish()
-    code = batch.worst_exit_code([r.exit_code for r in results])
+    code = worst_exit_code([r.exit_code for r in results])
     partial = sum(1 for r in results if isinstance(r.error, PartialAnswerError))
     failed = sum(1 for r in results if r.error is not None) - partial
     ui.summary({"iterations": sum(_iterations(r) for r in results), "usage": session.usage.summary(),

@@ -4,12 +4,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.errors import PartialAnswerError
 from rlm_cli.output.answer import json_text
 from rlm_cli.output.formats import Format, Report, deliver, render_answer
+
+if TYPE_CHECKING:
+    from rlm_cli.output.findings import AuditReport
 
 
 def answer_format(json_out: bool) -> Format:
@@ -78,10 +83,11 @@ def emit_partial(exc: PartialAnswerError, ui: Any, fmt: Format, settings: Any, e
 
 
 
-def audit_reports(*, junit: Any, sarif: Any, github: bool, json_out: bool, output: Any) -> list[Report]:
+def audit_reports(*, junit: Any, sarif: Any, github: bool, json_out: bool, output: Any,
+                  codequality: Any = None) -> list[Report]:
     """The reports ``rlm audit`` was asked for, their files checked before the run: ``--junit``,
-    ``--sarif``, ``--json`` (to ``--output`` FILE or stdout) and ``--github``'s workflow
-    commands (stdout).
+    ``--sarif``, ``--codequality``, ``--json`` (to ``--output`` FILE or stdout) and ``--github``'s
+    workflow commands (stdout).
 
     Raises:
         UsageError: a file that cannot be written, ``--output`` without ``--json``, or two
@@ -91,13 +97,14 @@ def audit_reports(*, junit: Any, sarif: Any, github: bool, json_out: bool, outpu
     from rlm_cli.output.outfile import check_writable
 
     if output is not None and not json_out:
-        raise UsageError("--output is where the --json document goes: add --json", hint="reports take --junit FILE "
-                                                                                       "and --sarif FILE")
+        raise UsageError("--output is where the --json document goes: add --json",
+                         hint="reports take --junit FILE, --sarif FILE and --codequality FILE")
     if github and json_out and output is None:
         raise UsageError("--github writes workflow commands to stdout, and so does --json",
                          hint="send the JSON document to a file: --json --output audit.json")
-    reports = [Report(f, check_writable(p, flag)) for f, p, flag in ((Format.JUNIT, junit, "--junit"),
-                                                                   (Format.SARIF, sarif, "--sarif")) if p is not None]
+    files = ((Format.JUNIT, junit, "--junit"), (Format.SARIF, sarif, "--sarif"),
+             (Format.CODEQUALITY, codequality, "--codequality"))
+    reports = [Report(f, check_writable(p, flag)) for f, p, flag in files if p is not None]
     if json_out:
         INVOCATION.output_path = None if output is None else check_writable(output)
         reports.append(Report(Format.JSON, INVOCATION.output_path))
@@ -106,24 +113,29 @@ def audit_reports(*, junit: Any, sarif: Any, github: bool, json_out: bool, outpu
     return reports
 
 
-def deliver_audit(doc: dict[str, Any], reports: list[Report], ui: Any) -> None:
-    """Write each report of an audit document (``audit-result.v1``), and with ``--github`` the
-    job summary when ``GITHUB_STEP_SUMMARY`` names a file."""
+def deliver_audit(report: AuditReport, reports: list[Report], ui: Any) -> None:
+    """Write each report of an audit (each rendered from the typed ``report`` by its module of
+    ``rlm_cli.output.reports``), and with ``--github`` the job summary when
+    ``GITHUB_STEP_SUMMARY`` names a file."""
     import os
     from pathlib import Path
 
     from rlm_cli import __version__
-    from rlm_cli.output import audit_reports
-    from rlm_cli.output.answer import json_text
+    from rlm_cli.audit.run import audit_document
     from rlm_cli.output.formats import append
+    from rlm_cli.output.reports import codequality, github, junit, sarif
+    from rlm_cli.output.reports.text import strict_json
+    from rlm_cli.output.workflow_guard import own_commands
 
-    render = {Format.JUNIT: audit_reports.junit_text, Format.JSON: json_text,
-              Format.SARIF: lambda d: audit_reports.sarif_text(d, __version__),
-              Format.GITHUB: audit_reports.github_commands}
-    for report in reports:
-        deliver_report(render[report.format](doc), report, ui)
-        if report.format is Format.GITHUB and os.environ.get("GITHUB_STEP_SUMMARY"):
-            append(audit_reports.summary_markdown(doc), Path(os.environ["GITHUB_STEP_SUMMARY"]))
+    render: dict[Format, Callable[[AuditReport], str]] = {
+        Format.JUNIT: junit.junit_text, Format.JSON: lambda r: strict_json(audit_document(r)),
+        Format.SARIF: lambda r: sarif.sarif_text(r, __version__), Format.GITHUB: github.github_commands,
+        Format.CODEQUALITY: codequality.codequality_text}
+    for out in reports:
+        with own_commands() if out.format is Format.GITHUB else contextlib.nullcontext():  # --github's own ::
+            deliver_report(render[out.format](report), out, ui)
+        if out.format is Format.GITHUB and os.environ.get("GITHUB_STEP_SUMMARY"):
+            append(github.summary_markdown(report), Path(os.environ["GITHUB_STEP_SUMMARY"]))
 
 
 def deliver_estimate(doc: dict[str, Any], fmt: Format, ui: Any) -> None:

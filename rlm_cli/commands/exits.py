@@ -49,7 +49,8 @@ def run(app: Callable[[], Any], closed: set[str] | frozenset[str] = frozenset())
                              hint="cd to an existing folder and run the command again") from None
         _check_stdout(closed)
         watch.start()
-        INVOCATION.start_host_early(sys.argv[1:])
+        if INVOCATION.early_host is None:  # not started yet by commands.launch
+            INVOCATION.start_host_early(sys.argv[1:])
         rv = app()
         # Non-standalone typer turns Ctrl-C into a returned 130 (and typer.Exit into its code).
         if rv == ExitCode.INTERRUPTED:

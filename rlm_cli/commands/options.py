@@ -127,6 +127,8 @@ RetriesOpt = Annotated[int | None, opt("--retries", section=BUDGETS, min=0, meta
 RequestTimeoutOpt = Annotated[float | None, opt("--request-timeout", section=BUDGETS, min=0.1, metavar="SECONDS",
                                                 help="Time per model call (300).")]
 NoLlmCacheOpt = Annotated[bool, opt("--no-llm-cache", section=BUDGETS, help="Neither read nor write cached replies.")]
+NoPromptCacheOpt = Annotated[bool, opt("--no-prompt-cache", section=BUDGETS,
+                                       help="Mark no prompt-cache breakpoints (Claude).")]
 SandboxOpt = Annotated[str | None, opt("--sandbox", section=SANDBOX, metavar="LEVEL", complete=choice("sandbox"),
                                        help="auto|bwrap|sandbox-exec|process|none")]
 CellTimeoutOpt = Annotated[float | None, opt("--cell-timeout", section=SANDBOX, min=1, metavar="SECONDS",
@@ -155,6 +157,7 @@ RUN_FLAGS: dict[str, tuple[Any, Any]] = {
     "max_cost": (MaxCostOpt, None), "max_tokens": (MaxTokensOpt, None), "max_sub_calls": (MaxSubCallsOpt, None),
     "timeout": (TimeoutOpt, None), "max_concurrency": (ConcurrencyOpt, None), "retries": (RetriesOpt, None),
     "request_timeout": (RequestTimeoutOpt, None), "no_llm_cache": (NoLlmCacheOpt, False),
+    "no_prompt_cache": (NoPromptCacheOpt, False),
     "sandbox": (SandboxOpt, None), "cell_timeout": (CellTimeoutOpt, None), "memory_limit": (MemoryOpt, None),
     **CORPUS_FLAGS,
     "trace": (TraceOpt, None),
@@ -204,6 +207,7 @@ class RunFlags(CorpusFlags):
         memory_limit, no_llm_cache = flags.pop("memory_limit"), flags.pop("no_llm_cache")
         flags["memory_limit"] = None if memory_limit is None else parse_size(memory_limit, "--memory-limit")
         flags["llm_cache"] = False if no_llm_cache else None
+        flags["prompt_cache"] = False if flags.pop("no_prompt_cache") else None
         settings = config.resolve(flags)
         settings.corpus = corpus
         return settings

@@ -95,10 +95,6 @@ class Verdict:
     answer: str | None = None
     waived: bool = False
 
-    @property
-    def accepted(self) -> bool:
-        return self.action != SEND_BACK
-
 
 ACCEPT = Verdict(ACCEPT_ACTION)
 

@@ -272,11 +272,35 @@ def location_parts(item: Any) -> tuple[str, int, int] | None:
     return m.group("path").strip(), start, int(m.group("end") or start)
 
 
+#: A line reference ending a location in a text answer (``:12``, ``:3-5``, ``#L4-L9``), before a separator.
+_LINE_REF = re.compile(r"(?::|#L)\d+(?:-L?\d+)?(?=$|[\s,;])")
+_SEPARATORS = " \t\r\n,;"
+
+
+def _text_locations(t: str, locator: Locator) -> list[str] | None:
+    """The locations of a text answer whose file names may hold commas, semicolons, colons or
+    spaces (``comma,colon;name.py:4, a b.py:2``): each line reference ends a location, and the text
+    since the one before (separators trimmed) is its path, kept whole when it names a corpus file
+    (or holds no separator); ``None`` when the text is not such a list."""
+    items: list[str] = []
+    pos = 0
+    for m in _LINE_REF.finditer(t):
+        path = t[pos:m.start()].strip(_SEPARATORS)
+        if not path or (locator.find(path) is None and any(c in path for c in _SEPARATORS)):
+            return None
+        items.append(path + m.group())
+        pos = m.end()
+    return items if items and not t[pos:].strip(_SEPARATORS) else None
+
+
 def _locations(t: str, lines: Mapping[str, int]) -> TypedValue:
     items = _as_list(t)
     if items is None:
         words = [w for w in re.split(r"[\n,;]\s*|\s+", t) if w.strip()]
-        if t.strip() and all(location_parts(w) for w in words):
+        by_name = _text_locations(t, Locator(lines))
+        if by_name is not None:
+            items = by_name
+        elif t.strip() and all(location_parts(w) for w in words):
             items = list(words)
         elif t.strip().lower().rstrip(".") in ("none", "[]", ""):
             items = []

@@ -86,7 +86,8 @@ class ModelClient(Pricing, Sending):
     def __init__(self, settings: Settings, usage: Usage | None = None, budget: Budget | None = None, *,
                  cache: LLMCache | None = None, notify: Notify | None = None,
                  started: float | None = None, backend: Backend | None = None,
-                 limiter: AdaptiveLimiter | None = None, windows: dict[str, tuple[int, str]] | None = None) -> None:
+                 limiter: AdaptiveLimiter | None = None, windows: dict[str, tuple[int, str]] | None = None,
+                 said: set[str] | None = None) -> None:
         self.settings = settings
         self.usage = usage or Usage()
         self.budget = budget or Budget(settings, self.usage, started=started)
@@ -101,7 +102,8 @@ class ModelClient(Pricing, Sending):
         self._router_models: dict[str, str] | None = None
         self._info_lock = threading.Lock()
         self._windows: dict[str, tuple[int, str]] = dict(windows or {})
-        self._warned: set[str] = set()
+        #: Warnings said once (shared by the questions of a session: once per run, not per question).
+        self.said: set[str] = set() if said is None else said
         self._seen: dict[str, int] = {}
         self._prices: dict[str, tuple[float, float] | None] = {}
         #: Per model: the largest ratio of a provider's input count to tiktoken's seen in this run.
@@ -188,7 +190,7 @@ class ModelClient(Pricing, Sending):
         started = time.monotonic()
         key = None
         if self.cache is not None:
-            base = None if self._uses_router(model) else self.settings.api_base
+            base = None if self._uses_router(model) else self._destination(model)[0]
             params = self._cache_params(model, temperature)
             key = LLMCache.key(model, messages, api_base=base, params=params)
             with self._info_lock:  # the n-th identical request of a run replays the n-th answer
@@ -224,7 +226,8 @@ class ModelClient(Pricing, Sending):
                 self._say(f"the reply of {model} was {answer.chars:,} characters; only the first "
                           f"{MAX_REPLY_CHARS:,} were kept")
             record = landed = CallRecord(model, role, depth, tin, tout, cost, time.monotonic() - started,
-                                         attempts=attempts)
+                                         attempts=attempts, cache_read_tokens=answer.cache_read_tokens,
+                                         cache_write_tokens=answer.cache_write_tokens)
         except CallFailed:
             raise  # the provider answered with a failure: failed_calls counts it
         except BaseException:  # the run stopped before its answer (--timeout, Ctrl-C): Flight.end
@@ -271,7 +274,7 @@ class ModelClient(Pricing, Sending):
 
     def _say_once(self, key: str, message: str) -> None:
         with self._info_lock:
-            first = key not in self._warned
-            self._warned.add(key)
+            first = key not in self.said
+            self.said.add(key)
         if first:
             self._say(message)

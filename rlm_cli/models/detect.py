@@ -309,3 +309,13 @@ def price_known(litellm: Any, model: str) -> bool:
     if not info or info.get("input_cost_per_token") is None:
         return False
     return str(info.get("key")) in (litellm.model_cost if _bundled_keys is None else _bundled_keys)
+
+
+def missing_keys(litellm: Any, model: str) -> list[str]:
+    """The environment variables litellm's ``validate_environment`` says ``model`` lacks
+    (``["OPENAI_API_KEY"]``; ``[]`` when it has what it needs or litellm cannot tell)."""
+    try:
+        found = litellm.validate_environment(model=model)
+    except Exception:  # noqa: BLE001 - a model litellm cannot place: its call says why
+        return []
+    return [str(name) for name in (found or {}).get("missing_keys") or []]

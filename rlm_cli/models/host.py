@@ -27,7 +27,8 @@ Channels:
   parent sends ``{"token", "op", ...}`` with ``op`` one of ``complete`` (``request``,
   ``router_config``, ``stream``, ``deadline_in``: seconds left before the reply must be whole,
   ``scope``: the command, which has a Router of its own), ``facts`` (``model``), ``prices``
-  (``model``) or ``router`` (``router_config``, ``scope``). A ``complete`` reply is zero or more
+  (``model``), ``keys`` (``model``: the variables litellm says it lacks) or ``router``
+  (``router_config``, ``scope``). A ``complete`` reply is zero or more
   ``{"piece": text}`` frames (streamed text as it arrives), then ``{"ok": true, "answer": {...}}``
   (``backend.Answer``) or ``{"ok": false, "error": {names, status, message, headers}}`` (a
   provider error, raised by the parent as ``RemoteCallError``), ``{"ok": false, "usage": msg}``
@@ -252,6 +253,14 @@ class HostBackend:
         with self._lock:
             self._prices[model] = known
         return known
+
+    def missing_keys(self, model: str) -> list[str]:
+        """The variables litellm's ``validate_environment`` says ``model`` lacks in the host's
+        environment (this command's: ``detect.missing_keys``); ``[]`` from a host that predates it."""
+        try:
+            return [str(n) for n in self._call({"op": "keys", "model": model}).get("missing") or []]
+        except RemoteCallError:  # a shared host of an older rlm: "unknown op"
+            return []
 
     def router_groups(self, router_config: str | Path | None) -> dict[str, str]:
         """The Router's ``{model group: first deployment's model}``, built in the host.

@@ -175,6 +175,10 @@ class _Host:
             if op == "prices":
                 got = self.backend.prices(str(request.get("model")))
                 return {"ok": True, "prices": None if got is None else list(got)}
+            if op == "keys":
+                from rlm_cli.models import detect
+
+                return {"ok": True, "missing": detect.missing_keys(self.backend.load(), str(request.get("model")))}
             if op == "router":
                 groups = self.backend.router_groups(request.get("router_config"), scope=request.get("scope"))
                 return {"ok": True, "groups": groups}

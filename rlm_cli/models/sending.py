@@ -17,6 +17,7 @@ from rlm_cli.config import Settings
 from rlm_cli.errors import BudgetExceededError, RLMError
 from rlm_cli.models.backend import Answer, Backend
 from rlm_cli.models.budget import Budget, Reservation
+from rlm_cli.models.caching import needs_breakpoints, with_breakpoints
 from rlm_cli.models.estimate import Estimate
 from rlm_cli.models.failures import (
     CallFailed,
@@ -27,6 +28,7 @@ from rlm_cli.models.failures import (
     http_status,
     retry_after_s,
 )
+from rlm_cli.models.keys import key_travels
 from rlm_cli.models.limiter import AdaptiveLimiter
 from rlm_cli.models.usage import Usage
 
@@ -87,6 +89,9 @@ class Sending:
     def _uses_router(self, model: str) -> bool:
         raise NotImplementedError  # models.client
 
+    def router_models(self) -> dict[str, str]:
+        raise NotImplementedError  # models.client
+
     def _say(self, message: str) -> None:
         raise NotImplementedError  # models.client
 
@@ -106,6 +111,8 @@ class Sending:
             CallFailed: the request failed for good (see :meth:`_retry_delay`).
             BudgetExceededError: a budget is spent (checked before each attempt).
         """
+        if not gated and self.settings.prompt_cache and needs_breakpoints(self.router_models().get(model, model)):
+            messages = with_breakpoints(messages)  # a root call to a provider that caches only marked prefixes
         tries = Tries()
         while True:
             self.budget.check(counted=gated)  # a sub-call's attempts spend the one sub-call it was granted
@@ -157,6 +164,9 @@ class Sending:
             if remaining is not None and remaining <= 0:
                 self.budget.check(counted=gated)  # --timeout passed during the attempt: no retry, none counted
             self.usage.count("retries")
+            if self.notify:  # a slow or failing provider is never silent (issue 48: 3 retries said nothing)
+                what = failure_words(done.error, model, self.settings.api_base, timeout)[0]
+                self.notify(f"model {model}: {what}; retrying (attempt {tries.attempts + 1}) in {delay:.0f} s")
             if on_delta is not None and any(shown):
                 on_delta(None)  # whatever was shown of this attempt is void: it is asked again
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
@@ -267,12 +277,21 @@ class Sending:
             sampling["max_tokens"] = max(1, max_output)
         request: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout,
                                    "sampling": sampling}
-        if self.settings.api_base:
-            request["api_base"] = self.settings.api_base
-        key = self.settings.effective_api_key
+        base, key = self._destination(model)
+        if base:
+            request["api_base"] = base
         if key:
             request["api_key"] = key
         return request
+
+    def _destination(self, model: str) -> tuple[str | None, str | None]:
+        """``(api_base, api_key)`` a request for ``model`` carries: the invoker's, only when they
+        are meant for it (``models.keys.key_travels``: the root or sub-model, or their provider);
+        ``(None, None)`` for any other model, which litellm sends to its own provider."""
+        s = self.settings
+        if not key_travels(model, (s.model, s.effective_sub_model)):
+            return None, None
+        return s.api_base, s.effective_api_key
 
     def _router_file(self, model: str) -> str | None:
         """The ``--router-config`` file when ``model`` is one of its model groups, else ``None``."""

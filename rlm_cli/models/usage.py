@@ -16,7 +16,8 @@ class CallRecord:
     """One model answer: who asked, tokens in/out, cost in USD (``None`` if unknown), seconds.
 
     A ``cached`` record was replayed from the response cache: nothing was sent, so its tokens
-    and cost are 0.
+    and cost are 0. ``cache_read_tokens``/``cache_write_tokens``: of ``input_tokens``, those the
+    provider served from its prompt cache and those it wrote to it (``models.caching``).
     """
 
     model: str
@@ -31,6 +32,8 @@ class CallRecord:
     #: Sent, but the run stopped before its answer came (``--timeout``, another budget, Ctrl-C):
     #: the provider got it; its tokens and cost are not known (counted 0).
     abandoned: bool = False
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 @dataclass
 class Usage:
@@ -106,7 +109,9 @@ class Usage:
     def summary(self) -> dict[str, Any]:
         """``{"by_model": {model: G}, "root": G, "sub": G, "total_tokens", "cost_usd", "cached_calls",
         "retries", "rate_limited", "failed_calls", "refused_oversized", "concurrency"}`` where each group ``G`` is
-        ``{"calls", "cached_calls", "input_tokens", "output_tokens", "cost_usd", "latency_s"}``
+        ``{"calls", "cached_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+        "output_tokens", "cost_usd", "latency_s"}`` (the cache tokens: of ``input_tokens``, those
+        the provider's prompt cache served and those written to it)
         plus ``abandoned_calls`` when some were (sent, not answered before the run stopped: in
         ``calls``, with no tokens or cost counted); ``cost_usd`` is ``None`` (JSON null) when a
         price is unknown, never a made-up zero."""
@@ -119,6 +124,8 @@ class Usage:
             costs = [r.cost_usd for r in rows]
             group = {"calls": len(rows) + up, "cached_calls": sum(1 for r in rows if r.cached),
                      "input_tokens": sum(r.input_tokens for r in rows),
+                     "cache_read_tokens": sum(r.cache_read_tokens for r in rows),
+                     "cache_write_tokens": sum(r.cache_write_tokens for r in rows),
                      "output_tokens": sum(r.output_tokens for r in rows),
                      "cost_usd": None if any(c is None for c in costs) else round(sum(c or 0 for c in costs), 6),
                      "latency_s": round(sum(r.latency_s for r in rows), 3)}

@@ -10,6 +10,9 @@ Written by the core (standard library only, never rich, never printing):
 * ``sources``: what a run looked at and which ranges its answer cites.
 * ``documents``: the ``--json`` documents (an answer, a partial answer, an error) and ``--cite``.
 * ``outfile``: ``--output FILE`` checked early and written atomically.
+* ``findings``: the typed audit report and finding record (check, path, region, fingerprint,
+  baseline state, suppression) that every ``rlm audit`` report reads; ``reports``: one module
+  per report format (JUnit, SARIF, workflow commands and job summary, GitLab Code Quality).
 
 Drawn or written by the commands (only these import rich, and nothing in the core imports them):
 

@@ -40,9 +40,13 @@ def json_text(doc: Any, *, line: bool = False) -> str:
     UTF-8 characters kept, newline-terminated, and RFC 8259 whatever it holds: a float JSON cannot
     hold (``NaN``, ``Infinity``) is ``null``, a lone surrogate (:data:`~rlm_cli.output.text.SURROGATE`)
     is kept as its ``\\uXXXX`` escape (it reads back as the same string), an object JSON does not
-    know is its ``str()``. The one place rlm turns a document into JSON text."""
+    know is its ``str()``. The one place rlm turns a document into JSON text. Under GitHub Actions
+    a ``##[`` in a string is written ``#\\u0023[``: the same value, and no runner command in the log
+    (``output.workflow_guard``; outside strings JSON has no ``#``)."""
+    from rlm_cli.output.workflow_guard import json_for_runner
+
     text = json.dumps(_finite(doc), ensure_ascii=False, indent=None if line else 2, default=str, allow_nan=False)
-    return SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
+    return json_for_runner(SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 
 def json_value(value: Any) -> Any:
@@ -113,8 +117,10 @@ def _drop_stdout() -> None:
 
 
 def _write_stdout(text: str) -> None:
+    from rlm_cli.output.workflow_guard import for_stream
+
     out = sys.stdout
-    text = encodable(for_stdout(text, out))
+    text = encodable(for_stream(for_stdout(text, out), out))  # under GitHub Actions: no runner command (issue 47)
     out.flush()
     buf = getattr(out, "buffer", None)
     if buf is None:  # a text-only stream (a test's StringIO)
@@ -135,7 +141,8 @@ def summary_line(data: dict[str, Any]) -> str:
     between the root model and sub-calls (:func:`~rlm_cli.output.text.money`: "unknown" when a model is
     not priced; "no calls" for a group without a completed call, "none" for a run without one:
     abandoned calls, sent and never answered, are not completed),
-    cache hits, retries, calls that failed after their retries, time.
+    the share of the input the provider served from its prompt cache, response-cache hits,
+    retries, calls that failed after their retries, time.
     ``data`` is an ``rlm ask --json`` document (``iterations``, ``sub_calls``, ``usage``,
     ``elapsed_s``; each may be missing)."""
     usage = data.get("usage") or {}
@@ -149,6 +156,10 @@ def summary_line(data: dict[str, Any]) -> str:
 
     extra = "".join(f", {usage[k]} {label}" for k, label in (
         ("cached_calls", "cached"), ("retries", "retries"), ("failed_calls", "failed calls")) if usage.get(k))
+    read = sum(int(g.get("cache_read_tokens", 0) or 0) for g in (root, sub))
+    total_in = sum(int(g.get("input_tokens", 0) or 0) for g in (root, sub))
+    if read and total_in:  # the provider's own prompt cache (models.caching), not rlm's response cache
+        extra = f"; {read / total_in:.0%} of the input ({read:,} tokens) served from the provider's prompt cache{extra}"
     n, subs = int(data.get("iterations", 0) or 0), int(data.get("sub_calls", 0) or 0)
     calls = completed_calls(usage)
     costs = (f"cost {money(usage.get('cost_usd'))} (root {cost(root.get('cost_usd'), root)}, "

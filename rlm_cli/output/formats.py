@@ -3,7 +3,7 @@
 A command's outputs are :class:`Report` values: a :class:`Format` and where it goes (a file, or
 stdout when ``path`` is ``None``). :func:`render_answer` turns an ``rlm ask`` document into the
 text of its format (the plain answer, or the ``--json`` document); ``rlm audit``'s reports are
-rendered by ``rlm_cli.output.audit_reports``. :func:`deliver` writes any of them: to stdout
+rendered by ``rlm_cli.output.reports`` (one module per format). :func:`deliver` writes any of them: to stdout
 whole (``answer.write_text``), or to a file atomically (``outfile.write_atomic``), so a reader
 never sees half a report and a failure leaves nothing behind.
 """
@@ -29,8 +29,8 @@ class Format(enum.Enum):
     SARIF = "sarif"
     #: GitHub Actions workflow commands (``rlm audit --github``): annotations, on stdout.
     GITHUB = "github"
-    #: A Markdown table (``rlm audit --github``'s job summary, appended to ``GITHUB_STEP_SUMMARY``).
-    MARKDOWN = "markdown"
+    #: GitLab Code Quality JSON (``rlm audit --codequality``): an issue per finding.
+    CODEQUALITY = "codequality"
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,6 @@ class Report:
 
     format: Format
     path: Path | None = None
-
-    @property
-    def to_stdout(self) -> bool:
-        """Whether it goes to stdout."""
-        return self.path is None
 
 
 def render_answer(doc: dict[str, Any], fmt: Format, cite: bool = False) -> str:

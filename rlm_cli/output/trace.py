@@ -190,7 +190,9 @@ class TraceWriter:
         except OSError as exc:
             raise UsageError(f"cannot write the trajectory {path}: {exc.strerror or exc}",
                              hint="choose another --trace FILE") from None
-        self._fh: IO[str] | None = os.fdopen(fd, "a", encoding="utf-8")
+        # A lone surrogate (from a corpus file's \ud800 escape, say) cannot be UTF-8: it is written as
+        # its JSON escape, which reads back as the same string.
+        self._fh: IO[str] | None = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
         self._lock = threading.Lock()
 
     def write(self, ev: Mapping[str, Any]) -> None:

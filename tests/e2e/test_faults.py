@@ -37,10 +37,8 @@ def _corpus(tmp_path: Path, text: str = "the secret is 42\n", name: str = "notes
 def test_an_endless_stream_ends_at_request_timeout(tmp_path: Path, llm: FakeLLM) -> None:
     """A root reply streamed for ever (only --timeout stopped it before) ends at --request-timeout."""
     llm.script("root", Reply(text="more and more ", endless=True, stream_delay_s=0.01))
-    started = time.monotonic()
     res = run_rlm("ask", str(_corpus(tmp_path)), "q?", *model_flags(llm), "--request-timeout", "1.5",
-                  "--retries", "0", "--no-llm-cache", timeout=60)
-    assert time.monotonic() - started < 30
+                  "--retries", "0", "--no-llm-cache", timeout=60)  # an endless stream would pass 60 s
     assert res.code == 4, res.stderr
     assert "did not end within --request-timeout (1.5 s)" in res.stderr and "Traceback" not in res.stderr
 
@@ -60,9 +58,7 @@ def test_loading_stops_at_timeout_on_a_pathological_gitignore(tmp_path: Path, ll
     (root / ".gitignore").write_text(PATHOLOGICAL + "\n")
     for i in range(3):
         (root / ("a" * 40 + f"{i}.txt")).write_text("x\n")
-    started = time.monotonic()
     res = run_rlm("ask", str(root), "q?", *model_flags(llm), "--timeout", "1.5", "--no-cache", timeout=60)
-    assert time.monotonic() - started < 20
     assert res.code == 6, res.stderr
     assert "time budget reached while loading the corpus" in res.stderr
     assert llm.requests == []
@@ -79,10 +75,8 @@ def test_an_ignore_file_that_matches_too_slowly_is_an_error_naming_it(tmp_path: 
     (root / "sub" / ".gitignore").write_text(PATHOLOGICAL + "\n")
     for i in range(3):
         (root / "sub" / ("a" * 40 + f"{i}.txt")).write_text("x\n")
-    started = time.monotonic()
     with pytest.raises(UsageError, match=r"ignore rules of sub/\.gitignore took over 0\.4 s") as info:
-        discover([str(root)], CorpusOptions(), LoadReport())
-    assert time.monotonic() - started < 5
+        discover([str(root)], CorpusOptions(), LoadReport())  # uncapped, it would pass the test's 60 s timeout
     assert "--no-ignore" in (info.value.hint or "")
     (root / "sub" / ".gitignore").write_text("*.log\n")  # an ordinary one is no trouble
     assert len(discover([str(root)], CorpusOptions(), LoadReport())) == 3

@@ -133,3 +133,14 @@ def test_settle_reports_the_value_drops_and_ill_typed_answers() -> None:
     value = settle("maybe", spec("bool"), events.append)
     assert value is not None and value.value is None
     assert events[0]["ok"] is False and "its value is null" in events[1]["message"]
+
+
+def test_a_text_answer_keeps_file_names_with_commas_colons_semicolons_and_spaces() -> None:
+    """Issue 47: ``a,b.py:4`` named one corpus file, and was split into two locations."""
+    names = {"svc/comma,colon;name.py": 9, "svc/sp ace %41 #x.py": 9, "svc/a:b.py": 9, "svc/uni-é-中.py": 9}
+    got = parse_value("svc/comma,colon;name.py:4, svc/sp ace %41 #x.py:2-3; svc/a:b.py:1\nsvc/uni-é-中.py:9",
+                      AnswerSpec("locations", names))
+    assert got.ok and got.value == ["svc/comma,colon;name.py:4", "svc/sp ace %41 #x.py:2-3", "svc/a:b.py:1",
+                                    "svc/uni-é-中.py:9"] and not got.dropped
+    # a name that is no corpus file and holds a separator is not read as one: prose stays prose
+    assert parse_value("see svc/a:b.py:1", AnswerSpec("locations", names)).value is None

@@ -68,15 +68,12 @@ def test_batch_of_64_runs_16_at_a_time_and_keeps_order(llm: FakeLLM, rig_factory
     llm.default("sub", Reply(text=echo, delay_s=0.5))
     rig = rig_factory()
     rig.worker.llm_query("warm up")  # litellm import and first connection are not what we measure
-    started = time.monotonic()
     answers = rig.worker.llm_query_batched([f"p{i}" for i in range(64)])
-    elapsed = time.monotonic() - started
     assert answers == [f"ans:p{i}" for i in range(64)]
-    assert llm.max_in_flight == 16  # the cap is reached and never passed
-    # Ideal: 64 / 16 x 0.5 s = 2 s. litellm costs ~10-15 ms of CPU per call, which a loaded
-    # 2-core test machine serialises (so 16 calls need ~0.25 s to all be in flight: the delay is
-    # longer than that); anything near sequential (32 s) or 4-wide (8 s) fails.
-    assert elapsed < 5.5, f"64 sub-calls took {elapsed:.2f} s"
+    # The cap is reached and never passed: 16 at a time, counted by the server (not timed: a
+    # sequential or 4-wide batch never has 16 in flight). Each reply takes 0.5 s, longer than a
+    # loaded 2-core machine needs to put 16 calls in flight (~10-15 ms of litellm CPU each).
+    assert llm.max_in_flight == 16
     assert rig.client.usage.sub_calls == 65
 
 
@@ -122,8 +119,7 @@ def test_429_with_retry_after_then_500_then_success(llm: FakeLLM, rig_factory: A
     assert rig.worker.llm_query("q") == "finally"
     elapsed = time.monotonic() - started
     assert len(llm.chat_requests("sub")) == 3
-    assert elapsed >= 1.0  # Retry-After honoured
-    assert elapsed < 4.0
+    assert elapsed >= 1.0  # Retry-After honoured (the attempts are counted below, not timed)
     s = rig.client.usage.summary()
     assert s["retries"] == 2 and s["rate_limited"] == 1
     assert rig.client.usage.records[-1].attempts == 3
@@ -132,13 +128,11 @@ def test_429_with_retry_after_then_500_then_success(llm: FakeLLM, rig_factory: A
 def test_hang_past_request_timeout_is_retried_then_reported(llm: FakeLLM, rig_factory: Any) -> None:
     llm.script("sub", Reply(text="late", delay_s=2.0), Reply(text="late", delay_s=2.0))
     rig = rig_factory(request_timeout=0.3, retries=1)
-    started = time.monotonic()
     answer = rig.worker.llm_query("q")
-    elapsed = time.monotonic() - started
+    # Two 0.3 s timeouts, not the server's 2 s: had a reply been waited for, it would be "late".
     assert answer.startswith("Error: model openai/sub:")
     assert "timed out" in answer.lower() and "after 2 attempts" in answer
     assert len(llm.chat_requests("sub")) == 2
-    assert elapsed < 1.9  # two 0.3 s timeouts and one backoff, not the server's 2 s
     llm.default("sub", "ok")
     assert rig.worker.llm_query("again") == "ok"  # a failed prompt does not stop later ones
 
@@ -461,10 +455,11 @@ def test_the_time_budget_stops_a_slow_stream(llm: FakeLLM) -> None:
 
     llm.script("root", Reply("x" * 200, stream_chunk_chars=4, stream_delay_s=0.1))  # 5 s in all
     client = ModelClient(settings_for(llm, timeout=1.0))
-    started = time.monotonic()
+    shown, on_delta = _collect()
     with pytest.raises(BudgetExceededError) as info:
-        client.complete(MSG, model="openai/root", role="root", on_delta=lambda _: None)
-    assert info.value.budget == "timeout" and time.monotonic() - started < 3.5
+        client.complete(MSG, model="openai/root", role="root", on_delta=on_delta)
+    # cut mid-stream (counted in characters, not timed): the whole reply would be 200 characters
+    assert info.value.budget == "timeout" and len("".join(p for p in shown if p)) < 200
 
 
 def test_streamed_replies_are_cached_and_replayed_whole_with_unknown_cost_kept(llm: FakeLLM, tmp_path: Path) -> None:

@@ -246,3 +246,17 @@ def test_a_recorded_trajectory_rebuilds_byte_identically_from_the_vocabulary(tmp
         rebuilt.update({k: ev[k] for k in stamped if k in ev})
         assert json.dumps(rebuilt, ensure_ascii=False, default=str) == line
     assert {json.loads(line)["type"] for line in lines} >= {"header", "corpus", "sub_call", "recursion", "summary"}
+
+
+def test_a_lone_surrogate_is_written_as_its_json_escape_and_reads_back(tmp_path: Path) -> None:
+    """A corpus file's ``"\\ud800"`` reaches events (a prompt, an output); it cannot be UTF-8, so the
+    trajectory line carries its JSON escape instead of crashing the run (issue 47)."""
+    from rlm_cli.output.trace import TraceWriter
+
+    path = tmp_path / "t.jsonl"
+    writer = TraceWriter(path)
+    writer.write({"type": "x", "text": "a\ud800b é"})
+    writer.close()
+    raw = path.read_bytes()
+    assert b"\\ud800" in raw and "é".encode() in raw
+    assert json.loads(raw)["text"] == "a\ud800b é"

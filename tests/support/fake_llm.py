@@ -63,6 +63,8 @@ class Reply:
     no_choices: bool = False
     #: A 200 whose one choice has a message (or deltas) without ``content``.
     no_content: bool = False
+    #: ``usage.prompt_tokens_details.cached_tokens`` to report (the input served from the prompt cache).
+    cached_tokens: int | None = None
 
 
 #: A 200 body that is not JSON at all (a captive portal, a misrouted proxy), streamed or not.
@@ -100,6 +102,11 @@ class FakeLLM:
         #: ``(model, prompt_tokens, completion_tokens)`` of every reply sent with status 200, as the
         #: server counted them (what a provider would bill), whether or not it sent ``usage``.
         self.billed: list[tuple[str, int, int]] = []
+        #: When true, the server caches prompts as OpenAI does on its own: a request that begins
+        #: with the messages of an earlier one (at least 1,024 tokens of them) reports those
+        #: tokens as ``usage.prompt_tokens_details.cached_tokens``.
+        self.implicit_cache = False
+        self._prefixes: set[str] = set()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -213,10 +220,13 @@ class FakeLLM:
         else:
             prompt_default = max(1, sum(len(str(m.get("content", ""))) for m in messages) // 4)
             completion_default = max(1, len(text) // 4)
-        usage = {"prompt_tokens": spec.prompt_tokens if spec.prompt_tokens is not None else prompt_default,
+        usage: dict[str, Any] = {"prompt_tokens": spec.prompt_tokens if spec.prompt_tokens is not None else prompt_default,
                  "completion_tokens": spec.completion_tokens if spec.completion_tokens is not None
                  else completion_default}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        cached = spec.cached_tokens if spec.cached_tokens is not None else self._cached(messages)
+        if cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(cached, usage["prompt_tokens"])}
         with self.lock:
             self.billed.append((model, usage["prompt_tokens"], usage["completion_tokens"]))
         if req.get("stream") and not spec.no_stream:
@@ -246,8 +256,20 @@ class FakeLLM:
         handler._send(200, body, spec.headers)
 
 
+    def _cached(self, messages: list[dict[str, Any]]) -> int:
+        """Under :attr:`implicit_cache`: the tokens of the longest run of leading messages an
+        earlier request began with (4 characters a token), 0 under 1,024; remembers this one's."""
+        if not self.implicit_cache:
+            return 0
+        keys = [json.dumps(messages[:n + 1], sort_keys=True) for n in range(len(messages))]
+        sizes = list(itertools.accumulate(len(str(m.get("content", ""))) // 4 for m in messages))
+        with self.lock:
+            hit = max((n for n, k in enumerate(keys) if k in self._prefixes), default=-1)
+            self._prefixes.update(keys)
+        return sizes[hit] if hit >= 0 and sizes[hit] >= 1024 else 0
+
     def _stream(self, handler: Any, req: dict[str, Any], spec: Reply, model: str, text: str,
-                usage: dict[str, int]) -> None:
+                usage: dict[str, Any]) -> None:
         """Answer as a server-sent event stream with chunked transfer encoding."""
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
