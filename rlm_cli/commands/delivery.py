@@ -5,12 +5,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.errors import PartialAnswerError
+from rlm_cli.output.answer import json_text
 from rlm_cli.output.formats import Format, Report, deliver, render_answer
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def batch_writer(fmt: Format, cite: bool, ui: Any, total: int) -> tuple[Any, Any
             if result.error is not None:
                 ui.warning(f"question [{result.question.id}]: {result.error.message}; the answer is PARTIAL")
         if fmt is Format.JSON:
-            text = json.dumps(doc, ensure_ascii=False, default=str) + "\n"
+            text = json_text(doc, line=True)
         else:
             why = doc.get("error") or (result.error.message if result.error is not None else "")
             body = render_answer(doc, fmt, cite) if doc.get("answer") else f"(no answer: {why})\n"
