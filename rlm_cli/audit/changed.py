@@ -90,7 +90,11 @@ def changed_since(ref: str, paths: list[str]) -> Scope:
 def _corpus_paths(files: set[str], paths: list[str]) -> set[str]:
     """``files`` (absolute) as the corpus names them (``walk.discover``: relative to a single
     folder PATH; else relative to the current folder when under it, else absolute), keeping
-    only those under a PATH."""
+    only those under a PATH. A name that is not UTF-8 or holds a control character is given as
+    the corpus gives it (``corpus.links.display_text``: such bytes as U+FFFD), never with the
+    lone surrogates that no prompt or report can encode."""
+    from rlm_cli.corpus.links import display_text
+
     roots = [os.path.realpath(p) for p in paths if p != "-"]
     here = os.path.realpath(".")
     out = set()
@@ -99,9 +103,9 @@ def _corpus_paths(files: set[str], paths: list[str]) -> set[str]:
         if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
             continue
         if len(roots) == 1 and os.path.isdir(roots[0]):
-            out.add(os.path.relpath(real, roots[0]).replace(os.sep, "/"))
+            out.add(display_text(os.path.relpath(real, roots[0]).replace(os.sep, "/")))
         elif real.startswith(here.rstrip(os.sep) + os.sep):
-            out.add(os.path.relpath(real, here).replace(os.sep, "/"))
+            out.add(display_text(os.path.relpath(real, here).replace(os.sep, "/")))
         else:
-            out.add(real)
+            out.add(display_text(real))
     return out

@@ -113,16 +113,18 @@ def fingerprint(check: str, path: str, lines: Sequence[str] | None, start: int, 
     """The fingerprint of a finding of ``check`` at lines ``start``-``end`` of ``path`` (``lines``:
     the file's lines, ``None`` when they cannot be read: the line numbers stand in): the first 32
     hex digits of a SHA-256 of the check, the path and the whitespace-collapsed lines with
-    :data:`NEIGHBOURS` lines each side, then ``:`` and ``occurrence``."""
+    :data:`NEIGHBOURS` lines each side, then ``:`` and ``occurrence``. A neighbour past the
+    file's first or last line counts as a blank line, so code added after a blank line at the
+    end of a file (or above one at its start) keeps the fingerprint."""
     h = hashlib.sha256()
     for part in (check, path):
         h.update(part.encode("utf-8", "surrogatepass") + b"\0")
     if lines is None:
         h.update(f"lines {start}-{end}".encode())
     else:
-        first, last = max(1, start - NEIGHBOURS), min(len(lines), end + NEIGHBOURS)
-        for n in range(first, last + 1):
-            h.update(_normal(lines[n - 1]).encode("utf-8", "surrogatepass") + b"\n")
+        for n in range(start - NEIGHBOURS, end + NEIGHBOURS + 1):  # past an edge: a blank line
+            text = _normal(lines[n - 1]) if 1 <= n <= len(lines) else ""
+            h.update(text.encode("utf-8", "surrogatepass") + b"\n")
     return f"{h.hexdigest()[:32]}:{occurrence}"
 
 

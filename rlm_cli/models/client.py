@@ -57,6 +57,7 @@ from rlm_cli.models.estimate import Estimate, check_window, counted_tokens
 from rlm_cli.models.failures import CallFailed
 from rlm_cli.models.limiter import AdaptiveLimiter
 from rlm_cli.models.llm_cache import LLMCache
+from rlm_cli.models.messages import valid_messages
 from rlm_cli.models.pricing import Pricing
 from rlm_cli.models.sending import OnDelta, Sending
 from rlm_cli.models.usage import CallRecord, Flight, Usage
@@ -183,6 +184,7 @@ class ModelClient(Pricing, Sending):
         """
         if self.fatal is not None:
             raise self.fatal
+        messages = valid_messages(messages)
         sub = role == "sub"
         if sub:
             check_window(messages, model, self.input_window(model), self.usage)
@@ -278,3 +280,4 @@ class ModelClient(Pricing, Sending):
             self.said.add(key)
         if first:
             self._say(message)
+

@@ -23,7 +23,7 @@ def encodable(text: str) -> str:
     """``text`` with each lone surrogate (:data:`SURROGATE`) replaced by U+FFFD, so it encodes as
     UTF-8: what plain text written to stdout or a file does with one (JSON keeps it as an escape:
     ``output.answer.json_text``)."""
-    return SURROGATE.sub("\ufffd", text)
+    return text if text.isascii() else SURROGATE.sub("\ufffd", text)
 
 
 def safe_text(text: str) -> str:
