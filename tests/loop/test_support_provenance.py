@@ -139,3 +139,11 @@ def test_a_wrapped_guess_goes_back_as_a_written_one_does(tmp_path: Path, llm: Fa
     assert res.code == 7, res.stderr
     assert json.loads(res.stdout)["support"]["verdict"] == "unsupported"
     assert len(llm.chat_requests("root")) == 2
+
+
+def test_a_value_the_test_cannot_print_gives_no_provenance_not_a_crash() -> None:
+    """``str()`` of an integer of 9,000 digits raises ``ValueError`` (Python's 4,300-digit limit):
+    the test of where a value comes from must never end the run (it was an internal error)."""
+    from rlm_cli.loop.provenance import Provenance, provenance
+
+    assert provenance(["x = 10**9000\nx = x * x\nFINAL(1)\n"]) == Provenance()
