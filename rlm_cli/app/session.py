@@ -58,6 +58,7 @@ from rlm_cli.corpus.tokens import encoding
 from rlm_cli.events import TRANSIENT_TYPES, Emit, event
 from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta
+from rlm_cli.models.backend import Backend
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
@@ -86,7 +87,7 @@ class Session:
     """
 
     def __init__(self, settings: Settings, paths: list[str], *, emit: Emit, stdin_bytes: bytes | None = None,
-                 backend: Any = None, client: ModelClient | None = None, corpus: Corpus | None = None,
+                 backend: Backend | None = None, client: ModelClient | None = None, corpus: Corpus | None = None,
                  record: bool = True, conversation: bool = False, numbered: bool = False,
                  interrupt_grace_s: float = 0.0) -> None:
         self.settings = dataclasses.replace(settings)  # never written: decisions go to self.plan

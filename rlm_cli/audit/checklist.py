@@ -26,10 +26,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.errors import UsageError
 from rlm_cli.loop.typed import TYPES
+
+if TYPE_CHECKING:
+    from rlm_cli.config import Settings
+    from rlm_cli.models.backend import Backend
 
 #: The checklist read when ``--checklist`` is not given: at the root of the first PATH.
 DEFAULT_NAME = "rlm-audit.toml"
@@ -145,7 +149,7 @@ def read_checklist(path: Path) -> Checklist:
     return Checklist(path, tuple(checks))
 
 
-def admit(checklist: Checklist, settings: Any, *, allow_models: bool, max_checks: int) -> None:
+def admit(checklist: Checklist, settings: Settings, *, allow_models: bool, max_checks: int) -> None:
     """Refuse, before anything loads, a checklist the invoker did not allow: more than
     ``max_checks`` checks (``--max-checks``), or a check whose ``model`` is not one the invoker
     named (``settings.model``/``sub_model``: ``--model``, ``--sub-model``, ``RLM_MODEL``, the
@@ -176,7 +180,7 @@ def admit(checklist: Checklist, settings: Any, *, allow_models: bool, max_checks
                              "a group of --router-config), or pass --allow-checklist-models")
 
 
-def router_groups(settings: Any) -> list[str]:
+def router_groups(settings: Settings) -> list[str]:
     """The model groups of ``settings.router_config`` (``[]`` without one; read without litellm).
 
     Raises:
@@ -189,7 +193,7 @@ def router_groups(settings: Any) -> list[str]:
     return [str(d["model_name"]) for d in read_router_file(settings.router_config)[0]]
 
 
-def check_credentials(checklist: Checklist, settings: Any, backend: Any) -> None:
+def check_credentials(checklist: Checklist, settings: Settings, backend: Backend | None) -> None:
     """Check, once and before anything loads, that every model the audit will call (the root and
     sub-model as given, each check's ``model``) has a key (``models.keys.missing_credentials``).
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm_cli.app.batch import Result
-from rlm_cli.app.outcome import AskOutcome
 from rlm_cli.audit.checklist import SEVERITIES, Check
 from rlm_cli.errors import BudgetExceededError, ExitCode, PartialAnswerError
 from rlm_cli.loop.result import RunResult
@@ -116,7 +115,9 @@ def outcome_of(result: Result, kind: str) -> CheckOutcome:
                             stopped_at=stopped)
     if err is not None:
         return CheckOutcome(None, error=err.message or "the run failed", run_code=int(err.exit_code))
-    outcome: AskOutcome = result.outcome
+    outcome = result.outcome
+    if outcome is None:  # neither an outcome nor an error: not a finished run
+        return CheckOutcome(None, error="the run gave no outcome", run_code=int(ExitCode.INTERNAL))
     run: RunResult = outcome.result
     typed = run.typed
     value = run.answer if kind == "text" else (typed.value if typed is not None else None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,7 +27,13 @@ from rlm_cli.commands.options import (
     use_color,
 )
 from rlm_cli.errors import ExitCode, PartialAnswerError, UsageError, worst_exit_code
-from rlm_cli.events import is_type
+from rlm_cli.events import Emit, is_type
+
+if TYPE_CHECKING:
+    from rlm_cli.app.batch import Question, Result
+    from rlm_cli.config import Settings
+    from rlm_cli.models.host import HostBackend
+    from rlm_cli.output.ui import UI
 
 
 @run_options()
@@ -106,7 +112,7 @@ def ask(
 
 
 
-def _estimate(settings: Any, paths: list[str], questions: list[Any], host: Any, ui: Any, json_out: bool) -> None:
+def _estimate(settings: Settings, paths: list[str], questions: list[Any], host: HostBackend, ui: UI, json_out: bool) -> None:
     """``--estimate``: what the questions would cost, calling no model (``rlm_cli.app.estimate``)."""
     from rlm_cli.app.estimate import estimate
     from rlm_cli.commands.delivery import deliver_estimate
@@ -115,7 +121,7 @@ def _estimate(settings: Any, paths: list[str], questions: list[Any], host: Any, 
     deliver_estimate(doc, answer_format(json_out), ui)
 
 
-def say_setup(ui: Any, settings: Any, host: Any) -> None:
+def say_setup(ui: UI, settings: Settings, host: HostBackend) -> None:
     """The ``-v`` lines of ``ask`` and ``chat``: the sandbox level and how the model host was got."""
     from rlm_cli.app.doctor import sandbox_line
 
@@ -137,7 +143,7 @@ def _stdin_corpus(paths: list[str]) -> bytes | None:
     return sys.stdin.buffer.read()
 
 
-def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: Any, json_out: bool, cite: bool,
+def _ask_one(settings: Settings, paths: list[str], question: str, *, host: HostBackend, ui: UI, json_out: bool, cite: bool,
              started: float, verbose: bool, kind: str = "text") -> None:
     """One question, answered as ``rlm ask`` always has (one document or the answer)."""
     from rlm_cli.app import runner
@@ -162,7 +168,7 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
         raise typer.Exit(ExitCode.UNSUPPORTED)  # the answer and the verdict's line are out
 
 
-def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, ui: Any, json_out: bool,
+def _ask_many(settings: Settings, paths: list[str], listed: list[Question], *, host: HostBackend, ui: UI, json_out: bool,
               cite: bool, jobs: int, started: float, verbose: bool) -> int:
     """Several questions over one loaded corpus (``rlm_cli.app.batch``); returns the worst exit code."""
     from rlm_cli.app import batch
@@ -189,13 +195,13 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
     return code
 
 
-def _iterations(result: Any) -> int:
+def _iterations(result: Result) -> int:
     r = (result.outcome.result if result.outcome is not None
          else result.error.report.result if result.error is not None else None)
     return int(getattr(r, "iterations", 0) or 0)
 
 
-def _question_events(question: Any, ui: Any, jobs: int) -> Any:
+def _question_events(question: Question, ui: UI, jobs: int) -> Emit:
     """The event callback of one question of a list: everything on stderr when they run one at a
     time (after a header line), only warnings when several run at once."""
     if jobs <= 1:
@@ -203,7 +209,8 @@ def _question_events(question: Any, ui: Any, jobs: int) -> Any:
         return ui.on_event
 
     def warnings_only(ev: dict[str, Any]) -> None:
-        if is_type(ev, "notice") and ev.get("level") == "warning":
+        warning = is_type(ev, "notice") and ev.get("level") == "warning"
+        if warning:
             ui.on_event(ev)
     return warnings_only
 

@@ -13,7 +13,12 @@ from rlm_cli.errors import PartialAnswerError
 from rlm_cli.output.formats import Format, Report, deliver, render_answer
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rlm_cli.app.batch import Result
+    from rlm_cli.config import Settings
     from rlm_cli.output.findings import AuditReport
+    from rlm_cli.output.ui import UI
 
 
 def answer_format(json_out: bool) -> Format:
@@ -21,7 +26,8 @@ def answer_format(json_out: bool) -> Format:
     return Format.JSON if json_out else Format.TEXT
 
 
-def batch_writer(fmt: Format, cite: bool, ui: Any, total: int) -> tuple[Any, Any]:
+def batch_writer(fmt: Format, cite: bool, ui: UI, total: int) -> tuple[Callable[[dict[str, Any], Result], None],
+                                                                   Callable[[], None]]:
     """``(write(doc, result), finish())``: each question's document (a JSON line) or answer under
     a header goes to stdout as it completes, or, with ``--output``, into FILE at the end."""
     from rlm_cli.app.batch import header
@@ -29,7 +35,7 @@ def batch_writer(fmt: Format, cite: bool, ui: Any, total: int) -> tuple[Any, Any
     kept: list[str] = []
     count = [0]
 
-    def write(doc: dict[str, Any], result: Any) -> None:
+    def write(doc: dict[str, Any], result: Result) -> None:
         count[0] += 1
         if result.error is not None and not isinstance(result.error, PartialAnswerError):
             ui.error(f"question [{result.question.id}]: {result.error}")
@@ -56,20 +62,20 @@ def batch_writer(fmt: Format, cite: bool, ui: Any, total: int) -> tuple[Any, Any
 
 
 
-def deliver_answer(doc: dict[str, Any], fmt: Format, cite: bool, ui: Any) -> None:
+def deliver_answer(doc: dict[str, Any], fmt: Format, cite: bool, ui: UI) -> None:
     """The document (``--json``) or the answer (with its sources under ``--cite``) to stdout, or
     to ``--output`` atomically."""
     deliver_report(render_answer(doc, fmt, cite), Report(fmt, INVOCATION.output_path), ui)
 
 
-def deliver_report(text: str, report: Report, ui: Any) -> None:
+def deliver_report(text: str, report: Report, ui: UI) -> None:
     """``text`` (``report`` rendered) to its file atomically, said on stderr, or to stdout."""
     deliver(text, report.path)
     if report.path is not None:
         ui.info(f"wrote {report.path}")
 
 
-def emit_partial(exc: PartialAnswerError, ui: Any, fmt: Format, settings: Any, elapsed: float, *,
+def emit_partial(exc: PartialAnswerError, ui: UI, fmt: Format, settings: Settings, elapsed: float, *,
                  cite: bool = False) -> None:
     """A run stopped early: its summary on stderr, and its document (``--json``) or its partial
     answer (when it has one) delivered like a final one."""
@@ -82,8 +88,8 @@ def emit_partial(exc: PartialAnswerError, ui: Any, fmt: Format, settings: Any, e
 
 
 
-def audit_reports(*, junit: Any, sarif: Any, github: bool, json_out: bool, output: Any,
-                  codequality: Any = None) -> list[Report]:
+def audit_reports(*, junit: Path | None, sarif: Path | None, github: bool, json_out: bool, output: Path | None,
+                  codequality: Path | None = None) -> list[Report]:
     """The reports ``rlm audit`` was asked for, their files checked before the run: ``--junit``,
     ``--sarif``, ``--codequality``, ``--json`` (to ``--output`` FILE or stdout) and ``--github``'s
     workflow commands (stdout).
@@ -112,7 +118,7 @@ def audit_reports(*, junit: Any, sarif: Any, github: bool, json_out: bool, outpu
     return reports
 
 
-def deliver_audit(report: AuditReport, reports: list[Report], ui: Any) -> None:
+def deliver_audit(report: AuditReport, reports: list[Report], ui: UI) -> None:
     """Write each report of an audit (each rendered from the typed ``report`` by its module of
     ``rlm_cli.output.reports``), and with ``--github`` the job summary when
     ``GITHUB_STEP_SUMMARY`` names a file."""
@@ -135,7 +141,7 @@ def deliver_audit(report: AuditReport, reports: list[Report], ui: Any) -> None:
             append(github.summary_markdown(report), Path(os.environ["GITHUB_STEP_SUMMARY"]))
 
 
-def deliver_estimate(doc: dict[str, Any], fmt: Format, ui: Any) -> None:
+def deliver_estimate(doc: dict[str, Any], fmt: Format, ui: UI) -> None:
     """An ``estimate.v1`` document (``--estimate``): its text, or the document (``--json``), to
     stdout or ``--output``."""
     from rlm_cli.output.answer import json_text

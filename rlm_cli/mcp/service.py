@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.app.session import Session
 from rlm_cli.config import Settings
@@ -21,6 +21,10 @@ from rlm_cli.mcp.calls import Call, Calls, Result
 from rlm_cli.mcp.tools import TOOL_NAMES, ref
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.usage import Usage
+
+if TYPE_CHECKING:
+    from rlm_cli.models.backend import Backend
+    from rlm_cli.output.ui import UI
 
 #: Characters of a grep or search result document: longer ones drop their last rows (the
 #: worker keeps the first 200,000 characters a block prints).
@@ -98,7 +102,7 @@ class Service:
     internal error there.
     """
 
-    def __init__(self, settings: Settings, paths: list[str], *, host: Any, ui: Any, debug: bool = False) -> None:
+    def __init__(self, settings: Settings, paths: list[str], *, host: Backend, ui: UI, debug: bool = False) -> None:
         self.settings = settings
         self.paths = paths
         self.host = host
