@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from rlm_cli.commands.complete import SEVERITIES, words
-from rlm_cli.commands.delivery import Format, audit_reports, deliver_audit, deliver_estimate
+from rlm_cli.commands.delivery import audit_reports, deliver_audit, deliver_estimate, estimate_report
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
     ColorOpt,
@@ -85,7 +85,7 @@ def audit(
             asked = [(c.id, check_question(c), c.type, c.model) for c in listed.checks]
             settings = without_checklist(settings, where, listed.path)
             deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event),
-                             Format.JSON if json_out else Format.TEXT, ui)
+                             estimate_report(reports), ui)
             return
         from rlm_cli.audit.view import run_audit
 

@@ -28,8 +28,9 @@ class Invocation:
     ``debug``: show tracebacks (``rlm --debug`` or ``COMMAND --debug``). ``json_errors``: set by
     ``--json``; errors then also print a JSON document on stdout, so ``| jq`` never gets empty
     input. ``json_lines``: that document is one line (``rlm ask --question/--questions --json`` writes
-    JSON Lines). ``output_path``: where ``--output`` sends the answer or document (set by ``ask``
-    once checked), else stdout. ``early_host``: the model host ``main()`` started before parsing
+    JSON Lines). ``output_path``: where an error's ``--json`` document goes (``ask`` and ``audit``
+    set it to ``--output``'s file once checked), else stdout; the answer itself is delivered
+    through the ``Report`` the command hands each delivery (``commands.delivery``). ``early_host``: the model host ``main()`` started before parsing
     the command line (``models.host.HostBackend``), until a command takes it.
     """
 
