@@ -88,9 +88,10 @@ ATTRIBUTE_LIMITS: dict[str, tuple[int, str]] = {
     "corpus.model:FileEntry": (22, "a record: the columns of one file's row of the saved index (a slots "
                                    "dataclass, one per file of corpora of a million files: a nested "
                                    "object per group of columns would cost memory per file)"),
-    "app.session:Session": (36, "mixed: the resolved run plan and the decisions still outside it (issue 50 "
-                                "moves the mode, its reason, the level and the models into the frozen plan), "
-                                "the clients, the worker pool and the budget clock; it may not grow"),
+    "app.session:Session": (35, "mixed: the resolved run plan and the decisions still outside it (the mode "
+                                "and its reason are the plan's now; the level and the models are still set "
+                                "before the plan is made), the clients, the worker pool and the budget clock; "
+                                "it may not grow"),
 }
 
 #: The project modules the REPL worker (``sandbox.worker``) may reach through its imports, at

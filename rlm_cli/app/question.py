@@ -61,9 +61,13 @@ class QuestionHost(Protocol):
     corpus: Corpus | None
     meta: dict[str, Any]
     level: Level | str
-    mode: str
     hide: tuple[str, ...]
     fatal: CallFailed | None
+
+    @property
+    def mode(self) -> str:
+        """The session's mode over its corpus (its plan's)."""
+        ...
 
     def next_turn(self) -> int:
         """Number this question (1, 2, ...: ``/reset`` does not start it again)."""

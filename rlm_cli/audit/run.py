@@ -98,15 +98,12 @@ class CheckBudget(Budget):
             self.parent.settle(outer)
 
 
-class AuditSession(Session):
-    """A session whose questions are checks: one with a ``max_cost`` of its own (its settings'
-    ``max_cost``) gets a :class:`CheckBudget` within the session's."""
-
-    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
-        """The session's budget, or a :class:`CheckBudget` for a check with ``max_cost``."""
-        if settings is self.settings or settings.max_cost is None:
-            return self.budget
-        return CheckBudget(self.budget, settings, usage)
+def check_budget(session_budget: Budget, usage: Usage, settings: Settings, own: bool) -> Budget:
+    """The budget of one check's question (``app.session.QuestionBudget``): the session's, or a
+    :class:`CheckBudget` within it for a check with a ``max_cost`` of its own (its settings')."""
+    if not own or settings.max_cost is None:
+        return session_budget
+    return CheckBudget(session_budget, settings, usage)
 
 
 @dataclass
@@ -204,7 +201,7 @@ def without_checklist(settings: Settings, paths: list[str], checklist: Path) -> 
     return settings
 
 
-def check_settings(session: AuditSession, check: Check) -> Settings | None:
+def check_settings(session: Session, check: Check) -> Settings | None:
     """The settings of ``check`` in ``session`` (opened): its root model, with that model's
     input window (``--root-model-window`` when given), and its ``max_cost``; ``None``: the
     session's."""
@@ -241,7 +238,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
     by_id = {c.id: c for c in checklist.checks}
     runs: dict[str, CheckRun] = {}
     where, checklist_path = ReportPaths.of_run(paths), os.path.abspath(checklist.path)
-    session = AuditSession(settings, paths, emit=session_events, backend=backend, numbered=True)
+    session = Session(settings, paths, emit=session_events, backend=backend, numbered=True,
+                      question_budget=check_budget)
     with session:
         session.open()
         lines_of = corpus_lines(session.corpus)

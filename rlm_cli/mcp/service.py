@@ -86,13 +86,11 @@ def _helper_code(body: str) -> str:
             "try:\n    _rlm_mcp_show()\nfinally:\n    del _rlm_mcp, _rlm_mcp_show\n")
 
 
-class _ServedSession(Session):
-    """A session whose questions each get budgets of their own, checked against the settings of
-    the ask being served (``Service.ask`` gives them to ``Session.ask``)."""
-
-    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
-        """A fresh budget over ``usage`` (the question's), started now."""
-        return Budget(settings, usage)
+def own_budget(session_budget: Budget, usage: Usage, settings: Settings, own: bool) -> Budget:
+    """The budget of one served question (``app.session.QuestionBudget``): a fresh one over
+    ``usage`` (the question's), started now, checked against the settings of the ask being served
+    (``Service.ask`` gives them to ``Session.ask``)."""
+    return Budget(settings, usage)
 
 
 class Service:
@@ -124,8 +122,8 @@ class Service:
 
         try:
             self.stamp = watch.stamp(self.paths, self.settings.corpus)
-            self.session = _ServedSession(self.settings, self.paths, emit=self.ui.on_event, backend=self.host,
-                                          numbered=True, interrupt_grace_s=INTERRUPT_GRACE_S)
+            self.session = Session(self.settings, self.paths, emit=self.ui.on_event, backend=self.host,
+                                   numbered=True, interrupt_grace_s=INTERRUPT_GRACE_S, question_budget=own_budget)
             self.session.independent = True
             self.session.open()
         except RLMError as exc:
