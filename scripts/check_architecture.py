@@ -122,6 +122,7 @@ LAYERS: dict[str, int] = {
     "schemas": 1,         # JSON Schema files (data only)
     "sockets": 1,         # where Unix sockets go: folders whose paths fit sun_path
     "interrupts": 1,      # Ctrl-C with a final answer in hand is dropped
+    "answer_types": 1,    # the answer types (--answer-type, a check's type) and their traits
     "events": 1,          # the trajectory event vocabulary (a typed class per type) and event():
                           # every package emits events, output only receives them
     "config_keys": 2,     # value rules: choices, sizes, URL checks (no settings resolution)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ def earlier_costs(model: str, directory: Path | None = None) -> list[float]:
     return costs
 
 
-def estimate(settings: Settings, paths: list[str], questions: list[tuple[Any, str, str, str | None]], *,
+def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any, str, str, str | None]], *,
              backend: Backend | None, emit: Emit, stdin_bytes: bytes | None = None) -> dict[str, Any]:
     """The ``estimate.v1`` document of ``questions`` (``(id, text, answer type, root model or
     None)``) over the corpus at ``paths``: ``questions`` (one estimate each, see the module

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlm_cli import __version__, interrupts
+from rlm_cli.answer_types import AnswerType
 from rlm_cli.app import records
 from rlm_cli.app.lane import Lane, QuestionClient
 from rlm_cli.app.outcome import AskOutcome, TurnCounter, attach_partial, run_sources, status_of
@@ -153,7 +154,7 @@ class QuestionRun:
         started = time.monotonic()
         extra = {"session": session.id, "turn": turn, "id": self.qid} if session.numbered else {}
         own = session.settings_for(self.settings or session.settings)
-        if self.answer_type != "text":
+        if AnswerType(self.answer_type).typed:
             extra["answer_type"] = self.answer_type
         sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
                    paths=[p if p == "-" else os.path.abspath(p) for p in session.paths],
