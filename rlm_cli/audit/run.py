@@ -33,6 +33,7 @@ from rlm_cli.output.findings import AuditReport, CheckReport, Finding, Location,
 
 if TYPE_CHECKING:
     from rlm_cli.corpus.model import Corpus
+    from rlm_cli.models.backend import Backend
 
 #: The ``schema`` of the ``rlm audit --json`` document.
 AUDIT_SCHEMA = "audit-result.v1"
@@ -215,7 +216,7 @@ def check_settings(session: Session, check: Check) -> Settings | None:
     return dataclasses.replace(s, model=check.model, root_model_window=window, max_cost=check.max_cost)
 
 
-def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any,
+def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Backend | None,
                   emit: Emit, emit_for: Callable[[Question], Emit],
                   on_check: Callable[[CheckRun], None]) -> AuditRun:
     """Ask every check of ``checklist`` over the corpus at ``paths`` and decide each

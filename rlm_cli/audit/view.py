@@ -4,7 +4,7 @@ completes (its verdict), and the table of every check at the end."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.app.batch import Question
 from rlm_cli.audit.checklist import Checklist
@@ -14,10 +14,14 @@ from rlm_cli.events import Emit, is_type
 from rlm_cli.output.findings import AuditReport
 from rlm_cli.output.reports.text import table_row, table_rows
 
+if TYPE_CHECKING:
+    from rlm_cli.models.backend import Backend
+    from rlm_cli.output.ui import UI
+
 COLUMNS = ["check", "severity", "status", "value", "why"]
 
 
-def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any, ui: Any,
+def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Backend | None, ui: UI,
               fail_on: str) -> AuditReport:
     """Run ``checklist`` (:func:`~rlm_cli.audit.run.run_checklist`) showing its progress on
     ``ui`` (a ``render.Renderer``): a line per check as it completes, then the table of all
