@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,7 @@ def main() -> None:
         finally:
             llm.close()
     subprocess.run([sys.executable, "-m", "rlm_cli", "host", "stop"], env=env, capture_output=True)
+    shutil.rmtree(work, ignore_errors=True)
     print(f"a scripted {args.turns}-turn run over {args.root}; root calls only; costs from litellm's bundled map")
     print(f"  {'':34} {'calls':>5} {'input':>9} {'cache read':>10} {'written':>9} {'input cost':>11}")
     for label, r in rows:

@@ -1,10 +1,11 @@
-"""Benchmark of start-up and of sessions (issue 14): ``rlm ask`` against the official RLM library.
+"""Benchmark of start-up and of sessions (issues 14 and 49): ``rlm ask`` against the official RLM library.
 
 Run it from the repository root (a script, not a test; it needs pip to reach PyPI once):
 
     python benchmarks/bench_startup.py                 # 5 rounds, the stdlib's .py files
     python benchmarks/bench_startup.py --rounds 9 --questions 8
     python benchmarks/bench_startup.py --compare /path/to/other/venv/bin/python   # and another rlm install
+    python benchmarks/bench_startup.py --quick         # only the rows of issue 49's targets (official, first, warm)
 
 What it does, all in one run so that the machine's load is shared alike (rounds alternate):
 
@@ -21,6 +22,8 @@ What it does, all in one run so that the machine's load is shared alike (rounds 
     builds the same ``context`` and calls ``RLM(...).completion``;
   - **rlm warm**: ``rlm ask`` with the chunk-index cache already built and the shared model
     host running (started by an untimed first question, as any earlier command would);
+  - **rlm first**: the first command of a session: the same, but ``rlm host stop`` (untimed)
+    before each, so no model host is running and this command starts the one the next will lease;
   - **warm own host**: the same with ``RLM_HOST_IDLE=0`` (a model host per command, importing
     litellm each time: the first command of a session);
   - **rlm cold** / **cold own host**: ``rlm ask`` with an empty cache (it indexes the corpus
@@ -34,10 +37,13 @@ What it does, all in one run so that the machine's load is shared alike (rounds 
 
 and prints medians, the ratios the targets are about, the load average and the CPUs.
 
-Targets (issue 14): rlm warm <= 2.5 x official; rlm cold <= 1.3 x index alone; the second and
-later questions of a run: no import, load or worker start paid again, under 0.2 s beyond their
-model calls. On a shared 2-core machine wall times move with the other users' load: compare the
-ratios of one run, not figures across runs.
+Targets: (issue 49) rlm first <= 1.5 x official and rlm warm <= 1.0 x official, in one run;
+(issue 14) rlm cold <= 1.3 x index alone; the second and later questions of a run: no import,
+load or worker start paid again, under 0.2 s beyond their model calls. On a shared 2-core machine
+wall times move with the other users' load: compare the ratios of one run, not figures across
+runs. Each ratio to the official library is also printed as the median of the ratios of the
+rounds (each round runs official, first and warm one after another, so a pair shares the load
+of its moment), with the load average before and after.
 """
 
 from __future__ import annotations
@@ -145,9 +151,12 @@ def main() -> None:
                         help="where the official library is installed (kept between runs)")
     parser.add_argument("--compare", help="another Python with rlm installed: time its `rlm ask` (warm) too")
     parser.add_argument("--python", default=sys.executable, help="the Python that runs this checkout's rlm")
+    parser.add_argument("--quick", action="store_true",
+                        help="only official, rlm first, rlm warm and import litellm (issue 49's targets)")
     args = parser.parse_args()
 
     official = official_python(args.official_venv, args.official)
+    load_before = os.getloadavg()
     llm = FakeLLM()
     llm.default("root", _turns("FINAL(heapq.py)"))
     llm.default("official", _turns(repl('answer["content"] = "heapq.py"\nanswer["ready"] = True')))
@@ -165,8 +174,8 @@ def main() -> None:
         timed([*rlm, "index", *corpus], warm_env)  # the warm runs' cache
         timed([*rlm, "ask", *corpus, QUESTION, *flags], warm_env)  # starts the shared model host
         rows: dict[str, list[float]] = {k: [] for k in
-                                        ("official", "rlm warm", "warm own host", "rlm cold", "cold own host",
-                                         "index alone", "import litellm",
+                                        ("official", "rlm first", "rlm warm", "warm own host", "rlm cold",
+                                         "cold own host", "index alone", "import litellm",
                                          "compare warm", "1 question", "K questions")}
         cpu: dict[str, list[float]] = {k: [] for k in rows}
         later: list[float] = []
@@ -181,13 +190,19 @@ def main() -> None:
             cold_env = {**base, "RLM_CACHE_DIR": str(work / f"cold-{n}")}
             index_env = {**base, "RLM_CACHE_DIR": str(work / f"index-{n}")}
             run("official", [str(official), "-c", DRIVER, args.root, llm.url, QUESTION], base)
+            subprocess.run([*rlm, "host", "stop"], env=warm_env, capture_output=True)  # a new session
+            run("rlm first", [*rlm, "ask", *corpus, QUESTION, *flags], warm_env)  # starts the shared host again
             run("rlm warm", [*rlm, "ask", *corpus, QUESTION, *flags], warm_env)
+            run("import litellm", [args.python, "-c", "import litellm"], base, None)
+            if args.quick:
+                print(f"round {n + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in rows.items()
+                                                                   if v), flush=True)
+                continue
             run("warm own host", [*rlm, "ask", *corpus, QUESTION, *flags], {**warm_env, "RLM_HOST_IDLE": "0"})
             run("rlm cold", [*rlm, "ask", *corpus, QUESTION, *flags], cold_env)
             shutil.rmtree(work / f"cold-{n}", ignore_errors=True)
             run("cold own host", [*rlm, "ask", *corpus, QUESTION, *flags], {**cold_env, "RLM_HOST_IDLE": "0"})
             run("index alone", [*rlm, "index", *corpus], index_env, None)
-            run("import litellm", [args.python, "-c", "import litellm"], base, None)
             if args.compare:
                 run("compare warm", [args.compare, "-m", "rlm_cli", "ask", *corpus, QUESTION, *flags], warm_env)
             run("1 question", [*rlm, "ask", *corpus, "--question", QUESTION, *flags, "--json"], warm_env)
@@ -204,32 +219,57 @@ def main() -> None:
         subprocess.run([*rlm, "host", "stop"], env=base, capture_output=True)
         llm.close()
         shutil.rmtree(work, ignore_errors=True)
+    report(rows, cpu, later, args, load_before)
+
+
+def _paired(rows: dict[str, list[float]], key: str) -> float:
+    """The median over rounds of ``key``'s time over the official library's in the same round."""
+    return statistics.median(a / b for a, b in zip(rows[key], rows["official"], strict=False))
+
+
+def report(rows: dict[str, list[float]], cpu: dict[str, list[float]], later: list[float], args: Any,
+           load_before: tuple[float, float, float]) -> None:
+    """Print the medians, the ratios of the targets and what remains of the gap, and why."""
     med = {k: statistics.median(v) for k, v in rows.items() if v}
     med_cpu = {k: statistics.median(v) for k, v in cpu.items() if v}
-    extra = (med["K questions"] - med["1 question"]) / max(1, args.questions - 1)
     print()
     print(f"corpus: {args.root} (*.py, site-packages left out); {args.rounds} rounds; medians of whole processes")
-    print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in load_before)} before, "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
     print(f"  {'':15} {'wall':>8} {'CPU':>8}   (CPU: user + system of the process and those it reaped)")
     for k, v in med.items():
         print(f"  {k:15} {v:6.2f} s {med_cpu[k]:6.2f} s")
     print()
-    print(f"rlm warm / official        {med['rlm warm'] / med['official']:5.2f} x   (target <= 2.5; CPU "
-          f"{med_cpu['rlm warm'] / med_cpu['official']:.2f} x)")
+    first, warm = med["rlm first"] / med["official"], med["rlm warm"] / med["official"]
+    print(f"rlm first / official       {first:5.2f} x   (target <= 1.5; paired per round "
+          f"{_paired(rows, 'rlm first'):.2f} x; no model host running: the first command of a session)")
+    print(f"rlm warm / official        {warm:5.2f} x   (target <= 1.0; paired per round "
+          f"{_paired(rows, 'rlm warm'):.2f} x; CPU {med_cpu['rlm warm'] / med_cpu['official']:.2f} x)")
+    floor = med["import litellm"] / med["official"]
+    print(f"import litellm / official  {floor:5.2f} x   (the floor of a first model call through litellm)")
+    verdict = ("both targets met" if first <= 1.5 and warm <= 1.0 else
+               "the warm target is not met" if first <= 1.5 else
+               f"the first-command target is not met: it asks for the whole command under "
+               f"{1.5 * med['official']:.2f} s, and `import litellm` alone takes {med['import litellm']:.2f} s")
+    print(f"what remains: the first command takes {med['rlm first'] - med['rlm warm']:.2f} s more than a warm one. "
+          "It waits for the model host's `import litellm`, which starts as the command does and overlaps the "
+          "corpus load and the worker's start but ends well after them; every provider goes through litellm, and "
+          "no request can be sent before it is imported. The official library imports only the openai SDK. "
+          f"So {verdict}.")
+    if args.quick:
+        return
+    extra = (med["K questions"] - med["1 question"]) / max(1, args.questions - 1)
     print(f"  own host / official      {med['warm own host'] / med['official']:5.2f} x   (RLM_HOST_IDLE=0: a model "
           "host per command, litellm imported each time)")
     print(f"rlm cold / index alone     {med['rlm cold'] / med['index alone']:5.2f} x   (target <= 1.3; CPU "
           f"{med_cpu['rlm cold'] / med_cpu['index alone']:.2f} x)")
     print(f"  own host / index alone   {med['cold own host'] / med['index alone']:5.2f} x   (RLM_HOST_IDLE=0)")
-    print(f"import litellm / official  {med['import litellm'] / med['official']:5.2f} x   (the floor of a first model "
-          "call through litellm)")
     if "compare warm" in med:
         print(f"compared rlm warm / this   {med['compare warm'] / med['rlm warm']:5.2f} x")
     print(f"each extra question        {extra:5.2f} s   (K={args.questions}: whole run minus a one-question run, "
           "per question; model calls included)")
     print(f"later questions' overhead  median {statistics.median(later):.3f} s, max {max(later):.3f} s beyond their "
           "model calls   (target < 0.2 s)")
-
 
 if __name__ == "__main__":
     main()

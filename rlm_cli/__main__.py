@@ -1,6 +1,6 @@
 """``python -m rlm_cli`` runs the same command line as ``rlm``."""
 
-from rlm_cli.commands.app import main
+from rlm_cli.commands.launch import main
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,8 @@ trajectory said ``final``, and the worker's folders left for the next run to swe
 * :func:`install` (``rlm``'s entry point) makes SIGINT go through :func:`_on_sigint`, which raises
   ``KeyboardInterrupt`` as Python's own handler does, except while a final answer is in hand;
 * the loop calls :func:`final_in_hand` when the root loop (depth 0) accepts a final answer;
+* ``rlm audit``, stopped by Ctrl-C or SIGTERM, calls :func:`final_in_hand` too while it writes the
+  reports of the checks that finished (a second Ctrl-C would lose them); the run then ends 130/143;
 * :func:`clear` ends that: a question starting, or one that ended in an error, or a session
   that goes on to another question (``rlm chat``, ``--question``, ``rlm mcp``) after delivering it. The
   one-question ``rlm ask`` keeps it until it exits: nothing left to do waits on a model or the

@@ -82,12 +82,12 @@ ATTRIBUTE_LIMITS: dict[str, tuple[int, str]] = {
     "config:Settings": (33, "a record: one field per setting a user can give (flag, environment, config "
                             "file), resolved once; no method changes more than one of them; it grows by one with each new "
                             "setting (33: prompt_cache)"),
-    "output.findings:CheckReport": (21, "a record: one field per key of a check of the audit-result.v1 "
-                                        "document (schemas/audit-result.v1.json), built once by the audit "
-                                        "and read by every report format; no method writes it"),
     "corpus.model:FileEntry": (22, "a record: the columns of one file's row of the saved index (a slots "
                                    "dataclass, one per file of corpora of a million files: a nested "
                                    "object per group of columns would cost memory per file)"),
+    "output.findings:CheckReport": (21, "a record: one check of an audit as every report format reads it, each "
+                                        "field a value of that check (checklist fields, status, answer, findings, "
+                                        "run fields carried into --json); built once, never changed"),
     "app.session:Session": (35, "mixed: the resolved run plan and the decisions still outside it (the mode "
                                 "and its reason are the plan's now; the level and the models are still set "
                                 "before the plan is made), the clients, the worker pool and the budget clock; "

@@ -8,7 +8,8 @@ it is done (in completion order), so a failed question never costs the others th
 
 The run's exit code is the *worst* of its questions' (``errors.worst_exit_code``, ranked by
 ``errors.EXIT_SEVERITY``): answered (0) < answered but unsupported under ``--require-support``
-(7) < iteration limit (5, partial answer) < budget (6, partial answer) < usage error (2, not
+(7) < answered, but not a value of the question's ``--answer-type`` (9) < iteration limit (5,
+partial answer) < budget (6, partial answer) < usage error (2, not
 answered) < no model (3) < provider failure (4) < internal error (1).
 Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay. A question the
 run's budget leaves no room to start is not started (:func:`ask_one`): it writes no trajectory.
@@ -68,7 +69,17 @@ class Result:
         error's exit code."""
         if self.error is not None:
             return int(self.error.exit_code)
-        return int(ExitCode.UNSUPPORTED) if self.require_support and unsupported(self.outcome) else 0
+        return outcome_code(self.outcome, self.require_support)
+
+
+def outcome_code(outcome: Any, require_support: bool) -> int:
+    """The exit code of a run that ended on a final answer (a ``runner.AskOutcome``): 9 when the
+    question has a type and the answer is not a value of it (``ExitCode.NOT_OF_TYPE``), 7 when
+    ``require_support`` and the answer is unsupported, else 0."""
+    typed = getattr(getattr(outcome, "result", None), "typed", None)
+    if typed is not None and not typed.ok:
+        return int(ExitCode.NOT_OF_TYPE)
+    return int(ExitCode.UNSUPPORTED) if require_support and unsupported(outcome) else 0
 
 
 def unsupported(outcome: AskOutcome | None) -> bool:

@@ -23,15 +23,14 @@ the worst of the questions' (``errors.worst_exit_code``); an interrupted questio
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlm_cli.app.batch import unsupported
-from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError, worst_exit_code
+from rlm_cli.app.batch import outcome_code
+from rlm_cli.errors import PartialAnswerError, RLMError, worst_exit_code
 from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
 from rlm_cli.output.text import money, plural
 
@@ -186,7 +185,7 @@ class Chat:
         try:
             outcome = self.session.ask(text, emit=self.ui.on_event, qid=self.asked)
             doc = outcome_document(outcome, round(time.monotonic() - started, 3))
-            code = int(ExitCode.UNSUPPORTED) if self.session.settings.require_support and unsupported(outcome) else 0
+            code = outcome_code(outcome, self.session.settings.require_support)
         except PartialAnswerError as exc:
             doc = partial_document(exc, sandbox, round(time.monotonic() - started, 3))
             code = int(exc.exit_code)
@@ -213,10 +212,10 @@ class Chat:
         self._deliver(doc)
 
     def _deliver(self, doc: dict[str, Any]) -> None:
-        from rlm_cli.output.answer import write_text
+        from rlm_cli.output.answer import json_text, write_text
 
         if self.json_out:
-            write_text(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+            write_text(json_text(doc, line=True))
         elif doc.get("answer"):  # an error or an empty partial answer: nothing for stdout
             write_text(answer_text(doc, self.cite))
 

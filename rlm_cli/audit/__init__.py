@@ -6,5 +6,8 @@ the typed outcome of its run, and the run's exit code; ``findings`` places and f
 finding, with paths from the repository root; ``run`` asks the checks in one warm session
 (``rlm_cli.app``) and builds the typed report (``rlm_cli.output.findings.AuditReport``) that
 every report format reads, one module per format in ``rlm_cli.output.reports`` (JUnit, SARIF,
-workflow commands, Code Quality, the ``audit-result.v1`` document). See docs/audit.md.
+workflow commands, Code Quality, the ``audit-result.v1`` document); ``changed`` is
+``--changed-since`` (the files a git change touched); ``view`` shows the run on stderr (progress
+lines in a CI log) and writes ``$GITHUB_OUTPUT``. rlm's own reports are left out of the corpus
+(``rlm_cli.corpus.selfreports``). See docs/audit.md.
 """

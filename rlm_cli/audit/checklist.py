@@ -40,7 +40,7 @@ DEFAULT_NAME = "rlm-audit.toml"
 SEVERITIES = ("error", "warning", "note")
 FIELDS = ("id", "question", "type", "expect", "equals", "max", "min", "empty", "severity", "include", "exclude",
           "model", "max_cost", "description")
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" would let an id end in a newline
 #: Which expectations each type takes.
 _EXPECTS: dict[str, tuple[str, ...]] = {
     "text": ("equals",), "bool": ("expect", "equals"), "int": ("expect", "equals", "max", "min"),

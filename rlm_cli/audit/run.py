@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 from rlm_cli.app.batch import Question, Result, result_document, run_all
 from rlm_cli.app.planning import model_window
 from rlm_cli.app.session import Session
+from rlm_cli.audit import suppress
+from rlm_cli.audit.baseline import Baseline, compare, counted
+from rlm_cli.audit.changed import Scope
 from rlm_cli.audit.checklist import Check, Checklist
 from rlm_cli.audit.findings import LinesOf, ReportPaths, place
 from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, fails_job, outcome_of
 from rlm_cli.config import Settings
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, event, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
 from rlm_cli.output.findings import AuditReport, CheckReport, Finding, Location, Region, Totals
@@ -134,18 +138,25 @@ class AuditRun:
     sandbox: str
     elapsed_s: float
     paths: ReportPaths
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: The report paths of the corpus files and the checklist: what a baseline's finding may be
+    #: ``absent`` from (``audit.baseline.compare``).
+    files: frozenset[str] = frozenset()
 
 
-def check_question(check: Check) -> str:
-    """The question a check asks: its ``question``, and the files it is about when it names them."""
+def check_question(check: Check, scope: Scope | None = None) -> str:
+    """The question a check asks: its ``question``, and the files it is about when it names them
+    or ``--changed-since`` does (``scope``)."""
+    if scope is not None:
+        return f"{check_question(check)}\n\n{scope.question_note()}"
     if not check.include and not check.exclude:
         return check.question
-    scope = []
+    about = []
     if check.include:
-        scope.append("only files matching " + ", ".join(check.include))
+        about.append("only files matching " + ", ".join(check.include))
     if check.exclude:
-        scope.append("no files matching " + ", ".join(check.exclude))
-    return (f"{check.question}\n\nThis question is about {' and '.join(scope)} (gitignore-style globs); "
+        about.append("no files matching " + ", ".join(check.exclude))
+    return (f"{check.question}\n\nThis question is about {' and '.join(about)} (gitignore-style globs); "
             "ignore other files (grep and search take path_glob=).")
 
 
@@ -189,17 +200,47 @@ def corpus_lines(corpus: Corpus | None) -> LinesOf:
     return lines_of
 
 
+def without_files(settings: Settings, paths: list[str], files: list[str]) -> Settings:
+    """``settings`` whose corpus leaves out each of ``files`` that lies in a folder PATH (an
+    ``--exclude`` rule anchored at that folder, matching the name literally)."""
+    rules = []
+    for file in files:
+        target = os.path.abspath(file)
+        for p in paths:
+            root = os.path.abspath(p)
+            if p != "-" and os.path.isdir(p) and target.startswith(root.rstrip(os.sep) + os.sep):
+                rules.append("/" + _literal(os.path.relpath(target, root).replace(os.sep, "/")))
+                break
+    if not rules:
+        return settings
+    return dataclasses.replace(settings, corpus=dataclasses.replace(settings.corpus,
+                                                                    exclude=[*settings.corpus.exclude, *rules]))
+
+
+def _literal(path: str) -> str:
+    """``path`` as a gitignore pattern that matches only itself (its wildcards escaped)."""
+    return re.sub(r"([\\*?\[\]!# ])", r"\\\1", path)
+
+
 def without_checklist(settings: Settings, paths: list[str], checklist: Path) -> Settings:
     """``settings`` whose corpus leaves out the checklist file when it lies in a folder PATH (its
     questions would otherwise be evidence for their own answers)."""
-    target = os.path.abspath(checklist)
-    for p in paths:
-        root = os.path.abspath(p)
-        if p != "-" and os.path.isdir(p) and target.startswith(root.rstrip(os.sep) + os.sep):
-            rel = "/" + os.path.relpath(target, root).replace(os.sep, "/")
-            corpus = dataclasses.replace(settings.corpus, exclude=[*settings.corpus.exclude, rel])
-            return dataclasses.replace(settings, corpus=corpus)
-    return settings
+    return without_files(settings, paths, [str(checklist)])
+
+
+def without_reports(settings: Settings, paths: list[str], outputs: list[Path]) -> tuple[Settings, list[str]]:
+    """``settings`` whose corpus leaves out what rlm writes (issue 48): the report files of this
+    run (``outputs``: ``--sarif``, ``--junit``, ``--codequality``, ``-o``) and the files under the
+    folder PATHs that are rlm reports by their content (``corpus.selfreports``). Also returns
+    those found in the corpus, as paths from the current folder, for the one line that says so."""
+    from rlm_cli.corpus.selfreports import find_reports
+
+    found = find_reports(paths, settings.corpus)
+    files = sorted({*found, *(os.path.abspath(p) for p in outputs)})
+    here = os.getcwd().rstrip(os.sep) + os.sep
+    present = [os.path.relpath(f) if f.startswith(here) else f for f in files if os.path.isfile(f) and any(
+        f.startswith(os.path.abspath(p).rstrip(os.sep) + os.sep) for p in paths if p != "-" and os.path.isdir(p))]
+    return without_files(settings, paths, files), present
 
 
 def check_settings(session: Session, check: Check) -> Settings | None:
@@ -217,11 +258,14 @@ def check_settings(session: Session, check: Check) -> Settings | None:
 
 
 def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Backend | None,
-                  emit: Emit, emit_for: Callable[[Question], Emit],
-                  on_check: Callable[[CheckRun], None]) -> AuditRun:
+                  emit: Emit, emit_for: Callable[[Question], Emit], on_check: Callable[[CheckRun], None],
+                  on_cancel: Callable[[AuditRun], None] | None = None, scope: Scope | None = None) -> AuditRun:
     """Ask every check of ``checklist`` over the corpus at ``paths`` and decide each
     (``audit.verdicts``); ``on_check`` gets each :class:`CheckRun` as it completes, ``emit`` the
-    session's events, ``emit_for(question)`` those of one check.
+    session's events, ``emit_for(question)`` those of one check. ``scope`` (``--changed-since``)
+    narrows what every check is about; a check with no file of it in scope passes unasked.
+    Stopped by Ctrl-C or SIGTERM, ``on_cancel`` gets the checks that finished (``extra``'s
+    ``incomplete``: the signal and the checks not run) before the stop goes on.
 
     Raises:
         UsageError, NoModelError, SandboxError, HostUnavailable: the session could not open (no
@@ -239,28 +283,64 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
     by_id = {c.id: c for c in checklist.checks}
     runs: dict[str, CheckRun] = {}
     where, checklist_path = ReportPaths.of_run(paths), os.path.abspath(checklist.path)
+    asked = [c for c in checklist.checks if scope is None or scope.touches(scope_matcher(c))]
+    for c in checklist.checks:
+        if c not in asked and scope is not None:
+            runs[c.id] = unasked_run(c, f"no file it is about changed since {scope.ref}")
+            on_check(runs[c.id])
     session = Session(settings, paths, emit=session_events, backend=backend, numbered=True,
                       question_budget=check_budget)
-    with session:
-        session.open()
-        lines_of = corpus_lines(session.corpus)
-        questions = [Question(c.id, check_question(c), c.type, check_settings(session, c)) for c in checklist.checks]
+    files: list[str] = []  # the corpus's paths, once it is loaded
 
-        def done(result: Result) -> None:
-            check = by_id[result.question.id]
-            outcome = outcome_of(result, check.type)
-            verdict = decide(check, outcome, scope_matcher(check))
-            run = CheckRun(check, outcome, verdict, result_document(result, session.level))
-            run.findings = place(check, verdict, finding_message(verdict), where, checklist_path, lines_of)
-            runs[check.id] = run
-            on_check(run)
-
-        run_all(session, questions, jobs=jobs, emit_for=emit_for, on_result=done)
+    def audit_run() -> AuditRun:
         corpus = session.corpus
         corpus_doc = None if corpus is None else {"files": len(corpus.files), "chars": corpus.chars,
                                                   "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}
         return AuditRun([runs[c.id] for c in checklist.checks if c.id in runs], session.usage.summary(), corpus_doc,
-                        loads[0], session.level, round(time.monotonic() - started, 3), where)
+                        loads[0], str(session.level), round(time.monotonic() - started, 3), where,
+                        {"changed_since": None if scope is None else scope.document()},
+                        frozenset([*(where.report_path(p) for p in files), where.from_root(checklist_path)]))
+
+    if not asked:  # nothing in scope: no corpus, no model
+        return audit_run()
+    with session:
+        try:
+            session.open()
+            lines_of = corpus_lines(session.corpus)
+            # what a baseline's finding may be absent from: the files this run was about
+            files.extend(f.path for f in (session.corpus.files if session.corpus is not None else [])
+                         if scope is None or f.path in scope.files)
+            lines = suppress.report_lines(files, where, lines_of, checklist_path)
+            questions = [Question(c.id, check_question(c, scope), c.type, check_settings(session, c)) for c in asked]
+
+            def done(result: Result) -> None:
+                check = by_id[result.question.id]
+                outcome = outcome_of(result, check.type)
+                about = scope_matcher(check) if scope is None else scope.matcher(scope_matcher(check))
+                verdict = decide(check, outcome, about)
+                run = CheckRun(check, outcome, verdict, result_document(result, session.level))
+                run.findings, bare = suppress.apply(place(check, verdict, finding_message(verdict), where,
+                                                          checklist_path, lines_of), lines)
+                for at in bare:
+                    emit(event("notice", message=f"{at}: 'rlm-audit: ignore' without [CHECK-ID] accepts nothing "
+                                                 f"(write rlm-audit: ignore[{check.id}] REASON)", level="warning"))
+                runs[check.id] = run
+                on_check(run)
+
+            run_all(session, questions, jobs=jobs, emit_for=emit_for, on_result=done)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            if on_cancel is not None and (isinstance(exc, KeyboardInterrupt) or exc.code == 143):
+                cut = audit_run()
+                cut.extra["incomplete"] = {"signal": "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM",
+                                           "not_run": [c.id for c in checklist.checks if c.id not in runs]}
+                on_cancel(cut)
+            raise
+        return audit_run()
+
+
+def unasked_run(check: Check, reason: str) -> CheckRun:
+    """The run of a check that passes without a model call (``reason``: why it was not asked)."""
+    return CheckRun(check, CheckOutcome(None, None), Verdict("pass", reason), {})
 
 
 def finding_message(verdict: Verdict) -> str:
@@ -268,10 +348,22 @@ def finding_message(verdict: Verdict) -> str:
     return verdict.reason
 
 
-def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditReport:
+def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline: Baseline | None = None) -> AuditReport:
     """The typed report of ``run`` that every report format reads: each check with its status,
-    reason, answer, value, locations and findings, the totals and the exit code."""
-    code = exit_code([(r.check, r.verdict) for r in run.runs], fail_on)
+    reason, answer, value, locations and findings (against ``baseline``, when given: each
+    ``new`` or ``unchanged``, and the ``absent`` ones), the totals and the exit code, in which
+    a failing check counts only while one of its findings does (``Finding.failing``: not
+    suppressed, not in the baseline). A cancelled run exits 130 (Ctrl-C) or 143 (SIGTERM)."""
+    absent: list[Finding] = []
+    if baseline is not None:
+        ids = {r.check.id for r in run.runs}
+        matched, absent = compare([f for r in run.runs for f in r.findings], baseline,
+                                  lambda f: f.check in ids and f.path in run.files)
+        for r in run.runs:
+            r.findings, matched = matched[:len(r.findings)], matched[len(r.findings):]
+    code = exit_code([(r.check, counted(r.verdict, r.findings)) for r in run.runs], fail_on)
+    cut = run.extra.get("incomplete")
+    code = (130 if cut["signal"] == "SIGINT" else 143) if cut else code
     checks = [check_report(r, run.paths, fail_on) for r in run.runs]
     usage = run.usage
     calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
@@ -283,7 +375,9 @@ def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str) -> AuditR
         totals.note = "every model call was served by the response cache: this run cost nothing"
     return AuditReport(checks, totals, code, fail_on, run.paths.from_root(os.path.abspath(checklist.path)),
                        run.paths.root, run.paths.prefix, usage,
-                       None if run.corpus is None else {**run.corpus, "loads": run.loads}, run.sandbox, run.elapsed_s)
+                       None if run.corpus is None else {**run.corpus, "loads": run.loads}, run.sandbox, run.elapsed_s,
+                       incomplete=cut, changed_since=run.extra.get("changed_since"),
+                       baseline=None if baseline is None else str(baseline.path), absent=absent)
 
 
 def audit_document(report: AuditReport) -> dict[str, Any]:
@@ -302,4 +396,4 @@ def check_report(run: CheckRun, paths: ReportPaths, fail_on: str = "error") -> C
         c.line, [Location(p, paths.report_path(p), Region(a, b)) for p, a, b in v.locations], list(run.findings),
         v.run_code, c.model, c.max_cost, tuple(c.include), tuple(c.exclude), list(doc.get("sources") or []),
         {k: doc.get(k) for k in ("status", "mode", "iterations", "sub_calls", "elapsed_s", "usage", "trace")
-         if k in doc}, support if isinstance(support, dict) else None, fails_job(c, v, fail_on))
+         if k in doc}, support if isinstance(support, dict) else None, fails_job(c, counted(v, run.findings), fail_on))

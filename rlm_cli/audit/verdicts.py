@@ -15,11 +15,11 @@ A check ends:
 The audit decides from :class:`CheckOutcome` (built from the run's ``RunResult`` or the error it
 raised), never from the ``--json`` document of the run.
 
-The exit code (:func:`exit_code`) is the worst of, ranked by :data:`RANK` (best first):
-0, 5 (an iteration limit), 6 (a budget), 8 (a check failed: :attr:`ExitCode.CHECK_FAILED`), 2, 4,
-1. A failed, unsupported or undecided check counts (as 8, or its run's 5 or 6) only when its
+The exit code (:func:`exit_code`) is the worst of, ranked by ``errors.EXIT_SEVERITY`` (best
+first): 0, 5 (an iteration limit), 6 (a budget), 8 (a check failed: :attr:`ExitCode.CHECK_FAILED`),
+2, 3, 4, 1. A failed, unsupported or undecided check counts (as 8, or its run's 5 or 6) only when its
 severity is at least ``--fail-on`` (``error`` by default: warnings and notes never fail the job);
-a usage, provider or internal error (2, 4, 1) counts whatever the severity.
+a usage, no-model, provider or internal error (2, 3, 4, 1) counts whatever the severity.
 """
 
 from __future__ import annotations
@@ -32,14 +32,11 @@ from typing import Any
 from rlm_cli.answer_types import AnswerType
 from rlm_cli.app.batch import Result
 from rlm_cli.audit.checklist import SEVERITIES, Check
-from rlm_cli.errors import BudgetExceededError, ExitCode, PartialAnswerError
+from rlm_cli.errors import BudgetExceededError, ExitCode, PartialAnswerError, worst_exit_code
 from rlm_cli.loop.result import RunResult
 from rlm_cli.loop.typed import location_parts
 
 STATUSES = ("pass", "fail", "error", "unsupported")
-#: Exit codes from best to worst (see the module docstring).
-RANK = (ExitCode.OK, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET, ExitCode.CHECK_FAILED, ExitCode.USAGE,
-        ExitCode.PROVIDER, ExitCode.INTERNAL)
 #: Codes that count whatever the check's severity: the audit itself could not run as asked.
 SYSTEMIC = (ExitCode.USAGE, ExitCode.NO_MODEL, ExitCode.PROVIDER, ExitCode.INTERNAL)
 #: Locations a report shows for one check at most.
@@ -213,20 +210,18 @@ def fails_job(check: Check, verdict: Verdict, fail_on: str) -> bool:
 
 
 def exit_code(verdicts: list[tuple[Check, Verdict]], fail_on: str = "error") -> int:
-    """The audit's exit code (see the module docstring)."""
-    rank = {int(c): i for i, c in enumerate(RANK)}
-    worst = 0
+    """The audit's exit code (see the module docstring): the worst (``errors.worst_exit_code``)
+    of the codes of the checks that count."""
+    codes: list[int] = []
     for check, v in verdicts:
         if v.status == "pass":
             continue
         if v.status == "error" and v.run_code in SYSTEMIC:
-            code = v.run_code if v.run_code in rank else int(ExitCode.INTERNAL)
+            codes.append(v.run_code)
         elif not counts(check, fail_on):
             continue
         elif v.status == "error" and v.run_code in (ExitCode.MAX_ITERATIONS, ExitCode.BUDGET):
-            code = v.run_code
+            codes.append(v.run_code)
         else:
-            code = int(ExitCode.CHECK_FAILED)
-        if rank.get(code, len(RANK) - 1) > rank.get(worst, 0):
-            worst = code
-    return worst
+            codes.append(int(ExitCode.CHECK_FAILED))
+    return worst_exit_code(codes)

@@ -8,7 +8,7 @@ and renders; :func:`main` is the only place that turns exceptions into exit code
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,6 +16,7 @@ from rlm_cli import __version__
 from rlm_cli.commands import ask, audit, chat, config, corpus, evaluate, exits, hosts, mcp, streams, traces
 from rlm_cli.commands.helptext import short_help_flag, use_plain_help
 from rlm_cli.commands.invocation import INVOCATION
+from rlm_cli.output import workflow_guard
 
 app = typer.Typer(name="rlm", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
                   help="Answer questions about huge local corpora with Recursive Language Models.")
@@ -55,10 +56,14 @@ app.add_typer(hosts.host_app, name="host", short_help="Show or stop the shared m
 use_plain_help(app)
 
 
-def main() -> None:
-    """Console-script entry point: run the app and map every error to its exit code (never returns)."""
-    closed = streams.reopen_closed()  # first: no file rlm opens may take the number of a closed stream
+def main(closed: set[str] | None = None, early_host: Any = None) -> None:
+    """Run the app and map every error to its exit code (never returns). ``closed``: the standard
+    streams ``streams.reopen_closed`` reopened, when the caller did (``commands.launch``), and
+    ``early_host`` the model host it started (``Invocation.start_host_early``)."""
+    if closed is None:
+        closed = streams.reopen_closed()  # first: no file rlm opens may take the number of a closed stream
     exits.install()
+    workflow_guard.install()  # under GitHub Actions no line rlm writes is a runner command (issue 47)
     # With --json, an error is a JSON document on stdout too (so `| jq` never reads nothing),
     # even one met before the command runs (a flag the parser rejects).
     args, warning = INVOCATION.short_question_flag(short_help_flag(sys.argv[1:]))
@@ -66,4 +71,5 @@ def main() -> None:
     if warning:
         sys.stderr.write(f"warning: {warning}\n")
     INVOCATION.begin(sys.argv[1:])
+    INVOCATION.early_host = early_host
     exits.run(lambda: app(prog_name="rlm", standalone_mode=False), closed=closed)

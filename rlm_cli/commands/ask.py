@@ -26,7 +26,7 @@ from rlm_cli.commands.options import (
     run_options,
     use_color,
 )
-from rlm_cli.errors import ExitCode, PartialAnswerError, UsageError, worst_exit_code
+from rlm_cli.errors import PartialAnswerError, UsageError, worst_exit_code
 from rlm_cli.events import Emit, is_type
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _ask_one(settings: Settings, paths: list[str], question: str, *, host: HostB
              started: float, verbose: bool, kind: str = "text") -> None:
     """One question, answered as ``rlm ask`` always has (one document or the answer)."""
     from rlm_cli.app import runner
-    from rlm_cli.app.batch import unsupported
+    from rlm_cli.app.batch import outcome_code
     from rlm_cli.output.documents import outcome_document
 
     stdin_bytes = _stdin_corpus(paths)
@@ -162,8 +162,9 @@ def _ask_one(settings: Settings, paths: list[str], question: str, *, host: HostB
     doc = outcome_document(outcome, round(time.monotonic() - started, 3))
     ui.summary(doc)
     deliver_answer(doc, out, cite, ui)
-    if settings.require_support and unsupported(outcome):
-        raise typer.Exit(ExitCode.UNSUPPORTED)  # the answer and the verdict's line are out
+    code = outcome_code(outcome, settings.require_support)
+    if code:
+        raise typer.Exit(code)  # the answer (or, not of its type, nothing) and the verdict's line are out
 
 
 def _ask_many(settings: Settings, paths: list[str], listed: list[Question], *, host: HostBackend, ui: UI, out: Report,

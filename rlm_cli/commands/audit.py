@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,15 @@ from rlm_cli.commands.options import (
     use_color,
 )
 from rlm_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from rlm_cli.audit.changed import Scope
+    from rlm_cli.audit.checklist import Checklist
+    from rlm_cli.config import Settings
+    from rlm_cli.models.backend import Backend
+    from rlm_cli.output.findings import AuditReport
+    from rlm_cli.output.formats import Report
+    from rlm_cli.output.ui import UI
 
 #: ``rlm audit``'s own sections of ``--help``.
 CHECKS, REPORTS = "Checks", "Reports"
@@ -44,6 +53,10 @@ def audit(
     allow_checklist_models: Annotated[bool, opt("--allow-checklist-models", section=CHECKS,
                                                 help="Let a check's model be one not named here.")] = False,
     estimate: Annotated[bool, opt("--estimate", section=CHECKS, help="Print what it would cost; call no model.")] = False,
+    changed_since: Annotated[str | None, opt("--changed-since", section=CHECKS, metavar="REF",
+                                             help="Only files changed since git REF's merge base.")] = None,
+    baseline: Annotated[Path | None, opt("--baseline", section=CHECKS, metavar="FILE",
+                                         help="An earlier SARIF or --json report: only new findings fail.")] = None,
     junit: Annotated[Path | None, opt("--junit", section=REPORTS, metavar="FILE",
                                       help="Write a JUnit XML report to FILE.")] = None,
     sarif: Annotated[Path | None, opt("--sarif", section=REPORTS, metavar="FILE",
@@ -63,6 +76,7 @@ def audit(
 
     Each check ends pass, fail, error or unsupported; exit 8 when one of severity error (or
     --fail-on) fails. The checklist format and CI jobs: docs/audit.md."""
+    from rlm_cli.audit.baseline import read_baseline
     from rlm_cli.audit.checklist import SEVERITIES, admit, check_credentials, default_path, read_checklist
     from rlm_cli.output import render
 
@@ -75,25 +89,40 @@ def audit(
                                 codequality=codequality)
         where = paths or ["."]
         listed = read_checklist(checklist or default_path(where))
-        settings = run.settings()
-        admit(listed, settings, allow_models=allow_checklist_models, max_checks=max_checks)
+        earlier = None if baseline is None else read_baseline(baseline)  # before loading: a bad file is exit 2
         ui = render.Renderer(quiet=quiet, verbose=verbose)
+        from rlm_cli.audit.view import deliver_github_output, prepare, run_audit
+
+        settings, scope = prepare(run.settings(), where, [junit, sarif, output, codequality, baseline], changed_since,
+                                  ui)
+        admit(listed, settings, allow_models=allow_checklist_models, max_checks=max_checks)
         if estimate:
-            from rlm_cli.app.estimate import estimate as cost_of
-            from rlm_cli.audit.run import check_question, without_checklist
-
-            asked = [(c.id, check_question(c), c.type, c.model) for c in listed.checks]
-            settings = without_checklist(settings, where, listed.path)
-            deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event),
-                             estimate_report(reports), ui)
+            estimate_checks(settings, where, listed, scope, host, ui, estimate_report(reports))
             return
-        from rlm_cli.audit.view import run_audit
-
         check_credentials(listed, settings, host)
 
-        report = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on)
-        deliver_audit(report, reports, ui)
+        def deliver(report: AuditReport) -> None:  # also the checks that finished when cancelled
+            INVOCATION.json_errors = False  # the document is the --json answer, even of a cancelled run
+            deliver_audit(report, reports, ui)
+            deliver_github_output(report, sarif, ui)
+
+        report = run_audit(settings, where, listed, jobs=jobs, backend=host, ui=ui, fail_on=fail_on, scope=scope,
+                           baseline=earlier, on_cancel=deliver)
+        deliver(report)
         if report.exit_code:
             raise typer.Exit(report.exit_code)
     finally:
         host.close()
+
+
+def estimate_checks(settings: Settings, where: list[str], listed: Checklist, scope: Scope | None, host: Backend,
+                    ui: UI, out: Report) -> None:
+    """``rlm audit --estimate``: what the checks in ``scope`` would cost (``app.estimate``), no
+    model called."""
+    from rlm_cli.app.estimate import estimate as cost_of
+    from rlm_cli.audit.run import check_question, scope_matcher, without_checklist
+
+    asked = [(c.id, check_question(c, scope), c.type, c.model) for c in listed.checks
+             if scope is None or scope.touches(scope_matcher(c))]
+    settings = without_checklist(settings, where, listed.path)
+    deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event), out, ui)

@@ -11,12 +11,13 @@ reaches.
 
 from __future__ import annotations
 
-import json
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.errors import PartialAnswerError
+from rlm_cli.output.answer import json_text
 from rlm_cli.output.formats import Format, Report, deliver, render_answer
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def batch_writer(out: Report, cite: bool, ui: UI, total: int) -> tuple[Callable[
             if result.error is not None:
                 ui.warning(f"question [{result.question.id}]: {result.error.message}; the answer is PARTIAL")
         if fmt is Format.JSON:
-            text = json.dumps(doc, ensure_ascii=False, default=str) + "\n"
+            text = json_text(doc, line=True)
         else:
             why = doc.get("error") or (result.error.message if result.error is not None else "")
             body = render_answer(doc, fmt, cite) if doc.get("answer") else f"(no answer: {why})\n"
@@ -159,13 +160,15 @@ def deliver_audit(report: AuditReport, reports: list[Report], ui: UI) -> None:
     from rlm_cli.output.formats import append
     from rlm_cli.output.reports import codequality, github, junit, sarif
     from rlm_cli.output.reports.text import strict_json
+    from rlm_cli.output.workflow_guard import own_commands
 
     render: dict[Format, Callable[[AuditReport], str]] = {
         Format.JUNIT: junit.junit_text, Format.JSON: lambda r: strict_json(audit_document(r)),
         Format.SARIF: lambda r: sarif.sarif_text(r, __version__), Format.GITHUB: github.github_commands,
         Format.CODEQUALITY: codequality.codequality_text}
     for out in reports:
-        deliver_report(render[out.format](report), out, ui)
+        with own_commands() if out.format is Format.GITHUB else contextlib.nullcontext():  # --github's own ::
+            deliver_report(render[out.format](report), out, ui)
         if out.format is Format.GITHUB and os.environ.get("GITHUB_STEP_SUMMARY"):
             append(github.summary_markdown(report), Path(os.environ["GITHUB_STEP_SUMMARY"]))
 

@@ -237,7 +237,8 @@ class Orchestrator:
             candidate = self._text_candidate(text_final, sandbox, notes, iteration, loop, history,
                                              max(unseen, 1) if after_claim else unseen)
         if candidate is not None:
-            judged = self._review(candidate, history, [c for c, _ in outputs])
+            text_call = [text_final.call] if candidate.source == "text" and text_final is not None else []
+            judged = self._review(candidate, history, [c for c, _ in outputs] + text_call)
             if judged.answer is not None:
                 return judged.answer
             notes.append(judged.note)
@@ -351,7 +352,7 @@ class Orchestrator:
             notes: list[str] = []
             candidate = self._text_candidate(text_final, sandbox, notes, iteration, loop, history, 0)
             if candidate is not None:
-                judged = self._review(candidate, history)
+                judged = self._review(candidate, history, [text_final.call])  # the FINAL line's code
                 if judged.answer is not None:
                     return judged.answer
                 notes.append(judged.note)

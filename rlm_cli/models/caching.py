@@ -13,8 +13,10 @@ request carries at most three (:func:`with_breakpoints`):
 1. the system prompt (the same for every question of a corpus: read across questions and runs);
 2. the end of the previous request (the last message before the newest assistant/user pair):
    what that request wrote is read here;
-3. the end of this request: written for the next turn (a cache write costs 1.25 times the input
-   price once; each later read 0.1 times).
+3. the end of this request, when it is a conversation (the worked example, or earlier turns):
+   written for the next turn (a cache write costs 1.25 times the input price once; each later
+   read 0.1 times). A lone prompt (``--mode direct``: the system prompt and the corpus) is not
+   marked there: nothing would read it again, and the write would cost a quarter more.
 
 On a question's first request the second falls inside the worked example (the same for every
 question) and the third is the question itself, so that prefix stays in the cache even when later
@@ -36,6 +38,10 @@ from typing import Any
 EPHEMERAL = {"type": "ephemeral"}
 #: At most this many breakpoints a request (Anthropic refuses more than 4).
 MAX_BREAKPOINTS = 4
+#: A cache write's price over the plain input price (Anthropic's 5-minute cache, also on Bedrock
+#: and Vertex AI): a budget's reservation prices input at this much, since every input token of a
+#: request with breakpoints may be written.
+CACHE_WRITE_PRICE = 1.25
 
 
 def needs_breakpoints(model: str) -> bool:
@@ -65,7 +71,8 @@ def with_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     last = len(messages) - 1
     if last >= 3 and messages[-2].get("role") == "assistant":
         points.append(last - 2)  # the newest user message of the previous request
-    points.append(last)
+    if any(m.get("role") == "assistant" for m in messages):
+        points.append(last)  # a conversation goes on: written for the next turn
     out = list(messages)
     for i in sorted(set(points))[-MAX_BREAKPOINTS:]:
         content = out[i].get("content")

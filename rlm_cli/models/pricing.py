@@ -13,6 +13,7 @@ from rlm_cli.config import Settings
 from rlm_cli.errors import RLMError
 from rlm_cli.models.backend import Answer, Backend
 from rlm_cli.models.budget import Budget, Reservation
+from rlm_cli.models.caching import CACHE_WRITE_PRICE, needs_breakpoints
 from rlm_cli.models.estimate import INPUT_MARGIN, Estimate
 
 
@@ -39,7 +40,8 @@ class Pricing:
     def _reserve(self, estimate: Estimate, model: str) -> Reservation:
         """Reserve a request's worst case (``models.budget``): its input tokens (tiktoken's count
         times :data:`INPUT_MARGIN`, or the larger ratio a reply of ``model`` showed) and its reply
-        cap, priced for a priced model.
+        cap, priced for a priced model (its input at the cache-write price where requests carry
+        breakpoints: ``models.caching.CACHE_WRITE_PRICE``).
 
         Raises:
             BudgetExceededError: it cannot fit the budget.
@@ -47,7 +49,10 @@ class Pricing:
         with self._info_lock:
             ratio = max(INPUT_MARGIN, self._ratios.get(model, 0.0))
         tokens = math.ceil(estimate.tokens() * ratio)
-        return self.budget.reserve(tokens, self.reply_cap(model), self.prices(model))
+        prices = self.prices(model)
+        if prices is not None and self.settings.prompt_cache and needs_breakpoints(self.router_models().get(model, model)):
+            prices = (prices[0] * CACHE_WRITE_PRICE, prices[1])  # every input token may be a cache write
+        return self.budget.reserve(tokens, self.reply_cap(model), prices)
 
     def prices(self, model: str) -> tuple[float, float] | None:
         """USD per input and output token of ``model`` (a Router group: its first deployment's

@@ -164,6 +164,9 @@ class Sending:
             if remaining is not None and remaining <= 0:
                 self.budget.check(counted=gated)  # --timeout passed during the attempt: no retry, none counted
             self.usage.count("retries")
+            if self.notify:  # a slow or failing provider is never silent (issue 48: 3 retries said nothing)
+                what = failure_words(done.error, model, self.settings.api_base, timeout)[0]
+                self.notify(f"model {model}: {what}; retrying (attempt {tries.attempts + 1}) in {delay:.0f} s")
             if on_delta is not None and any(shown):
                 on_delta(None)  # whatever was shown of this attempt is void: it is asked again
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))

@@ -9,7 +9,8 @@ after an idle period. ``RLM_HOST_IDLE=0`` gives every command its own host (the 
 
 Which host a command may reuse: the one whose key (:func:`fingerprint`) is equal, a hash of
 rlm's version and model-layer sources, the interpreter, the user, the network namespace and the environment (every
-variable but the shell's bookkeeping ones in :data:`VOLATILE_ENV` and rlm's own ``RLM_*``, which
+variable but the shell's bookkeeping ones in :data:`VOLATILE_ENV`, a CI step's own (:data:`STEP_ENV`,
+``INPUT_*``) and rlm's own ``RLM_*``, which
 only the command reads: what they resolve to, a model, a key, an API base, travels in each
 request). A host holds the environment it was started with (API keys, proxies,
 ``LITELLM_*``), so a command whose environment differs in any other way gets a host of its own.
@@ -65,6 +66,14 @@ VOLATILE_ENV = frozenset({
     "SSH_TTY", "TMUX_PANE", "STY", "WINDOW", "LS_COLORS", "HISTFILE", "HISTSIZE", "HISTCONTROL",
     "RANDOM", "SECONDS", "LINENO", "PYTEST_CURRENT_TEST", IDLE_ENV,
 })
+#: Variables a CI runner sets anew for each step of one job, none of which litellm reads (GitHub
+#: Actions: the step's command files, its action, its inputs ``INPUT_*``; issue 48: 10 hosts piled
+#: up over the steps of one job).
+STEP_ENV = frozenset({
+    "GITHUB_OUTPUT", "GITHUB_STATE", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY", "GITHUB_ACTION",
+    "GITHUB_ACTION_PATH", "GITHUB_ACTION_REF", "GITHUB_ACTION_REPOSITORY", "GITHUB_ACTION_STATUS",
+})
+STEP_PREFIXES = ("INPUT_", "STATE_")
 _MODEL_SOURCES = ("protocol.py", "models/backend.py", "models/host.py", "models/host_process.py",
                   "models/shared.py", "models/failures.py", "models/detect.py")
 _PKG = Path(__file__).resolve().parent.parent
@@ -174,7 +183,8 @@ def fingerprint(environ: Any = None, cwd: str | None = None) -> str:
             digest.update(f"{rel}:{info.st_mtime_ns}:{info.st_size}\0".encode())
         except OSError:
             digest.update(f"{rel}:-\0".encode())
-    for name in sorted(k for k in env if k not in VOLATILE_ENV and not k.startswith("RLM_")):
+    for name in sorted(k for k in env if k not in VOLATILE_ENV and k not in STEP_ENV
+                       and not k.startswith(("RLM_", *STEP_PREFIXES))):
         digest.update(f"{name}={env[name]}\0".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()[:16]
 

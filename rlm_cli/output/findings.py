@@ -137,6 +137,18 @@ class CheckReport:
     fails_job: bool = False
 
     @property
+    def accepted(self) -> bool:
+        """Whether it ended ``fail`` or ``unsupported`` yet every finding of it is accepted
+        (suppressed in the source, or in the ``--baseline`` report): it does not fail the run."""
+        return self.status in ("fail", "unsupported") and bool(self.findings) and not any(
+            f.failing for f in self.findings)
+
+    @property
+    def shown_status(self) -> str:
+        """The status as the tables show it: ``fail (accepted)`` for an :attr:`accepted` check."""
+        return f"{self.status} (accepted)" if self.accepted else self.status
+
+    @property
     def trace(self) -> str | None:
         """The check's trajectory file, when it has one."""
         trace = self.run.get("trace")
@@ -213,20 +225,45 @@ class AuditReport:
     corpus: dict[str, Any] | None = None
     sandbox: str = ""
     elapsed_s: float = 0.0
+    #: A cancelled run: ``{"signal": "SIGINT"|"SIGTERM", "not_run": [check ids]}``.
+    incomplete: dict[str, Any] | None = None
+    #: ``--changed-since``: ``{"ref", "merge_base", "files"}``.
+    changed_since: dict[str, Any] | None = None
+    #: ``--baseline FILE`` as given (``None``: none), and the findings of that earlier report
+    #: that this run no longer has (``baseline_state`` ``absent``).
+    baseline: str | None = None
+    absent: list[Finding] = field(default_factory=list)
 
     @property
     def status(self) -> str:
-        """``pass`` when the exit code is 0, else ``fail``."""
-        return "pass" if self.exit_code == 0 else "fail"
+        """``pass`` when the exit code is 0, ``interrupted`` when cancelled, else ``fail``."""
+        return "interrupted" if self.incomplete else "pass" if self.exit_code == 0 else "fail"
 
     @property
     def findings(self) -> list[Finding]:
         """Every finding of every check, in checklist order."""
         return [f for c in self.checks for f in c.findings]
 
+    @property
+    def finding_counts(self) -> dict[str, int]:
+        """The findings by what they do to the run: ``findings`` (all), ``failing``, ``new`` and
+        ``unchanged`` (against ``--baseline``), ``absent`` (in it, gone now) and ``suppressed``
+        (accepted by a comment in the source)."""
+        found = self.findings
+        return {"findings": len(found), "failing": sum(1 for f in found if f.failing),
+                "new": sum(1 for f in found if f.baseline_state == "new"),
+                "unchanged": sum(1 for f in found if f.baseline_state == "unchanged"),
+                "absent": len(self.absent), "suppressed": sum(1 for f in found if f.suppression is not None)}
+
     def document(self, schema: str) -> dict[str, Any]:
         """The ``audit-result.v1`` document (``schema`` its name)."""
-        return {"schema": schema, "status": self.status, "exit_code": self.exit_code, "fail_on": self.fail_on,
-                "checklist": self.checklist, "root": self.prefix, "root_dir": self.root_dir,
-                "checks": [c.to_dict() for c in self.checks], "totals": self.totals.to_dict(), "usage": self.usage,
-                "corpus": self.corpus, "sandbox": self.sandbox, "elapsed_s": self.elapsed_s}
+        doc = {"schema": schema, "status": self.status, "exit_code": self.exit_code, "fail_on": self.fail_on,
+               "checklist": self.checklist, "root": self.prefix, "root_dir": self.root_dir,
+               "checks": [c.to_dict() for c in self.checks],
+               "totals": {**self.totals.to_dict(), "findings": self.finding_counts}, "usage": self.usage,
+               "corpus": self.corpus, "sandbox": self.sandbox, "elapsed_s": self.elapsed_s,
+               **{k: v for k, v in (("incomplete", self.incomplete), ("changed_since", self.changed_since)) if v}}
+        if self.baseline is not None:
+            doc["baseline"] = self.baseline
+            doc["absent"] = [f.to_dict() for f in self.absent]
+        return doc

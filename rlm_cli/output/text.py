@@ -14,6 +14,18 @@ from typing import Any
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+#: A UTF-16 surrogate code point: a Python str can hold one alone (a JSON ``"\ud800"`` escape, a
+#: file decoded with ``surrogateescape``), UTF-8 cannot encode it.
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """``text`` with each lone surrogate (:data:`SURROGATE`) replaced by U+FFFD, so it encodes as
+    UTF-8: what plain text written to stdout or a file does with one (JSON keeps it as an escape:
+    ``output.answer.json_text``)."""
+    return SURROGATE.sub("\ufffd", text)
+
+
 def safe_text(text: str) -> str:
     """``text`` with its terminal control characters (:data:`CONTROL`) replaced by U+FFFD
     (a CRLF line end is a newline first: servers and Windows files send them)."""

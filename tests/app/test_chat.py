@@ -103,7 +103,10 @@ def test_chat_on_a_terminal_keeps_variables_survives_ctrl_c_and_resets(tmp_path:
 
     term.send("this one is slow\r")
     term.expect(r"── iteration 1 ──")
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60
+    while len(llm.chat_requests("root")) < 3:  # the slow reply is being waited for (not a fixed pause)
+        assert time.monotonic() < deadline, "the third root request never reached the server"
+        time.sleep(0.02)
     term.send("\x03")
     shown = term.expect(r"rlm> ")
     assert "question interrupted" in shown and "keeps its variables" in shown, shown

@@ -91,8 +91,9 @@ def test_nine_checks_reports_and_exit_8_when_an_error_check_fails(tmp_path: Path
                         "expected no items, got 1")
     table = summary.read_text()
     assert table.startswith("### rlm audit: fail (7 pass, 2 fail, 0 error, 0 unsupported; exit 8)")
-    assert "| `percent-format` | error | fail | [\"decoder.py:34\"] | expected no items, got 1 | repo/decoder.py:34 |" \
-        in table
+    # every cell is plain text for Markdown: ASCII punctuation backslash-escaped (issue 47)
+    assert (r"| `percent-format` | error | fail | \[\"decoder\.py\:34\"\] | expected no items\, got 1 | "
+            r"repo\/decoder\.py\:34 |") in table
 
 
 def test_exit_0_when_only_warnings_fail_fail_on_and_a_rerun_from_the_cache(tmp_path: Path, llm: FakeLLM) -> None:

@@ -115,3 +115,17 @@ def test_report_paths_are_from_the_repository_root(tmp_path: Path, monkeypatch: 
     assert path_prefix(["."]) == "src/"
     subprocess.run(["git", "init", "-q", str(tmp_path / "src")], check=True)
     assert path_prefix(["."]) == ""  # the git top level wins
+
+
+def test_an_audit_whose_model_has_no_key_exits_3_not_1() -> None:
+    """The audit ranks exit codes with the one ranker (``errors.worst_exit_code``): a check whose
+    run found no model (3) is worse than a failed check (8) and is not reported as internal (1)."""
+    from rlm_cli.audit.checklist import Check
+    from rlm_cli.audit.verdicts import Verdict, exit_code
+
+    def check(cid: str) -> Check:
+        return Check(id=cid, question="q", type="bool", line=1)
+
+    no_model = Verdict("error", "no model")
+    no_model.run_code = 3
+    assert exit_code([(check("a"), Verdict("fail", "x")), (check("b"), no_model)]) == 3

@@ -152,11 +152,12 @@ def test_no_completed_call_shows_no_cost_and_counts_agree_after_a_stop(tmp_path:
 
 
 def _runs(tmp_path: Path, llm: FakeLLM, n: int) -> list[str]:
-    """``n`` recorded runs, oldest first: their run ids."""
+    """``n`` recorded runs, oldest first: their run ids (the questions of one ``rlm ask``, one after
+    another, each with a trajectory of its own)."""
     repo = tmp_path / "repo" if (tmp_path / "repo").is_dir() else two_file_repo(tmp_path)
     llm.default("root", "FINAL(42)")
-    for i in range(n):
-        assert run_rlm("ask", str(repo), f"q{i}?", *model_flags(llm), "--quiet").code == 0
+    questions = [arg for i in range(n) for arg in ("--question", f"q{i}?")]
+    assert run_rlm("ask", str(repo), *questions, *model_flags(llm), "--quiet").code == 0
     listed = json.loads(run_rlm("trace", "list", "--json").stdout)["traces"]
     return [t["run_id"] for t in reversed(listed)]
 

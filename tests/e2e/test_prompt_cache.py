@@ -44,7 +44,7 @@ def test_claude_root_requests_mark_breakpoints_and_cache_reads_are_counted_and_p
         tmp_path: Path, claude: FakeAnthropic) -> None:
     repo = two_file_repo(tmp_path)
     claude.queue.extend(ROOT_SCRIPT)
-    doc = _ask(claude.url, repo)
+    doc = _ask(claude.url, repo, "--max-cost", "5")  # reservations at the cache-write price
     assert doc["answer"] == "foo is in a.py"
     assert len(claude.requests) == 4
     marks = [claude.breakpoints(r) for r in claude.requests]

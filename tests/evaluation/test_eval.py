@@ -297,21 +297,22 @@ def test_eval_right_model_scores_100_wrong_model_0(tmp_path: Path, llm: FakeLLM)
     # the answers' support verdicts (issue 37): code computed every one, and all were right
     assert doc["support"] == [{"verdict": "computed", "answers": 3, "correct": 3}]
     assert "| computed | 3 | 3 | 100% |" in report and "coverage 3/3" in report
-    # Again with the LLM cache: the same replies, replayed; the cached calls are counted, not as tokens.
-    res, doc = _run_eval(llm, corpus, tmp_path)
+    # Again with the LLM cache (the first question only: the same seed gives the same first task):
+    # the same replies, replayed; the cached calls are counted, not as tokens.
+    res, doc = _run_eval(llm, corpus, tmp_path, "--limit", "1")
     (again,) = doc["summary"]
-    assert again["correct"] == 3 and again["cached_calls"] >= 3 and again["tokens"] == 0
+    assert again["correct"] == again["ran"] == 1 and again["cached_calls"] >= 1 and again["tokens"] == 0
     assert all(r["cached_calls"] >= 1 for r in doc["results"])
 
-    # The same questions (same seed) answered wrongly: 0%, and every wrong one is listed.
+    # The same questions (same seed; the first two) answered wrongly: 0%, and every wrong one is listed.
     llm.default("root", repl("n = len(context)\nFINAL('The secret code is ABCD-1234.')"))
-    res, doc = _run_eval(llm, corpus, tmp_path, "--no-llm-cache")
+    res, doc = _run_eval(llm, corpus, tmp_path, "--no-llm-cache", "--limit", "2")
     assert res.code == 0, res.stderr
     (group,) = doc["summary"]
-    assert (group["correct"], group["ran"], group["accuracy"]) == (0, 3, 0.0)
+    assert (group["correct"], group["ran"], group["accuracy"]) == (0, 2, 0.0)
     assert all(r["status"] == "final" and r["correct"] is False for r in doc["results"])
     # a code nothing showed, written out at once (the checks objected and were overruled): guesses
-    assert doc["support"] == [{"verdict": "unsupported", "answers": 3, "correct": 0}]
+    assert doc["support"] == [{"verdict": "unsupported", "answers": 2, "correct": 0}]
     # the corpus on disk was never changed
     assert not any("secret code" in p.read_text() for p in corpus.iterdir())
 

@@ -128,8 +128,13 @@ def test_sub_calls_cut_by_the_deadline_are_not_counted_as_retries(tmp_path: Path
     """A sub-call in flight when --timeout passes is not retried: none may be counted as a retry
     (the summary read "0 sub-calls ... 8 retries")."""
     llm.default("sub", Reply(text="late", delay_s=30))  # in flight at the deadline however slow the machine
-    llm.script("root", repl("parts = llm_query_batched(['a', 'b', 'c', 'd'])\nFINAL('x')"))
     (tmp_path / "a.txt").write_text("hello\n")
+    # A first run starts the shared model host (litellm's import, seconds of CPU on a loaded
+    # machine), so the timed run's 8 s go to its own work: its four sub-calls are sent in time.
+    llm.default("root", repl("FINAL('warm')"))
+    warm = run_rlm("ask", str(tmp_path), "warm up?", "--model", "openai/root", "--api-base", llm.url, "--no-leads")
+    assert warm.code == 0, warm.stderr
+    llm.script("root", repl("parts = llm_query_batched(['a', 'b', 'c', 'd'])\nFINAL('x')"))
     res = run_rlm("ask", str(tmp_path), "q?", "--model", "openai/root", "--sub-model", "openai/sub",
                   "--api-base", llm.url, "--timeout", "8", "--json", "--policy", "paper", "--no-leads",
                   "--no-llm-cache")

@@ -45,8 +45,10 @@ def test_breakpoints_on_the_system_prompt_the_previous_request_and_this_one(turn
     assert [m["role"] for m in out] == [m["role"] for m in msgs]
 
 
-def test_a_lone_prompt_and_non_text_content() -> None:
-    assert _marked(with_breakpoints([{"role": "user", "content": "hi"}])) == [0]
+def test_a_lone_prompt_is_not_written_to_the_cache_and_non_text_content_is_left() -> None:
+    assert _marked(with_breakpoints([{"role": "user", "content": "hi"}])) == []
+    direct = [{"role": "system", "content": "sys"}, {"role": "user", "content": "the whole corpus"}]
+    assert _marked(with_breakpoints(direct)) == [0]
     blocks = [{"type": "text", "text": "x"}]
     assert with_breakpoints([{"role": "user", "content": blocks}])[0]["content"] is blocks
 

@@ -82,11 +82,30 @@ def host_files(folder: Path, suffixes: tuple[str, ...] = (".sock", ".token")) ->
 
 def test_a_later_command_leases_the_running_host_and_stop_ends_it(runtime: Path, tmp_path: Path,
                                                                   llm: FakeLLM) -> None:
+    """One host, started by the first command, serves the second (whose model code cannot read the
+    host's token), answers no request without that token, and ends at ``rlm host stop``."""
+    import socket
+
+    from rlm_cli import protocol
+
     ask(tmp_path, llm, "first question?")
     (first,) = hosts()
-    ask(tmp_path, llm, "second question?")
+    (token,) = runtime.glob("host-*.token")
+    code = (f"try:\n    got = open({str(token)!r}).read()\nexcept Exception as exc:\n"
+            "    got = 'refused: ' + type(exc).__name__\nFINAL(got)")
+    llm.script("root", repl(code))
+    res = run_rlm("ask", str(corpus(tmp_path)), "read it?", *model_flags(llm), "--no-leads", cwd=tmp_path)
+    assert res.code == 0 and res.stdout.startswith("refused: "), res.stdout + res.stderr
+    assert token.read_text() not in res.stdout + res.stderr
     (again,) = hosts()
     assert again["pid"] == first["pid"] and again["requests"] == 2  # both root calls went through one host
+    (sock,) = runtime.glob("host-*.sock")
+    for wrong in ("0" * 32, "", None):  # while with the token (read from its 0600 file) it answers
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(str(sock))
+            protocol.send_message(conn, {"token": wrong, "op": "status"})
+            with pytest.raises(protocol.ProtocolError):
+                protocol.recv_message(conn)
     assert again["leases"] == 0 and again["cwd"] == "/"  # it keeps no folder busy
     assert host_files(runtime) == [".sock", ".token"]
     assert oct(runtime.stat().st_mode & 0o777) == "0o700"
@@ -97,17 +116,14 @@ def test_a_later_command_leases_the_running_host_and_stop_ends_it(runtime: Path,
     assert list(runtime.iterdir()) == [] and hosts() == []  # socket, token, lock and log all gone
 
 
-def test_an_idle_host_exits_and_removes_its_files(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
-    ask(tmp_path, llm, "q?", env={"RLM_HOST_IDLE": "1"})
-    assert until(lambda: list(runtime.iterdir()) == [] and not hosts(), 30)
-
-
-def test_the_latest_commands_idle_period_applies(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+def test_the_latest_commands_idle_period_applies_and_an_idle_host_exits_and_removes_its_files(
+        runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
     ask(tmp_path, llm, "q1?")  # RLM_HOST_IDLE=60
     (first,) = hosts()
     assert first["idle_limit_s"] == 60
     ask(tmp_path, llm, "q2?", env={"RLM_HOST_IDLE": "1"})
     assert until(lambda: not alive(int(first["pid"])), 30)
+    assert until(lambda: list(runtime.iterdir()) == [], 30) and not hosts()
 
 
 def test_another_environment_gets_a_host_of_its_own_another_folder_does_not(runtime: Path, tmp_path: Path,
@@ -135,20 +151,31 @@ def test_a_command_that_fails_on_its_arguments_leaves_no_host(runtime: Path, tmp
     assert not any(alive(int(p)) for p in _host_pids(runtime))
 
 
-def test_a_run_answered_from_the_cache_keeps_its_host_for_the_next(runtime: Path, tmp_path: Path,
-                                                                    llm: FakeLLM) -> None:
+def test_a_cached_run_keeps_its_host_for_the_next_and_verbose_says_how_each_got_one(
+        runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
     """Issue 40: a run that makes no model request (every call a cache hit) used to leave its host
-    to exit at once, so each cached run paid litellm's import again."""
+    to exit at once, so each cached run paid litellm's import again. ``-v`` says how each command
+    got its host: started, leased, or one of its own where the runtime folder is not safe."""
     ask(tmp_path, llm, "q1?")  # fills the response cache
     run_rlm("host", "stop")
     assert until(lambda: hosts() == [], 10)
     flags = [*model_flags(llm), "--no-leads", "-v"]
     first = run_rlm("ask", str(corpus(tmp_path)), "q1?", *flags, cwd=tmp_path)
     assert first.code == 0 and first.stdout == "second\n", first.stderr
-    assert "1 cached" in first.stderr and "model host: shared, started" in first.stderr
     (host,) = hosts()  # still there: the command asked it for the model's window
+    # -v says how the command got its host
+    assert "1 cached" in first.stderr
+    assert f"model host: shared, started (pid {host['pid']}; stays 60 s once unused)" in first.stderr
     again = run_rlm("ask", str(corpus(tmp_path)), "q1?", *flags, cwd=tmp_path)
     assert again.code == 0 and f"model host: shared, leased (pid {host['pid']})" in again.stderr
+    runtime.chmod(0o755)  # open to others: not shared, and -v and `rlm host status` say why
+    llm.script("root", repl("FINAL('second' if 'second' in context else 'missing')"))
+    third = run_rlm("ask", str(corpus(tmp_path)), "q3?", *flags, cwd=tmp_path)
+    assert third.code == 0 and "model host: a host of this command only (no safe runtime folder:" in third.stderr
+    assert "it must be 0700" in third.stderr
+    status = json.loads(run_rlm("host", "status", "--json").stdout)
+    assert status["sharing"].startswith("off: ") and "0700" in status["sharing"]
+    runtime.chmod(0o700)
 
 
 def _host_pids(runtime: Path) -> list[str]:
@@ -164,11 +191,14 @@ def test_a_hung_host_costs_a_few_seconds_and_stop_kills_it(runtime: Path, tmp_pa
     try:
         started = time.monotonic()
         llm.script("root", repl("FINAL('second' if 'second' in context else 'missing')"))
-        res = run_rlm("ask", str(corpus(tmp_path)), "q2?", *model_flags(llm), "--no-leads", "-v", cwd=tmp_path)
-        assert res.code == 0 and res.stdout == "second\n", res.stderr
-        assert "model host: a host of its own" in res.stderr and time.monotonic() - started < 60
+        # The command and `rlm host status` each wait out the hung host's lease timeout: at once.
+        proc = subprocess.Popen([*rlm_argv(), "ask", str(corpus(tmp_path)), "q2?", *model_flags(llm), "--no-leads",
+                                 "-v"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         (hung,) = hosts()
         assert hung == {"key": first["key"], "pid": pid, "answering": False}
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and out == "second\n", err
+        assert "model host: a host of its own" in err and time.monotonic() - started < 60
         stop = run_rlm("host", "stop")
         assert stop.code == 0 and str(pid) in stop.stderr
         assert until(lambda: not alive(pid)) and list(runtime.iterdir()) == []
@@ -177,33 +207,11 @@ def test_a_hung_host_costs_a_few_seconds_and_stop_kills_it(runtime: Path, tmp_pa
             os.kill(pid, signal.SIGKILL)
 
 
-def test_verbose_says_how_the_command_got_its_host(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
-    llm.defaults["root"] = repl("FINAL('second' if 'second' in context else 'missing')")
-    first = run_rlm("ask", str(corpus(tmp_path)), "q1?", *model_flags(llm), "--no-leads", "-v", cwd=tmp_path)
-    second = run_rlm("ask", str(corpus(tmp_path)), "q2?", *model_flags(llm), "--no-leads", "-v", cwd=tmp_path)
-    (host,) = hosts()
-    assert f"model host: shared, started (pid {host['pid']}; stays 60 s once unused)" in first.stderr
-    assert f"model host: shared, leased (pid {host['pid']})" in second.stderr
-    runtime.chmod(0o755)  # open to others: not shared, and -v and `rlm host status` say why
-    third = run_rlm("ask", str(corpus(tmp_path)), "q3?", *model_flags(llm), "--no-leads", "-v", cwd=tmp_path)
-    assert third.code == 0 and "model host: a host of this command only (no safe runtime folder:" in third.stderr
-    assert "it must be 0700" in third.stderr
-    status = json.loads(run_rlm("host", "status", "--json").stdout)
-    assert status["sharing"].startswith("off: ") and "0700" in status["sharing"]
-    runtime.chmod(0o700)
-
-
-def test_a_terminated_host_removes_its_files(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
-    """``kill PID`` (SIGTERM, as a service manager stops it) ends a shared host as an idle exit
-    does: socket, token, lock and log gone (they stayed until the next command replaced them)."""
-    ask(tmp_path, llm, "q1?")
-    (first,) = hosts()
-    os.kill(int(first["pid"]), signal.SIGTERM)
-    assert until(lambda: not alive(int(first["pid"])))
-    assert until(lambda: list(runtime.iterdir()) == []), list(runtime.iterdir())
-
-
-def test_a_killed_hosts_stale_socket_is_replaced(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+def test_a_killed_hosts_stale_socket_is_replaced_and_a_terminated_host_removes_its_files(
+        runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    """A host killed (SIGKILL) leaves its socket and token, which the next command replaces. ``kill
+    PID`` (SIGTERM, as a service manager stops it) ends a shared host as an idle exit does: socket,
+    token, lock and log gone (they stayed until the next command replaced them)."""
     ask(tmp_path, llm, "q1?")
     (first,) = hosts()
     os.kill(int(first["pid"]), signal.SIGKILL)
@@ -212,6 +220,9 @@ def test_a_killed_hosts_stale_socket_is_replaced(runtime: Path, tmp_path: Path, 
     ask(tmp_path, llm, "q2?")
     (second,) = hosts()
     assert second["pid"] != first["pid"]
+    os.kill(int(second["pid"]), signal.SIGTERM)
+    assert until(lambda: not alive(int(second["pid"])))
+    assert until(lambda: list(runtime.iterdir()) == []), list(runtime.iterdir())
 
 
 def test_commands_started_together_share_one_host(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
@@ -226,37 +237,10 @@ def test_commands_started_together_share_one_host(runtime: Path, tmp_path: Path,
     assert host["requests"] == 3
 
 
-def test_model_code_cannot_read_the_hosts_token(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
-    ask(tmp_path, llm, "start the host?")
-    (token,) = runtime.glob("host-*.token")
-    code = (f"try:\n    got = open({str(token)!r}).read()\nexcept Exception as exc:\n"
-            "    got = 'refused: ' + type(exc).__name__\nFINAL(got)")
-    llm.script("root", repl(code))
-    res = run_rlm("ask", str(corpus(tmp_path)), "read it?", *model_flags(llm), "--no-leads", cwd=tmp_path)
-    assert res.code == 0 and res.stdout.startswith("refused: "), res.stdout + res.stderr
-    assert token.read_text() not in res.stdout + res.stderr
-
-
 def test_a_bad_idle_value_is_one_clear_error(tmp_path: Path, llm: FakeLLM) -> None:
     res = run_rlm("ask", str(corpus(tmp_path)), "q?", *model_flags(llm), env={"RLM_HOST_IDLE": "soon"})
     assert res.code == 2 and "RLM_HOST_IDLE" in res.stderr and "Traceback" not in res.stderr
     assert not llm.requests
-
-
-def test_a_shared_host_answers_no_request_without_its_token(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
-    import socket
-
-    from rlm_cli import protocol
-
-    ask(tmp_path, llm, "start the host?")
-    (sock,) = runtime.glob("host-*.sock")
-    for token in ("0" * 32, "", None):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(str(sock))
-            protocol.send_message(conn, {"token": token, "op": "status"})
-            with pytest.raises(protocol.ProtocolError):
-                protocol.recv_message(conn)
-    assert len(hosts()) == 1  # while with the token (read from its 0600 file) it answers
 
 
 def test_a_deleted_working_folder_is_one_clear_error(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:

@@ -518,15 +518,23 @@ def _batch(n: int) -> str:
 def test_sub_calls_abandoned_at_the_timeout_are_counted_as_the_server_got_them(tmp_path: Path, llm: FakeLLM) -> None:
     from jsonschema import Draft202012Validator
 
+    repo = _repo(tmp_path)
+    # A first run starts the shared model host (litellm's import, seconds of CPU on a loaded
+    # machine), so the timed run's 10 s go to its own work.
+    llm.default("root", repl("FINAL('warm')"))
+    warm = run_rlm("ask", str(repo), "warm up?", *model_flags(llm), "--no-llm-cache")
+    assert warm.code == 0, warm.stderr
     llm.script("root", repl(_batch(64)), repl("FINAL('done')"))
     llm.default("sub", Reply(text="late", delay_s=60))
-    res = run_rlm("ask", str(_repo(tmp_path)), "q?", *model_flags(llm), "--json", "--no-llm-cache",
-                  "--max-concurrency", "64", "--timeout", "25")
+    res = run_rlm("ask", str(repo), "q?", *model_flags(llm), "--json", "--no-llm-cache",
+                  "--max-concurrency", "64", "--timeout", "10")
     assert res.code == 6, res.stderr[-800:]
     doc = json.loads(res.stdout)
     assert doc["budget"] == "timeout"
+    # However many of the 64 the server got before the deadline (all of them on a quiet machine; a
+    # loaded one may send fewer in 10 s), each counts once, as a call abandoned at the stop.
     sent = len(llm.chat_requests("sub"))
-    assert sent == 64 and doc["usage"]["sub"]["calls"] == sent and doc["sub_calls"] == sent, doc["usage"]["sub"]
+    assert 0 < sent <= 64 and doc["usage"]["sub"]["calls"] == sent and doc["sub_calls"] == sent, doc["usage"]["sub"]
     assert doc["usage"]["sub"]["abandoned_calls"] == sent
     schema = json.loads((Path(__file__).parents[2] / "rlm_cli" / "schemas" / "ask-result.v1.json").read_text())
     Draft202012Validator(schema).validate(doc)

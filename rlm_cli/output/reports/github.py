@@ -2,15 +2,18 @@
 finding that fails (``::error file=PATH,line=N,endLine=M,title=rlm audit: ID::MESSAGE``;
 ``::warning`` and ``::notice`` for the other severities) and one per check that could not be
 decided, at its line of the checklist (``::error`` when that fails the job, else the command of
-its severity, so that annotations and the exit code agree) (:func:`github_commands`); and the job summary table (:func:`summary_markdown`).
-Data and properties are escaped as ``@actions/core`` escapes them."""
+its severity, so that annotations and the exit code agree) (:func:`github_commands`); and the job
+summary table (:func:`summary_markdown`). Data and properties are escaped as ``@actions/core``
+escapes them; every cell of the summary is plain text (``workflow_guard.summary_text``: no HTML,
+link or table border from an answer)."""
 
 from __future__ import annotations
 
 import re
 
 from rlm_cli.output.findings import AuditReport
-from rlm_cli.output.reports.text import shown_value, value_text
+from rlm_cli.output.reports.text import findings_line, shown_value, value_text
+from rlm_cli.output.workflow_guard import summary_text
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: The workflow command of each severity.
@@ -52,8 +55,8 @@ def github_commands(report: AuditReport) -> str:
 
 
 def _cell(text: str) -> str:
-    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))
-    return " ".join(text.split()).replace("|", "\\|")[:200]
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))  # no UTF-8 form: its escape, as text
+    return summary_text(text)  # answers, reasons, file names: plain text in the table (issue 47)
 
 
 def summary_markdown(report: AuditReport) -> str:
@@ -61,11 +64,14 @@ def summary_markdown(report: AuditReport) -> str:
     t = report.totals
     head = (f"### rlm audit: {report.status} ({t.passed} pass, {t.failed} fail, {t.errors} error, "
             f"{t.unsupported} unsupported; exit {report.exit_code})\n\n")
+    found = findings_line(report)
+    if found:
+        head += f"{found}\n\n"
     rows = ["| check | severity | status | answer | why | where |", "| --- | --- | --- | --- | --- | --- |"]
     for c in report.checks:
         where = ", ".join(loc.text for loc in c.locations[:3])
         value = shown_value(c)
-        rows.append(f"| `{c.id}` | {c.severity} | {c.status} | {_cell(value_text(value) if value is not None else '')} "
+        rows.append(f"| `{c.id}` | {c.severity} | {c.shown_status} | {_cell(value_text(value) if value is not None else '')} "
                     f"| {_cell(c.reason)} | {_cell(where)} |")
     cost = t.cost_usd
     tail = f"\n\n{t.calls} model calls ({t.cached_calls} from the cache), cost " + (

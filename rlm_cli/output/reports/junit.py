@@ -1,6 +1,7 @@
 """JUnit XML (``rlm audit --junit``): one ``<testcase>`` per check (``classname`` ``rlm.audit``), a
 ``<failure>`` for ``fail`` and ``unsupported`` (``type`` is the severity, or ``unsupported``), an
-``<error>`` for ``error``; the text holds the question, the answer, the value, the expectation
+``<error>`` for ``error``, a ``<skipped>`` for a failing check whose findings are all accepted
+(suppressed, or in the ``--baseline`` report: ``CheckReport.accepted``); the text holds the question, the answer, the value, the expectation
 and the locations and sources it rests on (``text.check_details``).
 
 XML 1.0 has no C0 control character but tab, newline and carriage return, no lone surrogate and
@@ -35,17 +36,21 @@ def junit_text(report: AuditReport) -> str:
     """The JUnit XML report of an audit."""
     t = report.totals
     elapsed = f"{report.elapsed_s:.3f}"
-    failures, errors, tests = str(t.failed + t.unsupported), str(t.errors), str(t.checks)
+    accepted = sum(1 for c in report.checks if c.accepted)
+    failures, errors, tests = str(t.failed + t.unsupported - accepted), str(t.errors), str(t.checks)
     suites = ET.Element("testsuites", name="rlm audit", tests=tests, failures=failures, errors=errors, time=elapsed)
     suite = ET.SubElement(suites, "testsuite", name=xml_text(f"rlm audit {report.checklist}"), tests=tests,
-                          failures=failures, errors=errors, skipped="0", time=elapsed)
+                          failures=failures, errors=errors, skipped=str(accepted), time=elapsed)
     props = ET.SubElement(suite, "properties")
     for name, value in (("checklist", report.checklist), ("exit_code", report.exit_code),
-                        ("fail_on", report.fail_on), ("cost_usd", t.cost_usd)):
+                        ("fail_on", report.fail_on), ("cost_usd", t.cost_usd),
+                        ("incomplete", "true" if report.incomplete else "false")):
         ET.SubElement(props, "property", name=name, value="" if value is None else xml_text(str(value)))
     for c in report.checks:
         case = ET.SubElement(suite, "testcase", name=c.id, classname="rlm.audit", time=f"{c.elapsed_s:.3f}")
-        if c.status == "pass":
+        if c.status == "pass" or c.accepted:
+            if c.accepted:  # every finding suppressed or in the baseline: not a failure of this run
+                ET.SubElement(case, "skipped", message=xml_text(f"{c.status}, accepted: {c.reason}"[:500]))
             ET.SubElement(case, "system-out").text = xml_text(check_details(c))
             continue
         tag = "error" if c.status == "error" else "failure"

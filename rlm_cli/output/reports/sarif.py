@@ -3,8 +3,9 @@ its severity: error -> ``error``, warning -> ``warning``, note -> ``note``), one
 finding (a ``locations`` check: one per location; another check: one at the evidence its run
 read, the rest as ``relatedLocations``; else at the check in the checklist), each with
 ``partialFingerprints`` under rlm's own key (``findings.FINGERPRINT_KEY``), its
-``baselineState`` when a baseline was given and its ``suppressions``; checks that ended
-``error`` are ``toolExecutionNotifications``.
+``baselineState`` when a baseline was given (``new``, ``unchanged``; the baseline's findings
+this run no longer has follow as ``absent`` results of ``kind`` ``pass``) and its
+``suppressions``; checks that ended ``error`` are ``toolExecutionNotifications``.
 
 URIs: a file under the repository root is an RFC 3986 relative reference (percent-encoded) with
 ``uriBaseId`` ``%SRCROOT%``, which ``run.originalUriBaseIds`` declares as the root's ``file://``
@@ -77,6 +78,16 @@ def _result(c: CheckReport, index: int, f: Finding) -> dict[str, Any]:
     return result
 
 
+def _absent(index: int, f: Finding) -> dict[str, Any]:
+    """A finding of the baseline this run no longer has: ``baselineState`` ``absent``, ``kind``
+    ``pass`` and ``level`` ``none`` (no problem now: nothing raises an alert for it)."""
+    return {"ruleId": f.check, "ruleIndex": index, "kind": "pass", "level": "none",
+            "message": {"text": f"{f.check}: no longer found ({f.message})" if f.message else
+                        f"{f.check}: no longer found"},
+            "locations": [_physical(f.path, f.region.start_line, f.region.end_line)],
+            "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint}, "baselineState": "absent"}
+
+
 def sarif_log(report: AuditReport, version: str) -> dict[str, Any]:
     """The SARIF 2.1.0 log of an audit (``version``: rlm's)."""
     rules: list[dict[str, Any]] = []
@@ -88,6 +99,13 @@ def sarif_log(report: AuditReport, version: str) -> dict[str, Any]:
             notes.append({"level": "error", "message": {"text": f"check {c.id} could not be decided: {c.reason}"},
                           "associatedRule": {"id": c.id, "index": index}})
         results.extend(_result(c, index, f) for f in c.findings)
+    cut = report.incomplete
+    if cut:  # a cancelled run (SIGINT, SIGTERM): the checks that finished, and which did not run
+        notes.append({"level": "error", "message": {"text": f"the run was cancelled ({cut['signal']}): "
+                                                            f"{len(cut['not_run'])} check(s) did not run: "
+                                                            + ", ".join(cut["not_run"])}})
+    rule_index = {c.id: n for n, c in enumerate(report.checks)}  # an absent finding of a check now gone: left out
+    results.extend(_absent(rule_index[f.check], f) for f in report.absent if f.check in rule_index)
     run: dict[str, Any] = {
         "tool": {"driver": {"name": "rlm audit", "version": version, "rules": rules}},
         "originalUriBaseIds": {SRCROOT: {"uri": folder_uri(report.root_dir),

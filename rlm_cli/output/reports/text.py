@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from rlm_cli.output.findings import AuditReport, CheckReport
+from rlm_cli.output.workflow_guard import json_for_runner
 
 #: Characters of an answer a report quotes.
 ANSWER_CHARS = 2_000
@@ -67,18 +68,34 @@ def finite(value: Any) -> Any:
 def strict_json(doc: Any, indent: int | None = 2) -> str:
     """``doc`` as RFC 8259 JSON, UTF-8 characters kept, newline-terminated: floats that are not
     finite written as strings (:func:`finite`), and a lone surrogate (from a corpus file or an
-    answer: it has no UTF-8 form) written as its ``\\uXXXX`` escape."""
+    answer: it has no UTF-8 form) written as its ``\\uXXXX`` escape; under GitHub Actions ``##[``
+    as ``#\\u0023[`` (``workflow_guard.json_for_runner``: the same value)."""
     text = json.dumps(finite(doc), ensure_ascii=False, indent=indent, allow_nan=False, default=str)
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
+    return json_for_runner(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 
 def table_row(c: CheckReport) -> list[str]:
     """A row of the stderr table: check, severity, status, value (short), why."""
     value = shown_value(c)
-    return [c.id, c.severity, c.status, "" if value is None else value_text(value)[:40],
+    return [c.id, c.severity, c.shown_status, "" if value is None else value_text(value)[:40],
             " ".join(c.reason.split())[:80]]
 
 
 def table_rows(report: AuditReport) -> list[list[str]]:
     """Rows of the stderr table, one per check (:func:`table_row`)."""
     return [table_row(c) for c in report.checks]
+
+
+def findings_line(report: AuditReport) -> str:
+    """The findings in words, for the stderr summary and the job summary: ``4 findings, 1
+    failing (1 new, 3 unchanged, 2 absent against the baseline; 0 suppressed)``; ``""`` when
+    there are none, no baseline and nothing suppressed."""
+    n = report.finding_counts
+    if not n["findings"] and report.baseline is None:
+        return ""
+    text = f"{n['findings']} finding{'' if n['findings'] == 1 else 's'}, {n['failing']} failing"
+    parts = []
+    if report.baseline is not None:
+        parts.append(f"{n['new']} new, {n['unchanged']} unchanged, {n['absent']} absent against the baseline")
+    parts.append(f"{n['suppressed']} suppressed")
+    return f"{text} ({'; '.join(parts)})"
