@@ -23,9 +23,16 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rlm_cli.errors import ExitCode, RLMError, UsageError
+
+if TYPE_CHECKING:
+    from rlm_cli.app.lane import Lane
+    from rlm_cli.app.outcome import AskOutcome
+    from rlm_cli.app.session import Session
+    from rlm_cli.config import Settings
+    from rlm_cli.events import Emit
 
 #: Characters of a question kept in a plain-text header line.
 HEADER_CHARS = 100
@@ -40,7 +47,7 @@ class Question:
     id: Any
     text: str
     answer_type: str = "text"
-    settings: Any = None
+    settings: Settings | None = None
 
 
 @dataclass
@@ -49,7 +56,7 @@ class Result:
     and the wall seconds it took."""
 
     question: Question
-    outcome: Any = None
+    outcome: AskOutcome | None = None
     error: RLMError | None = None
     elapsed_s: float = 0.0
 
@@ -75,7 +82,7 @@ def outcome_code(outcome: Any, require_support: bool) -> int:
     return int(ExitCode.UNSUPPORTED) if require_support and unsupported(outcome) else 0
 
 
-def unsupported(outcome: Any) -> bool:
+def unsupported(outcome: AskOutcome | None) -> bool:
     """Whether a run's outcome (``runner.AskOutcome``) has an answer whose support verdict is
     ``unsupported``."""
     support = getattr(getattr(outcome, "result", None), "support", None)
@@ -259,7 +266,7 @@ def header(question: Question) -> str:
     return f"## [{question.id}] {first}\n"
 
 
-def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Callable[[Question], Any],
+def run_all(session: Session, questions: list[Question], *, jobs: int, emit_for: Callable[[Question], Emit],
             on_result: Callable[[Result], None]) -> list[Result]:
     """Ask every question of ``questions`` in ``session`` (opened) and hand each :class:`Result`
     to ``on_result`` as it completes; returns them all in completion order.
@@ -288,7 +295,7 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
     return _run_parallel(session, questions, min(jobs, len(questions)), emit_for, on_result, results)
 
 
-def ask_one(session: Any, q: Question, emit_for: Callable[[Question], Any], lane: Any = None) -> Result:
+def ask_one(session: Session, q: Question, emit_for: Callable[[Question], Emit], lane: Lane | None = None) -> Result:
     """Ask ``q`` in ``session`` (on ``lane``; ``None``: the session's worker) as a :class:`Result`.
     A question after the run's budget is spent is not started: its result is the budget's error,
     and it writes no trajectory (3,000 questions under ``--timeout 10`` wrote 3,000 files)."""
@@ -305,7 +312,7 @@ def ask_one(session: Any, q: Question, emit_for: Callable[[Question], Any], lane
         return Result(q, error=exc, elapsed_s=time.monotonic() - started)
 
 
-def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: Callable[[Question], Any],
+def _run_parallel(session: Session, questions: list[Question], jobs: int, emit_for: Callable[[Question], Emit],
                   on_result: Callable[[Result], None], results: list[Result]) -> list[Result]:
     from rlm_cli.app.lane import Lane
 

@@ -32,7 +32,7 @@ def safe_text(text: str) -> str:
     return CONTROL.sub("\ufffd", text.replace("\r\n", "\n"))
 
 
-def cost_text(value: Any) -> str:
+def cost_text(value: object) -> str:
     """``$0.0123`` for a number of USD, ``cost unknown`` for anything else (an unpriced model)."""
     return usd(value) if isinstance(value, (int, float)) else "cost unknown"
 
@@ -43,7 +43,7 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
-def money(value: Any, calls: int | None = None) -> str:
+def money(value: object, calls: int | None = None) -> str:
     """The one rule for a cost of several calls: ``none`` when no call completed (``calls`` is 0:
     nothing was spent, nor priced), ``unknown`` when a model that answered is not priced
     (``value`` is not a number), else USD (:func:`usd`; ``$0.0000`` only for calls that cost

@@ -413,7 +413,7 @@ def build_tree(events: list[dict[str, Any]]) -> Node:
     return root
 
 
-def _last_iteration(container: Node, iteration: Any) -> Node | None:
+def _last_iteration(container: Node, iteration: object) -> Node | None:
     """The newest ``iteration`` node numbered ``iteration`` directly under ``container``."""
     for node in reversed(container.children):
         if node.event is not None and is_type(node.event, "iteration") and node.event.get("iteration") == iteration:
