@@ -28,6 +28,9 @@ class ExitCode(enum.IntEnum):
     #: ``rlm audit``: a check of error severity (or as low as ``--fail-on``) failed, or its answer
     #: could not be decided or was unsupported.
     CHECK_FAILED = 8
+    #: ``--answer-type``: the answer is not a value of its type (``maybe`` for ``bool``, ``NaN`` for
+    #: ``json``): nothing is printed but the ``--json`` document (``value: null``, ``value_problem``).
+    NOT_OF_TYPE = 9
     INTERRUPTED = 130
     BROKEN_PIPE = 141
     TERMINATED = 143
@@ -35,10 +38,11 @@ class ExitCode(enum.IntEnum):
 
 #: Exit codes from best to worst, for a run of several questions or checks that exits with the
 #: worst of theirs (:func:`worst_exit_code`): answered (0) < answered but unsupported under
-#: ``--require-support`` (7) < iteration limit (5, partial answer) < budget (6, partial answer) <
+#: ``--require-support`` (7) < answered, but not a value of its ``--answer-type`` (9) < iteration
+#: limit (5, partial answer) < budget (6, partial answer) <
 #: an audit check failed (8) < usage error (2, not answered) < no model configured (3) < provider
 #: failure (4) < internal error (1). The README's exit-code section gives the same order.
-EXIT_SEVERITY = (ExitCode.OK, ExitCode.UNSUPPORTED, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET,
+EXIT_SEVERITY = (ExitCode.OK, ExitCode.UNSUPPORTED, ExitCode.NOT_OF_TYPE, ExitCode.MAX_ITERATIONS, ExitCode.BUDGET,
                  ExitCode.CHECK_FAILED, ExitCode.USAGE, ExitCode.NO_MODEL, ExitCode.PROVIDER, ExitCode.INTERNAL)
 
 

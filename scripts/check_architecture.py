@@ -88,9 +88,10 @@ ATTRIBUTE_LIMITS: dict[str, tuple[int, str]] = {
     "output.findings:CheckReport": (21, "a record: one check of an audit as every report format reads it, each "
                                         "field a value of that check (checklist fields, status, answer, findings, "
                                         "run fields carried into --json); built once, never changed"),
-    "app.session:Session": (36, "mixed: the resolved run plan and the decisions still outside it (issue 50 "
-                                "moves the mode, its reason, the level and the models into the frozen plan), "
-                                "the clients, the worker pool and the budget clock; it may not grow"),
+    "app.session:Session": (35, "mixed: the resolved run plan and the decisions still outside it (the mode "
+                                "and its reason are the plan's now; the level and the models are still set "
+                                "before the plan is made), the clients, the worker pool and the budget clock; "
+                                "it may not grow"),
 }
 
 #: The project modules the REPL worker (``sandbox.worker``) may reach through its imports, at
@@ -121,6 +122,7 @@ LAYERS: dict[str, int] = {
     "schemas": 1,         # JSON Schema files (data only)
     "sockets": 1,         # where Unix sockets go: folders whose paths fit sun_path
     "interrupts": 1,      # Ctrl-C with a final answer in hand is dropped
+    "answer_types": 1,    # the answer types (--answer-type, a check's type) and their traits
     "events": 1,          # the trajectory event vocabulary (a typed class per type) and event():
                           # every package emits events, output only receives them
     "config_keys": 2,     # value rules: choices, sizes, URL checks (no settings resolution)

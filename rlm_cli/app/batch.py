@@ -8,7 +8,8 @@ it is done (in completion order), so a failed question never costs the others th
 
 The run's exit code is the *worst* of its questions' (``errors.worst_exit_code``, ranked by
 ``errors.EXIT_SEVERITY``): answered (0) < answered but unsupported under ``--require-support``
-(7) < iteration limit (5, partial answer) < budget (6, partial answer) < usage error (2, not
+(7) < answered, but not a value of the question's ``--answer-type`` (9) < iteration limit (5,
+partial answer) < budget (6, partial answer) < usage error (2, not
 answered) < no model (3) < provider failure (4) < internal error (1).
 Ctrl-C or SIGTERM stops the whole run (130 / 143); answers already written stay. A question the
 run's budget leaves no room to start is not started (:func:`ask_one`): it writes no trajectory.
@@ -22,9 +23,16 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rlm_cli.errors import ExitCode, RLMError, UsageError
+
+if TYPE_CHECKING:
+    from rlm_cli.app.lane import Lane
+    from rlm_cli.app.outcome import AskOutcome
+    from rlm_cli.app.session import Session
+    from rlm_cli.config import Settings
+    from rlm_cli.events import Emit
 
 #: Characters of a question kept in a plain-text header line.
 HEADER_CHARS = 100
@@ -39,7 +47,7 @@ class Question:
     id: Any
     text: str
     answer_type: str = "text"
-    settings: Any = None
+    settings: Settings | None = None
 
 
 @dataclass
@@ -48,7 +56,7 @@ class Result:
     and the wall seconds it took."""
 
     question: Question
-    outcome: Any = None
+    outcome: AskOutcome | None = None
     error: RLMError | None = None
     elapsed_s: float = 0.0
 
@@ -61,10 +69,20 @@ class Result:
         error's exit code."""
         if self.error is not None:
             return int(self.error.exit_code)
-        return int(ExitCode.UNSUPPORTED) if self.require_support and unsupported(self.outcome) else 0
+        return outcome_code(self.outcome, self.require_support)
 
 
-def unsupported(outcome: Any) -> bool:
+def outcome_code(outcome: Any, require_support: bool) -> int:
+    """The exit code of a run that ended on a final answer (a ``runner.AskOutcome``): 9 when the
+    question has a type and the answer is not a value of it (``ExitCode.NOT_OF_TYPE``), 7 when
+    ``require_support`` and the answer is unsupported, else 0."""
+    typed = getattr(getattr(outcome, "result", None), "typed", None)
+    if typed is not None and not typed.ok:
+        return int(ExitCode.NOT_OF_TYPE)
+    return int(ExitCode.UNSUPPORTED) if require_support and unsupported(outcome) else 0
+
+
+def unsupported(outcome: AskOutcome | None) -> bool:
     """Whether a run's outcome (``runner.AskOutcome``) has an answer whose support verdict is
     ``unsupported``."""
     support = getattr(getattr(outcome, "result", None), "support", None)
@@ -248,7 +266,7 @@ def header(question: Question) -> str:
     return f"## [{question.id}] {first}\n"
 
 
-def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Callable[[Question], Any],
+def run_all(session: Session, questions: list[Question], *, jobs: int, emit_for: Callable[[Question], Emit],
             on_result: Callable[[Result], None]) -> list[Result]:
     """Ask every question of ``questions`` in ``session`` (opened) and hand each :class:`Result`
     to ``on_result`` as it completes; returns them all in completion order.
@@ -277,7 +295,7 @@ def run_all(session: Any, questions: list[Question], *, jobs: int, emit_for: Cal
     return _run_parallel(session, questions, min(jobs, len(questions)), emit_for, on_result, results)
 
 
-def ask_one(session: Any, q: Question, emit_for: Callable[[Question], Any], lane: Any = None) -> Result:
+def ask_one(session: Session, q: Question, emit_for: Callable[[Question], Emit], lane: Lane | None = None) -> Result:
     """Ask ``q`` in ``session`` (on ``lane``; ``None``: the session's worker) as a :class:`Result`.
     A question after the run's budget is spent is not started: its result is the budget's error,
     and it writes no trajectory (3,000 questions under ``--timeout 10`` wrote 3,000 files)."""
@@ -294,7 +312,7 @@ def ask_one(session: Any, q: Question, emit_for: Callable[[Question], Any], lane
         return Result(q, error=exc, elapsed_s=time.monotonic() - started)
 
 
-def _run_parallel(session: Any, questions: list[Question], jobs: int, emit_for: Callable[[Question], Any],
+def _run_parallel(session: Session, questions: list[Question], jobs: int, emit_for: Callable[[Question], Emit],
                   on_result: Callable[[Result], None], results: list[Result]) -> list[Result]:
     from rlm_cli.app.lane import Lane
 

@@ -23,17 +23,20 @@ the worst of the questions' (``errors.worst_exit_code``); an interrupted questio
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlm_cli.app.batch import unsupported
-from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError, worst_exit_code
+from rlm_cli.app.batch import outcome_code
+from rlm_cli.errors import PartialAnswerError, RLMError, worst_exit_code
 from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
 from rlm_cli.output.text import money, plural
+
+if TYPE_CHECKING:
+    from rlm_cli.app.session import Session
+    from rlm_cli.output.ui import UI
 
 #: Questions kept in the history file.
 HISTORY_LINES = 1000
@@ -54,7 +57,7 @@ class Chat:
     """The read-answer loop of ``rlm chat`` over an opened ``session.Session``; ``ui`` is the
     ``render.Renderer`` for stderr. :meth:`run` returns the exit code."""
 
-    def __init__(self, session: Any, ui: Any, *, json_out: bool = False, cite: bool = False,
+    def __init__(self, session: Session, ui: UI, *, json_out: bool = False, cite: bool = False,
                  interactive: bool | None = None) -> None:
         self.session = session
         self.ui = ui
@@ -73,8 +76,9 @@ class Chat:
         """
         if self.interactive:
             self._start_history()
-            corpus = self.session.corpus
-            self.ui.info(f"rlm chat over {plural(len(corpus.files), 'file')} ({corpus.total_tokens:,} tokens), mode "
+            corpus = self.session.corpus  # loaded: the session is open
+            files, tokens = (len(corpus.files), corpus.total_tokens) if corpus is not None else (0, 0)
+            self.ui.info(f"rlm chat over {plural(files, 'file')} ({tokens:,} tokens), mode "
                          f"{self.session.mode}: type a question, /help for commands, Ctrl-D to quit")
         try:
             while True:
@@ -160,16 +164,15 @@ class Chat:
         return True
 
     def _trace(self) -> None:
-        turns = [t for t in self.session.turns if t.trace_path is not None]
-        if not turns:
+        traces = [t.trace_path for t in self.session.turns if t.trace_path is not None]
+        if not traces:
             self.ui.info("no trajectory yet: ask a question first")
             return
         from rlm_cli.output import trace, trace_view
 
-        for n, t in enumerate(turns, 1):
+        for n, t in enumerate((t for t in self.session.turns if t.trace_path is not None), 1):
             self.ui.info(f"{n}. [{t.status}] {t.trace_path}")
-        last = turns[-1].trace_path
-        events = trace.read_trace(last)
+        events = trace.read_trace(traces[-1])
         trace_view.print_trace_tree(events[0], trace.build_tree(events), file=sys.stderr)
 
     # -- questions -------------------------------------------------------------------------------------
@@ -182,7 +185,7 @@ class Chat:
         try:
             outcome = self.session.ask(text, emit=self.ui.on_event, qid=self.asked)
             doc = outcome_document(outcome, round(time.monotonic() - started, 3))
-            code = int(ExitCode.UNSUPPORTED) if self.session.settings.require_support and unsupported(outcome) else 0
+            code = outcome_code(outcome, self.session.settings.require_support)
         except PartialAnswerError as exc:
             doc = partial_document(exc, sandbox, round(time.monotonic() - started, 3))
             code = int(exc.exit_code)
@@ -209,15 +212,15 @@ class Chat:
         self._deliver(doc)
 
     def _deliver(self, doc: dict[str, Any]) -> None:
-        from rlm_cli.output.answer import write_text
+        from rlm_cli.output.answer import json_text, write_text
 
         if self.json_out:
-            write_text(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+            write_text(json_text(doc, line=True))
         elif doc.get("answer"):  # an error or an empty partial answer: nothing for stdout
             write_text(answer_text(doc, self.cite))
 
 
-def cost_text(session: Any) -> str:
+def cost_text(session: Session) -> str:
     """``/cost``: the session's calls, tokens and cost (root and sub-calls) and its budgets."""
     usage = session.usage.summary()
     root, sub = usage["root"], usage["sub"]

@@ -106,8 +106,12 @@ def model_report() -> dict[str, Any]:
                 "source": f"autodetected: the first model listed by {settings.api_base}"}
     found = detect.detect(settings)
     if found is None:
-        return {"model": None, "sub_model": None, "api_base": None,
-                "source": "not set and nothing detected: " + detect.no_model_hint()}
+        busy = detect.busy_servers()
+        why = (f"not set, and the server at {', '.join(busy)} accepted a connection but did not list its models "
+               f"within {detect.PROBE_TIMEOUT_S:g} s (busy with a long request?): run `rlm doctor` again when it is "
+               f"idle, or pass --model openai/NAME --api-base http://{busy[0]}/v1") if busy else \
+            "not set and nothing detected: " + detect.no_model_hint()
+        return {"model": None, "sub_model": None, "api_base": None, "source": why}
     return {"model": found.model, "sub_model": found.sub_model or found.model, "api_base": found.api_base,
             "source": f"autodetected: {found.reason}"}
 

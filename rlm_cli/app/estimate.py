@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.typed import AnswerSpec, asked
+from rlm_cli.models.backend import Backend
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.usage import Usage
@@ -77,8 +79,8 @@ def earlier_costs(model: str, directory: Path | None = None) -> list[float]:
     return costs
 
 
-def estimate(settings: Settings, paths: list[str], questions: list[tuple[Any, str, str, str | None]], *,
-             backend: Any, emit: Emit, stdin_bytes: bytes | None = None) -> dict[str, Any]:
+def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any, str, str, str | None]], *,
+             backend: Backend | None, emit: Emit, stdin_bytes: bytes | None = None) -> dict[str, Any]:
     """The ``estimate.v1`` document of ``questions`` (``(id, text, answer type, root model or
     None)``) over the corpus at ``paths``: ``questions`` (one estimate each, see the module
     docstring), ``totals`` and the corpus. Calls no model.

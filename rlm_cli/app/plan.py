@@ -3,8 +3,8 @@
 The :class:`~rlm_cli.config.Settings` a session is given say what the user asked for (flags >
 environment > config file); they are never written after that. What the session decides from
 them when it opens (the model and sub-model, found by autodetection when none is set; their
-input windows and where each came from; the loop's policy; the mode rule; the sandbox level) is
-a :class:`RunPlan`. A question's model client is given the plan's windows as resolved
+input windows and where each came from; the loop's policy; the mode rule, and the mode it gives
+over the corpus, with its reason; the sandbox level) is a :class:`RunPlan`. A question's model client is given the plan's windows as resolved
 (:meth:`RunPlan.windows`: a window from litellm's map stays ``"model info"``, not a flag). The
 loop takes a ``Settings`` (its one parameter object, which it also hands to the sub-RLMs it
 starts): each question gets :meth:`RunPlan.settings_for`, a new copy with the plan's decisions
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from rlm_cli.app.planning import model_window, require_model
 from rlm_cli.config import Settings
+from rlm_cli.loop.fitting import choose_mode
 from rlm_cli.loop.policy import Policy, resolve_policy
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.detect import ensure_model
@@ -63,8 +64,11 @@ class RunPlan:
     ``models``: root and sub-model; ``root_window`` / ``sub_window``: their input windows;
     ``policy``: the loop's rules (``requested``: the ``--policy`` value it came from, ``auto``
     by default; ``policy_reason``: why); ``mode_rule``: ``--mode`` (``auto``, ``rlm`` or
-    ``direct``: each question's mode follows from it and the corpus); ``level``: the sandbox
-    level (``level_warning``: what was said when ``auto`` could not get the strongest one).
+    ``direct``: each question's mode follows from it and the corpus); ``mode`` and
+    ``mode_reason``: the session's mode over its corpus (``rlm`` or ``direct``, from the mode
+    rule, the corpus and the first question: :func:`session_mode`) and why; ``level``: the sandbox
+    level (``level_warning``: what was said when ``auto`` could not get the strongest one). A new
+    corpus (``rlm mcp`` after files changed) is a new plan (:meth:`over_corpus`).
     """
 
     models: ModelChoice
@@ -76,6 +80,8 @@ class RunPlan:
     mode_rule: str
     level: Level
     level_warning: str | None = None
+    mode: str = "rlm"
+    mode_reason: str = ""
 
     def settings_for(self, settings: Settings) -> Settings:
         """A copy of ``settings`` with the plan's decisions (models, windows, the policy's name)
@@ -87,6 +93,17 @@ class RunPlan:
             api_base=settings.api_base or self.models.api_base,
             root_model_window=settings.root_model_window or self.root_window.tokens,
             sub_model_window=settings.sub_model_window or self.sub_window.tokens, policy=self.policy.name)
+
+    def question_mode(self, needed: int) -> tuple[str, str]:
+        """``(mode, reason)`` of a question whose direct request would need ``needed`` tokens (the
+        corpus, the question and its note): the plan's (:func:`stays_in_repl`)."""
+        return stays_in_repl(self.mode, self.mode_reason, self.mode_rule, needed, self.root_window.tokens)
+
+    def over_corpus(self, settings: Settings, corpus_tokens: int) -> RunPlan:
+        """This plan over a new corpus of ``corpus_tokens`` tokens: its mode chosen again
+        (``loop.fitting.choose_mode``); every other decision kept."""
+        mode, reason = choose_mode(settings, corpus_tokens, self.root_window.tokens)
+        return dataclasses.replace(self, mode=mode, mode_reason=reason)
 
     def windows(self) -> dict[str, tuple[int, str]]:
         """``{model: (tokens, source)}`` of the root and sub-model, for a model client
@@ -114,13 +131,42 @@ def choose_models(settings: Settings, notify: Callable[[str], None]) -> ModelCho
     return ModelChoice(require_model(chosen), chosen.sub_model, chosen.api_base)
 
 
+def stays_in_repl(mode: str, reason: str, mode_rule: str, needed: int, window: int) -> tuple[str, str]:
+    """``(mode, reason)``: ``mode`` and its ``reason``, except that under ``--mode auto`` a
+    question whose direct request needs ``needed`` tokens, over half the root model's input
+    ``window``, stays in the REPL (``rlm``)."""
+    if mode == "direct" and mode_rule == "auto" and needed > window // 2:
+        return "rlm", (f"the corpus is small, but with the question it needs {needed:,} tokens, over half "
+                       f"the root model's window of {window:,}, so it stays in the REPL")
+    return mode, reason
+
+
+def session_mode(settings: Settings, corpus_tokens: int, window: int, needed: int) -> tuple[str, str]:
+    """``(mode, reason)`` of a session over a corpus of ``corpus_tokens`` tokens whose first
+    question's direct request would need ``needed`` tokens (``loop.fitting.choose_mode``, then
+    :func:`stays_in_repl`), for a root model of input ``window`` tokens.
+
+    Raises:
+        UsageError: ``settings.mode`` is not a mode.
+    """
+    mode, reason = choose_mode(settings, corpus_tokens, window)
+    return stays_in_repl(mode, reason, settings.mode, needed, window)
+
+
 def make_plan(settings: Settings, client: ModelClient, models: ModelChoice, level: Level,
-              level_warning: str | None = None) -> RunPlan:
+              level_warning: str | None = None, *, corpus_tokens: int, needed: int) -> RunPlan:
     """The run plan of ``settings``: ``models`` with their input windows (``--root-model-window``
     / ``--sub-model-window``, or ``client``'s lookup: ``planning.model_window``), the policy they
-    lead to (``loop.policy.resolve_policy``), the mode rule and the sandbox ``level``."""
+    lead to (``loop.policy.resolve_policy``), the mode rule and the mode it gives over a corpus of
+    ``corpus_tokens`` tokens whose first question needs ``needed`` tokens sent directly
+    (:func:`session_mode`), and the sandbox ``level``.
+
+    Raises:
+        UsageError: a bad ``--mode`` or ``--policy``.
+    """
     root_window = Window(*model_window(client, models.model, settings.root_model_window))
     sub_window = Window(*model_window(client, models.effective_sub_model, settings.sub_model_window))
     policy, policy_reason = resolve_policy(settings.policy, root_window.tokens, root_window.source)
+    mode, mode_reason = session_mode(settings, corpus_tokens, root_window.tokens, needed)
     return RunPlan(models, root_window, sub_window, policy, settings.policy, policy_reason, settings.mode, level,
-                   level_warning)
+                   level_warning, mode, mode_reason)

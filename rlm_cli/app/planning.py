@@ -5,6 +5,7 @@ a question's answer type. The mode and the question as sent are the loop's
 
 from __future__ import annotations
 
+from rlm_cli.answer_types import AnswerType
 from rlm_cli.config import EXAMPLE_MODEL, Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import NoModelError, RLMError
@@ -43,6 +44,6 @@ def model_window(client: ModelClient, model: str, override: int | None) -> tuple
 def answer_spec(kind: str, corpus: Corpus | None) -> AnswerSpec:
     """The :class:`~rlm_cli.loop.typed.AnswerSpec` of a question whose answer has type ``kind``
     over ``corpus``: a ``locations`` answer is checked against its files and their line counts."""
-    if kind != "locations" or corpus is None:
+    if not AnswerType(kind).placed or corpus is None:
         return AnswerSpec(kind)
     return AnswerSpec(kind, {f.path: f.lines for f in corpus.files})

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlm_cli import __version__, interrupts
+from rlm_cli.answer_types import AnswerType
 from rlm_cli.app import records
 from rlm_cli.app.lane import Lane, QuestionClient
 from rlm_cli.app.outcome import AskOutcome, TurnCounter, attach_partial, run_sources, status_of
@@ -32,6 +33,7 @@ from rlm_cli.events import Emit, event
 from rlm_cli.loop.direct import run_direct
 from rlm_cli.loop.fitting import direct_tokens, fit_question
 from rlm_cli.loop.orchestrator import Orchestrator
+from rlm_cli.loop.policy import Policy
 from rlm_cli.loop.prompts import session_note
 from rlm_cli.loop.recursion import recursion_handler, sub_call_event
 from rlm_cli.loop.typed import AnswerSpec, settle
@@ -61,9 +63,13 @@ class QuestionHost(Protocol):
     corpus: Corpus | None
     meta: dict[str, Any]
     level: Level | str
-    mode: str
     hide: tuple[str, ...]
     fatal: CallFailed | None
+
+    @property
+    def mode(self) -> str:
+        """The session's mode over its corpus (its plan's)."""
+        ...
 
     def next_turn(self) -> int:
         """Number this question (1, 2, ...: ``/reset`` does not start it again)."""
@@ -149,7 +155,7 @@ class QuestionRun:
         started = time.monotonic()
         extra = {"session": session.id, "turn": turn, "id": self.qid} if session.numbered else {}
         own = session.settings_for(self.settings or session.settings)
-        if self.answer_type != "text":
+        if AnswerType(self.answer_type).typed:
             extra["answer_type"] = self.answer_type
         sink(event("header", 0, run_id=run_id, rlm_version=__version__, question=question, cwd=os.getcwd(),
                    paths=[p if p == "-" else os.path.abspath(p) for p in session.paths],
@@ -206,6 +212,12 @@ class QuestionRun:
             return self._direct(note, emit, client, s, spec)
         return self._rlm(note, emit, client, progress, s, spec)
 
+    def _policy(self) -> Policy | None:
+        """The loop's policy: the plan's object (``None`` without a plan: the loop reads the
+        name in its settings)."""
+        plan = self.session.plan
+        return plan.policy if plan is not None else None
+
     def _direct(self, note: str, emit: Emit, client: ModelClient, s: Settings, spec: AnswerSpec) -> AskOutcome:
         session, question = self.session, self.question
         corpus = session.corpus
@@ -216,7 +228,7 @@ class QuestionRun:
                                   f"window is {s.root_model_window:,}", hint="use --mode rlm (or auto)")
         try:
             result = run_direct(s, client, f"{note}\n\nQuestion: {question}" if note else question,
-                                corpus.context, emit=emit, answer=spec)
+                                corpus.context, emit=emit, answer=spec, policy=self._policy())
         except PartialAnswerError as exc:
             attach_partial(exc, client, corpus, "direct", session.level)
             raise
@@ -240,10 +252,12 @@ class QuestionRun:
         if cut:
             emit(event("notice", 0, message=cut, level="warning"))
         handler = lane.handler
-        handler.route_to(Route(client, recursion_handler(s, client, handler, session.level, emit, corpus, session.hide),
+        policy = self._policy()
+        handler.route_to(Route(client, recursion_handler(s, client, handler, session.level, emit, corpus, session.hide,
+                                                         policy),
                                lambda info: emit(sub_call_event(info)), progress.on_request))
         orch = Orchestrator(s, client, handler, sandbox_level=session.level, emit=emit, hide_paths=session.hide,
-                            answer=spec)
+                            answer=spec, policy=policy)
         try:
             result = orch.run(question, lane.sandbox.spec, session.meta, sandbox=lane.sandbox, note=note)
         except PartialAnswerError as exc:

@@ -7,19 +7,18 @@ writes a trajectory (``rlm_cli.output.trace``) unless ``record=False``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlm_cli.app.outcome import AskOutcome
 from rlm_cli.app.session import Session
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.events import Emit
+from rlm_cli.models.backend import Backend
 from rlm_cli.models.client import ModelClient
 
 
 def ask(settings: Settings, paths: list[str], question: str, *, emit: Emit, stdin_bytes: bytes | None = None,
         client: ModelClient | None = None, record: bool = True, corpus: Corpus | None = None,
-        backend: Any = None, hold_final: bool = False, answer_type: str = "text") -> AskOutcome:
+        backend: Backend | None = None, hold_final: bool = False, answer_type: str = "text") -> AskOutcome:
     """Load the corpus at ``paths`` and answer ``question`` (RLM loop or direct, per ``settings.mode``):
     a one-question ``session.Session``.
 

@@ -44,6 +44,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,9 @@ from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.events import TRANSIENT_TYPES, Emit, event
-from rlm_cli.loop.fitting import choose_mode, direct_tokens
+from rlm_cli.loop.fitting import direct_tokens
 from rlm_cli.loop.meta import corpus_meta
+from rlm_cli.models.backend import Backend
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.failures import CallFailed
@@ -72,6 +74,16 @@ from rlm_cli.sandbox.levels import resolve_level
 #: restarted (losing its variables).
 INTERRUPT_GRACE_S = 3.0
 
+#: How a question's budget is made: ``(the session's budget, the question's usage, its settings,
+#: whether those are its own) -> Budget`` (``Session(question_budget=...)``).
+QuestionBudget = Callable[[Budget, Usage, Settings, bool], Budget]
+
+
+def shared_budget(session_budget: Budget, usage: Usage, settings: Settings, own: bool) -> Budget:
+    """The default :data:`QuestionBudget`: every question is checked against the session's
+    budget, whose limits hold for all questions together."""
+    return session_budget
+
 
 class Session:
     """One corpus, model layer and worker for several questions (see the module docstring).
@@ -82,13 +94,15 @@ class Session:
     one-question session (``rlm replay``); ``corpus`` is an already loaded corpus the caller
     keeps. ``conversation`` shows each question the earlier ones; ``numbered`` makes ``--trace
     FILE`` one file per question (``FILE`` with ``-N`` before its suffix) and adds ``session``,
-    ``turn`` and ``id`` to the trajectory headers.
+    ``turn`` and ``id`` to the trajectory headers. ``question_budget`` makes each question's
+    budget (:data:`QuestionBudget`; default :func:`shared_budget`): ``rlm mcp`` gives each
+    question one of its own, ``rlm audit`` a check with ``max_cost`` one within the session's.
     """
 
     def __init__(self, settings: Settings, paths: list[str], *, emit: Emit, stdin_bytes: bytes | None = None,
-                 backend: Any = None, client: ModelClient | None = None, corpus: Corpus | None = None,
+                 backend: Backend | None = None, client: ModelClient | None = None, corpus: Corpus | None = None,
                  record: bool = True, conversation: bool = False, numbered: bool = False,
-                 interrupt_grace_s: float = 0.0) -> None:
+                 interrupt_grace_s: float = 0.0, question_budget: QuestionBudget = shared_budget) -> None:
         self.settings = dataclasses.replace(settings)  # never written: decisions go to self.plan
         self.paths = paths
         self.emit = self._keep(emit)
@@ -106,6 +120,7 @@ class Session:
         self.budget = client.budget if client is not None else SessionBudget(self.settings, self.usage,
                                                                              started=self.started)
         self._backend = backend
+        self._question_budget = question_budget
         self._client = client  # made by open() once the models are chosen, unless given
         #: The models chosen (``open``, before the corpus loads), then everything ``open`` decided.
         self.models: ModelChoice | None = None
@@ -113,7 +128,6 @@ class Session:
         self.corpus = corpus
         self._own_corpus = corpus is None
         self.level: Level | str = ""
-        self.mode = ""
         self.hide = tuple(os.path.abspath(p) for p in paths if p != "-")
         #: The session's own REPL worker and relay (started when first needed).
         self.workers = LaneKeeper()
@@ -123,7 +137,6 @@ class Session:
         self._corpus_event: dict[str, Any] | None = None
         self._mode_event: dict[str, Any] | None = None
         self._level_warning: str | None = None
-        self.reason = ""
         self.meta: dict[str, Any] = {}
         self._lock = threading.Lock()
         #: Questions asked so far (``/reset`` does not start it again: it numbers the trajectories).
@@ -195,12 +208,11 @@ class Session:
         if surely_rlm:  # the worker starts while litellm is still being imported when the mode cannot be direct
             self.worker_lane()
         encoding()  # tiktoken's table (0.3-0.7 s; every request needs it), loaded while the host imports litellm
-        self.plan = plan = make_plan(s, self.client, models, self.level, level_warning)
-        self.mode, self.reason = choose_mode(s, corpus.total_tokens, plan.root_window.tokens)
-        self.mode, self.reason = self.question_mode(first_question, "")
-        self._mode_event = event("mode", 0, mode=self.mode, reason=self.reason, **plan.mode_fields())
+        self.plan = plan = make_plan(s, self.client, models, self.level, level_warning,
+                                     corpus_tokens=corpus.total_tokens, needed=direct_tokens(corpus, first_question))
+        self._mode_event = event("mode", 0, mode=plan.mode, reason=plan.mode_reason, **plan.mode_fields())
         emit(self._mode_event)
-        if self.mode == "rlm":
+        if plan.mode == "rlm":
             self.worker_lane()
         else:
             self.workers.close()
@@ -239,7 +251,7 @@ class Session:
         old, self.corpus = self.corpus, corpus
         self.meta = corpus_meta(corpus)
         self._corpus_event = records.corpus_event(corpus, load_s, self.level)
-        self.mode, self.reason = choose_mode(self.settings, corpus.total_tokens, self.plan.root_window.tokens)
+        self.plan = self.plan.over_corpus(self.settings, corpus.total_tokens)
         self.workers.use_corpus(corpus)
         return old
 
@@ -248,12 +260,17 @@ class Session:
         question in the REPL when the corpus with it needs over half the root model's window."""
         plan, corpus = self.plan, self.corpus
         assert corpus is not None and plan is not None
-        needed = direct_tokens(corpus, question + note)
-        window = plan.root_window.tokens
-        if self.mode == "direct" and plan.mode_rule == "auto" and needed > window // 2:
-            return "rlm", (f"the corpus is small, but with the question it needs {needed:,} tokens, over half "
-                           f"the root model's window of {window:,}, so it stays in the REPL")
-        return self.mode, self.reason
+        return plan.question_mode(direct_tokens(corpus, question + note))
+
+    @property
+    def mode(self) -> str:
+        """The session's mode over its corpus (``rlm`` or ``direct``; ``""`` until it opens): the plan's."""
+        return self.plan.mode if self.plan is not None else ""
+
+    @property
+    def reason(self) -> str:
+        """Why the session has its mode (the plan's ``mode_reason``)."""
+        return self.plan.mode_reason if self.plan is not None else ""
 
     def worker_lane(self) -> Lane:
         """The session's REPL worker, started now when it is not yet (a session in direct mode has
@@ -319,19 +336,13 @@ class Session:
             return self._given_client
         base = self.client
         usage = QuestionUsage(self.usage)
-        qclient = QuestionClient(self.run_settings, usage, self.question_budget(usage, settings or self.settings),
+        budget = self._question_budget(self.budget, usage, settings or self.settings, settings is not None)
+        qclient = QuestionClient(self.run_settings, usage, budget,
                                  cache=base.cache, backend=base.backend, limiter=base.limiter, said=base.said,
                                  windows=self.plan.windows() if self.plan is not None else None,
                                  notify=lambda m: emit(event("notice", 0, message=m, level="warning")))
         qclient.fatal = self.fatal
         return qclient
-
-    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
-        """The budget a question's model calls are checked against (``usage``: the question's
-        own; ``settings``: the question's): the session's, whose limits hold for every question
-        together; ``rlm mcp`` gives each question a budget of its own, ``rlm audit`` a check with
-        ``max_cost`` one within the session's."""
-        return self.budget
 
     def ask(self, question: str, *, emit: Emit, qid: Any = None, lane: Lane | None = None, answer_type: str = "text",
             settings: Settings | None = None) -> AskOutcome:

@@ -26,10 +26,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rlm_cli.answer_types import NAMES, AnswerType
 from rlm_cli.errors import UsageError
-from rlm_cli.loop.typed import TYPES
+
+if TYPE_CHECKING:
+    from rlm_cli.config import Settings
+    from rlm_cli.models.backend import Backend
 
 #: The checklist read when ``--checklist`` is not given: at the root of the first PATH.
 DEFAULT_NAME = "rlm-audit.toml"
@@ -53,7 +57,7 @@ class Check:
 
     id: str
     question: str
-    type: str = "text"
+    type: AnswerType = AnswerType.TEXT
     severity: str = "error"
     expect: Any = None
     has_expect: bool = False
@@ -67,12 +71,15 @@ class Check:
     description: str = ""
     line: int = 0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", AnswerType(self.type))  # a type given by its name
+
     def expectation(self) -> str:
         """The expectation in words, as the reports show it (``""``: none)."""
         parts = []
         if self.has_expect:
             parts.append(f"equals {_shown(self.expect)}")
-        what = "count" if self.type in ("list", "locations") else "value"
+        what = "count" if self.type.counted else "value"
         if self.min is not None:
             parts.append(f"{what} >= {_shown(self.min)}")
         if self.max is not None:
@@ -145,7 +152,7 @@ def read_checklist(path: Path) -> Checklist:
     return Checklist(path, tuple(checks))
 
 
-def admit(checklist: Checklist, settings: Any, *, allow_models: bool, max_checks: int) -> None:
+def admit(checklist: Checklist, settings: Settings, *, allow_models: bool, max_checks: int) -> None:
     """Refuse, before anything loads, a checklist the invoker did not allow: more than
     ``max_checks`` checks (``--max-checks``), or a check whose ``model`` is not one the invoker
     named (``settings.model``/``sub_model``: ``--model``, ``--sub-model``, ``RLM_MODEL``, the
@@ -176,7 +183,7 @@ def admit(checklist: Checklist, settings: Any, *, allow_models: bool, max_checks
                              "a group of --router-config), or pass --allow-checklist-models")
 
 
-def router_groups(settings: Any) -> list[str]:
+def router_groups(settings: Settings) -> list[str]:
     """The model groups of ``settings.router_config`` (``[]`` without one; read without litellm).
 
     Raises:
@@ -189,7 +196,7 @@ def router_groups(settings: Any) -> list[str]:
     return [str(d["model_name"]) for d in read_router_file(settings.router_config)[0]]
 
 
-def check_credentials(checklist: Checklist, settings: Any, backend: Any) -> None:
+def check_credentials(checklist: Checklist, settings: Settings, backend: Backend | None) -> None:
     """Check, once and before anything loads, that every model the audit will call (the root and
     sub-model as given, each check's ``model``) has a key (``models.keys.missing_credentials``).
 
@@ -252,9 +259,9 @@ def parse_check(row: Any, n: int, where: str) -> Check:
     question = row.get("question")
     if not isinstance(question, str) or not question.strip():
         raise bad("question", "must be the question (a non-empty string)")
-    kind = row.get("type", "text")
-    if kind not in TYPES:
-        raise bad("type", f"must be one of {', '.join(TYPES)} (not {kind!r})")
+    if row.get("type", "text") not in NAMES:
+        raise bad("type", f"must be one of {', '.join(NAMES)} (not {row.get('type')!r})")
+    kind = AnswerType(row.get("type", "text"))
     severity = row.get("severity", "error")
     if severity not in SEVERITIES:
         raise bad("severity", f"must be one of {', '.join(SEVERITIES)} (not {severity!r})")
@@ -265,15 +272,15 @@ def parse_check(row: Any, n: int, where: str) -> Check:
         raise bad("equals", "and 'expect' say the same: give one")
     has_expect = "expect" in row or "equals" in row
     expect = row.get("expect", row.get("equals"))
-    if has_expect and not _fits(kind, expect):
-        raise bad("expect" if "expect" in row else "equals", f"must be a {_TYPE_WORDS[kind]} for type {kind} "
+    if has_expect and not kind.fits(expect):
+        raise bad("expect" if "expect" in row else "equals", f"must be a {kind.value_words} for type {kind} "
                                                              f"(not {expect!r})")
     bounds = {}
     for name in ("max", "min"):
         value = row.get(name)
         if value is None:
             continue
-        counted = kind in ("list", "locations")
+        counted = kind.counted
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (counted and (
                 not isinstance(value, int) or value < 0)):
             raise bad(name, "must be a count (a whole number, 0 or more)" if counted else "must be a number")
@@ -296,27 +303,6 @@ def parse_check(row: Any, n: int, where: str) -> Check:
         raise bad("description", "must be a string")
     return Check(cid, question.strip(), kind, severity, expect, has_expect, bounds.get("max"), bounds.get("min"),
                  empty, include, exclude, model, None if max_cost is None else float(max_cost), description)
-
-
-_TYPE_WORDS = {"text": "string", "bool": "true or false", "int": "whole number", "number": "number",
-               "list": "list", "locations": "list of \"path:line\" strings", "json": "TOML value"}
-
-
-def _fits(kind: str, value: Any) -> bool:
-    """Whether an ``expect``/``equals`` value is one of type ``kind``."""
-    if kind == "text":
-        return isinstance(value, str)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "list":
-        return isinstance(value, list)
-    if kind == "locations":
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    return True
 
 
 def _globs(row: dict[str, Any], name: str, bad: Any) -> tuple[str, ...]:

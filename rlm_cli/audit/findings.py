@@ -170,5 +170,5 @@ def place(check: Check, verdict: Verdict, message: str, paths: ReportPaths, chec
         seen[key] = seen.get(key, -1) + 1
         key = key.rsplit(":", 1)[0] + f":{seen[key]}"
         out.append(Finding(check.id, path, region, key, message, level, verdict.status,
-                           "answer" if check.type == "locations" else "evidence", related))
+                           "answer" if check.type.placed else "evidence", related))
     return out

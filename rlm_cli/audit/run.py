@@ -37,6 +37,7 @@ from rlm_cli.output.findings import AuditReport, CheckReport, Finding, Location,
 
 if TYPE_CHECKING:
     from rlm_cli.corpus.model import Corpus
+    from rlm_cli.models.backend import Backend
 
 #: The ``schema`` of the ``rlm audit --json`` document.
 AUDIT_SCHEMA = "audit-result.v1"
@@ -102,15 +103,12 @@ class CheckBudget(Budget):
             self.parent.settle(outer)
 
 
-class AuditSession(Session):
-    """A session whose questions are checks: one with a ``max_cost`` of its own (its settings'
-    ``max_cost``) gets a :class:`CheckBudget` within the session's."""
-
-    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
-        """The session's budget, or a :class:`CheckBudget` for a check with ``max_cost``."""
-        if settings is self.settings or settings.max_cost is None:
-            return self.budget
-        return CheckBudget(self.budget, settings, usage)
+def check_budget(session_budget: Budget, usage: Usage, settings: Settings, own: bool) -> Budget:
+    """The budget of one check's question (``app.session.QuestionBudget``): the session's, or a
+    :class:`CheckBudget` within it for a check with a ``max_cost`` of its own (its settings')."""
+    if not own or settings.max_cost is None:
+        return session_budget
+    return CheckBudget(session_budget, settings, usage)
 
 
 @dataclass
@@ -245,7 +243,7 @@ def without_reports(settings: Settings, paths: list[str], outputs: list[Path]) -
     return without_files(settings, paths, files), present
 
 
-def check_settings(session: AuditSession, check: Check) -> Settings | None:
+def check_settings(session: Session, check: Check) -> Settings | None:
     """The settings of ``check`` in ``session`` (opened): its root model, with that model's
     input window (``--root-model-window`` when given), and its ``max_cost``; ``None``: the
     session's."""
@@ -259,7 +257,7 @@ def check_settings(session: AuditSession, check: Check) -> Settings | None:
     return dataclasses.replace(s, model=check.model, root_model_window=window, max_cost=check.max_cost)
 
 
-def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any,
+def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Backend | None,
                   emit: Emit, emit_for: Callable[[Question], Emit], on_check: Callable[[CheckRun], None],
                   on_cancel: Callable[[AuditRun], None] | None = None, scope: Scope | None = None) -> AuditRun:
     """Ask every check of ``checklist`` over the corpus at ``paths`` and decide each
@@ -290,7 +288,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
         if c not in asked and scope is not None:
             runs[c.id] = unasked_run(c, f"no file it is about changed since {scope.ref}")
             on_check(runs[c.id])
-    session = AuditSession(settings, paths, emit=session_events, backend=backend, numbered=True)
+    session = Session(settings, paths, emit=session_events, backend=backend, numbered=True,
+                      question_budget=check_budget)
     files: list[str] = []  # the corpus's paths, once it is loaded
 
     def audit_run() -> AuditRun:

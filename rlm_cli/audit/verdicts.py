@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm_cli.answer_types import AnswerType
 from rlm_cli.app.batch import Result
-from rlm_cli.app.outcome import AskOutcome
 from rlm_cli.audit.checklist import SEVERITIES, Check
 from rlm_cli.errors import BudgetExceededError, ExitCode, PartialAnswerError, worst_exit_code
 from rlm_cli.loop.result import RunResult
@@ -100,7 +100,7 @@ def evidence_of(sources: list[dict[str, Any]]) -> tuple[Evidence, ...]:
                           bool(s.get("cited"))) for s in sources)
 
 
-def outcome_of(result: Result, kind: str) -> CheckOutcome:
+def outcome_of(result: Result, kind: AnswerType) -> CheckOutcome:
     """The typed outcome of one check's run (``app.batch.Result`` of a question of answer type
     ``kind``): read from the run's ``RunResult`` (its ``typed`` value and its ``support``
     verdict), or from the partial answer or the error the run raised."""
@@ -113,10 +113,12 @@ def outcome_of(result: Result, kind: str) -> CheckOutcome:
                             stopped_at=stopped)
     if err is not None:
         return CheckOutcome(None, error=err.message or "the run failed", run_code=int(err.exit_code))
-    outcome: AskOutcome = result.outcome
+    outcome = result.outcome
+    if outcome is None:  # neither an outcome nor an error: not a finished run
+        return CheckOutcome(None, error="the run gave no outcome", run_code=int(ExitCode.INTERNAL))
     run: RunResult = outcome.result
     typed = run.typed
-    value = run.answer if kind == "text" else (typed.value if typed is not None else None)
+    value = run.answer if not kind.typed else (typed.value if typed is not None else None)
     support = run.support
     return CheckOutcome(run.answer, value, typed.problem if typed is not None else "",
                         support is not None and support.verdict == "unsupported", evidence_of(outcome.sources))
@@ -127,7 +129,7 @@ def meets(check: Check, value: Any) -> tuple[bool, str]:
     if check.has_expect and not _equal(value, check.expect, check.type):
         return False, f"expected {check.expectation()}, got {_short(value)}"
     measured: float | None
-    if check.type in ("list", "locations"):
+    if check.type.counted:
         measured = float(len(value)) if isinstance(value, list) else None
         what = "items"
     else:
@@ -142,13 +144,13 @@ def meets(check: Check, value: Any) -> tuple[bool, str]:
     return True, check.expectation() or "answered"
 
 
-def _equal(value: Any, expected: Any, kind: str) -> bool:
-    if kind == "number" and isinstance(value, (int, float)) and isinstance(expected, (int, float)):
+def _equal(value: Any, expected: Any, kind: AnswerType) -> bool:
+    if kind is AnswerType.NUMBER and isinstance(value, (int, float)) and isinstance(expected, (int, float)):
         return math.isclose(float(value), float(expected), rel_tol=1e-9, abs_tol=1e-12)
-    if kind == "locations" and isinstance(value, list):
+    if kind.placed and isinstance(value, list):
         return sorted(value) == sorted(expected)
     return bool(value == expected and type(value) is type(expected)) or (
-        kind in ("int", "number") and not isinstance(value, bool) and value == expected)
+        kind.numeric and not isinstance(value, bool) and value == expected)
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -170,10 +172,10 @@ def decide(check: Check, outcome: CheckOutcome, in_scope: Callable[[str], bool])
         return Verdict("error", f"stopped at {why} without a final answer",
                        int(ExitCode.MAX_ITERATIONS if limit else ExitCode.BUDGET))
     value = outcome.value
-    if check.type != "text" and value is None:
+    if check.type.typed and value is None:
         return Verdict("error", f"no well-typed {check.type} answer ({outcome.problem or 'none'})")
     located = _located(check, value, outcome.evidence, in_scope)
-    if check.type == "locations":
+    if check.type.placed:
         value = [f"{p}:{a}" + (f"-{b}" if b != a else "") for p, a, b in located]
     if outcome.unsupported:
         return Verdict("unsupported", "the answer is not supported by what the run read", 0, located)
@@ -186,7 +188,7 @@ def _located(check: Check, value: Any, evidence: tuple[Evidence, ...],
     """Where a check's answer is: its ``locations`` (in scope); else the lines its run read with
     code (:attr:`Evidence.read_with_code`; those the answer cites first), never a lead line it
     did not examine (at most :data:`MAX_LOCATIONS`)."""
-    if check.type == "locations" and isinstance(value, list):
+    if check.type.placed and isinstance(value, list):
         parts = [location_parts(v) for v in value]
         return [p for p in parts if p is not None and in_scope(p[0])]
     read = [e for e in evidence if e.read_with_code and in_scope(e.path)]

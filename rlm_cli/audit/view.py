@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli import interrupts
 from rlm_cli.app.batch import Question
@@ -25,6 +25,10 @@ from rlm_cli.config import Settings
 from rlm_cli.events import Emit, is_type
 from rlm_cli.output.findings import AuditReport
 from rlm_cli.output.reports.text import findings_line, shown_value, table_rows, value_text
+
+if TYPE_CHECKING:
+    from rlm_cli.models.backend import Backend
+    from rlm_cli.output.ui import UI
 
 COLUMNS = ["check", "severity", "status", "value", "why"]
 
@@ -57,7 +61,7 @@ class Ticker:
     """Progress lines for a CI log: every ``every`` seconds, each check in flight with its
     iteration, its seconds so far and its retries (or the corpus load before the first)."""
 
-    def __init__(self, ui: Any, total: int, every: float | None) -> None:
+    def __init__(self, ui: UI, total: int, every: float | None) -> None:
         self.ui, self.total, self.every = ui, total, every
         self.started = time.monotonic()
         self.flying: dict[str, list[float]] = {}  # check id -> [started, iteration, retries]
@@ -129,7 +133,7 @@ def check_line(run: CheckRun, where: ReportPaths, done: int, total: int, fail_on
     return f"{line}: {' '.join(run.verdict.reason.split())}", failing
 
 
-def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Any, ui: Any,
+def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, jobs: int, backend: Backend | None, ui: UI,
               fail_on: str, scope: Scope | None = None, baseline: Baseline | None = None,
               on_cancel: Callable[[AuditReport], None] | None = None) -> AuditReport:
     """Run ``checklist`` (:func:`~rlm_cli.audit.run.run_checklist`) showing its progress on
@@ -221,7 +225,7 @@ def _append_outputs(values: dict[str, object], path: Path) -> None:
 
 
 def prepare(settings: Settings, paths: list[str], outputs: list[Path | None], changed_since: str | None,
-            ui: Any) -> tuple[Settings, Scope | None]:
+            ui: UI) -> tuple[Settings, Scope | None]:
     """The run's settings with rlm's own reports left out of the corpus (``outputs``: the report
     files of this run; said once), and the ``--changed-since`` scope (said once).
 
@@ -260,7 +264,7 @@ def deliver_exit_code(code: int) -> None:
             _append_outputs({"incomplete": "true", "exit-code": code}, Path(target))
 
 
-def deliver_github_output(report: AuditReport, sarif: Path | None, ui: Any) -> None:
+def deliver_github_output(report: AuditReport, sarif: Path | None, ui: UI) -> None:
     """:func:`github_output` into ``$GITHUB_OUTPUT`` when it names a file (a GitHub Actions
     step); a file that cannot be written is a warning, never a lost report."""
     target = os.environ.get("GITHUB_OUTPUT")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rlm_cli.commands.delivery import answer_format, batch_writer, deliver_answer, emit_partial
+from rlm_cli.commands.delivery import answer_report, batch_writer, deliver_answer, emit_partial
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
     OUTPUT,
@@ -26,8 +26,15 @@ from rlm_cli.commands.options import (
     run_options,
     use_color,
 )
-from rlm_cli.errors import ExitCode, PartialAnswerError, UsageError, worst_exit_code
-from rlm_cli.events import is_type
+from rlm_cli.errors import PartialAnswerError, UsageError, worst_exit_code
+from rlm_cli.events import Emit, is_type
+
+if TYPE_CHECKING:
+    from rlm_cli.app.batch import Question, Result
+    from rlm_cli.config import Settings
+    from rlm_cli.models.host import HostBackend
+    from rlm_cli.output.formats import Report
+    from rlm_cli.output.ui import UI
 
 
 @run_options()
@@ -68,10 +75,7 @@ def ask(
     host = INVOCATION.take_host()  # first: litellm is imported there while the corpus loads
     try:
         use_color(color)
-        if output is not None:
-            from rlm_cli.output.outfile import check_writable
-
-            INVOCATION.output_path = check_writable(output)
+        out = answer_report(json_out, output)  # where the answer goes, carried to each delivery
         multi = bool(question) or questions is not None
         if multi and question_file is not None:
             raise UsageError("--question-file gives one question; --question/--questions give a list: use one of them",
@@ -88,17 +92,17 @@ def ask(
             listed = read_questions(question or [], questions, stdin_is_corpus="-" in paths, answer_type=kind,
                                     max_questions=max_questions)
             if estimate:
-                _estimate(settings, paths, [(q.id, q.text, q.answer_type, None) for q in listed], host, ui, json_out)
+                _estimate(settings, paths, [(q.id, q.text, q.answer_type, None) for q in listed], host, ui, out)
                 return
-            code = _ask_many(settings, paths, listed, jobs=jobs, host=host, ui=ui, json_out=json_out, cite=cite,
+            code = _ask_many(settings, paths, listed, jobs=jobs, host=host, ui=ui, out=out, cite=cite,
                              started=started, verbose=verbose)
             if code:
                 raise typer.Exit(code)
             return
         if estimate:
-            _estimate(settings, paths, [(1, the_question, kind, None)], host, ui, json_out)
+            _estimate(settings, paths, [(1, the_question, kind, None)], host, ui, out)
             return
-        _ask_one(settings, paths, the_question, host=host, ui=ui, json_out=json_out, cite=cite, started=started,
+        _ask_one(settings, paths, the_question, host=host, ui=ui, out=out, cite=cite, started=started,
                  verbose=verbose, kind=kind)
     finally:
         host.close()
@@ -106,16 +110,16 @@ def ask(
 
 
 
-def _estimate(settings: Any, paths: list[str], questions: list[Any], host: Any, ui: Any, json_out: bool) -> None:
+def _estimate(settings: Settings, paths: list[str], questions: list[Any], host: HostBackend, ui: UI, out: Report) -> None:
     """``--estimate``: what the questions would cost, calling no model (``rlm_cli.app.estimate``)."""
     from rlm_cli.app.estimate import estimate
     from rlm_cli.commands.delivery import deliver_estimate
 
     doc = estimate(settings, paths, questions, backend=host, emit=ui.on_event, stdin_bytes=_stdin_corpus(paths))
-    deliver_estimate(doc, answer_format(json_out), ui)
+    deliver_estimate(doc, out, ui)
 
 
-def say_setup(ui: Any, settings: Any, host: Any) -> None:
+def say_setup(ui: UI, settings: Settings, host: HostBackend) -> None:
     """The ``-v`` lines of ``ask`` and ``chat``: the sandbox level and how the model host was got."""
     from rlm_cli.app.doctor import sandbox_line
 
@@ -137,11 +141,11 @@ def _stdin_corpus(paths: list[str]) -> bytes | None:
     return sys.stdin.buffer.read()
 
 
-def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: Any, json_out: bool, cite: bool,
+def _ask_one(settings: Settings, paths: list[str], question: str, *, host: HostBackend, ui: UI, out: Report, cite: bool,
              started: float, verbose: bool, kind: str = "text") -> None:
     """One question, answered as ``rlm ask`` always has (one document or the answer)."""
     from rlm_cli.app import runner
-    from rlm_cli.app.batch import unsupported
+    from rlm_cli.app.batch import outcome_code
     from rlm_cli.output.documents import outcome_document
 
     stdin_bytes = _stdin_corpus(paths)
@@ -151,18 +155,19 @@ def _ask_one(settings: Any, paths: list[str], question: str, *, host: Any, ui: A
         outcome = runner.ask(settings, paths, question, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host,
                              hold_final=True, answer_type=kind)  # a Ctrl-C after the final answer: it is still printed
     except PartialAnswerError as exc:
-        emit_partial(exc, ui, answer_format(json_out), settings, round(time.monotonic() - started, 3), cite=cite)
+        emit_partial(exc, ui, out, settings, round(time.monotonic() - started, 3), cite=cite)
         raise
     finally:
         ui.close()
     doc = outcome_document(outcome, round(time.monotonic() - started, 3))
     ui.summary(doc)
-    deliver_answer(doc, answer_format(json_out), cite, ui)
-    if settings.require_support and unsupported(outcome):
-        raise typer.Exit(ExitCode.UNSUPPORTED)  # the answer and the verdict's line are out
+    deliver_answer(doc, out, cite, ui)
+    code = outcome_code(outcome, settings.require_support)
+    if code:
+        raise typer.Exit(code)  # the answer (or, not of its type, nothing) and the verdict's line are out
 
 
-def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, ui: Any, json_out: bool,
+def _ask_many(settings: Settings, paths: list[str], listed: list[Question], *, host: HostBackend, ui: UI, out: Report,
               cite: bool, jobs: int, started: float, verbose: bool) -> int:
     """Several questions over one loaded corpus (``rlm_cli.app.batch``); returns the worst exit code."""
     from rlm_cli.app import batch
@@ -172,7 +177,7 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
     stdin_bytes = _stdin_corpus(paths)
     if verbose:
         say_setup(ui, settings, host)
-    write, finish = batch_writer(answer_format(json_out), cite, ui, len(listed))
+    write, finish = batch_writer(out, cite, ui, len(listed))
     with Session(settings, paths, emit=ui.on_event, stdin_bytes=stdin_bytes, backend=host, numbered=True) as session:
         session.open()
         results = batch.run_all(session, listed, jobs=jobs, emit_for=lambda q: _question_events(q, ui, jobs),
@@ -189,13 +194,13 @@ def _ask_many(settings: Any, paths: list[str], listed: list[Any], *, host: Any, 
     return code
 
 
-def _iterations(result: Any) -> int:
+def _iterations(result: Result) -> int:
     r = (result.outcome.result if result.outcome is not None
          else result.error.report.result if result.error is not None else None)
     return int(getattr(r, "iterations", 0) or 0)
 
 
-def _question_events(question: Any, ui: Any, jobs: int) -> Any:
+def _question_events(question: Question, ui: UI, jobs: int) -> Emit:
     """The event callback of one question of a list: everything on stderr when they run one at a
     time (after a header line), only warnings when several run at once."""
     if jobs <= 1:
@@ -203,7 +208,8 @@ def _question_events(question: Any, ui: Any, jobs: int) -> Any:
         return ui.on_event
 
     def warnings_only(ev: dict[str, Any]) -> None:
-        if is_type(ev, "notice") and ev.get("level") == "warning":
+        warning = is_type(ev, "notice") and ev.get("level") == "warning"
+        if warning:
             ui.on_event(ev)
     return warnings_only
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rlm_cli.commands.complete import SEVERITIES, words
-from rlm_cli.commands.delivery import Format, audit_reports, deliver_audit, deliver_estimate
+from rlm_cli.commands.delivery import audit_reports, deliver_audit, deliver_estimate, estimate_report
 from rlm_cli.commands.invocation import INVOCATION
 from rlm_cli.commands.options import (
     ColorOpt,
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from rlm_cli.config import Settings
     from rlm_cli.models.backend import Backend
     from rlm_cli.output.findings import AuditReport
-    from rlm_cli.output.render import Renderer
+    from rlm_cli.output.formats import Report
+    from rlm_cli.output.ui import UI
 
 #: ``rlm audit``'s own sections of ``--help``.
 CHECKS, REPORTS = "Checks", "Reports"
@@ -96,7 +97,7 @@ def audit(
                                   ui)
         admit(listed, settings, allow_models=allow_checklist_models, max_checks=max_checks)
         if estimate:
-            estimate_checks(settings, where, listed, scope, host, ui, json_out=json_out)
+            estimate_checks(settings, where, listed, scope, host, ui, estimate_report(reports))
             return
         check_credentials(listed, settings, host)
 
@@ -118,7 +119,7 @@ def audit(
 
 
 def estimate_checks(settings: Settings, where: list[str], listed: Checklist, scope: Scope | None, host: Backend,
-                    ui: Renderer, *, json_out: bool) -> None:
+                    ui: UI, out: Report) -> None:
     """``rlm audit --estimate``: what the checks in ``scope`` would cost (``app.estimate``), no
     model called."""
     from rlm_cli.app.estimate import estimate as cost_of
@@ -127,5 +128,4 @@ def estimate_checks(settings: Settings, where: list[str], listed: Checklist, sco
     asked = [(c.id, check_question(c, scope), c.type, c.model) for c in listed.checks
              if scope is None or scope.touches(scope_matcher(c))]
     settings = without_checklist(settings, where, listed.path)
-    deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event),
-                     Format.JSON if json_out else Format.TEXT, ui)
+    deliver_estimate(cost_of(settings, where, asked, backend=host, emit=ui.on_event), out, ui)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from rlm_cli.answer_types import NAMES
 from rlm_cli.config_keys import CHOICES
 
 #: ``--color``'s words.
 COLORS = ("auto", "always", "never")
-#: ``--answer-type``'s words (``rlm_cli.loop.typed.TYPES``; not imported here: completion stays light).
-ANSWER_TYPES = ("text", "bool", "int", "number", "list", "locations", "json")
+#: ``--answer-type``'s words (``rlm_cli.answer_types``, which imports nothing: completion stays light).
+ANSWER_TYPES = NAMES
 #: ``rlm audit --fail-on``'s words.
 SEVERITIES = ("error", "warning", "note")
 #: Trajectories offered, newest first.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,8 +19,13 @@ from rlm_cli.commands.options import (
 )
 from rlm_cli.errors import UsageError
 
+if TYPE_CHECKING:
+    from rlm_cli.config import CorpusOptions
+    from rlm_cli.corpus.model import Corpus
+    from rlm_cli.output.ui import UI
 
-def _load(paths: list[str], options: Any, ui: Any) -> tuple[Any, float]:
+
+def _load(paths: list[str], options: CorpusOptions, ui: UI) -> tuple[Corpus, float]:
     import time
 
     from rlm_cli.corpus import load_corpus

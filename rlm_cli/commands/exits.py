@@ -3,7 +3,6 @@ the README's table), with the error line on stderr and, under ``--json``, the er
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -151,7 +150,7 @@ def _json_error(message: str, code: int, *, status: str = "error") -> None:
         doc = {"schema": ASK_SCHEMA, **doc}
     elif command_word() == "audit":
         doc = {"schema": AUDIT_SCHEMA, **doc}
-    text = json.dumps(doc, ensure_ascii=False, default=str) + "\n" if INVOCATION.json_lines else json_text(doc)
+    text = json_text(doc, line=INVOCATION.json_lines)
     if INVOCATION.output_path is not None:
         from rlm_cli.output.outfile import write_atomic
 

@@ -1,4 +1,4 @@
-"""``rlm host status/stop``: the shared model hosts (litellm kept warm between commands)."""
+"""``rlm host start/status/stop``: the shared model hosts (litellm kept warm between commands)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,31 @@ import typer
 
 from rlm_cli.commands.options import JsonOpt
 
-host_app = typer.Typer(no_args_is_help=True, help="Show or stop the shared model hosts (litellm kept warm "
-                       "between commands; RLM_HOST_IDLE).")
+host_app = typer.Typer(no_args_is_help=True, help="Start, show or stop the shared model hosts (litellm kept "
+                       "warm between commands; RLM_HOST_IDLE).")
+
+
+@host_app.command("start")
+def host_start(json_out: JsonOpt = False) -> None:
+    """Start this environment's shared model host and return at once (a script's or CI job's first
+    line): it imports litellm in the background, and the next rlm command leases it. Exit 2 when
+    hosts are not shared (RLM_HOST_IDLE=0, no safe runtime folder)."""
+    from rlm_cli.errors import UsageError
+    from rlm_cli.models import shared
+    from rlm_cli.models.host import HostBackend
+    from rlm_cli.output import answer, render
+
+    plan = shared.for_this_command()
+    if plan.files is None:
+        raise UsageError(f"no shared model host to start: {plan.why}",
+                         hint=f"set {shared.IDLE_ENV} to the seconds a host should wait (default 300)")
+    host = HostBackend()
+    host.keep()
+    host.close()  # the host stays, unused, for RLM_HOST_IDLE seconds
+    if json_out:
+        answer.write_json({"pid": host.pid, "started": not host.reused, "idle_limit_s": shared.idle_seconds()})
+        return
+    render.Renderer().info(f"model host {host.sharing}")
 
 
 @host_app.command("status")

@@ -10,9 +10,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rlm_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from rlm_cli.models.host import HostBackend
 
 #: The commands whose model host is started before the command line is parsed.
 EARLY_HOST_COMMANDS = ("ask", "audit", "chat", "mcp")
@@ -25,8 +28,9 @@ class Invocation:
     ``debug``: show tracebacks (``rlm --debug`` or ``COMMAND --debug``). ``json_errors``: set by
     ``--json``; errors then also print a JSON document on stdout, so ``| jq`` never gets empty
     input. ``json_lines``: that document is one line (``rlm ask --question/--questions --json`` writes
-    JSON Lines). ``output_path``: where ``--output`` sends the answer or document (set by ``ask``
-    once checked), else stdout. ``early_host``: the model host ``main()`` started before parsing
+    JSON Lines). ``output_path``: where an error's ``--json`` document goes (``ask`` and ``audit``
+    set it to ``--output``'s file once checked), else stdout; the answer itself is delivered
+    through the ``Report`` the command hands each delivery (``commands.delivery``). ``early_host``: the model host ``main()`` started before parsing
     the command line (``models.host.HostBackend``), until a command takes it.
     """
 
@@ -34,7 +38,7 @@ class Invocation:
     json_errors: bool = False
     json_lines: bool = False
     output_path: Path | None = None
-    early_host: Any = None
+    early_host: HostBackend | None = None
 
     def begin(self, argv: list[str]) -> None:
         """Start a run of ``rlm ARGV``: ``--json`` (before any ``--``) turns on JSON errors,
@@ -65,7 +69,7 @@ class Invocation:
                           "--question QUESTION (the old meaning goes away in the next release)")
         return out, warned
 
-    def take_host(self) -> Any:
+    def take_host(self) -> HostBackend:
         """The model host process (``models.host.HostBackend``): the one ``main()`` started, else a new one.
 
         Raises:

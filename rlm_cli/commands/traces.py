@@ -24,6 +24,7 @@ from rlm_cli.commands.options import (
     use_color,
 )
 from rlm_cli.errors import PartialAnswerError, UsageError
+from rlm_cli.output.formats import Report
 
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectories (JSONL, one per run).")
 
@@ -151,7 +152,7 @@ def replay(
     try:
         outcome = replay_mod.replay(p, emit=ui.on_event, stdin_bytes=stdin_bytes)
     except PartialAnswerError as exc:
-        emit_partial(exc, ui, answer_format(json_out), p.settings, round(time.monotonic() - started, 3))
+        emit_partial(exc, ui, Report(answer_format(json_out)), p.settings, round(time.monotonic() - started, 3))
         raise
     finally:
         ui.close()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import formats
+from rlm_cli.corpus import formats, surrogates
 
 #: Bytes inspected for binary detection (the same window git and ripgrep use).
 SNIFF_BYTES = 8192
@@ -38,8 +38,10 @@ class SourceFile:
     ``size`` in bytes, ``mtime_ns``, ``ctime_ns`` and ``ino`` from ``stat`` (the cache trusts a
     file whose four are unchanged; 0 when unknown); ``dev`` its device. ``link``: the last part of
     ``path`` was a symlink the walk let in (a PATH named through a link, a link inside the corpus,
-    ``--follow``); any other path is opened without following a link, and what is opened must be
-    the file the walk checked (:func:`open_checked`)."""
+    ``--follow``). ``real`` is the real path the walk resolved (once) and checked to lie inside
+    the corpus: the file is opened there, a component at a time without following a link
+    anywhere (``rlm_cli.corpus.nofollow``), and what is opened must be the file the walk checked
+    (``loader.open_checked``); ``None``: ``path`` is resolved when it is read."""
 
     display: str
     path: str | None
@@ -49,6 +51,7 @@ class SourceFile:
     ino: int = 0
     dev: int = 0
     link: bool = False
+    real: str | None = None
 
 
 @dataclass(slots=True)
@@ -166,7 +169,7 @@ def decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: Corp
     """
     tags = [kind] if kind else []
     if kind == "pdf":
-        text = formats.pdf_text(data, sf.display)
+        text = surrogates.text_of(formats.pdf_text(data, sf.display))  # (a lone surrogate is U+FFFD)
         return Decoded(text, text.encode("utf-8", "surrogatepass"), "utf-8", kind=",".join(tags + [comp] * bool(comp)))
     if kind in ("parquet", "excel"):
         text, payload = formats.table_file(kind, data, sf.display, options.max_file_size, options.truncate_large)
@@ -183,6 +186,8 @@ def decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: Corp
     decoded.truncated = cut
     if kind == "notebook":
         cells = formats.notebook_text(decoded.text)
+        if cells is not None:
+            cells = surrogates.text_of(cells)  # (a "\ud800" escape in a cell is U+FFFD)
         if cells is None:
             tags = []  # not a notebook's JSON: kept as the text it is
         else:

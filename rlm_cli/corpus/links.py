@@ -9,7 +9,9 @@ symlink it meets, the ripgrep convention:
   it. Its real path (``os.path.realpath``) is where the corpus may go;
 * a symlink met inside a root is followed when its real target lies inside some root (read once:
   the walk keeps the device and inode of every file and folder it took), and skipped otherwise,
-  counted under :data:`OUTSIDE` and named in the report; ``--follow`` (``-L``) follows every link;
+  counted under :data:`OUTSIDE` and named in the report; ``--follow`` (``-L``) follows every link.
+  The walk resolves each link once and asks :meth:`Bounds.contains` about that real path, the one
+  it then opens (``rlm_cli.corpus.nofollow``: no link is followed on the way);
 * the check happens after the ignore rules, so a ``.gitignore``'d link stays ignored.
 
 File names are kept as the OS gives them (``str`` with ``surrogateescape`` for bytes that are not
@@ -92,12 +94,3 @@ class Bounds:
             if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
                 return True
         return False
-
-    def escapes(self, path: str) -> bool:
-        """Whether the symlink ``path`` leads out of the roots (never, with ``follow``).
-
-        A broken link is judged by where it points; a link loop by where resolving it stops.
-        """
-        if self.follow:
-            return False
-        return not self.contains(os.path.realpath(path))

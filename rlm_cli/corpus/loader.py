@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import formats
+from rlm_cli.corpus import formats, nofollow
 from rlm_cli.corpus.decoding import (
     BINARY_RATIO,
     SNIFF_BYTES,
@@ -113,17 +113,19 @@ def os_failure(exc: OSError, path: str | bytes) -> tuple[str, str]:
     return "unreadable", str(exc.strerror or exc)
 
 
-def binary_anyway(path: str) -> bool:
-    """Whether a file too large to read would be skipped as binary all the same: a name of no
-    compressed or document kind whose first 8 KiB are binary (:func:`is_binary`). Reads only
-    those 8 KiB (non-blocking: the walk checked it is a regular file); ``False`` when it cannot."""
+def binary_anyway(path: str, real: str) -> bool:
+    """Whether a file too large to read would be skipped as binary all the same: a name
+    (``path``'s, as :func:`read_source` judges it) of no compressed or document kind whose first
+    8 KiB are binary (:func:`is_binary`). Reads only those 8 KiB, of the file at real path
+    ``real`` opened without following a link (``nofollow.open_file``: non-blocking); ``False``
+    when it cannot."""
     kind, comp = formats.kind_of(path)
     if comp or kind in formats.BINARY_KINDS or kind == "notebook":
         return False
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = nofollow.open_file(real)
         with open(fd, "rb", buffering=0) as fh:
-            return is_binary(read_up_to(fh, SNIFF_BYTES))
+            return stat.S_ISREG(os.fstat(fd).st_mode) and is_binary(read_up_to(fh, SNIFF_BYTES))
     except OSError:
         return False
 
@@ -133,25 +135,24 @@ def binary_anyway(path: str) -> bool:
 REPLACED = "replaced while loading"
 
 
-def open_checked(sf: SourceFile, report: LoadReport) -> int | None:
-    """Open ``sf.path`` for reading (non-blocking, close-on-exec; without following a symlink
-    unless the walk let that one in: ``sf.link``) and check on the open descriptor (``fstat``)
-    that it is a regular file, and the very file the walk checked (its device and inode): a path
-    swapped for a link out of the corpus, or its folder for one, between the walk and the read
-    (a race) is never read. ``None`` when it is not (counted in ``report``).
+def open_checked(sf: SourceFile, report: LoadReport) -> tuple[int, os.stat_result] | None:
+    """Open the file ``sf`` at its real path (``sf.real``, resolved and checked by the walk) a
+    component at a time without following a symlink anywhere on the way (``nofollow.open_file``:
+    non-blocking, close-on-exec), and check on the open descriptor (``fstat``) that it is a regular
+    file, and the very file the walk checked (its device and inode). A path or folder swapped for a
+    link, or for another file, between the walk and the read (a race) is never read. Returns the
+    descriptor and its ``fstat`` (judge the file by that); ``None`` when it is not the file
+    (counted in ``report``).
 
     Raises:
         OSError: the file cannot be opened (not a swap).
     """
     assert sf.path is not None
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(sf.path, flags if sf.link else flags | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        if exc.errno != errno.ELOOP or sf.link:
-            raise
-        report.skip(REPLACED, f"skipped {sf.display}: it became a symlink after the corpus was listed "
-                              "(not followed)", path=sf.display)
+        fd = nofollow.open_file(sf.real if sf.real is not None else os.path.realpath(sf.path))
+    except nofollow.Replaced:
+        report.skip(REPLACED, f"skipped {sf.display}: it, or a folder on its way, became a symlink after the corpus "
+                              "was listed (not followed)", path=sf.display)
         return None
     try:
         st = os.fstat(fd)
@@ -161,7 +162,7 @@ def open_checked(sf: SourceFile, report: LoadReport) -> int | None:
             report.skip(REPLACED, f"skipped {sf.display}: another file took its place after the corpus was "
                                   "listed (not read)", path=sf.display)
         else:
-            return fd
+            return fd, st
     except BaseException:
         os.close(fd)
         raise
@@ -191,10 +192,15 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
     cut = False
     child: Decoded | None = None
     try:
-        fd = open_checked(sf, report)
-        if fd is None:
+        opened = open_checked(sf, report)
+        if opened is None:
             return None
+        fd, size = opened[0], opened[1].st_size  # (judged by what was opened, not by the walk's stat)
         with open(fd, "rb", buffering=0) as fh:
+            if size > cap and not options.truncate_large:  # (it grew since the walk)
+                report.skip("too large", f"skipped {sf.display}: {size:,} bytes is over --max-file-size {cap:,}",
+                            path=sf.display)
+                return None
             head = read_up_to(fh, SNIFF_BYTES)
             if decode.in_child(kind, comp, head):
                 child, data = decode.decoder(options).decode_file(fd, sf, kind, comp, options), b""
@@ -209,8 +215,8 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
                 head = data[:SNIFF_BYTES]
             elif kind in formats.BINARY_KINDS:
                 comp = ""
-                if sf.size > cap:
-                    report.skip("too large", f"skipped {sf.display}: {sf.size:,} bytes is over --max-file-size "
+                if size > cap:
+                    report.skip("too large", f"skipped {sf.display}: {size:,} bytes is over --max-file-size "
                                              f"{cap:,} (a {kind} file cannot be cut)", path=sf.display)
                     return None
                 data = head + fh.readall() if len(head) == SNIFF_BYTES else head

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import nofollow
 from rlm_cli.corpus.loader import LoadReport, SourceFile
 
 #: Files (and bytes of them) per task sent to a worker.
@@ -125,28 +126,30 @@ class _Recorder(LoadReport):
 def read_batch(batch: list[SourceFile], options: CorpusOptions, every: int) -> list[Read]:
     """Read, decode, chunk and sample-count ``batch`` (runs in a worker process), counting the
     tokens of 1 chunk in ``every`` (``indexing.sample_every``)."""
-    from rlm_cli.corpus.indexing import parse_data, sampled_spans
-    from rlm_cli.corpus.loader import read_source
-    from rlm_cli.corpus.model import char_width, sha1_hex
     from rlm_cli.corpus.tokens import encoding
 
     enc = encoding()
-    out: list[Read] = []
-    for sf in batch:
-        rec = _Recorder()
-        decoded = read_source(sf, options, rec)
-        if decoded is None:
-            out.append(Read(sf.display, events=rec.events))
-            continue
-        text = decoded.text
-        payload, dmeta = parse_data(decoded)
-        spans = sampled_spans(text, sf.display, options.chunk_tokens, every, decoded.data)
-        counts = [len(enc.encode_ordinary(text[sp[0]:sp[1]])) for sp in spans if sp[6]]
-        lines = spans[-1][3] if spans else 1  # the last chunk ends on the last line
-        out.append(Read(sf.display, decoded.data, len(text), lines,
-                        sha1_hex(decoded.data), char_width(text), decoded.notes, decoded.kind,
-                        None if payload is None else bytes(payload), dmeta, spans, counts, rec.events))
-    return out
+    with nofollow.kept():  # (the folders on the way are opened once for the batch)
+        return [_read_one(sf, options, every, enc) for sf in batch]
+
+
+def _read_one(sf: SourceFile, options: CorpusOptions, every: int, enc: Any) -> Read:
+    """One file of :func:`read_batch` (``enc``: the tiktoken encoding counting the sampled chunks)."""
+    from rlm_cli.corpus.indexing import parse_data, sampled_spans
+    from rlm_cli.corpus.loader import read_source
+    from rlm_cli.corpus.model import char_width, sha1_hex
+
+    rec = _Recorder()
+    decoded = read_source(sf, options, rec)
+    if decoded is None:
+        return Read(sf.display, events=rec.events)
+    text = decoded.text
+    payload, dmeta = parse_data(decoded)
+    spans = sampled_spans(text, sf.display, options.chunk_tokens, every, decoded.data)
+    counts = [len(enc.encode_ordinary(text[sp[0]:sp[1]])) for sp in spans if sp[6]]
+    lines = spans[-1][3] if spans else 1  # the last chunk ends on the last line
+    return Read(sf.display, decoded.data, len(text), lines, sha1_hex(decoded.data), char_width(text), decoded.notes,
+                decoded.kind, None if payload is None else bytes(payload), dmeta, spans, counts, rec.events)
 
 
 def _batches(sources: list[SourceFile]) -> Iterator[list[SourceFile]]:

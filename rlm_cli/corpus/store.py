@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import walklog
+from rlm_cli.corpus import nofollow, walklog
 from rlm_cli.corpus.build import BundleWriter, OnProgress, add_text, build_bundle, empty_message
 from rlm_cli.corpus.bundle import (
     CachedBundle,
@@ -77,7 +77,8 @@ def load_corpus(paths: list[str], options: CorpusOptions, *, stdin_bytes: bytes 
         BudgetExceededError: ``deadline`` passed while loading.
     """
     try:
-        return _load_corpus(paths, options, stdin_bytes, on_warning, on_progress, deadline)
+        with nofollow.kept():  # (the folders on the way to the files, opened once for the walk and the reads)
+            return _load_corpus(paths, options, stdin_bytes, on_warning, on_progress, deadline)
     finally:
         from rlm_cli.corpus import decode
 

@@ -51,6 +51,8 @@ from array import array
 from collections import Counter
 from typing import Any
 
+from rlm_cli.corpus import surrogates
+
 #: Kinds parsed here (by extension, see ``formats.kind_of``).
 TEXT_DATA_KINDS = ("json", "jsonl", "csv", "tsv")
 #: Kinds whose payload is a list of tables (rows for ``records()``).
@@ -91,6 +93,11 @@ def parse(kind: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
     gc.disable()
     try:
         payload = _parse(kind, text)
+        if kind in ("json", "jsonl") and surrogates.escaped(text):
+            try:
+                payload = surrogates.value_of(payload)  # (a lone "\ud800" is U+FFFD: docs/usage.md)
+            except RecursionError:
+                payload = {"kind": "json", "error": "nested too deeply to parse", "line": 1}
     finally:
         if enabled:
             gc.enable()

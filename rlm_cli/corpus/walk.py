@@ -21,8 +21,13 @@ Rules (see :func:`discover`):
 * files over ``max_file_size`` bytes are skipped with a warning, or truncated to that size
   with ``truncate_large`` (when read); empty files are skipped.
 
-Files are only ``stat``'ed here, never opened; ``rlm_cli.corpus.loader`` reads them. Everything
-skipped is counted by reason in a :class:`~rlm_cli.corpus.loader.LoadReport`.
+Nothing is opened by a path the kernel would resolve through a link (``rlm_cli.corpus.nofollow``):
+each root and each symlink met is resolved once (``os.path.realpath``), that real path is what is
+checked against the roots and what is opened, folders are listed through a descriptor opened a
+component at a time with ``O_NOFOLLOW``, and entries are ``stat``'ed relative to it. Files are
+only ``stat``'ed here, never opened; ``rlm_cli.corpus.loader`` reads them at the real path kept in
+each :class:`SourceFile`. Everything skipped is counted by reason in a
+:class:`~rlm_cli.corpus.loader.LoadReport`.
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import links
+from rlm_cli.corpus import links, nofollow
 from rlm_cli.corpus.ignore import IGNORE_FILES, Spec, clock, compile_rules, ignored
 from rlm_cli.corpus.loader import LoadReport, SourceFile, binary_anyway, os_failure
+from rlm_cli.corpus.nofollow import list_folder
 from rlm_cli.errors import UsageError
 
 
@@ -79,18 +85,30 @@ class Walker:
         self.dropped: set[int] = set()  # ids of those later met at their own path (left out)
 
     def file(self, full: str, shown: str, st: os.stat_result | None = None,
-             via_link: bool = False, link: bool | None = None) -> SourceFile | None:
+             via_link: bool = False, link: bool | None = None, real: str | None = None) -> SourceFile | None:
         """Check one file (stat'ed, never opened); ``None`` when skipped (counted). ``via_link``:
         its path goes through a symlink (it gives way to the same file met at a path without);
-        ``link``: ``full`` itself is a symlink, let in (``None``: look).
+        ``link``: ``full`` itself is a symlink, let in (``None``: look); ``real``: its real path,
+        resolved by the walk (``None``: resolved here, once, and skipped as a symlink outside
+        when it is outside the corpus), and ``st`` the ``lstat`` of that (``None``: taken here).
 
-        The file is then read only if it is still the one stat'ed here, reached without a link
-        where there was none (``loader.open_checked``)."""
+        The file is later opened at ``real`` without following a link anywhere on the way, and
+        read only if it is still the one stat'ed here (``loader.open_checked``)."""
         if link is None:
             link = os.path.islink(full)
+        if real is None:
+            try:
+                real = os.path.realpath(full)
+            except OSError as exc:  # (a link that changes while it is resolved)
+                self._stat_failed(full, shown, exc)
+                return None
+            if not self.bounds.contains(real):
+                self._skip(links.OUTSIDE, f"skipped {shown}: a symlink to a path outside the corpus "
+                                          "(--follow reads it)", path=shown)
+                return None
         if st is None:
             try:
-                st = os.stat(full)
+                st = _lstat_real(real, full)
             except OSError as exc:
                 self._stat_failed(full, shown, exc)
                 return None
@@ -108,7 +126,7 @@ class Walker:
             self.dropped.add(id(first))  # first met through a link: read at its own path instead
         limit = self.options.max_file_size
         if st.st_size > limit and not self.options.truncate_large:
-            if binary_anyway(full):  # raising --max-file-size would not read it: no advice to
+            if binary_anyway(full, real):  # raising --max-file-size would not read it: no advice to
                 self.report.skip("binary", path=shown)
             else:
                 self.report.skip("too large", f"skipped {shown}: {st.st_size:,} bytes is over --max-file-size "
@@ -122,7 +140,7 @@ class Walker:
             shown = self._unique(shown, full)
         else:
             self.shown.add(shown)
-        sf = SourceFile(shown, full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, link)
+        sf = SourceFile(shown, full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, link, real)
         self.seen[key] = sf
         if via_link:
             self.linked.add(id(sf))
@@ -139,27 +157,13 @@ class Walker:
         self.shown.add(alt)
         return alt
 
-    def _ignore_lines(self, full: str, rel: str) -> list[str]:
-        """The lines of ignore file ``full`` (``rel`` as shown); ``[]`` with an "unreadable" skip
-        and a warning when it cannot be read or is not a regular file (a FIFO named
-        ``.gitignore`` would block a plain ``open`` forever: it is opened without blocking)."""
-        why = ""
-        try:
-            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-        else:
-            try:
-                if stat.S_ISREG(os.fstat(fd).st_mode):
-                    with os.fdopen(fd, encoding="utf-8", errors="replace") as fh:
-                        fd = -1
-                        return fh.read().splitlines()
-                why = "not a regular file"
-            except OSError as exc:
-                why = exc.strerror or str(exc)
-            finally:
-                if fd >= 0:
-                    os.close(fd)
+    def _ignore_lines(self, real: str, rel: str) -> list[str]:
+        """The lines of the ignore file at real path ``real`` (``rel`` as shown); ``[]`` with an
+        "unreadable" skip and a warning when it cannot be read, is not a regular file (a FIFO named
+        ``.gitignore`` is opened without blocking) or is a symlink (not followed, as git does)."""
+        data, why = nofollow.read_small(real)
+        if data is not None:
+            return data.decode("utf-8", "replace").splitlines()
         self._skip("unreadable", f"cannot read {rel}: {why}; its ignore rules are not applied", path=rel)
         return []
 
@@ -170,13 +174,14 @@ class Walker:
         if self.log is not None and not self._in_file:
             self.log.skip(reason, warning, path)
 
-    def escapes(self, full: str, shown: str, is_dir: bool) -> bool:
-        """Whether ``full`` (a symlink, or a path through one) resolves outside the roots; then it
-        is skipped and counted."""
-        if not self.bounds.escapes(full):
+    def escapes(self, real: str, shown: str, is_dir: bool, broken: bool) -> bool:
+        """Whether a symlink (or a path through one) whose real path is ``real`` (resolved once, by
+        the caller) leads outside the roots; then it is skipped and counted (``broken``: it leads
+        nowhere, and is called a broken symlink wherever it points)."""
+        if self.bounds.contains(real):
             return False
         name = shown + "/" if is_dir else shown
-        if not os.path.exists(full):  # a dangling link says so whatever it points at (as -L does)
+        if broken:  # a dangling link says so whatever it points at (as -L does)
             self._skip("broken symlink", f"skipped {name}: broken symlink", path=name)
             return True
         self._skip(links.OUTSIDE, f"skipped {name}: a symlink to a path outside the corpus "
@@ -192,10 +197,12 @@ class Walker:
             reason, words = os_failure(exc, full)
             self._skip(reason, f"skipped {shown}: {words}", path=shown)
 
-    def walk(self, root: str, prefix: str) -> Iterator[SourceFile]:
-        """Yield the selected files under folder ``root`` in path order; display = prefix + rel."""
+    def walk(self, root: str, prefix: str, real: str | None = None) -> Iterator[SourceFile]:
+        """Yield the selected files under folder ``root`` (``real``: its real path, ``None``: resolved
+        here; a root is followed, the user named it) in path order; display = prefix + rel."""
         try:
-            st = os.stat(root)
+            real = os.path.realpath(root) if real is None else real
+            st = os.stat(real)
         except OSError as exc:
             if self.log is not None:
                 self.log.untrusted()
@@ -208,7 +215,7 @@ class Walker:
         self.walked_direct.add(root_key)
         # A stack of (entries iterator, folder rel path, ignore specs, ancestor folder keys), and
         # for each level whether its path goes through a symlink.
-        stack = [self._open_dir(root, "", [], frozenset([root_key]), st, os.path.islink(root))]
+        stack = [self._open_dir(root, real, "", [], frozenset([root_key]), st)]
         vias = [False]
         while stack:
             entries, rel_dir, specs, ancestors = stack[-1]
@@ -222,10 +229,7 @@ class Walker:
                 continue
             rel = rel_dir + entry.name
             shown = prefix + links.display_text(rel)
-            try:
-                is_dir = entry.is_dir()  # follows symlinks; False for a broken link
-            except OSError:
-                is_dir = False
+            is_dir = entry.is_dir()  # a link: whether its target is a folder (False for a broken link)
             link = entry.is_symlink()
             if link and self.log is not None:  # (before the skips too: an ignore rule may depend on is_dir)
                 self.log.link(entry.path)
@@ -248,14 +252,14 @@ class Walker:
                 self.visited.add(key)
                 if not via:
                     self.walked_direct.add(key)
-                stack.append(self._open_dir(entry.path, rel + "/", specs, ancestors | {key}, dst, link))
+                stack.append(self._open_dir(entry.path, entry.real, rel + "/", specs, ancestors | {key}, dst))
                 vias.append(via)
                 continue
             sf = self._take_file(entry, rel, shown, via, link)
             if sf is not None:
                 yield sf
 
-    def _left_out(self, entry: os.DirEntry[str], rel: str, shown: str, is_dir: bool,
+    def _left_out(self, entry: nofollow.FolderEntry, rel: str, shown: str, is_dir: bool,
                   specs: list[tuple[str, Spec]], link: bool) -> bool:
         """Whether the walk leaves ``entry`` (``rel`` in its root, shown as ``shown``) out: hidden,
         ignored, excluded, or a symlink out of bounds (each counted)."""
@@ -269,9 +273,9 @@ class Walker:
         if self.exclude is not None and self.exclude.match_file(rel + "/" if is_dir else rel):
             self._skip("excluded", path=where)
             return True
-        return link and self.escapes(entry.path, shown, is_dir)
+        return link and self.escapes(entry.real, shown, is_dir, entry.broken())
 
-    def _take_file(self, entry: os.DirEntry[str], rel: str, shown: str, via: bool, link: bool) -> SourceFile | None:
+    def _take_file(self, entry: nofollow.FolderEntry, rel: str, shown: str, via: bool, link: bool) -> SourceFile | None:
         """The :class:`SourceFile` of the file ``entry`` met by the walk, or ``None`` when it is
         not included, cannot be stat'ed or is skipped (:meth:`file`; each counted)."""
         if self.include is not None and not self.include.match_file(rel):
@@ -286,23 +290,23 @@ class Walker:
             self._stat_failed(entry.path, shown, exc)
             self._in_file = False
             return None
-        sf = self.file(entry.path, shown, fst, via, link)
+        sf = self.file(entry.path, shown, fst, via, link, entry.real)
         self._in_file = False
         return sf
 
-    def _open_dir(self, path: str, rel_dir: str, specs: list[tuple[str, Spec]],
-                  ancestors: frozenset[tuple[int, int]], st: os.stat_result, link: bool = False) -> tuple[
+    def _open_dir(self, path: str, real: str, rel_dir: str, specs: list[tuple[str, Spec]],
+                  ancestors: frozenset[tuple[int, int]], st: os.stat_result) -> tuple[
                       Iterator[Any], str, list[tuple[str, Spec]], frozenset[tuple[int, int]]]:
-        """List folder ``path`` (``st``: its ``stat``, taken before listing it; ``link``: ``path``
-        itself is a symlink the walk let in) and read its ignore files.
+        """List folder ``path`` (``real``: its real path; ``st``: the ``lstat`` of that, taken
+        before listing it) and read its ignore files.
 
-        A folder reached without a link is listed through a descriptor opened without following
-        one and checked to be the folder ``st`` describes (:func:`list_folder`): a folder swapped
-        for a link out of the corpus after it was checked is never listed."""
+        The folder is listed through a descriptor opened at ``real`` without following a link
+        anywhere on the way and checked to be the folder ``st`` describes (``nofollow.list_folder``):
+        a folder swapped for a link out of the corpus after it was checked is never listed."""
         if self.log is not None:
             self.log.folder(path, st)
         try:
-            entries = list_folder(path, st, follow=link)
+            entries = list_folder(path, real, st)
         except OSError as exc:
             if exc.errno == errno.ESTALE:
                 self._skip("unreadable", f"cannot list {rel_dir or path}: it changed into another after the corpus "
@@ -319,88 +323,11 @@ class Walker:
                     if name in names:
                         if self.log is not None:
                             self.log.ignore_file(os.path.join(path, name))
-                        lines.extend(self._ignore_lines(os.path.join(path, name), rel_dir + name))
+                        lines.extend(self._ignore_lines(os.path.join(real, name), rel_dir + name))
                 spec = compile_rules(lines, " and ".join(os.path.join(rel_dir, n) for n in IGNORE_FILES if n in names))
                 if spec is not None:
                     specs = specs + [(rel_dir, spec)]
         return iter(entries), rel_dir, specs, ancestors
-
-
-class FolderEntry:
-    """One entry of a folder listed through a descriptor, with the answers of ``os.DirEntry``
-    (``name``, ``path``, ``is_dir()``, ``is_symlink()``, ``stat()``) taken while it was open. A
-    symlink's are taken by path when asked: where it leads is checked (``Walker.escapes``)."""
-
-    __slots__ = ("name", "path", "_link", "_dir", "_stat")
-
-    def __init__(self, entry: os.DirEntry[str], path: str) -> None:
-        self.name, self.path = entry.name, path
-        self._link = entry.is_symlink()
-        self._dir: bool | OSError | None = None
-        self._stat: os.stat_result | OSError | None = None
-        if not self._link:
-            try:
-                self._stat = entry.stat(follow_symlinks=False)
-                self._dir = stat.S_ISDIR(self._stat.st_mode)
-            except OSError as exc:
-                self._stat, self._dir = exc, False
-
-    def is_symlink(self) -> bool:
-        """Whether the entry is a symlink."""
-        return self._link
-
-    def is_dir(self) -> bool:
-        """Whether the entry is a folder (a link: whether it leads to one).
-
-        Raises:
-            OSError: a link that cannot be followed (os.DirEntry's errors).
-        """
-        return os.path.isdir(self.path) if self._link else bool(self._dir)
-
-    def stat(self) -> os.stat_result:
-        """The entry's ``stat`` (a link: its target's).
-
-        Raises:
-            OSError: it cannot be stat'ed (a broken or looping link, a file gone).
-        """
-        if self._link:
-            return os.stat(self.path)
-        if isinstance(self._stat, OSError):
-            raise self._stat
-        assert self._stat is not None
-        return self._stat
-
-
-def list_folder(path: str, st: os.stat_result, *, follow: bool) -> list[Any]:
-    """The entries of folder ``path`` sorted by name: ``os.DirEntry`` when ``follow`` (a folder
-    reached through a link the walk let in), else :class:`FolderEntry` of a listing made through a
-    descriptor opened without following a symlink and checked (``fstat``) to be the folder ``st``
-    describes.
-
-    Raises:
-        OSError: it cannot be listed; ``ESTALE``: it is not that folder any more (swapped for a
-            link or another folder since ``st`` was taken).
-    """
-    if follow:
-        with os.scandir(path) as it:
-            return sorted(it, key=lambda e: e.name)
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise OSError(errno.ESTALE, "replaced") from None
-        raise
-    try:
-        now = os.fstat(fd)
-        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            raise OSError(errno.ESTALE, "replaced")
-        head = os.path.join(path, "")
-        with os.scandir(fd) as it:
-            entries = [FolderEntry(e, head + e.name) for e in it]
-    finally:
-        os.close(fd)
-    return sorted(entries, key=lambda e: e.name)
 
 
 def discover(paths: list[str], options: CorpusOptions, report: LoadReport,
@@ -417,7 +344,7 @@ def discover(paths: list[str], options: CorpusOptions, report: LoadReport,
             patterns took over ``ignore.IGNORE_FILE_SECONDS`` to match.
         BudgetExceededError: ``deadline`` (``time.monotonic()``: ``--timeout``) passed.
     """
-    with clock.running(deadline):
+    with clock.running(deadline), nofollow.kept():
         return _discover(paths, options, report, log)
 
 
@@ -470,14 +397,20 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport,
             inside = absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep)
             shown = os.path.relpath(absolute, cwd) if inside else absolute
             shown = links.display_text(shown.replace(os.sep, "/"))
-        if root in matched and not options.follow and _through_link(root) and walker.escapes(
-                os.path.abspath(root), shown, os.path.isdir(root)):
+        try:
+            real = os.path.realpath(root)  # (once: what is checked is what is opened)
+        except OSError as exc:  # (a link that changes while it is resolved)
+            if log is not None:
+                log.untrusted()
+            walker._stat_failed(root, shown or root, exc)
             continue
-        if os.path.isdir(root):
+        if root in matched and walker.escapes(real, shown, os.path.isdir(real), not os.path.exists(real)):
+            continue
+        if os.path.isdir(real):
             prefix = "" if single_dir else shown.rstrip("/") + "/"
             if log is not None:
                 log.root(root, prefix, True)
-            out.extend(walker.walk(root, prefix))
+            out.extend(walker.walk(root, prefix, real))
             continue
         if log is not None:
             log.root(root, shown, False)
@@ -488,13 +421,22 @@ def _discover(paths: list[str], options: CorpusOptions, report: LoadReport,
         if log is not None:
             log.file("", shown, False)
         walker._in_file = True
-        sf = walker.file(root, shown)
+        sf = walker.file(root, shown, real=real)
         walker._in_file = False
         if sf is not None:
             out.append(sf)
     return [sf for sf in out if id(sf) not in walker.dropped]
 
 
-def _through_link(path: str) -> bool:
-    """Whether resolving ``path`` goes through a symlink (its real path is another)."""
-    return os.path.realpath(path) != os.path.abspath(path)
+
+def _lstat_real(real: str, full: str) -> os.stat_result:
+    """The ``lstat`` of the real path ``real`` of ``full``: what will be opened there. A symlink
+    found there is a loop (resolving ``full`` stopped at it) or one swapped in since.
+
+    Raises:
+        OSError: it cannot be stat'ed; ``ELOOP`` for a symlink.
+    """
+    st = os.lstat(real)
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), full)
+    return st

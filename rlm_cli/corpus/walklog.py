@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli.config import CorpusOptions
+from rlm_cli.corpus import links, nofollow
 from rlm_cli.corpus.bundle import atomic_write
 from rlm_cli.corpus.ignore import clock
 from rlm_cli.corpus.loader import LoadReport, SourceFile
@@ -243,22 +244,23 @@ def replay(directory: Path, paths: list[str], options: CorpusOptions, report: Lo
             return None
         if not all(_well_formed(r) for r in roots):
             return None
+        reals = [os.path.join(os.path.realpath(r["path"]), "") for r in roots]  # (a plain step's: + rel)
     except OSError:
         return None
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
         return None  # (malformed: the next walk writes a good one)
-    walker = Walker(options, report)
+    walker = Walker(options, report, links.Bounds(list(paths), follow=options.follow))
     out: list[SourceFile] = []
     file, keep = walker.file, out.append
-    with clock.running(deadline):
-        for r in roots:
+    with clock.running(deadline), nofollow.kept():
+        for r, real in zip(roots, reals, strict=True):
             base, prefix, is_dir = r["path"], r["prefix"], r["dir"]
             head = os.path.join(base, "")  # (os.path.join(base, rel) is head + rel)
             for step in r["steps"]:
                 clock.over()  # (once per run of files: a few milliseconds at most)
                 if type(step) is str:  # a run of plain file steps (see _packed)
                     for rel in step.split("\0"):
-                        sf = file(head + rel, prefix + rel, None, False, False)  # (plain: no link)
+                        sf = file(head + rel, prefix + rel, None, False, False, real + rel)  # (plain: no link)
                         if sf is not None:
                             keep(sf)
                     continue

@@ -12,7 +12,7 @@ import tempfile
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
@@ -22,9 +22,12 @@ from rlm_cli.evaluation.report import document, markdown, summary_table
 from rlm_cli.evaluation.tasks import FAMILIES, generate
 from rlm_cli.events import is_type
 
+if TYPE_CHECKING:
+    from rlm_cli.output.ui import UI
+
 
 def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes: list[str], limit: int, seed: int,
-             jobs: int, records: int, ui: Any, command: str = "", split: str = "dev") -> tuple[dict[str, Any], str]:
+             jobs: int, records: int, ui: UI, command: str = "", split: str = "dev") -> tuple[dict[str, Any], str]:
     """Run the evaluation; returns the ``--json`` document and the Markdown report.
 
     Raises:

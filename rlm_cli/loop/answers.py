@@ -1,8 +1,9 @@
 """What answer a reply gives: ``FINAL`` calls written in code or in text, and the answer of a
 last request (the iteration limit, or a stuck model asked for it).
 
-A ``FINAL`` whose argument is a literal is an answer *written out*; one of a variable or an
-expression is *computed* (its value in the REPL). ``FINAL(answer)`` of a placeholder name never
+A ``FINAL`` whose argument the code's constants alone give (a literal, ``str(1658)``,
+``bool(1)``: ``provenance.written_value``) is an answer *written out*; one of a variable or an
+expression of what the code read is *computed* (its value in the REPL). ``FINAL(answer)`` of a placeholder name never
 assigned (:data:`PLACEHOLDER_NAMES`) is no answer.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from rlm_cli import protocol
 from rlm_cli.loop import reply
 from rlm_cli.loop.partial import partial_answer
+from rlm_cli.loop.provenance import written_value
 from rlm_cli.sandbox.launcher import Sandbox
 
 #: Calls that finish the run with the answer given (``Final``/``final``: :data:`protocol.FINAL_ALIASES`).
@@ -62,33 +64,10 @@ def literal_finals(blocks: list[reply.Block]) -> list[str]:
     return out
 
 
-#: Builtins that only re-spell a value: ``FINAL(str(1658))`` is as written out as ``FINAL('1658')``.
-_RESPELL = frozenset({"str", "int", "float", "repr", "format", "abs", "round"})
-
-
-def written_value(node: ast.expr) -> bool:
-    """Whether the expression ``node`` is a value written out: constants only, joined by
-    operators (``'1' + '658'``, ``'%d' % 1658``, ``-3``), in f-strings, or passed through a builtin
-    that only re-spells them (:data:`_RESPELL`: ``str(1658)``). Any variable, attribute, subscript
-    or other call (``len(...)``, ``context.count(...)``) makes it computed."""
-    if isinstance(node, ast.Constant):
-        return True
-    if isinstance(node, ast.JoinedStr):
-        return all(written_value(v) for v in node.values)
-    if isinstance(node, ast.FormattedValue):
-        return written_value(node.value) and (node.format_spec is None or written_value(node.format_spec))
-    if isinstance(node, ast.BinOp):
-        return written_value(node.left) and written_value(node.right)
-    if isinstance(node, ast.UnaryOp):
-        return written_value(node.operand)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _RESPELL:
-        return all(written_value(a) for a in node.args) and all(written_value(k.value) for k in node.keywords)
-    return False
-
-
 def literal_final(code: str) -> bool:
-    """Whether ``code`` calls FINAL with an answer written out (:func:`written_value`: a string or
-    number constant, an f-string without variables, or such constants only joined or re-spelled),
+    """Whether ``code`` calls FINAL with an answer written out (``provenance.written_value``: the
+    code's constants alone give it, however joined, re-spelled or wrapped: ``'1' + '658'``,
+    ``str(1658)``, ``bool(1)``, ``eval('Tr' + 'ue')``, ``len(files) * 0 + 1658``),
     as opposed to a value the code computed, or ``FINAL_VAR`` of a text that is not a variable
     name."""
     try:

@@ -10,6 +10,7 @@ from rlm_cli.config import Settings
 from rlm_cli.events import Emit, event
 from rlm_cli.loop import prompts, reply
 from rlm_cli.loop.checks import Candidate, Judge
+from rlm_cli.loop.policy import Policy
 from rlm_cli.loop.result import RunResult, policy_of
 from rlm_cli.loop.support import direct_support
 from rlm_cli.loop.typed import AnswerSpec, asked, typed_checks
@@ -20,7 +21,7 @@ from rlm_cli.output.trace import request_key
 
 
 def run_direct(settings: Settings, client: ModelClient, question: str, context: str, *, emit: Emit,
-               answer: AnswerSpec | None = None) -> RunResult:
+               answer: AnswerSpec | None = None, policy: Policy | None = None) -> RunResult:
     """Direct mode: the question and the whole corpus in one root call (no REPL). A typed
     question (``answer``) whose reply is not a well-typed value is sent back once (the
     ``answer_type`` check): a second call, with the reply and the note.
@@ -45,7 +46,7 @@ def run_direct(settings: Settings, client: ModelClient, question: str, context: 
             break
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": judged.note}]
     interrupts.final_in_hand()  # a Ctrl-C from now on must not lose it
-    policy = policy_of(settings)
+    policy = policy if policy is not None else policy_of(settings)
     # The question (a session note before it included) is left out of what the answer may rest on.
     support = direct_support(final, question, context, policy.number_floor)
     emit(event("final", 0, status="final", iterations=iteration, answer=final, answer_chars=len(final),

@@ -46,6 +46,7 @@ from rlm_cli.loop.grounding import quoted_corpus_text
 from rlm_cli.loop.history import History, Turn, output_limit
 from rlm_cli.loop.meta import first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
+from rlm_cli.loop.policy import Policy
 from rlm_cli.loop.result import RunResult, policy_of
 from rlm_cli.loop.state import STUCK_ASKS, STUCK_ERRORS, STUCK_REPEATS, LoopState, norm, run_key
 from rlm_cli.loop.support import PARTIAL_SUPPORT, UNSUPPORTED, Support, show_with_code, support_of
@@ -82,7 +83,7 @@ class Orchestrator:
 
     def __init__(self, settings: Settings, client: ModelClient, handler: LMHandler, *, sandbox_level: str,
                  emit: Emit, depth: int = 0, hide_paths: tuple[str, ...] = (),
-                 answer: AnswerSpec | None = None) -> None:
+                 answer: AnswerSpec | None = None, policy: Policy | None = None) -> None:
         self.settings = settings
         self.client = client
         self.handler = handler
@@ -91,7 +92,7 @@ class Orchestrator:
         self.depth = depth
         self.hide_paths = hide_paths
         self.answer = answer
-        self.policy = policy_of(settings)
+        self.policy = policy if policy is not None else policy_of(settings)
         self._last_output = ""
         self._question = ""
         self._judge = Judge([], emit, depth)
@@ -236,7 +237,8 @@ class Orchestrator:
             candidate = self._text_candidate(text_final, sandbox, notes, iteration, loop, history,
                                              max(unseen, 1) if after_claim else unseen)
         if candidate is not None:
-            judged = self._review(candidate, history, [c for c, _ in outputs])
+            text_call = [text_final.call] if candidate.source == "text" and text_final is not None else []
+            judged = self._review(candidate, history, [c for c, _ in outputs] + text_call)
             if judged.answer is not None:
                 return judged.answer
             notes.append(judged.note)
@@ -350,7 +352,7 @@ class Orchestrator:
             notes: list[str] = []
             candidate = self._text_candidate(text_final, sandbox, notes, iteration, loop, history, 0)
             if candidate is not None:
-                judged = self._review(candidate, history)
+                judged = self._review(candidate, history, [text_final.call])  # the FINAL line's code
                 if judged.answer is not None:
                     return judged.answer
                 notes.append(judged.note)

@@ -14,6 +14,7 @@ from rlm_cli.events import Emit, event
 from rlm_cli.loop.fitting import fit_question
 from rlm_cli.loop.meta import corpus_meta, text_meta
 from rlm_cli.loop.orchestrator import Orchestrator
+from rlm_cli.loop.policy import Policy
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.relay import LMHandler
 from rlm_cli.output.trace import PROMPT_HEAD_CHARS, request_key
@@ -33,9 +34,10 @@ def sub_call_event(info: dict[str, Any], *, depth: int | None = None) -> dict[st
 
 
 def recursion_handler(settings: Settings, client: ModelClient, handler: LMHandler, level: str, emit: Emit,
-               corpus: Corpus, hide: tuple[str, ...]) -> Callable[[str, str | None, int], str]:
+               corpus: Corpus, hide: tuple[str, ...], policy: Policy | None = None) -> Callable[[str, str | None, int], str]:
     """The ``rlm_query`` handler: a child loop at depth + 1 with its own worker and the same
-    handler, client, usage and budget; a plain sub-call once depth + 1 reaches ``max_depth``."""
+    handler, client, usage, budget and ``policy`` (``None``: the one ``settings`` name); a plain
+    sub-call once depth + 1 reaches ``max_depth``."""
 
     def on_rlm_query(prompt: str, context: str | None, depth: int) -> str:
         child_depth = depth + 1
@@ -58,7 +60,7 @@ def recursion_handler(settings: Settings, client: ModelClient, handler: LMHandle
                    context_chars=len(context) if context is not None else corpus.chars,
                    prompt_head=prompt[:PROMPT_HEAD_CHARS]))
         child = Orchestrator(settings, client, handler, sandbox_level=level, emit=emit, depth=child_depth,
-                             hide_paths=hide)
+                             hide_paths=hide, policy=policy)
         if context is None:
             spec, meta = corpus.worker_spec(), corpus_meta(corpus)
         else:

@@ -12,15 +12,22 @@ Verdicts (``Support.verdict``):
   output of its code that was not an error (an
   answer naming nothing specific needs output of the model's own code: leads alone show lines
   that hold the question's words, not an answer);
-* ``computed``: code computed the answer (``FINAL(n)``, ``FINAL_VAR("report")``), no helper of its
-  turn stopped at a default cap, and no token of it was typed into the code as a literal that
-  nothing ever showed (``count = 1658; FINAL(count)`` is a written-out guess in disguise);
+* ``computed``: code computed the answer from what it read (``FINAL(n)``, ``FINAL_VAR("report")``),
+  no helper of its turn stopped at a default cap, and no token of it was typed into the code as a
+  literal that nothing ever showed (``count = 1658; FINAL(count)`` is a written-out guess in
+  disguise);
 * ``unsupported``: neither. ``unsupported`` lists the tokens never shown, ``objections`` the
   answer checks that objected to this answer and were overruled (the model gave it again after
   the check's limit): ``evidence``, ``empty``, ``ungrounded``, ``default_cap`` (the checks of
   grounding; ``nothing_found`` and ``listed_items`` ask for a second look or a complete list,
   and giving the answer again after them is what they expect);
 * ``partial``: the run stopped without a final answer (the iteration limit, a budget).
+
+Support follows the data, not the text (``loop.provenance``): an answer the model's code made from
+its own constants alone (``n = len(files) * 0 + 1658``, ``bool(1)``, ``eval('Tr' + 'ue')``) is
+judged as written out, and what its code printed of its own constants (``print(1658)``) is no
+reading: it is taken out of what the model was shown, and code that printed nothing else printed
+nothing it read.
 
 Numbers count from the same floor as the run's ``ungrounded`` check: 0 under ``guided`` (small
 models invent small counts: "6 orders" for 1,658), 10 under ``standard`` and ``paper`` (a strong
@@ -30,13 +37,13 @@ question benchmarks: docs/eval.md.
 
 from __future__ import annotations
 
-import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlm_cli.loop.answers import only_finishes
 from rlm_cli.loop.checks import Candidate
 from rlm_cli.loop.grounding import grounding
+from rlm_cli.loop.provenance import Provenance, provenance
 
 OBSERVED, COMPUTED, UNSUPPORTED, PARTIAL = "observed", "computed", "unsupported", "partial"
 VERDICTS = (OBSERVED, COMPUTED, UNSUPPORTED, PARTIAL)
@@ -71,51 +78,33 @@ class Support:
 
 PARTIAL_SUPPORT = Support(PARTIAL, reason="the run stopped without a final answer")
 
-def typed_literals(codes: list[str]) -> str:
-    """The literal values the model's code assigned to names (``x = 6``, ``answer = "6 orders"``,
-    ``total: int = 1658``, f-strings without fields), one per line: where a computed answer's
-    value may have been typed rather than computed. Code that does not parse gives nothing."""
-    out: list[str] = []
-    for code in codes:
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-            if isinstance(value, ast.Constant) and isinstance(value.value, (str, int, float)) \
-                    and not isinstance(value.value, bool):
-                out.append(str(value.value))
-            elif isinstance(value, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in value.values):
-                out.append("".join(str(v.value) for v in value.values if isinstance(v, ast.Constant)))
-    return "\n".join(out)
-
-
 def support_of(c: Candidate, objections: list[str], codes: list[str], min_number: float) -> Support:
     """The verdict on the final answer ``c`` (see the module docstring). ``objections``: the
     checks that would have sent ``c`` back but were past their limit; ``codes``: every code block
     the model wrote in the run; ``min_number``: the floor of the numbers that count as specific
     (the run's ``ungrounded`` floor)."""
     overruled = tuple(dict.fromkeys(o for o in objections if o in GROUNDING_CHECKS))
+    prov = provenance(codes)
+    c = _as_read(c, prov) if codes else c
     numbers = c.outputs if c.evidence is None else c.evidence
     if c.written_out and not c.own_output and any(not only_finishes(code) for code in codes):
         numbers = ""  # its own code printed nothing but errors: a number it then writes is no reading
     tokens, unseen = grounding(c.answer, c.question, c.shown, numbers, min_number)
     if c.written_out:
         if unseen:
-            return Support(UNSUPPORTED, tuple(unseen), overruled, _never_shown(unseen))
+            return Support(UNSUPPORTED, tuple(unseen), overruled, _never_shown(unseen) + _own(c, prov))
         if overruled:
             return Support(UNSUPPORTED, (), overruled, _overruled(overruled))
         if not c.seen_output or not c.outputs.strip():
             return Support(UNSUPPORTED, (), overruled, "the model wrote this answer without having read any output of "
-                                                      "its code but errors")
+                                                      "its code but errors" + _own(c, prov))
         if not tokens and not c.own_output:
             return Support(UNSUPPORTED, (), overruled, "the answer names nothing the run showed, and the model ran no "
-                                                      "code that printed anything")
+                                                      "code that printed anything it read" + _own(c, prov))
         return Support(OBSERVED, reason="every specific part of the answer appears in what the model read"
                        if tokens else "the model wrote it out after reading the output of its code")
     if unseen:
-        all_tokens, not_typed = grounding(c.answer, c.question, typed_literals(codes), None, min_number)
+        all_tokens, not_typed = grounding(c.answer, c.question, "\n".join(prov.literals), None, min_number)
         typed_unseen = [t for t in unseen if t in all_tokens and t not in not_typed]
         if typed_unseen:
             return Support(UNSUPPORTED, tuple(typed_unseen), overruled,
@@ -132,6 +121,34 @@ def support_of(c: Candidate, objections: list[str], codes: list[str], min_number
     if overruled:
         return Support(UNSUPPORTED, (), overruled, _overruled(overruled))
     return Support(COMPUTED, reason="code computed the answer")
+
+
+def _as_read(c: Candidate, prov: Provenance) -> Candidate:
+    """``c`` as the model read the run: what its code printed of its own constants alone
+    (``print(1658)``) taken out of what it was shown, its own output counted only when its code
+    may have shown it something it read, and an answer its code computed from its own constants
+    alone (``n = len(files) * 0 + 1658; FINAL(n)``, ``FINAL(bool(1))``) judged as written out."""
+    shown, outputs, evidence = c.shown, c.outputs, c.evidence
+    for text in prov.printed:
+        shown, outputs = _without(shown, text, last=True), _without(outputs, text, last=True)
+        evidence = None if evidence is None else _without(evidence, text, last=False)
+    written = c.written_out or (prov.final is not None and prov.final.strip() == c.answer.strip())
+    return replace(c, shown=shown, outputs=outputs, evidence=evidence, written_out=written,
+                   own_output=c.own_output and prov.shows)
+
+
+def _without(text: str, piece: str, last: bool) -> str:
+    """``text`` without one occurrence of ``piece`` (the last one, or the first)."""
+    if not piece.strip():
+        return text
+    at = text.rfind(piece) if last else text.find(piece)
+    return text if at < 0 else text[:at] + text[at + len(piece):]
+
+
+def _own(c: Candidate, prov: Provenance) -> str:
+    if prov.final is not None and prov.final.strip() == c.answer.strip():
+        return " (its code made the answer from constants it typed, not from anything it read)"
+    return " (what its code printed was constants it typed)" if prov.printed and not prov.shows else ""
 
 
 def direct_support(answer: str, question: str, corpus_text: str, min_number: float) -> Support:

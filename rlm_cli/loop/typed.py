@@ -13,12 +13,15 @@ JSON, anything else ``str()``); a typed question asks that text to read as a val
   dicts, with ``file``/``path`` and ``line``/``start_line``/``end_line``, too); each must name a
   file of the corpus and lines it has; those that do not are dropped (and said), and an answer
   whose every location was dropped is not well typed;
-* ``json``: any JSON value (or a Python literal JSON can encode).
+* ``json``: any RFC 8259 JSON value (no ``NaN`` or ``Infinity``), or a Python literal JSON can encode.
+
+No value nests deeper than :data:`MAX_DEPTH` levels.
 
 The :class:`AnswerType` check is silent on every well-typed answer (the table in
 ``tests/loop/test_typed.py``; docs/loop.md) and sends an ill-typed one back once with what is
 wrong and how to give it; past its limit the run ends on the answer it has, whose ``value`` is
-then ``None`` (:func:`parse_value` says why). No model is called here.
+then ``None`` (:func:`parse_value` says why): nothing is printed but the ``--json`` document, and
+the run exits 9 (``ExitCode.NOT_OF_TYPE``). No model is called here.
 """
 
 from __future__ import annotations
@@ -103,11 +106,22 @@ def asked(question: str, spec: AnswerSpec | None) -> str:
     return f"{question}\n\n{INSTRUCTIONS[spec.kind]}"
 
 
+#: The deepest a typed value may nest (lists and dicts within one another). RFC 8259 lets a parser
+#: set its limit; 100 is far beyond any answer and keeps every writer of the value (the ``--json``
+#: document, the trajectory, a report) within Python's recursion limit.
+MAX_DEPTH = 100
+_TOO_DEEP = f"it is nested more than {MAX_DEPTH} levels deep"
+
+
 def _literal(text: str) -> tuple[bool, Any]:
-    """``(True, value)`` when ``text`` is JSON or a Python literal, else ``(False, None)``."""
+    """``(True, value)`` when ``text`` is JSON or a Python literal, else ``(False, None)``. JSON's
+    ``NaN``/``Infinity`` are read (and refused as no JSON value by :func:`_jsonable`); text nested
+    deeper than :data:`MAX_DEPTH` is not read at all."""
+    if _nesting(text) > MAX_DEPTH:
+        return False, None
     try:
         return True, json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     try:
         return True, ast.literal_eval(text)
@@ -115,14 +129,32 @@ def _literal(text: str) -> tuple[bool, Any]:
         return False, None
 
 
+def _nesting(text: str) -> int:
+    """How deep the brackets of ``text`` nest at most (quotes not minded: an upper bound)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]})":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def _jsonable(value: Any) -> tuple[bool, Any]:
-    """``value`` as a JSON value (tuples and sets as lists), or ``(False, None)``."""
+    """``value`` as an RFC 8259 JSON value (tuples and sets as lists; no ``NaN``/``Infinity``), or
+    ``(False, None)``."""
     if isinstance(value, (set, frozenset)):
         value = sorted(value, key=repr)
     try:
         return True, json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return False, None
+
+
+def _problem(text: str, plain: str) -> str:
+    """Why ``text`` has no value: :data:`_TOO_DEEP` when it nests too deep, else ``plain``."""
+    return _TOO_DEEP if _nesting(text) > MAX_DEPTH else plain
 
 
 def _clean(text: str) -> str:
@@ -166,14 +198,15 @@ def parse_value(text: str, spec: AnswerSpec) -> TypedValue:
     if kind == "list":
         items = _as_list(t)
         if items is None:
-            return TypedValue(kind, None, False, "it is not a list")
+            return TypedValue(kind, None, False, _problem(t, "it is not a list"))
         return TypedValue(kind, items, True)
     if kind == "locations":
         return _locations(t, spec.lines)
     found, value = _literal(t)
     ok, value = _jsonable(value) if found else (False, None)
     if not ok:
-        return TypedValue(kind, None, False, "it is not JSON (nor a Python literal JSON can encode)")
+        return TypedValue(kind, None, False, _problem(t, "it is not JSON (NaN and Infinity are not JSON either), nor a "
+                                                         "Python literal JSON can encode"))
     return TypedValue(kind, value, True)
 
 

@@ -12,12 +12,16 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli import __version__
 from rlm_cli.errors import UsageError
 from rlm_cli.mcp.calls import Call, Calls, Result
 from rlm_cli.mcp.tools import TOOLS, check_arguments
+from rlm_cli.output.answer import json_text, json_value
+
+if TYPE_CHECKING:
+    from rlm_cli.output.ui import UI
 
 INSTALL_HINT = "pip install 'rlm-cli[mcp]'"
 #: Seconds without news after which a call in progress sends a progress message anyway (clients
@@ -55,9 +59,9 @@ def _call_result(result: Result) -> Any:
     if result.error is not None or result.payload is None:
         return types.CallToolResult(content=[types.TextContent(type="text", text=result.error or "error")],
                                     is_error=True)
-    text = json.dumps(result.payload, ensure_ascii=False, default=str)
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                structured_content=result.payload)
+    payload = json_value(result.payload)  # a lone surrogate in an answer: U+FFFD, not a serialisation error
+    return types.CallToolResult(content=[types.TextContent(type="text", text=json_text(payload, line=True).rstrip())],
+                                structured_content=payload)
 
 
 def instructions(paths: list[str]) -> str:
@@ -210,7 +214,7 @@ class BoundedLines:
                            "params": {"name": OVERSIZED, "arguments": {"bytes": size}}}) + "\n"
 
 
-def protocol_thread(calls: Calls, paths: list[str], ui: Any) -> None:
+def protocol_thread(calls: Calls, paths: list[str], ui: UI) -> None:
     import anyio
 
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rlm_cli.config import Settings
 from rlm_cli.errors import UsageError
@@ -14,8 +14,12 @@ from rlm_cli.mcp.calls import Calls
 from rlm_cli.mcp.protocol import protocol_thread, require_sdk
 from rlm_cli.mcp.service import Service
 
+if TYPE_CHECKING:
+    from rlm_cli.models.backend import Backend
+    from rlm_cli.output.ui import UI
 
-def serve(settings: Settings, paths: list[str], *, host: Any, ui: Any, debug: bool = False) -> int:
+
+def serve(settings: Settings, paths: list[str], *, host: Backend, ui: UI, debug: bool = False) -> int:
     """Serve ``rlm mcp`` on stdin/stdout until the client closes it; returns the exit code (0, or
     the code of the error that kept the session from opening). ``host`` is the started model host,
     ``ui`` the stderr renderer; ``debug`` shows internal errors' tracebacks on stderr.

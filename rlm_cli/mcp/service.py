@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm_cli.app.session import Session
 from rlm_cli.config import Settings
@@ -21,6 +21,10 @@ from rlm_cli.mcp.calls import Call, Calls, Result
 from rlm_cli.mcp.tools import TOOL_NAMES, ref
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.usage import Usage
+
+if TYPE_CHECKING:
+    from rlm_cli.models.backend import Backend
+    from rlm_cli.output.ui import UI
 
 #: Characters of a grep or search result document: longer ones drop their last rows (the
 #: worker keeps the first 200,000 characters a block prints).
@@ -82,13 +86,11 @@ def _helper_code(body: str) -> str:
             "try:\n    _rlm_mcp_show()\nfinally:\n    del _rlm_mcp, _rlm_mcp_show\n")
 
 
-class _ServedSession(Session):
-    """A session whose questions each get budgets of their own, checked against the settings of
-    the ask being served (``Service.ask`` gives them to ``Session.ask``)."""
-
-    def question_budget(self, usage: Usage, settings: Settings) -> Budget:
-        """A fresh budget over ``usage`` (the question's), started now."""
-        return Budget(settings, usage)
+def own_budget(session_budget: Budget, usage: Usage, settings: Settings, own: bool) -> Budget:
+    """The budget of one served question (``app.session.QuestionBudget``): a fresh one over
+    ``usage`` (the question's), started now, checked against the settings of the ask being served
+    (``Service.ask`` gives them to ``Session.ask``)."""
+    return Budget(settings, usage)
 
 
 class Service:
@@ -98,7 +100,7 @@ class Service:
     internal error there.
     """
 
-    def __init__(self, settings: Settings, paths: list[str], *, host: Any, ui: Any, debug: bool = False) -> None:
+    def __init__(self, settings: Settings, paths: list[str], *, host: Backend, ui: UI, debug: bool = False) -> None:
         self.settings = settings
         self.paths = paths
         self.host = host
@@ -120,8 +122,8 @@ class Service:
 
         try:
             self.stamp = watch.stamp(self.paths, self.settings.corpus)
-            self.session = _ServedSession(self.settings, self.paths, emit=self.ui.on_event, backend=self.host,
-                                          numbered=True, interrupt_grace_s=INTERRUPT_GRACE_S)
+            self.session = Session(self.settings, self.paths, emit=self.ui.on_event, backend=self.host,
+                                   numbered=True, interrupt_grace_s=INTERRUPT_GRACE_S, question_budget=own_budget)
             self.session.independent = True
             self.session.open()
         except RLMError as exc:

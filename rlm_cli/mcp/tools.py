@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from rlm_cli.answer_types import NAMES
+
 #: Most ``grep`` matches and ``search`` results one call may ask for.
 MAX_RESULTS = 1000
 #: The longest ``ask`` question, in characters (as ``rlm ask``: ``app.batch.MAX_QUESTION_BYTES``).
@@ -49,7 +51,7 @@ TOOLS: list[dict[str, Any]] = [
                 "max_iterations": {"type": "integer", "minimum": 1, "description": (
                     "Root-model turns before this ask stops with its best partial answer; at most the "
                     "server's --max-iterations (default 20).")},
-                "answer_type": {"enum": ["text", "bool", "int", "number", "list", "locations", "json"],
+                "answer_type": {"enum": list(NAMES),
                                 "description": (
                     "The type the answer must have (default text): the result's value is then a JSON value of "
                     "it (locations: \"path:line\" or \"path:start-end\" strings that exist in the corpus), "

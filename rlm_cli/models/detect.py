@@ -146,6 +146,29 @@ def detect(settings: Settings, *, env: Mapping[str, str] | None = None,
     return next((r for r in results if r is not None), None)
 
 
+def busy_servers(env: Mapping[str, str] | None = None, timeout: float = PROBE_TIMEOUT_S) -> list[str]:
+    """The probe targets (``host:port``, :func:`probe_targets`) where something accepts a
+    connection: after :func:`detect` found nothing, such a server is there but did not answer its
+    model list within the probe's timeout (a local server that serves one request at a time and is
+    busy with a long one), which ``rlm doctor`` must not report as no server at all."""
+    ollama, ports = probe_targets(env)
+    targets = ([ollama] if ollama else []) + [f"127.0.0.1:{port}" for port in ports]
+
+    def accepts(target: str) -> bool:
+        host, _, port = target.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            return False
+
+    if not targets:
+        return []
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+        found = list(pool.map(accepts, targets))
+    return [t for t, ok in zip(targets, found, strict=True) if ok]
+
+
 def probe_targets(env: Mapping[str, str] | None = None) -> tuple[str | None, list[int]]:
     """``(ollama "host:port" or None, [ports for OpenAI-compatible servers])`` from
     ``RLM_PROBE_OLLAMA`` / ``RLM_PROBE_PORTS`` or the defaults. Non-loopback hosts are dropped."""

@@ -19,9 +19,10 @@ Channels:
 
 * **stdin** (a pipe from the parent that started it, ``rlm_cli.protocol`` frames): first
   ``{"type": "config", "token", "parent", "shared"}``, then any number of ``{"type": "warm",
-  "models": [...]}``. End of file (the parent closed it, exited or was killed) makes a host of
-  one command remove its socket and exit at once, so it never outlives its parent; a shared
-  host then follows its idle rule (``models.host_process``).
+  "models": [...]}`` and ``{"type": "keep"}`` (a shared host stays its idle period though it
+  answered nothing: ``rlm host start``). End of file (the parent closed it, exited or was
+  killed) makes a host of one command remove its socket and exit at once, so it never outlives
+  its parent; a shared host then follows its idle rule (``models.host_process``).
 * **a Unix socket** in a private 0700 folder (the parent's temporary one, or the user's runtime
   folder for a shared host), one request per connection: the
   parent sends ``{"token", "op", ...}`` with ``op`` one of ``complete`` (``request``,
@@ -169,6 +170,12 @@ class HostBackend:
         """Ask the host to run litellm's first-call path for ``models`` once litellm is imported
         (no request is sent; see ``LocalBackend.warm``). Returns at once."""
         self._send_control({"type": "warm", "models": [m for m in models if m]})
+
+    def keep(self) -> None:
+        """Ask a shared host this command started to stay its idle period once the command is
+        gone, though it was asked nothing (``rlm host start``; an unused host otherwise leaves at
+        once). Returns at once."""
+        self._send_control({"type": "keep"})
 
     def _send_control(self, message: dict[str, Any]) -> None:
         with self._stdin_lock:

@@ -293,6 +293,10 @@ def _read_control(host: _Host, host_dir: Path, warm: queue.Queue[list[str]]) -> 
             return
         if msg.get("type") == "warm":
             warm.put([str(m) for m in msg.get("models") or []])
+        elif msg.get("type") == "keep":  # rlm host start: wanted, though asked nothing yet
+            with host.state:
+                host.served += 1
+                host.state.notify_all()
 
 
 def main() -> None:

@@ -6,13 +6,14 @@ characters neutralised when stdout is a terminal. Standard library only (no rich
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 from typing import IO, Any
 
 from rlm_cli.errors import UsageError
-from rlm_cli.output.text import completed_calls, json_escaped_surrogates, money, safe_text, utf8_text
+from rlm_cli.output.text import SURROGATE, completed_calls, encodable, money, safe_text
 
 
 def write_answer(text: str) -> None:
@@ -34,14 +35,44 @@ def for_stdout(text: str, stream: IO[str] | None = None) -> str:
     return safe_text(text) if tty else text
 
 
-def json_text(doc: dict[str, Any]) -> str:
-    """A JSON document as printed (indented, UTF-8 characters kept, newline-terminated). Under
-    GitHub Actions a ``##[`` in a string is written ``#\\u0023[``: the same value, and no runner
-    command in the log (``output.workflow_guard``; outside strings JSON has no ``#``)."""
+def json_text(doc: Any, *, line: bool = False) -> str:
+    """A JSON document as printed: indented (one line with ``line``: JSON Lines, the trajectory),
+    UTF-8 characters kept, newline-terminated, and RFC 8259 whatever it holds: a float JSON cannot
+    hold (``NaN``, ``Infinity``) is ``null``, a lone surrogate (:data:`~rlm_cli.output.text.SURROGATE`)
+    is kept as its ``\\uXXXX`` escape (it reads back as the same string), an object JSON does not
+    know is its ``str()``. The one place rlm turns a document into JSON text. Under GitHub Actions
+    a ``##[`` in a string is written ``#\\u0023[``: the same value, and no runner command in the log
+    (``output.workflow_guard``; outside strings JSON has no ``#``)."""
     from rlm_cli.output.workflow_guard import json_for_runner
 
-    text = json.dumps(doc, ensure_ascii=False, indent=2, default=str)
-    return json_for_runner(json_escaped_surrogates(text) + "\n")
+    text = json.dumps(_finite(doc), ensure_ascii=False, indent=None if line else 2, default=str, allow_nan=False)
+    return json_for_runner(SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
+
+
+def json_value(value: Any) -> Any:
+    """``value`` as JSON values every encoder takes: each lone surrogate of a string (or key)
+    replaced by U+FFFD, each float that is not finite ``None``. For a serialiser that refuses a
+    lone surrogate (pydantic, under the MCP SDK), where :func:`json_text` would keep its escape."""
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {encodable(k) if isinstance(k, str) else k: json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    return value
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite made ``None`` (tuples as lists)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def write_json(doc: dict[str, Any]) -> None:
@@ -89,7 +120,7 @@ def _write_stdout(text: str) -> None:
     from rlm_cli.output.workflow_guard import for_stream
 
     out = sys.stdout
-    text = for_stream(for_stdout(utf8_text(text), out), out)  # under GitHub Actions: no runner command (issue 47)
+    text = encodable(for_stream(for_stdout(text, out), out))  # under GitHub Actions: no runner command (issue 47)
     out.flush()
     buf = getattr(out, "buffer", None)
     if buf is None:  # a text-only stream (a test's StringIO)

@@ -103,12 +103,14 @@ def answer_text(doc: dict[str, Any], cite: bool = False) -> str:
     the ranges the final answer cites follows (``sources.cite_lines``; ``none`` and why when it
     cites none). A partial answer (no final answer) gets no ``Sources:``: there is nothing the
     run concluded for lines to support. A typed answer with a value is its value
-    (:func:`value_text`)."""
+    (:func:`value_text`); one without (not of its type) is nothing."""
     from rlm_cli.output.sources import cite_lines
 
     answer = doc.get("answer") or ""
     if doc.get("answer_type") and doc.get("value") is not None:
         text = value_text(doc["value"])  # an empty list is no line at all
+    elif doc.get("answer_type") and doc.get("status", "final") == "final":
+        return ""  # not a value of its type (exit 9): nothing, never the untyped text in its place
     else:
         text = answer if answer.endswith("\n") else answer + "\n"
     if cite and doc.get("status", "final") == "final":
@@ -122,9 +124,10 @@ def answer_text(doc: dict[str, Any], cite: bool = False) -> str:
 
 def value_text(value: Any) -> str:
     """A typed value as plain text, newline-terminated: ``true``/``false``, a number, a list one
-    item a line (an empty list: nothing), other JSON as JSON."""
-    import json
+    item a line (an empty list: nothing), other JSON as JSON (``output.answer.json_text``, on one
+    line: RFC 8259, a lone surrogate kept as its escape)."""
+    from rlm_cli.output.answer import json_text
 
     if isinstance(value, list):
-        return "".join((v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) + "\n" for v in value)
-    return json.dumps(value, ensure_ascii=False) + "\n"
+        return "".join(v + "\n" if isinstance(v, str) else json_text(v, line=True) for v in value)
+    return json_text(value, line=True)

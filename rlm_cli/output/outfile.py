@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from rlm_cli.errors import UsageError
-from rlm_cli.output.text import utf8_text
+from rlm_cli.output.text import encodable
 
 
 def check_writable(path: Path, flag: str = "--output") -> Path:
@@ -52,7 +52,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(utf8_text(text))
+            fh.write(encodable(text))  # a lone surrogate in an answer: U+FFFD, not a crash
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

@@ -14,30 +14,25 @@ from typing import Any
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+#: A UTF-16 surrogate code point: a Python str can hold one alone (a JSON ``"\ud800"`` escape, a
+#: file decoded with ``surrogateescape``), UTF-8 cannot encode it.
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """``text`` with each lone surrogate (:data:`SURROGATE`) replaced by U+FFFD, so it encodes as
+    UTF-8: what plain text written to stdout or a file does with one (JSON keeps it as an escape:
+    ``output.answer.json_text``)."""
+    return text if text.isascii() else SURROGATE.sub("\ufffd", text)
+
+
 def safe_text(text: str) -> str:
     """``text`` with its terminal control characters (:data:`CONTROL`) replaced by U+FFFD
     (a CRLF line end is a newline first: servers and Windows files send them)."""
     return CONTROL.sub("\ufffd", text.replace("\r\n", "\n"))
 
 
-#: A lone surrogate: what Python keeps of a JSON ``"\ud800"`` escape (in a corpus file, an answer)
-#: or of a file name's byte that is not UTF-8; UTF-8 has no form for it.
-SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def utf8_text(text: str) -> str:
-    """``text`` with each lone surrogate (:data:`SURROGATE`) replaced by U+FFFD, so it can be
-    written as UTF-8 (stdout, a file) instead of raising ``UnicodeEncodeError``."""
-    return text if text.isascii() else SURROGATE.sub("\ufffd", text)
-
-
-def json_escaped_surrogates(text: str) -> str:
-    """JSON text with each lone surrogate written as its ``\\uXXXX`` escape: the same JSON
-    value, and text UTF-8 can hold (RFC 8259)."""
-    return text if text.isascii() else SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-
-
-def cost_text(value: Any) -> str:
+def cost_text(value: object) -> str:
     """``$0.0123`` for a number of USD, ``cost unknown`` for anything else (an unpriced model)."""
     return usd(value) if isinstance(value, (int, float)) else "cost unknown"
 
@@ -48,7 +43,7 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
-def money(value: Any, calls: int | None = None) -> str:
+def money(value: object, calls: int | None = None) -> str:
     """The one rule for a cost of several calls: ``none`` when no call completed (``calls`` is 0:
     nothing was spent, nor priced), ``unknown`` when a model that answered is not priced
     (``value`` is not a number), else USD (:func:`usd`; ``$0.0000`` only for calls that cost

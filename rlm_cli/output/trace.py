@@ -67,6 +67,7 @@ from rlm_cli.events import TRANSIENT_TYPES as TRANSIENT_TYPES
 from rlm_cli.events import Emit as Emit
 from rlm_cli.events import event as event
 from rlm_cli.events import is_type, of_type
+from rlm_cli.output.answer import json_text
 
 #: Characters of a sub-call prompt kept in the trajectory (the response is kept whole).
 PROMPT_HEAD_CHARS = 2_000
@@ -198,7 +199,7 @@ class TraceWriter:
         """Write one event as a line (a ``header`` signed: :func:`sign_header`)."""
         if is_type(ev, "header"):
             ev = sign_header(ev)
-        line = json.dumps(ev, ensure_ascii=False, default=str)
+        line = json_text(ev, line=True).rstrip("\n")  # RFC 8259: a lone surrogate as its escape, NaN null
         with self._lock:
             if self._fh is not None:
                 self._fh.write(line + "\n")
@@ -412,7 +413,7 @@ def build_tree(events: list[dict[str, Any]]) -> Node:
     return root
 
 
-def _last_iteration(container: Node, iteration: Any) -> Node | None:
+def _last_iteration(container: Node, iteration: object) -> Node | None:
     """The newest ``iteration`` node numbered ``iteration`` directly under ``container``."""
     for node in reversed(container.children):
         if node.event is not None and is_type(node.event, "iteration") and node.event.get("iteration") == iteration:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rlm_cli.events import EventType, is_type
 from rlm_cli.output.style import SHOW_LINES, escape
 from rlm_cli.output.text import clip, cost_text, helpers_text, money, plural
-from rlm_cli.output.trace import completed_calls
+from rlm_cli.output.trace import Node, completed_calls
 
 #: Characters of a long text (response, output, answer) shown in a trajectory tree node.
 TREE_TEXT_CHARS = 600
@@ -83,7 +83,7 @@ def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
 
 
 
-def print_trace_tree(header: dict[str, Any], root: Any, file: IO[str] | None = None) -> None:
+def print_trace_tree(header: dict[str, Any], root: Node, file: IO[str] | None = None) -> None:
     """``rlm trace show``: the trajectory tree (``trace.Node``) on stdout (or ``file``: ``rlm
     chat``'s ``/trace`` writes it on stderr)."""
     from rich.tree import Tree
@@ -91,8 +91,8 @@ def print_trace_tree(header: dict[str, Any], root: Any, file: IO[str] | None = N
     title = f"[bold]{escape(str(header.get('run_id')))}[/] {escape(str(header.get('question', '')))}"
     tree = Tree(title)
 
-    def add(parent: Tree, node: Any) -> None:
-        kind, head, body = node_text(node.event)
+    def add(parent: Tree, node: Node) -> None:
+        kind, head, body = node_text(node.event or {})  # only the root has no event
         label = f"[{STYLE.get(kind, 'white')}]{escape(head)}[/]"
         if body:
             label += "\n" + escape(clip(body, SHOW_LINES))
@@ -106,16 +106,16 @@ def print_trace_tree(header: dict[str, Any], root: Any, file: IO[str] | None = N
 
 
 
-def trace_html(header: dict[str, Any], root: Any) -> str:
+def trace_html(header: dict[str, Any], root: Node) -> str:
     """``rlm trace export --html``: one self-contained HTML page (inline CSS, no scripts, no
     external resources) with the configuration and the whole tree, texts in full."""
     import html
 
-    def esc(value: Any) -> str:
+    def esc(value: object) -> str:
         return html.escape(str(value), quote=True)
 
-    def render(node: Any) -> str:
-        kind, head, body = node_text(node.event, full=True)
+    def render(node: Node) -> str:
+        kind, head, body = node_text(node.event or {}, full=True)  # only the root has no event
         inner = f"<pre>{esc(body)}</pre>" if body else ""
         kids = "".join(render(c) for c in node.children)
         kids = f"<ul>{kids}</ul>" if kids else ""

@@ -133,6 +133,7 @@ def test_worst_exit_code_ranks_severity() -> None:
     assert worst_exit_code([2, 4, 6]) == 4
     assert worst_exit_code([4, 1, 0]) == 1
     assert worst_exit_code([0, 7]) == 7 and worst_exit_code([7, 5]) == 5  # unsupported: just above answered
+    assert worst_exit_code([7, 9]) == 9 and worst_exit_code([9, 5]) == 5  # not of its type: above unsupported
     assert worst_exit_code([6, 8]) == 8 and worst_exit_code([8, 2]) == 2  # an audit check failed: above a budget
     assert worst_exit_code([2, 3]) == 3 and worst_exit_code([3, 4]) == 4  # no model: never reported as 1
     assert worst_exit_code([0, 130]) == 1  # a code outside the ranking counts as an internal error

@@ -94,3 +94,26 @@ def test_ask_verbose_prints_the_sandbox_level_first(tmp_path: Path, llm: FakeLLM
     assert res.stderr.splitlines()[0].startswith(f"sandbox: {level} (")
     assert "not protected:" in res.stderr.splitlines()[0]
     assert res.stderr.count(f"sandbox: {level} (") == 1  # once (other notes, e.g. the worker's user, may follow)
+
+
+def test_a_server_busy_with_a_long_request_is_not_reported_as_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local server that serves one request at a time accepts the probe's connection but sends
+    no model list while it is busy: doctor says a server is there and busy, not that none runs
+    (issue 48); with nothing listening it still says nothing was detected."""
+    import socket
+
+    from rlm_cli.app.doctor import model_report
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)  # connections are accepted by the kernel and never answered
+    port = listener.getsockname()[1]
+    try:
+        monkeypatch.setenv("RLM_PROBE_PORTS", str(port))
+        report = model_report()
+        assert report["model"] is None
+        assert f"127.0.0.1:{port}" in report["source"] and "busy" in report["source"], report
+    finally:
+        listener.close()
+    report = model_report()  # the port is closed now: nothing there
+    assert report["source"].startswith("not set and nothing detected"), report

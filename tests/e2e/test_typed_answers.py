@@ -73,7 +73,8 @@ def test_an_answer_still_wrong_after_the_note_has_a_null_value(tmp_path: Path, l
     llm.script("root", repl("print(grep('def'))"), repl("FINAL('one or two')"), repl("FINAL('one or two')"))
     res = run_rlm("ask", str(root), "How many?", "--answer-type", "int", *model_flags(llm), "--json")
     doc = json.loads(res.stdout)
-    assert res.code == 0 and doc["value"] is None and doc["value_problem"] == "it is not a whole number"
+    # not of its type: exit 9 (ExitCode.NOT_OF_TYPE), the document says why
+    assert res.code == 9 and doc["value"] is None and doc["value_problem"] == "it is not a whole number"
     assert not list(_validator().iter_errors(doc))
     assert "not a well-typed int (it is not a whole number): its value is null" in res.stderr
 

@@ -63,12 +63,14 @@ def test_mentions_and_only_finishes() -> None:
     assert only_finishes("Final('guess')") and literal_final("final(1658)") and not literal_final("Final(x)")
     blocks = [Block(code, 0, 0) for code in ("Final('alpha')\n", "final('beta')\n", "print(1)\n")]
     assert literal_finals(blocks) == ["alpha", "beta"]
-    # A value written out and only wrapped (str(1658), '1' + '658', f"{1658}") is written out too.
+    # A value the code's constants alone give (loop.provenance) is written out too, however wrapped:
+    # str(1658), '1' + '658', f"{1658}", and len('abc') or sum([1, 2]), which read nothing either.
     for code in ("FINAL(str(1658))", "FINAL(int('1658'))", "FINAL(1658 + 0)", "FINAL('1' + '658')",
-                 "FINAL('%d' % 1658)", "Final(f'{1658} lines')", "FINAL(-3)"):
+                 "FINAL('%d' % 1658)", "Final(f'{1658} lines')", "FINAL(-3)", "FINAL(str(len('abc')))",
+                 "FINAL(sum([1, 2]))", "FINAL(len(files) * 0 + 1658)"):
         assert literal_final(code), code
-    for code in ("FINAL(str(n))", "FINAL(len(lines))", "FINAL(str(len('abc')))", "FINAL(x + 0)",
-                 "FINAL(f'{n} lines')", "FINAL(sum([1, 2]))", "FINAL(str(context.count('a')))"):
+    for code in ("FINAL(str(n))", "FINAL(len(lines))", "FINAL(x + 0)", "FINAL(len(files) > 2)",
+                 "FINAL(f'{n} lines')", "FINAL(str(context.count('a')))"):
         assert not literal_final(code), code
     # Beside a repl block, a python block is illustration; alone, python blocks run.
     assert [b.code for b in code_blocks("a\n```python\nx=1\n```\nb\n```repl\ny=2\n```")] == ["y=2\n"]

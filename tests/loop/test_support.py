@@ -16,7 +16,8 @@ import pytest
 from rlm_cli.loop.checks import Candidate, Judge
 from rlm_cli.loop.grounding import quoted_corpus_text, stated_values
 from rlm_cli.loop.policy import GUIDED, STANDARD
-from rlm_cli.loop.support import GROUNDING_CHECKS, direct_support, support_of, typed_literals
+from rlm_cli.loop.provenance import provenance
+from rlm_cli.loop.support import GROUNDING_CHECKS, direct_support, support_of
 from tests.loop.test_checks import GROUNDED
 from tests.support.cli import model_flags, run_rlm
 from tests.support.fake_llm import FakeLLM, repl
@@ -98,15 +99,19 @@ def test_a_computed_answer_is_computed_unless_typed_or_capped() -> None:
     assert computed.verdict == "computed"
     typed = support_of(cand("1658", "", written=False), [], ["n = 1658\nFINAL(n)"], GUIDED.number_floor)
     assert typed.verdict == "unsupported" and typed.unsupported == ("1658",)
-    printed = support_of(cand("1658", "1658", written=False), [], ["n = 1658\nFINAL(n)"], GUIDED.number_floor)
-    assert printed.verdict == "computed"  # the value was read before it was typed
+    # the value was read before it was typed: judged as written out, it is observed
+    printed = support_of(cand("1658", "1658", written=False), [], ["print(len(rows))", "n = 1658\nFINAL(n)"],
+                         GUIDED.number_floor)
+    assert printed.verdict == "observed"
     capped = support_of(cand("4", "", written=False, caps=("grep",)), [], ["FINAL(len(hits))"], GUIDED.number_floor)
     assert capped.verdict == "unsupported" and "default_cap" in capped.objections
 
 
-def test_typed_literals_are_the_assigned_constants_only() -> None:
-    text = typed_literals(["x = 6\nlabel: str = 'six orders'\nprint(7)\ny = len(z)\nw = f'{y} rows'", "bad ("])
-    assert text.splitlines() == ["6", "six orders"]
+def test_typed_literals_are_the_assigned_values_the_constants_alone_give() -> None:
+    prov = provenance(["x = 6\nlabel: str = 'six orders'\nprint(7)\ny = len(z)\nw = f'{y} rows'\nv = str(1658)",
+                       "bad (", "n = len(files) * 0 + 16\nok = bool(1)"])
+    assert prov.literals == ("6", "six orders", "1658", "16")
+    assert prov.printed == ("7",) and not prov.shows
 
 
 def test_values_stated_as_arithmetic_count_as_shown() -> None:

@@ -76,3 +76,24 @@ def test_output_is_checked_before_the_run_and_errors_go_there_under_json(tmp_pat
     assert res.code == 2 and res.stdout == ""
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["status"] == "error" and doc["exit_code"] == 2
+
+
+def test_output_reaches_every_delivery_a_list_an_estimate_and_a_partial_answer(tmp_path: Path, llm: FakeLLM) -> None:
+    """The file of ``--output`` is carried to each delivery (issue 50): a list of questions (the
+    answers under their headers, written at the end), ``--estimate`` and a run stopped early."""
+    corpus = _corpus(tmp_path)
+    llm.script("root", repl("print(len(context))"), repl("FINAL('one')"), repl("print(len(context))"),
+               repl("FINAL('two')"))
+    res = run_rlm("ask", str(corpus), "--question", "a?", "--question", "b?", *model_flags(llm),
+                  "-o", str(tmp_path / "list.txt"))
+    assert res.code == 0, res.stderr
+    assert res.stdout == "" and f"wrote {tmp_path / 'list.txt'}" in res.stderr
+    assert (tmp_path / "list.txt").read_text() == "## [1] a?\n\none\n\n## [2] b?\n\ntwo\n"
+    res = run_rlm("ask", str(corpus), "q?", *model_flags(llm), "--estimate", "--json", "-o", str(tmp_path / "e.json"))
+    assert res.code == 0, res.stderr
+    assert res.stdout == "" and json.loads((tmp_path / "e.json").read_text())["schema"].startswith("estimate")
+    llm.script("root", repl("x = 1"), "Perhaps 42.")
+    res = run_rlm("ask", str(corpus), "q?", *model_flags(llm), "--max-iterations", "1", "--retries", "0", "--json",
+                  "-o", str(tmp_path / "p.json"))
+    assert res.code == 5 and res.stdout == "", res.stderr
+    assert json.loads((tmp_path / "p.json").read_text())["status"] == "max_iterations"

@@ -267,7 +267,7 @@ def test_quiet_run_prints_only_errors(tmp_path: Path, llm: FakeLLM) -> None:
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "a.txt").write_text("hello\n")
     (tmp_path / "c" / "big.txt").write_text("x" * 2000)  # skipped with a warning
-    llm.script("root", repl("print(1)"), repl("FINAL('ok')"))
+    llm.script("root", repl("print(context['a.txt'])"), repl("FINAL('ok')"))  # (a printed constant is no reading)
     res = run_rlm("ask", str(tmp_path / "c"), "q?", *model_flags(llm), "--quiet", "--max-file-size", "1K")
     assert res.code == 0 and res.stdout == "ok\n" and res.stderr == ""
     res = run_rlm("ask", str(tmp_path / "nope"), "q?", *model_flags(llm), "--quiet")

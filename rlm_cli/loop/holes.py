@@ -1,0 +1,253 @@
+"""The values of ``loop.worlds``: holes (what the model's code read), the made-up values that
+stand for them, the guards that keep a world's run small, and how worlds agree on a value."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rlm_cli import protocol
+
+#: The made-up values a hole's result takes, by kind, before the code's own comparison constants
+#: are added (:func:`samples_for`): small and huge counts, a negative, strings empty and not.
+INTS = (0, 1, 2, 7, 10**12 + 3, -1)
+FLOATS = (0.0, 1.5, -2.0, 7.25, 1e12)
+STRS = ("", "a", "0", "x y\nz", "-")
+BOOLS = (False, True, False, True, True)
+#: At most this many made-up values per kind (the worlds are twice as many); code that compares
+#: with more constants than fit is not traced.
+MAX_SAMPLES = 16
+#: Worlds whose run failed (``ZeroDivisionError`` when a made-up length is 0...) are left out; a
+#: value counts as the code's own only when at least this many worlds gave it.
+MIN_WORLDS = 3
+#: The most characters of code read, and statements run per world; beyond, nothing is traced.
+MAX_CODE, MAX_STEPS = 200_000, 5_000
+#: The largest sequence, exponent or shift the interpreter builds (``'x' * 10**9`` is not built).
+MAX_ITEMS = 100_000
+FINISHERS = frozenset({"FINAL", "FINAL_VAR", *protocol.FINAL_ALIASES})
+#: Builtins that are pure, with the kind of their result on a hole (``None``: a hole).
+PURE: dict[str, str | None] = {
+    "len": "int", "int": "int", "ord": "int", "float": "float", "str": "str", "repr": "str", "format": "str",
+    "chr": "str", "hex": "str", "bin": "str", "oct": "str", "ascii": "str", "bool": "bool", "any": "bool",
+    "all": "bool", "isinstance": "bool", "callable": "bool", "abs": None, "round": None, "min": None, "max": None,
+    "sum": None, "sorted": None, "list": None, "tuple": None, "set": None, "frozenset": None, "dict": None,
+    "divmod": None, "pow": None, "reversed": None, "type": None}
+BUILTINS: dict[str, Callable[..., Any]] = {name: getattr(__builtins__, name) if not isinstance(__builtins__, dict)
+                                            else __builtins__[name] for name in PURE}
+STR_METHODS = frozenset({
+    "lower", "upper", "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "replace", "join", "count",
+    "startswith", "endswith", "find", "rfind", "index", "title", "capitalize", "casefold", "isdigit", "isalpha",
+    "isalnum", "isspace", "isnumeric", "isdecimal", "partition", "rpartition", "removeprefix", "removesuffix",
+    "swapcase", "format"})
+READ_METHODS = frozenset({"get", "keys", "values", "items", "count", "index", "copy"})
+BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift, ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.BitAnd: operator.and_,
+    ast.MatMult: operator.matmul}
+CMPOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+    ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+class Hole:
+    """A value from outside the code's text: refuses every operation but identity and hashing."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any) -> Any:
+        raise TypeError("a value the code read")
+
+    __bool__ = __len__ = __iter__ = __str__ = __repr__ = __format__ = __eq__ = __ne__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __index__ = __int__ = __float__ = __contains__ = _refuse
+    __hash__ = object.__hash__
+
+
+class Failed(Exception):
+    """This world's run of an expression failed (an error, or something too large to build)."""
+
+
+class Ended(Exception):
+    """A ``raise`` ended the block in this world."""
+
+
+FAILED = object()  # a value whose computation failed in this world
+
+
+def holey(value: Any, depth: int = 2) -> bool:
+    if isinstance(value, Hole):
+        return True
+    if depth and isinstance(value, (list, tuple, set, frozenset)):
+        return any(holey(v, depth - 1) for v in value)
+    if depth and isinstance(value, dict):
+        return any(holey(k, depth - 1) or holey(v, depth - 1) for k, v in value.items())
+    return False
+
+
+def bounded(value: Any) -> Any:
+    if isinstance(value, (str, bytes, list, tuple, set, frozenset, dict)) and len(value) > MAX_ITEMS:
+        raise Failed("too large")
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * MAX_ITEMS:
+        raise Failed("too large")
+    return value
+
+
+def guard_binop(op: type, a: Any, b: Any) -> None:
+    """Refuse an operation whose result would be too large to build (before building it)."""
+    if op is ast.Pow and isinstance(b, (int, float)) and (abs(b) > 10_000 or isinstance(a, int) and isinstance(b, int)
+                                                          and a.bit_length() * b > 4 * MAX_ITEMS):
+        raise Failed("exponent")
+    if op is ast.Mod and isinstance(a, (str, bytes)) and ("*" in str(a) or any(
+            int(d) > MAX_ITEMS for d in digit_runs(str(a)))):
+        raise Failed("width")  # '%0999999999d' % 1, '%*d' % (10**9, 1)
+    if op in (ast.LShift,) and isinstance(b, int) and b > MAX_ITEMS:
+        raise Failed("shift")
+    if op is ast.Mult:
+        for seq, n in ((a, b), (b, a)):
+            if isinstance(seq, (str, bytes, list, tuple)) and isinstance(n, int) and n * max(len(seq), 1) > MAX_ITEMS:
+                raise Failed("too large")
+
+
+@dataclass
+class Record:
+    """What one world saw: the first FINAL of the last block, what was printed or echoed where,
+    the values assigned where, and whether the code called anything that may print what it read."""
+
+    final: Any = None
+    finished: bool = False
+    printed: dict[tuple[int, int, int], Any] | None = None
+    assigned: dict[tuple[int, int, int], Any] | None = None
+    shows: bool = False
+
+
+class OverBudget(Exception):
+    """The code is too long to follow: nothing is traced."""
+
+
+def digit_runs(text: str) -> list[str]:
+    runs, run = [], ""
+    for ch in text:
+        if ch.isdigit():
+            run += ch
+        elif run:
+            runs.append(run)
+            run = ""
+    return [*runs, run] if run else runs
+
+
+def iterated(pos: list[Any]) -> list[Any]:
+    return list(pos[0]) if pos and isinstance(pos[0], (list, tuple, set, frozenset)) else [None]
+
+
+def guard_method(obj: Any, name: str, pos: list[Any]) -> None:
+    """Refuse a ``str`` method call whose result would be too large to build."""
+    if name == "replace" and len(pos) >= 2 and isinstance(pos[1], str) and len(obj) * max(1, len(pos[1])) > MAX_ITEMS:
+        raise Failed("too large")
+    if name == "join" and pos and isinstance(pos[0], (list, tuple)) and \
+            sum(len(p) if isinstance(p, str) else 1 for p in pos[0]) + len(obj) * len(pos[0]) > MAX_ITEMS:
+        raise Failed("too large")
+    if name == "format" and any(int(d) > MAX_ITEMS for d in digit_runs(obj)):
+        raise Failed("width")
+
+
+def stored_names(node: ast.AST) -> set[str]:
+    """The names ``node`` binds, deletes or may change (``x[i] = ``, ``x.append(...)``)."""
+    names: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            names.add(n.id)
+        elif isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)) or (
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+            base = n.func.value if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) else \
+                n.value if isinstance(n, (ast.Subscript, ast.Attribute)) else n
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                names.add(base.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+            names.add(n.name)
+    return names
+
+
+
+def agreed(values: list[Any], text_only: bool = True) -> Any:
+    """The one value every world that did not fail gave (at least :data:`MIN_WORLDS` of them), or
+    ``None``: a world that never got there, a hole, or two worlds that differ."""
+    kept = [v for v in values if v is not FAILED]
+    if len(kept) < MIN_WORLDS or any(v is None or holey(v) for v in kept):
+        return None
+    if text_only and not all(isinstance(v, str) for v in kept):
+        return None
+    try:
+        same = all(type(v) is type(kept[0]) and v == kept[0] for v in kept[1:])
+    except Exception:  # a container holding a hole
+        return None
+    return kept[0] if same else None
+
+
+@dataclass(frozen=True)
+class Samples:
+    """The made-up values of one run, by kind (``int``, ``float``, ``str``, ``bool``), and how many
+    worlds take them: ``2 * n`` for ``n`` values. In world ``w < n`` every hole of a kind takes its
+    ``w``-th value (so two holes are equal there: ``len(a) == len(b)`` can be true), in world
+    ``n + w`` the ``k``-th hole made takes value ``w + k`` (so they differ); each hole sweeps every
+    value of its kind, the code's own comparison constants among them (``len(files) == 3`` is
+    true in some world and false in another)."""
+
+    tables: dict[str, tuple[Any, ...]]
+    size: int
+
+    @property
+    def worlds(self) -> int:
+        return 2 * self.size
+
+    def value(self, kind: str, world: int, made: int) -> Any:
+        table = self.tables[kind]
+        at = world if world < self.size else world + made
+        return table[at % len(table)]
+
+
+def samples_for(trees: list[ast.AST]) -> Samples | None:
+    """The :class:`Samples` for code whose syntax trees are ``trees``: the base values plus, for
+    each constant the code compares with (``x == 3``, ``n > 10``, ``s in ('a', 'b')``), that
+    constant and the values beside it. ``None`` when more than :data:`MAX_SAMPLES` are needed."""
+    ints: dict[Any, None] = dict.fromkeys(INTS)
+    floats: dict[Any, None] = dict.fromkeys(FLOATS)
+    strs: dict[Any, None] = dict.fromkeys(STRS)
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in (node.left, *node.comparators):
+                items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+                for item in items:
+                    value = _constant(item)
+                    if isinstance(value, bool) or value is None:
+                        continue
+                    if isinstance(value, int):
+                        ints.update(dict.fromkeys((value - 1, value, value + 1)))
+                    elif isinstance(value, float):
+                        floats.update(dict.fromkeys((value - 0.5, value, value + 0.5)))
+                    elif isinstance(value, str):
+                        strs[value] = None
+    size = max(len(ints), len(floats), len(strs))
+    if size > MAX_SAMPLES:
+        return None
+    return Samples({"int": tuple(ints), "float": tuple(floats), "str": tuple(strs), "bool": BOOLS}, size)
+
+
+def _constant(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and isinstance(node.operand.value, (int, float)):
+        return -node.operand.value
+    return None
