@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +25,21 @@ MAX_SAMPLES = 16
 #: value counts as the code's own only when at least this many worlds gave it.
 MIN_WORLDS = 3
 #: The most characters of code read, and statements run per world; beyond, nothing is traced.
-MAX_CODE, MAX_STEPS = 200_000, 5_000
+MAX_CODE, MAX_STEPS = 100_000, 5_000
 #: The largest sequence, exponent or shift the interpreter builds (``'x' * 10**9`` is not built).
 MAX_ITEMS = 100_000
+#: The deepest nesting of containers the interpreter builds: hashing or comparing a tuple nested
+#: far deeper runs on the C stack of rlm's own process.
+MAX_NESTING = 50
+#: Wall-clock seconds one ``provenance()`` spends over all its worlds; beyond, nothing is traced
+#: (usual code takes a few milliseconds; this holds against code built to be slow: thousands of
+#: big-integer divisions or membership tests over large lists, each one cheap on its own).
+TIME_BUDGET = 0.25
 FINISHERS = frozenset({"FINAL", "FINAL_VAR", *protocol.FINAL_ALIASES})
-#: Builtins that are pure, with the kind of their result on a hole (``None``: a hole).
+#: Builtins that are pure, with the kind of their result on a hole (``None``: a hole; ``count``: an
+#: ``int`` that is never negative, so ``1658 if len(files) >= 0 else 0`` is the code's own).
 PURE: dict[str, str | None] = {
-    "len": "int", "int": "int", "ord": "int", "float": "float", "str": "str", "repr": "str", "format": "str",
+    "len": "count", "int": "int", "ord": "int", "float": "float", "str": "str", "repr": "str", "format": "str",
     "chr": "str", "hex": "str", "bin": "str", "oct": "str", "ascii": "str", "bool": "bool", "any": "bool",
     "all": "bool", "isinstance": "bool", "callable": "bool", "abs": None, "round": None, "min": None, "max": None,
     "sum": None, "sorted": None, "list": None, "tuple": None, "set": None, "frozenset": None, "dict": None,
@@ -88,12 +97,49 @@ def holey(value: Any, depth: int = 2) -> bool:
     return False
 
 
-def bounded(value: Any) -> Any:
-    if isinstance(value, (str, bytes, list, tuple, set, frozenset, dict)) and len(value) > MAX_ITEMS:
+def bounded(value: Any, weights: dict[int, tuple[Any, int, int]] | None = None) -> Any:
+    """``value`` itself, if it is small enough to work on.
+
+    A container counts what it holds, each time it holds it (``[s] * 99_999`` with ``s`` a string
+    of 99,999 characters is about 10**10 characters once printed, sorted or compared), nested at
+    most :data:`MAX_NESTING` deep. ``weights`` caches the weight and depth of containers already
+    seen (the interpreter never changes a container in place).
+
+    Raises:
+        Failed: larger than :data:`MAX_ITEMS` (strings, containers) or ``4 * MAX_ITEMS`` bits, or
+            nested deeper than :data:`MAX_NESTING`.
+    """
+    if isinstance(value, (str, bytes)) and len(value) > MAX_ITEMS:
         raise Failed("too large")
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * MAX_ITEMS:
         raise Failed("too large")
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        weight, depth = _weight(value, {} if weights is None else weights)
+        if weight > MAX_ITEMS or depth > MAX_NESTING:
+            raise Failed("too large")
     return value
+
+
+def _weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> tuple[int, int]:
+    """About how many characters or machine words ``value`` takes (counted past ``MAX_ITEMS``
+    only as far as needed to know it is more), and how deep its containers nest."""
+    if isinstance(value, (str, bytes)):
+        return len(value), 0
+    if isinstance(value, int):
+        return 1 + value.bit_length() // 64, 0
+    if not isinstance(value, (list, tuple, set, frozenset, dict)):
+        return 1, 0
+    known = weights.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1], known[2]
+    total, depth = 1, 0
+    for item in (*value.keys(), *value.values()) if isinstance(value, dict) else value:
+        weight, below = _weight(item, weights)
+        total, depth = total + weight, max(depth, below + 1)
+        if total > MAX_ITEMS or depth > MAX_NESTING:
+            break
+    weights[id(value)] = (value, total, depth)
+    return total, depth
 
 
 def guard_binop(op: type, a: Any, b: Any) -> None:
@@ -150,8 +196,11 @@ def guard_method(obj: Any, name: str, pos: list[Any]) -> None:
     if name == "join" and pos and isinstance(pos[0], (list, tuple)) and \
             sum(len(p) if isinstance(p, str) else 1 for p in pos[0]) + len(obj) * len(pos[0]) > MAX_ITEMS:
         raise Failed("too large")
-    if name == "format" and any(int(d) > MAX_ITEMS for d in digit_runs(obj)):
-        raise Failed("width")
+    if name == "format":  # no '{0.__class__}' or '{0[k]}' (attributes of live objects), no '{:{}}' (width from an argument)
+        for _, field, spec, _ in string.Formatter().parse(obj):
+            if field and ("." in field or "[" in field) or spec and ("{" in spec or any(
+                    int(d) > MAX_ITEMS for d in digit_runs(spec))):
+                raise Failed("format field")
 
 
 def stored_names(node: ast.AST) -> set[str]:
@@ -241,7 +290,8 @@ def samples_for(trees: list[ast.AST]) -> Samples | None:
     size = max(len(ints), len(floats), len(strs))
     if size > MAX_SAMPLES:
         return None
-    return Samples({"int": tuple(ints), "float": tuple(floats), "str": tuple(strs), "bool": BOOLS}, size)
+    counts = tuple(v for v in ints if v >= 0)
+    return Samples({"int": tuple(ints), "count": counts, "float": tuple(floats), "str": tuple(strs), "bool": BOOLS}, size)
 
 
 def _constant(node: ast.AST) -> Any:

@@ -34,10 +34,11 @@ nothing extra.
 from __future__ import annotations
 
 import ast
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.loop.holes import FAILED, MAX_CODE, Ended, Failed, Record, agreed, holey, samples_for
+from rlm_cli.loop.holes import FAILED, MAX_CODE, TIME_BUDGET, Ended, Failed, Record, agreed, holey, samples_for
 from rlm_cli.loop.worlds import World
 from rlm_cli.sandbox.calls import to_text
 
@@ -72,15 +73,16 @@ def provenance(codes: list[str]) -> Provenance:
 
 
 def _provenance(codes: list[str]) -> Provenance:
+    deadline = time.monotonic() + TIME_BUDGET  # parsing counts too: 100,000 characters take ~0.2 s
     if sum(len(c) for c in codes) > MAX_CODE:
         return Provenance()
     trees = [_parsed(code) for code in codes]
     samples = samples_for([t for t in trees if t is not None])
-    if samples is None:
+    if samples is None or time.monotonic() > deadline:
         return Provenance()
     records: list[Record] = []
     for index in range(samples.worlds):
-        world = World(index, samples)
+        world = World(index, samples, deadline)
         world.last_block = len(trees) - 1
         for world.block, tree in enumerate(trees):
             try:

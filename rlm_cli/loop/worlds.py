@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from rlm_cli.loop.holes import (
     PURE,
     READ_METHODS,
     STR_METHODS,
+    TIME_BUDGET,
     Ended,
     Failed,
     Hole,
@@ -45,8 +47,12 @@ from rlm_cli.sandbox.calls import to_text
 class World:
     """One made-up world: the namespace the code builds and where each hole's made-up values go."""
 
-    def __init__(self, index: int, samples: Samples) -> None:
+    def __init__(self, index: int, samples: Samples, deadline: float | None = None) -> None:
+        """World ``index`` of ``samples``; past ``deadline`` (``time.monotonic()``, by default
+        :data:`~rlm_cli.loop.holes.TIME_BUDGET` from now) its run raises ``OverBudget``."""
         self.index = index
+        self.deadline = time.monotonic() + TIME_BUDGET if deadline is None else deadline
+        self.weights: dict[int, tuple[Any, int, int]] = {}
         self.samples = samples
         self.env: dict[str, Any] = {}
         self.leaves: dict[str, Hole] = {}
@@ -91,10 +97,12 @@ class World:
         try:
             if self.depth > 80:
                 raise Failed("too deep")
+            if time.monotonic() > self.deadline:
+                raise OverBudget
             handler = _EXPRESSIONS.get(type(node))
             if handler is None:  # a comprehension, a lambda...: not followed
                 return self.sample(None)
-            return bounded(handler(self, node))
+            return bounded(handler(self, node), self.weights)
         except (Failed, OverBudget):
             raise
         except Exception as exc:  # an unhashable set item, a bad slice...: fails here as in the REPL
@@ -242,6 +250,10 @@ class World:
             guard_binop(ast.Pow, pos[0], pos[1])
         if fname == "sum" and (len(pos) > 1 or not all(isinstance(v, (int, float)) for v in iterated(pos))):
             raise Failed("sum of non-numbers")
+        if fname == "round" and any(isinstance(n, int) and abs(n) > 1_000 for n in [*pos[1:], kw.get("ndigits")]):
+            raise Failed("digits")  # round(1, -10**7) builds 10**(10**7)
+        if fname == "type" and (len(pos) != 1 or kw):
+            return self.sample(None)  # type(name, bases, namespace) makes a class: not followed
         if fname == "format" and len(pos) == 2:
             return self.format(pos[0], pos[1])
         try:
@@ -327,7 +339,7 @@ class World:
         """
         for stmt in body:
             self.steps += 1
-            if self.steps > MAX_STEPS or self.depth > 80:
+            if self.steps > MAX_STEPS or self.depth > 80 or time.monotonic() > self.deadline:
                 raise OverBudget
             self.statement(stmt, top)
 

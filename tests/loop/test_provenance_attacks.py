@@ -1,0 +1,85 @@
+"""The provenance interpreter (``loop.provenance``, ``loop.worlds``) runs the model's code again in
+rlm's own process, outside the sandbox, and that code may be steered by a hostile corpus. It must
+reach no attribute of a live object, make no class, build nothing huge, nest nothing deep enough
+to reach the C stack, and stop within its time budget; each case here was a way past one of
+those. A case it refuses gives no value of the code's own (``final`` is ``None``): the verdict
+as before the test, never a crash."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rlm_cli.loop import provenance as provenance_module
+from rlm_cli.loop.holes import MAX_ITEMS, Failed, OverBudget, bounded, samples_for
+from rlm_cli.loop.provenance import Provenance, provenance
+from rlm_cli.loop.worlds import World
+
+#: Code that, before the guards, read a live object's attributes, made a class or built something
+#: huge in rlm's process (a FINAL of a constant when it went through: the guards make it fail).
+REFUSED = {
+    # str.format's field syntax reads attributes and items of the arguments: '{0.__class__.__mro__}'
+    "format reads an attribute": "FINAL('{0.__class__.__mro__}'.format(''))",
+    "format reads an item": "FINAL('{0[0]}'.format('ab'))",
+    # '{:>{}}'.format(1, 10**8) built a string of 10**8 characters (1.3 s, 100 MB) before it was refused
+    "format takes its width from an argument": "FINAL('{:>{}}'.format(1, 5))",
+    # type(name, bases, namespace) made a class in rlm's process
+    "type makes a class": "FINAL(str(type('X', (), {})))",
+    # round(1, -10**7) computes 10**(10**7) in C: it never came back
+    "round to a huge number of digits": "FINAL(round(1, -2000))",
+    # [s] * n holds s n times: str() of it was n * 99,999 characters (10 GB for n = 99,999)
+    "a list holding a long string many times": "s = 'a' * 99_999\ny = [s] * 200\nFINAL(len(y))",
+    "a list of large integers": "x = 2 ** 200_000\ny = [x] * 1_000\nFINAL(len(y))",
+    # a tuple nested deeper than the C stack takes to hash ({x}) or print
+    "nesting": "x = 1\n" + "x = (x,)\n" * 60 + "FINAL(len(str(x)))",
+}
+
+
+@pytest.mark.parametrize("code", REFUSED.values(), ids=list(REFUSED))
+def test_what_the_interpreter_refuses_gives_no_value_of_the_code_s_own(code: str) -> None:
+    assert provenance([code]).final is None
+
+
+def test_the_same_code_made_small_is_still_followed() -> None:
+    """The guards refuse by size, not by shape: the small forms of the cases above still count
+    as the code's own."""
+    assert provenance(["FINAL('{0}-{1:>3}'.format('a', 7))"]).final == "a-  7"
+    assert provenance(["FINAL(type(1) is int or True)"]).final == "True"
+    assert provenance(["FINAL(round(1658.4, 0) + round(1, -2))"]).final == "1658.0"
+    assert provenance(["y = ['ab'] * 200\nFINAL(len(str(y)))"]).final == str(len(str(["ab"] * 200)))
+    assert provenance(["x = 1\n" + "x = (x,)\n" * 20 + "FINAL(len(str(x)))"]).final == "61"
+
+
+def test_a_container_weighs_what_it_holds_each_time_it_holds_it() -> None:
+    s = "a" * 1_000
+    assert bounded([s] * 99) == [s] * 99
+    with pytest.raises(Failed):
+        bounded([s] * 101)
+    shared: object = 1
+    for _ in range(40):  # 2**40 leaves, 41 distinct tuples: weighed once each
+        shared = (shared, shared)
+    with pytest.raises(Failed):
+        bounded(shared)
+    assert bounded(["x"] * (MAX_ITEMS - 1)) is not None
+
+
+def test_a_run_past_its_time_budget_traces_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Code made of many operations each cheap on its own (thousands of big-integer divisions)
+    is stopped by the clock: the whole test has :data:`~rlm_cli.loop.holes.TIME_BUDGET`."""
+    assert provenance(["FINAL(1658)"]).final == "1658"
+    monkeypatch.setattr(provenance_module, "TIME_BUDGET", -1.0)
+    assert provenance(["FINAL(1658)"]) == Provenance()
+    samples = samples_for([])
+    assert samples is not None
+    world = World(0, samples, deadline=time.monotonic() - 1.0)
+    with pytest.raises(OverBudget):
+        world.ev(compile("1 + 1", "<code>", "eval", 0x400).body)  # ast.PyCF_ONLY_AST
+
+
+def test_a_length_is_never_negative() -> None:
+    """``len()`` of what the code read is made up as a count: ``len(files) >= 0`` is true in
+    every world, so the value it guards is the code's own."""
+    assert provenance(["FINAL(1658 if len(files) >= 0 else 0)"]).final == "1658"
+    assert provenance(["FINAL(1658 if len(files) > 0 else 0)"]).final is None
+    assert provenance(["FINAL(int(context) >= 0)"]).final is None
