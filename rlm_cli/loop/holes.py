@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import operator
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,8 +142,28 @@ def _weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> tuple[int, 
     return total, depth
 
 
+def joined(sep: str, parts: Iterable[Any]) -> str:
+    """``sep.join(parts)``, refused before it is built when longer than :data:`MAX_ITEMS`
+    (``f'{s}{s}...'`` or ``print(s, s, ...)`` with a long ``s``: each part small, the whole not).
+
+    Raises:
+        Failed: too long."""
+    texts = [p if isinstance(p, str) else str(p) for p in parts]
+    if sum(map(len, texts)) + len(sep) * len(texts) > MAX_ITEMS:
+        raise Failed("too large")
+    return sep.join(texts)
+
+
+def _heaviest(values: Iterable[Any]) -> int:
+    return max((_weight(v, {})[0] for v in values), default=0)
+
+
 def guard_binop(op: type, a: Any, b: Any) -> None:
     """Refuse an operation whose result would be too large to build (before building it)."""
+    if op is ast.Mod and isinstance(a, (str, bytes)) and len(a) + (
+            sum(_weight(v, {})[0] for v in b) if isinstance(b, tuple)
+            else str(a).count("%") * _weight(b, {})[0]) > MAX_ITEMS:
+        raise Failed("too large")  # '%(a)s%(a)s...' % {'a': s}: one value, many times
     if op is ast.Pow and isinstance(b, (int, float)) and (abs(b) > 10_000 or isinstance(a, int) and isinstance(b, int)
                                                           and a.bit_length() * b > 4 * MAX_ITEMS):
         raise Failed("exponent")
@@ -189,7 +209,7 @@ def iterated(pos: list[Any]) -> list[Any]:
     return list(pos[0]) if pos and isinstance(pos[0], (list, tuple, set, frozenset)) else [None]
 
 
-def guard_method(obj: Any, name: str, pos: list[Any]) -> None:
+def guard_method(obj: Any, name: str, pos: list[Any], kw: dict[str, Any] | None = None) -> None:
     """Refuse a ``str`` method call whose result would be too large to build."""
     if name == "replace" and len(pos) >= 2 and isinstance(pos[1], str) and len(obj) * max(1, len(pos[1])) > MAX_ITEMS:
         raise Failed("too large")
@@ -197,7 +217,10 @@ def guard_method(obj: Any, name: str, pos: list[Any]) -> None:
             sum(len(p) if isinstance(p, str) else 1 for p in pos[0]) + len(obj) * len(pos[0]) > MAX_ITEMS:
         raise Failed("too large")
     if name == "format":  # no '{0.__class__}' or '{0[k]}' (attributes of live objects), no '{:{}}' (width from an argument)
-        for _, field, spec, _ in string.Formatter().parse(obj):
+        fields = list(string.Formatter().parse(obj))
+        if len(obj) + len(fields) * _heaviest([*pos, *(kw or {}).values()]) > MAX_ITEMS:
+            raise Failed("too large")  # '{0}{0}{0}...'.format(s)
+        for _, field, spec, _ in fields:
             if field and ("." in field or "[" in field) or spec and ("{" in spec or any(
                     int(d) > MAX_ITEMS for d in digit_runs(spec))):
                 raise Failed("format field")

@@ -117,11 +117,12 @@ def written_value(node: ast.expr) -> bool:
     ``str(1658)``, ``bool(1)``, ``eval('Tr' + 'ue')``, ``len(files) * 0 + 1658``. A value that
     depends on anything read (``len(files)``, ``context.count(...)``, a variable) is computed."""
     values: list[Any] = []
+    deadline = time.monotonic() + TIME_BUDGET
     samples = samples_for([node])
     if samples is None:
         return False
     for index in range(samples.worlds):
-        world = World(index, samples)
+        world = World(index, samples, deadline)
         try:
             value = world.ev(node)
             values.append(world.sample(None) if holey(value) else to_text(value))

@@ -39,6 +39,7 @@ from rlm_cli.loop.holes import (
     guard_method,
     holey,
     iterated,
+    joined,
     stored_names,
 )
 from rlm_cli.sandbox.calls import to_text
@@ -268,7 +269,7 @@ class World:
         pure = (isinstance(obj, str) and func.attr in STR_METHODS) or (
             isinstance(obj, (dict, list, tuple)) and func.attr in READ_METHODS)
         if pure and not holey(obj) and not holey(pos) and not holey(list(kw.values())):
-            guard_method(obj, func.attr, pos)
+            guard_method(obj, func.attr, pos, kw)
             try:
                 result = getattr(obj, func.attr)(*pos, **kw)
             except Exception as exc:
@@ -287,7 +288,7 @@ class World:
             values = self.items(node.args)
             if fname == "FINAL_VAR" and len(values) == 1 and isinstance(values[0], str) and values[0].isidentifier():
                 values = [self.name(values[0])]
-            answer: Any = self.sample(None) if holey(values) or node.keywords else " ".join(map(to_text, values))
+            answer: Any = self.sample(None) if holey(values) or node.keywords else joined(" ", map(to_text, values))
         except Failed:
             answer = FAILED
         if first:
@@ -299,7 +300,7 @@ class World:
         try:
             pos, kw = self.arguments(node)
             sep = kw.get("sep", " ")
-            text: Any = None if holey(pos) or holey(sep) else (sep or " ").join(str(v) for v in pos)
+            text: Any = None if holey(pos) or holey(sep) else joined(sep or " ", pos)
         except (Failed, TypeError):
             text = FAILED
         if text is None:
@@ -446,7 +447,7 @@ _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: op
 _EXPRESSIONS: dict[type, Callable[[World, Any], Any]] = {
     ast.Constant: lambda w, n: n.value,
     ast.Name: lambda w, n: w.name(n.id),
-    ast.JoinedStr: lambda w, n: "".join(str(w.ev(v)) for v in n.values),
+    ast.JoinedStr: lambda w, n: joined("", (w.ev(v) for v in n.values)),
     ast.FormattedValue: World.formatted,
     ast.BinOp: lambda w, n: w.binop(type(n.op), w.ev(n.left), w.ev(n.right)),
     ast.UnaryOp: World.unary,

@@ -7,13 +7,23 @@ as before the test, never a crash."""
 
 from __future__ import annotations
 
+import ast
 import time
 
 import pytest
 
 from rlm_cli.loop import provenance as provenance_module
-from rlm_cli.loop.holes import MAX_ITEMS, Failed, OverBudget, bounded, samples_for
-from rlm_cli.loop.provenance import Provenance, provenance
+from rlm_cli.loop.holes import (
+    MAX_ITEMS,
+    Failed,
+    OverBudget,
+    bounded,
+    guard_binop,
+    guard_method,
+    joined,
+    samples_for,
+)
+from rlm_cli.loop.provenance import Provenance, provenance, written_value
 from rlm_cli.loop.worlds import World
 
 #: Code that, before the guards, read a live object's attributes, made a class or built something
@@ -68,13 +78,15 @@ def test_a_run_past_its_time_budget_traces_nothing(monkeypatch: pytest.MonkeyPat
     """Code made of many operations each cheap on its own (thousands of big-integer divisions)
     is stopped by the clock: the whole test has :data:`~rlm_cli.loop.holes.TIME_BUDGET`."""
     assert provenance(["FINAL(1658)"]).final == "1658"
+    assert written_value(ast.parse("1657 + 1", mode="eval").body)
     monkeypatch.setattr(provenance_module, "TIME_BUDGET", -1.0)
     assert provenance(["FINAL(1658)"]) == Provenance()
+    assert not written_value(ast.parse("1657 + 1", mode="eval").body)
     samples = samples_for([])
     assert samples is not None
     world = World(0, samples, deadline=time.monotonic() - 1.0)
     with pytest.raises(OverBudget):
-        world.ev(compile("1 + 1", "<code>", "eval", 0x400).body)  # ast.PyCF_ONLY_AST
+        world.ev(ast.parse("1 + 1", mode="eval").body)
 
 
 def test_a_length_is_never_negative() -> None:
@@ -83,3 +95,27 @@ def test_a_length_is_never_negative() -> None:
     assert provenance(["FINAL(1658 if len(files) >= 0 else 0)"]).final == "1658"
     assert provenance(["FINAL(1658 if len(files) > 0 else 0)"]).final is None
     assert provenance(["FINAL(int(context) >= 0)"]).final is None
+
+
+def test_one_value_repeated_many_times_in_one_text_is_refused_before_it_is_built() -> None:
+    """Each part small, the whole huge: ``'{0}{0}...'.format(s)``, ``'%(a)s%(a)s...' % {'a': s}``,
+    ``f'{s}{s}...'``, ``print(s, s, ...)``, ``FINAL(s, s, ...)`` (33,000 fields of a 99,999-character
+    ``s`` fit in the code read: 3.3 GB in rlm's process, in each world)."""
+    s = "a" * 40_000
+    with pytest.raises(Failed):
+        guard_method("{0}" * 3, "format", [s])
+    with pytest.raises(Failed):
+        guard_method("{x}" * 3, "format", [], {"x": s})
+    with pytest.raises(Failed):
+        guard_binop(ast.Mod, "%(a)s" * 3, {"a": s})
+    with pytest.raises(Failed):
+        guard_binop(ast.Mod, "%s%s%s", (s, s, s))
+    with pytest.raises(Failed):
+        joined("", [s, s, s])
+    guard_method("{0}{0}", "format", [s])
+    guard_binop(ast.Mod, "%(a)s%(a)s", {"a": s})
+    assert joined("-", ["a", 1]) == "a-1"
+    code = "s = 'a' * 40_000\nprint(s, s, s)\nFINAL(s, s, s)"
+    assert provenance([code]).final is None and provenance([code]).printed == ()
+    assert provenance(["print('a', 7, sep='-')\nFINAL(f'{1}-{2}' + '%s/%d' % ('a', 3) + '{0}{x}'.format('b', x=4))"]) \
+        == Provenance(final="1-2a/3b4", printed=("a-7",), shows=False)
