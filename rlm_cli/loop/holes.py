@@ -31,6 +31,9 @@ MAX_ITEMS = 100_000
 #: The deepest nesting of containers the interpreter builds: hashing or comparing a tuple nested
 #: far deeper runs on the C stack of rlm's own process.
 MAX_NESTING = 50
+#: The most one world keeps (values assigned, texts printed; in :func:`weight` units, counted
+#: each time): ``x1 = 'a' * 99_999`` and 5,000 names like it held 500 MB in rlm's process.
+MAX_KEPT = 10 * MAX_ITEMS
 #: Wall-clock seconds one ``provenance()`` spends over all its worlds; beyond, nothing is traced
 #: (usual code takes a few milliseconds; this holds against code built to be slow: thousands of
 #: big-integer divisions or membership tests over large lists, each one cheap on its own).
@@ -118,6 +121,13 @@ def bounded(value: Any, weights: dict[int, tuple[Any, int, int]] | None = None) 
         if weight > MAX_ITEMS or depth > MAX_NESTING:
             raise Failed("too large")
     return value
+
+
+def weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> int:
+    """About how many characters (strings) or machine words (integers, containers) ``value``
+    takes, counting what a container holds each time it holds it; ``weights`` as for
+    :func:`bounded`."""
+    return _weight(value, weights)[0]
 
 
 def _weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from rlm_cli.loop.holes import (
     FAILED,
     FINISHERS,
     MAX_ITEMS,
+    MAX_KEPT,
     MAX_STEPS,
     PURE,
     READ_METHODS,
@@ -41,6 +42,7 @@ from rlm_cli.loop.holes import (
     iterated,
     joined,
     stored_names,
+    weight,
 )
 from rlm_cli.sandbox.calls import to_text
 
@@ -54,6 +56,7 @@ class World:
         self.index = index
         self.deadline = time.monotonic() + TIME_BUDGET if deadline is None else deadline
         self.weights: dict[int, tuple[Any, int, int]] = {}
+        self.kept = 0
         self.samples = samples
         self.env: dict[str, Any] = {}
         self.leaves: dict[str, Hole] = {}
@@ -208,8 +211,18 @@ class World:
         except TypeError:
             raise Failed("unhashable") from None
 
+    def keep(self, value: Any) -> Any:
+        """``value``, counted against what this world may hold.
+
+        Raises:
+            OverBudget: more than :data:`~rlm_cli.loop.holes.MAX_KEPT` kept in all."""
+        self.kept += weight(value, self.weights)
+        if self.kept > MAX_KEPT:
+            raise OverBudget
+        return value
+
     def named(self, node: ast.NamedExpr) -> Any:
-        value = self.ev(node.value)
+        value = self.keep(self.ev(node.value))
         self.env[node.target.id] = value
         return value
 
@@ -306,7 +319,7 @@ class World:
         if text is None:
             self.record.shows = True
         assert self.record.printed is not None
-        self.record.printed[site] = text
+        self.record.printed[site] = self.keep(text)
         return None
 
     def run_text(self, fname: str, arg: ast.expr) -> Any:
@@ -350,14 +363,15 @@ class World:
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             if stmt.value is None:
                 return
-            value = self.ev(stmt.value)
+            value = self.keep(self.ev(stmt.value))
             assert self.record.assigned is not None
-            self.record.assigned[(self.block, stmt.lineno, stmt.col_offset)] = value
+            if isinstance(value, (str, int, float)):  # what Provenance.literals may hold
+                self.record.assigned[(self.block, stmt.lineno, stmt.col_offset)] = value
             for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                 self.bind(target, value)
         elif isinstance(stmt, ast.AugAssign):
             current = self.ev(stmt.target) if isinstance(stmt.target, ast.Name) else self.sample(None)
-            self.bind(stmt.target, self.binop(type(stmt.op), current, self.ev(stmt.value)))
+            self.bind(stmt.target, self.keep(bounded(self.binop(type(stmt.op), current, self.ev(stmt.value)), self.weights)))
         elif isinstance(stmt, ast.If):
             self.run_body(stmt.body if self.truth(self.ev(stmt.test)) else stmt.orelse)
         elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
@@ -390,7 +404,7 @@ class World:
         if text is None:
             self.record.shows = True
         assert self.record.printed is not None
-        self.record.printed[(self.block, stmt.lineno, stmt.col_offset)] = text
+        self.record.printed[(self.block, stmt.lineno, stmt.col_offset)] = self.keep(text)
 
     def loop(self, stmt: ast.For | ast.AsyncFor | ast.While) -> None:
         """A loop runs its body once here, or not at all; every name it assigns is a hole before

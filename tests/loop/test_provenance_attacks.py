@@ -15,6 +15,7 @@ import pytest
 from rlm_cli.loop import provenance as provenance_module
 from rlm_cli.loop.holes import (
     MAX_ITEMS,
+    MAX_KEPT,
     Failed,
     OverBudget,
     bounded,
@@ -119,3 +120,26 @@ def test_one_value_repeated_many_times_in_one_text_is_refused_before_it_is_built
     assert provenance([code]).final is None and provenance([code]).printed == ()
     assert provenance(["print('a', 7, sep='-')\nFINAL(f'{1}-{2}' + '%s/%d' % ('a', 3) + '{0}{x}'.format('b', x=4))"]) \
         == Provenance(final="1-2a/3b4", printed=("a-7",), shows=False)
+
+
+def test_an_augmented_assignment_is_bounded_as_any_other_value() -> None:
+    """``x += x`` doubled a string (or squared an integer with ``x *= x``) past every bound: 40
+    lines of it asked for 2 TB."""
+    assert provenance(["x = 'ab'\n" + "x += x\n" * 10 + "FINAL(len(x))"]).final == "2048"
+    assert provenance(["x = 'ab'\n" + "x += x\n" * 20 + "FINAL(len(x))"]).final is None
+    assert provenance(["x = 3\n" + "x *= x\n" * 30 + "FINAL(x > 0)"]).final is None
+
+
+def test_what_one_world_keeps_is_bounded() -> None:
+    """Each value small enough, the sum not: 5,000 names each bound to a new string of 99,999
+    characters held 500 MB in each world."""
+    samples = samples_for([])
+    assert samples is not None
+    world = World(0, samples)
+    for _ in range(MAX_KEPT // MAX_ITEMS):
+        world.keep("a" * MAX_ITEMS)
+    with pytest.raises(OverBudget):
+        world.keep("a")
+    code = "".join(f"x{i} = 'a' * 99_999\n" for i in range(MAX_KEPT // 99_999 + 1)) + "FINAL(1)"
+    assert provenance([code]) == Provenance()
+    assert provenance(["x1 = 'a' * 99_999\nx2 = 'b' * 99_999\nFINAL(1)"]).final == "1"
