@@ -106,9 +106,8 @@ def _provenance(codes: list[str]) -> Provenance:
             shows = True  # printed something that differs from world to world: something it read
     literals = [v for v in (agreed([(r.assigned or {}).get(site) for r in records], text_only=False)
                             for site in _sites(records, "assigned")) if v is not None]
-    return Provenance(final, tuple(printed), tuple(str(v) for v in literals
-                                                   if isinstance(v, (str, int, float)) and not isinstance(v, bool)),
-                      shows)
+    return Provenance(final, tuple(printed), tuple(str(v) for v in literals if isinstance(v, (str, float)) or (
+        isinstance(v, int) and not isinstance(v, bool) and v.bit_length() < 4 * 3_300)), shows)  # str(): 4,300 digits
 
 
 def written_value(node: ast.expr) -> bool:

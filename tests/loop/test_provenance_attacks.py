@@ -143,3 +143,10 @@ def test_what_one_world_keeps_is_bounded() -> None:
     code = "".join(f"x{i} = 'a' * 99_999\n" for i in range(MAX_KEPT // 99_999 + 1)) + "FINAL(1)"
     assert provenance([code]) == Provenance()
     assert provenance(["x1 = 'a' * 99_999\nx2 = 'b' * 99_999\nFINAL(1)"]).final == "1"
+
+
+def test_a_huge_integer_assigned_does_not_hide_a_typed_answer() -> None:
+    """``str()`` of an integer of more than 4,300 digits raises: assigning one anywhere made the
+    whole test give ``Provenance()``, so the typed ``FINAL(1658)`` beside it passed as computed."""
+    assert provenance(["x = 10 ** 5000\nFINAL(1658)"]).final == "1658"
+    assert provenance(["x = 10 ** 50\nFINAL(1658)"]).literals == (str(10**50),)
