@@ -302,7 +302,7 @@ class World:
             if fname == "FINAL_VAR" and len(values) == 1 and isinstance(values[0], str) and values[0].isidentifier():
                 values = [self.name(values[0])]
             answer: Any = self.sample(None) if holey(values) or node.keywords else joined(" ", map(to_text, values))
-        except Failed:
+        except (Failed, ValueError):  # str() of an integer of 4,300+ digits
             answer = FAILED
         if first:
             self.record.final, self.record.finished = answer, True
@@ -314,7 +314,7 @@ class World:
             pos, kw = self.arguments(node)
             sep = kw.get("sep", " ")
             text: Any = None if holey(pos) or holey(sep) else joined(sep or " ", pos)
-        except (Failed, TypeError):
+        except (Failed, TypeError, ValueError):
             text = FAILED
         if text is None:
             self.record.shows = True
@@ -400,7 +400,10 @@ class World:
         if not top or value is None:
             return
         # the REPL shows the value of a top-level expression: a str as it is, anything else as its repr
-        text = None if holey(value) else value if isinstance(value, str) else repr(value)
+        try:
+            text = None if holey(value) else value if isinstance(value, str) else repr(value)
+        except ValueError:  # repr() of an integer of 4,300+ digits: the REPL fails there too
+            text = FAILED
         if text is None:
             self.record.shows = True
         assert self.record.printed is not None
