@@ -400,6 +400,7 @@ class World:
         if not top or value is None:
             return
         # the REPL shows the value of a top-level expression: a str as it is, anything else as its repr
+        text: Any
         try:
             text = None if holey(value) else value if isinstance(value, str) else repr(value)
         except ValueError:  # repr() of an integer of 4,300+ digits: the REPL fails there too
