@@ -223,9 +223,9 @@ def guard_method(obj: Any, name: str, pos: list[Any], kw: dict[str, Any] | None 
     """Refuse a ``str`` method call whose result would be too large to build."""
     if name == "replace" and len(pos) >= 2 and isinstance(pos[1], str) and len(obj) * max(1, len(pos[1])) > MAX_ITEMS:
         raise Failed("too large")
-    if name == "join" and pos and isinstance(pos[0], (list, tuple)) and \
+    if name == "join" and pos and isinstance(pos[0], (str, list, tuple, set, frozenset, dict)) and \
             sum(len(p) if isinstance(p, str) else 1 for p in pos[0]) + len(obj) * len(pos[0]) > MAX_ITEMS:
-        raise Failed("too large")
+        raise Failed("too large")  # ('x' * 99_999).join('y' * 99_999): 10 GB
     if name == "format":  # no '{0.__class__}' or '{0[k]}' (attributes of live objects), no '{:{}}' (width from an argument)
         fields = list(string.Formatter().parse(obj))
         if len(obj) + len(fields) * _heaviest([*pos, *(kw or {}).values()]) > MAX_ITEMS:

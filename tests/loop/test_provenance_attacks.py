@@ -113,6 +113,10 @@ def test_one_value_repeated_many_times_in_one_text_is_refused_before_it_is_built
         guard_binop(ast.Mod, "%s%s%s", (s, s, s))
     with pytest.raises(Failed):
         joined("", [s, s, s])
+    for parts in ("y" * 3, {"a", "b", "c"}, {"a": 1, "b": 2, "c": 3}):  # (s * 99_999).join(...): 10 GB
+        with pytest.raises(Failed):
+            guard_method(s, "join", [parts])
+    guard_method(s, "join", ["ab"])
     guard_method("{0}{0}", "format", [s])
     guard_binop(ast.Mod, "%(a)s%(a)s", {"a": s})
     assert joined("-", ["a", 1]) == "a-1"
