@@ -34,7 +34,8 @@ MAX_NESTING = 50
 #: The most one world keeps (values assigned, texts printed; in :func:`weight` units, counted
 #: each time): ``x1 = 'a' * 99_999`` and 5,000 names like it held 500 MB in rlm's process.
 MAX_KEPT = 10 * MAX_ITEMS
-#: Wall-clock seconds one ``provenance()`` spends over all its worlds; beyond, nothing is traced
+#: CPU seconds (of the calling thread: a busy machine does not count) one ``provenance()`` spends
+#: over all its worlds, parsing included; beyond, nothing is traced
 #: (usual code takes a few milliseconds; this holds against code built to be slow: thousands of
 #: big-integer divisions or membership tests over large lists, each one cheap on its own).
 TIME_BUDGET = 0.25

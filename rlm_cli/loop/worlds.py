@@ -51,10 +51,10 @@ class World:
     """One made-up world: the namespace the code builds and where each hole's made-up values go."""
 
     def __init__(self, index: int, samples: Samples, deadline: float | None = None) -> None:
-        """World ``index`` of ``samples``; past ``deadline`` (``time.monotonic()``, by default
+        """World ``index`` of ``samples``; past ``deadline`` (``time.thread_time()``, by default
         :data:`~rlm_cli.loop.holes.TIME_BUDGET` from now) its run raises ``OverBudget``."""
         self.index = index
-        self.deadline = time.monotonic() + TIME_BUDGET if deadline is None else deadline
+        self.deadline = time.thread_time() + TIME_BUDGET if deadline is None else deadline
         self.weights: dict[int, tuple[Any, int, int]] = {}
         self.kept = 0
         self.samples = samples
@@ -101,7 +101,7 @@ class World:
         try:
             if self.depth > 80:
                 raise Failed("too deep")
-            if time.monotonic() > self.deadline:
+            if time.thread_time() > self.deadline:
                 raise OverBudget
             handler = _EXPRESSIONS.get(type(node))
             if handler is None:  # a comprehension, a lambda...: not followed
@@ -353,7 +353,7 @@ class World:
         """
         for stmt in body:
             self.steps += 1
-            if self.steps > MAX_STEPS or self.depth > 80 or time.monotonic() > self.deadline:
+            if self.steps > MAX_STEPS or self.depth > 80 or time.thread_time() > self.deadline:
                 raise OverBudget
             self.statement(stmt, top)
 
