@@ -27,8 +27,15 @@ This is a test, not a proof, and it leans one way: anything the interpreter does
 (loops are run once, with every name they assign made a hole before and after; functions the code
 defines; method calls on what it read; ``globals()``) gives holes, so a value it cannot trace
 counts as read, never as typed. It costs no model call and a few milliseconds (the code is capped
-at :data:`MAX_CODE` characters and :data:`MAX_STEPS` statements per world), so a strong model pays
-nothing extra.
+at :data:`MAX_CODE` characters, :data:`MAX_STEPS` statements per world and
+:data:`~rlm_cli.loop.holes.TIME_BUDGET` seconds of CPU in all), so a strong model pays nothing extra.
+
+It runs in rlm's own process, outside the sandbox, on code a hostile corpus may have steered, so
+it calls no function with effects, reads no attribute (``str.format`` fields such as
+``{0.__class__}`` are refused too), makes no class, and refuses before building anything large
+(``loop.holes``: a container weighs what it holds each time it holds it, nested at most
+:data:`~rlm_cli.loop.holes.MAX_NESTING` deep, and a world keeps at most
+:data:`~rlm_cli.loop.holes.MAX_KEPT`); code past a limit is not traced (``Provenance()``).
 """
 
 from __future__ import annotations
