@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Callable
+import string
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +25,25 @@ MAX_SAMPLES = 16
 #: value counts as the code's own only when at least this many worlds gave it.
 MIN_WORLDS = 3
 #: The most characters of code read, and statements run per world; beyond, nothing is traced.
-MAX_CODE, MAX_STEPS = 200_000, 5_000
+MAX_CODE, MAX_STEPS = 100_000, 5_000
 #: The largest sequence, exponent or shift the interpreter builds (``'x' * 10**9`` is not built).
 MAX_ITEMS = 100_000
+#: The deepest nesting of containers the interpreter builds: hashing or comparing a tuple nested
+#: far deeper runs on the C stack of rlm's own process.
+MAX_NESTING = 50
+#: The most one world keeps (values assigned, texts printed; in :func:`weight` units, counted
+#: each time): ``x1 = 'a' * 99_999`` and 5,000 names like it held 500 MB in rlm's process.
+MAX_KEPT = 10 * MAX_ITEMS
+#: CPU seconds (of the calling thread: a busy machine does not count) one ``provenance()`` spends
+#: over all its worlds, parsing included; beyond, nothing is traced
+#: (usual code takes a few milliseconds; this holds against code built to be slow: thousands of
+#: big-integer divisions or membership tests over large lists, each one cheap on its own).
+TIME_BUDGET = 0.25
 FINISHERS = frozenset({"FINAL", "FINAL_VAR", *protocol.FINAL_ALIASES})
-#: Builtins that are pure, with the kind of their result on a hole (``None``: a hole).
+#: Builtins that are pure, with the kind of their result on a hole (``None``: a hole; ``count``: an
+#: ``int`` that is never negative, so ``1658 if len(files) >= 0 else 0`` is the code's own).
 PURE: dict[str, str | None] = {
-    "len": "int", "int": "int", "ord": "int", "float": "float", "str": "str", "repr": "str", "format": "str",
+    "len": "count", "int": "int", "ord": "int", "float": "float", "str": "str", "repr": "str", "format": "str",
     "chr": "str", "hex": "str", "bin": "str", "oct": "str", "ascii": "str", "bool": "bool", "any": "bool",
     "all": "bool", "isinstance": "bool", "callable": "bool", "abs": None, "round": None, "min": None, "max": None,
     "sum": None, "sorted": None, "list": None, "tuple": None, "set": None, "frozenset": None, "dict": None,
@@ -88,16 +101,80 @@ def holey(value: Any, depth: int = 2) -> bool:
     return False
 
 
-def bounded(value: Any) -> Any:
-    if isinstance(value, (str, bytes, list, tuple, set, frozenset, dict)) and len(value) > MAX_ITEMS:
+def bounded(value: Any, weights: dict[int, tuple[Any, int, int]] | None = None) -> Any:
+    """``value`` itself, if it is small enough to work on.
+
+    A container counts what it holds, each time it holds it (``[s] * 99_999`` with ``s`` a string
+    of 99,999 characters is about 10**10 characters once printed, sorted or compared), nested at
+    most :data:`MAX_NESTING` deep. ``weights`` caches the weight and depth of containers already
+    seen (the interpreter never changes a container in place).
+
+    Raises:
+        Failed: larger than :data:`MAX_ITEMS` (strings, containers) or ``4 * MAX_ITEMS`` bits, or
+            nested deeper than :data:`MAX_NESTING`.
+    """
+    if isinstance(value, (str, bytes)) and len(value) > MAX_ITEMS:
         raise Failed("too large")
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * MAX_ITEMS:
         raise Failed("too large")
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        weight, depth = _weight(value, {} if weights is None else weights)
+        if weight > MAX_ITEMS or depth > MAX_NESTING:
+            raise Failed("too large")
     return value
+
+
+def weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> int:
+    """About how many characters (strings) or machine words (integers, containers) ``value``
+    takes, counting what a container holds each time it holds it; ``weights`` as for
+    :func:`bounded`."""
+    return _weight(value, weights)[0]
+
+
+def _weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> tuple[int, int]:
+    """About how many characters or machine words ``value`` takes (counted past ``MAX_ITEMS``
+    only as far as needed to know it is more), and how deep its containers nest."""
+    if isinstance(value, (str, bytes)):
+        return len(value), 0
+    if isinstance(value, int):
+        return 1 + value.bit_length() // 64, 0
+    if not isinstance(value, (list, tuple, set, frozenset, dict)):
+        return 1, 0
+    known = weights.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1], known[2]
+    total, depth = 1, 0
+    for item in (*value.keys(), *value.values()) if isinstance(value, dict) else value:
+        weight, below = _weight(item, weights)
+        total, depth = total + weight, max(depth, below + 1)
+        if total > MAX_ITEMS or depth > MAX_NESTING:
+            break
+    weights[id(value)] = (value, total, depth)
+    return total, depth
+
+
+def joined(sep: str, parts: Iterable[Any]) -> str:
+    """``sep.join(parts)``, refused before it is built when longer than :data:`MAX_ITEMS`
+    (``f'{s}{s}...'`` or ``print(s, s, ...)`` with a long ``s``: each part small, the whole not).
+
+    Raises:
+        Failed: too long."""
+    texts = [p if isinstance(p, str) else str(p) for p in parts]
+    if sum(map(len, texts)) + len(sep) * len(texts) > MAX_ITEMS:
+        raise Failed("too large")
+    return sep.join(texts)
+
+
+def _heaviest(values: Iterable[Any]) -> int:
+    return max((_weight(v, {})[0] for v in values), default=0)
 
 
 def guard_binop(op: type, a: Any, b: Any) -> None:
     """Refuse an operation whose result would be too large to build (before building it)."""
+    if op is ast.Mod and isinstance(a, (str, bytes)) and len(a) + (
+            sum(_weight(v, {})[0] for v in b) if isinstance(b, tuple)
+            else str(a).count("%") * _weight(b, {})[0]) > MAX_ITEMS:
+        raise Failed("too large")  # '%(a)s%(a)s...' % {'a': s}: one value, many times
     if op is ast.Pow and isinstance(b, (int, float)) and (abs(b) > 10_000 or isinstance(a, int) and isinstance(b, int)
                                                           and a.bit_length() * b > 4 * MAX_ITEMS):
         raise Failed("exponent")
@@ -143,15 +220,21 @@ def iterated(pos: list[Any]) -> list[Any]:
     return list(pos[0]) if pos and isinstance(pos[0], (list, tuple, set, frozenset)) else [None]
 
 
-def guard_method(obj: Any, name: str, pos: list[Any]) -> None:
+def guard_method(obj: Any, name: str, pos: list[Any], kw: dict[str, Any] | None = None) -> None:
     """Refuse a ``str`` method call whose result would be too large to build."""
     if name == "replace" and len(pos) >= 2 and isinstance(pos[1], str) and len(obj) * max(1, len(pos[1])) > MAX_ITEMS:
         raise Failed("too large")
-    if name == "join" and pos and isinstance(pos[0], (list, tuple)) and \
+    if name == "join" and pos and isinstance(pos[0], (str, list, tuple, set, frozenset, dict)) and \
             sum(len(p) if isinstance(p, str) else 1 for p in pos[0]) + len(obj) * len(pos[0]) > MAX_ITEMS:
-        raise Failed("too large")
-    if name == "format" and any(int(d) > MAX_ITEMS for d in digit_runs(obj)):
-        raise Failed("width")
+        raise Failed("too large")  # ('x' * 99_999).join('y' * 99_999): 10 GB
+    if name == "format":  # no '{0.__class__}' or '{0[k]}' (attributes of live objects), no '{:{}}' (width from an argument)
+        fields = list(string.Formatter().parse(obj))
+        if len(obj) + len(fields) * _heaviest([*pos, *(kw or {}).values()]) > MAX_ITEMS:
+            raise Failed("too large")  # '{0}{0}{0}...'.format(s)
+        for _, field, spec, _ in fields:
+            if field and ("." in field or "[" in field) or spec and ("{" in spec or any(
+                    int(d) > MAX_ITEMS for d in digit_runs(spec))):
+                raise Failed("format field")
 
 
 def stored_names(node: ast.AST) -> set[str]:
@@ -241,7 +324,8 @@ def samples_for(trees: list[ast.AST]) -> Samples | None:
     size = max(len(ints), len(floats), len(strs))
     if size > MAX_SAMPLES:
         return None
-    return Samples({"int": tuple(ints), "float": tuple(floats), "str": tuple(strs), "bool": BOOLS}, size)
+    counts = tuple(v for v in ints if v >= 0)
+    return Samples({"int": tuple(ints), "count": counts, "float": tuple(floats), "str": tuple(strs), "bool": BOOLS}, size)
 
 
 def _constant(node: ast.AST) -> Any:

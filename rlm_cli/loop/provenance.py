@@ -27,17 +27,25 @@ This is a test, not a proof, and it leans one way: anything the interpreter does
 (loops are run once, with every name they assign made a hole before and after; functions the code
 defines; method calls on what it read; ``globals()``) gives holes, so a value it cannot trace
 counts as read, never as typed. It costs no model call and a few milliseconds (the code is capped
-at :data:`MAX_CODE` characters and :data:`MAX_STEPS` statements per world), so a strong model pays
-nothing extra.
+at :data:`MAX_CODE` characters, :data:`MAX_STEPS` statements per world and
+:data:`~rlm_cli.loop.holes.TIME_BUDGET` seconds of CPU in all), so a strong model pays nothing extra.
+
+It runs in rlm's own process, outside the sandbox, on code a hostile corpus may have steered, so
+it calls no function with effects, reads no attribute (``str.format`` fields such as
+``{0.__class__}`` are refused too), makes no class, and refuses before building anything large
+(``loop.holes``: a container weighs what it holds each time it holds it, nested at most
+:data:`~rlm_cli.loop.holes.MAX_NESTING` deep, and a world keeps at most
+:data:`~rlm_cli.loop.holes.MAX_KEPT`); code past a limit is not traced (``Provenance()``).
 """
 
 from __future__ import annotations
 
 import ast
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.loop.holes import FAILED, MAX_CODE, Ended, Failed, Record, agreed, holey, samples_for
+from rlm_cli.loop.holes import FAILED, MAX_CODE, TIME_BUDGET, Ended, Failed, Record, agreed, holey, samples_for
 from rlm_cli.loop.worlds import World
 from rlm_cli.sandbox.calls import to_text
 
@@ -72,15 +80,16 @@ def provenance(codes: list[str]) -> Provenance:
 
 
 def _provenance(codes: list[str]) -> Provenance:
+    deadline = time.thread_time() + TIME_BUDGET  # parsing counts too: 100,000 characters take ~0.2 s
     if sum(len(c) for c in codes) > MAX_CODE:
         return Provenance()
     trees = [_parsed(code) for code in codes]
     samples = samples_for([t for t in trees if t is not None])
-    if samples is None:
+    if samples is None or time.thread_time() > deadline:
         return Provenance()
     records: list[Record] = []
     for index in range(samples.worlds):
-        world = World(index, samples)
+        world = World(index, samples, deadline)
         world.last_block = len(trees) - 1
         for world.block, tree in enumerate(trees):
             try:
@@ -104,9 +113,8 @@ def _provenance(codes: list[str]) -> Provenance:
             shows = True  # printed something that differs from world to world: something it read
     literals = [v for v in (agreed([(r.assigned or {}).get(site) for r in records], text_only=False)
                             for site in _sites(records, "assigned")) if v is not None]
-    return Provenance(final, tuple(printed), tuple(str(v) for v in literals
-                                                   if isinstance(v, (str, int, float)) and not isinstance(v, bool)),
-                      shows)
+    return Provenance(final, tuple(printed), tuple(str(v) for v in literals if isinstance(v, (str, float)) or (
+        isinstance(v, int) and not isinstance(v, bool) and v.bit_length() < 4 * 3_300)), shows)  # str(): 4,300 digits
 
 
 def written_value(node: ast.expr) -> bool:
@@ -115,11 +123,12 @@ def written_value(node: ast.expr) -> bool:
     ``str(1658)``, ``bool(1)``, ``eval('Tr' + 'ue')``, ``len(files) * 0 + 1658``. A value that
     depends on anything read (``len(files)``, ``context.count(...)``, a variable) is computed."""
     values: list[Any] = []
+    deadline = time.thread_time() + TIME_BUDGET
     samples = samples_for([node])
     if samples is None:
         return False
     for index in range(samples.worlds):
-        world = World(index, samples)
+        world = World(index, samples, deadline)
         try:
             value = world.ev(node)
             values.append(world.sample(None) if holey(value) else to_text(value))

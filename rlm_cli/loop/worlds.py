@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +22,12 @@ from rlm_cli.loop.holes import (
     FAILED,
     FINISHERS,
     MAX_ITEMS,
+    MAX_KEPT,
     MAX_STEPS,
     PURE,
     READ_METHODS,
     STR_METHODS,
+    TIME_BUDGET,
     Ended,
     Failed,
     Hole,
@@ -37,7 +40,9 @@ from rlm_cli.loop.holes import (
     guard_method,
     holey,
     iterated,
+    joined,
     stored_names,
+    weight,
 )
 from rlm_cli.sandbox.calls import to_text
 
@@ -45,8 +50,13 @@ from rlm_cli.sandbox.calls import to_text
 class World:
     """One made-up world: the namespace the code builds and where each hole's made-up values go."""
 
-    def __init__(self, index: int, samples: Samples) -> None:
+    def __init__(self, index: int, samples: Samples, deadline: float | None = None) -> None:
+        """World ``index`` of ``samples``; past ``deadline`` (``time.thread_time()``, by default
+        :data:`~rlm_cli.loop.holes.TIME_BUDGET` from now) its run raises ``OverBudget``."""
         self.index = index
+        self.deadline = time.thread_time() + TIME_BUDGET if deadline is None else deadline
+        self.weights: dict[int, tuple[Any, int, int]] = {}
+        self.kept = 0
         self.samples = samples
         self.env: dict[str, Any] = {}
         self.leaves: dict[str, Hole] = {}
@@ -91,10 +101,12 @@ class World:
         try:
             if self.depth > 80:
                 raise Failed("too deep")
+            if time.thread_time() > self.deadline:
+                raise OverBudget
             handler = _EXPRESSIONS.get(type(node))
             if handler is None:  # a comprehension, a lambda...: not followed
                 return self.sample(None)
-            return bounded(handler(self, node))
+            return bounded(handler(self, node), self.weights)
         except (Failed, OverBudget):
             raise
         except Exception as exc:  # an unhashable set item, a bad slice...: fails here as in the REPL
@@ -199,8 +211,18 @@ class World:
         except TypeError:
             raise Failed("unhashable") from None
 
+    def keep(self, value: Any) -> Any:
+        """``value``, counted against what this world may hold.
+
+        Raises:
+            OverBudget: more than :data:`~rlm_cli.loop.holes.MAX_KEPT` kept in all."""
+        self.kept += weight(value, self.weights)
+        if self.kept > MAX_KEPT:
+            raise OverBudget
+        return value
+
     def named(self, node: ast.NamedExpr) -> Any:
-        value = self.ev(node.value)
+        value = self.keep(self.ev(node.value))
         self.env[node.target.id] = value
         return value
 
@@ -242,6 +264,10 @@ class World:
             guard_binop(ast.Pow, pos[0], pos[1])
         if fname == "sum" and (len(pos) > 1 or not all(isinstance(v, (int, float)) for v in iterated(pos))):
             raise Failed("sum of non-numbers")
+        if fname == "round" and any(isinstance(n, int) and abs(n) > 1_000 for n in [*pos[1:], kw.get("ndigits")]):
+            raise Failed("digits")  # round(1, -10**7) builds 10**(10**7)
+        if fname == "type" and (len(pos) != 1 or kw):
+            return self.sample(None)  # type(name, bases, namespace) makes a class: not followed
         if fname == "format" and len(pos) == 2:
             return self.format(pos[0], pos[1])
         try:
@@ -256,7 +282,7 @@ class World:
         pure = (isinstance(obj, str) and func.attr in STR_METHODS) or (
             isinstance(obj, (dict, list, tuple)) and func.attr in READ_METHODS)
         if pure and not holey(obj) and not holey(pos) and not holey(list(kw.values())):
-            guard_method(obj, func.attr, pos)
+            guard_method(obj, func.attr, pos, kw)
             try:
                 result = getattr(obj, func.attr)(*pos, **kw)
             except Exception as exc:
@@ -275,8 +301,8 @@ class World:
             values = self.items(node.args)
             if fname == "FINAL_VAR" and len(values) == 1 and isinstance(values[0], str) and values[0].isidentifier():
                 values = [self.name(values[0])]
-            answer: Any = self.sample(None) if holey(values) or node.keywords else " ".join(map(to_text, values))
-        except Failed:
+            answer: Any = self.sample(None) if holey(values) or node.keywords else joined(" ", map(to_text, values))
+        except (Failed, ValueError):  # str() of an integer of 4,300+ digits
             answer = FAILED
         if first:
             self.record.final, self.record.finished = answer, True
@@ -287,13 +313,13 @@ class World:
         try:
             pos, kw = self.arguments(node)
             sep = kw.get("sep", " ")
-            text: Any = None if holey(pos) or holey(sep) else (sep or " ").join(str(v) for v in pos)
-        except (Failed, TypeError):
+            text: Any = None if holey(pos) or holey(sep) else joined(sep or " ", pos)
+        except (Failed, TypeError, ValueError):
             text = FAILED
         if text is None:
             self.record.shows = True
         assert self.record.printed is not None
-        self.record.printed[site] = text
+        self.record.printed[site] = self.keep(text)
         return None
 
     def run_text(self, fname: str, arg: ast.expr) -> Any:
@@ -327,7 +353,7 @@ class World:
         """
         for stmt in body:
             self.steps += 1
-            if self.steps > MAX_STEPS or self.depth > 80:
+            if self.steps > MAX_STEPS or self.depth > 80 or time.thread_time() > self.deadline:
                 raise OverBudget
             self.statement(stmt, top)
 
@@ -337,14 +363,15 @@ class World:
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             if stmt.value is None:
                 return
-            value = self.ev(stmt.value)
+            value = self.keep(self.ev(stmt.value))
             assert self.record.assigned is not None
-            self.record.assigned[(self.block, stmt.lineno, stmt.col_offset)] = value
+            if isinstance(value, (str, int, float)):  # what Provenance.literals may hold
+                self.record.assigned[(self.block, stmt.lineno, stmt.col_offset)] = value
             for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                 self.bind(target, value)
         elif isinstance(stmt, ast.AugAssign):
             current = self.ev(stmt.target) if isinstance(stmt.target, ast.Name) else self.sample(None)
-            self.bind(stmt.target, self.binop(type(stmt.op), current, self.ev(stmt.value)))
+            self.bind(stmt.target, self.keep(bounded(self.binop(type(stmt.op), current, self.ev(stmt.value)), self.weights)))
         elif isinstance(stmt, ast.If):
             self.run_body(stmt.body if self.truth(self.ev(stmt.test)) else stmt.orelse)
         elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
@@ -373,11 +400,15 @@ class World:
         if not top or value is None:
             return
         # the REPL shows the value of a top-level expression: a str as it is, anything else as its repr
-        text = None if holey(value) else value if isinstance(value, str) else repr(value)
+        text: Any
+        try:
+            text = None if holey(value) else value if isinstance(value, str) else repr(value)
+        except ValueError:  # repr() of an integer of 4,300+ digits: the REPL fails there too
+            text = FAILED
         if text is None:
             self.record.shows = True
         assert self.record.printed is not None
-        self.record.printed[(self.block, stmt.lineno, stmt.col_offset)] = text
+        self.record.printed[(self.block, stmt.lineno, stmt.col_offset)] = self.keep(text)
 
     def loop(self, stmt: ast.For | ast.AsyncFor | ast.While) -> None:
         """A loop runs its body once here, or not at all; every name it assigns is a hole before
@@ -434,7 +465,7 @@ _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: op
 _EXPRESSIONS: dict[type, Callable[[World, Any], Any]] = {
     ast.Constant: lambda w, n: n.value,
     ast.Name: lambda w, n: w.name(n.id),
-    ast.JoinedStr: lambda w, n: "".join(str(w.ev(v)) for v in n.values),
+    ast.JoinedStr: lambda w, n: joined("", (w.ev(v) for v in n.values)),
     ast.FormattedValue: World.formatted,
     ast.BinOp: lambda w, n: w.binop(type(n.op), w.ev(n.left), w.ev(n.right)),
     ast.UnaryOp: World.unary,
