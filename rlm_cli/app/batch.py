@@ -303,7 +303,13 @@ def ask_one(session: Session, q: Question, emit_for: Callable[[Question], Emit],
 
     started = time.monotonic()
     try:
-        session.budget.check()
+        try:
+            session.budget.check()
+        except RLMError as exc:  # not started: it used nothing (every group of its usage at 0)
+            from rlm_cli.models.usage import Usage
+
+            exc.report.usage = Usage().summary()
+            raise
         outcome = session.ask(q.text, emit=emit_for(q), qid=q.id, lane=lane, answer_type=q.answer_type,
                               settings=q.settings)
         return Result(q, outcome=outcome, elapsed_s=time.monotonic() - started,

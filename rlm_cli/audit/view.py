@@ -79,7 +79,7 @@ class Ticker:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
 
-    def event(self, qid: str, ev: dict[str, Any]) -> None:
+    def saw(self, qid: str, ev: dict[str, Any]) -> None:
         """Count an event of check ``qid`` (its iteration; a retry's notice)."""
         with self._lock:
             row = self.flying.setdefault(qid, [time.monotonic(), 0, 0])
@@ -156,10 +156,10 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
         (ui.error if failing else ui.warning if run.verdict.status != "pass" else ui.info)(line)
 
     def emit_for(question: Question) -> Emit:
-        ticker.event(str(question.id), {})
+        ticker.saw(str(question.id), {})
 
         def warnings_only(ev: dict[str, Any]) -> None:
-            ticker.event(str(question.id), ev)
+            ticker.saw(str(question.id), ev)
             if is_type(ev, "notice") and ev.get("level") == "warning":
                 ui.on_event({**ev, "message": f"[{question.id}] {ev.get('message', '')}"})
         return warnings_only

@@ -122,7 +122,11 @@ def test_attempts_are_counted_one_way_and_a_garbage_reply_is_not_a_plain_one(tmp
     llm.default("root", Reply(raw_body=NOT_JSON))
     code, garbage = _fails(llm, tmp_path, "--retries", "1")
     assert code == 4 and "not a chat completion" in garbage and "(after 2 attempts)" in garbage, garbage
-    assert "plain reply" not in garbage and garbage.count("\n") == 0  # the error alone, no misleading warning
+    # the error, and the one retry said as what it is (issue 48: retries are visible); nothing calls
+    # the garbage a plain reply
+    warning, error = garbage.splitlines()
+    assert warning.startswith("warning:") and "not a chat completion" in warning and "retrying" in warning, garbage
+    assert error.startswith("error:") and "plain reply" not in garbage, garbage
 
 
 def test_an_api_base_without_a_model_names_the_base_when_its_list_is_unusable(tmp_path: Path, llm: FakeLLM) -> None:

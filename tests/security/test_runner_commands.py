@@ -61,7 +61,9 @@ def test_audit_github_lines_are_its_own_and_the_job_summary_is_plain_text(tmp_pa
     (tmp_path / "checks.toml").write_text('[[check]]\nid = "hostile"\nquestion = "What does it say?"\n'
                                           'equals = "ok"\n')
     answer = HOSTILE + '\n<img src="https://evil.example/x.png"> [Approve](javascript:alert(1)) | cell'
-    llm.default("root", lambda req: repl(f"print({answer!r})") if turn(req) == 0 else repl(f"FINAL({answer!r})"))
+    (corpus / "hostile.txt").write_text(answer + "\n")  # the pull request's file the answer quotes
+    llm.default("root", lambda req: repl("print(read_file('hostile.txt'))") if turn(req) == 0
+                else repl("FINAL('\\n'.join(read_file('hostile.txt')))"))
     summary = tmp_path / "summary.md"
     res = run_rlm("audit", "repo", "--checklist", "checks.toml", "--model", "openai/root", "--api-base", llm.url,
                   "--policy", "standard", "--github", "--sarif", "out.sarif", cwd=tmp_path,
@@ -70,7 +72,8 @@ def test_audit_github_lines_are_its_own_and_the_job_summary_is_plain_text(tmp_pa
     assert "add-mask" in res.stderr and runner_commands(res.stderr) == []
     # stdout: --github's one annotation, a command of its own, and no old-style command in its data
     (line,) = res.stdout.splitlines()
-    assert line.startswith("::error file=checks.toml,line=2,endLine=2,title=rlm audit%3A hostile::fail: ")
+    # at the lines the run read (issue 48), its own command whatever the data holds
+    assert line.startswith("::error file=repo/hostile.txt,line=1,") and "title=rlm audit%3A hostile::fail: " in line
     assert "add-mask" in line and "##[" not in line
     # the job summary: the answer is text in its cell; no HTML, no link, the table keeps its columns
     md = MarkdownIt("commonmark", {"html": True}).enable("table")
