@@ -49,7 +49,7 @@ def mcp(
     """Serve the corpus at PATH... to coding agents over MCP (stdio).
 
     The tools ask, search, grep and corpus_info over one warm session. Needs the mcp extra:
-    pip install 'rlm-cli[mcp]'."""
+    pip install '/path/to/rlm[mcp]' (or the wheel with [mcp])."""
     from rlm_cli.mcp import protocol, server
     from rlm_cli.output import render
 

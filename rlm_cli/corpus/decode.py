@@ -76,9 +76,9 @@ ENCODINGS = frozenset({"utf-8", "utf-8-sig", "utf-16", "utf-32", "utf-8+latin-1"
 #: Largest summary (JSON) of a structured file accepted from the child.
 MAX_META_BYTES = 64 * 1024
 #: The module each kind needs, checked in rlm's process (a missing extra is named at once).
-_NEEDS = {"pdf": ("pypdf", "reading PDF files needs pypdf: pip install 'rlm-cli[documents]'"),
-          "parquet": ("pandas", "reading Parquet files needs pandas and pyarrow: pip install 'rlm-cli[data]'"),
-          "excel": ("pandas", "reading Excel files needs pandas and openpyxl: pip install 'rlm-cli[data]'")}
+_NEEDS = {"pdf": ("pypdf", "reading PDF files needs pypdf: pip install '/path/to/rlm[documents]' (the documents extra, or the wheel with [documents])"),
+          "parquet": ("pandas", "reading Parquet files needs pandas and pyarrow: pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])"),
+          "excel": ("pandas", "reading Excel files needs pandas and openpyxl: pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])")}
 #: Modules the child imports before the first file of a kind (timed by the start, not the file).
 _READERS = {"pdf": ["pypdf"], "parquet": ["pandas", "pyarrow.parquet"], "excel": ["pandas", "openpyxl"]}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")

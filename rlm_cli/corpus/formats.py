@@ -109,7 +109,7 @@ def pdf_text(data: bytes, shown: str) -> str:
         import pypdf
     except ImportError:
         raise Unreadable("extra not installed", f"skipped {shown}: reading PDF files needs pypdf: "
-                                                "pip install 'rlm-cli[documents]'") from None
+                                                "pip install '/path/to/rlm[documents]' (the documents extra, or the wheel with [documents])") from None
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings about odd files would reach stderr
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
@@ -197,7 +197,7 @@ def table_file(kind: str, data: bytes, shown: str, cap: int, truncate: bool) -> 
     """
     what = "Parquet" if kind == "parquet" else "Excel"
     hint = f"reading {what} files needs pandas and {'pyarrow' if kind == 'parquet' else 'openpyxl'}: " \
-           "pip install 'rlm-cli[data]'"
+           "pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])"
     try:
         import pandas as pd
     except ImportError:

@@ -23,7 +23,7 @@ from rlm_cli.output.answer import json_text, json_value
 if TYPE_CHECKING:
     from rlm_cli.output.ui import UI
 
-INSTALL_HINT = "pip install 'rlm-cli[mcp]'"
+INSTALL_HINT = "pip install '/path/to/rlm[mcp]', or the wheel with [mcp]"
 #: Seconds without news after which a call in progress sends a progress message anyway (clients
 #: that reset their request timeout on progress then keep waiting through a long model call).
 HEARTBEAT_S = 10.0

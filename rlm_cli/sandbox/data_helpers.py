@@ -38,7 +38,8 @@ MISSING = ...
 #: Kinds whose payload holds tables.
 TABLE_KINDS = ("jsonl", "csv", "tsv", "parquet", "excel", "accesslog")
 PANDAS_HINT = ("frame() needs pandas, which is not installed in the Python that runs rlm: "
-               "pip install 'rlm-cli[data]' (it brings pandas, pyarrow for Parquet and openpyxl for Excel). "
+               "pip install '/path/to/rlm[data]' (its data extra, or the wheel with [data]: pandas, pyarrow for Parquet, "
+               "openpyxl for Excel). "
                "Without it, use data[path] or records().")
 
 

@@ -145,10 +145,10 @@ def test_without_the_extras_pdf_parquet_and_excel_are_skipped_naming_the_extra(
         monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
     corpus, warnings = load(root, use_cache=False)
     assert [f.path for f in corpus.files] == ["ok.txt"] and corpus.report.skipped["extra not installed"] == 3
-    assert "skipped a.pdf: reading PDF files needs pypdf: pip install 'rlm-cli[documents]'" in warnings
-    assert ("skipped t.parquet: reading Parquet files needs pandas and pyarrow: pip install 'rlm-cli[data]'"
+    assert "skipped a.pdf: reading PDF files needs pypdf: pip install '/path/to/rlm[documents]' (the documents extra, or the wheel with [documents])" in warnings
+    assert ("skipped t.parquet: reading Parquet files needs pandas and pyarrow: pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])"
             in warnings)
-    assert "skipped b.xlsx: reading Excel files needs pandas and openpyxl: pip install 'rlm-cli[data]'" in warnings
+    assert "skipped b.xlsx: reading Excel files needs pandas and openpyxl: pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])" in warnings
 
 
 def test_a_notebook_becomes_its_cells_and_text_outputs(tmp_path: Path) -> None:

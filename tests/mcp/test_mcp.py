@@ -258,7 +258,7 @@ def test_without_the_sdk_one_line_error_with_the_install_command(tmp_path: Path)
     res = run_rlm("mcp", str(tmp_path / "a.txt"), env={"PYTHONPATH": str(tmp_path / "shadow")})
     assert res.code == 2 and res.stdout == ""
     assert res.stderr.strip() == ("error: rlm mcp needs the MCP Python SDK (version 2), which is not installed "
-                                  "(pip install 'rlm-cli[mcp]')")
+                                  "(pip install '/path/to/rlm[mcp]', or the wheel with [mcp])")
 
 
 def test_the_cli_imports_neither_the_sdk_nor_litellm_until_the_command_runs() -> None:
