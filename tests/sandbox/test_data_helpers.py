@@ -104,7 +104,7 @@ def test_frame_builds_a_dataframe_or_says_how_to_get_pandas(corpus: Corpus, monk
     assert dv.frame("users.csv")["name"].tolist() == ["Ann", "Bo", "Cy"]
     assert dv.frame("config.json").shape[0] == 2  # a JSON object with a list: one row per host
     monkeypatch.setitem(sys.modules, "pandas", None)
-    with pytest.raises(ImportError, match=r"pip install 'rlm-cli\[data\]'"):
+    with pytest.raises(ImportError, match=r"pip install '/path/to/rlm\[data\]'"):
         dv.frame("users.csv")
 
 
