@@ -30,13 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.bench_audit import ROOT_CODE  # noqa: E402  (the same scripted root reply)
 from benchmarks.scripted_server import Process  # noqa: E402
 
-ROOT_CODE = """Counting them.
-```repl
-hits = grep(r"def \\w+\\(", max_results=None)
-FINAL(len(hits))
-```"""
 SCOPED = ("email", "http", "asyncio", "xml")
 
 
