@@ -46,6 +46,11 @@ class AnswerType(StrEnum):
         return self in (AnswerType.INT, AnswerType.NUMBER)
 
     @property
+    def whole(self) -> bool:
+        """Whether its value is a whole number (``42``; ``42.0`` reads as ``42``, ``1.5`` is refused): ``int``."""
+        return self is AnswerType.INT
+
+    @property
     def value_words(self) -> str:
         """What a value of this type is, in words, for an error about an ``expect`` value."""
         return _WORDS[self]
@@ -57,8 +62,7 @@ class AnswerType(StrEnum):
         if self is AnswerType.BOOL:
             return isinstance(value, bool)
         if self.numeric:
-            whole = self is AnswerType.INT
-            return isinstance(value, int if whole else (int, float)) and not isinstance(value, bool)
+            return isinstance(value, int if self.whole else (int, float)) and not isinstance(value, bool)
         if self.placed:
             return isinstance(value, list) and all(isinstance(v, str) for v in value)
         if self is AnswerType.LIST:

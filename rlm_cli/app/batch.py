@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from rlm_cli.answer_types import NAMES
 from rlm_cli.errors import ExitCode, RLMError, UsageError
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ HEADER_CHARS = 100
 @dataclass
 class Question:
     """One question of a list: its ``id`` (from a JSONL file, else its 1-based position), text,
-    answer type (``rlm_cli.loop.typed.TYPES``) and settings of its own (``None``: the session's;
+    answer type (``rlm_cli.answer_types.NAMES``) and settings of its own (``None``: the session's;
     ``rlm audit``: a check's model or ``max_cost``)."""
 
     id: Any
@@ -233,8 +234,6 @@ def _lines(file: str, *, stdin_is_corpus: bool, room: int) -> tuple[list[tuple[i
 
 def _file_questions(file: str, *, stdin_is_corpus: bool, answer_type: str,
                     room: int) -> list[tuple[Any, str, str]]:
-    from rlm_cli.loop.typed import TYPES
-
     lines, where = _lines(file, stdin_is_corpus=stdin_is_corpus, room=max(0, room))
     if not lines or not lines[0][1].lstrip().startswith("{"):
         return [(None, line, answer_type) for _, line in lines]
@@ -252,8 +251,8 @@ def _file_questions(file: str, *, stdin_is_corpus: bool, answer_type: str,
         if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (str, int, float))):
             raise UsageError(f"{where} line {n}: \"id\" must be a string or a number")
         kind = row.get("type", answer_type)
-        if kind not in TYPES:
-            raise UsageError(f"{where} line {n}: \"type\" must be one of {', '.join(TYPES)} (not {kind!r})")
+        if kind not in NAMES:
+            raise UsageError(f"{where} line {n}: \"type\" must be one of {', '.join(NAMES)} (not {kind!r})")
         items.append((qid, row["question"], kind))
     return items
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlm_cli.answer_types import AnswerType
 from rlm_cli.app.planning import model_window, require_model
 from rlm_cli.config import Settings
 from rlm_cli.corpus import check_paths, load_corpus
@@ -104,7 +105,7 @@ def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any
             window, source = model_window(client, root, settings.root_model_window)
             s = dataclasses.replace(settings, model=root, root_model_window=window, sub_model_window=sub_window,
                                     policy=resolve_policy(settings.policy, window, source)[0].name)
-            rows.append(_one(s, client, corpus, meta, qid, asked(text, AnswerSpec(kind)), sub_model))
+            rows.append(_one(s, client, corpus, meta, qid, asked(text, AnswerSpec(AnswerType(kind))), sub_model))
     finally:
         if corpus.temporary:
             import shutil

@@ -43,7 +43,13 @@ def model_window(client: ModelClient, model: str, override: int | None) -> tuple
 
 def answer_spec(kind: str, corpus: Corpus | None) -> AnswerSpec:
     """The :class:`~rlm_cli.loop.typed.AnswerSpec` of a question whose answer has type ``kind``
-    over ``corpus``: a ``locations`` answer is checked against its files and their line counts."""
-    if not AnswerType(kind).placed or corpus is None:
-        return AnswerSpec(kind)
-    return AnswerSpec(kind, {f.path: f.lines for f in corpus.files})
+    (its name) over ``corpus``: a ``locations`` answer is checked against its files and their line
+    counts.
+
+    Raises:
+        ValueError: ``kind`` names no answer type.
+    """
+    answer_type = AnswerType(kind)
+    if not answer_type.placed or corpus is None:
+        return AnswerSpec(answer_type)
+    return AnswerSpec(answer_type, {f.path: f.lines for f in corpus.files})

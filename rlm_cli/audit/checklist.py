@@ -42,10 +42,11 @@ FIELDS = ("id", "question", "type", "expect", "equals", "max", "min", "empty", "
           "model", "max_cost", "description")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" would let an id end in a newline
 #: Which expectations each type takes.
-_EXPECTS: dict[str, tuple[str, ...]] = {
-    "text": ("equals",), "bool": ("expect", "equals"), "int": ("expect", "equals", "max", "min"),
-    "number": ("expect", "equals", "max", "min"), "list": ("expect", "equals", "max", "min", "empty"),
-    "locations": ("expect", "equals", "max", "min", "empty"), "json": ("expect", "equals"),
+_EXPECTS: dict[AnswerType, tuple[str, ...]] = {
+    AnswerType.TEXT: ("equals",), AnswerType.BOOL: ("expect", "equals"),
+    AnswerType.INT: ("expect", "equals", "max", "min"), AnswerType.NUMBER: ("expect", "equals", "max", "min"),
+    AnswerType.LIST: ("expect", "equals", "max", "min", "empty"),
+    AnswerType.LOCATIONS: ("expect", "equals", "max", "min", "empty"), AnswerType.JSON: ("expect", "equals"),
 }
 
 
@@ -259,9 +260,9 @@ def parse_check(row: Any, n: int, where: str) -> Check:
     question = row.get("question")
     if not isinstance(question, str) or not question.strip():
         raise bad("question", "must be the question (a non-empty string)")
-    if row.get("type", "text") not in NAMES:
+    if row.get("type", AnswerType.TEXT) not in NAMES:
         raise bad("type", f"must be one of {', '.join(NAMES)} (not {row.get('type')!r})")
-    kind = AnswerType(row.get("type", "text"))
+    kind = AnswerType(row.get("type", AnswerType.TEXT))
     severity = row.get("severity", "error")
     if severity not in SEVERITIES:
         raise bad("severity", f"must be one of {', '.join(SEVERITIES)} (not {severity!r})")

@@ -156,7 +156,7 @@ def place(check: Check, verdict: Verdict, message: str, paths: ReportPaths, chec
         text = checklist_lines(checklist)
         return [Finding(check.id, where, Region(line, line), fingerprint(check.id, where, text, line, line, 0), message,
                         level, verdict.status, "checklist")]
-    if check.type != "locations":
+    if not check.type.placed:
         first, rest = spots[0], spots[1:]
         spots = [first]
         related = tuple(Location(p, paths.report_path(p), r) for p, r in rest)

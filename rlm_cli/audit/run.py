@@ -392,7 +392,7 @@ def check_report(run: CheckRun, paths: ReportPaths, fail_on: str = "error") -> C
     c, out, v, doc = run.check, run.outcome, run.verdict, run.doc
     support = doc.get("support")
     value = out.value
-    if c.type == "locations" and isinstance(value, list) and v.status in ("pass", "fail", "unsupported"):
+    if c.type.placed and isinstance(value, list) and v.status in ("pass", "fail", "unsupported"):
         # what the verdict counted: locations outside the check's scope (include, --changed-since) are out
         value = [f"{p}:{a}" + (f"-{b}" if b != a else "") for p, a, b in v.locations]
     return CheckReport(

@@ -259,12 +259,12 @@ def answer_type(value: str) -> str:
     """``--answer-type``'s value, checked.
 
     Raises:
-        UsageError: not one of ``rlm_cli.loop.typed.TYPES``.
+        UsageError: not one of ``rlm_cli.answer_types.NAMES``.
     """
     from rlm_cli.loop.typed import check_type
 
     try:
-        return check_type(value)
+        return check_type(value).value
     except ValueError as exc:
         raise UsageError(f"--answer-type: {exc}") from None
 

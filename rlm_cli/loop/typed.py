@@ -17,11 +17,14 @@ JSON, anything else ``str()``); a typed question asks that text to read as a val
 
 No value nests deeper than :data:`MAX_DEPTH` levels.
 
-The :class:`AnswerType` check is silent on every well-typed answer (the table in
+The :class:`TypeCheck` check is silent on every well-typed answer (the table in
 ``tests/loop/test_typed.py``; docs/loop.md) and sends an ill-typed one back once with what is
 wrong and how to give it; past its limit the run ends on the answer it has, whose ``value`` is
 then ``None`` (:func:`parse_value` says why): nothing is printed but the ``--json`` document, and
 the run exits 9 (``ExitCode.NOT_OF_TYPE``). No model is called here.
+
+What each type is, and its traits, is :class:`~rlm_cli.answer_types.AnswerType`: code here asks it
+(``kind.numeric``, ``kind.placed``), never compares its name.
 """
 
 from __future__ import annotations
@@ -34,23 +37,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm_cli.answer_types import NAMES, AnswerType
 from rlm_cli.events import Emit
 from rlm_cli.loop.checks import ACCEPT, SEND_BACK, Candidate, Check, Verdict
 
-#: Every answer type, ``text`` (the default) first.
-TYPES = ("text", "bool", "int", "number", "list", "locations", "json")
-
-#: What the model is told after the question, per type (``text``: nothing).
-INSTRUCTIONS: dict[str, str] = {
-    "bool": "Answer type: bool. End with FINAL(True) or FINAL(False).",
-    "int": "Answer type: int. End with FINAL(n), n a whole number (e.g. FINAL(len(hits))).",
-    "number": "Answer type: number. End with FINAL(x), x a number.",
-    "list": ('Answer type: list. End with FINAL_VAR("items"), items a Python list of short strings '
-             "(an empty list when there are none)."),
-    "locations": ('Answer type: locations. End with FINAL_VAR("locations"), locations a Python list of strings '
+#: What the model is told after the question, per typed type (``text``: nothing).
+INSTRUCTIONS: dict[AnswerType, str] = {
+    AnswerType.BOOL: "Answer type: bool. End with FINAL(True) or FINAL(False).",
+    AnswerType.INT: "Answer type: int. End with FINAL(n), n a whole number (e.g. FINAL(len(hits))).",
+    AnswerType.NUMBER: "Answer type: number. End with FINAL(x), x a number.",
+    AnswerType.LIST: ('Answer type: list. End with FINAL_VAR("items"), items a Python list of short strings '
+                      "(an empty list when there are none)."),
+    AnswerType.LOCATIONS: ('Answer type: locations. End with FINAL_VAR("locations"), locations a Python list of strings '
                   'such as "pkg/mod.py:12" or "pkg/mod.py:40-52" (a path of the corpus, then a line or a range of '
                   "lines; an empty list when there are none)."),
-    "json": 'Answer type: json. End with FINAL_VAR("data"), data a dict or list that JSON can encode.',
+    AnswerType.JSON: 'Answer type: json. End with FINAL_VAR("data"), data a dict or list that JSON can encode.',
 }
 
 #: ``path:line`` or ``path:start-end`` (a ``#L12-L20`` anchor too).
@@ -63,16 +64,24 @@ _BOOLS = {"true": True, "yes": True, "false": False, "no": False}
 
 @dataclass(frozen=True)
 class AnswerSpec:
-    """The type a question's answer must have: ``kind`` (one of :data:`TYPES`) and, for
-    ``locations``, the corpus's files as ``path -> line count``."""
+    """The type a question's answer must have: ``kind`` and, for a type whose items are places
+    (``locations``), the corpus's files as ``path -> line count``. A ``kind`` given by its name
+    (``"int"``) is read as its :class:`~rlm_cli.answer_types.AnswerType`.
 
-    kind: str = "text"
+    Raises:
+        ValueError: ``kind`` names no answer type.
+    """
+
+    kind: AnswerType = AnswerType.TEXT
     lines: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", AnswerType(self.kind))
 
     @property
     def typed(self) -> bool:
         """Whether the answer has a type other than ``text``."""
-        return self.kind != "text"
+        return self.kind.typed
 
 
 @dataclass(frozen=True)
@@ -81,22 +90,22 @@ class TypedValue:
     ``problem`` (why it is not well typed; ``""`` when it is) and ``dropped`` (locations that
     name no file or lines of the corpus)."""
 
-    kind: str
+    kind: AnswerType
     value: Any
     ok: bool
     problem: str = ""
     dropped: tuple[str, ...] = ()
 
 
-def check_type(kind: str) -> str:
-    """``kind`` when it is one of :data:`TYPES`.
+def check_type(kind: str) -> AnswerType:
+    """The answer type named ``kind``.
 
     Raises:
-        ValueError: it is not (the message lists the types).
+        ValueError: ``kind`` names none (the message lists the names, ``answer_types.NAMES``).
     """
-    if kind not in TYPES:
-        raise ValueError(f"unknown answer type {kind!r}; choose from {', '.join(TYPES)}")
-    return kind
+    if kind not in NAMES:
+        raise ValueError(f"unknown answer type {kind!r}; choose from {', '.join(NAMES)}")
+    return AnswerType(kind)
 
 
 def asked(question: str, spec: AnswerSpec | None) -> str:
@@ -183,9 +192,9 @@ def _as_list(text: str) -> list[Any] | None:
 def parse_value(text: str, spec: AnswerSpec) -> TypedValue:
     """The typed value of answer ``text`` for ``spec`` (see the module docstring). Never raises."""
     kind, t = spec.kind, _clean(text)
-    if kind == "text":
+    if not kind.typed:
         return TypedValue(kind, text, True)
-    if kind == "bool":
+    if kind is AnswerType.BOOL:
         found, value = _literal(t)
         if found and isinstance(value, bool):
             return TypedValue(kind, value, True)
@@ -193,15 +202,15 @@ def parse_value(text: str, spec: AnswerSpec) -> TypedValue:
         if word in _BOOLS:
             return TypedValue(kind, _BOOLS[word], True)
         return TypedValue(kind, None, False, "it is not True or False")
-    if kind in ("int", "number"):
+    if kind.numeric:
         return _number(kind, t)
-    if kind == "list":
+    if kind.placed:
+        return _locations(t, spec.lines)
+    if kind is AnswerType.LIST:
         items = _as_list(t)
         if items is None:
             return TypedValue(kind, None, False, _problem(t, "it is not a list"))
         return TypedValue(kind, items, True)
-    if kind == "locations":
-        return _locations(t, spec.lines)
     found, value = _literal(t)
     ok, value = _jsonable(value) if found else (False, None)
     if not ok:
@@ -210,17 +219,18 @@ def parse_value(text: str, spec: AnswerSpec) -> TypedValue:
     return TypedValue(kind, value, True)
 
 
-def _number(kind: str, t: str) -> TypedValue:
+def _number(kind: AnswerType, t: str) -> TypedValue:
+    """The value of a ``numeric`` type's answer: a whole number when the type is ``whole``."""
     found, value = _literal(t)
     if not found or isinstance(value, bool) or not isinstance(value, (int, float)):
         plain = t.rstrip(".").strip()
-        if (_INT_TEXT if kind == "int" else _NUMBER_TEXT).match(plain):
-            value = float(plain.replace(",", "")) if kind == "number" else int(plain.replace(",", ""))
+        if (_INT_TEXT if kind.whole else _NUMBER_TEXT).match(plain):
+            value = int(plain.replace(",", "")) if kind.whole else float(plain.replace(",", ""))
         else:
-            return TypedValue(kind, None, False, "it is not a whole number" if kind == "int" else "it is not a number")
+            return TypedValue(kind, None, False, "it is not a whole number" if kind.whole else "it is not a number")
     if isinstance(value, float) and not math.isfinite(value):
         return TypedValue(kind, None, False, "it is not a finite number")
-    if kind == "int":
+    if kind.whole:
         if isinstance(value, float) and not value.is_integer():
             return TypedValue(kind, None, False, f"{value} is not a whole number")
         return TypedValue(kind, int(value), True)
@@ -305,7 +315,7 @@ def _locations(t: str, lines: Mapping[str, int]) -> TypedValue:
         elif t.strip().lower().rstrip(".") in ("none", "[]", ""):
             items = []
         else:
-            return TypedValue("locations", None, False,
+            return TypedValue(AnswerType.LOCATIONS, None, False,
                               'it is not a list of locations ("path:line" or "path:start-end")')
     locator = Locator(lines)
     kept: list[str] = []
@@ -321,9 +331,9 @@ def _locations(t: str, lines: Mapping[str, int]) -> TypedValue:
         if ref not in kept:
             kept.append(ref)
     if dropped and not kept:
-        return TypedValue("locations", None, False, "none of its locations names a file and lines of the corpus: "
+        return TypedValue(AnswerType.LOCATIONS, None, False, "none of its locations names a file and lines of the corpus: "
                           + ", ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else ""), tuple(dropped))
-    return TypedValue("locations", kept, True, dropped=tuple(dropped))
+    return TypedValue(AnswerType.LOCATIONS, kept, True, dropped=tuple(dropped))
 
 
 def send_back_note(value: TypedValue) -> str:
@@ -331,7 +341,7 @@ def send_back_note(value: TypedValue) -> str:
     return f"Your answer is not a well-typed {value.kind}: {value.problem}. {INSTRUCTIONS[value.kind]}"
 
 
-class AnswerType(Check):
+class TypeCheck(Check):
     """The ``answer_type`` check: an answer that is not a well-typed value of the question's type
     (:func:`parse_value`) is sent back once with what is wrong; silent on every well-typed one,
     however it was given (written out, computed, prose)."""
@@ -349,7 +359,7 @@ class AnswerType(Check):
 
 def typed_checks(spec: AnswerSpec | None) -> list[Check]:
     """The checks a typed question adds to its policy's (none for ``text``)."""
-    return [AnswerType(spec)] if spec is not None and spec.typed else []
+    return [TypeCheck(spec)] if spec is not None and spec.typed else []
 
 
 def settle(answer: str, spec: AnswerSpec | None, emit: Emit, depth: int = 0) -> TypedValue | None:

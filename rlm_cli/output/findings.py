@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm_cli.answer_types import AnswerType
+
 #: The key of ``partialFingerprints`` (SARIF) and the kind of ``fingerprint`` everywhere: rlm's
 #: own (GitHub reserves ``primaryLocationLineHash`` and computes it itself).
 FINGERPRINT_KEY = "rlmFindingHash/v1"
@@ -116,7 +118,7 @@ class CheckReport:
 
     id: str
     question: str
-    type: str
+    type: AnswerType
     severity: str
     expectation: str
     status: str

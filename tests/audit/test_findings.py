@@ -11,6 +11,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from rlm_cli.answer_types import AnswerType
 from rlm_cli.audit.checklist import parse_check
 from rlm_cli.audit.findings import ReportPaths, fingerprint, place
 from rlm_cli.audit.verdicts import Verdict
@@ -96,9 +97,9 @@ def test_every_format_reads_the_record_baseline_states_and_suppressions_included
     new = Finding("c", "a.py", region, "f1:0", "expected no items", "error")
     kept = dataclasses.replace(new, fingerprint="f2:0", baseline_state="unchanged")
     quiet = dataclasses.replace(new, fingerprint="f3:0", suppression=Suppression("inSource", "reviewed"))
-    failing = CheckReport("c", "q?", "locations", "error", "count = 0", "fail", "expected no items", "[]", [], 2,
+    failing = CheckReport("c", "q?", AnswerType.LOCATIONS, "error", "count = 0", "fail", "expected no items", "[]", [], 2,
                           findings=[new, kept, quiet], fails_job=True)
-    undecided = CheckReport("w", "r?", "int", "warning", "", "error", "the run failed", None, None, 7, exit_code=5)
+    undecided = CheckReport("w", "r?", AnswerType.INT, "warning", "", "error", "the run failed", None, None, 7, exit_code=5)
     report = _report(failing, undecided)
     sarif = json.loads(sarif_text(report, "0"))
     assert not list(sarif_validator().iter_errors(sarif))

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from rlm_cli.answer_types import AnswerType
 from rlm_cli.loop.checks import Candidate, Judge
 from rlm_cli.loop.typed import (
     INSTRUCTIONS,
-    TYPES,
     AnswerSpec,
-    AnswerType,
+    TypeCheck,
     asked,
     check_type,
     location_parts,
@@ -81,14 +81,14 @@ def test_the_check_stays_silent_on_well_typed_answers(kind: str, text: str, valu
     got = parse_value(text, spec(kind))
     assert got.ok and got.value == value and got.problem == ""
     for written in (True, False):
-        assert AnswerType(spec(kind)).review(cand(text, written=written)).action == "accept"
+        assert TypeCheck(spec(kind)).review(cand(text, written=written)).action == "accept"
 
 
 @pytest.mark.parametrize(("kind", "text", "said"), ILL_TYPED)
 def test_the_check_sends_ill_typed_answers_back_saying_what_is_wrong(kind: str, text: str, said: str) -> None:
     got = parse_value(text, spec(kind))
     assert not got.ok and got.value is None and said in got.problem
-    verdict = AnswerType(spec(kind)).review(cand(text))
+    verdict = TypeCheck(spec(kind)).review(cand(text))
     assert verdict.action == "send_back"
     assert said in verdict.note and INSTRUCTIONS[kind] in verdict.note
 
@@ -117,7 +117,7 @@ def test_the_model_is_told_the_type_after_the_question_and_text_is_unchanged() -
     assert asked("Is pickle used?", AnswerSpec("bool")) == f"Is pickle used?\n\n{INSTRUCTIONS['bool']}"
     assert asked("Is pickle used?", AnswerSpec("text")) == "Is pickle used?"
     assert asked("Is pickle used?", None) == "Is pickle used?"
-    assert set(INSTRUCTIONS) == set(TYPES) - {"text"}
+    assert set(INSTRUCTIONS) == {kind for kind in AnswerType if kind.typed}  # every typed type is told
     with pytest.raises(ValueError, match="choose from text, bool"):
         check_type("boolean")
 

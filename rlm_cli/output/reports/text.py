@@ -26,7 +26,7 @@ def value_text(value: Any) -> str:
 
 def shown_value(c: CheckReport) -> Any:
     """What a report shows as a check's value: the typed value, or a text check's answer."""
-    return c.value if c.type != "text" else c.answer
+    return c.value if c.type.typed else c.answer
 
 
 def _source_text(s: dict[str, Any]) -> str:
@@ -42,7 +42,7 @@ def check_details(c: CheckReport) -> str:
         lines.append(f"Expectation: {c.expectation}")
     if c.answer is not None:
         lines.append("Answer: " + c.answer[:ANSWER_CHARS])
-    if c.type != "text" and c.value is not None:
+    if c.type.typed and c.value is not None:
         lines.append(f"Value ({c.type}): {value_text(c.value)}")
     if c.locations:
         lines.append("Locations: " + ", ".join(loc.text for loc in c.locations))
