@@ -75,10 +75,9 @@ CHILD_REASONS = frozenset({"encrypted", "corrupt", "too large", "extra not insta
 ENCODINGS = frozenset({"utf-8", "utf-8-sig", "utf-16", "utf-32", "utf-8+latin-1", "latin-1"})
 #: Largest summary (JSON) of a structured file accepted from the child.
 MAX_META_BYTES = 64 * 1024
-#: The module each kind needs, checked in rlm's process (a missing extra is named at once).
-_NEEDS = {"pdf": ("pypdf", "reading PDF files needs pypdf: pip install '/path/to/rlm[documents]' (the documents extra, or the wheel with [documents])"),
-          "parquet": ("pandas", "reading Parquet files needs pandas and pyarrow: pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])"),
-          "excel": ("pandas", "reading Excel files needs pandas and openpyxl: pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])")}
+#: The module each kind needs, checked in rlm's process (a missing extra is named at once:
+#: ``formats.missing_reader``).
+_NEEDS = {"pdf": "pypdf", "parquet": "pandas", "excel": "pandas"}
 #: Modules the child imports before the first file of a kind (timed by the start, not the file).
 _READERS = {"pdf": ["pypdf"], "parquet": ["pandas", "pyarrow.parquet"], "excel": ["pandas", "openpyxl"]}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
@@ -160,8 +159,8 @@ class Decoder:
             raise formats.Unreadable("too large", f"skipped {sf.display}: {sf.size:,} bytes is over --max-file-size "
                                                   f"{cap:,} (a {kind} file cannot be cut)")
         need = _NEEDS.get(kind)
-        if need is not None and not comp and not _importable(need[0]):
-            raise formats.Unreadable("extra not installed", f"skipped {sf.display}: {need[1]}")
+        if need is not None and not comp and not _importable(need):
+            raise formats.Unreadable("extra not installed", f"skipped {sf.display}: {formats.missing_reader(kind)}")
         readers = _READERS.get(kind, []) if not comp else []
         if readers and kind not in self._warm:
             self._request({"type": "import", "modules": readers}, (), None, sf.display, 0, START_TIMEOUT_S)

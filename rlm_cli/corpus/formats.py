@@ -42,8 +42,12 @@ KINDS = {".json": "json", ".geojson": "json", ".jsonl": "jsonl", ".ndjson": "jso
          ".xlsx": "excel", ".xlsm": "excel", ".pdf": "pdf", ".ipynb": "notebook"}
 #: Kinds read from binary files (never sniffed as text).
 BINARY_KINDS = ("pdf", "parquet", "excel")
-#: The pip extra that brings each optional reader.
+#: The pip extra that brings each optional reader: the one table every install hint is made from
+#: (:func:`missing_reader`; ``pyproject.toml``'s ``[project.optional-dependencies]`` has each).
 EXTRA_FOR = {"pdf": "documents", "parquet": "data", "excel": "data"}
+#: What reading a file of each kind of :data:`EXTRA_FOR` needs: its name, and the libraries.
+_LIBRARIES = {"pdf": ("PDF", "pypdf"), "parquet": ("Parquet", "pandas and pyarrow"),
+              "excel": ("Excel", "pandas and openpyxl")}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -55,6 +59,20 @@ class Unreadable(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+def missing_reader(kind: str) -> str:
+    """Why a file of ``kind`` (a key of :data:`EXTRA_FOR`) is not read while its extra is not
+    installed, and how to install it: ``reading PDF files needs pypdf: pip install
+    '/path/to/rlm[documents]' (the documents extra, or the wheel with [documents])``.
+
+    Raises:
+        KeyError: ``kind`` needs no extra.
+    """
+    shown, libraries = _LIBRARIES[kind]
+    extra = EXTRA_FOR[kind]
+    return (f"reading {shown} files needs {libraries}: "
+            f"pip install '/path/to/rlm[{extra}]' (the {extra} extra, or the wheel with [{extra}])")
 
 
 def kind_of(name: str) -> tuple[str, str]:
@@ -108,8 +126,7 @@ def pdf_text(data: bytes, shown: str) -> str:
     try:
         import pypdf
     except ImportError:
-        raise Unreadable("extra not installed", f"skipped {shown}: reading PDF files needs pypdf: "
-                                                "pip install '/path/to/rlm[documents]' (the documents extra, or the wheel with [documents])") from None
+        raise Unreadable("extra not installed", f"skipped {shown}: {missing_reader('pdf')}") from None
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings about odd files would reach stderr
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
@@ -195,9 +212,8 @@ def table_file(kind: str, data: bytes, shown: str, cap: int, truncate: bool) -> 
         Unreadable: pandas or its engine is missing (``extra not installed``), the file cannot be
             read, or its text is over ``cap``.
     """
-    what = "Parquet" if kind == "parquet" else "Excel"
-    hint = f"reading {what} files needs pandas and {'pyarrow' if kind == 'parquet' else 'openpyxl'}: " \
-           "pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])"
+    what = _LIBRARIES[kind][0]
+    hint = missing_reader(kind)
     try:
         import pandas as pd
     except ImportError:

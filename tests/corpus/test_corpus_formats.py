@@ -8,6 +8,7 @@ import gzip
 import json
 import lzma
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from rlm_cli.config import CorpusOptions
 from rlm_cli.corpus import formats, load_corpus
 from rlm_cli.corpus.model import Corpus
 from rlm_cli.sandbox.corpus_helpers import CorpusView
-from rlm_cli.sandbox.data_helpers import DataView
+from rlm_cli.sandbox.data_helpers import PANDAS_HINT, DataView
 from tests.support.data_kit import encrypt_pdf, make_pdf, notebook
 
 
@@ -150,6 +151,15 @@ def test_without_the_extras_pdf_parquet_and_excel_are_skipped_naming_the_extra(
             in warnings)
     assert "skipped b.xlsx: reading Excel files needs pandas and openpyxl: pip install '/path/to/rlm[data]' (the data extra, or the wheel with [data])" in warnings
 
+
+
+def test_every_install_hint_names_an_extra_the_package_has() -> None:
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    for kind, extra in formats.EXTRA_FOR.items():
+        assert extra in extras and f"rlm[{extra}]' (the {extra} extra" in formats.missing_reader(kind)
+    # the REPL worker imports nothing of corpus: frame()'s hint names the table readers' extra itself
+    assert f"rlm[{formats.EXTRA_FOR['parquet']}]" in PANDAS_HINT and formats.EXTRA_FOR['excel'] == formats.EXTRA_FOR['parquet']
 
 def test_a_notebook_becomes_its_cells_and_text_outputs(tmp_path: Path) -> None:
     root = tmp_path / "c"
