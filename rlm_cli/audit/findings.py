@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from rlm_cli.audit.checklist import Check
 from rlm_cli.audit.verdicts import Verdict
-from rlm_cli.output.findings import Finding, Location, Region
+from rlm_cli.output.findings import Finding, Location, Region, checklist_region
 
 #: The environment variables naming a CI job's checkout, in the order they are tried.
 CI_ROOTS = ("GITHUB_WORKSPACE", "CI_PROJECT_DIR")
@@ -151,10 +151,10 @@ def place(check: Check, verdict: Verdict, message: str, paths: ReportPaths, chec
     spots = [(p, Region(a, b)) for p, a, b in verdict.locations]
     level, seen = check.severity, dict[str, int]()
     if not spots:
-        line = max(1, check.line or 1)
+        at = checklist_region(check.line)
         where = paths.from_root(checklist)
         text = checklist_lines(checklist)
-        return [Finding(check.id, where, Region(line, line), fingerprint(check.id, where, text, line, line, 0), message,
+        return [Finding(check.id, where, at, fingerprint(check.id, where, text, at.start_line, at.end_line, 0), message,
                         level, verdict.status, "checklist")]
     if not check.type.placed:
         first, rest = spots[0], spots[1:]

@@ -39,6 +39,14 @@ class Region:
     end_line: int
 
 
+def checklist_region(line: int) -> Region:
+    """Where a check stands in its checklist, for what has no place in the corpus to point at (a
+    finding placed ``checklist``, the annotation of a check that could not be decided): its line
+    ``line`` (1-based), or line 1 when that is unknown (0)."""
+    at = max(1, line)
+    return Region(at, at)
+
+
 @dataclass(frozen=True)
 class Suppression:
     """Why a finding does not fail: ``kind`` (SARIF's: ``inSource`` for a comment next to the

@@ -54,6 +54,12 @@ def test_a_check_with_nothing_read_is_placed_at_its_checklist_line(tmp_path: Pat
     (f,) = place(check, Verdict("fail", "expected false"), "m", ReportPaths(str(tmp_path), str(tmp_path)),
                  str(tmp_path / "rlm-audit.toml"), lambda p: None)
     assert (f.path, f.region.start_line, f.where) == ("rlm-audit.toml", 4, "checklist")
+    # a line not known (0): the finding and an undecided check's annotation both point at line 1 (one rule)
+    (g,) = place(dataclasses.replace(check, line=0), Verdict("fail", "expected false"), "m",
+                 ReportPaths(str(tmp_path), str(tmp_path)), str(tmp_path / "rlm-audit.toml"), lambda p: None)
+    undecided = CheckReport("c", "q?", AnswerType.BOOL, "error", "", "error", "the run failed", None, None, 0)
+    assert g.region == Region(1, 1)
+    assert github_commands(_report(undecided)).startswith("::error file=rlm-audit.toml,line=1,endLine=1,")
     assert place(check, Verdict("pass", "ok"), "m", ReportPaths("/r", "/r"), "/r/x.toml", lambda p: None) == []
 
 

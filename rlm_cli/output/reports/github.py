@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from rlm_cli.output.findings import AuditReport
+from rlm_cli.output.findings import AuditReport, checklist_region
 from rlm_cli.output.reports.text import findings_line, shown_value, value_text
 from rlm_cli.output.workflow_guard import summary_text
 
@@ -40,9 +40,9 @@ def github_commands(report: AuditReport) -> str:
     out = []
     for c in report.checks:
         if c.status == "error":
-            line = max(1, c.line or 1)
+            at = checklist_region(c.line)
             command = "error" if c.fails_job else COMMANDS[c.severity]
-            out.append(_command(command, report.checklist, line, line, c.id, f"{c.status}: {c.reason}"))
+            out.append(_command(command, report.checklist, at.start_line, at.end_line, c.id, f"{c.status}: {c.reason}"))
             continue
         for f in c.findings:
             if not f.failing:
