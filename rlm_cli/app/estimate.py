@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_cli.answer_types import AnswerType
-from rlm_cli.app.planning import model_window, require_model
+from rlm_cli.app.plan import model_window, require_model
 from rlm_cli.config import Settings
 from rlm_cli.corpus import check_paths, load_corpus
 from rlm_cli.events import Emit, event, is_type

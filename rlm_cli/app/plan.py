@@ -9,7 +9,9 @@ over the corpus, with its reason; the sandbox level) is a :class:`RunPlan`. A qu
 loop takes a ``Settings`` (its one parameter object, which it also hands to the sub-RLMs it
 starts): each question gets :meth:`RunPlan.settings_for`, a new copy with the plan's decisions
 in it, made with ``dataclasses.replace`` and read only; the session's own settings stay as they
-were given (``tests/app/test_plan.py``).
+were given (``tests/app/test_plan.py``). The rules for the model's name (:func:`require_model`)
+and an input window (:func:`model_window`) are here too: ``rlm ask --estimate`` and an audit check
+with a model of its own follow them without a plan.
 """
 
 from __future__ import annotations
@@ -18,13 +20,40 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlm_cli.app.planning import model_window, require_model
-from rlm_cli.config import Settings
+from rlm_cli.config import EXAMPLE_MODEL, Settings
+from rlm_cli.errors import NoModelError, RLMError
 from rlm_cli.loop.fitting import choose_mode
 from rlm_cli.loop.policy import Policy, resolve_policy
 from rlm_cli.models.client import ModelClient
-from rlm_cli.models.detect import ensure_model
+from rlm_cli.models.detect import DEFAULT_WINDOW, ensure_model
 from rlm_cli.sandbox.level import Level
+
+NO_MODEL_HINT = (f"set one with --model (e.g. --model {EXAMPLE_MODEL}), the RLM_MODEL environment variable, "
+                 "or `rlm config set model MODEL`")
+
+
+def require_model(settings: Settings) -> str:
+    """The root model name.
+
+    Raises:
+        NoModelError: none configured.
+    """
+    if not settings.model:
+        raise NoModelError("no model configured", hint=NO_MODEL_HINT)
+    return settings.model
+
+
+def model_window(client: ModelClient, model: str, override: int | None) -> tuple[int, str]:
+    """The input window of ``model`` in tokens and where it came from: ``(override, "flag")``,
+    the client's lookup (``ModelClient.input_window_source``: ``"flag"`` when a window flag names
+    this model, ``"model info"`` from litellm's map, even when it equals the default), or
+    ``(DEFAULT_WINDOW, "default")`` for a model litellm does not know (most local models)."""
+    if override:
+        return int(override), "flag"
+    try:
+        return client.input_window_source(model)
+    except RLMError:
+        return DEFAULT_WINDOW, "default"
 
 
 @dataclass(frozen=True)
@@ -156,7 +185,7 @@ def session_mode(settings: Settings, corpus_tokens: int, window: int, needed: in
 def make_plan(settings: Settings, client: ModelClient, models: ModelChoice, level: Level,
               level_warning: str | None = None, *, corpus_tokens: int, needed: int) -> RunPlan:
     """The run plan of ``settings``: ``models`` with their input windows (``--root-model-window``
-    / ``--sub-model-window``, or ``client``'s lookup: ``planning.model_window``), the policy they
+    / ``--sub-model-window``, or ``client``'s lookup: :func:`model_window`), the policy they
     lead to (``loop.policy.resolve_policy``), the mode rule and the mode it gives over a corpus of
     ``corpus_tokens`` tokens whose first question needs ``needed`` tokens sent directly
     (:func:`session_mode`), and the sandbox ``level``.

@@ -25,7 +25,6 @@ from rlm_cli.app.lane import Lane, QuestionClient
 from rlm_cli.app.outcome import AskOutcome, TurnCounter, attach_partial, run_sources, status_of
 from rlm_cli.app.phases import PhaseTagger
 from rlm_cli.app.plan import RunPlan
-from rlm_cli.app.planning import answer_spec
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import DoesNotFitError, ExitCode, PartialAnswerError, RLMError
@@ -45,6 +44,20 @@ from rlm_cli.output.progress import Progress
 from rlm_cli.output.sources import SourceCollector
 from rlm_cli.output.trace import TraceSink, TraceWriter, new_run_id
 from rlm_cli.sandbox.level import Level
+
+
+def answer_spec(kind: str, corpus: Corpus | None) -> AnswerSpec:
+    """The :class:`~rlm_cli.loop.typed.AnswerSpec` of a question whose answer has type ``kind``
+    (its name) over ``corpus``: a ``locations`` answer is checked against its files and their line
+    counts.
+
+    Raises:
+        ValueError: ``kind`` names no answer type.
+    """
+    answer_type = AnswerType(kind)
+    if not answer_type.placed or corpus is None:
+        return AnswerSpec(answer_type)
+    return AnswerSpec(answer_type, {f.path: f.lines for f in corpus.files})
 
 
 class QuestionHost(Protocol):

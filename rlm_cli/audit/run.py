@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlm_cli.app.batch import Question, Result, result_document, run_all
-from rlm_cli.app.planning import model_window
+from rlm_cli.app.plan import model_window
 from rlm_cli.app.session import Session
 from rlm_cli.audit import suppress
 from rlm_cli.audit.baseline import Baseline, compare, counted
