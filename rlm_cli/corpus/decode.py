@@ -51,7 +51,7 @@ from typing import Any
 from rlm_cli import protocol
 from rlm_cli.config import CorpusOptions
 from rlm_cli.config_keys import format_size
-from rlm_cli.corpus import formats
+from rlm_cli.corpus import file_kinds
 from rlm_cli.corpus.decoding import Decoded, SourceFile
 from rlm_cli.sandbox.level import Level
 
@@ -76,7 +76,7 @@ ENCODINGS = frozenset({"utf-8", "utf-8-sig", "utf-16", "utf-32", "utf-8+latin-1"
 #: Largest summary (JSON) of a structured file accepted from the child.
 MAX_META_BYTES = 64 * 1024
 #: The module each kind needs, checked in rlm's process (a missing extra is named at once:
-#: ``formats.missing_reader``).
+#: ``file_kinds.missing_reader``).
 _NEEDS = {"pdf": "pypdf", "parquet": "pandas", "excel": "pandas"}
 #: Modules the child imports before the first file of a kind (timed by the start, not the file).
 _READERS = {"pdf": ["pypdf"], "parquet": ["pandas", "pyarrow.parquet"], "excel": ["pandas", "openpyxl"]}
@@ -84,13 +84,13 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
 
 
 def in_child(kind: str, comp: str, head: bytes) -> bool:
-    """Whether a file of ``kind`` and compression ``comp`` (from ``formats.kind_of``), whose
+    """Whether a file of ``kind`` and compression ``comp`` (from ``file_kinds.kind_of``), whose
     first 8 KiB are ``head``, is decoded in the child: a compressed file with its format's
     magic bytes, a PDF, Parquet or Excel file, or a notebook that is not binary."""
     from rlm_cli.corpus.decoding import is_binary
 
     if comp:
-        return formats.magic_matches(comp, head)
+        return file_kinds.magic_matches(comp, head)
     return kind in DOCUMENT_KINDS and not (kind == "notebook" and is_binary(head))
 
 
@@ -146,21 +146,21 @@ class Decoder:
 
     # -- requests --------------------------------------------------------------------------------
     def decode_file(self, fd: int, sf: SourceFile, kind: str, comp: str, options: CorpusOptions) -> Decoded:
-        """Decode the open file ``fd`` (``sf``; ``kind`` and ``comp`` from ``formats.kind_of``) in
+        """Decode the open file ``fd`` (``sf``; ``kind`` and ``comp`` from ``file_kinds.kind_of``) in
         the child: its text, decoding, kind tags and, for a table or structured file, its encoded
         payload and summary (``Decoded.encoded``/``meta``).
 
         Raises:
-            formats.Unreadable: skip the file: the child's own reasons (``encrypted``, ``corrupt``,
+            file_kinds.Unreadable: skip the file: the child's own reasons (``encrypted``, ``corrupt``,
                 ``too large``, ``binary`` with an empty message...) or :data:`REASONS`.
         """
         cap = options.max_file_size
-        if kind in formats.BINARY_KINDS and not comp and sf.size > cap:
-            raise formats.Unreadable("too large", f"skipped {sf.display}: {sf.size:,} bytes is over --max-file-size "
+        if kind in file_kinds.BINARY_KINDS and not comp and sf.size > cap:
+            raise file_kinds.Unreadable("too large", f"skipped {sf.display}: {sf.size:,} bytes is over --max-file-size "
                                                   f"{cap:,} (a {kind} file cannot be cut)")
         need = _NEEDS.get(kind)
         if need is not None and not comp and not _importable(need):
-            raise formats.Unreadable("extra not installed", f"skipped {sf.display}: {formats.missing_reader(kind)}")
+            raise file_kinds.Unreadable("extra not installed", f"skipped {sf.display}: {file_kinds.missing_reader(kind)}")
         readers = _READERS.get(kind, []) if not comp else []
         if readers and kind not in self._warm:
             self._request({"type": "import", "modules": readers}, (), None, sf.display, 0, START_TIMEOUT_S)
@@ -169,7 +169,7 @@ class Decoder:
                   "truncate": options.truncate_large}
         answer, (text, payload) = self._request(header, (), fd, sf.display, self._reply_limit(cap))
         if answer.get("binary") is True:
-            raise formats.Unreadable("binary", "")
+            raise file_kinds.Unreadable("binary", "")
         expected = {",".join(t for t in (k, comp) if t) for k in (kind, "")}
         got_kind = answer.get("kind")
         encoding = answer.get("encoding")
@@ -189,7 +189,7 @@ class Decoder:
         and attach its encoded payload and summary (``decoded.encoded``/``meta``).
 
         Raises:
-            formats.Unreadable: skip the file (:data:`REASONS`).
+            file_kinds.Unreadable: skip the file (:data:`REASONS`).
         """
         base = decoded.kind.split(",")[0]
         header = {"type": "parse", "kind": base, "shown": sf.display}
@@ -210,9 +210,9 @@ class Decoder:
             meta = {"kind": decoded.kind.split(",")[0], "error": "the decoder gave no usable summary", "line": 1}
         decoded.encoded, decoded.meta = payload, meta
 
-    def _refuse(self, shown: str, what: str) -> formats.Unreadable:
+    def _refuse(self, shown: str, what: str) -> file_kinds.Unreadable:
         self._kill()
-        return formats.Unreadable("decode crash", f"skipped {shown}: the document decoder sent {what}; it was stopped")
+        return file_kinds.Unreadable("decode crash", f"skipped {shown}: the document decoder sent {what}; it was stopped")
 
     def _request(self, header: dict[str, Any], blobs: tuple[bytes, ...], fd: int | None, shown: str,
                  limit: int, seconds: float | None = None) -> tuple[dict[str, Any], tuple[bytes, bytes]]:
@@ -220,7 +220,7 @@ class Decoder:
         ``(answer header, (text, payload))``; each blob may hold at most ``limit`` bytes.
 
         Raises:
-            formats.Unreadable: the child's own skip reason, or :data:`REASONS` (timeout, memory,
+            file_kinds.Unreadable: the child's own skip reason, or :data:`REASONS` (timeout, memory,
                 crash, a child that cannot start); the child is stopped in each of those cases.
         """
         sock = self._ensure(shown)
@@ -238,13 +238,13 @@ class Decoder:
                 raise self._refuse(shown, "a malformed answer")
             if any(n > limit for n in sizes):
                 self._kill()
-                raise formats.Unreadable("too large", f"skipped {shown}: its decoded text is over "
+                raise file_kinds.Unreadable("too large", f"skipped {shown}: its decoded text is over "
                                                       f"{limit:,} bytes ({max(sizes):,})")
             parts = [bytes(protocol.recv_exact(sock, n, deadline)) for n in sizes]
         except TimeoutError:
             self._kill()
             what = "decoding it" if seconds == self.timeout_s else "loading its reader in the decoder"
-            raise formats.Unreadable("decode timeout", f"skipped {shown}: {what} took over "
+            raise file_kinds.Unreadable("decode timeout", f"skipped {shown}: {what} took over "
                                                        f"{'--decode-timeout ' if seconds == self.timeout_s else ''}"
                                                        f"{seconds:g} s (the decoder was stopped)") from None
         except (protocol.ProtocolError, OSError):
@@ -254,14 +254,14 @@ class Decoder:
             reason = reason if isinstance(reason, str) and reason in CHILD_REASONS else "unreadable"
             if reason == "decode memory":
                 self._kill()
-                raise formats.Unreadable("decode memory", f"skipped {shown}: decoding it needed over --decode-memory "
+                raise file_kinds.Unreadable("decode memory", f"skipped {shown}: decoding it needed over --decode-memory "
                                                           f"{format_size(self.memory_bytes)} (the decoder was stopped)")
             message = answer.get("message")
             text = _CONTROL.sub("?", message[:2000]) if isinstance(message, str) else f"skipped {shown}: unreadable"
-            raise formats.Unreadable(reason, text if reason != "binary" else "")
+            raise file_kinds.Unreadable(reason, text if reason != "binary" else "")
         return answer, (parts[0], parts[1])
 
-    def _died(self, shown: str) -> formats.Unreadable:
+    def _died(self, shown: str) -> file_kinds.Unreadable:
         """The error for a child that died during a request (a crash, or the kernel's answer to
         an allocation past its address-space limit inside a C library)."""
         proc = self._box.proc if self._box is not None else None
@@ -279,7 +279,7 @@ class Decoder:
                 how = f"killed by signal {-status}"
         else:
             how = f"exit status {status}" if status is not None else "it stopped answering"
-        return formats.Unreadable("decode crash", f"skipped {shown}: the document decoder died reading it ({how}; "
+        return file_kinds.Unreadable("decode crash", f"skipped {shown}: the document decoder died reading it ({how}; "
                                                   f"a file needing over --decode-memory "
                                                   f"{format_size(self.memory_bytes)} can do that)")
 
@@ -288,10 +288,10 @@ class Decoder:
         """The socket of a running child, starting one when there is none.
 
         Raises:
-            formats.Unreadable: ``decoder unavailable`` (it could not start; not tried again).
+            file_kinds.Unreadable: ``decoder unavailable`` (it could not start; not tried again).
         """
         if self._broken is not None:
-            raise formats.Unreadable("decoder unavailable", f"skipped {shown}: {self._broken}")
+            raise file_kinds.Unreadable("decoder unavailable", f"skipped {shown}: {self._broken}")
         box = self._box
         if self._sock is not None and box is not None and box.proc is not None and box.proc.poll() is None:
             return self._sock
@@ -305,7 +305,7 @@ class Decoder:
                 tail = self._box.stderr_tail.decode("utf-8", "replace").strip().splitlines()
                 detail = f": {tail[-1][:200]}" if tail else ""
             self._broken = f"the document decoder could not start ({exc}{detail})"
-            raise formats.Unreadable("decoder unavailable", f"skipped {shown}: {self._broken}") from None
+            raise file_kinds.Unreadable("decoder unavailable", f"skipped {shown}: {self._broken}") from None
 
     def _start(self) -> socket.socket:
         """Start and confine a child (see the module docstring); its socket.

@@ -29,7 +29,7 @@ followed by the raw *blobs* whose byte lengths its ``blobs`` list gives:
 * answers: ``{"type": "result", "ok": true, "kind", "encoding", "truncated", "cut", "meta":
   summary | null, "blobs": [text bytes, payload bytes]}`` (for ``parse`` the text blob is empty;
   the payload blob is ``structured.encode``'s marshal bytes, or empty without one), or ``{"ok":
-  false, "reason", "message"}`` for a file that cannot be read (``formats.Unreadable``) or that
+  false, "reason", "message"}`` for a file that cannot be read (``file_kinds.Unreadable``) or that
   ran out of memory (``reason`` ``decode memory``; the child then exits, its heap in doubt).
 
 A request that outlives ``--decode-timeout`` is the parent's to handle: it kills the child.
@@ -93,10 +93,10 @@ def _decode_file(header: dict[str, Any], fd: int) -> tuple[dict[str, Any], tuple
     ``loader.read_source``, which sends it here).
 
     Raises:
-        formats.Unreadable: the file cannot be read as its kind (or is over the cap once decompressed).
+        file_kinds.Unreadable: the file cannot be read as its kind (or is over the cap once decompressed).
     """
     from rlm_cli.config import CorpusOptions
-    from rlm_cli.corpus import decoding, formats
+    from rlm_cli.corpus import decoding, file_kinds
 
     kind, comp, shown = str(header["kind"]), str(header["comp"]), str(header["shown"])
     cap, truncate = int(header["cap"]), bool(header["truncate"])
@@ -106,14 +106,14 @@ def _decode_file(header: dict[str, Any], fd: int) -> tuple[dict[str, Any], tuple
     os.lseek(fd, 0, os.SEEK_SET)
     with open(fd, "rb", buffering=0, closefd=False) as fh:
         if comp:
-            data, cut = formats.decompress(fh, comp, cap, shown)
+            data, cut = file_kinds.decompress(fh, comp, cap, shown)
             if cut and not truncate:
-                raise formats.Unreadable("too large", f"skipped {shown}: over --max-file-size {cap:,} bytes once "
+                raise file_kinds.Unreadable("too large", f"skipped {shown}: over --max-file-size {cap:,} bytes once "
                                                       "decompressed (raise it, or --truncate-large keeps the start)")
         else:
             data = decoding.read_up_to(fh, cap + 1)
-            if len(data) > cap and kind in formats.BINARY_KINDS:
-                raise formats.Unreadable("too large", f"skipped {shown}: over --max-file-size {cap:,} bytes "
+            if len(data) > cap and kind in file_kinds.BINARY_KINDS:
+                raise file_kinds.Unreadable("too large", f"skipped {shown}: over --max-file-size {cap:,} bytes "
                                                       f"(a {kind} file cannot be cut)")
     decoded = decoding.decode_kind(data, kind, comp, sf, options, cut)
     if decoded is None:
@@ -160,7 +160,7 @@ def _confine(config: dict[str, Any], parent_pid: int) -> list[str]:
 
 def serve(sock: socket.socket) -> None:
     """Answer requests on ``sock`` until the parent closes it (or a decode runs out of memory)."""
-    from rlm_cli.corpus import formats
+    from rlm_cli.corpus import file_kinds
 
     while True:
         try:
@@ -184,7 +184,7 @@ def serve(sock: socket.socket) -> None:
                 parts = (b"", b"")
             else:
                 answer = {"ok": False, "reason": "unreadable", "message": "a malformed decode request"}
-        except formats.Unreadable as exc:
+        except file_kinds.Unreadable as exc:
             # The readers turn any exception into a skip reason, a MemoryError too: it is the limit's.
             out_of_memory = isinstance(exc.__context__, MemoryError)
             answer = {"ok": False, "reason": "decode memory" if out_of_memory else exc.reason, "message": str(exc)}

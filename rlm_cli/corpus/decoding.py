@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import formats, surrogates
+from rlm_cli.corpus import file_kinds, surrogates
 
 #: Bytes inspected for binary detection (the same window git and ripgrep use).
 SNIFF_BYTES = 8192
@@ -59,7 +59,7 @@ class Decoded:
     """A file's text, the UTF-8 bytes of that text, how it was decoded, and whether only its
     head was kept (``--truncate-large``). ``kind`` is what the file was read as, comma-separated
     (``""`` plain text; ``pdf``, ``notebook``, ``jsonl``, ``csv,gz``...: see
-    ``rlm_cli.corpus.formats``); ``payload`` the parsed table of a Parquet or Excel file."""
+    ``rlm_cli.corpus.file_kinds``); ``payload`` the parsed table of a Parquet or Excel file."""
 
     text: str
     data: bytes
@@ -157,7 +157,7 @@ def trim_partial_utf8(data: bytes) -> bytes:
 
 def compression_of(data: bytes) -> str:
     """The compression whose magic bytes start ``data`` (``gz``, ``bz2``, ``xz``), or ``""``."""
-    return next((tag for tag, magic in formats.COMPRESSIONS.values() if data.startswith(magic)), "")
+    return next((tag for tag, magic in file_kinds.COMPRESSIONS.values() if data.startswith(magic)), "")
 
 
 def decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: CorpusOptions,
@@ -165,14 +165,14 @@ def decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: Corp
     """Turn a file's (decompressed) bytes into text by its kind; ``None`` when they are binary.
 
     Raises:
-        formats.Unreadable: the file cannot be read as its kind.
+        file_kinds.Unreadable: the file cannot be read as its kind.
     """
     tags = [kind] if kind else []
     if kind == "pdf":
-        text = surrogates.text_of(formats.pdf_text(data, sf.display))  # (a lone surrogate is U+FFFD)
+        text = surrogates.text_of(file_kinds.pdf_text(data, sf.display))  # (a lone surrogate is U+FFFD)
         return Decoded(text, text.encode("utf-8", "surrogatepass"), "utf-8", kind=",".join(tags + [comp] * bool(comp)))
     if kind in ("parquet", "excel"):
-        text, payload = formats.table_file(kind, data, sf.display, options.max_file_size, options.truncate_large)
+        text, payload = file_kinds.table_file(kind, data, sf.display, options.max_file_size, options.truncate_large)
         return Decoded(text, text.encode("utf-8", "surrogatepass"), "utf-8", kind=",".join(tags + [comp] * bool(comp)),
                        payload=payload)
     if comp and is_binary(data[:SNIFF_BYTES]):
@@ -185,7 +185,7 @@ def decode_kind(data: bytes, kind: str, comp: str, sf: SourceFile, options: Corp
     decoded = decode_bytes(data)
     decoded.truncated = cut
     if kind == "notebook":
-        cells = formats.notebook_text(decoded.text)
+        cells = file_kinds.notebook_text(decoded.text)
         if cells is not None:
             cells = surrogates.text_of(cells)  # (a "\ud800" escape in a cell is U+FFFD)
         if cells is None:

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import formats, nofollow
+from rlm_cli.corpus import file_kinds, nofollow
 from rlm_cli.corpus.decoding import (
     BINARY_RATIO,
     SNIFF_BYTES,
@@ -119,8 +119,8 @@ def binary_anyway(path: str, real: str) -> bool:
     8 KiB are binary (:func:`is_binary`). Reads only those 8 KiB, of the file at real path
     ``real`` opened without following a link (``nofollow.open_file``: non-blocking); ``False``
     when it cannot."""
-    kind, comp = formats.kind_of(path)
-    if comp or kind in formats.BINARY_KINDS or kind == "notebook":
+    kind, comp = file_kinds.kind_of(path)
+    if comp or kind in file_kinds.BINARY_KINDS or kind == "notebook":
         return False
     try:
         fd = nofollow.open_file(real)
@@ -178,7 +178,7 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
     non-blocking and checked again to be a regular file, so a path swapped for a FIFO after
     ``walk.discover`` cannot hang the run, and a path swapped for a symlink (or another file) is not
     read (:func:`open_checked`). Compressed files, PDFs, notebooks, Parquet and Excel
-    files are turned into text by ``rlm_cli.corpus.formats`` (their decompressed or rendered
+    files are turned into text by ``rlm_cli.corpus.file_kinds`` (their decompressed or rendered
     size counts against ``--max-file-size``) in the confined decoder (``rlm_cli.corpus.decode``,
     which also parses large JSON, JSONL, CSV and TSV files); one that cannot be read, or that
     exceeds the decoder's limits, is skipped with a warning.
@@ -186,7 +186,7 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
     from rlm_cli.corpus import decode
 
     assert sf.path is not None
-    kind, comp = formats.kind_of(sf.path)
+    kind, comp = file_kinds.kind_of(sf.path)
     cap = options.max_file_size
     limit = cap if options.truncate_large else -1
     cut = False
@@ -204,16 +204,16 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
             head = read_up_to(fh, SNIFF_BYTES)
             if decode.in_child(kind, comp, head):
                 child, data = decode.decoder(options).decode_file(fd, sf, kind, comp, options), b""
-            elif comp and formats.magic_matches(comp, head):
+            elif comp and file_kinds.magic_matches(comp, head):
                 fh.seek(0)
-                data, cut = formats.decompress(fh, comp, cap, sf.display)
+                data, cut = file_kinds.decompress(fh, comp, cap, sf.display)
                 if cut and not options.truncate_large:
                     report.skip("too large", f"skipped {sf.display}: over --max-file-size {cap:,} bytes once "
                                              "decompressed (raise it, or --truncate-large keeps the start)",
                                 path=sf.display)
                     return None
                 head = data[:SNIFF_BYTES]
-            elif kind in formats.BINARY_KINDS:
+            elif kind in file_kinds.BINARY_KINDS:
                 comp = ""
                 if size > cap:
                     report.skip("too large", f"skipped {sf.display}: {size:,} bytes is over --max-file-size "
@@ -235,7 +235,7 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
         reason, words = os_failure(exc, sf.path)
         report.skip(reason, f"skipped {sf.display}: {words}", path=sf.display)
         return None
-    except formats.Unreadable as exc:
+    except file_kinds.Unreadable as exc:
         report.skip(exc.reason, str(exc) or None, path=sf.display)
         return None
     try:
@@ -243,7 +243,7 @@ def read_source(sf: SourceFile, options: CorpusOptions, report: LoadReport) -> D
         if child is None and decoded is not None and len(decoded.data) >= decode.CHILD_PARSE_BYTES \
                 and decoded.kind.split(",")[0] in ("json", "jsonl", "csv", "tsv"):
             decode.decoder(options).parse(decoded, sf, options)
-    except formats.Unreadable as exc:
+    except file_kinds.Unreadable as exc:
         report.skip(exc.reason, str(exc), path=sf.display)
         return None
     return _counted(decoded, sf, comp, report)
@@ -272,7 +272,7 @@ def read_piped(data: bytes, sf: SourceFile, options: CorpusOptions, report: Load
     (counted in ``report`` under ``sf``'s name)."""
     import tempfile
 
-    ext = next(ext for ext, (tag, _) in formats.COMPRESSIONS.items() if tag == compression_of(data))
+    ext = next(ext for ext, (tag, _) in file_kinds.COMPRESSIONS.items() if tag == compression_of(data))
     with tempfile.TemporaryDirectory(prefix="rlm-stdin-") as folder:
         path = os.path.join(folder, f"stdin{ext}")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)

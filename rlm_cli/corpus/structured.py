@@ -15,7 +15,7 @@ Payload layout (read by ``rlm_cli.sandbox.data_helpers``; change it only with
   ``array("I")`` of the 1-based line where each element of a top-level array starts. An invalid
   file: ``{"kind": "json", "error": str, "line": int}``.
 * Tables (``jsonl``, ``csv``, ``tsv``, ``accesslog`` from ``rlm_cli.corpus.accesslog``, and
-  ``parquet``/``excel`` from ``formats``):
+  ``parquet``/``excel`` from ``file_kinds``):
   ``{"kind": str, "tables": [table, ...]}``, one table per sheet (one for the others). A table is
   ``{"name": sheet name or None, "n": rows, "lines": bytes (array("I"), the 1-based line of each
   row in the file's text), "keys": [column names], "cols": [one list of n values per key],
@@ -53,7 +53,7 @@ from typing import Any
 
 from rlm_cli.corpus import surrogates
 
-#: Kinds parsed here (by extension, see ``formats.kind_of``).
+#: Kinds parsed here (by extension, see ``file_kinds.kind_of``).
 TEXT_DATA_KINDS = ("json", "jsonl", "csv", "tsv")
 #: Kinds whose payload is a list of tables (rows for ``records()``).
 TABLE_KINDS = ("jsonl", "csv", "tsv", "parquet", "excel", "accesslog")

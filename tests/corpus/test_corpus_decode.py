@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.config import CorpusOptions, decode_limits
-from rlm_cli.corpus import decode, formats
+from rlm_cli.corpus import decode, file_kinds
 from rlm_cli.corpus.loader import SourceFile
 from rlm_cli.errors import UsageError
 from tests.security.test_hostile_documents import slow_pdf
@@ -60,7 +60,7 @@ def test_a_decoder_killed_mid_document_is_a_decode_crash_and_the_next_one_works(
         fd = os.open(path, os.O_RDONLY)
         killer.start()
         started = time.monotonic()
-        with pytest.raises(formats.Unreadable) as info:
+        with pytest.raises(file_kinds.Unreadable) as info:
             d.decode_file(fd, sf, "pdf", "", CorpusOptions())
         assert time.monotonic() - started < 30
         assert info.value.reason == "decode crash"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import formats, load_corpus
+from rlm_cli.corpus import file_kinds, load_corpus
 from rlm_cli.corpus.model import Corpus
 from rlm_cli.sandbox.corpus_helpers import CorpusView
 from rlm_cli.sandbox.data_helpers import PANDAS_HINT, DataView
@@ -38,12 +38,12 @@ def view_of(corpus: Corpus) -> tuple[CorpusView, DataView]:
 
 
 def test_kind_of_reads_the_name_under_the_compression_suffix() -> None:
-    assert formats.kind_of("logs/app.log.gz") == ("", "gz")
-    assert formats.kind_of("x/Rows.JSONL.XZ") == ("jsonl", "xz")
-    assert formats.kind_of("t.tsv.bz2") == ("tsv", "bz2")
-    assert formats.kind_of("a.pdf") == ("pdf", "")
-    assert formats.kind_of(".gz") == ("", "")
-    assert formats.kind_of("notes.ipynb") == ("notebook", "")
+    assert file_kinds.kind_of("logs/app.log.gz") == ("", "gz")
+    assert file_kinds.kind_of("x/Rows.JSONL.XZ") == ("jsonl", "xz")
+    assert file_kinds.kind_of("t.tsv.bz2") == ("tsv", "bz2")
+    assert file_kinds.kind_of("a.pdf") == ("pdf", "")
+    assert file_kinds.kind_of(".gz") == ("", "")
+    assert file_kinds.kind_of("notes.ipynb") == ("notebook", "")
 
 
 def test_compressed_files_are_read_transparently_and_counted_by_kind(tmp_path: Path) -> None:
@@ -156,10 +156,10 @@ def test_without_the_extras_pdf_parquet_and_excel_are_skipped_naming_the_extra(
 def test_every_install_hint_names_an_extra_the_package_has() -> None:
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     extras = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["optional-dependencies"]
-    for kind, extra in formats.EXTRA_FOR.items():
-        assert extra in extras and f"rlm[{extra}]' (the {extra} extra" in formats.missing_reader(kind)
+    for kind, extra in file_kinds.EXTRA_FOR.items():
+        assert extra in extras and f"rlm[{extra}]' (the {extra} extra" in file_kinds.missing_reader(kind)
     # the REPL worker imports nothing of corpus: frame()'s hint names the table readers' extra itself
-    assert f"rlm[{formats.EXTRA_FOR['parquet']}]" in PANDAS_HINT and formats.EXTRA_FOR['excel'] == formats.EXTRA_FOR['parquet']
+    assert f"rlm[{file_kinds.EXTRA_FOR['parquet']}]" in PANDAS_HINT and file_kinds.EXTRA_FOR['excel'] == file_kinds.EXTRA_FOR['parquet']
 
 def test_a_notebook_becomes_its_cells_and_text_outputs(tmp_path: Path) -> None:
     root = tmp_path / "c"

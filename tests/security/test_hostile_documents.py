@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rlm_cli.config import CorpusOptions
-from rlm_cli.corpus import decode, formats, load_corpus, structured
+from rlm_cli.corpus import decode, file_kinds, load_corpus, structured
 from tests.support.cli import model_flags, run_rlm
 from tests.support.data_kit import make_pdf, notebook, pdf_from_objects
 from tests.support.fake_llm import FakeLLM, repl
@@ -216,11 +216,11 @@ def test_normal_documents_decode_as_the_in_process_readers_do(tmp_path: Path) ->
     text = {f.path: corpus.context[f.start:f.end] for f in corpus.files}
     meta = {f.path: f.dmeta for f in corpus.files}
     cap = CorpusOptions().max_file_size
-    assert text["report.pdf"] == formats.pdf_text(pdf, "report.pdf")
-    assert text["a.ipynb"] == formats.notebook_text(nb)
+    assert text["report.pdf"] == file_kinds.pdf_text(pdf, "report.pdf")
+    assert text["a.ipynb"] == file_kinds.notebook_text(nb)
     data = corpus.data_file.read_bytes() if corpus.data_file else b""
     for name, kind in (("t.parquet", "parquet"), ("book.xlsx", "excel")):
-        want_text, want_payload = formats.table_file(kind, (root / name).read_bytes(), name, cap, False)
+        want_text, want_payload = file_kinds.table_file(kind, (root / name).read_bytes(), name, cap, False)
         assert text[name] == want_text
         assert meta[name] == structured.summarize(want_payload)
     want, want_meta = structured.parse("jsonl", rows)
