@@ -52,9 +52,16 @@ class Scope:
         """What a check's question adds: the files it is about."""
         names = sorted(self.files)
         listed = ", ".join(names[:LISTED]) + (f" and {len(names) - LISTED} more" if len(names) > LISTED else "")
-        which = "staged for the next commit" if self.staged else f"changed since {self.ref}"
-        return (f"This audit is about the files {which}: {listed}. Other files may be read "
+        return (f"This audit is about the files {self.which()}: {listed}. Other files may be read "
                 "for context, but answer only about these.")
+
+    def which(self) -> str:
+        """Which files these are, in words: ``changed since REF`` or ``staged for the next commit``."""
+        return "staged for the next commit" if self.staged else f"changed since {self.ref}"
+
+    def unasked(self) -> str:
+        """Why a check none of whose files is in the scope passes without a model call."""
+        return f"no file it is about is {self.which()}" if self.staged else f"no file it is about {self.which()}"
 
     def document(self) -> dict[str, object]:
         """The ``changed_since`` section of the audit document (``staged``: only when true)."""

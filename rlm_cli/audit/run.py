@@ -286,7 +286,7 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
     asked = [c for c in checklist.checks if scope is None or scope.touches(scope_matcher(c))]
     for c in checklist.checks:
         if c not in asked and scope is not None:
-            runs[c.id] = unasked_run(c, f"no file it is about changed since {scope.ref}")
+            runs[c.id] = unasked_run(c, scope.unasked())
             on_check(runs[c.id])
     session = Session(settings, paths, emit=session_events, backend=backend, numbered=True,
                       question_budget=check_budget)

@@ -6,6 +6,7 @@ asked about, a renamed file is under its new name."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -28,7 +29,8 @@ def findings(doc: dict) -> list[tuple[str, int]]:
 def test_staged_from_the_first_commit_on(tmp_path: Path, llm: FakeLLM) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
-    (repo / "rlm-audit.toml").write_text(checklist_text(["no-eval"]))  # the checklist is no code to ask about
+    # the checklist is no code to ask about; a check about files the commit leaves alone is not asked
+    (repo / "rlm-audit.toml").write_text(checklist_text(["no-eval", "enough-files"]) + 'include = ["svc/**"]\n')
     for name, text in (("a.py", EVAL), ("b c.py", CLEAN), ("same.py", EVAL), ("gone.py", CLEAN), ("f.py", CLEAN)):
         (repo / name).write_text(text)
     git(repo, "init", "-q")
@@ -58,6 +60,8 @@ def test_staged_from_the_first_commit_on(tmp_path: Path, llm: FakeLLM) -> None:
     assert doc["changed_since"] == {"ref": "HEAD", "merge_base": head, "files": ["f.py", "renamed é.py"],
                                     "staged": True}
     assert findings(doc) == [("f.py", 2), ("renamed é.py", 2)]
+    unasked = next(c for c in doc["checks"] if c["id"] == "enough-files")
+    assert (unasked["status"], unasked["reason"]) == ("pass", "no file it is about is staged for the next commit")
     asked = [json.dumps(r, ensure_ascii=False) for r in llm.requests]
     assert any("the files staged for the next commit: f.py, renamed é.py." in r for r in asked)
 
@@ -67,8 +71,10 @@ def test_staged_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     (tmp_path / "plain" / "a.py").write_text(CLEAN)
     (tmp_path / "plain" / "rlm-audit.toml").write_text(checklist_text(["no-eval"]))
     env = {"GIT_CEILING_DIRECTORIES": str(tmp_path)}  # no repository above the folder
-    for args, said in ((["--staged"], "--staged: not a git repository"),
-                       (["--changed-since", "HEAD", "--staged"], "--staged and --changed-since")):
-        res = run_rlm("audit", "plain", "--model", "openai/root", *args, cwd=tmp_path, env=env)
+    for args, said, path in ((["--staged"], "--staged: not a git repository", None),
+                             (["--staged"], "--staged needs git", str(tmp_path / "no-git")),
+                             (["--changed-since", "HEAD", "--staged"], "--staged and --changed-since", None)):
+        res = run_rlm("audit", "plain", "--model", "openai/root", *args, cwd=tmp_path,
+                      env={**env, "PATH": path or os.environ["PATH"]})
         assert res.code == 2 and len(res.stderr.strip().splitlines()) <= 2, res.stderr
         assert said in res.stderr and "Traceback" not in res.stderr
