@@ -85,3 +85,21 @@ def test_outside_a_repository_or_without_git_one_clear_error(tmp_path: Path, mon
     with pytest.raises(UsageError) as err:
         scope()
     assert str(err.value).startswith(f"{flag} needs git"), err.value
+
+
+def test_staged_reads_the_index_git_commit_gives_the_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``git commit -a`` or ``git commit PATH`` runs the hook with ``GIT_INDEX_FILE`` naming the
+    index the commit is made from (relative to the top folder): that index is the one read."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    write(repo, "a.py")
+    write(repo, "b.py")
+    git(repo, "add", "a.py")
+    shutil.copy(repo / ".git" / "index", repo / ".git" / "next-index")
+    monkeypatch.setenv("GIT_INDEX_FILE", ".git/next-index")
+    git(repo, "add", "b.py")
+    (repo / "sub").mkdir()  # git is asked from the first folder PATH: the relative index still resolves
+    assert staged([str(repo / "sub"), str(repo)]).files == {os.path.realpath(repo / n) for n in ("a.py", "b.py")}
+    monkeypatch.delenv("GIT_INDEX_FILE")
+    assert staged([str(repo)]).files == {"a.py"}
