@@ -7,7 +7,7 @@ finding, with paths from the repository root; ``run`` asks the checks in one war
 (``rlm_cli.app``) and builds the typed report (``rlm_cli.output.findings.AuditReport``) that
 every report format reads, one module per format in ``rlm_cli.output.reports`` (JUnit, SARIF,
 workflow commands, Code Quality, the ``audit-result.v1`` document); ``changed`` is
-``--changed-since`` (the files a git change touched); ``view`` shows the run on stderr (progress
+``--changed-since`` and ``--staged`` (the files a git change touched); ``view`` shows the run on stderr (progress
 lines in a CI log) and writes ``$GITHUB_OUTPUT``. rlm's own reports are left out of the corpus
 (``rlm_cli.corpus.selfreports``). See docs/audit.md.
 """

@@ -146,7 +146,7 @@ class AuditRun:
 
 def check_question(check: Check, scope: Scope | None = None) -> str:
     """The question a check asks: its ``question``, and the files it is about when it names them
-    or ``--changed-since`` does (``scope``)."""
+    or ``--changed-since`` or ``--staged`` does (``scope``)."""
     if scope is not None:
         return f"{check_question(check)}\n\n{scope.question_note()}"
     if not check.include and not check.exclude:
@@ -262,8 +262,8 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
                   on_cancel: Callable[[AuditRun], None] | None = None, scope: Scope | None = None) -> AuditRun:
     """Ask every check of ``checklist`` over the corpus at ``paths`` and decide each
     (``audit.verdicts``); ``on_check`` gets each :class:`CheckRun` as it completes, ``emit`` the
-    session's events, ``emit_for(question)`` those of one check. ``scope`` (``--changed-since``)
-    narrows what every check is about; a check with no file of it in scope passes unasked.
+    session's events, ``emit_for(question)`` those of one check. ``scope`` (``--changed-since``,
+    ``--staged``) narrows what every check is about; a check with no file of it in scope passes unasked.
     Stopped by Ctrl-C or SIGTERM, ``on_cancel`` gets the checks that finished (``extra``'s
     ``incomplete``: the signal and the checks not run) before the stop goes on.
 
@@ -286,7 +286,7 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
     asked = [c for c in checklist.checks if scope is None or scope.touches(scope_matcher(c))]
     for c in checklist.checks:
         if c not in asked and scope is not None:
-            runs[c.id] = unasked_run(c, f"no file it is about changed since {scope.ref}")
+            runs[c.id] = unasked_run(c, scope.unasked())
             on_check(runs[c.id])
     session = Session(settings, paths, emit=session_events, backend=backend, numbered=True,
                       question_budget=check_budget)

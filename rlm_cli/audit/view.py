@@ -18,6 +18,8 @@ from rlm_cli import interrupts
 from rlm_cli.app.batch import Question
 from rlm_cli.audit.baseline import Baseline
 from rlm_cli.audit.changed import Scope
+from rlm_cli.audit.changed import changed_since as changed_files
+from rlm_cli.audit.changed import staged as staged_files
 from rlm_cli.audit.checklist import Checklist
 from rlm_cli.audit.findings import ReportPaths
 from rlm_cli.audit.run import AuditRun, CheckRun, audit_report, check_report, run_checklist
@@ -225,12 +227,14 @@ def _append_outputs(values: dict[str, object], path: Path) -> None:
 
 
 def prepare(settings: Settings, paths: list[str], outputs: list[Path | None], changed_since: str | None,
-            ui: UI) -> tuple[Settings, Scope | None]:
+            ui: UI, *, staged: bool = False, checklist: Path | None = None) -> tuple[Settings, Scope | None]:
     """The run's settings with rlm's own reports left out of the corpus (``outputs``: the report
-    files of this run; said once), and the ``--changed-since`` scope (said once).
+    files of this run; said once), and the scope of ``--changed-since`` or ``--staged`` (said
+    once), whose files are never rlm's reports nor the ``checklist``.
 
     Raises:
-        UsageError: ``--changed-since`` outside a git repository or with a ref git does not know.
+        UsageError: ``--changed-since`` outside a git repository or with a ref git does not know;
+            ``--staged`` outside a git repository (``changed_since`` is ``None`` then).
     """
     from rlm_cli.audit.run import without_reports
 
@@ -238,13 +242,16 @@ def prepare(settings: Settings, paths: list[str], outputs: list[Path | None], ch
     if left:
         ui.info(f"left out {len(left)} report file(s) rlm wrote, not code to audit: {', '.join(left[:5])}"
                 + (f" and {len(left) - 5} more" if len(left) > 5 else ""))
-    if changed_since is None:
+    if changed_since is None and not staged:
         return settings, None
-    from rlm_cli.audit.changed import changed_since as scope_of
-
-    scope = scope_of(changed_since, paths, leave_out=[os.path.abspath(p) for p in left])  # reports are no change
-    ui.info(f"--changed-since {changed_since}: {len(scope.files)} changed file(s) since {scope.merge_base[:12]}"
-            + ("; every check passes without a model call" if not scope.files else ""))
+    not_code = [os.path.abspath(p) for p in left] + ([os.path.abspath(checklist)] if checklist else [])  # no code
+    if changed_since is None:
+        scope = staged_files(paths, leave_out=not_code)
+        said = f"--staged: {len(scope.files)} changed file(s) staged for the next commit"
+    else:
+        scope = changed_files(changed_since, paths, leave_out=not_code)
+        said = f"--changed-since {changed_since}: {len(scope.files)} changed file(s) since {scope.merge_base[:12]}"
+    ui.info(said + ("; every check passes without a model call" if not scope.files else ""))
     return settings, scope
 
 

@@ -55,6 +55,7 @@ def audit(
     estimate: Annotated[bool, opt("--estimate", section=CHECKS, help="Print what it would cost; call no model.")] = False,
     changed_since: Annotated[str | None, opt("--changed-since", section=CHECKS, metavar="REF",
                                              help="Only files changed since git REF's merge base.")] = None,
+    staged: Annotated[bool, opt("--staged", section=CHECKS, help="Only files staged for the next commit.")] = False,
     baseline: Annotated[Path | None, opt("--baseline", section=CHECKS, metavar="FILE",
                                          help="An earlier SARIF or --json report: only new findings fail.")] = None,
     junit: Annotated[Path | None, opt("--junit", section=REPORTS, metavar="FILE",
@@ -77,15 +78,14 @@ def audit(
     Each check ends pass, fail, error or unsupported; exit 8 when one of severity error (or
     --fail-on) fails. The checklist format and CI jobs: docs/audit.md."""
     from rlm_cli.audit.baseline import read_baseline
-    from rlm_cli.audit.checklist import SEVERITIES, admit, check_credentials, default_path, read_checklist
+    from rlm_cli.audit.checklist import admit, check_credentials, default_path, read_checklist
     from rlm_cli.audit.view import deliver_exit_code, deliver_github_output, prepare, run_audit
     from rlm_cli.output import render
 
     host = INVOCATION.take_host()
     try:
         use_color(color)
-        if fail_on not in SEVERITIES:
-            raise UsageError(f"--fail-on must be one of {', '.join(SEVERITIES)} (not {fail_on!r})")
+        check_flags(fail_on, changed_since, staged)
         reports = audit_reports(junit=junit, sarif=sarif, github=github, json_out=json_out, output=output,
                                 codequality=codequality)
         where = paths or ["."]
@@ -94,7 +94,7 @@ def audit(
         ui = render.Renderer(quiet=quiet, verbose=verbose)
 
         settings, scope = prepare(run.settings(), where, [junit, sarif, output, codequality, baseline], changed_since,
-                                  ui)
+                                  ui, staged=staged, checklist=listed.path)
         admit(listed, settings, allow_models=allow_checklist_models, max_checks=max_checks)
         if estimate:
             estimate_checks(settings, where, listed, scope, host, ui, estimate_report(reports))
@@ -116,6 +116,21 @@ def audit(
         raise
     finally:
         host.close()
+
+
+def check_flags(fail_on: str, changed_since: str | None, staged: bool) -> None:
+    """Refuse what no run can do: a ``--fail-on`` that is no severity, or both scopes at once.
+
+    Raises:
+        UsageError: either (exit 2).
+    """
+    from rlm_cli.audit.checklist import SEVERITIES
+
+    if fail_on not in SEVERITIES:
+        raise UsageError(f"--fail-on must be one of {', '.join(SEVERITIES)} (not {fail_on!r})")
+    if staged and changed_since is not None:
+        raise UsageError("--staged and --changed-since REF are two scopes: give one",
+                         hint="--staged in a pre-commit hook, --changed-since REF for a pull request")
 
 
 def estimate_checks(settings: Settings, where: list[str], listed: Checklist, scope: Scope | None, host: Backend,

@@ -237,7 +237,7 @@ class AuditReport:
     elapsed_s: float = 0.0
     #: A cancelled run: ``{"signal": "SIGINT"|"SIGTERM", "not_run": [check ids]}``.
     incomplete: dict[str, Any] | None = None
-    #: ``--changed-since``: ``{"ref", "merge_base", "files"}``.
+    #: ``--changed-since`` or ``--staged``: ``{"ref", "merge_base", "files"}`` (``"staged": true`` too).
     changed_since: dict[str, Any] | None = None
     #: ``--baseline FILE`` as given (``None``: none), and the findings of that earlier report
     #: that this run no longer has (``baseline_state`` ``absent``).

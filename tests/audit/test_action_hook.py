@@ -133,9 +133,20 @@ def test_the_pre_commit_hook_through_pre_commit_try_repo(tmp_path: Path, llm: Fa
         subprocess.run(["git", *args], cwd=repo, check=True, env=env)
     (repo / "scanner.py").write_text((repo / "scanner.py").read_text() + "\nmsg = 'bad %r' % (1,)\n")
     subprocess.run(["git", "add", "scanner.py"], cwd=repo, check=True, env=env)
+    (repo / "notes.py").write_text("msg = 'bad %r' % (2,)\n")  # untracked: not in the commit, not asked about
     script_model(llm)
     proc = subprocess.run([str(pre_commit), "try-repo", str(source), "rlm-audit", "--verbose"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the hook failed the commit
     out = proc.stdout
-    assert "rlm audit" in out and "percent-format (error): fail" in out and "1 changed file(s)" in out, out
+    assert "rlm audit" in out and "percent-format (error): fail" in out, out
+    assert "--staged: 1 changed file(s) staged for the next commit" in out and "notes.py" not in out, out
+    # the very first commit (no HEAD yet): what is staged, not decoder.py (line 34 fails the check), left untracked
+    first = json_repo(tmp_path / "first")
+    (first / "rlm-audit.toml").write_text(checklist_text(["percent-format"]))
+    for args in (["init", "-q", "-b", "main"], ["add", "scanner.py", "rlm-audit.toml"]):
+        subprocess.run(["git", *args], cwd=first, check=True, env=env)
+    proc = subprocess.run([str(pre_commit), "try-repo", str(source), "rlm-audit", "--verbose"], cwd=first, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "percent-format (error): pass" in proc.stdout and "--staged: 1 changed file(s)" in proc.stdout, proc.stdout
