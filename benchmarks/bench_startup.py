@@ -24,13 +24,17 @@ What it does, all in one run so that the machine's load is shared alike (rounds 
     host running (started by an untimed first question, as any earlier command would);
   - **rlm first**: the first command of a session: the same, but ``rlm host stop`` (untimed)
     before each, so no model host is running and this command starts the one the next will lease;
+    its model (``openai/root``, unknown to litellm's map: a self-hosted one) is served by the
+    host's direct lane (``rlm_cli.models.direct``) while litellm is not imported;
+  - **first, known**: the same first command naming a model litellm knows (``openai/gpt-4o-mini``,
+    on the same scripted server): it waits for litellm's import, as every first command did before;
   - **warm own host**: the same with ``RLM_HOST_IDLE=0`` (a model host per command, importing
     litellm each time: the first command of a session);
   - **rlm cold** / **cold own host**: ``rlm ask`` with an empty cache (it indexes the corpus
     first), with the shared host and with a host of its own;
   - **index alone**: ``rlm index`` with an empty cache (the floor of a cold question);
-  - **import litellm**: ``python -c "import litellm"`` (the floor that cannot overlap: litellm is
-    needed for the first model call);
+  - **import litellm**: ``python -c "import litellm"`` (the floor of a first model call through
+    litellm: a model it knows);
   - **K questions**: ``rlm ask -q ... (K times) --json`` (warm) and the same with one question: the
     extra seconds per question, and each later question's own overhead: its ``elapsed_s`` minus
     the latency of its model calls (``usage.root.latency_s`` + ``usage.sub.latency_s``);
@@ -70,6 +74,9 @@ from tests.support.fake_llm import FakeLLM, repl, turn  # noqa: E402 - the repos
 #: The official library on PyPI and the version measured.
 OFFICIAL = "rlms==0.1.3"
 NEEDLE = "_siftdown_max"
+#: A model litellm's price map knows (served by the scripted server all the same): its requests
+#: wait for litellm, where a self-hosted model's (``openai/root``) take the host's direct lane.
+KNOWN = "gpt-4o-mini"
 QUESTION = f"Which file defines {NEEDLE}?"
 SEARCH = (f'i = context.find("def {NEEDLE}(")\n'
           'head = context.rfind("==> ", 0, i)\n'
@@ -159,6 +166,7 @@ def main() -> None:
     load_before = os.getloadavg()
     llm = FakeLLM()
     llm.default("root", _turns("FINAL(heapq.py)"))
+    llm.default(KNOWN, _turns("FINAL(heapq.py)"))
     llm.default("official", _turns(repl('answer["content"] = "heapq.py"\nanswer["ready"] = True')))
     work = Path(tempfile.mkdtemp(prefix="rlm-bench-"))
     base = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "RLM_PROBE_PORTS": "off",
@@ -169,12 +177,14 @@ def main() -> None:
     warm_env = {**base, "RLM_CACHE_DIR": str(work / "warm-cache")}
     corpus = [args.root, "--include", "*.py", "--exclude", "site-packages/"]
     flags = ["--model", "openai/root", "--api-base", llm.url, "--mode", "rlm", "--no-llm-cache"]
+    known_flags = ["--model", f"openai/{KNOWN}", "--api-base", llm.url, "--api-key", "sk-bench", "--mode", "rlm",
+                   "--no-llm-cache"]
     rlm = [args.python, "-m", "rlm_cli"]
     try:
         timed([*rlm, "index", *corpus], warm_env)  # the warm runs' cache
         timed([*rlm, "ask", *corpus, QUESTION, *flags], warm_env)  # starts the shared model host
         rows: dict[str, list[float]] = {k: [] for k in
-                                        ("official", "rlm first", "rlm warm", "warm own host", "rlm cold",
+                                        ("official", "rlm first", "rlm warm", "first, known", "warm own host", "rlm cold",
                                          "cold own host", "index alone", "import litellm",
                                          "compare warm", "1 question", "K questions")}
         cpu: dict[str, list[float]] = {k: [] for k in rows}
@@ -193,6 +203,8 @@ def main() -> None:
             subprocess.run([*rlm, "host", "stop"], env=warm_env, capture_output=True)  # a new session
             run("rlm first", [*rlm, "ask", *corpus, QUESTION, *flags], warm_env)  # starts the shared host again
             run("rlm warm", [*rlm, "ask", *corpus, QUESTION, *flags], warm_env)
+            subprocess.run([*rlm, "host", "stop"], env=warm_env, capture_output=True)
+            run("first, known", [*rlm, "ask", *corpus, QUESTION, *known_flags], warm_env)
             run("import litellm", [args.python, "-c", "import litellm"], base, None)
             if args.quick:
                 print(f"round {n + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in rows.items()
@@ -247,14 +259,20 @@ def report(rows: dict[str, list[float]], cpu: dict[str, list[float]], later: lis
           f"{_paired(rows, 'rlm warm'):.2f} x; CPU {med_cpu['rlm warm'] / med_cpu['official']:.2f} x)")
     floor = med["import litellm"] / med["official"]
     print(f"import litellm / official  {floor:5.2f} x   (the floor of a first model call through litellm)")
+    known = med["first, known"] / med["official"]
+    print(f"first, known / official    {known:5.2f} x   (the first command naming a model litellm knows, "
+          f"openai/{KNOWN}: it waits for litellm)")
     verdict = ("both targets met" if first <= 1.5 and warm <= 1.0 else
                "the warm target is not met" if first <= 1.5 else
                f"the first-command target is not met: it asks for the whole command under "
-               f"{1.5 * med['official']:.2f} s, and `import litellm` alone takes {med['import litellm']:.2f} s")
-    print(f"what remains: the first command takes {med['rlm first'] - med['rlm warm']:.2f} s more than a warm one. "
-          "It waits for the model host's `import litellm`, which starts as the command does and overlaps the "
-          "corpus load and the worker's start but ends well after them; every provider goes through litellm, and "
-          "no request can be sent before it is imported. The official library imports only the openai SDK. "
+               f"{1.5 * med['official']:.2f} s")
+    print(f"what remains: the first command takes {med['rlm first'] - med['rlm warm']:.2f} s more than a warm one: "
+          "the model host's start (an interpreter, the openai SDK: under a second, beside the corpus load and the "
+          "worker's start), on the same CPUs as the command. Its requests to a self-hosted model (openai/NAME, a "
+          "name litellm's price map does not know) take the host's direct lane, the openai SDK, while litellm is "
+          "not imported; litellm is imported once something needs it. A model litellm knows (a hosted one, "
+          f"openai/{KNOWN} here) gets its parameters and price from litellm, so its first command still waits "
+          f"for litellm's import: {med['first, known'] - med['rlm warm']:.2f} s more than a warm one. "
           f"So {verdict}.")
     if args.quick:
         return

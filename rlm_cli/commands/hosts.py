@@ -53,11 +53,11 @@ def host_status(json_out: JsonOpt = False) -> None:
         ui.info("no shared model host is running")
         return
     ui.table("Shared model hosts (one per environment; see rlm ask -v)",
-             ["pid", "key", "age s", "idle s", "idle limit s", "in use by", "requests", "runs in"],
+             ["pid", "key", "age s", "idle s", "idle limit s", "in use by", "requests", "litellm", "runs in"],
              [[str(h.get("pid")), str(h["key"]), f"{h.get('age_s', 0):g}", f"{h.get('idle_s', 0):g}",
                f"{h.get('idle_limit_s') or 0:g}", str(h.get("leases", 0)), str(h.get("requests", 0)),
-               str(h.get("cwd", ""))] if h.get("answering") else
-              [str(h.get("pid")), str(h["key"]), "-", "-", "-", "-", "-", "not answering (rlm host stop kills it)"]
+               str(h.get("litellm", "-")), str(h.get("cwd", ""))] if h.get("answering") else
+              [str(h.get("pid")), str(h["key"]), "-", "-", "-", "-", "-", "-", "not answering (rlm host stop kills it)"]
               for h in hosts])
 
 

@@ -76,17 +76,17 @@ ROUTERS_KEPT = 16
 
 
 class _Abandoned(Exception):
-    """Raised in a stream's reader thread once its caller stopped waiting (``LocalBackend._within``)."""
+    """Raised in a stream's reader thread once its caller stopped waiting (``within_deadline``)."""
 
 
 class _StreamDeadline(TimeoutError):
-    """No whole streamed reply by the deadline (``LocalBackend._within``): a ``TimeoutError``, so it is
+    """No whole streamed reply by the deadline (``within_deadline``): a ``TimeoutError``, so it is
     classified, worded ("timed out after N s without a whole reply") and retried as litellm's own
     timeout would be, whichever of the two fires first."""
 
 
 #: Seconds a streamed request may run past its deadline before the caller stops waiting for it
-#: (the reader thread then drops whatever still comes; see ``LocalBackend._within``).
+#: (the reader thread then drops whatever still comes; see ``within_deadline``).
 STREAM_GRACE_S = 0.25
 
 
@@ -232,56 +232,7 @@ class LocalBackend:
             raw = call(**kwargs, stream=True, stream_options={"include_usage": True})
             return self._read_stream(raw, request["messages"], model, groups, forward, deadline)
 
-        return read(on_piece) if deadline is None else self._within(deadline, read, on_piece)
-
-    @staticmethod
-    def _within(deadline: float, read: Callable[[OnPiece | None], Answer], on_piece: OnPiece | None) -> Answer:
-        """``read(forward)`` (a streamed request, start to end) in a thread of its own, waited for
-        until ``deadline`` (``time.monotonic()``) plus :data:`STREAM_GRACE_S`. The stream's own
-        check of the deadline runs only as chunks arrive, and the request's timeout only while no
-        byte does: a busy server that keeps the connection open with SSE comments (``: ping``
-        every 15 s, as sse-starlette and llama.cpp's server send) defeats both, and ``--timeout
-        4`` waited 26 s. Past the deadline the thread is left to end on its own; pieces it
-        reads from then on go nowhere.
-
-        Raises:
-            TimeoutError: no whole reply by the deadline (classified and retried as a timeout).
-            Exception: whatever ``read`` raised.
-        """
-        box: dict[str, Any] = {}
-        gate = threading.Lock()
-        left = threading.Event()
-
-        def forward(piece: str) -> None:
-            with gate:
-                if left.is_set():
-                    raise _Abandoned  # the caller gave up on this request: stop reading it
-                if on_piece is not None:
-                    on_piece(piece)
-
-        def work() -> None:
-            try:
-                box["answer"] = read(forward)
-            except _Abandoned:
-                pass
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                box["error"] = exc
-
-        worker = threading.Thread(target=work, name="rlm-stream", daemon=True)
-        worker.start()
-        try:
-            worker.join(max(0.0, deadline - time.monotonic()) + STREAM_GRACE_S)
-        except BaseException:  # Ctrl-C while waiting: nothing more of this reply reaches the caller
-            with gate:
-                left.set()
-            raise
-        with gate:
-            if worker.is_alive():
-                left.set()
-                raise _StreamDeadline("the server kept the connection open without a whole reply by the deadline")
-        if "error" in box:
-            raise box["error"]
-        return box["answer"]
+        return read(on_piece) if deadline is None else within_deadline(deadline, read, on_piece)
 
     def _read_stream(self, stream: Any, messages: list[dict[str, Any]], model: str, groups: dict[str, str],
                      on_piece: OnPiece | None, deadline: float | None) -> Answer:
@@ -353,6 +304,55 @@ class LocalBackend:
                       output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                       cost_usd=None if cost is None else float(cost), priced=priced, cut=cut, chars=chars,
                       cache_read_tokens=read, cache_write_tokens=write)
+
+def within_deadline(deadline: float, read: Callable[[OnPiece | None], Answer], on_piece: OnPiece | None) -> Answer:
+    """``read(forward)`` (a streamed request, start to end) in a thread of its own, waited for
+    until ``deadline`` (``time.monotonic()``) plus :data:`STREAM_GRACE_S`. The stream's own
+    check of the deadline runs only as chunks arrive, and the request's timeout only while no
+    byte does: a busy server that keeps the connection open with SSE comments (``: ping``
+    every 15 s, as sse-starlette and llama.cpp's server send) defeats both, and ``--timeout
+    4`` waited 26 s. Past the deadline the thread is left to end on its own; pieces it
+    reads from then on go nowhere.
+
+    Raises:
+        TimeoutError: no whole reply by the deadline (classified and retried as a timeout).
+        Exception: whatever ``read`` raised.
+    """
+    box: dict[str, Any] = {}
+    gate = threading.Lock()
+    left = threading.Event()
+
+    def forward(piece: str) -> None:
+        with gate:
+            if left.is_set():
+                raise _Abandoned  # the caller gave up on this request: stop reading it
+            if on_piece is not None:
+                on_piece(piece)
+
+    def work() -> None:
+        try:
+            box["answer"] = read(forward)
+        except _Abandoned:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="rlm-stream", daemon=True)
+    worker.start()
+    try:
+        worker.join(max(0.0, deadline - time.monotonic()) + STREAM_GRACE_S)
+    except BaseException:  # Ctrl-C while waiting: nothing more of this reply reaches the caller
+        with gate:
+            left.set()
+        raise
+    with gate:
+        if worker.is_alive():
+            left.set()
+            raise _StreamDeadline("the server kept the connection open without a whole reply by the deadline")
+    if "error" in box:
+        raise box["error"]
+    return box["answer"]
+
 
 def _response_text(response: Any) -> str:
     try:

@@ -3,9 +3,14 @@ quiet machine, more on a busy one) runs beside loading the corpus and starting t
 instead of before them.
 
 ``rlm ask`` and ``rlm chat`` start it as the first thing they do (:class:`HostBackend`); the
-process imports litellm at once, then, when told which models the run uses (``warm``) and as
-long as the parent has asked for nothing yet, runs litellm's first-call path for each without a
-request (``backend.LocalBackend.warm``), and serves model requests for ``ModelClient``. By
+process imports the openai SDK (under a second), then litellm once something needs it: at once
+when told which models the run uses (``warm``, or ``models`` from a command that leased it) and
+one of them is not a self-hosted ``openai/`` model, else when a request needs it. Until then the
+*direct lane* (``models.direct``) sends a self-hosted model's requests with the SDK, as litellm
+would, so that a session's first command does not wait for litellm's import. Once litellm is
+in and as long as the parent has asked for nothing yet, the host runs litellm's first-call path
+for each model without a request (``backend.LocalBackend.warm``), and serves model requests for
+``ModelClient``. By
 default the host is *shared* (``models.shared``): a later command with the same user and
 environment leases the running host instead of starting one, so it pays no litellm import at
 all; the host exits once unused for ``RLM_HOST_IDLE`` seconds (default 300). With
@@ -34,10 +39,11 @@ Channels:
   (``backend.Answer``) or ``{"ok": false, "error": {names, status, message, headers}}`` (a
   provider error, raised by the parent as ``RemoteCallError``), ``{"ok": false, "usage": msg}``
   (a bad ``--router-config``) or ``{"ok": false, "unavailable": msg}`` (litellm failed to import).
-  Besides, ``lease`` (held open while a command uses a shared host), ``status`` and ``stop``
-  (``rlm host``). A connection is served only when it carries the token and, where the kernel
-  says who is on the other end (``SO_PEERCRED``), comes from the parent process itself (a host of
-  one command) or from this user (a shared host): the REPL worker can reach neither the folder
+  Besides, ``lease`` (held open while a command uses a shared host), ``models`` (a command
+  that leased the host names the models it uses), ``status`` and ``stop`` (``rlm host``). A
+  connection is served only when it carries the token and, where the kernel says who is on the
+  other end (``SO_PEERCRED``), comes from the parent process itself (a host of one command) or
+  from this user (a shared host): the REPL worker can reach neither the folder
   (another user, or Landlock) nor the token, nor, through them, the provider.
 
 Closing the connection (Ctrl-C in the parent) stops reading a stream; the provider's reply is
@@ -46,6 +52,7 @@ dropped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -118,6 +125,9 @@ class HostBackend:
                 self.sharing = f"a host of this command only ({self.sharing})"
         if warm and not self.reused:
             self.warm(warm)
+        elif warm:  # a leased host: it imports litellm now if the lane cannot serve these models
+            with contextlib.suppress(RLMError, RemoteCallError, OSError, protocol.ProtocolError):
+                self._call({"op": "models", "models": list(warm)})
 
     def _spawn(self, args: list[str], listener: socket.socket | None) -> None:
         boot = (f"import sys; sys.path.insert(0, {_PKG_PARENT!r}); "

@@ -30,16 +30,18 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlm_cli import protocol
 from rlm_cli.errors import UsageError
 from rlm_cli.models.backend import LocalBackend
+from rlm_cli.models.direct import DirectLane, HandOver
 from rlm_cli.models.failures import describe_error
 
 #: Operations answered before litellm is imported (they never wait for it).
-_AT_ONCE = frozenset({"lease", "status", "stop"})
+_AT_ONCE = frozenset({"lease", "status", "stop", "models"})
 
 
 def _peer(conn: socket.socket) -> tuple[int | None, int | None]:
@@ -64,7 +66,12 @@ class _Host:
         self.parent = parent
         self.shared = shared
         self.backend = LocalBackend()
+        #: litellm imported (or failed to be: ``failure``): every request that needs it waits for this.
         self.ready = threading.Event()
+        #: Something needs litellm (``need_litellm``): the host imports it then, not before.
+        self.needed = threading.Event()
+        #: The openai SDK for the first requests to a self-hosted model while litellm imports (``models.direct``).
+        self.lane = DirectLane(self._litellm)
         #: The parent has asked for something: it is waiting on the host, so a warm-up would only
         #: compete with its request for this process's interpreter (see :func:`main`).
         self.asked = threading.Event()
@@ -109,9 +116,11 @@ class _Host:
         with self.state:
             self.active.add(conn)
         try:
-            self.ready.wait()
             try:
-                reply = self._answer(conn, request)
+                reply = self._early(conn, request)
+                if reply is None:
+                    self.need_litellm()
+                    reply = self._answer(conn, request)
             except _Gone:
                 return
             with contextlib.suppress(OSError):
@@ -131,9 +140,16 @@ class _Host:
                           "idle_s": 0.0 if self._waited_on() or self.leases or self.spawner_open
                           else round(time.monotonic() - self.last, 1),
                           "idle_limit_s": (self.shared or {}).get("idle"), "leases": self.leases + self.spawner_open,
-                          "requests": self.requests, "cwd": os.getcwd(), "stopping": self.stopping}
+                          "requests": self.requests, "cwd": os.getcwd(), "stopping": self.stopping,
+                          "litellm": ("failed" if self.failure is not None else "imported" if self.ready.is_set()
+                                      else "importing" if self.needed.is_set() else "not needed yet")}
             with contextlib.suppress(OSError):
                 protocol.send_message(conn, status)
+            return
+        if op == "models":  # a command that leased this host names its models (``need_models``)
+            self.need_models([str(m) for m in request.get("models") or []])
+            with contextlib.suppress(OSError):
+                protocol.send_message(conn, {"ok": True})
             return
         if op == "stop":
             with self.state:
@@ -165,6 +181,57 @@ class _Host:
                     self.last = time.monotonic()
                     self.state.notify_all()
 
+    def need_models(self, models: list[str]) -> None:
+        """Have litellm imported at once when a command's ``models`` include one the direct lane
+        cannot serve (its import then overlaps the command's loading, as it did before the lane)."""
+        self.lane.ready.wait()
+        if not all(self.lane.knows(m) for m in models):
+            self.needed.set()
+
+    def need_litellm(self) -> None:
+        """Have litellm imported (the host's main thread does it once asked) and wait until it is."""
+        self.needed.set()
+        self.ready.wait()
+
+    def _litellm(self) -> Any:
+        """The litellm module, once imported (waits for it).
+
+        Raises:
+            RuntimeError: litellm could not be imported (``failure``).
+        """
+        self.need_litellm()
+        if self.failure is not None:
+            raise RuntimeError(f"the model host cannot use litellm: {self.failure}")
+        return self.backend.load()
+
+    def _early(self, conn: socket.socket, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The direct lane's reply to a ``facts`` or ``complete`` op that arrives before litellm is
+        imported (``models.direct``), or ``None``: the op waits for litellm (it is imported, the
+        lane does not take the request, or handed it over)."""
+        op = request.get("op")
+        if op not in ("facts", "complete") or self.ready.is_set():
+            return None
+        self.lane.ready.wait()
+        if self.ready.is_set():
+            return None
+        if op == "facts":
+            got = self.lane.facts(str(request.get("model")))
+            return None if got is None else {"ok": True, "facts": list(got)}
+        sent = request.get("request")
+        if not isinstance(sent, dict) or not self.lane.takes(sent, request.get("router_config")):
+            return None
+        left = request.get("deadline_in")
+        try:
+            answer = self.lane.complete(sent, stream=bool(request.get("stream")), on_piece=_forward(conn),
+                                        deadline=None if left is None else time.monotonic() + float(left))
+        except HandOver:
+            return None
+        except _Gone:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a timeout, a stream broken after its text: the parent's policy
+            return {"ok": False, "error": describe_error(exc)}
+        return {"ok": True, "answer": answer.to_dict()}
+
     def _answer(self, conn: socket.socket, request: dict[str, Any]) -> dict[str, Any]:
         if self.failure is not None:
             return {"ok": False, "unavailable": self.failure}
@@ -185,15 +252,9 @@ class _Host:
             if op != "complete":
                 return {"ok": False, "error": {"names": ["ValueError"], "message": f"unknown op {op!r}"}}
 
-            def on_piece(text: str) -> None:
-                try:
-                    protocol.send_message(conn, {"piece": text})
-                except OSError:
-                    raise _Gone() from None  # the parent stopped listening (Ctrl-C): stop reading
-
             left = request.get("deadline_in")
             answer = self.backend.complete(request["request"], router_config=request.get("router_config"),
-                                           stream=bool(request.get("stream")), on_piece=on_piece,
+                                           stream=bool(request.get("stream")), on_piece=_forward(conn),
                                            deadline=None if left is None else time.monotonic() + float(left),
                                            scope=request.get("scope"))
             return {"ok": True, "answer": answer.to_dict()}
@@ -276,6 +337,17 @@ class _Gone(Exception):
     """The parent closed the connection while a reply was being streamed."""
 
 
+def _forward(conn: socket.socket) -> Callable[[str], None]:
+    """Send each streamed piece of a reply to the parent; raises ``_Gone`` once it stopped listening
+    (Ctrl-C), which stops reading the stream."""
+    def on_piece(text: str) -> None:
+        try:
+            protocol.send_message(conn, {"piece": text})
+        except OSError:
+            raise _Gone() from None
+    return on_piece
+
+
 def _read_control(host: _Host, host_dir: Path, warm: queue.Queue[list[str]]) -> None:
     """Read the parent's control frames from stdin. At end of file a host of one command removes
     its socket's folder and exits at once; a shared host is told its spawner is gone."""
@@ -292,7 +364,9 @@ def _read_control(host: _Host, host_dir: Path, warm: queue.Queue[list[str]]) -> 
                 host.state.notify_all()
             return
         if msg.get("type") == "warm":
-            warm.put([str(m) for m in msg.get("models") or []])
+            models = [str(m) for m in msg.get("models") or []]
+            host.need_models(models)
+            warm.put(models)
         elif msg.get("type") == "keep":  # rlm host start: wanted, though asked nothing yet
             with host.state:
                 host.served += 1
@@ -340,6 +414,8 @@ def main() -> None:
         threading.Thread(target=leave, name="host-idle", daemon=True).start()
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=host.terminate, name="host-term",
                                                                   daemon=True).start())
+    host.lane.load()  # the openai SDK (part of litellm's import anyway): the lane opens in under a second
+    host.needed.wait()  # litellm only once something needs it (``models.direct``): a model the lane cannot serve
     try:
         host.backend.load()
     except Exception as exc:  # noqa: BLE001 - reported to every request

@@ -281,3 +281,20 @@ def test_a_command_in_another_network_namespace_gets_a_host_of_its_own() -> None
     other = subprocess.run([unshare, "-n", sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert same.stdout.strip() == fingerprint()
     assert other.stdout.strip() != fingerprint()
+
+
+def test_a_self_hosted_model_is_served_before_litellm_is_imported(tmp_path: Path, llm: FakeLLM, runtime: Path) -> None:
+    """Issue 49: the first command of a session to a model litellm does not know (``openai/root``
+    on a local server) is answered by the host's direct lane, without importing litellm; a
+    command naming a model litellm knows has it imported, and its reply priced by it."""
+    ask(tmp_path, llm, "Which line?")
+    [host] = hosts()
+    assert host["litellm"] == "not needed yet" and host["requests"] >= 1
+    llm.script("gpt-4o-mini", repl("FINAL('second' if 'second' in context else 'missing')"))
+    res = run_rlm("ask", str(corpus(tmp_path)), "Which line?", "--model", "openai/gpt-4o-mini", "--api-base",
+                  llm.url, "--api-key", "sk-test", "--no-leads", "--json", cwd=tmp_path)
+    assert res.code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["answer"] == "second" and doc["usage"]["cost_usd"] > 0  # priced by litellm's map
+    [again] = hosts()
+    assert again["pid"] == host["pid"] and again["litellm"] == "imported"
