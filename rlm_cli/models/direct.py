@@ -107,6 +107,9 @@ class DirectLane:
         """Import the openai SDK and read the names of litellm's bundled price map (about 0.8 s
         and 30 ms); the lane stays closed when either fails or litellm would read another map."""
         try:
+            from rlm_cli.config import prepare_offline_env
+
+            prepare_offline_env()  # as litellm's import will: its bundled map, unless the user asked otherwise
             path = price_map_path()
             if path is None or not _truthy(os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP")):
                 return

@@ -283,10 +283,13 @@ def test_a_command_in_another_network_namespace_gets_a_host_of_its_own() -> None
     assert other.stdout.strip() != fingerprint()
 
 
-def test_a_self_hosted_model_is_served_before_litellm_is_imported(tmp_path: Path, llm: FakeLLM, runtime: Path) -> None:
+def test_a_self_hosted_model_is_served_before_litellm_is_imported(tmp_path: Path, llm: FakeLLM, runtime: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 49: the first command of a session to a model litellm does not know (``openai/root``
     on a local server) is answered by the host's direct lane, without importing litellm; a
-    command naming a model litellm knows has it imported, and its reply priced by it."""
+    command naming a model litellm knows has it imported, and its reply priced by it. The
+    environment is a user's: no ``LITELLM_LOCAL_MODEL_COST_MAP`` (rlm sets it for litellm)."""
+    monkeypatch.delenv("LITELLM_LOCAL_MODEL_COST_MAP")
     ask(tmp_path, llm, "Which line?")
     [host] = hosts()
     assert host["litellm"] == "not needed yet" and host["requests"] >= 1
