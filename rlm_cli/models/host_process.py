@@ -367,7 +367,8 @@ def _read_control(host: _Host, host_dir: Path, warm: queue.Queue[list[str]]) -> 
             models = [str(m) for m in msg.get("models") or []]
             host.need_models(models)
             warm.put(models)
-        elif msg.get("type") == "keep":  # rlm host start: wanted, though asked nothing yet
+        elif msg.get("type") == "keep":  # rlm host start: wanted, though asked nothing yet, and litellm with it
+            host.needed.set()
             with host.state:
                 host.served += 1
                 host.state.notify_all()

@@ -44,6 +44,9 @@ def test_rlm_host_start_leaves_a_shared_host_for_the_next_command() -> None:
         assert again == {**started, "started": False}  # leased: the same host, still there
         status = json.loads(run_rlm("host", "status", "--json", env=env).stdout)
         assert started["pid"] in [h["pid"] for h in status["hosts"]]
+        # it imports litellm meanwhile (what the next command's model may need: issue 49)
+        mine = [h for h in status["hosts"] if h["pid"] == started["pid"]]
+        assert mine[0]["litellm"] in ("importing", "imported"), mine
     finally:
         os.kill(started["pid"], signal.SIGTERM)  # only this test's host (rlm host stop would end all)
     off = run_rlm("host", "start", env={"RLM_HOST_IDLE": "0"})
