@@ -63,6 +63,8 @@ LITELLM_RESENDS = ("Conversation roles must alternate user/assistant", "user and
                    "Last message must have role `user`", "unknown field: parameter index is not a valid field")
 #: ``failures.reply_failure``'s words for a 200 whose body is not a chat completion.
 NOT_JSON_WORDS = "the provider answered HTTP 200 with a body that is not a chat completion (not JSON)"
+#: SDK clients (one per API base and key) a host keeps.
+CLIENTS_KEPT = 16
 #: litellm's default API base for ``openai/`` models without one (litellm ``main.completion``).
 OPENAI_BASE = "https://api.openai.com/v1"
 
@@ -99,7 +101,7 @@ class DirectLane:
         self._litellm = litellm
         self._openai: Any = None
         self._known: frozenset[str] = frozenset()
-        self._clients: dict[tuple[str, str, float], Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
         self.ready = threading.Event()
 
@@ -144,13 +146,17 @@ class DirectLane:
             return False
         return bool(request.get("api_key") or os.environ.get("OPENAI_API_KEY"))
 
-    def _client(self, base: str, key: str, timeout: float) -> Any:
+    def _client(self, base: str, key: str) -> Any:
+        """The SDK's client for ``base`` and ``key`` (its connection pool kept; the last
+        :data:`CLIENTS_KEPT`: a shared host serves many commands)."""
         with self._lock:
-            got = self._clients.get((base, key, timeout))
+            got = self._clients.pop((base, key), None)
             if got is None:
-                got = self._openai.OpenAI(api_key=key, base_url=base, timeout=timeout, max_retries=0,
+                got = self._openai.OpenAI(api_key=key, base_url=base, max_retries=0,
                                           organization=os.environ.get("OPENAI_ORGANIZATION") or None)
-                self._clients[(base, key, timeout)] = got
+            self._clients[(base, key)] = got
+            while len(self._clients) > CLIENTS_KEPT:
+                self._clients.pop(next(iter(self._clients)))
             return got
 
     def complete(self, request: dict[str, Any], *, stream: bool, on_piece: OnPiece | None,
@@ -167,9 +173,9 @@ class DirectLane:
         base = (request.get("api_base") or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
                 or OPENAI_BASE)
         key = str(request.get("api_key") or os.environ.get("OPENAI_API_KEY"))
-        client = self._client(str(base), key, float(request["timeout"]))
+        client = self._client(str(base), key)
         body: dict[str, Any] = {"model": str(request["model"])[len(PREFIX):], "messages": request["messages"],
-                                **(request.get("sampling") or {})}
+                                **(request.get("sampling") or {}), "timeout": float(request["timeout"])}
         model = str(request["model"])
         if not stream:
             try:
