@@ -197,11 +197,11 @@ class _Host:
         """The litellm module, once imported (waits for it).
 
         Raises:
-            RuntimeError: litellm could not be imported (``failure``).
+            _Unavailable: litellm could not be imported (``failure``).
         """
         self.need_litellm()
         if self.failure is not None:
-            raise RuntimeError(f"the model host cannot use litellm: {self.failure}")
+            raise _Unavailable(self.failure)
         return self.backend.load()
 
     def _early(self, conn: socket.socket, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -226,6 +226,8 @@ class _Host:
                                         deadline=None if left is None else time.monotonic() + float(left))
         except HandOver:
             return None
+        except _Unavailable:  # the lane needed litellm (to map a failure, to count tokens) and it is broken
+            return {"ok": False, "unavailable": self.failure}
         except _Gone:
             raise
         except Exception as exc:  # noqa: BLE001 - a timeout, a stream broken after its text: the parent's policy
@@ -331,6 +333,10 @@ class _Host:
         except OSError:
             pass  # the folder is gone: nothing of ours to remove
         os._exit(0)
+
+
+class _Unavailable(Exception):
+    """litellm could not be imported in this host (the lane needed it)."""
 
 
 class _Gone(Exception):

@@ -145,3 +145,32 @@ def test_a_broken_litellm_is_one_clear_error(tmp_path: Path, llm: FakeLLM) -> No
                   env={"PYTHONPATH": str(shadow)})
     assert res.code == 1 and "litellm is broken here" in res.stderr and "Traceback" not in res.stderr
     assert not llm.requests
+
+
+def test_the_lane_answers_without_litellm_and_a_broken_litellm_is_one_line_when_needed(
+        llm: FakeLLM, tmp_path: Path) -> None:
+    """A host whose litellm cannot be imported (a broken install: here a ``litellm`` package that
+    raises, beside a copy of the price map) still answers a self-hosted model through the direct
+    lane, which never needs litellm for a whole reply; a failure the lane maps with litellm's own
+    mapping (an HTTP 500) is then exit 1, one line naming the broken import."""
+    fake = tmp_path / "site" / "litellm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('this litellm is broken on purpose')\n")
+    (fake / "model_prices_and_context_window_backup.json").write_text('{"gpt-4o-mini": {}}')
+    import importlib.util
+
+    real = Path(list(importlib.util.find_spec("litellm").submodule_search_locations)[0])  # type: ignore[union-attr]
+    env = {"PYTHONPATH": str(tmp_path / "site"), "RLM_HOST_IDLE": "0",
+           "TIKTOKEN_CACHE_DIR": str(real / "litellm_core_utils" / "tokenizers")}  # rlm finds them beside litellm
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("first\nsecond\n")
+    llm.script("root", repl("FINAL('second' if 'second' in context else 'missing')"))
+    ok = run_rlm("ask", str(tmp_path / "c"), "Which line?", *model_flags(llm), "--no-leads", env=env)
+    assert ok.code == 0 and ok.stdout == "second\n", ok.stderr
+    llm.script("root", Reply(status=500))
+    broken = run_rlm("ask", str(tmp_path / "c"), "Which line?", *model_flags(llm), "--no-leads", "--retries", "0",
+                     "--no-llm-cache",
+                     env=env)
+    assert broken.code == 1, broken.stderr
+    assert "cannot use litellm: ImportError: this litellm is broken on purpose" in broken.stderr
+    assert "Traceback" not in broken.stderr
