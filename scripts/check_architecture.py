@@ -88,9 +88,9 @@ ATTRIBUTE_LIMITS: dict[str, tuple[int, str]] = {
     "output.findings:CheckReport": (21, "a record: one check of an audit as every report format reads it, each "
                                         "field a value of that check (checklist fields, status, answer, findings, "
                                         "run fields carried into --json); built once, never changed"),
-    "app.session:Session": (35, "mixed: the resolved run plan and the decisions still outside it (the mode "
-                                "and its reason are the plan's now; the level and the models are still set "
-                                "before the plan is made), the clients, the worker pool and the budget clock; "
+    "app.session:Session": (33, "mixed: the resolved run plan (the mode and its reason are the plan's; "
+                                "the models and the sandbox level, decided before the corpus loads, one "
+                                "frozen Opening), the clients, the worker pool and the budget clock; "
                                 "it may not grow"),
 }
 

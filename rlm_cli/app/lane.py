@@ -30,10 +30,14 @@ class LaneOwner(Protocol):
 
     settings: Settings
     corpus: Corpus | None
-    level: str
     hide: tuple[str, ...]
     interrupt_grace_s: float
     emit: Emit
+
+    @property
+    def level(self) -> str:
+        """The sandbox level."""
+        ...
 
     @property
     def client(self) -> ModelClient:

@@ -87,6 +87,18 @@ class ModelChoice:
 
 
 @dataclass(frozen=True)
+class Opening:
+    """What ``Session.open`` decides before the corpus loads and the plan can be made: the
+    ``models`` and the sandbox ``level`` (``level_warning``: what is said when ``auto`` could
+    not get the strongest one). The plan repeats both; the worker, which may start before the
+    plan exists, reads them here."""
+
+    models: ModelChoice
+    level: Level
+    level_warning: str | None = None
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """Everything ``Session.open`` decided (see the module docstring).
 

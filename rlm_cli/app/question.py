@@ -75,9 +75,13 @@ class QuestionHost(Protocol):
     plan: RunPlan | None
     corpus: Corpus | None
     meta: dict[str, Any]
-    level: Level | str
     hide: tuple[str, ...]
     fatal: CallFailed | None
+
+    @property
+    def level(self) -> Level | str:
+        """The sandbox level (the session's, resolved when it opened)."""
+        ...
 
     @property
     def mode(self) -> str:

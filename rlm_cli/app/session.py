@@ -51,7 +51,7 @@ from typing import Any
 from rlm_cli.app import records
 from rlm_cli.app.lane import Lane, LaneKeeper, QuestionClient, QuestionUsage, SessionBudget
 from rlm_cli.app.outcome import AskOutcome, PastQuestion
-from rlm_cli.app.plan import ModelChoice, RunPlan, choose_models, make_plan
+from rlm_cli.app.plan import ModelChoice, Opening, RunPlan, choose_models, make_plan
 from rlm_cli.app.question import QuestionRun
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
@@ -122,12 +122,11 @@ class Session:
         self._backend = backend
         self._question_budget = question_budget
         self._client = client  # made by open() once the models are chosen, unless given
-        #: The models chosen (``open``, before the corpus loads), then everything ``open`` decided.
-        self.models: ModelChoice | None = None
+        #: The models and the sandbox level (``open``, before the corpus loads), then everything it decided.
+        self.opening: Opening | None = None
         self.plan: RunPlan | None = None
         self.corpus = corpus
         self._own_corpus = corpus is None
-        self.level: Level | str = ""
         self.hide = tuple(os.path.abspath(p) for p in paths if p != "-")
         #: The session's own REPL worker and relay (started when first needed).
         self.workers = LaneKeeper()
@@ -136,7 +135,6 @@ class Session:
         self._events: list[dict[str, Any]] = []  # the session's events, for the first trajectory
         self._corpus_event: dict[str, Any] | None = None
         self._mode_event: dict[str, Any] | None = None
-        self._level_warning: str | None = None
         self.meta: dict[str, Any] = {}
         self._lock = threading.Lock()
         #: Questions asked so far (``/reset`` does not start it again: it numbers the trajectories).
@@ -161,7 +159,7 @@ class Session:
         """A copy of ``settings`` (the session's, or a question's own) with the session's decisions."""
         if self.plan is not None:
             return self.plan.settings_for(settings)
-        return self.models.settings_for(settings) if self.models is not None else settings
+        return self.opening.models.settings_for(settings) if self.opening is not None else settings
 
     def _keep(self, emit: Emit) -> Emit:
         def keep(ev: dict[str, Any]) -> None:
@@ -193,8 +191,8 @@ class Session:
         s, emit = self.settings, self.emit
         check_paths(self.paths if self.corpus is None else [])  # a mistyped PATH: exit 2 before a model is sought
         models = self._choose_models()
-        self.level, level_warning = resolve_level(s.sandbox)  # said when the worker starts
-        self._level_warning = level_warning
+        level, level_warning = resolve_level(s.sandbox)  # said when the worker starts
+        self.opening = Opening(models, level, level_warning)
         started = time.monotonic()
         if self.corpus is None:
             self.corpus = load_corpus(self.paths, s.corpus, stdin_bytes=self.stdin_bytes,
@@ -208,7 +206,7 @@ class Session:
         if surely_rlm:  # the worker starts while litellm is still being imported when the mode cannot be direct
             self.worker_lane()
         encoding()  # tiktoken's table (0.3-0.7 s; every request needs it), loaded while the host imports litellm
-        self.plan = plan = make_plan(s, self.client, models, self.level, level_warning,
+        self.plan = plan = make_plan(s, self.client, models, level, level_warning,
                                      corpus_tokens=corpus.total_tokens, needed=direct_tokens(corpus, first_question))
         self._mode_event = event("mode", 0, mode=plan.mode, reason=plan.mode_reason, **plan.mode_fields())
         emit(self._mode_event)
@@ -225,8 +223,8 @@ class Session:
             NoModelError, UsageError (a bad ``--router-config`` file).
         """
         emit = self.emit
-        self.models = models = choose_models(self.settings, lambda message: emit(event("notice", 0, message=message)))
-        s = self.run_settings
+        models = choose_models(self.settings, lambda message: emit(event("notice", 0, message=message)))
+        s = models.settings_for(self.settings)
         for note in check_router_file(s.router_config, [s.model, s.sub_model]) if s.router_config else []:
             emit(event("notice", 0, message=note, level="warning"))  # a bad file: exit 2 before loading
         if self._client is None:
@@ -268,6 +266,16 @@ class Session:
         return self.plan.mode if self.plan is not None else ""
 
     @property
+    def level(self) -> Level | str:
+        """The sandbox level (``""`` before :meth:`open` resolved it)."""
+        return self.opening.level if self.opening is not None else ""
+
+    @property
+    def models(self) -> ModelChoice | None:
+        """The root and sub-model (``None`` before :meth:`open` chose them)."""
+        return self.opening.models if self.opening is not None else None
+
+    @property
     def reason(self) -> str:
         """Why the session has its mode (the plan's ``mode_reason``)."""
         return self.plan.mode_reason if self.plan is not None else ""
@@ -282,7 +290,7 @@ class Session:
         Raises:
             SandboxError: the worker failed to start.
         """
-        return self.workers.get(self, self._level_warning)
+        return self.workers.get(self, self.opening.level_warning if self.opening is not None else None)
 
     @property
     def lane(self) -> Lane | None:
