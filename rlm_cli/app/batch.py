@@ -31,6 +31,7 @@ from rlm_cli.errors import ExitCode, RLMError, UsageError
 if TYPE_CHECKING:
     from rlm_cli.app.lane import Lane
     from rlm_cli.app.outcome import AskOutcome
+    from rlm_cli.app.question import QuestionId
     from rlm_cli.app.session import Session
     from rlm_cli.config import Settings
     from rlm_cli.events import Emit
@@ -45,7 +46,7 @@ class Question:
     answer type (``rlm_cli.answer_types.NAMES``) and settings of its own (``None``: the session's;
     ``rlm audit``: a check's model or ``max_cost``)."""
 
-    id: Any
+    id: QuestionId
     text: str
     answer_type: str = "text"
     settings: Settings | None = None
@@ -73,7 +74,7 @@ class Result:
         return outcome_code(self.outcome, self.require_support)
 
 
-def outcome_code(outcome: Any, require_support: bool) -> int:
+def outcome_code(outcome: AskOutcome | None, require_support: bool) -> int:
     """The exit code of a run that ended on a final answer (a ``runner.AskOutcome``): 9 when the
     question has a type and the answer is not a value of it (``ExitCode.NOT_OF_TYPE``), 7 when
     ``require_support`` and the answer is unsupported, else 0."""

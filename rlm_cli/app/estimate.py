@@ -26,8 +26,9 @@ from typing import Any
 
 from rlm_cli.answer_types import AnswerType
 from rlm_cli.app.plan import model_window, require_model
+from rlm_cli.app.question import QuestionId
 from rlm_cli.config import Settings
-from rlm_cli.corpus import check_paths, load_corpus
+from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.events import Emit, event, is_type
 from rlm_cli.loop.fitting import choose_mode, direct_tokens
 from rlm_cli.loop.meta import corpus_meta, first_messages
@@ -123,7 +124,7 @@ def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any
             "corpus": {"files": len(corpus.files), "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}}
 
 
-def _one(s: Settings, client: ModelClient, corpus: Any, meta: dict[str, Any], qid: Any, question: str,
+def _one(s: Settings, client: ModelClient, corpus: Corpus, meta: dict[str, Any], qid: QuestionId, question: str,
          sub_model: str) -> dict[str, Any]:
     """One question's estimate (see the module docstring)."""
     root = s.model or ""

@@ -60,6 +60,10 @@ def answer_spec(kind: str, corpus: Corpus | None) -> AnswerSpec:
     return AnswerSpec(answer_type, {f.path: f.lines for f in corpus.files})
 
 
+#: A question's ``--questions`` id, as the file gave it (a string or a number), or ``None``.
+QuestionId = str | int | float | None
+
+
 class QuestionHost(Protocol):
     """What a question reads of its session (``app.session.Session``) and the few ways it writes
     back to it."""
@@ -139,7 +143,7 @@ class QuestionRun:
     ``answer_type`` the type its answer must have, ``settings`` its own (``rlm audit``: a check's
     model; default the session's). :meth:`run` answers it, once."""
 
-    def __init__(self, session: QuestionHost, question: str, *, emit: Emit, qid: Any = None,
+    def __init__(self, session: QuestionHost, question: str, *, emit: Emit, qid: QuestionId = None,
                  lane: Lane | None = None, answer_type: str = "text", settings: Settings | None = None) -> None:
         self.session = session
         self.question = question

@@ -148,11 +148,11 @@ def settings_from_header(header: dict[str, Any], mode_event: ModeEvent | None,
     return settings
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _window(value: Any) -> int | None:
+def _window(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 256 else None
 
 

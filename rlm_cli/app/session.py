@@ -52,7 +52,7 @@ from rlm_cli.app import records
 from rlm_cli.app.lane import Lane, LaneKeeper, QuestionClient, QuestionUsage, SessionBudget
 from rlm_cli.app.outcome import AskOutcome, PastQuestion
 from rlm_cli.app.plan import ModelChoice, Opening, RunPlan, choose_models, make_plan
-from rlm_cli.app.question import QuestionRun
+from rlm_cli.app.question import QuestionId, QuestionRun
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
@@ -352,7 +352,7 @@ class Session:
         qclient.fatal = self.fatal
         return qclient
 
-    def ask(self, question: str, *, emit: Emit, qid: Any = None, lane: Lane | None = None, answer_type: str = "text",
+    def ask(self, question: str, *, emit: Emit, qid: QuestionId = None, lane: Lane | None = None, answer_type: str = "text",
             settings: Settings | None = None) -> AskOutcome:
         """Answer ``question`` with its own trajectory (``settings.trace`` or a new file under
         ``traces_dir()``), on ``lane`` (default: the session's worker): an

@@ -78,7 +78,7 @@ def read_baseline(path: Path) -> Baseline:
     raise UsageError(f"the baseline {path} is not a SARIF 2.1.0 log or an {AUDIT_SCHEMA} document", hint=hint)
 
 
-def _line(value: Any, default: int = 1) -> int:
+def _line(value: object, default: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return default
     return value

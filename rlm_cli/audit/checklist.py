@@ -24,6 +24,7 @@ the field.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,7 +91,7 @@ class Check:
         return ", ".join(parts)
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     import json
 
     return json.dumps(value, ensure_ascii=False) if not isinstance(value, float) or not value.is_integer() \
@@ -236,7 +237,7 @@ def _id_lines(text: str) -> dict[str, int]:
     return out
 
 
-def parse_check(row: Any, n: int, where: str) -> Check:
+def parse_check(row: object, n: int, where: str) -> Check:
     """Check ``n`` (1-based) of the file ``where``, from its TOML table ``row``.
 
     Raises:
@@ -306,7 +307,7 @@ def parse_check(row: Any, n: int, where: str) -> Check:
                  empty, include, exclude, model, None if max_cost is None else float(max_cost), description)
 
 
-def _globs(row: dict[str, Any], name: str, bad: Any) -> tuple[str, ...]:
+def _globs(row: dict[str, Any], name: str, bad: Callable[[str, str], Exception]) -> tuple[str, ...]:
     value = row.get(name)
     if value is None:
         return ()

@@ -314,7 +314,7 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
             questions = [Question(c.id, check_question(c, scope), c.type, check_settings(session, c)) for c in asked]
 
             def done(result: Result) -> None:
-                check = by_id[result.question.id]
+                check = by_id[str(result.question.id)]  # a check id: its question was made with it
                 outcome = outcome_of(result, check.type)
                 about = scope_matcher(check) if scope is None else scope.matcher(scope_matcher(check))
                 verdict = decide(check, outcome, about)

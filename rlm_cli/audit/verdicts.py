@@ -124,7 +124,7 @@ def outcome_of(result: Result, kind: AnswerType) -> CheckOutcome:
                         support is not None and support.verdict == "unsupported", evidence_of(outcome.sources))
 
 
-def meets(check: Check, value: Any) -> tuple[bool, str]:
+def meets(check: Check, value: object) -> tuple[bool, str]:
     """``(passed, why)``: whether the typed ``value`` meets ``check``'s expectation."""
     if check.has_expect and not _equal(value, check.expect, check.type):
         return False, f"expected {check.expectation()}, got {_short(value)}"
@@ -144,16 +144,16 @@ def meets(check: Check, value: Any) -> tuple[bool, str]:
     return True, check.expectation() or "answered"
 
 
-def _equal(value: Any, expected: Any, kind: AnswerType) -> bool:
+def _equal(value: object, expected: object, kind: AnswerType) -> bool:
     if kind is AnswerType.NUMBER and isinstance(value, (int, float)) and isinstance(expected, (int, float)):
         return math.isclose(float(value), float(expected), rel_tol=1e-9, abs_tol=1e-12)
-    if kind.placed and isinstance(value, list):
+    if kind.placed and isinstance(value, list) and isinstance(expected, list):
         return sorted(value) == sorted(expected)
     return bool(value == expected and type(value) is type(expected)) or (
         kind.numeric and not isinstance(value, bool) and value == expected)
 
 
-def _short(value: Any, limit: int = 120) -> str:
+def _short(value: object, limit: int = 120) -> str:
     import json
 
     text = json.dumps(value, ensure_ascii=False)
@@ -183,7 +183,7 @@ def decide(check: Check, outcome: CheckOutcome, in_scope: Callable[[str], bool])
     return Verdict("pass" if passed else "fail", why, 0, located)
 
 
-def _located(check: Check, value: Any, evidence: tuple[Evidence, ...],
+def _located(check: Check, value: object, evidence: tuple[Evidence, ...],
              in_scope: Callable[[str], bool]) -> list[tuple[str, int, int]]:
     """Where a check's answer is: its ``locations`` (in scope); else the lines its run read with
     code (:attr:`Evidence.read_with_code`; those the answer cites first), never a lead line it

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -53,7 +53,7 @@ def config_show(json_out: JsonOpt = False) -> None:
         raise typer.Exit(int(ExitCode.USAGE))
 
 
-def _show_value(value: Any, key: str = "") -> str:
+def _show_value(value: object, key: str = "") -> str:
     """A setting's value as in the TOML file (``(unset)`` for none; sizes as ``"4G"``)."""
     from rlm_cli.config_keys import SIZE_KEYS, format_size
 

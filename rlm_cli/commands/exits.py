@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Callable
 from functools import cache
+from types import FrameType
 from typing import Any
 
 import typer
@@ -178,13 +179,13 @@ def fast_exit() -> None:
     atexit.register(gc.freeze)  # the first registered runs last, after everyone's cleanup
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.stderr.write("\nrlm: terminated\n")
     raise SystemExit(int(ExitCode.TERMINATED))
 
 
-def _usage_message(exc: Any) -> str:
+def _usage_message(exc: typer.TyperException) -> str:
     """Click's message for usage error ``exc``; for an unknown option, the suggestions are only
     options it begins (``--max-iter``: ``--max-iterations``), else those whose names, without
     their dashes, are close to it (``difflib`` ratio 0.6, click's own cutoff, which with the dashes
@@ -219,7 +220,7 @@ _VALUE_WORDS = (
 )
 
 
-def _bad_value_message(exc: Any) -> str:
+def _bad_value_message(exc: typer.TyperException) -> str:
     """Click's ``BadParameter`` ``exc`` in rlm's words: ``--max-iterations must be at least 1, not
     0`` for pydantic's "Invalid value for '--max-iterations': Input should be greater than or
     equal to 1"; click's own message when it is not one of :data:`_VALUE_WORDS`."""
@@ -228,7 +229,8 @@ def _bad_value_message(exc: Any) -> str:
     opts = getattr(param, "opts", None) or []
     name = max(opts, key=len) if opts else getattr(exc, "param_hint", None)
     cause = exc.__cause__
-    errors = cause.errors() if cause is not None and callable(getattr(cause, "errors", None)) else []
+    listed = getattr(cause, "errors", None)
+    errors = listed() if callable(listed) else []
     given = errors[0].get("input") if errors and isinstance(errors[0], dict) else None
     for pattern, words in _VALUE_WORDS:
         found = pattern.search(text)
@@ -246,7 +248,7 @@ def _shown(value: object) -> str:
     return str(value)
 
 
-def _usage_hint(exc: Any) -> str:
+def _usage_hint(exc: typer.TyperException) -> str:
     """What to do after click's usage error ``exc``: see the command's help, or, when the "option"
     click did not know is the start of an argument with a space in it (a question such as
     ``"-how many files?"``), put ``--`` before it, as for any Unix command."""

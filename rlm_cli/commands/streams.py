@@ -25,6 +25,7 @@ import signal
 import stat
 import sys
 import threading
+from types import FrameType
 from typing import IO, Any
 
 #: Seconds between two looks at stdout's and stderr's pipes for a reader that went away.
@@ -75,7 +76,7 @@ def reader_gone(fd: int) -> bool:
 WATCH_SIGNAL = signal.SIGUSR2
 
 
-def _reader_gone_interrupt(signum: int, frame: Any) -> None:
+def _reader_gone_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # handled as a Ctrl-C, and ``ReaderWatch.fired`` makes it exit 141
 
 

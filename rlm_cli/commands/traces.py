@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,6 +25,9 @@ from rlm_cli.commands.options import (
 )
 from rlm_cli.errors import PartialAnswerError, UsageError
 from rlm_cli.output.formats import Report
+
+if TYPE_CHECKING:
+    from rlm_cli.app.housekeeping import Removed
 
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded trajectories (JSONL, one per run).")
 
@@ -82,7 +85,7 @@ def trace_prune(
     _said(housekeeping.prune(older_than=older_than, keep=keep, dry_run=dry_run), dry_run=dry_run)
 
 
-def _said(removed: Any, *, dry_run: bool) -> None:
+def _said(removed: Removed, *, dry_run: bool) -> None:
     """Each removed trajectory's run id on stdout, then a line on stderr with the count and bytes."""
     from rlm_cli.output import answer, render, trace
     from rlm_cli.output.text import plural
