@@ -107,6 +107,10 @@ class FakeLLM:
         #: tokens as ``usage.prompt_tokens_details.cached_tokens``.
         self.implicit_cache = False
         self._prefixes: set[str] = set()
+        #: Set when a client hangs up while a ``ping_for_s`` reply still keeps it waiting (the
+        #: reply was not waited for); the model names of those requests are in :attr:`hung_up`.
+        self.hung_up_event = threading.Event()
+        self.hung_up: list[str] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -286,8 +290,11 @@ class FakeLLM:
             try:
                 handler.wfile.write(f"{len(raw_ping):x}\r\n".encode() + raw_ping + b"\r\n")
                 handler.wfile.flush()
-            except OSError:
-                return  # the client left
+            except OSError:  # the client left before the reply was due
+                with self.lock:
+                    self.hung_up.append(model)
+                self.hung_up_event.set()
+                return
             time.sleep(min(1.0, max(0.0, until - time.monotonic())))
 
         def event(payload: dict[str, Any] | str) -> None:
