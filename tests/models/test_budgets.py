@@ -139,9 +139,9 @@ def test_a_server_that_keeps_the_stream_alive_without_answering_cannot_outlast_t
                   "--timeout", "3", "--mode", mode, "--no-llm-cache", "--json")
     assert res.code == ExitCode.BUDGET, res.stderr
     assert "time budget of 3 s reached" in res.stderr and json.loads(res.stdout)["budget"] == "timeout", res.stderr
-    # the 60 s wait was not waited out: the client hung up while the server still kept it waiting
-    # (the server notices at its next ping, a second or two after; the 30 s only catch a hang)
-    assert llm.hung_up_event.wait(30) and llm.hung_up == ["root"], res.stderr
+    # the 60 s wait was not waited out: rlm is done while the server still keeps the request waiting
+    # (an order of events, not a bound on the machine's speed)
+    assert len(llm.chat_requests("root")) == 1 and llm.pings_over == [], res.stderr
 
 
 def test_sub_calls_cut_by_the_deadline_are_not_counted_as_retries(tmp_path: Path, llm: FakeLLM) -> None:
