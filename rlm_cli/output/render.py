@@ -17,7 +17,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from rich.console import Console
@@ -370,7 +370,7 @@ class Renderer:
             with self._lock:
                 self.err.print(escape(message))
 
-    def summary(self, data: dict[str, Any]) -> None:
+    def summary(self, data: Mapping[str, Any]) -> None:
         """The run's closing line (:func:`~rlm_cli.output.answer.summary_line`): iterations,
         sub-calls, tokens and cost split between the root model and sub-calls, cache hits,
         retries, time."""

@@ -8,6 +8,7 @@ Importing this module imports no rich.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,7 +42,7 @@ class UI(Protocol):
         """One progress line (hidden with ``--quiet``)."""
         ...
 
-    def summary(self, data: dict[str, Any]) -> None:
+    def summary(self, data: Mapping[str, Any]) -> None:
         """The run's closing line from its ``--json`` document (``usage``, ``iterations``, ``support``...)."""
         ...
 
