@@ -300,7 +300,7 @@ def answer_text(doc: Mapping[str, Any], cite: bool = False) -> str:
     return text
 
 
-def value_text(value: Any) -> str:
+def value_text(value: object) -> str:
     """A typed value as plain text, newline-terminated: ``true``/``false``, a number, a list one
     item a line (an empty list: nothing), other JSON as JSON (``output.answer.json_text``, on one
     line: RFC 8259, a lone surrogate kept as its escape)."""
