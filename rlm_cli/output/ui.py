@@ -8,7 +8,7 @@ Importing this module imports no rich.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,10 +50,10 @@ class UI(Protocol):
         """``rlm eval``'s progress over ``total`` questions: yields ``step(line)``, once per question."""
         ...
 
-    def stderr_table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    def stderr_table(self, title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> None:
         """A table on stderr (hidden with ``--quiet``)."""
         ...
 
-    def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    def table(self, title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> None:
         """A table on stdout (stats-like commands)."""
         ...
