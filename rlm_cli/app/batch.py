@@ -382,10 +382,12 @@ def result_document(result: Result, sandbox: str) -> dict[str, Any]:
     """The ``--json`` line of one question: ``id`` and ``question``, then the same document as a
     single ``rlm ask --json`` (an answer, a partial answer, or an error with ``exit_code``)."""
     from rlm_cli.errors import PartialAnswerError
-    from rlm_cli.output.documents import error_document, outcome_document, partial_document
+    from rlm_cli.output.documents import AskDocument, ErrorDocument, error_document, outcome_document, partial_document
 
     elapsed = round(result.elapsed_s, 3)
+    doc: AskDocument | ErrorDocument
     if result.error is None:
+        assert result.outcome is not None  # a question either has an outcome or an error
         doc = outcome_document(result.outcome, elapsed)
     elif isinstance(result.error, PartialAnswerError):
         doc = partial_document(result.error, sandbox, elapsed)

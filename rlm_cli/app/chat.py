@@ -31,7 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from rlm_cli.app.batch import outcome_code
 from rlm_cli.errors import PartialAnswerError, RLMError, worst_exit_code
-from rlm_cli.output.documents import answer_text, error_document, outcome_document, partial_document
+from rlm_cli.output.documents import (
+    AskDocument,
+    ErrorDocument,
+    answer_text,
+    error_document,
+    outcome_document,
+    partial_document,
+)
 from rlm_cli.output.text import money, plural
 
 if TYPE_CHECKING:
@@ -184,7 +191,7 @@ class Chat:
         sandbox = self.session.level
         try:
             outcome = self.session.ask(text, emit=self.ui.on_event, qid=self.asked)
-            doc = outcome_document(outcome, round(time.monotonic() - started, 3))
+            doc: AskDocument | ErrorDocument = outcome_document(outcome, round(time.monotonic() - started, 3))
             code = outcome_code(outcome, self.session.settings.require_support)
         except PartialAnswerError as exc:
             doc = partial_document(exc, sandbox, round(time.monotonic() - started, 3))
@@ -207,9 +214,9 @@ class Chat:
                                                        "; the REPL keeps its variables") + "; ask another or /quit")
             return
         self.codes.append(code)
-        doc = {"id": self.asked, "question": text, **doc}
-        self.ui.summary(doc)
-        self._deliver(doc)
+        shown: dict[str, Any] = {"id": self.asked, "question": text, **doc}
+        self.ui.summary(shown)
+        self._deliver(shown)
 
     def _deliver(self, doc: dict[str, Any]) -> None:
         from rlm_cli.output.answer import json_text, write_text

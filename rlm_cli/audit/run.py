@@ -33,7 +33,7 @@ from rlm_cli.config import Settings
 from rlm_cli.events import Emit, event, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
-from rlm_cli.output.findings import AuditReport, CheckReport, Finding, Location, Region, Totals
+from rlm_cli.output.findings import AuditDocument, AuditReport, CheckReport, Finding, Location, Region, Totals
 
 if TYPE_CHECKING:
     from rlm_cli.corpus.model import Corpus
@@ -380,7 +380,7 @@ def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline:
                        baseline=None if baseline is None else str(baseline.path), absent=absent)
 
 
-def audit_document(report: AuditReport) -> dict[str, Any]:
+def audit_document(report: AuditReport) -> AuditDocument:
     """The ``audit-result.v1`` document of ``report``: ``checks`` (each check with its status,
     reason, answer, value, locations, findings and run), ``totals``, ``usage``, ``corpus`` (with
     ``loads``), ``status`` (``pass`` or ``fail``) and ``exit_code``."""

@@ -12,7 +12,7 @@ reaches.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rlm_cli.commands.invocation import INVOCATION
@@ -91,7 +91,7 @@ def batch_writer(out: Report, cite: bool, ui: UI, total: int) -> tuple[Callable[
 
 
 
-def deliver_answer(doc: dict[str, Any], out: Report, cite: bool, ui: UI) -> None:
+def deliver_answer(doc: Mapping[str, Any], out: Report, cite: bool, ui: UI) -> None:
     """The document (``--json``) or the answer (with its sources under ``--cite``) to stdout, or
     to ``out.path`` (``--output``) atomically."""
     deliver_report(render_answer(doc, out.format, cite), out, ui)

@@ -24,6 +24,7 @@ from rlm_cli.models.usage import Usage
 
 if TYPE_CHECKING:
     from rlm_cli.models.backend import Backend
+    from rlm_cli.output.documents import AskDocument
     from rlm_cli.output.ui import UI
 
 #: Characters of a grep or search result document: longer ones drop their last rows (the
@@ -280,7 +281,7 @@ class Service:
                 **typed}
 
     @staticmethod
-    def _ask_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    def _ask_fields(doc: AskDocument) -> dict[str, Any]:
         """The fields of an ``ask`` result taken from an ``rlm ask --json`` document."""
         sources = doc.get("sources") or []
         return {"answer": doc.get("answer") or "", "status": doc["status"], "support": doc.get("support") or {},

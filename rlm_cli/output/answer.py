@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 from rlm_cli.errors import UsageError
@@ -35,7 +36,7 @@ def for_stdout(text: str, stream: IO[str] | None = None) -> str:
     return safe_text(text) if tty else text
 
 
-def json_text(doc: Any, *, line: bool = False) -> str:
+def json_text(doc: object, *, line: bool = False) -> str:
     """A JSON document as printed: indented (one line with ``line``: JSON Lines, the trajectory),
     UTF-8 characters kept, newline-terminated, and RFC 8259 whatever it holds: a float JSON cannot
     hold (``NaN``, ``Infinity``) is ``null``, a lone surrogate (:data:`~rlm_cli.output.text.SURROGATE`)
@@ -64,7 +65,7 @@ def json_value(value: Any) -> Any:
     return value
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     """``value`` with every float that is not finite made ``None`` (tuples as lists)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -75,7 +76,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def write_json(doc: dict[str, Any]) -> None:
+def write_json(doc: Mapping[str, object]) -> None:
     """One JSON document on stdout."""
     write_text(json_text(doc))
 
@@ -136,7 +137,7 @@ def _write_stdout(text: str) -> None:
     buf.flush()
 
 
-def summary_line(data: dict[str, Any]) -> str:
+def summary_line(data: Mapping[str, Any]) -> str:
     """The run's closing line (without style): iterations, sub-calls, tokens and cost split
     between the root model and sub-calls (:func:`~rlm_cli.output.text.money`: "unknown" when a model is
     not priced; "no calls" for a group without a completed call, "none" for a run without one:
@@ -168,7 +169,7 @@ def summary_line(data: dict[str, Any]) -> str:
             f"tokens root {tokens(root)}, sub {tokens(sub)}; {costs}{extra}; {data.get('elapsed_s', 0):.1f} s")
 
 
-def support_warning(support: Any) -> str:
+def support_warning(support: object) -> str:
     """The one stderr line of an answer whose support verdict (a ``support`` object of ``--json``)
     is ``unsupported``, ``""`` for any other: the tokens nothing showed, or the reason."""
     if not isinstance(support, dict) or support.get("verdict") != "unsupported":

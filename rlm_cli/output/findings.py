@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from rlm_cli.answer_types import AnswerType
 
@@ -29,6 +29,101 @@ from rlm_cli.answer_types import AnswerType
 FINGERPRINT_KEY = "rlmFindingHash/v1"
 #: The values of :attr:`Finding.baseline_state` (SARIF's ``baselineState``).
 BASELINE_STATES = ("new", "unchanged", "updated", "absent")
+
+
+class SuppressionDoc(TypedDict):
+    """A finding's ``suppression`` in ``audit-result.v1``."""
+
+    kind: str
+    reason: str
+
+
+class LocationDoc(TypedDict):
+    """A ``location`` of ``audit-result.v1``: ``path`` as the corpus names the file, ``file`` from
+    the repository root, and the lines (1-based, inclusive)."""
+
+    path: str
+    file: str
+    start_line: int
+    end_line: int
+
+
+class FindingDoc(TypedDict):
+    """A ``finding`` of ``audit-result.v1`` (see :class:`Finding`)."""
+
+    check: str
+    path: str
+    start_line: int
+    end_line: int
+    fingerprint: str
+    message: str
+    level: str
+    where: str
+    baseline_state: str | None
+    suppression: SuppressionDoc | None
+
+
+class CheckDoc(TypedDict):
+    """A ``check`` of ``audit-result.v1`` (see :class:`CheckReport`); ``value`` a JSON value,
+    ``run`` and ``sources`` the check's ``ask-result.v1`` fields as they are."""
+
+    id: str
+    question: str
+    type: str
+    severity: str
+    expectation: str
+    status: str
+    reason: str
+    answer: str | None
+    value: Any
+    locations: list[LocationDoc]
+    sources: list[dict[str, Any]]
+    line: int
+    model: str | None
+    max_cost: float | None
+    include: list[str]
+    exclude: list[str]
+    run: dict[str, Any]
+    findings: list[FindingDoc]
+    exit_code: NotRequired[int]
+    support: NotRequired[dict[str, Any]]
+
+
+#: ``audit-result.v1``'s ``totals`` as :meth:`Totals.to_dict` gives them (the functional form:
+#: ``pass`` is a keyword).
+TotalsDoc = TypedDict("TotalsDoc", {"checks": int, "pass": int, "fail": int, "error": int, "unsupported": int,
+                                    "calls": int, "cached_calls": int, "cost_usd": float | None, "from_cache": bool,
+                                    "note": NotRequired[str]})
+
+
+class AuditTotals(TotalsDoc):
+    """The ``totals`` of the ``audit-result.v1`` document: :data:`TotalsDoc` and the finding
+    counts (:attr:`AuditReport.finding_counts`)."""
+
+    findings: dict[str, int]
+
+
+class AuditDocument(TypedDict):
+    """The ``audit-result.v1`` document (:meth:`AuditReport.document`), its keys in the order
+    they are written; ``usage`` and ``corpus`` as the ask document has them."""
+
+    schema: str
+    status: str
+    exit_code: int
+    fail_on: str
+    checklist: str
+    root: str
+    root_dir: str
+    checks: list[CheckDoc]
+    totals: AuditTotals
+    usage: dict[str, Any]
+    corpus: dict[str, Any] | None
+    sandbox: str
+    elapsed_s: float
+    incomplete: NotRequired[dict[str, Any]]
+    changed_since: NotRequired[dict[str, Any]]
+    baseline: NotRequired[str]
+    absent: NotRequired[list[FindingDoc]]
 
 
 @dataclass(frozen=True)
@@ -55,7 +150,7 @@ class Suppression:
     kind: str
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SuppressionDoc:
         """``{"kind", "reason"}``."""
         return {"kind": self.kind, "reason": self.reason}
 
@@ -75,7 +170,7 @@ class Location:
         a, b = self.region.start_line, self.region.end_line
         return f"{self.path}:{a}" + (f"-{b}" if b != a else "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> LocationDoc:
         """The ``location`` of ``audit-result.v1``: ``path`` (corpus), ``file``, ``start_line``, ``end_line``."""
         return {"path": self.corpus_path, "file": self.path, "start_line": self.region.start_line,
                 "end_line": self.region.end_line}
@@ -105,9 +200,9 @@ class Finding:
         """Whether it counts against the run: not suppressed and not known from the baseline."""
         return self.suppression is None and self.baseline_state not in ("unchanged", "updated", "absent")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> FindingDoc:
         """The ``finding`` of ``audit-result.v1``."""
-        out: dict[str, Any] = {"check": self.check, "path": self.path, "start_line": self.region.start_line,
+        out: FindingDoc = {"check": self.check, "path": self.path, "start_line": self.region.start_line,
                                "end_line": self.region.end_line, "fingerprint": self.fingerprint,
                                "message": self.message, "level": self.level, "where": self.where,
                                "baseline_state": self.baseline_state,
@@ -169,9 +264,9 @@ class CheckReport:
         """The check's run time in seconds (0.0 when unknown)."""
         return float(self.run.get("elapsed_s") or 0.0)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CheckDoc:
         """The ``check`` of ``audit-result.v1``."""
-        row: dict[str, Any] = {
+        row: CheckDoc = {
             "id": self.id, "question": self.question, "type": self.type, "severity": self.severity,
             "expectation": self.expectation, "status": self.status, "reason": self.reason, "answer": self.answer,
             "value": self.value, "locations": [loc.to_dict() for loc in self.locations], "sources": self.sources,
@@ -205,9 +300,9 @@ class Totals:
         """Whether every model call was served by the response cache."""
         return bool(self.calls) and self.cached_calls == self.calls
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TotalsDoc:
         """``audit-result.v1``'s ``totals``."""
-        out: dict[str, Any] = {"checks": self.checks, "pass": self.passed, "fail": self.failed, "error": self.errors,
+        out: TotalsDoc = {"checks": self.checks, "pass": self.passed, "fail": self.failed, "error": self.errors,
                                "unsupported": self.unsupported, "calls": self.calls,
                                "cached_calls": self.cached_calls, "cost_usd": self.cost_usd,
                                "from_cache": self.from_cache}
@@ -265,14 +360,18 @@ class AuditReport:
                 "unchanged": sum(1 for f in found if f.baseline_state == "unchanged"),
                 "absent": len(self.absent), "suppressed": sum(1 for f in found if f.suppression is not None)}
 
-    def document(self, schema: str) -> dict[str, Any]:
+    def document(self, schema: str) -> AuditDocument:
         """The ``audit-result.v1`` document (``schema`` its name)."""
-        doc = {"schema": schema, "status": self.status, "exit_code": self.exit_code, "fail_on": self.fail_on,
-               "checklist": self.checklist, "root": self.prefix, "root_dir": self.root_dir,
-               "checks": [c.to_dict() for c in self.checks],
-               "totals": {**self.totals.to_dict(), "findings": self.finding_counts}, "usage": self.usage,
-               "corpus": self.corpus, "sandbox": self.sandbox, "elapsed_s": self.elapsed_s,
-               **{k: v for k, v in (("incomplete", self.incomplete), ("changed_since", self.changed_since)) if v}}
+        totals: AuditTotals = {**self.totals.to_dict(), "findings": self.finding_counts}
+        doc: AuditDocument = {
+            "schema": schema, "status": self.status, "exit_code": self.exit_code, "fail_on": self.fail_on,
+            "checklist": self.checklist, "root": self.prefix, "root_dir": self.root_dir,
+            "checks": [c.to_dict() for c in self.checks], "totals": totals, "usage": self.usage,
+            "corpus": self.corpus, "sandbox": self.sandbox, "elapsed_s": self.elapsed_s}
+        if self.incomplete:  # a cancelled run
+            doc["incomplete"] = self.incomplete
+        if self.changed_since:
+            doc["changed_since"] = self.changed_since
         if self.baseline is not None:
             doc["baseline"] = self.baseline
             doc["absent"] = [f.to_dict() for f in self.absent]

@@ -11,6 +11,7 @@ never sees half a report and a failure leaves nothing behind.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ class Report:
     path: Path | None = None
 
 
-def render_answer(doc: dict[str, Any], fmt: Format, cite: bool = False) -> str:
+def render_answer(doc: Mapping[str, Any], fmt: Format, cite: bool = False) -> str:
     """The text of an ``rlm ask`` document (``ask-result.v1``) in ``fmt``: the JSON document, or
     the plain answer (with ``--cite``'s sources).
 

@@ -17,7 +17,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from rich.console import Console
@@ -370,7 +370,7 @@ class Renderer:
             with self._lock:
                 self.err.print(escape(message))
 
-    def summary(self, data: dict[str, Any]) -> None:
+    def summary(self, data: Mapping[str, Any]) -> None:
         """The run's closing line (:func:`~rlm_cli.output.answer.summary_line`): iterations,
         sub-calls, tokens and cost split between the root model and sub-calls, cache hits,
         retries, time."""
@@ -398,7 +398,7 @@ class Renderer:
         :class:`~rlm_cli.output.live.EvalProgress`)."""
         return EvalProgress(self, total)
 
-    def stderr_table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    def stderr_table(self, title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> None:
         """A table on stderr (``rlm audit``'s checks), hidden with --quiet; cells are plain text."""
         if self.quiet:
             return
@@ -414,7 +414,7 @@ class Renderer:
             self.close()
             self.err.print(table)
 
-    def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    def table(self, title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> None:
         """A table on stdout (for stats-like commands on a terminal; see
         :func:`~rlm_cli.output.tables.print_table`)."""
         print_table(title, columns, rows)

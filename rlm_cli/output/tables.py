@@ -4,15 +4,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from rlm_cli.output.style import escape
 from rlm_cli.output.text import money
 
+if TYPE_CHECKING:
+    from rlm_cli.output.trace import TraceInfo
 
-def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+
+def print_table(title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> None:
     """A table with ``title`` on stdout: one column per name in ``columns``, one row per list of
     ``rows`` (each cell shown as ``str``)."""
     from rich.table import Table
@@ -25,7 +29,7 @@ def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     Console().print(table)
 
 
-def print_trace_list(infos: list[Any]) -> None:
+def print_trace_list(infos: Sequence[TraceInfo]) -> None:
     """``rlm trace list``: one row per trajectory (``trace.TraceInfo``), newest first, on stdout."""
     import datetime as _dt
 

@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypedDict
 
 from rlm_cli.errors import UsageError
 
@@ -305,7 +305,22 @@ class TraceInfo:
     size: int = 0
 
 
-def info_dict(info: TraceInfo) -> dict[str, Any]:
+class TraceInfoDoc(TypedDict):
+    """One entry of ``rlm trace list --json`` (:func:`info_dict`)."""
+
+    run_id: str
+    path: str
+    started: str
+    question: str
+    status: str
+    mode: str
+    tokens: int
+    calls: int
+    cost_usd: float | None
+    elapsed_s: float | None
+
+
+def info_dict(info: TraceInfo) -> TraceInfoDoc:
     """One entry of ``rlm trace list --json``: ``run_id``, ``path``, ``started`` (ISO 8601, UTC),
     ``question``, ``status``, ``mode``, ``tokens``, ``calls`` (model calls completed),
     ``cost_usd`` (None when unknown; 0 with no call completed) and ``elapsed_s`` (seconds; None for

@@ -8,6 +8,7 @@ Importing this module imports no rich.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,7 +42,7 @@ class UI(Protocol):
         """One progress line (hidden with ``--quiet``)."""
         ...
 
-    def summary(self, data: dict[str, Any]) -> None:
+    def summary(self, data: Mapping[str, Any]) -> None:
         """The run's closing line from its ``--json`` document (``usage``, ``iterations``, ``support``...)."""
         ...
 
@@ -49,10 +50,10 @@ class UI(Protocol):
         """``rlm eval``'s progress over ``total`` questions: yields ``step(line)``, once per question."""
         ...
 
-    def stderr_table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    def stderr_table(self, title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> None:
         """A table on stderr (hidden with ``--quiet``)."""
         ...
 
-    def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    def table(self, title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> None:
         """A table on stdout (stats-like commands)."""
         ...

@@ -107,6 +107,9 @@ class FakeLLM:
         #: tokens as ``usage.prompt_tokens_details.cached_tokens``.
         self.implicit_cache = False
         self._prefixes: set[str] = set()
+        #: The model names of the ``ping_for_s`` replies whose pings are over (the reply is due):
+        #: a client gone before has not waited for it, however slow the machine.
+        self.pings_over: list[str] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -289,6 +292,9 @@ class FakeLLM:
             except OSError:
                 return  # the client left
             time.sleep(min(1.0, max(0.0, until - time.monotonic())))
+        if spec.ping_for_s:
+            with self.lock:
+                self.pings_over.append(model)
 
         def event(payload: dict[str, Any] | str) -> None:
             data = payload if isinstance(payload, str) else json.dumps(payload)

@@ -11,6 +11,7 @@ from rlm_cli.app import runner
 from rlm_cli.app.outcome import AskOutcome
 from rlm_cli.config import Settings
 from rlm_cli.errors import RLMError
+from rlm_cli.models.client import ModelClient
 from tests.support.fake_llm import FakeLLM
 
 
@@ -46,12 +47,14 @@ class Run:
         return [str(e["message"]) for e in self.of("notice")]
 
 
-def run(llm: FakeLLM, paths: list[Path | str], question: str = "What is it?", **overrides: Any) -> Run:
-    """Run ``rlm ask`` in-process; never raises ``RLMError`` (it is returned in ``Run.error``)."""
+def run(llm: FakeLLM, paths: list[Path | str], question: str = "What is it?", *, client: ModelClient | None = None,
+        **overrides: Any) -> Run:
+    """Run ``rlm ask`` in-process; never raises ``RLMError`` (it is returned in ``Run.error``).
+    ``client``: the model client (and so the budget) the run uses, made by the test."""
     events: list[dict[str, Any]] = []
     settings = settings_for(llm, **overrides)
     try:
-        outcome = runner.ask(settings, [str(p) for p in paths], question, emit=events.append)
+        outcome = runner.ask(settings, [str(p) for p in paths], question, emit=events.append, client=client)
     except RLMError as exc:
         return Run(None, exc, events)
     return Run(outcome, None, events)

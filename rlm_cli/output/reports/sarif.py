@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import PurePosixPath
-from typing import Any
+from typing import NotRequired, TypedDict
 from urllib.parse import quote
 
 from rlm_cli.output.findings import FINGERPRINT_KEY, AuditReport, CheckReport, Finding, Location
@@ -29,13 +29,97 @@ SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schem
 SRCROOT = "%SRCROOT%"
 
 
+class ArtifactLocation(TypedDict):
+    """SARIF's ``artifactLocation``: a URI, relative to ``uriBaseId`` when it has one."""
+
+    uri: str
+    uriBaseId: NotRequired[str]
+
+
+class _Region(TypedDict):
+    startLine: int
+    endLine: int
+
+
+class _Physical(TypedDict):
+    artifactLocation: ArtifactLocation
+    region: _Region
+
+
+class SarifLocation(TypedDict):
+    """SARIF's ``location``: a file and its lines."""
+
+    physicalLocation: _Physical
+
+
+class RelatedLocation(SarifLocation):
+    """An entry of a result's ``relatedLocations``: a location with its ``id`` (1, 2...)."""
+
+    id: int
+
+
+class Text(TypedDict):
+    """SARIF's ``message`` (and the rules' descriptions): plain ``text``."""
+
+    text: str
+
+
+class Suppression(TypedDict):
+    """SARIF's ``suppression``: ``inSource`` or ``external``, and why."""
+
+    kind: str
+    justification: str
+
+
+class Rule(TypedDict):
+    """SARIF's ``reportingDescriptor``: one per check."""
+
+    id: str
+    shortDescription: Text
+    fullDescription: Text
+    help: Text
+    defaultConfiguration: dict[str, str]
+    properties: dict[str, object]
+
+
+class Result(TypedDict):
+    """SARIF's ``result``: a finding (or, with ``kind`` ``pass``, a baseline's finding now absent),
+    its keys in the order they are written."""
+
+    ruleId: str
+    ruleIndex: int
+    kind: NotRequired[str]
+    level: str
+    message: Text
+    locations: list[SarifLocation]
+    partialFingerprints: dict[str, str]
+    properties: NotRequired[dict[str, str]]
+    relatedLocations: NotRequired[list[RelatedLocation]]
+    baselineState: NotRequired[str]
+    suppressions: NotRequired[list[Suppression]]
+
+
+class Run(TypedDict):
+    """SARIF's ``run``: the tool and its rules, the root's URI, the invocation, the results."""
+
+    tool: dict[str, object]
+    originalUriBaseIds: dict[str, object]
+    invocations: list[dict[str, object]]
+    results: list[Result]
+    properties: dict[str, object]
+
+
+#: The SARIF 2.1.0 log (the functional form: ``$schema`` is no Python name).
+SarifLog = TypedDict("SarifLog", {"$schema": str, "version": str, "runs": list[Run]})
+
+
 def folder_uri(folder: str) -> str:
     """The ``file://`` URI of an absolute folder, ending in ``/``."""
     uri = PurePosixPath(folder.replace(os.sep, "/")).as_uri()
     return uri if uri.endswith("/") else uri + "/"
 
 
-def artifact_location(path: str) -> dict[str, Any]:
+def artifact_location(path: str) -> ArtifactLocation:
     """The ``artifactLocation`` of a report path: a percent-encoded reference against
     :data:`SRCROOT`, or a ``file://`` URI for an absolute path (a file outside the root)."""
     if path.startswith("/"):
@@ -43,12 +127,12 @@ def artifact_location(path: str) -> dict[str, Any]:
     return {"uri": quote(path, safe="/"), "uriBaseId": SRCROOT}
 
 
-def _physical(path: str, start: int, end: int) -> dict[str, Any]:
+def _physical(path: str, start: int, end: int) -> SarifLocation:
     return {"physicalLocation": {"artifactLocation": artifact_location(path),
                                  "region": {"startLine": start, "endLine": end}}}
 
 
-def _rule(c: CheckReport) -> dict[str, Any]:
+def _rule(c: CheckReport) -> Rule:
     first_line = (c.question.splitlines() or [""])[0]
     return {"id": c.id, "shortDescription": {"text": first_line[:200]},
             "fullDescription": {"text": c.question},
@@ -57,13 +141,13 @@ def _rule(c: CheckReport) -> dict[str, Any]:
             "properties": {"answerType": c.type, "expectation": c.expectation, "tags": ["rlm-audit", c.severity]}}
 
 
-def _related(n: int, loc: Location) -> dict[str, Any]:
+def _related(n: int, loc: Location) -> RelatedLocation:
     return {"id": n, **_physical(loc.path, loc.region.start_line, loc.region.end_line)}
 
 
-def _result(c: CheckReport, index: int, f: Finding) -> dict[str, Any]:
+def _result(c: CheckReport, index: int, f: Finding) -> Result:
     answer = (c.answer or "")[:ANSWER_CHARS]
-    result: dict[str, Any] = {
+    result: Result = {
         "ruleId": c.id, "ruleIndex": index, "level": LEVELS[f.level],
         "message": {"text": f"{c.id}: {f.message}\n{answer}".strip()},
         "locations": [_physical(f.path, f.region.start_line, f.region.end_line)],
@@ -78,7 +162,7 @@ def _result(c: CheckReport, index: int, f: Finding) -> dict[str, Any]:
     return result
 
 
-def _absent(index: int, f: Finding) -> dict[str, Any]:
+def _absent(index: int, f: Finding) -> Result:
     """A finding of the baseline this run no longer has: ``baselineState`` ``absent``, ``kind``
     ``pass`` and ``level`` ``none`` (no problem now: nothing raises an alert for it)."""
     return {"ruleId": f.check, "ruleIndex": index, "kind": "pass", "level": "none",
@@ -88,11 +172,11 @@ def _absent(index: int, f: Finding) -> dict[str, Any]:
             "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint}, "baselineState": "absent"}
 
 
-def sarif_log(report: AuditReport, version: str) -> dict[str, Any]:
+def sarif_log(report: AuditReport, version: str) -> SarifLog:
     """The SARIF 2.1.0 log of an audit (``version``: rlm's)."""
-    rules: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
-    notes: list[dict[str, Any]] = []
+    rules: list[Rule] = []
+    results: list[Result] = []
+    notes: list[dict[str, object]] = []
     for index, c in enumerate(report.checks):
         rules.append(_rule(c))
         if c.status == "error":
@@ -106,7 +190,7 @@ def sarif_log(report: AuditReport, version: str) -> dict[str, Any]:
                                                             + ", ".join(cut["not_run"])}})
     rule_index = {c.id: n for n, c in enumerate(report.checks)}  # an absent finding of a check now gone: left out
     results.extend(_absent(rule_index[f.check], f) for f in report.absent if f.check in rule_index)
-    run: dict[str, Any] = {
+    run: Run = {
         "tool": {"driver": {"name": "rlm audit", "version": version, "rules": rules}},
         "originalUriBaseIds": {SRCROOT: {"uri": folder_uri(report.root_dir),
                                          "description": {"text": "The repository root."}}},

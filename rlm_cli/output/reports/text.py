@@ -19,12 +19,12 @@ MAX_SOURCES_SHOWN = 20
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def value_text(value: Any) -> str:
+def value_text(value: object) -> str:
     """A typed value as one line of JSON (at most :data:`ANSWER_CHARS` characters)."""
     return json.dumps(finite(value), ensure_ascii=False)[:ANSWER_CHARS]
 
 
-def shown_value(c: CheckReport) -> Any:
+def shown_value(c: CheckReport) -> object:
     """What a report shows as a check's value: the typed value, or a text check's answer."""
     return c.value if c.type.typed else c.answer
 
@@ -53,7 +53,7 @@ def check_details(c: CheckReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def finite(value: Any) -> Any:
+def finite(value: object) -> object:
     """``value`` with every float that is not finite (which JSON cannot hold) as its name
     (``"NaN"``, ``"Infinity"``, ``"-Infinity"``)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -65,7 +65,7 @@ def finite(value: Any) -> Any:
     return value
 
 
-def strict_json(doc: Any, indent: int | None = 2) -> str:
+def strict_json(doc: object, indent: int | None = 2) -> str:
     """``doc`` as RFC 8259 JSON, UTF-8 characters kept, newline-terminated: floats that are not
     finite written as strings (:func:`finite`), and a lone surrogate (from a corpus file or an
     answer: it has no UTF-8 form) written as its ``\\uXXXX`` escape; under GitHub Actions ``##[``
