@@ -24,8 +24,8 @@ each case through both and compares the bodies on the wire, the ``Answer``, the 
 and a failure's class names, status, classification and words):
 
 * a whole reply becomes the same :class:`~rlm_cli.models.backend.Answer` (a reply without usage
-  counts 0 tokens as litellm's does; a stream without a usage chunk waits for litellm to count
-  its tokens from the chunks, ``stream_chunk_builder``, as litellm does);
+  counts 0 tokens as litellm's does; a stream without a usage chunk, as llama-cpp-python's server
+  sends them, is estimated as litellm estimates it: :func:`estimate_like_litellm`);
 * a 200 without a reply (no choices, no content, a body that is not JSON, a stream that ended
   without a ``finish_reason``) is the :class:`~rlm_cli.models.failures.EmptyReplyError` the
   client's check raises on litellm's reply;
@@ -63,6 +63,17 @@ LITELLM_RESENDS = ("Conversation roles must alternate user/assistant", "user and
                    "Last message must have role `user`", "unknown field: parameter index is not a valid field")
 #: ``failures.reply_failure``'s words for a 200 whose body is not a chat completion.
 NOT_JSON_WORDS = "the provider answered HTTP 200 with a body that is not a chat completion (not JSON)"
+#: How litellm (``litellm_core_utils.token_counter``) estimates the tokens of a model it does not
+#: know when the provider counted none: its default encoding, per message, per name, for the
+#: reply's primer, and the longest text it counts exactly (longer ones it extrapolates).
+LITELLM_ENCODING = "cl100k_base"
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMER = 3
+EXACT_CHARS = 4_000_000
+#: litellm encodes a text in pieces of this many characters and sums their tokens
+#: (``TIKTOKEN_ENCODE_CHUNK_SIZE_CHARS``, which sets it there, sets it here too).
+ENCODE_CHUNK_CHARS = 1024
 #: SDK clients (one per API base and key) a host keeps.
 CLIENTS_KEPT = 16
 #: litellm's default API base for ``openai/`` models without one (litellm ``main.completion``).
@@ -307,8 +318,12 @@ class DirectLane:
             raise EmptyReplyError(f"the provider answered HTTP 200 with a message without content, "
                                   f"finish_reason {finish!r}")
         text = "".join(parts)
-        if usage is None:  # litellm counts the tokens of such a stream: the same count here
-            litellm = self._litellm()
+        if usage is None:  # a server that counts nothing in a stream (llama-cpp-python): litellm estimates
+            counted = estimate_like_litellm(messages, text)
+            if counted is not None:
+                return Answer(text=text, input_tokens=counted[0], output_tokens=counted[1], cost_usd=None,
+                              priced=False, cut=cut, chars=chars)
+            litellm = self._litellm()  # a message litellm counts its own way (not plain text): its count
             rebuilt = litellm.stream_chunk_builder([litellm.ModelResponseStream(**c.model_dump()) for c in kept],
                                                    messages=messages)
             usage = getattr(rebuilt, "usage", None)
@@ -316,3 +331,34 @@ class DirectLane:
         return Answer(text=text, input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                       output_tokens=int(getattr(usage, "completion_tokens", 0) or 0), cost_usd=None,
                       priced=False, cut=cut, chars=chars, cache_read_tokens=read, cache_write_tokens=write)
+
+
+def estimate_like_litellm(messages: list[dict[str, Any]], text: str) -> tuple[int, int] | None:
+    """``(input tokens, output tokens)`` of a streamed reply that came without usage, as litellm
+    estimates them for a model it does not know (``stream_chunk_builder`` -> ``token_counter``):
+    tiktoken's :data:`LITELLM_ENCODING` on pieces of :data:`ENCODE_CHUNK_CHARS` characters,
+    :data:`TOKENS_PER_MESSAGE` per message plus every string
+    field of it (role, content, name: :data:`TOKENS_PER_NAME` more), :data:`REPLY_PRIMER` for the
+    reply; the reply's text alone for the output. ``None`` when a message holds anything but strings
+    (content parts, tool calls) or a text beyond :data:`EXACT_CHARS` (litellm then counts its own
+    way: the caller asks litellm)."""
+    from rlm_cli.corpus.tokens import count_tokens
+
+    fields = [(key, value) for message in messages for key, value in message.items() if value is not None]
+    if any(not isinstance(value, str) and key in ("content", "tool_calls", "function_call") for key, value in fields):
+        return None
+    texts = [value for _key, value in fields if isinstance(value, str)] + [text]
+    if any(len(t) > EXACT_CHARS for t in texts):
+        return None
+    try:
+        size = max(1, int(os.environ.get("TIKTOKEN_ENCODE_CHUNK_SIZE_CHARS") or ENCODE_CHUNK_CHARS))
+    except ValueError:
+        size = ENCODE_CHUNK_CHARS
+
+    def count(t: str) -> int:  # as litellm counts: piece by piece of ``size`` characters, summed
+        return sum(count_tokens(t[at:at + size], LITELLM_ENCODING) for at in range(0, len(t), size))
+
+    prompt = sum(TOKENS_PER_MESSAGE + sum(count(v) + (TOKENS_PER_NAME if k == "name" else 0)
+                                          for k, v in message.items() if isinstance(v, str))
+                 for message in messages)
+    return prompt + REPLY_PRIMER, count(text)

@@ -9,11 +9,11 @@ listening socket the parent bound and passed down (a shared host), else it binds
 
 Lifetime: a host of one command exits when its stdin closes (the parent is done or gone). A
 shared host then stays while any command leases it (an open ``lease`` connection) or a request
-runs, and exits once it has been unused for ``idle`` seconds, at once if it never answered
-anything that needed litellm (a command that failed on its arguments leaves nothing behind), could
-not import litellm, or was asked to ``stop``. A command answered wholly from the response cache
-sends no model request but asks for the models' facts (their windows): the host stays for it, so
-the next such command leases it instead of paying the import again.
+runs, and exits once it has been unused for ``idle`` seconds, at once if no command got past its
+arguments (one that failed on them leaves nothing behind: it never named its models), could not
+import litellm, or was asked to ``stop``. A command answered wholly from the response cache sends
+no model request, and may ask nothing at all (its windows given): it named its models, so the
+host stays for the next command.
 """
 
 from __future__ import annotations
@@ -81,10 +81,11 @@ class _Host:
         self.spawner_open = True
         self.leases = 0
         self.active: set[socket.socket] = set()
-        #: Model requests answered (``rlm host status``).
+        #: Model requests received (``rlm host status``).
         self.requests = 0
-        #: Everything answered that needed litellm (requests, facts, prices, Router groups): a host
-        #: that answered nothing leaves at once.
+        #: What shows the host is wanted: requests received (counted as they arrive), a command that
+        #: named its models (``warm``: it got past its arguments), ``rlm host start`` (``keep``). A
+        #: shared host that has none leaves at once.
         self.served = 0
         self.stopping = False
         self.closing = False
@@ -113,8 +114,10 @@ class _Host:
             self._at_once(conn, str(op), request)
             return
         self.asked.set()
-        with self.state:
-            self.active.add(conn)
+        with self.state:  # counted now, not once answered: the command may read the reply and end at once,
+            self.active.add(conn)  # and a shared host that had served nothing would then leave at once
+            self.requests += op == "complete"
+            self.served += 1
         try:
             try:
                 reply = self._early(conn, request)
@@ -128,8 +131,6 @@ class _Host:
         finally:
             with self.state:
                 self.active.discard(conn)
-                self.requests += op == "complete"
-                self.served += 1
                 self.last = time.monotonic()
                 self.state.notify_all()
 
@@ -371,6 +372,9 @@ def _read_control(host: _Host, host_dir: Path, warm: queue.Queue[list[str]]) -> 
             return
         if msg.get("type") == "warm":
             models = [str(m) for m in msg.get("models") or []]
+            with host.state:  # the command got past its arguments: the host is wanted, asked or not
+                host.served += 1  # (a run answered wholly from the response cache asks it nothing)
+                host.state.notify_all()
             host.need_models(models)
             warm.put(models)
         elif msg.get("type") == "keep":  # rlm host start: wanted, though asked nothing yet, and litellm with it

@@ -173,3 +173,23 @@ def test_which_requests_it_takes(server: FakeLLM, lane: DirectLane, backend: Loc
     assert not lane.takes({**base, "sampling": {"max_tokens": 8, "top_p": 0.5}}, None)  # a field litellm may map
     assert not lane.takes({**base, "tools": []}, None)  # a field a later rlm adds
     assert not lane.takes({k: v for k, v in base.items() if k != "api_key"}, None)  # no key: litellm's error
+
+
+def test_a_stream_without_usage_is_estimated_as_litellm_does_without_litellm(server: FakeLLM,
+                                                                           backend: LocalBackend) -> None:
+    """llama-cpp-python's server sends no usage chunk; the lane estimates the tokens as litellm
+    does (cl100k_base, per-message arithmetic), without waiting for litellm's import."""
+    asked: list[str] = []
+    lane = DirectLane(lambda: asked.append("litellm") or backend.load())
+    lane.load()
+    long = [{"role": "system", "content": "You answer. " * 300},
+            *[{"role": r, "content": f"turn {i}: ```repl\nprint(len(context))\n``` <|endoftext|> é"}
+              for i, r in enumerate(["user", "assistant"] * 4)], {"role": "user", "content": "go on"}]
+    reply = Reply("a reply of some length, with code ```repl\nx = 1\n``` " * 20, stream_usage=False)
+    server.script("estimate", reply, reply)
+    request = {**_request(server, "estimate"), "messages": long}
+    got = lane.complete(request, stream=True, on_piece=None, deadline=None)
+    assert asked == []  # litellm was not needed
+    want = backend.complete(request, stream=True, on_piece=None)
+    assert (got.input_tokens, got.output_tokens) == (want.input_tokens, want.output_tokens)
+    assert got.input_tokens > 1000

@@ -301,3 +301,22 @@ def test_a_self_hosted_model_is_served_before_litellm_is_imported(tmp_path: Path
     assert doc["answer"] == "second" and doc["usage"]["cost_usd"] > 0  # priced by litellm's map
     [again] = hosts()
     assert again["pid"] == host["pid"] and again["litellm"] == "imported"
+
+
+def test_a_run_that_asks_its_host_nothing_keeps_it_for_the_next(runtime: Path, tmp_path: Path, llm: FakeLLM) -> None:
+    """A command with both windows given asks the host for no facts: answered wholly from the
+    response cache it asks nothing at all, and one on the direct lane may end as soon as it read
+    its only reply. Either way it named its models, so its shared host stays (found by a new
+    user's trial: 4 of 10 first commands with ``--root-model-window`` left no host)."""
+    windows = ["--root-model-window", "16384", "--sub-model-window", "16384"]
+    llm.script("root", repl("FINAL('second' if 'second' in context else 'missing')"))
+    flags = [*model_flags(llm), "--no-leads", *windows]
+    first = run_rlm("ask", str(corpus(tmp_path)), "q?", *flags, cwd=tmp_path)
+    assert first.code == 0 and first.stdout == "second\n", first.stderr
+    assert len(hosts()) == 1
+    run_rlm("host", "stop")
+    assert until(lambda: hosts() == [], 10)
+    cached = run_rlm("ask", str(corpus(tmp_path)), "q?", *flags, cwd=tmp_path)
+    assert cached.code == 0 and "1 cached" in cached.stderr, cached.stderr
+    time.sleep(1.0)  # a host that would leave at once has left by now (its idle period is 60 s)
+    assert len(hosts()) == 1
