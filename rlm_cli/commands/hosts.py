@@ -33,6 +33,10 @@ def host_start(json_out: JsonOpt = False) -> None:
     render.Renderer().info(f"model host {host.sharing}")
 
 
+#: The ``litellm`` state of a host (``--json``'s words) as the table shows it, short enough for 80 columns.
+_LITELLM_SHORT = {"not needed yet": "no", "importing": "loading", "imported": "yes", "failed": "failed"}
+
+
 @host_app.command("status")
 def host_status(json_out: JsonOpt = False) -> None:
     """List this user's shared model hosts: pid, age, idle time, commands using it, requests served."""
@@ -56,7 +60,7 @@ def host_status(json_out: JsonOpt = False) -> None:
              ["pid", "key", "age s", "idle s", "idle limit s", "in use by", "requests", "litellm", "runs in"],
              [[str(h.get("pid")), str(h["key"]), f"{h.get('age_s', 0):g}", f"{h.get('idle_s', 0):g}",
                f"{h.get('idle_limit_s') or 0:g}", str(h.get("leases", 0)), str(h.get("requests", 0)),
-               str(h.get("litellm", "-")), str(h.get("cwd", ""))] if h.get("answering") else
+               _LITELLM_SHORT.get(str(h.get("litellm")), "-"), str(h.get("cwd", ""))] if h.get("answering") else
               [str(h.get("pid")), str(h["key"]), "-", "-", "-", "-", "-", "-", "not answering (rlm host stop kills it)"]
               for h in hosts])
 

@@ -166,7 +166,8 @@ class Sending:
             self.usage.count("retries")
             if self.notify:  # a slow or failing provider is never silent (issue 48: 3 retries said nothing)
                 what = failure_words(done.error, model, self.settings.api_base, timeout)[0]
-                self.notify(f"model {model}: {what}; retrying (attempt {tries.attempts + 1}) in {delay:.0f} s")
+                wait = f"{delay:.1f}" if delay < 10 else f"{delay:.0f}"  # 0.5 s is not "0 s"
+                self.notify(f"model {model}: {what}; retrying (attempt {tries.attempts + 1}) in {wait} s")
             if on_delta is not None and any(shown):
                 on_delta(None)  # whatever was shown of this attempt is void: it is asked again
             time.sleep(max(0.0, delay if remaining is None else min(delay, remaining)))
