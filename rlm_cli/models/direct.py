@@ -108,7 +108,8 @@ class DirectLane:
 
     def __init__(self, litellm: Callable[[], Any]) -> None:
         """``litellm``: returns the litellm module once imported (blocks until then; raises when
-        it could not be): the lane asks it only to count a stream's tokens that came without usage."""
+        it could not be): the lane asks for it only on a failure (to map it as litellm does) and
+        for a stream without usage whose messages litellm counts its own way."""
         self._litellm = litellm
         self._openai: Any = None
         self._known: frozenset[str] = frozenset()
@@ -127,7 +128,7 @@ class DirectLane:
             if path is None or not _truthy(os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP")):
                 return
             with open(path, encoding="utf-8") as fh:
-                known = frozenset(str(k) for k in json.load(fh))
+                known = frozenset(str(k).lower() for k in json.load(fh))  # a name in other case too
             import openai
 
             self._known, self._openai = known, openai
@@ -142,7 +143,8 @@ class DirectLane:
         if self._openai is None or not model.startswith(PREFIX):
             return False
         name = model[len(PREFIX):]
-        return bool(name) and ":" not in name and name not in self._known and model not in self._known
+        return (bool(name) and ":" not in name and name.lower() not in self._known
+                and model.lower() not in self._known)
 
     def facts(self, model: str) -> tuple[int | None, bool] | None:
         """``(None, False)`` (no window, no price: litellm knows nothing of it) for a model the lane

@@ -163,7 +163,7 @@ def test_failures_it_raises_are_classified_as_litellms(server: FakeLLM, lane: Di
 def test_which_requests_it_takes(server: FakeLLM, lane: DirectLane, backend: LocalBackend) -> None:
     assert lane.knows("openai/my-local-model") and lane.facts("openai/my-local-model") == (None, False)
     assert backend.facts("openai/my-local-model") == (None, False)  # what litellm says of it
-    for known in ("openai/gpt-4o-mini", "openai/gpt-5-mini", "openai/ft:gpt-4o-mini:org::id", "gpt-4o-mini",
+    for known in ("openai/gpt-4o-mini", "openai/GPT-4o-Mini", "openai/gpt-5-mini", "openai/ft:gpt-4o-mini:org::id", "gpt-4o-mini",
                   "anthropic/claude-sonnet-4-5", "ollama/qwen2.5-coder", "openai/"):
         assert not lane.knows(known), known
         assert lane.facts(known) is None
