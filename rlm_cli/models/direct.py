@@ -29,8 +29,11 @@ and a failure's class names, status, classification and words):
 * a 200 without a reply (no choices, no content, a body that is not JSON, a stream that ended
   without a ``finish_reason``) is the :class:`~rlm_cli.models.failures.EmptyReplyError` the
   client's check raises on litellm's reply;
-* an HTTP error, a refused or dropped connection, a timeout: the host waits for litellm, which
-  maps the SDK's exception with its own mapping (``exception_type``), as its OpenAI provider does;
+* an HTTP error or a timeout: the host waits for litellm, which maps the SDK's exception with its
+  own mapping (``exception_type``), as its OpenAI provider does;
+* a refused or dropped connection is raised as it is, without waiting for litellm: the client
+  reads what happened from the HTTP client's error under it (``failures.transport_failure``), as
+  it reads litellm's, and classifies, words and retries it alike (litellm would call it a 500);
 * a 400 that litellm answers itself (a reply cut at its output limit, roles that must
   alternate: it rebuilds or resends) is *handed over* (:class:`HandOver`): the host sends the
   request again through litellm, the one case sent twice;
@@ -194,7 +197,7 @@ class DirectLane:
             try:
                 got = client.chat.completions.with_raw_response.create(**body).parse()
             except Exception as exc:  # noqa: BLE001 - mapped as litellm maps it
-                raise self._failed(exc, model) from exc
+                raise self._chained(exc, model)  # noqa: B904 - its cause is set there (never itself)
             return self._whole(got)
 
         def read(forward: OnPiece | None) -> Answer:
@@ -203,10 +206,18 @@ class DirectLane:
                                                                       stream_options={"include_usage": True})
                 chunks, kind = raw.parse(), str(raw.headers.get("content-type", ""))
             except Exception as exc:  # noqa: BLE001 - mapped as litellm maps it
-                raise self._failed(exc, model) from exc
+                raise self._chained(exc, model)  # noqa: B904 - its cause is set there (never itself)
             return self._streamed(chunks, kind, forward, deadline, request["messages"], model)
 
         return read(on_piece) if deadline is None else within_deadline(deadline, read, on_piece)
+
+    def _chained(self, exc: Exception, model: str) -> Exception:
+        """:meth:`_failed`'s exception for ``exc``, with ``exc`` as its cause when it is another one
+        (never itself: ``failures.cause_chain`` reads what the HTTP client met under it)."""
+        failure = self._failed(exc, model)
+        if failure is not exc and failure.__cause__ is None:
+            failure.__cause__ = exc
+        return failure
 
     def _failed(self, exc: Exception, model: str) -> Exception:
         """What litellm's path raises for ``exc`` (the SDK's, sending the request or reading a
@@ -225,14 +236,15 @@ class DirectLane:
             return EmptyReplyError(NOT_JSON_WORDS)
         if not isinstance(exc, openai.OpenAIError):
             return exc
+        if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+            return exc  # refused or dropped: read from the HTTP client's error under it, as litellm's is
         return self._as_litellm(exc, model)
 
     def _as_litellm(self, exc: Any, model: str) -> Exception:
         """litellm's exception for the SDK's ``exc`` (an HTTP error, a connection error, a
         timeout), built by litellm's own mapping (``exception_type``) from what its OpenAI provider
         passes it: for an HTTP error an ``OpenAIError`` with the status, the error's ``message``
-        (else the body) and the headers (``Retry-After``); for a connection error one with status
-        500 (the status litellm's provider gives an error without one); a timeout as it is."""
+        (else the body) and the headers (``Retry-After``); a timeout as it is."""
         litellm = self._litellm()
         from litellm.llms.openai.common_utils import OpenAIError
 
@@ -243,9 +255,6 @@ class DirectLane:
             message = body.get("message") if isinstance(body, dict) else None
             wrapped = OpenAIError(status_code=exc.status_code, headers=exc.response.headers,
                                   message=message if isinstance(message, str) else exc.response.text)
-        elif not isinstance(exc, openai.APITimeoutError):  # a connection refused or dropped: as a 500
-            wrapped = OpenAIError(status_code=500, message=str(exc), headers=None)
-            wrapped.__cause__ = exc
         try:
             litellm.exception_type(model=model, original_exception=wrapped, custom_llm_provider="openai")
         except Exception as mapped:  # noqa: BLE001 - exception_type raises the mapped exception
@@ -303,7 +312,7 @@ class DirectLane:
         except Exception as exc:
             if parts:
                 raise
-            raise self._failed(exc, model) from exc
+            raise self._chained(exc, model)  # noqa: B904 - its cause is set there (never itself)
         finally:
             close = getattr(chunks, "close", None)
             if callable(close):

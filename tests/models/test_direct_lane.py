@@ -132,26 +132,37 @@ FAILURES = [
     ("unavailable", Reply(status=503, headers={"retry-after": "1"}), True),
     ("slow", Reply("late", delay_s=3.0), False),
     ("cut", Reply("a stream that breaks " * 20, stream_chunk_chars=8, stream_cut_after=3), True),
+    ("refused", None, False),
 ]
 
 
 @pytest.mark.parametrize(("name", "reply", "stream"), FAILURES)
 def test_failures_it_raises_are_classified_as_litellms(server: FakeLLM, lane: DirectLane, backend: LocalBackend,
                                                        name: str, reply: Reply, stream: bool) -> None:
-    server.script(name, reply, reply)
+    request = _request(server, name, timeout=1.0)
+    if reply is None:  # a port nobody listens on
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            request["api_base"] = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    else:
+        server.script(name, reply, reply)
     errors = []
     for send in (lambda r, **k: lane.complete(r, **k, deadline=None), backend.complete):
         with pytest.raises(Exception) as caught:  # noqa: PT011 - compared below, whatever the class
-            send(_request(server, name, timeout=1.0), stream=stream, on_piece=lambda _p: None)
+            send(request, stream=stream, on_piece=lambda _p: None)
         assert not isinstance(caught.value, HandOver)
         errors.append(_carried(caught.value))
-    assert len([r for r in server.requests if r.get("model") == name]) == 2  # once each: never sent again
+    if reply is not None:
+        assert len([r for r in server.requests if r.get("model") == name]) == 2  # once each: never sent again
     lane_error, litellm_error = errors
     assert classify_error(lane_error) == classify_error(litellm_error)
-    if "EmptyReplyError" not in lane_error.class_names and name != "cut":
+    if "EmptyReplyError" not in lane_error.class_names and transport_failure(lane_error) not in (
+            "connect", "no_answer", "dropped"):
         # else: a 200 without a reply, which the client's own check raises on both paths, or a
-        # stream cut after its text, for which litellm's stream reader raises an error of its own
-        # (MidStreamFallbackError, status 500)
+        # connection refused, dropped or cut (the lane raises the SDK's error, which litellm would
+        # call a 500, MidStreamFallbackError for a stream): the same classification and words
         assert lane_error.status_code == litellm_error.status_code
         assert lane_error.class_names == litellm_error.class_names
         assert short_error(lane_error) == short_error(litellm_error)

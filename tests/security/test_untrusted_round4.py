@@ -533,9 +533,15 @@ def test_sub_calls_abandoned_at_the_timeout_are_counted_as_the_server_got_them(t
     assert doc["budget"] == "timeout"
     # However many of the 64 the server got before the deadline (all of them on a quiet machine; a
     # loaded one may send fewer in 10 s), each counts once, as a call abandoned at the stop.
+    # Under heavy load a call may also fail at the deadline (its request reached the server, its
+    # error came back first) or be retried: each request the server got is then counted once, as
+    # an abandoned call, a failed call or a retry; on a quiet machine all of them are abandoned.
     sent = len(llm.chat_requests("sub"))
-    assert 0 < sent <= 64 and doc["usage"]["sub"]["calls"] == sent and doc["sub_calls"] == sent, doc["usage"]["sub"]
-    assert doc["usage"]["sub"]["abandoned_calls"] == sent
+    calls, usage = doc["usage"]["sub"]["calls"], doc["usage"]
+    others = usage.get("failed_calls", 0) + usage.get("retries", 0)
+    assert 0 < calls <= sent <= 64 and sent <= calls + others and doc["sub_calls"] == calls, usage
+    assert others or sent == calls
+    assert doc["usage"]["sub"]["abandoned_calls"] == calls
     schema = json.loads((Path(__file__).parents[2] / "rlm_cli" / "schemas" / "ask-result.v1.json").read_text())
     Draft202012Validator(schema).validate(doc)
 

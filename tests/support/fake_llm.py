@@ -160,6 +160,10 @@ class FakeLLM:
                 self.wfile.write(body)
 
         class Server(ThreadingHTTPServer):
+            #: A listen backlog as real servers have (uvicorn: 2048); socketserver's 5 makes the
+            #: kernel reset connections when 64 sub-calls connect at once on a loaded machine.
+            request_queue_size = 256
+
             def handle_error(self, request: Any, client_address: Any) -> None:
                 if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
                     super().handle_error(request, client_address)  # a client that hung up is no news
