@@ -256,12 +256,7 @@ class LocalBackend:
                     cut = "time"
                     break
         finally:
-            close = getattr(stream, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001, S110 - closing a finished stream may complain
-                    pass
+            close_stream(stream)
         hidden = getattr(stream, "_hidden_params", None) or {}
         ctype = str((hidden.get("additional_headers") or {}).get("llm_provider-content-type", ""))
         if not shown and (ctype and "event-stream" not in ctype or not chunks):
@@ -352,6 +347,17 @@ def within_deadline(deadline: float, read: Callable[[OnPiece | None], Answer], o
     if "error" in box:
         raise box["error"]
     return box["answer"]
+
+
+def close_stream(stream: Any) -> None:
+    """Close a provider's stream (litellm's or the openai SDK's) once read or abandoned; a stream
+    without ``close``, or one that complains at being closed once finished, is left as it is."""
+    close = getattr(stream, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # noqa: BLE001, S110 - closing a finished stream may complain
+            pass
 
 
 def _response_text(response: Any) -> str:

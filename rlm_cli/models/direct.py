@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlm_cli.models.backend import MAX_REPLY_CHARS, Answer, OnPiece, within_deadline
+from rlm_cli.models.backend import MAX_REPLY_CHARS, Answer, OnPiece, close_stream, within_deadline
 from rlm_cli.models.caching import cache_tokens
 from rlm_cli.models.failures import EmptyReplyError, check_reply
 
@@ -314,12 +314,7 @@ class DirectLane:
                 raise
             raise self._chained(exc, model)  # noqa: B904 - its cause is set there (never itself)
         finally:
-            close = getattr(chunks, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001, S110 - closing a finished stream may complain
-                    pass
+            close_stream(chunks)
         if not parts and not cut and (kind and "event-stream" not in kind or not kept):
             return Answer(not_streamed=True)
         if not cut and not finish:
