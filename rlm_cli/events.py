@@ -38,9 +38,14 @@ EventType = Literal[
 ]
 #: Event types shown on the terminal but never written to the trajectory.
 TRANSIENT_TYPES: frozenset[EventType] = frozenset({"stream", "progress"})
+#: An event as it travels: what :func:`event` builds, what :data:`Emit` passes and what a trajectory
+#: line holds once read back. Its values are of the types its class here gives (a file read back
+#: may hold anything), so a reader narrows the dict with :func:`is_type` / :func:`of_type` (then
+#: mypy knows each field's type) or narrows the value it reads (``isinstance``).
+EventDict = dict[str, object]
 #: The event callback every part of a run reports through, one :func:`event` dict at a time (the
 #: session's ``output.trace.TraceSink`` writes the trajectory and forwards to the terminal renderer).
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[EventDict], None]
 
 
 class Event(TypedDict):
@@ -325,7 +330,7 @@ FIELDS: dict[str, frozenset[str]] = {
 }
 
 
-def event(type_: str, depth: int = 0, **fields: Any) -> dict[str, Any]:
+def event(type_: str, depth: int = 0, **fields: object) -> EventDict:
     """A trajectory event dict: ``schema``, ``type``, ``depth``, ``ts`` (rounded to ms), then
     ``fields`` in the order given. With ``RLM_STRICT_EVENTS=1`` (the test suite sets it) a type
     outside :data:`VOCABULARY` or a field outside its :data:`FIELDS` raises; in a user's run it
@@ -343,6 +348,17 @@ def event(type_: str, depth: int = 0, **fields: Any) -> dict[str, Any]:
         if unknown:
             raise ValueError(f"event {type_!r} has no field {', '.join(sorted(unknown))} (see rlm_cli.events)")
     return {"schema": SCHEMA_VERSION, "type": type_, "depth": depth, "ts": round(time.time(), 3), **fields}
+
+
+def depth_of(ev: Mapping[str, object]) -> int:
+    """The ``depth`` of the event ``ev`` (0 for the root loop; 0 when it has none, as an old or
+    foreign trajectory line may not).
+
+    Raises:
+        ValueError: the line holds a ``depth`` that is text but not a number (a corrupt file).
+    """
+    value = ev.get("depth", 0)
+    return int(value) if isinstance(value, (int, float, str)) else 0
 
 
 def _known(type_: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import InterruptedRunError, MaxIterationsError, PartialAnswerError, RLMError
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, EventDict, is_type
 from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
 from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
@@ -56,7 +56,7 @@ class TurnCounter:
         self.forward = forward
         self.root_turns = 0
 
-    def __call__(self, ev: dict[str, Any]) -> None:
+    def __call__(self, ev: EventDict) -> None:
         if is_type(ev, "iteration") and ev.get("depth") == 0:
             self.root_turns += 1
         self.forward(ev)

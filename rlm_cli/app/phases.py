@@ -20,9 +20,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
-from rlm_cli.events import Emit, event, is_type
+from rlm_cli.events import Emit, EventDict, depth_of, event, is_type
 
 #: Helper names whose use is a look at the corpus (explore) or a model call (decompose).
 EXPLORE = frozenset({"grep", "read_file", "search", "leads", "chunk_text", "files", "chunks", "context"})
@@ -64,8 +63,8 @@ class PhaseTagger:
         self._open: dict[tuple[int, int], _Open] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, ev: dict[str, Any]) -> None:
-        depth = int(ev.get("depth", 0))
+    def __call__(self, ev: EventDict) -> None:
+        depth = depth_of(ev)
         key = (threading.get_ident(), depth)
         if is_type(ev, "iteration"):
             self._close(key, depth, finished=False)

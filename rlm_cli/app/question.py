@@ -28,7 +28,7 @@ from rlm_cli.app.plan import RunPlan
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import DoesNotFitError, ExitCode, PartialAnswerError, RLMError
-from rlm_cli.events import Emit, event
+from rlm_cli.events import Emit, EventDict, event
 from rlm_cli.loop.direct import run_direct
 from rlm_cli.loop.fitting import direct_tokens, fit_question
 from rlm_cli.loop.orchestrator import Orchestrator
@@ -108,7 +108,7 @@ class QuestionHost(Protocol):
         """``(mode, reason)`` of one question."""
         ...
 
-    def opening_events(self, turn: int) -> list[dict[str, Any]]:
+    def opening_events(self, turn: int) -> list[EventDict]:
         """What the session did once, as question ``turn``'s trajectory needs it (no ``mode``)."""
         ...
 

@@ -13,7 +13,7 @@ from rlm_cli import __version__
 from rlm_cli.app.outcome import run_sources, status_of
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import ExitCode, PartialAnswerError, RLMError
-from rlm_cli.events import Emit, event
+from rlm_cli.events import Emit, EventDict, event
 from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
 from rlm_cli.output.documents import skipped_files
@@ -41,7 +41,7 @@ def trace_path_for(given: str | Path | None, numbered: bool, run_id: str, turn: 
 
 
 def record_stopped_open(path: Path, *, run_id: str, question: str, paths: list[str], config: dict[str, Any],
-                        events: list[dict[str, Any]], exc: BaseException, elapsed_s: float) -> None:
+                        events: list[EventDict], exc: BaseException, elapsed_s: float) -> None:
     """Write the trajectory of a run that ``exc`` (``KeyboardInterrupt``, or ``SystemExit`` from
     SIGTERM) stopped before its question started: the header, the session's events so far
     (``events``: loading, notices) and an ``interrupted`` summary. Best effort: a file that cannot

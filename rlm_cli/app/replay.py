@@ -28,7 +28,7 @@ from typing import Any
 from rlm_cli.config import CorpusOptions, Settings, resolve
 from rlm_cli.config_keys import coerce
 from rlm_cli.errors import ProviderError, UsageError
-from rlm_cli.events import Emit, ModeEvent, event, is_type, of_type
+from rlm_cli.events import Emit, EventDict, ModeEvent, depth_of, event, is_type, of_type
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.usage import CallRecord
 from rlm_cli.output.trace import read_trace, request_key, signed_by_me
@@ -50,14 +50,14 @@ class Recorded:
     used: bool = False
 
 
-def recorded_responses(events: list[dict[str, Any]]) -> list[Recorded]:
+def recorded_responses(events: list[EventDict]) -> list[Recorded]:
     """The model responses of a trajectory, in order: root calls (role ``root``) and sub-calls,
     including plain ``rlm_query`` fallbacks (role ``sub``)."""
     out = []
     for ev in events:
         if not (is_type(ev, "root_call") or is_type(ev, "sub_call")) or "response" not in ev:
             continue
-        out.append(Recorded("root" if is_type(ev, "root_call") else "sub", int(ev.get("depth", 0)),
+        out.append(Recorded("root" if is_type(ev, "root_call") else "sub", depth_of(ev),
                             str(ev.get("request_key", "")), str(ev["response"]), str(ev.get("model", "")),
                             int(ev.get("input_tokens") or 0), int(ev.get("output_tokens") or 0), ev.get("cost_usd")))
     return out

@@ -56,7 +56,7 @@ from rlm_cli.app.question import QuestionId, QuestionRun
 from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
-from rlm_cli.events import TRANSIENT_TYPES, Emit, event
+from rlm_cli.events import TRANSIENT_TYPES, Emit, EventDict, event
 from rlm_cli.loop.fitting import direct_tokens
 from rlm_cli.loop.meta import corpus_meta
 from rlm_cli.models.backend import Backend
@@ -132,9 +132,9 @@ class Session:
         self.workers = LaneKeeper()
         self.turns: list[PastQuestion] = []
         self.fatal: CallFailed | None = None
-        self._events: list[dict[str, Any]] = []  # the session's events, for the first trajectory
-        self._corpus_event: dict[str, Any] | None = None
-        self._mode_event: dict[str, Any] | None = None
+        self._events: list[EventDict] = []  # the session's events, for the first trajectory
+        self._corpus_event: EventDict | None = None
+        self._mode_event: EventDict | None = None
         self.meta: dict[str, Any] = {}
         self._lock = threading.Lock()
         #: Questions asked so far (``/reset`` does not start it again: it numbers the trajectories).
@@ -162,7 +162,7 @@ class Session:
         return self.opening.models.settings_for(settings) if self.opening is not None else settings
 
     def _keep(self, emit: Emit) -> Emit:
-        def keep(ev: dict[str, Any]) -> None:
+        def keep(ev: EventDict) -> None:
             if ev.get("type") not in TRANSIENT_TYPES:
                 self._events.append(ev)
             emit(ev)
@@ -377,7 +377,7 @@ class Session:
             self.asked += 1
             return self.asked
 
-    def opening_events(self, turn: int) -> list[dict[str, Any]]:
+    def opening_events(self, turn: int) -> list[EventDict]:
         """What the session did once, as question ``turn``'s trajectory needs it: every event of
         the opening for the first question, the ``corpus`` event for the others; never the
         session's ``mode`` event (each question writes its own)."""

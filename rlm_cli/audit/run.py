@@ -30,7 +30,7 @@ from rlm_cli.audit.checklist import Check, Checklist
 from rlm_cli.audit.findings import LinesOf, ReportPaths, place
 from rlm_cli.audit.verdicts import CheckOutcome, Verdict, decide, exit_code, fails_job, outcome_of
 from rlm_cli.config import Settings
-from rlm_cli.events import Emit, event, is_type
+from rlm_cli.events import Emit, EventDict, event, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
 from rlm_cli.output.findings import AuditDocument, AuditReport, CheckReport, Finding, Location, Region, Totals
@@ -275,7 +275,7 @@ def run_checklist(settings: Settings, paths: list[str], checklist: Checklist, *,
     settings = without_checklist(settings, paths, checklist.path)
     loads = [0]
 
-    def session_events(ev: dict[str, Any]) -> None:
+    def session_events(ev: EventDict) -> None:
         if is_type(ev, "corpus"):
             loads[0] += 1
         emit(ev)

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlm_cli import interrupts
 from rlm_cli.app.batch import Question
@@ -24,7 +24,7 @@ from rlm_cli.audit.checklist import Checklist
 from rlm_cli.audit.findings import ReportPaths
 from rlm_cli.audit.run import AuditRun, CheckRun, audit_report, check_report, run_checklist
 from rlm_cli.config import Settings
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, EventDict, is_type
 from rlm_cli.output.findings import AuditReport
 from rlm_cli.output.reports.text import findings_line, shown_value, table_rows, value_text
 
@@ -81,7 +81,7 @@ class Ticker:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
 
-    def saw(self, qid: str, ev: dict[str, Any]) -> None:
+    def saw(self, qid: str, ev: EventDict) -> None:
         """Count an event of check ``qid`` (its iteration; a retry's notice)."""
         with self._lock:
             row = self.flying.setdefault(qid, [time.monotonic(), 0, 0])
@@ -160,7 +160,7 @@ def run_audit(settings: Settings, paths: list[str], checklist: Checklist, *, job
     def emit_for(question: Question) -> Emit:
         ticker.saw(str(question.id), {})
 
-        def warnings_only(ev: dict[str, Any]) -> None:
+        def warnings_only(ev: EventDict) -> None:
             ticker.saw(str(question.id), ev)
             if is_type(ev, "notice") and ev.get("level") == "warning":
                 ui.on_event({**ev, "message": f"[{question.id}] {ev.get('message', '')}"})

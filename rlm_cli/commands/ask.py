@@ -27,7 +27,7 @@ from rlm_cli.commands.options import (
     use_color,
 )
 from rlm_cli.errors import PartialAnswerError, UsageError, worst_exit_code
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, EventDict, is_type
 
 if TYPE_CHECKING:
     from rlm_cli.app.batch import Question, Result
@@ -207,7 +207,7 @@ def _question_events(question: Question, ui: UI, jobs: int) -> Emit:
         ui.info(f"━━ question [{question.id}] ━━")
         return ui.on_event
 
-    def warnings_only(ev: dict[str, Any]) -> None:
+    def warnings_only(ev: EventDict) -> None:
         warning = is_type(ev, "notice") and ev.get("level") == "warning"
         if warning:
             ui.on_event(ev)

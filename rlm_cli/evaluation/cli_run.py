@@ -20,7 +20,7 @@ from rlm_cli.evaluation.harness import MODES, QuestionResult, corpus_text, run_e
 from rlm_cli.evaluation.phrasing import SPLITS
 from rlm_cli.evaluation.report import document, markdown, summary_table
 from rlm_cli.evaluation.tasks import FAMILIES, generate
-from rlm_cli.events import is_type
+from rlm_cli.events import EventDict, is_type
 
 if TYPE_CHECKING:
     from rlm_cli.output.ui import UI
@@ -65,7 +65,7 @@ def evaluate(settings: Settings, paths: list[str], *, families: list[str], modes
         seen: set[str] = set()
         seen_lock = threading.Lock()
 
-        def emit(ev: dict[str, Any]) -> None:  # each distinct warning once, not once per question
+        def emit(ev: EventDict) -> None:  # each distinct warning once, not once per question
             if is_type(ev, "notice") and ev.get("level") == "warning" and not ev.get("verbose_only"):
                 with seen_lock:
                     if ev["message"] in seen:

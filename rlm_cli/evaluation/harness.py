@@ -26,7 +26,7 @@ from rlm_cli.corpus.store import derive_corpus
 from rlm_cli.errors import DoesNotFitError, PartialAnswerError, ProviderError, RLMError
 from rlm_cli.evaluation.scoring import partial, score
 from rlm_cli.evaluation.task import CorpusText, Task
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, EventDict, is_type
 
 MODES = ("rlm", "direct")
 #: Characters of an answer kept in the results (the trajectory keeps it whole).
@@ -206,7 +206,7 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
     started = time.monotonic()
     res = QuestionResult(task, mode, "error")
 
-    def tap(ev: dict[str, Any]) -> None:
+    def tap(ev: EventDict) -> None:
         if is_type(ev, "check") and ev.get("depth") == 0 and ev.get("verdict") != "accept":
             res.checks.append({"check": ev.get("check"), "verdict": ev.get("verdict"),
                                "iteration": ev.get("iteration"), "answer": str(ev.get("answer") or "")})

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rlm_cli.app.session import Session
 from rlm_cli.config import Settings
 from rlm_cli.errors import PartialAnswerError, RLMError, UsageError
-from rlm_cli.events import is_type
+from rlm_cli.events import EventDict, depth_of, is_type
 from rlm_cli.mcp.calls import Call, Calls, Result
 from rlm_cli.mcp.tools import TOOL_NAMES, ref
 from rlm_cli.models.budget import Budget
@@ -49,8 +49,8 @@ class _ProgressNotes:
         self.iteration = 0
         self._last: dict[Any, float] = {}
 
-    def __call__(self, ev: dict[str, Any]) -> None:
-        depth = int(ev.get("depth", 0))
+    def __call__(self, ev: EventDict) -> None:
+        depth = depth_of(ev)
         if is_type(ev, "iteration") and depth == 0:
             self.iteration = int(ev.get("iteration", 0))
             self.send(f"iteration {self.iteration} of at most {self.max_iterations}")
@@ -253,7 +253,7 @@ class Service:
         notes = _ProgressNotes(call.progress, limits.get("max_iterations", base.max_iterations))
         verbose = bool(getattr(self.ui, "verbose", False))
 
-        def emit(ev: dict[str, Any]) -> None:
+        def emit(ev: EventDict) -> None:
             notes(ev)
             if verbose or (is_type(ev, "notice") and ev.get("level") == "warning"):
                 self.ui.on_event(ev)

@@ -15,6 +15,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.spinner import Spinner
 from rich.text import Text
 
+from rlm_cli.events import ProgressEvent, depth_of
 from rlm_cli.output.style import escape
 from rlm_cli.output.text import progress_line, safe_text
 
@@ -50,8 +51,8 @@ class ViewState:
     event), indexing progress."""
 
     stream: StreamState | None = None
-    groups: dict[int, dict[str, Any]] = field(default_factory=dict)
-    index: dict[str, Any] | None = None
+    groups: dict[int, ProgressEvent] = field(default_factory=dict)
+    index: ProgressEvent | None = None
     received: dict[int, float] = field(default_factory=dict)  # group id -> monotonic time of the event
 
 
@@ -82,8 +83,9 @@ class LiveView:
                 for line in tail:
                     parts.append(Text(indent + safe_text(line), style="dim", no_wrap=True, overflow="ellipsis"))
         for gid, ev in list(st.groups.items()):
-            shown = dict(ev, elapsed_s=float(ev.get("elapsed_s") or 0) + now - st.received.get(gid, now))
-            parts.append(SpinLine(self.spinner, Text("  " * int(ev.get("depth", 0)) + safe_text(progress_line(shown)),
+            shown = ev.copy()
+            shown["elapsed_s"] = (ev.get("elapsed_s") or 0.0) + now - st.received.get(gid, now)
+            parts.append(SpinLine(self.spinner, Text("  " * depth_of(ev) + safe_text(progress_line(shown)),
                                                      style="magenta")))
         if st.index is not None:
             parts.append(SpinLine(self.spinner, Text(progress_line(st.index), style="cyan")))

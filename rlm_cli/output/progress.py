@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlm_cli.events import Emit, event, is_type
+from rlm_cli.events import Emit, EventDict, depth_of, event, is_type
 
 #: Seconds between two progress events of one group (its start and end are always sent).
 MIN_INTERVAL_S = 0.1
@@ -106,9 +106,9 @@ class Progress:
         self._groups: dict[tuple[Any, ...], _Group] = {}
         self._ids = _GROUP_IDS  # unique in the process: a renderer outlives the questions of a session
 
-    def __call__(self, ev: dict[str, Any]) -> None:
+    def __call__(self, ev: EventDict) -> None:
         if is_type(ev, "output") or is_type(ev, "final"):  # the block (or loop) is over: so are its groups
-            depth = int(ev.get("depth", 0))
+            depth = depth_of(ev)
             with self._lock:
                 keys = [k for k, g in self._groups.items() if g.depth == depth]
                 closing = [self._groups.pop(k) for k in keys]

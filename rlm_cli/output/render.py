@@ -28,6 +28,7 @@ from rlm_cli.events import (
     CheckEvent,
     CodeEvent,
     CorpusEvent,
+    EventDict,
     EventType,
     FinalEvent,
     IterationEvent,
@@ -36,10 +37,12 @@ from rlm_cli.events import (
     NoticeEvent,
     OutputEvent,
     PhaseEvent,
+    ProgressEvent,
     RecursionEvent,
     RootCallEvent,
     StreamEvent,
     SubCallEvent,
+    depth_of,
     is_type,
 )
 from rlm_cli.output.answer import summary_line, support_warning
@@ -88,7 +91,7 @@ class Renderer:
         self._first_token: dict[int, float] = {}
 
     # -- events ------------------------------------------------------------------------------------
-    def on_event(self, ev: dict[str, Any]) -> None:
+    def on_event(self, ev: EventDict) -> None:
         """Render one event (see ``rlm_cli.output.trace`` for the types)."""
         with self._lock:
             try:
@@ -96,9 +99,9 @@ class Renderer:
             except BrokenPipeError:  # stderr went away: nothing more to show
                 self.quiet = True
 
-    def _on_event(self, ev: dict[str, Any]) -> None:
+    def _on_event(self, ev: EventDict) -> None:
         kind = str(ev.get("type"))
-        indent = "  " * int(ev.get("depth", 0))
+        indent = "  " * depth_of(ev)
         if is_type(ev, "notice"):
             self._on_notice(ev, indent)
             return
@@ -144,7 +147,7 @@ class Renderer:
         if self.styled:
             self.err.print(Syntax(safe_text(clip(ev["code"], SHOW_LINES)), "python", theme="ansi_dark",
                                   line_numbers=False, word_wrap=True))
-        elif int(ev.get("depth", 0)) not in self._streamed:  # plain: the stream showed it already
+        elif depth_of(ev) not in self._streamed:  # plain: the stream showed it already
             self.err.print(escape(indent_lines(clip(ev["code"], SHOW_LINES), indent + "  ")))
 
     def _on_output(self, ev: OutputEvent, indent: str) -> None:
@@ -192,7 +195,7 @@ class Renderer:
 
     # -- the streaming reply -----------------------------------------------------------------------
     def _on_stream(self, ev: StreamEvent, indent: str = "") -> None:
-        depth = int(ev.get("depth", 0))
+        depth = depth_of(ev)
         state = ev.get("state")
         if state == "start":
             self._end_stream_text()
@@ -251,7 +254,7 @@ class Renderer:
             st.at_line_start = True
 
     def _on_root_call(self, ev: RootCallEvent, indent: str) -> None:
-        depth = int(ev.get("depth", 0))
+        depth = depth_of(ev)
         st = self._state.stream
         if st is not None and st.depth == depth:
             self._state.stream = None
@@ -270,7 +273,7 @@ class Renderer:
                        f"tokens, {ev['latency_s']:.1f} s{first_s}, {cost_text(ev.get('cost_usd'))}[/]")
 
     # -- progress ---------------------------------------------------------------------------------
-    def _on_progress(self, ev: dict[str, Any], indent: str) -> None:  # a ProgressEvent, kept in ViewState
+    def _on_progress(self, ev: ProgressEvent, indent: str) -> None:
         if ev.get("kind") == "index":
             self._on_index(ev)
             return
@@ -307,7 +310,7 @@ class Renderer:
                 plain.quarter = quarter
                 self.err.print(indent + escape(progress_line(ev)))
 
-    def _on_index(self, ev: dict[str, Any]) -> None:
+    def _on_index(self, ev: ProgressEvent) -> None:
         if self.live:
             self._state.index = None if ev.get("finished") else ev
             self._refresh_live()

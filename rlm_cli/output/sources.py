@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from rlm_cli.events import Emit, is_type
+from rlm_cli.events import Emit, EventDict, is_type
 
 #: Most ranges listed in ``sources`` (the rest are counted in ``sources_omitted``).
 MAX_SOURCES = 100
@@ -42,7 +42,7 @@ class SourceCollector:
         self.forward = forward
         self.rows: list[tuple[str, str, int, int]] = []
 
-    def __call__(self, ev: dict[str, Any]) -> None:
+    def __call__(self, ev: EventDict) -> None:
         if is_type(ev, "output") or is_type(ev, "leads"):
             for row in ev.get("sources") or []:
                 if isinstance(row, (list, tuple)) and len(row) == 4:

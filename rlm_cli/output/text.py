@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rlm_cli.events import ProgressEvent
+
 #: Terminal control characters (C0 but tab and newline, DEL, C1): model replies, REPL output and
 #: corpus text shown on stderr could otherwise set the window title, clear the screen or write the
 #: clipboard (ESC sequences, seen in a trial); each is shown as U+FFFD instead.
@@ -77,7 +79,7 @@ def helpers_text(helpers: dict[str, Any]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def progress_line(ev: dict[str, Any]) -> str:
+def progress_line(ev: ProgressEvent) -> str:
     """One progress event as text: ``sub-calls 23/61 · 8 in flight · 1 failed · 45,210 tokens ·
     $0.0123 · 12.4 s``, or ``indexing 120/5,000 files · 4.1/96.0 MB · 12.3 MB/s``."""
     if ev.get("kind") == "index":

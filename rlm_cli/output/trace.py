@@ -65,8 +65,8 @@ from rlm_cli.errors import UsageError
 from rlm_cli.events import SCHEMA_VERSION as SCHEMA_VERSION
 from rlm_cli.events import TRANSIENT_TYPES as TRANSIENT_TYPES
 from rlm_cli.events import Emit as Emit
+from rlm_cli.events import EventDict, depth_of, is_type, of_type
 from rlm_cli.events import event as event
-from rlm_cli.events import is_type, of_type
 from rlm_cli.output.answer import json_text
 
 #: Characters of a sub-call prompt kept in the trajectory (the response is kept whole).
@@ -228,7 +228,7 @@ class TraceSink:
         # (1,210 then 1,204 tokens: a trajectory whose running totals went down).
         self._lock = threading.Lock()
 
-    def __call__(self, ev: dict[str, Any]) -> None:
+    def __call__(self, ev: EventDict) -> None:
         if self.writer is not None and ev.get("type") not in TRANSIENT_TYPES:
             with self._lock:
                 if self.totals is not None:
@@ -388,11 +388,11 @@ def list_traces(directory: Path | None = None) -> list[TraceInfo]:
 class Node:
     """A node of the trajectory tree: an ``event`` (``None`` for the root) and its children."""
 
-    event: dict[str, Any] | None
+    event: EventDict | None
     children: list[Node] = field(default_factory=list)
 
 
-def build_tree(events: list[dict[str, Any]]) -> Node:
+def build_tree(events: list[EventDict]) -> Node:
     """Arrange a trajectory's events as a tree: iterations under the run (or under the
     ``rlm_query`` that started their loop), and each iteration's root call, code, output,
     sub-calls and recursions under it. The header is not part of the tree; a ``phase`` event
@@ -403,7 +403,7 @@ def build_tree(events: list[dict[str, Any]]) -> Node:
     for ev in events:
         if is_type(ev, "header"):
             continue
-        depth = int(ev.get("depth", 0))
+        depth = depth_of(ev)
         node = Node(ev)
         if is_type(ev, "iteration"):
             container.get(depth, root).children.append(node)

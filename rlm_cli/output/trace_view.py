@@ -9,7 +9,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from rlm_cli.events import EventType, is_type
+from rlm_cli.events import EventDict, EventType, is_type
 from rlm_cli.output.style import SHOW_LINES, escape
 from rlm_cli.output.text import clip, cost_text, helpers_text, money, plural
 from rlm_cli.output.trace import Node, completed_calls
@@ -23,7 +23,7 @@ STYLE = {"iteration": "cyan", "root_call": "blue", "code": "yellow", "output": "
 OPEN_IN_HTML: frozenset[EventType] = frozenset({"iteration", "recursion", "final", "summary"})
 
 
-def node_text(ev: dict[str, Any], full: bool = False) -> tuple[str, str, str]:
+def node_text(ev: EventDict, full: bool = False) -> tuple[str, str, str]:
     """``(kind, title, body)`` describing one trajectory event for a tree (terminal or HTML);
     ``body`` is cut to ``TREE_TEXT_CHARS`` unless ``full``."""
     kind = str(ev.get("type"))

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from rlm_cli.events import EventDict
+
 
 class UI(Protocol):
     """The terminal view a run writes to (stderr only: stdout is the answer's). Thread-safe in
@@ -22,7 +24,7 @@ class UI(Protocol):
 
     quiet: bool
 
-    def on_event(self, ev: dict[str, Any]) -> None:
+    def on_event(self, ev: EventDict) -> None:
         """Draw one trajectory event (``rlm_cli.events``); an ``Emit``."""
         ...
 
