@@ -1,7 +1,8 @@
 """One exception tree for the whole tool; each class carries its process exit code.
 
 The CLI maps any :class:`RLMError` to ``exit_code`` in one place (``rlm_cli.commands.exits``); the README's
-exit-code table documents the same numbers. This module imports no other project module.
+exit-code table documents the same numbers. This module imports no other project module but the
+JSON shapes of ``rlm_cli.shapes`` (for types only).
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlm_cli.shapes import SourceDoc, UsageDoc
 
 
 class ExitCode(enum.IntEnum):
@@ -71,12 +75,12 @@ class RunReport:
     it read (a ``corpus.Corpus``), its ``mode`` (``rlm`` or ``direct``; ``None`` when it stopped
     before choosing) and the sandbox level it used (``sandbox``: not the ``--sandbox`` setting,
     which may be ``auto``). (``result`` and ``corpus`` are typed ``Any``: this module imports
-    nothing of the project.)
+    nothing of the project but the JSON shapes of ``shapes``.)
     """
 
     trace_path: Path | None = None
-    usage: dict[str, Any] | None = None
-    sources: list[dict[str, Any]] = field(default_factory=list)
+    usage: UsageDoc | None = None
+    sources: list[SourceDoc] = field(default_factory=list)
     sources_omitted: int = 0
     result: Any = None
     corpus: Any = None

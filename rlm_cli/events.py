@@ -17,8 +17,8 @@ type name the code compares an event's type with is in the vocabulary.
 Adding an event type: a class here, its entry in :data:`VOCABULARY` and :data:`EventType`, and (if
 the terminal shows it) a handler in ``rlm_cli.output.render`` (see ``docs/extending.md``).
 
-This module imports nothing of the project: every package may emit events, and ``output`` only
-receives them.
+This module imports nothing of the project but the JSON shapes of ``rlm_cli.shapes`` (data
+only): every package may emit events, and ``output`` only receives them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, NotRequired, TypedDict, TypeGuard, overload
+
+from rlm_cli.shapes import SourceDoc, SupportDoc, UsageDoc
 
 SCHEMA_VERSION = 1
 #: The name of every event type (the keys of :data:`VOCABULARY`), as :func:`is_type` and
@@ -260,7 +262,7 @@ class FinalEvent(Event, total=False):
     answer: str
     answer_chars: int
     policy: str
-    support: dict[str, Any]
+    support: SupportDoc
 
 
 class SummaryEvent(Event, total=False):
@@ -275,10 +277,10 @@ class SummaryEvent(Event, total=False):
     mode: str
     iterations: int
     sub_calls: int
-    usage: dict[str, Any] | None
+    usage: UsageDoc | None
     elapsed_s: float
-    support: dict[str, Any]
-    sources: list[dict[str, Any]]
+    support: SupportDoc
+    sources: list[SourceDoc]
     sources_omitted: int
 
 

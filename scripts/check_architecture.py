@@ -95,10 +95,11 @@ ATTRIBUTE_LIMITS: dict[str, tuple[int, str]] = {
 }
 
 #: The project modules the REPL worker (``sandbox.worker``) may reach through its imports, at
-#: any level: the wire format, the exception tree and value rules it shares with rlm, and the
+#: any level: the wire format, the exception tree (with the JSON shapes it names: ``shapes``, data
+#: only) and value rules it shares with rlm, and the
 #: worker side of the sandbox package. It runs in the confined process: nothing of the corpus
 #: loader, the model layer, the loop, the app or the terminal output may be in it.
-WORKER_MODULES = frozenset({"protocol", "errors", "config_keys"})
+WORKER_MODULES = frozenset({"protocol", "errors", "shapes", "config_keys"})
 #: Sandbox modules of rlm's side (the launcher and what only it uses): never in the worker.
 LAUNCHER_SIDE = frozenset({"sandbox.launcher", "sandbox.spawning", "sandbox.watchers", "sandbox.argv", "sandbox.levels", "sandbox.probes", "sandbox.users",
                            "sandbox.reaper", "sandbox.processes", "sandbox.ipc", "sandbox.paths",
@@ -117,29 +118,31 @@ WORKER_THIRD_PARTY: dict[str, str] = {
 #: the imports measured on the tree (``--graph``); docs/architecture.md gives the reasons.
 LAYERS: dict[str, int] = {
     "__init__": 0,        # the package's ``__init__``: the version only
-    "errors": 0,          # the exception tree and exit codes: imports nothing of the project
-    "protocol": 1,        # framing and the message types of both channels
-    "schemas": 1,         # JSON Schema files (data only)
-    "sockets": 1,         # where Unix sockets go: folders whose paths fit sun_path
-    "interrupts": 1,      # Ctrl-C with a final answer in hand is dropped
-    "answer_types": 1,    # the answer types (--answer-type, a check's type) and their traits
-    "events": 1,          # the trajectory event vocabulary (a typed class per type) and event():
+    "shapes": 0,          # the JSON shapes of a run's outcome (usage, sources, support verdict):
+                          # TypedDicts per the schemas, imported by every layer that passes them
+    "errors": 1,          # the exception tree and exit codes: imports only ``shapes``
+    "protocol": 2,        # framing and the message types of both channels
+    "schemas": 2,         # JSON Schema files (data only)
+    "sockets": 2,         # where Unix sockets go: folders whose paths fit sun_path
+    "interrupts": 2,      # Ctrl-C with a final answer in hand is dropped
+    "answer_types": 2,    # the answer types (--answer-type, a check's type) and their traits
+    "events": 2,          # the trajectory event vocabulary (a typed class per type) and event():
                           # every package emits events, output only receives them
-    "config_keys": 2,     # value rules: choices, sizes, URL checks (no settings resolution)
-    "config": 3,          # settings from flags > env > file > defaults, user folders, keys
-    "output": 4,          # render, answer files, trajectories, progress, sources, --json documents:
+    "config_keys": 3,     # value rules: choices, sizes, URL checks (no settings resolution)
+    "config": 4,          # settings from flags > env > file > defaults, user folders, keys
+    "output": 5,          # render, answer files, trajectories, progress, sources, --json documents:
                           # plain data in, text out; the end of the flow, so everything may use it
-    "sandbox": 5,         # the worker launcher and the worker (the confined document decoder too)
-    "corpus": 6,          # walking, reading, chunking, the index; decodes documents in the sandbox
-    "models": 7,          # client, host, relay, budgets, detection, the response cache; counts
+    "sandbox": 6,         # the worker launcher and the worker (the confined document decoder too)
+    "corpus": 7,          # walking, reading, chunking, the index; decodes documents in the sandbox
+    "models": 8,          # client, host, relay, budgets, detection, the response cache; counts
                           # tokens with corpus.tokens
-    "loop": 8,            # the iteration loop, prompts, history, policies and answer checks
-    "app": 9,             # session, one-question runner, batch, replay, chat, phases, doctor
-    "evaluation": 10,      # rlm eval: runs generated questions through app
-    "mcp": 10,             # the MCP server over one app session
-    "audit": 10,           # rlm audit: a checklist of typed questions over one app session, verdicts
-    "commands": 11,       # the Typer CLI only: parse, build settings, call app, render, exit codes
-    "__main__": 12,       # ``python -m rlm_cli``
+    "loop": 9,            # the iteration loop, prompts, history, policies and answer checks
+    "app": 10,             # session, one-question runner, batch, replay, chat, phases, doctor
+    "evaluation": 11,      # rlm eval: runs generated questions through app
+    "mcp": 11,             # the MCP server over one app session
+    "audit": 11,           # rlm audit: a checklist of typed questions over one app session, verdicts
+    "commands": 12,       # the Typer CLI only: parse, build settings, call app, render, exit codes
+    "__main__": 13,       # ``python -m rlm_cli``
 }
 
 

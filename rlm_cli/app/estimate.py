@@ -75,7 +75,8 @@ def earlier_costs(model: str, directory: Path | None = None) -> list[float]:
             continue
         if (header.get("config") or {}).get("model") != model or not is_type(last, "summary"):
             continue
-        cost = (last.get("usage") or {}).get("cost_usd")
+        usage = last.get("usage")
+        cost = usage.get("cost_usd") if isinstance(usage, dict) else None  # a file may hold anything
         if last.get("status") == "final" and isinstance(cost, (int, float)):
             costs.append(float(cost))
     return costs

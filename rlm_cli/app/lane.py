@@ -20,7 +20,7 @@ from rlm_cli.loop.workers import level_notices, new_worker, start_worker
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.relay import LMHandler
-from rlm_cli.models.usage import CallRecord, Usage
+from rlm_cli.models.usage import CallRecord, Counter, Usage
 from rlm_cli.sandbox.memory import check_workers_fit
 from rlm_cli.sandbox.results import WorkerCheck
 
@@ -59,7 +59,7 @@ class QuestionUsage(Usage):
         super().add(record)
         self.parent.add(record)
 
-    def count(self, name: str, n: int = 1) -> None:
+    def count(self, name: Counter, n: int = 1) -> None:
         """Add ``n`` to counter ``name`` here and in the session."""
         super().count(name, n)
         self.parent.count(name, n)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rlm_cli.corpus import Corpus
 from rlm_cli.errors import InterruptedRunError, MaxIterationsError, PartialAnswerError, RLMError
@@ -14,6 +13,7 @@ from rlm_cli.events import Emit, EventDict, is_type
 from rlm_cli.loop.result import RunResult
 from rlm_cli.models.client import ModelClient
 from rlm_cli.output.sources import SourceCollector, build_sources, direct_rows
+from rlm_cli.shapes import SourceDoc, UsageDoc
 
 
 @dataclass
@@ -22,16 +22,16 @@ class AskOutcome:
 
     result: RunResult
     corpus: Corpus
-    usage: dict[str, Any]
+    usage: UsageDoc
     sandbox: str
     run_id: str = ""
     trace_path: Path | None = None
     #: What the run looked at (``rlm_cli.output.sources``) and how many ranges were left out of the list.
-    sources: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    sources: list[SourceDoc] = dataclasses.field(default_factory=list)
     sources_omitted: int = 0
 
 
-def run_sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str) -> tuple[list[dict[str, Any]], int]:
+def run_sources(collector: SourceCollector, answer: str, corpus: Corpus, mode: str) -> tuple[list[SourceDoc], int]:
     """The run's ``sources`` and how many were left out (see ``rlm_cli.output.sources``)."""
     files = [(f.path, f.lines) for f in corpus.files]
     rows = direct_rows(files) if mode == "direct" else collector.rows

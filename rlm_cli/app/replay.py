@@ -239,7 +239,8 @@ def plan(path: Path, *, sandbox: str | None = None, base: Settings | None = None
     if not responses:
         raise UsageError(f"{path} recorded no model response; nothing to replay")
     who = provenance(path, header)
-    recorded_paths = [str(p) for p in header.get("paths") or [] if isinstance(p, str)]
+    given = header.get("paths")
+    recorded_paths = [p for p in given if isinstance(p, str)] if isinstance(given, list) else []
     recorded_corpus = _dict(_dict(header.get("config")).get("corpus"))
     notices = [] if who.own else [f"{who.whose}: it is replayed as input from elsewhere, with your sandbox, "
                                   "corpus and models, never its own"]

@@ -34,6 +34,7 @@ from rlm_cli.events import Emit, EventDict, event, is_type
 from rlm_cli.models.budget import Budget, Reservation
 from rlm_cli.models.usage import Usage
 from rlm_cli.output.findings import AuditDocument, AuditReport, CheckReport, Finding, Location, Region, Totals
+from rlm_cli.shapes import UsageDoc
 
 if TYPE_CHECKING:
     from rlm_cli.corpus.model import Corpus
@@ -132,7 +133,7 @@ class AuditRun:
     (``paths``)."""
 
     runs: list[CheckRun]
-    usage: dict[str, Any]
+    usage: UsageDoc
     corpus: dict[str, Any] | None
     loads: int
     sandbox: str
@@ -366,11 +367,11 @@ def audit_report(checklist: Checklist, run: AuditRun, *, fail_on: str, baseline:
     code = (130 if cut["signal"] == "SIGINT" else 143) if cut else code
     checks = [check_report(r, run.paths, fail_on) for r in run.runs]
     usage = run.usage
-    calls = sum(int((usage.get(g) or {}).get("calls") or 0) for g in ("root", "sub"))
-    cached = int(usage.get("cached_calls") or 0)
+    calls = usage["root"]["calls"] + usage["sub"]["calls"]
+    cached = usage["cached_calls"]
     count = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "fail", "error", "unsupported")}
     totals = Totals(len(checks), count["pass"], count["fail"], count["error"], count["unsupported"], calls, cached,
-                    usage.get("cost_usd"))
+                    usage["cost_usd"])
     if totals.from_cache:
         totals.note = "every model call was served by the response cache: this run cost nothing"
     return AuditReport(checks, totals, code, fail_on, run.paths.from_root(os.path.abspath(checklist.path)),

@@ -35,6 +35,7 @@ from rlm_cli.audit.checklist import SEVERITIES, Check
 from rlm_cli.errors import BudgetExceededError, ExitCode, PartialAnswerError, worst_exit_code
 from rlm_cli.loop.result import RunResult
 from rlm_cli.loop.typed import location_parts
+from rlm_cli.shapes import SourceDoc
 
 STATUSES = ("pass", "fail", "error", "unsupported")
 #: Codes that count whatever the check's severity: the audit itself could not run as asked.
@@ -94,10 +95,9 @@ class CheckOutcome:
     stopped_at: str | None = None
 
 
-def evidence_of(sources: list[dict[str, Any]]) -> tuple[Evidence, ...]:
+def evidence_of(sources: list[SourceDoc]) -> tuple[Evidence, ...]:
     """The ``sources`` rows of a run (``rlm_cli.output.sources.build_sources``) as :class:`Evidence`."""
-    return tuple(Evidence(str(s["path"]), int(s["start_line"]), int(s["end_line"]), tuple(s.get("how") or ()),
-                          bool(s.get("cited"))) for s in sources)
+    return tuple(Evidence(s["path"], s["start_line"], s["end_line"], tuple(s["how"]), s["cited"]) for s in sources)
 
 
 def outcome_of(result: Result, kind: AnswerType) -> CheckOutcome:

@@ -27,6 +27,7 @@ from rlm_cli.errors import DoesNotFitError, PartialAnswerError, ProviderError, R
 from rlm_cli.evaluation.scoring import partial, score
 from rlm_cli.evaluation.task import CorpusText, Task
 from rlm_cli.events import Emit, EventDict, is_type
+from rlm_cli.shapes import UsageDoc
 
 MODES = ("rlm", "direct")
 #: Characters of an answer kept in the results (the trajectory keeps it whole).
@@ -205,6 +206,7 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
     s = dataclasses.replace(settings, mode=mode, trace=None)
     started = time.monotonic()
     res = QuestionResult(task, mode, "error")
+    usage: UsageDoc | None
 
     def tap(ev: EventDict) -> None:
         if is_type(ev, "check") and ev.get("depth") == 0 and ev.get("verdict") != "accept":
@@ -232,21 +234,20 @@ def run_one(settings: Settings, paths: list[str], task: Task, mode: str, corpus:
         res.iterations = result.iterations if result is not None else 0
         res.policy = result.policy if result is not None else ""
         res.sub_calls = result.sub_calls if result is not None else 0
-        usage = exc.report.usage or {}
+        usage = exc.report.usage
         res.trace = str(exc.report.trace_path) if exc.report.trace_path else None
     except ProviderError as exc:
         if getattr(exc, "fatal", False) or getattr(exc, "status", None) in (401, 403, 404):
             raise
-        res.error, usage = exc.message, {}
+        res.error, usage = exc.message, None
         res.trace = str(exc.report.trace_path) if exc.report.trace_path else None
     except RLMError as exc:
-        res.error, usage = exc.message, {}
+        res.error, usage = exc.message, None
         res.trace = str(exc.report.trace_path) if exc.report.trace_path else None
     res.elapsed_s = round(time.monotonic() - started, 3)
-    res.tokens = int(usage.get("total_tokens") or 0)
-    res.root_calls = int((usage.get("root") or {}).get("calls") or 0)
-    res.cached_calls = int(usage.get("cached_calls") or 0)
-    res.cost_usd = usage.get("cost_usd")
+    if usage is not None:  # none: the run asked no model (tokens, calls 0; cost unknown)
+        res.tokens, res.root_calls = usage["total_tokens"], usage["root"]["calls"]
+        res.cached_calls, res.cost_usd = usage["cached_calls"], usage["cost_usd"]
     if res.trace and not res.run_id:
         res.run_id = res.trace.rsplit("/", 1)[-1].removesuffix(".jsonl")
     res.correct = res.status == "final" and score(task.scorer, res.answer, task.gold, **task.extra)

@@ -44,6 +44,7 @@ from rlm_cli.loop.answers import only_finishes
 from rlm_cli.loop.checks import Candidate
 from rlm_cli.loop.grounding import grounding
 from rlm_cli.loop.provenance import Provenance, provenance
+from rlm_cli.shapes import SupportDoc
 
 OBSERVED, COMPUTED, UNSUPPORTED, PARTIAL = "observed", "computed", "unsupported", "partial"
 VERDICTS = (OBSERVED, COMPUTED, UNSUPPORTED, PARTIAL)
@@ -62,7 +63,7 @@ class Support:
     objections: tuple[str, ...] = field(default=())
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SupportDoc:
         """The ``support`` object of ``--json``, the trajectory and MCP's ``ask``."""
         return {"verdict": self.verdict, "unsupported": list(self.unsupported),
                 "objections": list(self.objections), "reason": self.reason}

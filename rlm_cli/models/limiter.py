@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlm_cli.shapes import Concurrency
 
 
 class AdaptiveLimiter:
@@ -55,7 +59,7 @@ class AdaptiveLimiter:
                 self.limit = min(float(self.maximum), self.limit + 1.0 / self.limit)
             self._cond.notify_all()
 
-    def summary(self) -> dict[str, int]:
+    def summary(self) -> Concurrency:
         """``{"max", "lowest", "final", "decreases"}`` for the run's usage report."""
         with self._cond:
             return {"max": self.maximum, "lowest": self.lowest, "final": int(self.limit),

@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from rlm_cli.models.limiter import AdaptiveLimiter
+
+if TYPE_CHECKING:
+    from rlm_cli.shapes import UsageDoc, UsageGroup
+
+#: The counters of :class:`Usage` (beside its call records), in the order ``--json`` gives them.
+Counter = Literal["retries", "rate_limited", "failed_calls", "refused_oversized"]
 
 
 @dataclass
@@ -41,7 +47,7 @@ class Usage:
     plus counters of retries, rate limits, failed calls and refused prompts."""
 
     records: list[CallRecord] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=lambda: {
+    counters: dict[Counter, int] = field(default_factory=lambda: {
         "retries": 0, "rate_limited": 0, "failed_calls": 0, "refused_oversized": 0})
     #: The sub-call limiter, reported as ``"concurrency"`` in :meth:`summary` when set.
     limiter: AdaptiveLimiter | None = field(default=None, repr=False)
@@ -75,7 +81,7 @@ class Usage:
     def _flying(self, role: str | None = None, model: str | None = None) -> int:
         return sum(n for (m, r), n in self.flying.items() if (role is None or r == role) and (model is None or m == model))
 
-    def count(self, name: str, n: int = 1) -> None:
+    def count(self, name: Counter, n: int = 1) -> None:
         """Add ``n`` to counter ``name`` (``retries``, ``rate_limited``, ...)."""
         with self.lock:
             self.counters[name] = self.counters.get(name, 0) + n
@@ -106,7 +112,7 @@ class Usage:
         with self.lock:
             return sum(r.cost_usd or 0.0 for r in self.records)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> UsageDoc:
         """``{"by_model": {model: G}, "root": G, "sub": G, "total_tokens", "cost_usd", "cached_calls",
         "retries", "rate_limited", "failed_calls", "refused_oversized", "concurrency"}`` where each group ``G`` is
         ``{"calls", "cached_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens",
@@ -120,9 +126,9 @@ class Usage:
             counters = dict(self.counters)
             flying = dict(self.flying)
 
-        def agg(rows: list[CallRecord], up: int = 0) -> dict[str, Any]:
+        def agg(rows: list[CallRecord], up: int = 0) -> UsageGroup:
             costs = [r.cost_usd for r in rows]
-            group = {"calls": len(rows) + up, "cached_calls": sum(1 for r in rows if r.cached),
+            group: UsageGroup = {"calls": len(rows) + up, "cached_calls": sum(1 for r in rows if r.cached),
                      "input_tokens": sum(r.input_tokens for r in rows),
                      "cache_read_tokens": sum(r.cache_read_tokens for r in rows),
                      "cache_write_tokens": sum(r.cache_write_tokens for r in rows),
@@ -130,20 +136,25 @@ class Usage:
                      "cost_usd": None if any(c is None for c in costs) else round(sum(c or 0 for c in costs), 6),
                      "latency_s": round(sum(r.latency_s for r in rows), 3)}
             abandoned = sum(1 for r in rows if r.abandoned) + up
-            return {**group, "abandoned_calls": abandoned} if abandoned else group
+            if abandoned:
+                group["abandoned_calls"] = abandoned
+            return group
 
         def up(role: str | None = None, model: str | None = None) -> int:
             return sum(n for (m, r), n in flying.items() if (role is None or r == role) and (model is None or m == model))
 
         models_ = sorted({r.model for r in rows} | {m for m, _ in flying})
-        return {"by_model": {m: agg([r for r in rows if r.model == m], up(model=m)) for m in models_},
-                "root": agg([r for r in rows if r.role == "root"], up("root")),
-                "sub": agg([r for r in rows if r.role == "sub"], up("sub")),
-                "total_tokens": sum(r.input_tokens + r.output_tokens for r in rows),
-                "cost_usd": agg(rows)["cost_usd"],
-                "cached_calls": sum(1 for r in rows if r.cached),
-                **counters,
-                **({"concurrency": self.limiter.summary()} if self.limiter is not None else {})}
+        doc: UsageDoc = {"by_model": {m: agg([r for r in rows if r.model == m], up(model=m)) for m in models_},
+                         "root": agg([r for r in rows if r.role == "root"], up("root")),
+                         "sub": agg([r for r in rows if r.role == "sub"], up("sub")),
+                         "total_tokens": sum(r.input_tokens + r.output_tokens for r in rows),
+                         "cost_usd": agg(rows)["cost_usd"],
+                         "cached_calls": sum(1 for r in rows if r.cached),
+                         "retries": counters["retries"], "rate_limited": counters["rate_limited"],
+                         "failed_calls": counters["failed_calls"], "refused_oversized": counters["refused_oversized"]}
+        if self.limiter is not None:
+            doc["concurrency"] = self.limiter.summary()
+        return doc
 
 
 class Flight:

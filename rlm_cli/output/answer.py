@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO
 
 from rlm_cli.errors import UsageError
 from rlm_cli.output.text import SURROGATE, completed_calls, encodable, money, safe_text
@@ -50,7 +50,7 @@ def json_text(doc: object, *, line: bool = False) -> str:
     return json_for_runner(SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 
-def json_value(value: Any) -> Any:
+def json_value(value: object) -> object:
     """``value`` as JSON values every encoder takes: each lone surrogate of a string (or key)
     replaced by U+FFFD, each float that is not finite ``None``. For a serialiser that refuses a
     lone surrogate (pydantic, under the MCP SDK), where :func:`json_text` would keep its escape."""
@@ -137,7 +137,20 @@ def _write_stdout(text: str) -> None:
     buf.flush()
 
 
-def summary_line(data: Mapping[str, Any]) -> str:
+def mapping(value: object) -> Mapping[str, object]:
+    """``value`` when it is a JSON object (a ``Mapping``), else an empty one: for a reader of a
+    document that may come from a file (a trajectory, ``rlm replay``) and lack a section."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def count(data: Mapping[str, object], key: str) -> int:
+    """``data[key]`` as a whole number: 0 when it is missing or not a number (a reader of a
+    document that may come from a file)."""
+    value = data.get(key)
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def summary_line(data: Mapping[str, object]) -> str:
     """The run's closing line (without style): iterations, sub-calls, tokens and cost split
     between the root model and sub-calls (:func:`~rlm_cli.output.text.money`: "unknown" when a model is
     not priced; "no calls" for a group without a completed call, "none" for a run without one:
@@ -146,27 +159,29 @@ def summary_line(data: Mapping[str, Any]) -> str:
     retries, calls that failed after their retries, time.
     ``data`` is an ``rlm ask --json`` document (``iterations``, ``sub_calls``, ``usage``,
     ``elapsed_s``; each may be missing)."""
-    usage = data.get("usage") or {}
-    root, sub = usage.get("root") or {}, usage.get("sub") or {}
+    usage = mapping(data.get("usage"))
+    root, sub = mapping(usage.get("root")), mapping(usage.get("sub"))
 
-    def cost(value: Any, group: dict[str, Any]) -> str:
-        return "no calls" if not completed_calls(group) else money(value)
+    def cost(group: Mapping[str, object]) -> str:
+        return "no calls" if not completed_calls(group) else money(group.get("cost_usd"))
 
-    def tokens(group: dict[str, Any]) -> str:
-        return f"{group.get('input_tokens', 0):,} in/{group.get('output_tokens', 0):,} out"
+    def tokens(group: Mapping[str, object]) -> str:
+        return f"{count(group, 'input_tokens'):,} in/{count(group, 'output_tokens'):,} out"
 
     extra = "".join(f", {usage[k]} {label}" for k, label in (
         ("cached_calls", "cached"), ("retries", "retries"), ("failed_calls", "failed calls")) if usage.get(k))
-    read = sum(int(g.get("cache_read_tokens", 0) or 0) for g in (root, sub))
-    total_in = sum(int(g.get("input_tokens", 0) or 0) for g in (root, sub))
+    read = sum(count(g, "cache_read_tokens") for g in (root, sub))
+    total_in = sum(count(g, "input_tokens") for g in (root, sub))
     if read and total_in:  # the provider's own prompt cache (models.caching), not rlm's response cache
         extra = f"; {read / total_in:.0%} of the input ({read:,} tokens) served from the provider's prompt cache{extra}"
-    n, subs = int(data.get("iterations", 0) or 0), int(data.get("sub_calls", 0) or 0)
+    n, subs = count(data, "iterations"), count(data, "sub_calls")
     calls = completed_calls(usage)
-    costs = (f"cost {money(usage.get('cost_usd'))} (root {cost(root.get('cost_usd'), root)}, "
-             f"sub {cost(sub.get('cost_usd'), sub)})" if calls else "cost none (no model call completed)")
+    costs = (f"cost {money(usage.get('cost_usd'))} (root {cost(root)}, sub {cost(sub)})"
+             if calls else "cost none (no model call completed)")
+    elapsed = data.get("elapsed_s")
+    seconds = float(elapsed) if isinstance(elapsed, (int, float)) else 0.0
     return (f"{n} iteration{'' if n == 1 else 's'}, {subs} sub-call{'' if subs == 1 else 's'}; "
-            f"tokens root {tokens(root)}, sub {tokens(sub)}; {costs}{extra}; {data.get('elapsed_s', 0):.1f} s")
+            f"tokens root {tokens(root)}, sub {tokens(sub)}; {costs}{extra}; {seconds:.1f} s")
 
 
 def support_warning(support: object) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NotRequired, Protocol, TypedDict
 
 from rlm_cli.errors import BudgetExceededError, PartialAnswerError
+from rlm_cli.shapes import SourceDoc, SupportDoc, UsageDoc, no_usage
 
 #: The ``schema`` of the ``rlm ask --json`` document: ``rlm_cli/schemas/ask-result.v1.json``.
 ASK_SCHEMA = "ask-result.v1"
@@ -38,16 +39,6 @@ class CorpusSection(SkippedFiles):
     chunks: int
 
 
-class SupportDoc(TypedDict):
-    """The ``support`` object (the schema's ``$defs.support``): ``verdict`` one of ``observed``,
-    ``computed``, ``unsupported``, ``partial``."""
-
-    verdict: str
-    unsupported: list[str]
-    objections: list[str]
-    reason: str
-
-
 class AskResult(TypedDict):
     """The keys :func:`ask_document` writes, in their order: those every ``rlm ask --json``
     document of a run with an answer has (the schema's ``$defs.result``; ``support`` is in its
@@ -61,13 +52,13 @@ class AskResult(TypedDict):
     support: SupportDoc
     iterations: int
     sub_calls: int
-    usage: dict[str, Any]
+    usage: UsageDoc
     elapsed_s: float
     mode: str
     policy: str
     sandbox: str
     corpus: CorpusSection | None
-    sources: list[dict[str, Any]]
+    sources: list[SourceDoc]
     sources_omitted: int
 
 
@@ -135,7 +126,7 @@ class CorpusFacts(Protocol):
 class _Judged(Protocol):
     """An answer's support verdict (a ``loop.support.Support``)."""
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> SupportDoc: ...
 
 
 class _TypedValue(Protocol):
@@ -180,13 +171,13 @@ class OutcomeFacts(Protocol):
     @property
     def corpus(self) -> CorpusFacts: ...
     @property
-    def usage(self) -> dict[str, Any]: ...
+    def usage(self) -> UsageDoc: ...
     @property
     def sandbox(self) -> str: ...
     @property
     def trace_path(self) -> Path | None: ...
     @property
-    def sources(self) -> list[dict[str, Any]]: ...
+    def sources(self) -> list[SourceDoc]: ...
     @property
     def sources_omitted(self) -> int: ...
 
@@ -211,8 +202,8 @@ def support_object(result: RunFacts | None) -> SupportDoc:
     return support.to_dict() if support is not None else PARTIAL_SUPPORT.copy()
 
 
-def ask_document(answer: str, status: str, iterations: int, sub_calls: int, usage: dict[str, Any], elapsed: float,
-                 corpus: CorpusFacts | None, mode: str, sandbox: str, sources: list[dict[str, Any]] | None = None,
+def ask_document(answer: str, status: str, iterations: int, sub_calls: int, usage: UsageDoc, elapsed: float,
+                 corpus: CorpusFacts | None, mode: str, sandbox: str, sources: list[SourceDoc] | None = None,
                  sources_omitted: int = 0, policy: str = "", support: SupportDoc | None = None) -> AskDocument:
     """The ``--json`` document of a run (``elapsed`` in wall seconds; ``corpus`` may be ``None``;
     ``policy`` the loop policy the run used; ``support`` the answer's support verdict: ``verdict``,
@@ -262,7 +253,7 @@ def partial_document(exc: PartialAnswerError, sandbox: str, elapsed: float) -> A
     if status != "max_iterations":
         status = "budget_exceeded"
     doc = ask_document(exc.partial, status, result.iterations if result else 0, result.sub_calls if result else 0,
-                       report.usage or {}, elapsed, report.corpus, report.mode or "rlm", report.sandbox or sandbox,
+                       report.usage if report.usage is not None else no_usage(), elapsed, report.corpus, report.mode or "rlm", report.sandbox or sandbox,
                        report.sources, report.sources_omitted, result.policy if result else "", PARTIAL_SUPPORT.copy())
     doc["trace"] = str(report.trace_path) if report.trace_path else None
     if status == "budget_exceeded":

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from rlm_cli.answer_types import AnswerType
+from rlm_cli.shapes import UsageDoc, no_usage
 
 #: The key of ``partialFingerprints`` (SARIF) and the kind of ``fingerprint`` everywhere: rlm's
 #: own (GitHub reserves ``primaryLocationLineHash`` and computes it itself).
@@ -116,7 +117,7 @@ class AuditDocument(TypedDict):
     root_dir: str
     checks: list[CheckDoc]
     totals: AuditTotals
-    usage: dict[str, Any]
+    usage: UsageDoc
     corpus: dict[str, Any] | None
     sandbox: str
     elapsed_s: float
@@ -326,7 +327,7 @@ class AuditReport:
     checklist: str
     root_dir: str
     prefix: str
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: UsageDoc = field(default_factory=no_usage)
     corpus: dict[str, Any] | None = None
     sandbox: str = ""
     elapsed_s: float = 0.0

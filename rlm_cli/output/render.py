@@ -45,7 +45,7 @@ from rlm_cli.events import (
     depth_of,
     is_type,
 )
-from rlm_cli.output.answer import summary_line, support_warning
+from rlm_cli.output.answer import count, mapping, summary_line, support_warning
 from rlm_cli.output.live import EvalProgress, LiveView, PlainGroup, StreamState, ViewState
 from rlm_cli.output.style import SHOW_LINES, display_style, escape
 from rlm_cli.output.tables import print_table
@@ -373,7 +373,7 @@ class Renderer:
             with self._lock:
                 self.err.print(escape(message))
 
-    def summary(self, data: Mapping[str, Any]) -> None:
+    def summary(self, data: Mapping[str, object]) -> None:
         """The run's closing line (:func:`~rlm_cli.output.answer.summary_line`): iterations,
         sub-calls, tokens and cost split between the root model and sub-calls, cache hits,
         retries, time."""
@@ -383,7 +383,7 @@ class Renderer:
                 with self._lock:
                     self.err.print(f"[yellow]warning:[/] {escape(guess)}")
             return
-        failed = int((data.get("usage") or {}).get("failed_calls") or 0)
+        failed = count(mapping(data.get("usage")), "failed_calls")
         with self._lock:
             self._end_stream_text()
             self.close()

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from rlm_cli.events import Emit, EventDict, is_type
+from rlm_cli.shapes import SourceDoc
 
 #: Most ranges listed in ``sources`` (the rest are counted in ``sources_omitted``).
 MAX_SOURCES = 100
@@ -67,8 +67,8 @@ def _citations(answer: str, path: str, names: list[str]) -> list[tuple[int, int]
     return out
 
 
-def merge_rows(rows: Iterable[tuple[str, str, int, int]], lines: dict[str, int]) -> dict[str, list[list[Any]]]:
-    """``{path: [[start, end, {how}], ...]}`` with overlapping or adjacent ranges merged, rows of
+def merge_rows(rows: Iterable[tuple[str, str, int, int]], lines: dict[str, int]) -> dict[str, list[tuple[int, int, set[str]]]]:
+    """``{path: [(start, end, {how}), ...]}`` with overlapping or adjacent ranges merged, rows of
     paths not in ``lines`` (``{path: line count}``) dropped and line numbers clamped to the file."""
     by_path: dict[str, list[tuple[int, int, str]]] = {}
     for how, path, a, b in rows:
@@ -77,21 +77,22 @@ def merge_rows(rows: Iterable[tuple[str, str, int, int]], lines: dict[str, int])
             continue
         a, b = max(1, min(a, n)), max(1, min(b, n))
         by_path.setdefault(path, []).append((min(a, b), max(a, b), how))
-    merged: dict[str, list[list[Any]]] = {}
+    merged: dict[str, list[tuple[int, int, set[str]]]] = {}
     for path, ranges in by_path.items():
-        out: list[list[Any]] = []
+        out: list[tuple[int, int, set[str]]] = []
         for a, b, how in sorted(ranges):
             if out and a <= out[-1][1] + 1:
-                out[-1][1] = max(out[-1][1], b)
-                out[-1][2].add(how)
+                start, end, hows = out[-1]
+                hows.add(how)
+                out[-1] = (start, max(end, b), hows)
             else:
-                out.append([a, b, {how}])
+                out.append((a, b, {how}))
         merged[path] = out
     return merged
 
 
 def build_sources(rows: Iterable[tuple[str, str, int, int]], answer: str, files: list[tuple[str, int]], *,
-                  limit: int = MAX_SOURCES) -> tuple[list[dict[str, Any]], int]:
+                  limit: int = MAX_SOURCES) -> tuple[list[SourceDoc], int]:
     """``(sources, omitted)`` for the ``--json`` document (see the module docstring).
 
     ``files`` lists the corpus as ``(path, line count)`` in corpus order. Each source is
@@ -104,7 +105,7 @@ def build_sources(rows: Iterable[tuple[str, str, int, int]], answer: str, files:
     for p, _ in files:
         base = os.path.basename(p)
         base_count[base] = base_count.get(base, 0) + 1
-    items: list[dict[str, Any]] = []
+    items: list[SourceDoc] = []
     for path, ranges in merged.items():
         names = [path]
         base = os.path.basename(path)
@@ -131,7 +132,7 @@ def direct_rows(files: list[tuple[str, int]]) -> list[tuple[str, str, int, int]]
     return [("direct", path, 1, n) for path, n in files if n > 0]
 
 
-def cite_lines(sources: list[dict[str, Any]], *, limit: int = MAX_CITE_LINES) -> list[str]:
+def cite_lines(sources: Sequence[SourceDoc], *, limit: int = MAX_CITE_LINES) -> list[str]:
     """The ``--cite`` list: ``path:start-end`` of the ranges the answer rests on (``cited``), in
     the order of ``sources`` (the ``--json`` order: the corpus's); at most ``limit`` and a count of
     the rest. Empty when the answer cites none: lines the run only looked at (leads, a grep) are

@@ -6,6 +6,7 @@ clipping. Standard library only (no rich): the core may format with it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from rlm_cli.events import ProgressEvent
@@ -55,13 +56,18 @@ def money(value: object, calls: int | None = None) -> str:
     return usd(value) if isinstance(value, (int, float)) else "unknown"
 
 
-def completed_calls(usage: dict[str, Any]) -> int:
+def completed_calls(usage: Mapping[str, object]) -> int:
     """Model calls that completed, from a run's ``usage`` (``{"root": G, "sub": G}``, as in
     ``rlm ask --json``): each group's ``calls`` less its ``abandoned_calls`` (sent, never
     answered before the run stopped; they spent nothing rlm can count). ``usage`` may also be
     one group alone."""
-    groups = [usage.get(g) or {} for g in ("root", "sub")] if ("root" in usage or "sub" in usage) else [usage]
-    return sum(max(0, int(g.get("calls") or 0) - int(g.get("abandoned_calls") or 0)) for g in groups)
+    groups = [usage.get(g) for g in ("root", "sub")] if ("root" in usage or "sub" in usage) else [usage]
+
+    def count(group: Mapping[str, object], key: str) -> int:
+        value = group.get(key)
+        return int(value) if isinstance(value, (int, float)) else 0  # a trajectory read back may hold anything
+
+    return sum(max(0, count(g, "calls") - count(g, "abandoned_calls")) for g in groups if isinstance(g, Mapping))
 
 
 def usd(value: float) -> str:

@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, TypedDict
+from typing import IO, TypedDict
 
 from rlm_cli.errors import UsageError
 
@@ -72,7 +72,7 @@ from rlm_cli.output.answer import json_text
 #: Characters of a sub-call prompt kept in the trajectory (the response is kept whole).
 PROMPT_HEAD_CHARS = 2_000
 
-def request_key(model: str, messages: list[dict[str, Any]]) -> str:
+def request_key(model: str, messages: Sequence[Mapping[str, object]]) -> str:
     """A stable digest (hex, 24 chars) of one model request, used to match responses on replay."""
     blob = json.dumps({"model": model, "messages": messages}, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:24]
@@ -133,7 +133,7 @@ def trace_key(*, create: bool) -> bytes | None:
     return None
 
 
-def header_signature(header: Mapping[str, Any], key: bytes) -> str:
+def header_signature(header: Mapping[str, object], key: bytes) -> str:
     """HMAC-SHA256 (hex) of a header event as it reads back from its JSON line, without its
     :data:`SIGNATURE_FIELD`."""
     import hmac
@@ -144,13 +144,13 @@ def header_signature(header: Mapping[str, Any], key: bytes) -> str:
     return hmac.new(key, blob.encode("ascii"), hashlib.sha256).hexdigest()
 
 
-def sign_header(header: Mapping[str, Any]) -> Mapping[str, Any]:
+def sign_header(header: Mapping[str, object]) -> Mapping[str, object]:
     """``header`` with this user's signature (:func:`trace_key`), or unchanged when there is no key."""
     key = trace_key(create=True)
     return header if key is None else {**header, SIGNATURE_FIELD: header_signature(header, key)}
 
 
-def signed_by_me(header: dict[str, Any]) -> bool:
+def signed_by_me(header: Mapping[str, object]) -> bool:
     """Whether this user's rlm wrote ``header`` (its signature is valid for this user's key)."""
     import hmac
 
@@ -195,7 +195,7 @@ class TraceWriter:
         self._fh: IO[str] | None = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
         self._lock = threading.Lock()
 
-    def write(self, ev: Mapping[str, Any]) -> None:
+    def write(self, ev: Mapping[str, object]) -> None:
         """Write one event as a line (a ``header`` signed: :func:`sign_header`)."""
         if is_type(ev, "header"):
             ev = sign_header(ev)
@@ -238,20 +238,23 @@ class TraceSink:
         self.forward(ev)
 
 
-def read_trace(path: Path) -> list[dict[str, Any]]:
-    """All events of a trajectory file (a torn last line from a killed run is ignored).
+def read_trace(path: Path) -> list[EventDict]:
+    """All events of a trajectory file (a torn last line from a killed run, or a line that is not
+    a JSON object, is ignored).
 
     Raises:
         UsageError: the file cannot be read or has no header line.
     """
-    events = []
+    events: list[EventDict] = []
     try:
         with open(path, encoding="utf-8") as fh:
             for line in fh:
                 try:
-                    events.append(json.loads(line))
+                    item = json.loads(line)
                 except json.JSONDecodeError:
                     continue
+                if isinstance(item, dict):
+                    events.append(item)
     except OSError as exc:
         raise UsageError(f"cannot read the trajectory {path}: {exc.strerror or exc}") from None
     if not events or not is_type(events[0], "header"):
@@ -331,7 +334,7 @@ def info_dict(info: TraceInfo) -> TraceInfoDoc:
             "cost_usd": info.cost_usd, "elapsed_s": info.elapsed_s}
 
 
-def completed_calls(events: Sequence[Mapping[str, Any]]) -> int:
+def completed_calls(events: Sequence[Mapping[str, object]]) -> int:
     """Model calls a run completed: from its summary's ``usage`` (root and sub-calls, abandoned
     ones left out: ``output.text.completed_calls``), else (no
     summary: a run killed outright, or stopped before it began) the ``root_call`` events and the
@@ -357,11 +360,13 @@ def summarize(path: Path) -> TraceInfo:
     summary = next(of_type(reversed(events), "summary"), None)
     last = events[-1]
     mode = next((str(e.get("mode")) for e in of_type(events, "mode")), "?")
+    ts, tokens, cost = head.get("ts"), last.get("total_tokens"), last.get("total_cost_usd")  # as the file holds them
     return TraceInfo(
-        run_id=str(head.get("run_id", path.stem)), path=path, started=float(head.get("ts", 0.0)),
+        run_id=str(head.get("run_id", path.stem)), path=path, started=float(ts) if isinstance(ts, (int, float)) else 0.0,
         question=str(head.get("question", "")), status=str(summary.get("status")) if summary else "incomplete",
         mode=mode, answer=str(summary.get("answer", "")) if summary else "",
-        tokens=int(last.get("total_tokens") or 0), cost_usd=last.get("total_cost_usd"),
+        tokens=int(tokens) if isinstance(tokens, (int, float)) else 0,
+        cost_usd=cost if isinstance(cost, (int, float)) else None,
         elapsed_s=summary.get("elapsed_s") if summary else None, calls=completed_calls(events), size=_size(path))
 
 

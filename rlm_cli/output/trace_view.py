@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
-from typing import IO, Any
+from collections.abc import Mapping
+from typing import IO
 
 from rich.console import Console
 
 from rlm_cli.events import EventDict, EventType, is_type
+from rlm_cli.output.answer import mapping
 from rlm_cli.output.style import SHOW_LINES, escape
 from rlm_cli.output.text import clip, cost_text, helpers_text, money, plural
 from rlm_cli.output.trace import Node, completed_calls
@@ -28,7 +30,7 @@ def node_text(ev: EventDict, full: bool = False) -> tuple[str, str, str]:
     ``body`` is cut to ``TREE_TEXT_CHARS`` unless ``full``."""
     kind = str(ev.get("type"))
 
-    def cut(text: Any) -> str:
+    def cut(text: object) -> str:
         text = str(text or "")
         return text if full or len(text) <= TREE_TEXT_CHARS else text[:TREE_TEXT_CHARS] + f" … ({len(text):,} chars)"
 
@@ -83,7 +85,7 @@ def node_text(ev: EventDict, full: bool = False) -> tuple[str, str, str]:
 
 
 
-def print_trace_tree(header: dict[str, Any], root: Node, file: IO[str] | None = None) -> None:
+def print_trace_tree(header: Mapping[str, object], root: Node, file: IO[str] | None = None) -> None:
     """``rlm trace show``: the trajectory tree (``trace.Node``) on stdout (or ``file``: ``rlm
     chat``'s ``/trace`` writes it on stderr)."""
     from rich.tree import Tree
@@ -106,7 +108,7 @@ def print_trace_tree(header: dict[str, Any], root: Node, file: IO[str] | None = 
 
 
 
-def trace_html(header: dict[str, Any], root: Node) -> str:
+def trace_html(header: Mapping[str, object], root: Node) -> str:
     """``rlm trace export --html``: one self-contained HTML page (inline CSS, no scripts, no
     external resources) with the configuration and the whole tree, texts in full."""
     import html
@@ -122,7 +124,9 @@ def trace_html(header: dict[str, Any], root: Node) -> str:
         is_open = " open" if kind in OPEN_IN_HTML else ""
         return f'<li class="{esc(kind)}"><details{is_open}><summary>{esc(head)}</summary>{inner}{kids}</details></li>'
 
-    config = header.get("config") or {}
+    config = mapping(header.get("config"))  # a file read back may hold anything
+    paths = header.get("paths")
+    corpus = ", ".join(map(str, paths)) if isinstance(paths, list) else ""
     rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in sorted(config.items()))
     body = "".join(render(c) for c in root.children)
     return f"""<!doctype html>
@@ -141,7 +145,7 @@ table {{ border-collapse: collapse; font-size: 12px; }} th, td {{ text-align: le
 </style></head><body>
 <h1>rlm trajectory {esc(header.get('run_id'))}</h1>
 <p><b>Question:</b> {esc(header.get('question', ''))}</p>
-<p><b>Corpus:</b> {esc(', '.join(map(str, header.get('paths') or [])))}</p>
+<p><b>Corpus:</b> {esc(corpus)}</p>
 <details><summary>Configuration (secrets removed)</summary><table>{rows}</table></details>
 <ul>{body}</ul>
 </body></html>

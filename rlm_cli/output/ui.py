@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,7 +44,7 @@ class UI(Protocol):
         """One progress line (hidden with ``--quiet``)."""
         ...
 
-    def summary(self, data: Mapping[str, Any]) -> None:
+    def summary(self, data: Mapping[str, object]) -> None:
         """The run's closing line from its ``--json`` document (``usage``, ``iterations``, ``support``...)."""
         ...
 

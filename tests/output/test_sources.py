@@ -18,7 +18,7 @@ def test_rows_merge_when_they_overlap_or_touch_and_unknown_paths_are_dropped() -
     rows = [("grep", "src/conf.py", 7, 7), ("read_file", "src/conf.py", 1, 6), ("sub_call", "src/conf.py", 20, 30),
             ("printed", "src/conf.py", 25, 99), ("grep", "elsewhere.py", 1, 1), ("grep", "<context>", 3, 3)]
     merged = merge_rows(rows, dict(FILES))
-    assert merged == {"src/conf.py": [[1, 7, {"read_file", "grep"}], [20, 40, {"sub_call", "printed"}]]}
+    assert merged == {"src/conf.py": [(1, 7, {"read_file", "grep"}), (20, 40, {"sub_call", "printed"})]}
 
 
 @pytest.mark.parametrize("answer, cited", [
