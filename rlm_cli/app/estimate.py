@@ -39,6 +39,7 @@ from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
 from rlm_cli.models.usage import Usage
 from rlm_cli.models.window import input_budget, reply_tokens, request_tokens
+from rlm_cli.output.estimates import EstimateDocument, QuestionEstimate
 from rlm_cli.output.progress import index_callback
 from rlm_cli.output.trace import traces_dir
 
@@ -82,8 +83,8 @@ def earlier_costs(model: str, directory: Path | None = None) -> list[float]:
     return costs
 
 
-def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any, str, str, str | None]], *,
-             backend: Backend | None, emit: Emit, stdin_bytes: bytes | None = None) -> dict[str, Any]:
+def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[QuestionId, str, str, str | None]], *,
+             backend: Backend | None, emit: Emit, stdin_bytes: bytes | None = None) -> EstimateDocument:
     """The ``estimate.v1`` document of ``questions`` (``(id, text, answer type, root model or
     None)``) over the corpus at ``paths``: ``questions`` (one estimate each, see the module
     docstring), ``totals`` and the corpus. Calls no model.
@@ -101,7 +102,7 @@ def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any
         meta = corpus_meta(corpus)
         sub_model = settings.effective_sub_model or model
         sub_window, _ = model_window(client, sub_model, settings.sub_model_window)
-        rows = []
+        rows: list[QuestionEstimate] = []
         for qid, text, kind, own_model in questions:
             root = own_model or model
             window, source = model_window(client, root, settings.root_model_window)
@@ -113,11 +114,9 @@ def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any
             import shutil
 
             shutil.rmtree(corpus.bundle_dir, ignore_errors=True)
-    first = [r["first_cost_usd"] for r in rows]
-    bound = [r["bound_cost_usd"] for r in rows]
     return {"schema": ESTIMATE_SCHEMA, "questions": rows,
-            "totals": {"questions": len(rows), "first_cost_usd": None if None in first else round(sum(first), 6),
-                       "bound_cost_usd": None if None in bound else round(sum(bound), 6),
+            "totals": {"questions": len(rows), "first_cost_usd": _total([r["first_cost_usd"] for r in rows]),
+                       "bound_cost_usd": _total([r["bound_cost_usd"] for r in rows]),
                        "max_cost": settings.max_cost,
                        "note": ("no model was called; a rerun on an unchanged corpus is served by the response cache "
                                 "at no cost" if settings.llm_cache else "no model was called") + f"; {PROMPT_CACHE_NOTE}",
@@ -125,8 +124,14 @@ def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any
             "corpus": {"files": len(corpus.files), "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}}
 
 
+def _total(costs: list[float | None]) -> float | None:
+    """The sum of ``costs`` (USD, to 6 places), ``None`` when one of them is unknown."""
+    known = [c for c in costs if c is not None]
+    return round(sum(known), 6) if len(known) == len(costs) else None
+
+
 def _one(s: Settings, client: ModelClient, corpus: Corpus, meta: dict[str, Any], qid: QuestionId, question: str,
-         sub_model: str) -> dict[str, Any]:
+         sub_model: str) -> QuestionEstimate:
     """One question's estimate (see the module docstring)."""
     root = s.model or ""
     window = s.root_model_window or 0

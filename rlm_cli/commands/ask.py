@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -31,6 +31,7 @@ from rlm_cli.events import Emit, EventDict, is_type
 
 if TYPE_CHECKING:
     from rlm_cli.app.batch import Question, Result
+    from rlm_cli.app.question import QuestionId
     from rlm_cli.config import Settings
     from rlm_cli.models.host import HostBackend
     from rlm_cli.output.formats import Report
@@ -110,7 +111,8 @@ def ask(
 
 
 
-def _estimate(settings: Settings, paths: list[str], questions: list[Any], host: HostBackend, ui: UI, out: Report) -> None:
+def _estimate(settings: Settings, paths: list[str], questions: list[tuple[QuestionId, str, str, str | None]], host: HostBackend,
+              ui: UI, out: Report) -> None:
     """``--estimate``: what the questions would cost, calling no model (``rlm_cli.app.estimate``)."""
     from rlm_cli.app.estimate import estimate
     from rlm_cli.commands.delivery import deliver_estimate

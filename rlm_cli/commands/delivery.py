@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from rlm_cli.app.batch import Result
     from rlm_cli.config import Settings
+    from rlm_cli.output.estimates import EstimateDocument
     from rlm_cli.output.findings import AuditReport
     from rlm_cli.output.ui import UI
 
@@ -173,7 +174,7 @@ def deliver_audit(report: AuditReport, reports: list[Report], ui: UI) -> None:
             append(github.summary_markdown(report), Path(os.environ["GITHUB_STEP_SUMMARY"]))
 
 
-def deliver_estimate(doc: dict[str, Any], out: Report, ui: UI) -> None:
+def deliver_estimate(doc: EstimateDocument, out: Report, ui: UI) -> None:
     """An ``estimate.v1`` document (``--estimate``): its text, or the document (``--json``), to
     stdout or ``out.path`` (``--output``)."""
     from rlm_cli.output.answer import json_text

@@ -34,7 +34,7 @@ def install() -> None:
     fast_exit()
 
 
-def run(app: Callable[[], Any], closed: set[str] | frozenset[str] = frozenset()) -> None:
+def run(app: Callable[[], object], closed: set[str] | frozenset[str] = frozenset()) -> None:
     """Run ``app()`` (typer, not standalone) and exit with the code of what it returned or raised:
     never returns (``SystemExit``). ``closed``: the standard streams that were closed when rlm
     started (``streams.reopen_closed``; see ``rlm_cli.commands.streams`` for what each means)."""

@@ -13,9 +13,12 @@ Every command takes ``-h`` too (:func:`short_help_flag`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typer.core import TyperCommand
+
+if TYPE_CHECKING:
+    import typer
 
 #: The help option of every command (click passes it down to subcommands). ``-h`` is read as
 #: ``--help`` only as a whole argument (:func:`short_help_flag`): click would take a question such as
@@ -31,7 +34,8 @@ class SectionedCommand(TyperCommand):
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
         """Write the arguments and the option sections to ``formatter`` (click's ``Context`` and
-        ``HelpFormatter``, as typer vendors them)."""
+        ``HelpFormatter``, as typer vendors them: in a private module, ``typer._click``, so they
+        are not named here)."""
         args: list[tuple[str, str]] = []
         sections: dict[str, list[tuple[str, str]]] = {}
         params: list[Any] = self.get_params(ctx)
@@ -65,7 +69,7 @@ def short_help_flag(argv: list[str]) -> list[str]:
     return [("--help" if a == "-h" and i < end else a) for i, a in enumerate(argv)]
 
 
-def use_plain_help(app: Any) -> None:
+def use_plain_help(app: typer.Typer) -> None:
     """Give the Typer ``app`` and every sub-app under it the plain sectioned help: rich help off,
     :class:`SectionedCommand` for each command that names no class of its own, ``-h``. One place,
     so a command added later gets it without a word."""
