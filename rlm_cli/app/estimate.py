@@ -31,7 +31,7 @@ from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.events import Emit, event, is_type
 from rlm_cli.loop.fitting import choose_mode, direct_tokens
-from rlm_cli.loop.meta import corpus_meta, first_messages
+from rlm_cli.loop.meta import CorpusMeta, corpus_meta, first_messages
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.typed import AnswerSpec, asked
 from rlm_cli.models.backend import Backend
@@ -124,7 +124,7 @@ def estimate(settings: Settings, paths: list[str], questions: Sequence[tuple[Any
             "corpus": {"files": len(corpus.files), "tokens": corpus.total_tokens, "chunks": len(corpus.chunks)}}
 
 
-def _one(s: Settings, client: ModelClient, corpus: Corpus, meta: dict[str, Any], qid: QuestionId, question: str,
+def _one(s: Settings, client: ModelClient, corpus: Corpus, meta: CorpusMeta, qid: QuestionId, question: str,
          sub_model: str) -> dict[str, Any]:
     """One question's estimate (see the module docstring)."""
     root = s.model or ""
