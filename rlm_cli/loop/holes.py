@@ -8,7 +8,7 @@ import operator
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
+from typing import Any, NoReturn, Protocol, TypeGuard, TypeVar
 
 from rlm_cli import protocol
 
@@ -80,12 +80,17 @@ Weights = dict[int, tuple[object, int, int]]
 Sample = int | float | str
 
 
-@runtime_checkable
 class Subscriptable(Protocol):
     """A value with ``__getitem__`` (a ``str``, a container, a class): ``value[index]`` may be
     tried on it (and fail with the index it is given)."""
 
     def __getitem__(self, index: object, /) -> object: ...
+
+
+def subscriptable(value: object) -> TypeGuard[Subscriptable]:
+    """Whether ``value`` is :class:`Subscriptable` (what ``isinstance`` with a runtime-checkable
+    protocol asks, at a fraction of its cost: a subscript is common and a world's time is counted)."""
+    return hasattr(value, "__getitem__")
 
 
 class Hole:

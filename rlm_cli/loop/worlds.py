@@ -35,7 +35,6 @@ from rlm_cli.loop.holes import (
     Record,
     Sample,
     Samples,
-    Subscriptable,
     V,
     Weights,
     bounded,
@@ -47,6 +46,7 @@ from rlm_cli.loop.holes import (
     joined,
     separator,
     stored_names,
+    subscriptable,
     weight,
 )
 from rlm_cli.sandbox.calls import to_text
@@ -190,7 +190,7 @@ class World:
         value, index = self.ev(node.value), self.ev(node.slice)
         if holey(value, 0) or holey(index):
             return self.sample(None)
-        if not isinstance(value, Subscriptable):
+        if not subscriptable(value):
             raise Failed("not subscriptable")  # value[index] raises TypeError
         try:
             return value[index]
