@@ -22,7 +22,6 @@ import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rlm_cli.answer_types import AnswerType
 from rlm_cli.app.plan import model_window, require_model
@@ -31,7 +30,7 @@ from rlm_cli.config import Settings
 from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.events import Emit, event, is_type
 from rlm_cli.loop.fitting import choose_mode, direct_tokens
-from rlm_cli.loop.meta import corpus_meta, first_messages
+from rlm_cli.loop.meta import CorpusMeta, corpus_meta, first_messages
 from rlm_cli.loop.policy import resolve_policy
 from rlm_cli.loop.typed import AnswerSpec, asked
 from rlm_cli.models.backend import Backend
@@ -130,7 +129,7 @@ def _total(costs: list[float | None]) -> float | None:
     return round(sum(known), 6) if len(known) == len(costs) else None
 
 
-def _one(s: Settings, client: ModelClient, corpus: Corpus, meta: dict[str, Any], qid: QuestionId, question: str,
+def _one(s: Settings, client: ModelClient, corpus: Corpus, meta: CorpusMeta, qid: QuestionId, question: str,
          sub_model: str) -> QuestionEstimate:
     """One question's estimate (see the module docstring)."""
     root = s.model or ""

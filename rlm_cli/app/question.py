@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from rlm_cli import __version__, interrupts
 from rlm_cli.answer_types import AnswerType
@@ -31,6 +31,7 @@ from rlm_cli.errors import DoesNotFitError, ExitCode, PartialAnswerError, RLMErr
 from rlm_cli.events import Emit, EventDict, event
 from rlm_cli.loop.direct import run_direct
 from rlm_cli.loop.fitting import direct_tokens, fit_question
+from rlm_cli.loop.meta import CorpusMeta
 from rlm_cli.loop.orchestrator import Orchestrator
 from rlm_cli.loop.policy import Policy
 from rlm_cli.loop.prompts import session_note
@@ -78,7 +79,7 @@ class QuestionHost(Protocol):
     settings: Settings
     plan: RunPlan | None
     corpus: Corpus | None
-    meta: dict[str, Any]
+    meta: CorpusMeta
     hide: tuple[str, ...]
     fatal: CallFailed | None
 

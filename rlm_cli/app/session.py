@@ -46,7 +46,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rlm_cli.app import records
 from rlm_cli.app.lane import Lane, LaneKeeper, QuestionClient, QuestionUsage, SessionBudget
@@ -58,7 +57,7 @@ from rlm_cli.corpus import Corpus, check_paths, load_corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.events import TRANSIENT_TYPES, Emit, EventDict, event
 from rlm_cli.loop.fitting import direct_tokens
-from rlm_cli.loop.meta import corpus_meta
+from rlm_cli.loop.meta import CorpusMeta, corpus_meta
 from rlm_cli.models.backend import Backend
 from rlm_cli.models.budget import Budget
 from rlm_cli.models.client import ModelClient
@@ -135,7 +134,8 @@ class Session:
         self._events: list[EventDict] = []  # the session's events, for the first trajectory
         self._corpus_event: EventDict | None = None
         self._mode_event: EventDict | None = None
-        self.meta: dict[str, Any] = {}
+        #: What the root model is told of the corpus (``open``; no corpus before it).
+        self.meta: CorpusMeta = {"chars": 0, "tokens": 0, "files": 0, "chunks": 0, "prefix": ""}
         self._lock = threading.Lock()
         #: Questions asked so far (``/reset`` does not start it again: it numbers the trajectories).
         self.asked = 0

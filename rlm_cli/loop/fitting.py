@@ -5,14 +5,12 @@ decisions over settings, the corpus description and token counts; ``rlm_cli.app.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlm_cli.config import Settings
 from rlm_cli.config_keys import CHOICES
 from rlm_cli.corpus import Corpus
 from rlm_cli.corpus.tokens import encoding
 from rlm_cli.errors import UsageError
-from rlm_cli.loop.meta import first_messages
+from rlm_cli.loop.meta import CorpusMeta, first_messages
 from rlm_cli.loop.prompts import direct_prompt
 from rlm_cli.models.detect import DEFAULT_WINDOW
 from rlm_cli.models.window import input_budget, request_tokens
@@ -51,7 +49,7 @@ QUESTION_SHARE = 0.5
 MIN_QUESTION_TOKENS = 256
 
 
-def fit_question(settings: Settings, question: str, meta: dict[str, Any], depth: int = 0,
+def fit_question(settings: Settings, question: str, meta: CorpusMeta, depth: int = 0,
                  session_note: str = "") -> tuple[str, str | None]:
     """``(question, note)``: the question as the loop at ``depth`` will send it, and a note for
     stderr when it had to be shortened (``None`` when it is sent whole). ``session_note`` (what a

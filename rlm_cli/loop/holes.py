@@ -8,7 +8,7 @@ import operator
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn, Protocol, TypeGuard, TypeVar
 
 from rlm_cli import protocol
 
@@ -48,7 +48,7 @@ PURE: dict[str, str | None] = {
     "all": "bool", "isinstance": "bool", "callable": "bool", "abs": None, "round": None, "min": None, "max": None,
     "sum": None, "sorted": None, "list": None, "tuple": None, "set": None, "frozenset": None, "dict": None,
     "divmod": None, "pow": None, "reversed": None, "type": None}
-BUILTINS: dict[str, Callable[..., Any]] = {name: getattr(__builtins__, name) if not isinstance(__builtins__, dict)
+BUILTINS: dict[str, Callable[..., object]] = {name: getattr(__builtins__, name) if not isinstance(__builtins__, dict)
                                             else __builtins__[name] for name in PURE}
 STR_METHODS = frozenset({
     "lower", "upper", "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "replace", "join", "count",
@@ -56,15 +56,41 @@ STR_METHODS = frozenset({
     "isalnum", "isspace", "isnumeric", "isdecimal", "partition", "rpartition", "removeprefix", "removesuffix",
     "swapcase", "format"})
 READ_METHODS = frozenset({"get", "keys", "values", "items", "count", "index", "copy"})
-BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+#: The operators, applied to values of any type: typeshed types each one for the operands it
+#: supports, and here a value's type is known only at run time (the ``TypeError`` of an operand
+#: it does not support is what :class:`~rlm_cli.loop.worlds.World` catches, as the REPL raises it),
+#: so their operands are ``Any``; what they give is any value (``object``).
+BINOPS: dict[type, Callable[[Any, Any], object]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift,
     ast.RShift: operator.rshift, ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.BitAnd: operator.and_,
     ast.MatMult: operator.matmul}
-CMPOPS: dict[type, Callable[[Any, Any], Any]] = {
+CMPOPS: dict[type, Callable[[Any, Any], object]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
     ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+#: A value that :func:`bounded` (and ``World.keep``) gives back as it is.
+V = TypeVar("V")
+#: ``id(container) -> (container, weight, depth)``: the cache of :func:`bounded` (the container is
+#: kept so that its ``id`` is not reused).
+Weights = dict[int, tuple[object, int, int]]
+#: A made-up value of one kind (:class:`Samples`): an ``int`` (a ``bool`` too), a ``float`` or a ``str``.
+Sample = int | float | str
+
+
+class Subscriptable(Protocol):
+    """A value with ``__getitem__`` (a ``str``, a container, a class): ``value[index]`` may be
+    tried on it (and fail with the index it is given)."""
+
+    def __getitem__(self, index: object, /) -> object: ...
+
+
+def subscriptable(value: object) -> TypeGuard[Subscriptable]:
+    """Whether ``value`` is :class:`Subscriptable` (what ``isinstance`` with a runtime-checkable
+    protocol asks, at a fraction of its cost: a subscript is common and a world's time is counted)."""
+    return hasattr(value, "__getitem__")
 
 
 class Hole:
@@ -72,7 +98,7 @@ class Hole:
 
     __slots__ = ()
 
-    def _refuse(self, *_: Any) -> Any:
+    def _refuse(self, *_: object) -> NoReturn:
         raise TypeError("a value the code read")
 
     __bool__ = __len__ = __iter__ = __str__ = __repr__ = __format__ = __eq__ = __ne__ = _refuse
@@ -91,7 +117,7 @@ class Ended(Exception):
 FAILED = object()  # a value whose computation failed in this world
 
 
-def holey(value: Any, depth: int = 2) -> bool:
+def holey(value: object, depth: int = 2) -> bool:
     if isinstance(value, Hole):
         return True
     if depth and isinstance(value, (list, tuple, set, frozenset)):
@@ -101,7 +127,7 @@ def holey(value: Any, depth: int = 2) -> bool:
     return False
 
 
-def bounded(value: Any, weights: dict[int, tuple[Any, int, int]] | None = None) -> Any:
+def bounded(value: V, weights: Weights | None = None) -> V:
     """``value`` itself, if it is small enough to work on.
 
     A container counts what it holds, each time it holds it (``[s] * 99_999`` with ``s`` a string
@@ -124,14 +150,14 @@ def bounded(value: Any, weights: dict[int, tuple[Any, int, int]] | None = None) 
     return value
 
 
-def weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> int:
+def weight(value: object, weights: Weights) -> int:
     """About how many characters (strings) or machine words (integers, containers) ``value``
     takes, counting what a container holds each time it holds it; ``weights`` as for
     :func:`bounded`."""
     return _weight(value, weights)[0]
 
 
-def _weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> tuple[int, int]:
+def _weight(value: object, weights: Weights) -> tuple[int, int]:
     """About how many characters or machine words ``value`` takes (counted past ``MAX_ITEMS``
     only as far as needed to know it is more), and how deep its containers nest."""
     if isinstance(value, (str, bytes)):
@@ -153,7 +179,7 @@ def _weight(value: Any, weights: dict[int, tuple[Any, int, int]]) -> tuple[int, 
     return total, depth
 
 
-def joined(sep: str, parts: Iterable[Any]) -> str:
+def joined(sep: str, parts: Iterable[object]) -> str:
     """``sep.join(parts)``, refused before it is built when longer than :data:`MAX_ITEMS`
     (``f'{s}{s}...'`` or ``print(s, s, ...)`` with a long ``s``: each part small, the whole not).
 
@@ -165,11 +191,23 @@ def joined(sep: str, parts: Iterable[Any]) -> str:
     return sep.join(texts)
 
 
-def _heaviest(values: Iterable[Any]) -> int:
+def separator(sep: object) -> str:
+    """The text ``print(..., sep=sep)`` puts between its values here: ``" "`` when ``sep`` is false
+    (``None``; ``""`` too, which ``print`` itself keeps), else ``sep`` itself, a ``str``.
+
+    Raises:
+        TypeError: ``sep`` is none of these (``print()`` raises it too)."""
+    sep = sep or " "
+    if not isinstance(sep, str):
+        raise TypeError("sep must be None or a string")
+    return sep
+
+
+def _heaviest(values: Iterable[object]) -> int:
     return max((_weight(v, {})[0] for v in values), default=0)
 
 
-def guard_binop(op: type, a: Any, b: Any) -> None:
+def guard_binop(op: type, a: object, b: object) -> None:
     """Refuse an operation whose result would be too large to build (before building it)."""
     if op is ast.Mod and isinstance(a, (str, bytes)) and len(a) + (
             sum(_weight(v, {})[0] for v in b) if isinstance(b, tuple)
@@ -194,10 +232,10 @@ class Record:
     """What one world saw: the first FINAL of the last block, what was printed or echoed where,
     the values assigned where, and whether the code called anything that may print what it read."""
 
-    final: Any = None
+    final: object = None
     finished: bool = False
-    printed: dict[tuple[int, int, int], Any] | None = None
-    assigned: dict[tuple[int, int, int], Any] | None = None
+    printed: dict[tuple[int, int, int], object] | None = None
+    assigned: dict[tuple[int, int, int], object] | None = None
     shows: bool = False
 
 
@@ -216,11 +254,11 @@ def digit_runs(text: str) -> list[str]:
     return [*runs, run] if run else runs
 
 
-def iterated(pos: list[Any]) -> list[Any]:
+def iterated(pos: list[object]) -> list[object]:
     return list(pos[0]) if pos and isinstance(pos[0], (list, tuple, set, frozenset)) else [None]
 
 
-def guard_method(obj: Any, name: str, pos: list[Any], kw: dict[str, Any] | None = None) -> None:
+def guard_method(obj: str, name: str, pos: list[object], kw: dict[str, object] | None = None) -> None:
     """Refuse a ``str`` method call whose result would be too large to build."""
     if name == "replace" and len(pos) >= 2 and isinstance(pos[1], str) and len(obj) * max(1, len(pos[1])) > MAX_ITEMS:
         raise Failed("too large")
@@ -261,7 +299,7 @@ def stored_names(node: ast.AST) -> set[str]:
 
 
 
-def agreed(values: list[Any], text_only: bool = True) -> Any:
+def agreed(values: list[object], text_only: bool = True) -> object:
     """The one value every world that did not fail gave (at least :data:`MIN_WORLDS` of them), or
     ``None``: a world that never got there, a hole, or two worlds that differ."""
     kept = [v for v in values if v is not FAILED]
@@ -285,14 +323,14 @@ class Samples:
     value of its kind, the code's own comparison constants among them (``len(files) == 3`` is
     true in some world and false in another)."""
 
-    tables: dict[str, tuple[Any, ...]]
+    tables: dict[str, tuple[Sample, ...]]
     size: int
 
     @property
     def worlds(self) -> int:
         return 2 * self.size
 
-    def value(self, kind: str, world: int, made: int) -> Any:
+    def value(self, kind: str, world: int, made: int) -> Sample:
         table = self.tables[kind]
         at = world if world < self.size else world + made
         return table[at % len(table)]
@@ -302,9 +340,9 @@ def samples_for(trees: list[ast.AST]) -> Samples | None:
     """The :class:`Samples` for code whose syntax trees are ``trees``: the base values plus, for
     each constant the code compares with (``x == 3``, ``n > 10``, ``s in ('a', 'b')``), that
     constant and the values beside it. ``None`` when more than :data:`MAX_SAMPLES` are needed."""
-    ints: dict[Any, None] = dict.fromkeys(INTS)
-    floats: dict[Any, None] = dict.fromkeys(FLOATS)
-    strs: dict[Any, None] = dict.fromkeys(STRS)
+    ints: dict[int, None] = dict.fromkeys(INTS)
+    floats: dict[float, None] = dict.fromkeys(FLOATS)
+    strs: dict[str, None] = dict.fromkeys(STRS)
     for tree in trees:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Compare):
@@ -328,7 +366,7 @@ def samples_for(trees: list[ast.AST]) -> Samples | None:
     return Samples({"int": tuple(ints), "count": counts, "float": tuple(floats), "str": tuple(strs), "bool": BOOLS}, size)
 
 
-def _constant(node: ast.AST) -> Any:
+def _constant(node: ast.AST) -> object:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \

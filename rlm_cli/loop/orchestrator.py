@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
 
 from rlm_cli import interrupts
 from rlm_cli.config import Settings
@@ -44,7 +43,7 @@ from rlm_cli.loop.answers import (
 from rlm_cli.loop.checks import Candidate, Judge, Judged
 from rlm_cli.loop.grounding import quoted_corpus_text
 from rlm_cli.loop.history import History, Turn, output_limit
-from rlm_cli.loop.meta import first_messages
+from rlm_cli.loop.meta import CorpusMeta, first_messages
 from rlm_cli.loop.partial import NO_ANSWER_PREFIX, model_output, partial_answer
 from rlm_cli.loop.policy import Policy
 from rlm_cli.loop.result import RunResult, policy_of
@@ -99,7 +98,7 @@ class Orchestrator:
         #: The support verdict of the answer accepted last (``loop.support``).
         self._support: Support = PARTIAL_SUPPORT
 
-    def run(self, question: str, spec: WorkerSpec, meta: dict[str, Any], *, sandbox: Sandbox | None = None,
+    def run(self, question: str, spec: WorkerSpec, meta: CorpusMeta, *, sandbox: Sandbox | None = None,
             note: str = "") -> RunResult:
         """Answer ``question`` over the corpus described by ``spec``/``meta``.
 

@@ -13,10 +13,8 @@ prompts can be rendered and measured in tests (``tests/loop/test_prompts.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rlm_cli.models.window import reply_tokens
-from rlm_cli.output.text import plural
 from rlm_cli.sandbox.mapping import capacity
 
 #: Characters per token assumed when a token budget is stated in characters (conservative:
@@ -127,80 +125,6 @@ def system_prompt(*, sub_window_tokens: int, max_output_chars: int, root_window_
             .replace("<BATCH_CHARS>", f"{cap.batch_chars:,}")
             .replace("<RLM_QUERY>", _RLM_QUERY_RECURSIVE if recursion else _RLM_QUERY_PLAIN)
             .replace("<MAX_OUTPUT_CHARS>", f"{max_output_chars:,}"))
-
-
-def corpus_metadata(meta: dict[str, Any]) -> str:
-    """Constant-size description of the corpus (never its content beyond a short prefix).
-
-    ``meta`` keys: ``chars``, ``tokens``, ``files`` (count), ``chunks``, ``top_dirs`` (list of
-    ``(dir, files)``), ``types`` (list of ``(ext, files)``), ``sample_paths``, ``prefix``, and
-    ``structured`` when there are structured files (see :func:`structured_metadata`).
-    At most 12 folders, 12 types, 8 paths of at most 120 characters and 300 characters of
-    prefix are shown, so the text is about the same size for a 1 MB and a 1 GB corpus.
-    """
-    top = ", ".join(f"{str(d)[:60]} ({n:,})" for d, n in meta.get("top_dirs", [])[:12]) or "(none)"
-    types = ", ".join(f"{str(e)[:20]} ({n:,})" for e, n in meta.get("types", [])[:12]) or "(none)"
-    samples = "\n".join(f"  {str(p)[:120]}" for p in meta.get("sample_paths", [])[:8]) or "  (none)"
-    prefix = str(meta.get("prefix", ""))[:300].replace("```", "'''")
-    structured = structured_metadata(meta["structured"]) if meta.get("structured") else ""
-    return (f"The corpus: {meta['chars']:,} characters, about {meta['tokens']:,} tokens, "
-            f"{plural(meta['files'], 'file')} in {plural(meta['chunks'], 'chunk')}.\n"
-            f"Top-level folders: {top}\nFile types: {types}\nSome paths:\n{samples}\n{structured}"
-            f"The first characters of `context`:\n{prefix}")
-
-
-def structured_metadata(s: dict[str, Any]) -> str:
-    """The structured-file part of :func:`corpus_metadata`, in constant size whatever the number
-    of files: totals by kind (at most 8), then at most 6 files of at most 300 characters each
-    (kind, rows, bad lines, keys with a sample value, or a JSON file's shape), and a note on
-    PDF page markers. Ends with a newline; empty when there is nothing to say.
-
-    ``s`` keys: ``files``, ``rows``, ``by_kind`` (``[(kind, files, rows)]``), ``shown`` (file
-    summaries with ``path``; see ``rlm_cli.corpus.structured.summarize``), ``pdf`` (count).
-    """
-    out = []
-    if s.get("files"):
-        kinds = ", ".join(f"{n:,} {str(k)[:12]}" + (f" ({r:,} rows)" if r else "")
-                          for k, n, r in s.get("by_kind", [])[:8])
-        out.append(f"Structured files: {s['files']:,} ({kinds}), parsed in `data[path]`; `records()` holds "
-                   f"their {s.get('rows', 0):,} rows. The largest of each kind:")
-        shown = s.get("shown", [])[:6]
-        for m in shown:
-            out.append("  " + _describe_structured(m)[:300])
-        more = s["files"] - len(shown)
-        if more > 0:
-            out.append(f"  ... and {more:,} more (`data` lists them all)")
-    if s.get("pdf"):
-        out.append(f"PDF files: {s['pdf']:,}; in `context` each page starts with a line `--- page N ---`.")
-    return "".join(line + "\n" for line in out)
-
-
-def _describe_structured(m: dict[str, Any]) -> str:
-    """One line about one structured file: path, kind, size, problems, keys with a sample."""
-    path = str(m.get("path", "?"))
-    path = path if len(path) <= 80 else "..." + path[-77:]
-    kind = str(m.get("kind", "?"))
-    if m.get("error"):
-        return f"{path}: {kind}, invalid ({str(m['error'])[:100]}, line {m.get('line', 1)})"
-    parts = [kind]
-    if m.get("shape"):
-        parts.append(str(m["shape"])[:60])
-    elif "rows" in m:
-        parts.append(f"{int(m['rows']):,} row{'' if int(m['rows']) == 1 else 's'}")
-    if m.get("sheets"):
-        parts.append(f"sheets {', '.join(str(x)[:20] for x in m['sheets'][:4])}")
-    if m.get("errors"):
-        line, msg = (m.get("first_error") or [0, ""])[:2]
-        parts.append(f"{int(m['errors']):,} bad line{'s' * (int(m['errors']) > 1)} (first: line {line}, {str(msg)[:60]})")
-    if m.get("ragged"):
-        parts.append(f"{int(m['ragged']):,} ragged rows")
-    if m.get("delimiter"):
-        parts.append(f"delimiter {m['delimiter']!r}")
-    sample = ", ".join(f"{str(k)[:30]}={str(v)[:40]}" for k, v in (m.get("sample") or [])[:6])
-    nkeys = int(m.get("nkeys", 0) or 0)
-    rest = [str(k)[:30] for k in (m.get("keys") or [])[len(m.get("sample") or []):][:6]]
-    keys = sample + (", " + ", ".join(rest) if rest else "") + (f" ({nkeys:,} keys)" if nkeys > 6 else "")
-    return f"{path}: {'; '.join(parts)}" + (f"; keys: {keys}" if keys else "")
 
 
 def first_user_prompt(question: str, metadata: str) -> str:

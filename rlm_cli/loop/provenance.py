@@ -43,7 +43,6 @@ from __future__ import annotations
 import ast
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from rlm_cli.loop.holes import FAILED, MAX_CODE, TIME_BUDGET, Ended, Failed, Record, agreed, holey, samples_for
 from rlm_cli.loop.worlds import World
@@ -106,14 +105,14 @@ def _provenance(codes: list[str]) -> Provenance:
     shows = any(r.shows for r in records)
     for site in _sites(records, "printed"):
         texts = [(r.printed or {}).get(site) for r in records]
-        text = agreed(texts)
-        if text is not None:
+        text = agreed(texts)  # a str or None (text_only)
+        if isinstance(text, str):
             printed.append(text)
         elif any(t is not None and t is not FAILED for t in texts):
             shows = True  # printed something that differs from world to world: something it read
     literals = [v for v in (agreed([(r.assigned or {}).get(site) for r in records], text_only=False)
                             for site in _sites(records, "assigned")) if v is not None]
-    return Provenance(final, tuple(printed), tuple(str(v) for v in literals if isinstance(v, (str, float)) or (
+    return Provenance(final if isinstance(final, str) else None, tuple(printed), tuple(str(v) for v in literals if isinstance(v, (str, float)) or (
         isinstance(v, int) and not isinstance(v, bool) and v.bit_length() < 4 * 3_300)), shows)  # str(): 4,300 digits
 
 
@@ -122,7 +121,7 @@ def written_value(node: ast.expr) -> bool:
     (no name any earlier code assigned is known here): ``'1' + '658'``, ``'%d' % 1658``,
     ``str(1658)``, ``bool(1)``, ``eval('Tr' + 'ue')``, ``len(files) * 0 + 1658``. A value that
     depends on anything read (``len(files)``, ``context.count(...)``, a variable) is computed."""
-    values: list[Any] = []
+    values: list[object] = []
     deadline = time.thread_time() + TIME_BUDGET
     samples = samples_for([node])
     if samples is None:

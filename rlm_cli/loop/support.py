@@ -38,7 +38,6 @@ question benchmarks: docs/eval.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from rlm_cli.loop.answers import only_finishes
 from rlm_cli.loop.checks import Candidate
@@ -69,7 +68,7 @@ class Support:
                 "objections": list(self.objections), "reason": self.reason}
 
     @classmethod
-    def from_dict(cls, data: Any) -> Support | None:
+    def from_dict(cls, data: object) -> Support | None:
         """The :class:`Support` of a ``support`` object (``None`` when ``data`` is not one)."""
         if not isinstance(data, dict) or data.get("verdict") not in VERDICTS:
             return None

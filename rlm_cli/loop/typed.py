@@ -33,9 +33,8 @@ import ast
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from rlm_cli.answer_types import NAMES, AnswerType
 from rlm_cli.events import Emit
@@ -91,7 +90,7 @@ class TypedValue:
     name no file or lines of the corpus)."""
 
     kind: AnswerType
-    value: Any
+    value: object
     ok: bool
     problem: str = ""
     dropped: tuple[str, ...] = ()
@@ -122,7 +121,7 @@ MAX_DEPTH = 100
 _TOO_DEEP = f"it is nested more than {MAX_DEPTH} levels deep"
 
 
-def _literal(text: str) -> tuple[bool, Any]:
+def _literal(text: str) -> tuple[bool, object]:
     """``(True, value)`` when ``text`` is JSON or a Python literal, else ``(False, None)``. JSON's
     ``NaN``/``Infinity`` are read (and refused as no JSON value by :func:`_jsonable`); text nested
     deeper than :data:`MAX_DEPTH` is not read at all."""
@@ -150,7 +149,7 @@ def _nesting(text: str) -> int:
     return deepest
 
 
-def _jsonable(value: Any) -> tuple[bool, Any]:
+def _jsonable(value: object) -> tuple[bool, object]:
     """``value`` as an RFC 8259 JSON value (tuples and sets as lists; no ``NaN``/``Infinity``), or
     ``(False, None)``."""
     if isinstance(value, (set, frozenset)):
@@ -177,15 +176,15 @@ def _clean(text: str) -> str:
     return t
 
 
-def _as_list(text: str) -> list[Any] | None:
+def _as_list(text: str) -> list[object] | None:
     """A list from ``text``: a literal list, tuple or set, or bullet lines; ``None`` when neither."""
     found, value = _literal(text)
     if found and isinstance(value, (list, tuple, set, frozenset)):
         ok, items = _jsonable(list(value) if not isinstance(value, (set, frozenset)) else value)
-        return items if ok else None
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if lines and all(_BULLET.match(ln) for ln in lines):
-        return [_BULLET.match(ln).group(1).strip("`") for ln in lines]  # type: ignore[union-attr]
+        return items if ok and isinstance(items, list) else None  # a list in JSON is a list
+    bullets = [_BULLET.match(ln) for ln in text.splitlines() if ln.strip()]
+    if bullets and all(bullets):
+        return [m.group(1).strip("`") for m in bullets if m is not None]
     return None
 
 
@@ -262,7 +261,7 @@ class Locator:
         return near[0] if len(near) == 1 else None
 
 
-def location_parts(item: Any) -> tuple[str, int, int] | None:
+def location_parts(item: object) -> tuple[str, int, int] | None:
     """``(path, start, end)`` of one location: ``"path:line"``, ``"path:start-end"``, or a dict
     with ``path``/``file`` and ``line``/``start_line`` (and ``end_line``); ``None`` otherwise."""
     if isinstance(item, dict):
@@ -304,7 +303,7 @@ def _text_locations(t: str, locator: Locator) -> list[str] | None:
 
 
 def _locations(t: str, lines: Mapping[str, int]) -> TypedValue:
-    items = _as_list(t)
+    items: Sequence[object] | None = _as_list(t)
     if items is None:
         words = [w for w in re.split(r"[\n,;]\s*|\s+", t) if w.strip()]
         by_name = _text_locations(t, Locator(lines))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rlm_cli.loop.holes import (
@@ -33,7 +33,10 @@ from rlm_cli.loop.holes import (
     Hole,
     OverBudget,
     Record,
+    Sample,
     Samples,
+    V,
+    Weights,
     bounded,
     digit_runs,
     guard_binop,
@@ -41,7 +44,9 @@ from rlm_cli.loop.holes import (
     holey,
     iterated,
     joined,
+    separator,
     stored_names,
+    subscriptable,
     weight,
 )
 from rlm_cli.sandbox.calls import to_text
@@ -55,10 +60,10 @@ class World:
         :data:`~rlm_cli.loop.holes.TIME_BUDGET` from now) its run raises ``OverBudget``."""
         self.index = index
         self.deadline = time.thread_time() + TIME_BUDGET if deadline is None else deadline
-        self.weights: dict[int, tuple[Any, int, int]] = {}
+        self.weights: Weights = {}
         self.kept = 0
         self.samples = samples
-        self.env: dict[str, Any] = {}
+        self.env: dict[str, object] = {}
         self.leaves: dict[str, Hole] = {}
         self.made = 0
         self.steps = 0
@@ -68,13 +73,13 @@ class World:
         self.record = Record(printed={}, assigned={})
 
     # -- values ------------------------------------------------------------------------------------
-    def sample(self, kind: str | None) -> Any:
+    def sample(self, kind: str | None) -> Hole | Sample:
         """A made-up value of ``kind`` (``int``, ``float``, ``str``, ``bool``; a new hole for
         ``None``), as :class:`~rlm_cli.loop.holes.Samples` gives it in this world."""
         self.made += 1
         return Hole() if kind is None else self.samples.value(kind, self.index, self.made)
 
-    def truth(self, value: Any) -> bool:
+    def truth(self, value: object) -> bool:
         if holey(value, 0):
             return bool(self.sample("bool"))
         try:
@@ -82,7 +87,7 @@ class World:
         except Exception as exc:
             raise Failed(str(exc)) from None
 
-    def name(self, ident: str) -> Any:
+    def name(self, ident: str) -> object:
         if ident in self.env:
             value = self.env[ident]
             if value is FAILED:
@@ -91,7 +96,7 @@ class World:
         return self.leaves.setdefault(ident, Hole())  # context, files, a helper, a builtin as a value
 
     # -- expressions -------------------------------------------------------------------------------
-    def ev(self, node: ast.expr) -> Any:
+    def ev(self, node: ast.expr) -> object:
         """The value of ``node`` in this world (a hole where it reads something).
 
         Raises:
@@ -114,7 +119,7 @@ class World:
         finally:
             self.depth -= 1
 
-    def unary(self, node: ast.UnaryOp) -> Any:
+    def unary(self, node: ast.UnaryOp) -> object:
         value = self.ev(node.operand)
         if isinstance(node.op, ast.Not):
             return not self.truth(value)
@@ -125,7 +130,7 @@ class World:
         except Exception as exc:
             raise Failed(str(exc)) from None
 
-    def binop(self, op: type, a: Any, b: Any) -> Any:
+    def binop(self, op: type, a: object, b: object) -> object:
         guard_binop(op, a, b)
         try:
             return BINOPS[op](a, b)
@@ -136,9 +141,9 @@ class World:
         except Exception as exc:
             raise Failed(str(exc)) from None
 
-    def compare(self, node: ast.Compare) -> Any:
+    def compare(self, node: ast.Compare) -> object:
         left = self.ev(node.left)
-        result: Any = True
+        result: object = True
         for op, comp in zip(node.ops, node.comparators, strict=True):
             right = self.ev(comp)
             if holey(left, 0) or holey(right, 0) or (type(op) in (ast.In, ast.NotIn) and holey(right)):
@@ -157,8 +162,8 @@ class World:
             left = right
         return result
 
-    def boolop(self, node: ast.BoolOp) -> Any:
-        value: Any = None
+    def boolop(self, node: ast.BoolOp) -> object:
+        value: object = None
         for operand in node.values:
             value = self.ev(operand)
             if self.truth(value) == isinstance(node.op, ast.Or):
@@ -173,25 +178,27 @@ class World:
         convert = _CONVERSIONS.get(node.conversion)
         return self.format(convert(value) if convert else value, spec)
 
-    def format(self, value: Any, spec: Any) -> str:
-        if isinstance(spec, str) and any(int(d) > MAX_ITEMS for d in digit_runs(spec)):
-            raise Failed("width")
+    def format(self, value: object, spec: object) -> str:
+        if not isinstance(spec, str) or any(int(d) > MAX_ITEMS for d in digit_runs(spec)):
+            raise Failed("spec")  # format() raises TypeError for a spec that is no str
         try:
             return format(value, spec)
         except Exception as exc:
             raise Failed(str(exc)) from None
 
-    def subscript(self, node: ast.Subscript) -> Any:
+    def subscript(self, node: ast.Subscript) -> object:
         value, index = self.ev(node.value), self.ev(node.slice)
         if holey(value, 0) or holey(index):
             return self.sample(None)
+        if not subscriptable(value):
+            raise Failed("not subscriptable")  # value[index] raises TypeError
         try:
             return value[index]
         except Exception as exc:
             raise Failed(str(exc)) from None
 
-    def items(self, nodes: list[ast.expr]) -> list[Any]:
-        out: list[Any] = []
+    def items(self, nodes: list[ast.expr]) -> list[object]:
+        out: list[object] = []
         for node in nodes:
             if isinstance(node, ast.Starred):
                 value = self.ev(node.value)
@@ -203,7 +210,7 @@ class World:
                 out.append(self.ev(node))
         return out
 
-    def mapping(self, node: ast.Dict) -> Any:
+    def mapping(self, node: ast.Dict) -> object:
         if any(k is None for k in node.keys):
             return self.sample(None)
         try:
@@ -211,7 +218,7 @@ class World:
         except TypeError:
             raise Failed("unhashable") from None
 
-    def keep(self, value: Any) -> Any:
+    def keep(self, value: V) -> V:
         """``value``, counted against what this world may hold.
 
         Raises:
@@ -221,21 +228,23 @@ class World:
             raise OverBudget
         return value
 
-    def named(self, node: ast.NamedExpr) -> Any:
+    def named(self, node: ast.NamedExpr) -> object:
         value = self.keep(self.ev(node.value))
         self.env[node.target.id] = value
         return value
 
     # -- calls -------------------------------------------------------------------------------------
-    def call(self, node: ast.Call) -> Any:
+    def call(self, node: ast.Call) -> object:
         func = node.func
         if isinstance(func, ast.Attribute):
             return self.method(node, func)
         fname = func.id if isinstance(func, ast.Name) and func.id not in self.env else ""
         if fname in FINISHERS:
-            return self.finish(fname, node)
+            self.finish(fname, node)
+            return None
         if fname == "print":
-            return self.print_(node)
+            self.print_(node)
+            return None
         if fname in ("eval", "exec") and len(node.args) == 1 and not node.keywords:
             return self.run_text(fname, node.args[0])
         pos, kw = self.arguments(node)
@@ -248,9 +257,9 @@ class World:
             self.env.clear()  # any name may have changed: from now on each one reads as a hole
         return self.sample(None)
 
-    def arguments(self, node: ast.Call) -> tuple[list[Any], dict[str, Any]]:
+    def arguments(self, node: ast.Call) -> tuple[list[object], dict[str, object]]:
         pos = self.items(node.args)
-        kw: dict[str, Any] = {}
+        kw: dict[str, object] = {}
         for k in node.keywords:
             value = self.ev(k.value)
             if k.arg is None:
@@ -259,7 +268,7 @@ class World:
                 kw[k.arg] = value
         return pos, kw
 
-    def builtin(self, fname: str, pos: list[Any], kw: dict[str, Any]) -> Any:
+    def builtin(self, fname: str, pos: list[object], kw: dict[str, object]) -> object:
         if fname == "pow" and len(pos) >= 2:
             guard_binop(ast.Pow, pos[0], pos[1])
         if fname == "sum" and (len(pos) > 1 or not all(isinstance(v, (int, float)) for v in iterated(pos))):
@@ -274,20 +283,22 @@ class World:
             result = BUILTINS[fname](*pos, **kw)
         except Exception as exc:
             raise Failed(str(exc)) from None
-        return list(result) if fname == "reversed" else result
+        return list(result) if fname == "reversed" and isinstance(result, Iterable) else result
 
-    def method(self, node: ast.Call, func: ast.Attribute) -> Any:
+    def method(self, node: ast.Call, func: ast.Attribute) -> object:
         obj = self.ev(func.value)
         pos, kw = self.arguments(node)
         pure = (isinstance(obj, str) and func.attr in STR_METHODS) or (
             isinstance(obj, (dict, list, tuple)) and func.attr in READ_METHODS)
         if pure and not holey(obj) and not holey(pos) and not holey(list(kw.values())):
-            guard_method(obj, func.attr, pos, kw)
+            if isinstance(obj, str):
+                guard_method(obj, func.attr, pos, kw)
             try:
-                result = getattr(obj, func.attr)(*pos, **kw)
+                bound: Callable[..., object] = getattr(obj, func.attr)
+                result = bound(*pos, **kw)
             except Exception as exc:
                 raise Failed(str(exc)) from None
-            return list(result) if func.attr in ("keys", "values", "items") else result
+            return list(result) if func.attr in ("keys", "values", "items") and isinstance(result, Iterable) else result
         if not holey(obj, 0):
             self.record.shows = True  # a method of a module or object the code made: it may print
         if isinstance(func.value, ast.Name) and func.value.id in self.env:
@@ -301,7 +312,7 @@ class World:
             values = self.items(node.args)
             if fname == "FINAL_VAR" and len(values) == 1 and isinstance(values[0], str) and values[0].isidentifier():
                 values = [self.name(values[0])]
-            answer: Any = self.sample(None) if holey(values) or node.keywords else joined(" ", map(to_text, values))
+            answer: object = self.sample(None) if holey(values) or node.keywords else joined(" ", map(to_text, values))
         except (Failed, ValueError):  # str() of an integer of 4,300+ digits
             answer = FAILED
         if first:
@@ -313,7 +324,7 @@ class World:
         try:
             pos, kw = self.arguments(node)
             sep = kw.get("sep", " ")
-            text: Any = None if holey(pos) or holey(sep) else joined(sep or " ", pos)
+            text: object = None if holey(pos) or holey(sep) else joined(separator(sep), pos)
         except (Failed, TypeError, ValueError):
             text = FAILED
         if text is None:
@@ -322,7 +333,7 @@ class World:
         self.record.printed[site] = self.keep(text)
         return None
 
-    def run_text(self, fname: str, arg: ast.expr) -> Any:
+    def run_text(self, fname: str, arg: ast.expr) -> object:
         """``eval(text)`` / ``exec(text)`` of a text this world knows: parsed and run here."""
         text = self.ev(arg)
         if not isinstance(text, str):
@@ -400,7 +411,7 @@ class World:
         if not top or value is None:
             return
         # the REPL shows the value of a top-level expression: a str as it is, anything else as its repr
-        text: Any
+        text: object
         try:
             text = None if holey(value) else value if isinstance(value, str) else repr(value)
         except ValueError:  # repr() of an integer of 4,300+ digits: the REPL fails there too
@@ -440,13 +451,13 @@ class World:
         if any(isinstance(n, ast.Call) for n in ast.walk(node)):
             self.record.shows = True
 
-    def bind(self, target: ast.expr, value: Any) -> None:
+    def bind(self, target: ast.expr, value: object) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             parts = target.elts
-            known = isinstance(value, (list, tuple, str)) and not holey(value, 0)
-            if known and not any(isinstance(p, ast.Starred) for p in parts) and len(value) == len(parts):
+            if isinstance(value, (list, tuple, str)) and not holey(value, 0) \
+                    and not any(isinstance(p, ast.Starred) for p in parts) and len(value) == len(parts):
                 for part, item in zip(parts, value, strict=True):
                     self.bind(part, item)
             else:
@@ -459,10 +470,10 @@ class World:
                 self.env[name] = self.sample(None)
 
 
-
-_CONVERSIONS: dict[int, Callable[[Any], str]] = {115: str, 114: repr, 97: ascii}  # !s, !r, !a
-_UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
-_EXPRESSIONS: dict[type, Callable[[World, Any], Any]] = {
+_CONVERSIONS: dict[int, Callable[[object], str]] = {115: str, 114: repr, 97: ascii}  # !s, !r, !a
+_UNARY: dict[type, Callable[[Any], object]] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+#: ``Any`` above: operands as for :data:`~rlm_cli.loop.holes.BINOPS`; a handler's node, of the type it is filed under.
+_EXPRESSIONS: dict[type, Callable[[World, Any], object]] = {
     ast.Constant: lambda w, n: n.value,
     ast.Name: lambda w, n: w.name(n.id),
     ast.JoinedStr: lambda w, n: joined("", (w.ev(v) for v in n.values)),

@@ -12,7 +12,7 @@ from rlm_cli.corpus import load_corpus
 from rlm_cli.corpus.tokens import count_tokens
 from rlm_cli.loop import prompts
 from rlm_cli.loop.history import output_limit
-from rlm_cli.loop.meta import corpus_meta, first_messages
+from rlm_cli.loop.meta import corpus_meta, corpus_metadata, first_messages
 from rlm_cli.models.window import input_budget, request_tokens
 
 HELPERS = ("context", "files", "chunks", "grep(", "read_file(", "search(", "llm_query(", "llm_query_batched(",
@@ -97,7 +97,7 @@ def test_corpus_metadata_is_bounded() -> None:
     meta["top_dirs"] = [(f"dir{i}/" + "x" * 200, i) for i in range(100)]
     meta["sample_paths"] = ["p/" * 300 for _ in range(50)]
     meta["prefix"] = "```" + "y" * 10_000
-    text = prompts.corpus_metadata(meta)
+    text = corpus_metadata(meta)
     assert len(text) < 3_500
     assert "```" not in text  # the prefix cannot open a code block
 
@@ -175,7 +175,7 @@ def test_structured_metadata_is_the_same_size_for_10_and_10000_files(tmp_path: P
         corpus = load_corpus([str(root)], CorpusOptions(use_cache=False))
         meta = corpus_meta(corpus)
         assert meta["structured"]["files"] == n
-        texts[n] = prompts.corpus_metadata(meta)
+        texts[n] = corpus_metadata(meta)
     small, big = texts[10], texts[10_000]
     part = {n: t[t.index("Structured files:"):t.index("The first characters")] for n, t in texts.items()}
     # The same lines; only the digits of counts and sample values differ.
@@ -198,7 +198,7 @@ def test_metadata_mentions_pdf_page_markers_and_bounds_each_file_line() -> None:
                           "shown": [{"path": "x/" * 200 + "f.jsonl", "kind": "jsonl", "rows": 5, "errors": 2,
                                      "first_error": [3, "E" * 500], "nkeys": 400,
                                      "keys": ["k" * 100] * 16, "sample": [["k" * 100, "v" * 100]] * 6}]}
-    text = prompts.corpus_metadata(meta)
+    text = corpus_metadata(meta)
     line = next(ln for ln in text.splitlines() if "f.jsonl" in ln)
     assert len(line) <= 302 and line.startswith("  ...")
     assert "2 bad lines (first: line 3" in line
