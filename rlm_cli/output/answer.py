@@ -150,6 +150,13 @@ def count(data: Mapping[str, object], key: str) -> int:
     return int(value) if isinstance(value, (int, float)) else 0
 
 
+def number(data: Mapping[str, object], key: str) -> float:
+    """``data[key]`` as a number (seconds, USD): 0.0 when it is missing or not a number (a reader
+    of a document that may come from a file)."""
+    value = data.get(key)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 def summary_line(data: Mapping[str, object]) -> str:
     """The run's closing line (without style): iterations, sub-calls, tokens and cost split
     between the root model and sub-calls (:func:`~rlm_cli.output.text.money`: "unknown" when a model is

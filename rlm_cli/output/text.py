@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from rlm_cli.events import ProgressEvent
 
@@ -78,10 +77,12 @@ def usd(value: float) -> str:
     return f"${value:.4f}"
 
 
-def helpers_text(helpers: dict[str, Any]) -> str:
+def helpers_text(helpers: Mapping[str, object]) -> str:
     """`` (grep ×3, read_file ×1)``: the REPL helpers an iteration called (name -> count), most
-    called first; empty when none was."""
-    parts = [f"{k} ×{v}" for k, v in sorted(helpers.items(), key=lambda kv: (-int(kv[1]), kv[0])) if v]
+    called first; empty when none was (a count that is not a number, in a trajectory read back,
+    is left out)."""
+    counts = {k: v for k, v in helpers.items() if isinstance(v, int)}
+    parts = [f"{k} ×{v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if v]
     return f" ({', '.join(parts)})" if parts else ""
 
 

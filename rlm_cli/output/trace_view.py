@@ -11,7 +11,7 @@ from typing import IO
 from rich.console import Console
 
 from rlm_cli.events import EventDict, EventType, is_type
-from rlm_cli.output.answer import mapping
+from rlm_cli.output.answer import count, mapping, number
 from rlm_cli.output.style import SHOW_LINES, escape
 from rlm_cli.output.text import clip, cost_text, helpers_text, money, plural
 from rlm_cli.output.trace import Node, completed_calls
@@ -27,32 +27,34 @@ OPEN_IN_HTML: frozenset[EventType] = frozenset({"iteration", "recursion", "final
 
 def node_text(ev: EventDict, full: bool = False) -> tuple[str, str, str]:
     """``(kind, title, body)`` describing one trajectory event for a tree (terminal or HTML);
-    ``body`` is cut to ``TREE_TEXT_CHARS`` unless ``full``."""
+    ``body`` is cut to ``TREE_TEXT_CHARS`` unless ``full``. The event is a line of a file anyone
+    may edit: each number is read as one (:func:`~rlm_cli.output.answer.count`, ``number``: 0 when
+    it is not), each section as a mapping, whatever the event's type says it holds."""
     kind = str(ev.get("type"))
 
     def cut(text: object) -> str:
         text = str(text or "")
         return text if full or len(text) <= TREE_TEXT_CHARS else text[:TREE_TEXT_CHARS] + f" … ({len(text):,} chars)"
 
-    tokens = f"{ev.get('input_tokens', 0) or 0:,} in / {ev.get('output_tokens', 0) or 0:,} out tokens"
+    tokens = f"{count(ev, 'input_tokens'):,} in / {count(ev, 'output_tokens'):,} out tokens"
     if is_type(ev, "iteration"):
-        phase = f" · {ev['phase']}{helpers_text(ev.get('helpers') or {})}" if ev.get("phase") else ""
+        phase = f" · {ev['phase']}{helpers_text(mapping(ev.get('helpers')))}" if ev.get("phase") else ""
         return kind, f"iteration {ev.get('iteration')}" + (f" (depth {ev['depth']})" if ev.get("depth") else "") + phase, ""
     if is_type(ev, "root_call"):
-        hist = ev.get("history") or {}
+        hist = mapping(ev.get("history"))
         shrunk = f", history: {hist.get('compacted', 0)} compacted, {hist.get('omitted', 0)} omitted" if (
             hist.get("compacted") or hist.get("omitted")) else ""
         return kind, (f"root model {ev.get('model')}: {tokens}, {cost_text(ev.get('cost_usd'))}, "
-                      f"{ev.get('latency_s', 0) or 0:.2f} s{shrunk}"), cut(ev.get("response"))
+                      f"{number(ev, 'latency_s'):.2f} s{shrunk}"), cut(ev.get("response"))
     if is_type(ev, "code"):
         return kind, f"code block {ev.get('block', 1)}", str(ev.get("code", "")) if full else cut(ev.get("code"))
     if is_type(ev, "output"):
-        extra = f", {plural(ev['sub_calls'], 'sub-call')}" if ev.get("sub_calls") else ""
-        return kind, f"output: {ev.get('output_chars', 0):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s{extra}", cut(
+        extra = f", {plural(count(ev, 'sub_calls'), 'sub-call')}" if count(ev, "sub_calls") else ""
+        return kind, f"output: {count(ev, 'output_chars'):,} chars, {number(ev, 'elapsed_s'):.2f} s{extra}", cut(
             ev.get("output") or "(no output)")
     if is_type(ev, "leads"):
         text = str(ev.get("output") or "(none)")
-        return kind, f"leads: {len(text):,} chars, {ev.get('elapsed_s', 0) or 0:.2f} s", text if full else cut(text)
+        return kind, f"leads: {len(text):,} chars, {number(ev, 'elapsed_s'):.2f} s", text if full else cut(text)
     if is_type(ev, "sub_call"):
         return kind, f"sub-call {ev.get('model')}: {tokens}, {cost_text(ev.get('cost_usd'))}", (
             f"prompt: {cut(ev.get('prompt_head'))}\n→ {cut(ev.get('response'))}")
@@ -79,8 +81,8 @@ def node_text(ev: EventDict, full: bool = False) -> tuple[str, str, str]:
     if is_type(ev, "summary"):
         err = f" ({ev['error']})" if ev.get("error") else ""
         cost = money(ev.get("total_cost_usd"), completed_calls([ev]))  # a summary without usage: no call began
-        return kind, (f"{ev.get('status')}{err}: {ev.get('total_tokens', 0) or 0:,} tokens, cost {cost}, "
-                      f"{ev.get('elapsed_s') or 0:.1f} s"), cut(ev.get("answer"))
+        return kind, (f"{ev.get('status')}{err}: {count(ev, 'total_tokens'):,} tokens, cost {cost}, "
+                      f"{number(ev, 'elapsed_s'):.1f} s"), cut(ev.get("answer"))
     return kind, kind, ""
 
 

@@ -260,3 +260,35 @@ def test_a_lone_surrogate_is_written_as_its_json_escape_and_reads_back(tmp_path:
     raw = path.read_bytes()
     assert b"\\ud800" in raw and "é".encode() in raw
     assert json.loads(raw)["text"] == "a\ud800b é"
+
+
+def test_a_trajectory_with_odd_lines_is_shown_listed_and_exported_without_a_crash(tmp_path: Path) -> None:
+    """A trajectory is a file anyone may edit: a line that is not a JSON object is skipped, and a
+    header whose ``config`` or ``paths`` is of another type is shown without them (before: a
+    traceback on ``[1, 2]`` as a line, on ``"config": []`` in the HTML export)."""
+    traces = tmp_path / "data" / "traces"
+    traces.mkdir(parents=True)
+    path = traces / "20250101-000000-abcdef.jsonl"
+    header = {"schema": SCHEMA_VERSION, "type": "header", "depth": 0, "ts": "noon", "run_id": path.stem,
+              "question": "Odd?", "config": ["not", "a", "dict"], "paths": "repo"}
+    summary = {"schema": SCHEMA_VERSION, "type": "summary", "depth": 0, "ts": 1.0, "status": "final",
+               "answer": "yes", "usage": [], "total_tokens": "many", "total_cost_usd": "free"}
+    odd = [{"type": "iteration", "iteration": 1, "phase": "explore", "helpers": ["grep"]},
+           {"type": "root_call", "model": "m", "input_tokens": "ten", "latency_s": "slow", "history": [1]},
+           {"type": "output", "output": "hi", "output_chars": None, "elapsed_s": [], "sub_calls": "two"},
+           {"type": "phase", "iteration": 1, "phase": "explore", "helpers": {"grep": "3"}}]
+    lines = [json.dumps(header), "[1, 2]", "42", '"text"',
+             *(json.dumps({"schema": SCHEMA_VERSION, "depth": 0, "ts": 1.0, **ev}) for ev in odd), json.dumps(summary)]
+    path.write_text("\n".join(lines) + "\n")
+    env = {"RLM_DATA_DIR": str(tmp_path / "data")}
+    shown = run_rlm("trace", "show", str(path), env=env)
+    assert shown.code == 0 and "Traceback" not in shown.stderr, shown.stderr
+    listed = run_rlm("trace", "list", "--json", env=env)
+    assert listed.code == 0 and "Traceback" not in listed.stderr, listed.stderr
+    entry = json.loads(listed.stdout)["traces"][0]
+    assert entry["status"] == "final" and entry["tokens"] == 0 and entry["cost_usd"] is None
+    out = tmp_path / "page.html"
+    exported = run_rlm("trace", "export", str(path), "--html", "-o", str(out), env=env)
+    assert exported.code == 0 and "Traceback" not in exported.stderr, exported.stderr
+    page = out.read_text(encoding="utf-8")
+    assert "Odd?" in page and "<b>Corpus:</b> </p>" in page and "iteration 1" in page and "0.00 s" in page
