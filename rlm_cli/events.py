@@ -23,6 +23,7 @@ only): every package may emit events, and ``output`` only receives them.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -354,13 +355,24 @@ def event(type_: str, depth: int = 0, **fields: object) -> EventDict:
 
 def depth_of(ev: Mapping[str, object]) -> int:
     """The ``depth`` of the event ``ev`` (0 for the root loop; 0 when it has none, as an old or
-    foreign trajectory line may not).
-
-    Raises:
-        ValueError: the line holds a ``depth`` that is text but not a number (a corrupt file).
-    """
+    foreign trajectory line may not, or one that is not a whole number: :func:`whole`, or text
+    of one)."""
     value = ev.get("depth", 0)
-    return int(value) if isinstance(value, (int, float, str)) else 0
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:  # a corrupt or edited file
+            return 0
+    return whole(value)
+
+
+def whole(value: object) -> int:
+    """``value`` as a whole number when it is a finite number (a float's integer part), else 0: a
+    count read back from a line of a file anyone may edit, where JSON as Python reads it may
+    also hold ``NaN``, ``Infinity`` or ``1e999`` (which ``int()`` refuses)."""
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, float) and math.isfinite(value) else 0
 
 
 def _known(type_: str) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import IO
 
 from rlm_cli.errors import UsageError
+from rlm_cli.events import whole
 from rlm_cli.output.text import SURROGATE, completed_calls, encodable, money, safe_text
 
 
@@ -144,10 +145,9 @@ def mapping(value: object) -> Mapping[str, object]:
 
 
 def count(data: Mapping[str, object], key: str) -> int:
-    """``data[key]`` as a whole number: 0 when it is missing or not a number (a reader of a
-    document that may come from a file)."""
-    value = data.get(key)
-    return int(value) if isinstance(value, (int, float)) else 0
+    """``data[key]`` as a whole number: 0 when it is missing or not a finite number (a reader of
+    a document that may come from a file: :func:`~rlm_cli.events.whole`)."""
+    return whole(data.get(key))
 
 
 def number(data: Mapping[str, object], key: str) -> float:

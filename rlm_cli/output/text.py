@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from rlm_cli.events import ProgressEvent
+from rlm_cli.events import ProgressEvent, whole
 
 #: Terminal control characters (C0 but tab and newline, DEL, C1): model replies, REPL output and
 #: corpus text shown on stderr could otherwise set the window title, clear the screen or write the
@@ -62,11 +62,8 @@ def completed_calls(usage: Mapping[str, object]) -> int:
     one group alone."""
     groups = [usage.get(g) for g in ("root", "sub")] if ("root" in usage or "sub" in usage) else [usage]
 
-    def count(group: Mapping[str, object], key: str) -> int:
-        value = group.get(key)
-        return int(value) if isinstance(value, (int, float)) else 0  # a trajectory read back may hold anything
-
-    return sum(max(0, count(g, "calls") - count(g, "abandoned_calls")) for g in groups if isinstance(g, Mapping))
+    return sum(max(0, whole(g.get("calls")) - whole(g.get("abandoned_calls")))  # a file read back may hold anything
+               for g in groups if isinstance(g, Mapping))
 
 
 def usd(value: float) -> str:

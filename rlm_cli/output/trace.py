@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import secrets
 import threading
@@ -57,7 +58,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TypedDict
+from typing import IO, TypedDict, TypeGuard
 
 from rlm_cli.errors import UsageError
 
@@ -65,7 +66,7 @@ from rlm_cli.errors import UsageError
 from rlm_cli.events import SCHEMA_VERSION as SCHEMA_VERSION
 from rlm_cli.events import TRANSIENT_TYPES as TRANSIENT_TYPES
 from rlm_cli.events import Emit as Emit
-from rlm_cli.events import EventDict, depth_of, is_type, of_type
+from rlm_cli.events import EventDict, depth_of, is_type, of_type, whole
 from rlm_cli.events import event as event
 from rlm_cli.output.answer import json_text
 
@@ -360,14 +361,29 @@ def summarize(path: Path) -> TraceInfo:
     summary = next(of_type(reversed(events), "summary"), None)
     last = events[-1]
     mode = next((str(e.get("mode")) for e in of_type(events, "mode")), "?")
-    ts, tokens, cost = head.get("ts"), last.get("total_tokens"), last.get("total_cost_usd")  # as the file holds them
+    cost, elapsed = last.get("total_cost_usd"), summary.get("elapsed_s") if summary else None  # as the file holds them
     return TraceInfo(
-        run_id=str(head.get("run_id", path.stem)), path=path, started=float(ts) if isinstance(ts, (int, float)) else 0.0,
+        run_id=str(head.get("run_id", path.stem)), path=path, started=_timestamp(head.get("ts")),
         question=str(head.get("question", "")), status=str(summary.get("status")) if summary else "incomplete",
-        mode=mode, answer=str(summary.get("answer", "")) if summary else "",
-        tokens=int(tokens) if isinstance(tokens, (int, float)) else 0,
-        cost_usd=cost if isinstance(cost, (int, float)) else None,
-        elapsed_s=summary.get("elapsed_s") if summary else None, calls=completed_calls(events), size=_size(path))
+        mode=mode, answer=str(summary.get("answer", "")) if summary else "", tokens=whole(last.get("total_tokens")),
+        cost_usd=float(cost) if _finite(cost) else None, elapsed_s=float(elapsed) if _finite(elapsed) else None,
+        calls=completed_calls(events), size=_size(path))
+
+
+def _finite(value: object) -> TypeGuard[float]:
+    """Whether ``value``, read from a file, is a finite number (not ``NaN``, ``Infinity``, text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _timestamp(value: object) -> float:
+    """``value`` (Unix seconds, read from a file) when it is a time a date can be made of, else 0.0."""
+    if not _finite(value):
+        return 0.0
+    try:
+        datetime.fromtimestamp(value, UTC), datetime.fromtimestamp(value)  # trace list --json, trace list
+    except (OverflowError, ValueError, OSError):  # years past 9999
+        return 0.0
+    return float(value)
 
 
 def _size(path: Path) -> int:

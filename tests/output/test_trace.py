@@ -292,3 +292,30 @@ def test_a_trajectory_with_odd_lines_is_shown_listed_and_exported_without_a_cras
     assert exported.code == 0 and "Traceback" not in exported.stderr, exported.stderr
     page = out.read_text(encoding="utf-8")
     assert "Odd?" in page and "<b>Corpus:</b> </p>" in page and "iteration 1" in page and "0.00 s" in page
+
+
+def test_a_trajectory_with_numbers_out_of_range_is_shown_and_listed_without_a_crash(tmp_path: Path) -> None:
+    """JSON as Python reads it holds ``NaN``, ``Infinity`` and ``1e999`` (infinity), and a line's
+    ``depth`` may be text: counts that are not finite numbers read as 0, a depth that is not a
+    number as 0, a start time past the year 9999 as 0 (before: "internal error: OverflowError" on
+    ``"total_tokens": 1e999`` and on ``"ts": 1e20``, ValueError on ``NaN`` and on ``"depth": "x"``)."""
+    traces = tmp_path / "data" / "traces"
+    traces.mkdir(parents=True)
+    path = traces / "20250101-000000-abcdef.jsonl"
+    header = {"schema": SCHEMA_VERSION, "type": "header", "depth": 0, "ts": 1e20, "run_id": path.stem,
+              "question": "Odd?", "config": {}, "paths": []}
+    lines = [json.dumps(header),
+             '{"type": "iteration", "depth": "x", "iteration": 1}',
+             '{"type": "iteration", "depth": 1e999, "iteration": 2}',
+             '{"type": "root_call", "depth": NaN, "model": "m", "input_tokens": Infinity, "output_tokens": NaN}',
+             '{"type": "phase", "depth": 0, "iteration": 1, "phase": "explore", "helpers": {"grep": 1e999}}',
+             '{"type": "summary", "depth": 0, "status": "final", "answer": "yes", "total_tokens": NaN,'
+             ' "elapsed_s": NaN, "usage": {"root": {"calls": 1e999}, "sub": {"calls": NaN}}, "total_cost_usd": 1e999}']
+    path.write_text("\n".join(lines) + "\n")
+    env = {"RLM_DATA_DIR": str(tmp_path / "data")}
+    shown = run_rlm("trace", "show", str(path), env=env)
+    assert shown.code == 0 and "internal error" not in shown.stderr, shown.stderr
+    assert "iteration 2" in shown.stdout and "final: 0 tokens" in shown.stdout
+    listed = run_rlm("trace", "list", env=env)
+    assert listed.code == 0 and "internal error" not in listed.stderr, listed.stderr
+    assert "Odd?" in listed.stdout
