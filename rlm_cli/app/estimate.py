@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,11 +74,14 @@ def earlier_costs(model: str, directory: Path | None = None) -> list[float]:
                 last = json.loads(fh.read().splitlines()[-1])
         except (OSError, ValueError, IndexError):
             continue
-        if (header.get("config") or {}).get("model") != model or not is_type(last, "summary"):
+        if not isinstance(header, dict) or not isinstance(last, dict):  # a file anyone may edit holds anything
+            continue
+        config = header.get("config")
+        if not isinstance(config, dict) or config.get("model") != model or not is_type(last, "summary"):
             continue
         usage = last.get("usage")
-        cost = usage.get("cost_usd") if isinstance(usage, dict) else None  # a file may hold anything
-        if last.get("status") == "final" and isinstance(cost, (int, float)):
+        cost = usage.get("cost_usd") if isinstance(usage, dict) else None
+        if last.get("status") == "final" and isinstance(cost, (int, float)) and math.isfinite(cost):
             costs.append(float(cost))
     return costs
 
