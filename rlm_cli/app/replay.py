@@ -17,6 +17,7 @@ options. Each difference from the recording is said (:attr:`ReplayPlan.notices`)
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shlex
 import threading
@@ -28,7 +29,7 @@ from typing import Any
 from rlm_cli.config import CorpusOptions, Settings, resolve
 from rlm_cli.config_keys import coerce
 from rlm_cli.errors import ProviderError, UsageError
-from rlm_cli.events import Emit, EventDict, ModeEvent, depth_of, event, is_type, of_type
+from rlm_cli.events import Emit, EventDict, ModeEvent, depth_of, event, is_type, of_type, whole
 from rlm_cli.models.client import Completion, ModelClient, OnDelta
 from rlm_cli.models.usage import CallRecord
 from rlm_cli.output.trace import read_trace, request_key, signed_by_me
@@ -52,14 +53,17 @@ class Recorded:
 
 def recorded_responses(events: list[EventDict]) -> list[Recorded]:
     """The model responses of a trajectory, in order: root calls (role ``root``) and sub-calls,
-    including plain ``rlm_query`` fallbacks (role ``sub``)."""
+    including plain ``rlm_query`` fallbacks (role ``sub``). Tokens and cost are read as numbers
+    only when they are finite ones (0 tokens and an unknown cost otherwise: the file is input)."""
     out = []
     for ev in events:
         if not (is_type(ev, "root_call") or is_type(ev, "sub_call")) or "response" not in ev:
             continue
+        cost = ev.get("cost_usd")
         out.append(Recorded("root" if is_type(ev, "root_call") else "sub", depth_of(ev),
                             str(ev.get("request_key", "")), str(ev["response"]), str(ev.get("model", "")),
-                            int(ev.get("input_tokens") or 0), int(ev.get("output_tokens") or 0), ev.get("cost_usd")))
+                            max(0, whole(ev.get("input_tokens"))), max(0, whole(ev.get("output_tokens"))),
+                            float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else None))
     return out
 
 

@@ -3,11 +3,12 @@ still valid JSON either works or is a clear exit-2 error, never an internal erro
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from tests.support.cli import run_rlm, two_file_repo
-from tests.support.fake_llm import FakeLLM
+from tests.support.fake_llm import FakeLLM, repl
 
 
 def test_estimate_reads_earlier_trajectories_of_any_shape(tmp_path: Path, llm: FakeLLM) -> None:
@@ -29,3 +30,26 @@ def test_estimate_reads_earlier_trajectories_of_any_shape(tmp_path: Path, llm: F
     assert res.code == 0 and "internal error" not in res.stderr, res.stderr
     assert "median of 1 earlier run(s) $0.5000" in res.stdout, res.stdout
     assert not llm.requests
+
+
+def test_replay_of_a_trajectory_with_odd_token_counts_runs(tmp_path: Path) -> None:
+    """A recorded call's tokens and cost are read as numbers only when they are finite ones (0 and
+    unknown otherwise; before: "internal error: ValueError" on ``"input_tokens": "ten"``,
+    TypeError on a list, OverflowError on ``Infinity``)."""
+    def call(n: int, code: str, odd: str) -> str:
+        line = json.dumps({"schema": 1, "type": "root_call", "depth": 0, "ts": 2.0, "model": "openai/root",
+                           "request_key": f"k{n}", "response": repl(code), "cost_usd": "free"})
+        return line[:-1] + f", {odd}}}"
+
+    header = {"schema": 1, "type": "header", "depth": 0, "ts": 1.0, "run_id": "odd", "question": "What?",
+              "paths": [], "config": {"max_iterations": 5}}
+    lines = [json.dumps(header), call(1, "print(1)", '"input_tokens": "ten", "output_tokens": [1]'),
+             call(2, "print(2)", '"input_tokens": Infinity, "output_tokens": NaN'),
+             call(3, "FINAL('ok')", '"input_tokens": -5, "output_tokens": 1e999')]
+    path = tmp_path / "odd.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    res = run_rlm("replay", str(path), str(two_file_repo(tmp_path)), "--json")
+    assert res.code == 0 and "internal error" not in res.stderr, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["answer"] == "ok" and doc["usage"]["root"]["input_tokens"] == 0
+    assert doc["usage"]["root"]["cost_usd"] is None
