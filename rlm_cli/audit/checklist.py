@@ -23,6 +23,8 @@ the field.
 
 from __future__ import annotations
 
+import datetime
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -277,15 +279,19 @@ def parse_check(row: object, n: int, where: str) -> Check:
     if has_expect and not kind.fits(expect):
         raise bad("expect" if "expect" in row else "equals", f"must be a {kind.value_words} for type {kind} "
                                                              f"(not {expect!r})")
+    odd = _not_json(expect) if has_expect else None
+    if odd:
+        raise bad("expect" if "expect" in row else "equals", f"holds {odd}, which no answer can be "
+                                                             "(answers are JSON): write it as a string")
     bounds = {}
     for name in ("max", "min"):
         value = row.get(name)
         if value is None:
             continue
         counted = kind.counted
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (counted and (
-                not isinstance(value, int) or value < 0)):
-            raise bad(name, "must be a count (a whole number, 0 or more)" if counted else "must be a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+                counted and (not isinstance(value, int) or value < 0)):
+            raise bad(name, "must be a count (a whole number, 0 or more)" if counted else "must be a finite number")
         bounds[name] = value
     if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
         raise bad("min", f"is over 'max' ({bounds['min']} > {bounds['max']}): no value could pass")
@@ -298,13 +304,24 @@ def parse_check(row: object, n: int, where: str) -> Check:
         raise bad("model", "must be a litellm model string")
     max_cost = row.get("max_cost")
     if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
-                                 or max_cost < 0):
+                                 or not math.isfinite(max_cost) or max_cost < 0):
         raise bad("max_cost", "must be a number of USD, 0 or more")
     description = row.get("description", "")
     if not isinstance(description, str):
         raise bad("description", "must be a string")
     return Check(cid, question.strip(), kind, severity, expect, has_expect, bounds.get("max"), bounds.get("min"),
                  empty, include, exclude, model, None if max_cost is None else float(max_cost), description)
+
+
+def _not_json(value: object) -> str | None:
+    """What in the TOML value ``value`` (an expectation) JSON cannot hold, in words, or ``None``:
+    a date or time (``tomllib`` reads them as ``datetime`` objects), or ``nan``/``inf``."""
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
+        return "a TOML date or time"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan or inf"
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((odd for odd in map(_not_json, items) if odd), None)
 
 
 def _globs(row: dict[str, Any], name: str, bad: Callable[[str, str], Exception]) -> tuple[str, ...]:

@@ -131,6 +131,10 @@ def test_checklist_mistakes_are_usage_errors_naming_the_check_and_field(tmp_path
         ('[[check]]\nid = "a"\nquestion = "q?"\ntype = "list"\nmin = 3\nmax = 1\n', "field 'min' is over 'max'"),
         ("[[check]\nid = 1\n", "not valid TOML"),
         ('[[check]]\nquestion = "q?"\n', "check 1: field 'id' must be a name"),
+        # TOML values no answer (JSON) can be: before, "internal error: TypeError" once the check ran
+        ('[[check]]\nid = "a"\nquestion = "q?"\ntype = "json"\nexpect = {at = 1979-05-27T07:32:00Z}\n',
+         "check 'a': field 'expect' holds a TOML date or time"),
+        ('[[check]]\nid = "a"\nquestion = "q?"\ntype = "number"\nmax = nan\n', "check 'a': field 'max' must be a"),
     ]
     for text, said in cases:
         bad.write_text(text)
