@@ -8,6 +8,7 @@ Nothing here reads a file or the environment; ``rlm_cli.config`` resolves the se
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -147,6 +148,13 @@ POSITIVE = frozenset({"max_iterations", "max_depth", "max_output_chars", "cell_t
                        "root_model_window", "direct_max_tokens", "decode_timeout", "decode_memory"})
 
 
+#: The most a setting may be where the operating system takes it: seconds of a wait (Python's
+#: waits take under 2**63 ns, about 292 years; 10**9 s is about 31) and the sub-calls at once (the
+#: model relay's listen backlog is a C int).
+MAX_VALUES: dict[str, int] = {"cell_timeout": 10**9, "request_timeout": 10**9, "timeout": 10**9,
+                              "decode_timeout": 10**9, "max_concurrency": 2**31 - 1}
+
+
 def redact_url(url: str | None) -> str | None:
     """``url`` with any ``user:password@`` part replaced by ``***@`` (``None`` stays ``None``)."""
     if not url:
@@ -167,8 +175,8 @@ def coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
     where = f" (from {source})" if source else ""
     if key in CHOICES:
         return check_choice(key, value, source)
-    if key == "api_base" and isinstance(value, str) and value.strip():
-        return check_api_base(value, source)
+    if key == "api_base" and (not isinstance(value, str) or value.strip()):  # a TOML list is no URL either
+        return check_api_base(str(value), source)
     if key in SIZE_KEYS and isinstance(value, str):
         check = check_decode_memory if key == "decode_memory" else check_memory_limit
         return check(parse_size(value, f"setting {key!r}{where}"), f"setting {key!r}{where}")
@@ -192,8 +200,12 @@ def coerce(key: str, value: Any, annotation: Any, source: str = "") -> Any:
             return Path(str(value)).expanduser()
         else:
             return str(value)
+        if not math.isfinite(number):  # TOML's nan and inf
+            raise ValueError(value)
     except (TypeError, ValueError):
         raise UsageError(f"setting {key!r} has a bad value {value!r}{where}") from None
+    if number > MAX_VALUES.get(key, math.inf):
+        raise UsageError(f"setting {key!r} must be at most {MAX_VALUES[key]:,}, not {value!r}{where}")
     if number < 0 or (number == 0 and key in POSITIVE):
         raise UsageError(f"setting {key!r} must be {'positive' if key in POSITIVE else 'zero or more'}, "
                          f"not {value!r}")

@@ -42,6 +42,13 @@ def test_precedence_flags_over_env_over_file_over_defaults() -> None:
     ({"retries": 2.5}, "bad value"),
     ({"sandbox": "weird"}, "bad value 'weird' .from config file"),
     ({"mode": "nope"}, "bad value 'nope' .from config file"),
+    # TOML values that reach the operating system out of its range: before, internal errors
+    ({"cell_timeout": float("nan")}, "bad value nan .from config file"),
+    ({"timeout": float("inf")}, "bad value inf"),
+    ({"temperature": float("nan")}, "bad value nan"),
+    ({"request_timeout": 1e12}, "must be at most 1,000,000,000"),
+    ({"max_concurrency": 1e300}, "must be at most 2,147,483,647"),
+    ({"api_base": [1]}, "not an http.s. URL"),
 ])
 def test_bad_config_values_are_usage_errors(values: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -236,3 +243,18 @@ def test_cli_config_show_names_the_autodetected_model() -> None:
     assert 'model = "openai/gpt-5.4"  # autodetected: OPENAI_API_KEY is set' in res.stdout
     assert 'sub_model = "openai/gpt-5.4-mini"  # autodetected' in res.stdout
     assert "SECRETPROVIDER" not in res.stdout + res.stderr
+
+
+def test_config_values_out_of_range_are_named_not_internal_errors(tmp_path: Path) -> None:
+    """A config file holds TOML, whose numbers include ``nan``, ``inf`` and ``1e300``, and whose
+    values may be lists: each such value of a setting is a bad value (before: ``config show``
+    stopped with "internal error: ValueError: unknown url type" on ``api_base = [1]``, ``ask`` with
+    "internal error: ValueError: Invalid value NaN" on ``cell_timeout = nan``)."""
+    config.config_path().parent.mkdir(parents=True, exist_ok=True)
+    config.config_path().write_text("cell_timeout = nan\napi_base = [1]\ntimeout = inf\nmax_concurrency = 1e300\n")
+    res = run_rlm("config", "show")
+    assert res.code == 2 and "internal error" not in res.stderr, res.stderr
+    for key in ("cell_timeout", "api_base", "timeout", "max_concurrency"):
+        assert f"setting {key!r}" in res.stderr, key
+    res = run_rlm("ask", str(tmp_path), "q?", "--model", "openai/x")
+    assert res.code == 2 and "setting 'cell_timeout' has a bad value nan" in res.stderr, res.stderr
