@@ -241,18 +241,18 @@ class TraceSink:
 
 def read_trace(path: Path) -> list[EventDict]:
     """All events of a trajectory file (a torn last line from a killed run, or a line that is not
-    a JSON object, is ignored).
+    UTF-8 or not a JSON object, is ignored).
 
     Raises:
         UsageError: the file cannot be read or has no header line.
     """
     events: list[EventDict] = []
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, "rb") as fh:
             for line in fh:
                 try:
-                    item = json.loads(line)
-                except json.JSONDecodeError:
+                    item = json.loads(line.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
                     continue
                 if isinstance(item, dict):
                     events.append(item)

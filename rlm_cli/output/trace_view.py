@@ -13,7 +13,7 @@ from rich.console import Console
 from rlm_cli.events import EventDict, EventType, is_type
 from rlm_cli.output.answer import count, mapping, number
 from rlm_cli.output.style import SHOW_LINES, escape
-from rlm_cli.output.text import clip, cost_text, helpers_text, money, plural
+from rlm_cli.output.text import clip, cost_text, encodable, helpers_text, money, plural
 from rlm_cli.output.trace import Node, completed_calls
 
 #: Characters of a long text (response, output, answer) shown in a trajectory tree node.
@@ -92,14 +92,17 @@ def print_trace_tree(header: Mapping[str, object], root: Node, file: IO[str] | N
     chat``'s ``/trace`` writes it on stderr)."""
     from rich.tree import Tree
 
-    title = f"[bold]{escape(str(header.get('run_id')))}[/] {escape(str(header.get('question', '')))}"
+    def shown(value: object) -> str:  # a lone surrogate (a JSON escape in the file) as U+FFFD
+        return escape(encodable(str(value)))
+
+    title = f"[bold]{shown(header.get('run_id'))}[/] {shown(header.get('question', ''))}"
     tree = Tree(title)
 
     def add(parent: Tree, node: Node) -> None:
         kind, head, body = node_text(node.event or {})  # only the root has no event
-        label = f"[{STYLE.get(kind, 'white')}]{escape(head)}[/]"
+        label = f"[{STYLE.get(kind, 'white')}]{shown(head)}[/]"
         if body:
-            label += "\n" + escape(clip(body, SHOW_LINES))
+            label += "\n" + shown(clip(body, SHOW_LINES))
         branch = parent.add(label)
         for child in node.children:
             add(branch, child)
@@ -115,8 +118,8 @@ def trace_html(header: Mapping[str, object], root: Node) -> str:
     external resources) with the configuration and the whole tree, texts in full."""
     import html
 
-    def esc(value: object) -> str:
-        return html.escape(str(value), quote=True)
+    def esc(value: object) -> str:  # a lone surrogate (a JSON escape in the file) as U+FFFD
+        return html.escape(encodable(str(value)), quote=True)
 
     def render(node: Node) -> str:
         kind, head, body = node_text(node.event or {}, full=True)  # only the root has no event

@@ -319,3 +319,34 @@ def test_a_trajectory_with_numbers_out_of_range_is_shown_and_listed_without_a_cr
     listed = run_rlm("trace", "list", env=env)
     assert listed.code == 0 and "internal error" not in listed.stderr, listed.stderr
     assert "Odd?" in listed.stdout
+
+
+def test_a_trajectory_with_lone_surrogates_or_bytes_not_utf8_is_shown_listed_and_exported(tmp_path: Path) -> None:
+    """rlm writes a lone surrogate of a model's reply or a corpus excerpt as its JSON escape (see
+    above), and a file anyone may edit may hold bytes that are not UTF-8: a surrogate is shown as
+    U+FFFD, a line that is not UTF-8 is skipped like a torn one, a status is text, not markup
+    (before: "internal error: UnicodeEncodeError" from show and export, "UnicodeDecodeError" from
+    list for the whole folder, "MarkupError" from list on a status ``[/]``)."""
+    traces = tmp_path / "data" / "traces"
+    traces.mkdir(parents=True)
+    odd = traces / "20250101-000000-aaaaaa.jsonl"
+    head = {"schema": SCHEMA_VERSION, "type": "header", "depth": 0, "ts": 1.0, "run_id": odd.stem,
+            "question": "Q\ud800?", "config": {"model": "m\udc80"}, "paths": ["a\ud800"]}
+    lines = [head, {"schema": SCHEMA_VERSION, "type": "iteration", "depth": 0, "ts": 1.0, "iteration": 1},
+             {"schema": SCHEMA_VERSION, "type": "root_call", "depth": 0, "ts": 1.0, "model": "m", "response": "r\udc80"},
+             {"schema": SCHEMA_VERSION, "type": "summary", "depth": 0, "ts": 1.0, "status": "final", "answer": "a\ud800"}]
+    odd.write_text("".join(json.dumps(line) + "\n" for line in lines))  # ensure_ascii: the escapes
+    binary = traces / "20250101-000001-bbbbbb.jsonl"
+    binary.write_bytes(json.dumps({**head, "run_id": binary.stem, "question": "Bytes?"}).encode() + b"\n\xff\xfe{}\n"
+                       + json.dumps({**lines[-1], "status": "[/]"}).encode() + b"\n")  # rich markup, too
+    env = {"RLM_DATA_DIR": str(tmp_path / "data")}
+    for path in (odd, binary):
+        shown = run_rlm("trace", "show", str(path), env=env)
+        assert shown.code == 0 and "internal error" not in shown.stderr, shown.stderr
+        page = tmp_path / f"{path.stem}.html"
+        exported = run_rlm("trace", "export", str(path), "--html", "-o", str(page), env=env)
+        assert exported.code == 0 and "internal error" not in exported.stderr, exported.stderr
+    assert "Q\ufffd?" in (tmp_path / f"{odd.stem}.html").read_text("utf-8")
+    listed = run_rlm("trace", "list", env=env)
+    assert listed.code == 0 and "internal error" not in listed.stderr, listed.stderr
+    assert "Bytes?" in listed.stdout and "Q\ufffd?" in listed.stdout and "[/]" in listed.stdout
