@@ -182,8 +182,9 @@ def notebook_text(text: str) -> str | None:
                 data = o.get("data", o)
                 body = _joined(data.get("text/plain", data.get("text", ""))) if isinstance(data, dict) else ""
             elif t in ("error", "pyerr"):
+                trace = o.get("traceback")  # a list of lines; a file may hold anything
                 body = f"{o.get('ename', '')}: {o.get('evalue', '')}\n" + _ANSI.sub("", "\n".join(
-                    str(x) for x in o.get("traceback", []) if isinstance(x, str)))
+                    x for x in (trace if isinstance(trace, list) else []) if isinstance(x, str)))
             else:
                 body = ""
             if body.strip():

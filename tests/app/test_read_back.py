@@ -53,3 +53,19 @@ def test_replay_of_a_trajectory_with_odd_token_counts_runs(tmp_path: Path) -> No
     doc = json.loads(res.stdout)
     assert doc["answer"] == "ok" and doc["usage"]["root"]["input_tokens"] == 0
     assert doc["usage"]["root"]["cost_usd"] is None
+
+
+def test_a_notebook_with_odd_outputs_is_read_not_skipped_as_a_decoder_crash(tmp_path: Path) -> None:
+    """A notebook is a corpus file (a pull request's): an output's ``traceback`` or text of another
+    type than the format says is left out, and the rest read (before: the document decoder died on
+    ``"traceback": 5``, and the notebook was skipped as if it needed over --decode-memory)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    outputs = [{"output_type": "error", "ename": "KeyError", "evalue": "'k'", "traceback": 5},
+               {"output_type": "error", "ename": "E", "evalue": "v", "traceback": {"a": 1}},
+               {"output_type": "execute_result", "data": {"text/plain": 5}}, {"output_type": "stream", "text": 7}]
+    (repo / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": "d['k']", "outputs": outputs}]}))
+    res = run_rlm("stats", str(repo), "--json")
+    assert res.code == 0 and "died" not in res.stderr, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["kinds"] == {"notebook": 1} and not doc["skipped"], doc["skipped"]
