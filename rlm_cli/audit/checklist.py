@@ -332,4 +332,10 @@ def _globs(row: dict[str, Any], name: str, bad: Callable[[str, str], Exception])
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise bad(name, "must be a glob or a list of globs")
+    from rlm_cli.corpus.ignore import compile_rules
+
+    try:
+        compile_rules(value, name)  # read before anything loads, not once the check runs
+    except UsageError as exc:
+        raise bad(name, f"holds a pattern that is not a gitignore glob ({exc})") from None
     return tuple(value)

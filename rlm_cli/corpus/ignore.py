@@ -191,12 +191,35 @@ class Spec:
         return bool(self.check(path))
 
 
-def compile_rules(lines: list[str], source: str = "", *, walked: bool = True) -> Spec | None:
+def compile_rules(lines: list[str], source: str = "", *, walked: bool = True, lenient: bool = False) -> Spec | None:
     """A :class:`Spec` of the gitignore ``lines`` (blank lines and comments dropped), or ``None``
     when none is left; ``source`` names where they come from (for the too-slow error);
-    ``walked``: see :attr:`Spec.walked`."""
+    ``walked``: see :attr:`Spec.walked`. A pattern pathspec cannot compile (``!`` alone, a
+    trailing backslash, a range such as ``[z-a]``) is left out when ``lenient`` (an ignore file: git
+    matches nothing with it either).
+
+    Raises:
+        UsageError: not ``lenient``, such a pattern (a flag's or a checklist's: the message names
+            ``source`` and the pattern).
+    """
     lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-    return Spec(lines, source, walked=walked) if lines else None
+    try:
+        return Spec(lines, source, walked=walked) if lines else None
+    except (ValueError, re.error):  # pathspec's GitIgnorePatternError is a ValueError
+        bad = [ln for ln in lines if not _compiles(ln)]
+        if not lenient:
+            raise UsageError(f"{source}: {bad[0]!r} is not a gitignore pattern",
+                             hint="see `man gitignore` for the syntax") from None
+        lines = [ln for ln in lines if ln not in bad]
+        return Spec(lines, source, walked=walked) if lines else None
+
+
+def _compiles(line: str) -> bool:
+    try:
+        Spec([line])
+    except (ValueError, re.error):
+        return False
+    return True
 
 
 def ignored(specs: list[tuple[str, Spec]], rel: str, is_dir: bool) -> bool:

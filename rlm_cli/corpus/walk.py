@@ -324,7 +324,8 @@ class Walker:
                         if self.log is not None:
                             self.log.ignore_file(os.path.join(path, name))
                         lines.extend(self._ignore_lines(os.path.join(real, name), rel_dir + name))
-                spec = compile_rules(lines, " and ".join(os.path.join(rel_dir, n) for n in IGNORE_FILES if n in names))
+                spec = compile_rules(lines, " and ".join(os.path.join(rel_dir, n) for n in IGNORE_FILES if n in names),
+                                     lenient=True)
                 if spec is not None:
                     specs = specs + [(rel_dir, spec)]
         return iter(entries), rel_dir, specs, ancestors

@@ -69,3 +69,20 @@ def test_a_notebook_with_odd_outputs_is_read_not_skipped_as_a_decoder_crash(tmp_
     assert res.code == 0 and "died" not in res.stderr, res.stderr
     doc = json.loads(res.stdout)
     assert doc["kinds"] == {"notebook": 1} and not doc["skipped"], doc["skipped"]
+
+
+def test_an_ignore_file_with_patterns_git_matches_nothing_with_is_honoured_without_them(tmp_path: Path) -> None:
+    """A ``.gitignore`` comes with the code (a pull request's): a pattern that pathspec cannot
+    compile (``!`` alone, a trailing ``\\``, the range ``[z-a]``) matches nothing, as in git, and the
+    file's other patterns still hold; the same pattern given to ``--exclude`` is a usage error
+    (before: "internal error: GitIgnorePatternError" or "error: bad character range z-a")."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("x = 1\n")
+    (repo / "secret.txt").write_text("s\n")
+    (repo / ".gitignore").write_text("!\n\\\n[z-a]\nsecret.txt\n")
+    res = run_rlm("stats", str(repo), "--json")
+    assert res.code == 0 and "internal error" not in res.stderr, res.stderr
+    assert [f["path"] for f in json.loads(res.stdout)["largest"]] == ["a.py"]
+    res = run_rlm("stats", str(repo), "--exclude", "[z-a]")
+    assert res.code == 2 and "--exclude: '[z-a]' is not a gitignore pattern" in res.stderr, res.stderr

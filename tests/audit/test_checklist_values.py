@@ -1,7 +1,8 @@
 """A checklist comes with the code audited (a pull request's): a TOML value no answer can be (a
-date or time, ``nan``, ``inf``) is a usage error naming the check and field, read before anything
-loads (before: the check ran, then "internal error: TypeError: Object of type datetime is not JSON
-serializable" in every report)."""
+date or time, ``nan``, ``inf``), or a glob pathspec cannot compile, is a usage error naming the
+check and field, read before anything loads (before: the check ran, then "internal error:
+TypeError: Object of type datetime is not JSON serializable" in every report; an internal error
+``GitIgnorePatternError`` once the check with ``exclude = "!"`` began)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from rlm_cli.errors import UsageError
     ('type = "number"\nmax = nan', "field 'max' must be a finite number"),
     ('max_cost = nan', "field 'max_cost' must be a number of USD"),
     ('max_cost = inf', "field 'max_cost' must be a number of USD"),
+    ('include = ["src/", "[z-a]"]', "field 'include' holds a pattern that is not a gitignore glob"),
+    ('exclude = "!"', "field 'exclude' holds a pattern that is not a gitignore glob"),
 ])
 def test_a_value_no_answer_can_be_is_refused(tmp_path: Path, fields: str, said: str) -> None:
     path = tmp_path / "rlm-audit.toml"
