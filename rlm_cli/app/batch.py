@@ -18,6 +18,7 @@ run's budget leaves no room to start is not started (:func:`ask_one`): it writes
 from __future__ import annotations
 
 import json
+import math
 import queue
 import sys
 import threading
@@ -249,8 +250,9 @@ def _file_questions(file: str, *, stdin_is_corpus: bool, answer_type: str,
         if not isinstance(row, dict) or not isinstance(row.get("question"), str):
             raise UsageError(f"{where} line {n}: needs a \"question\" string", hint='{"id": "q1", "question": "..."}')
         qid = row.get("id")
-        if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (str, int, float))):
-            raise UsageError(f"{where} line {n}: \"id\" must be a string or a number")
+        if qid is not None and (isinstance(qid, bool) or not isinstance(qid, (str, int, float))
+                                or isinstance(qid, float) and not math.isfinite(qid)):  # NaN, Infinity, 1e999
+            raise UsageError(f"{where} line {n}: \"id\" must be a string or a finite number")
         kind = row.get("type", answer_type)
         if kind not in NAMES:
             raise UsageError(f"{where} line {n}: \"type\" must be one of {', '.join(NAMES)} (not {kind!r})")

@@ -107,6 +107,9 @@ def test_list_usage_errors_run_nothing(tmp_path: Path, llm: FakeLLM) -> None:
     res = run_rlm("ask", str(root), "--questions", str(bad), *model_flags(llm), "--json")
     assert res.code == 2 and "line 2: not JSON" in res.stderr
     assert json.loads(res.stdout)["status"] == "error"
+    bad.write_text('{"id": 1, "question": "a"}\n{"id": NaN, "question": "b"}\n')  # JSON as Python reads it
+    res = run_rlm("ask", str(root), "--questions", str(bad), *model_flags(llm))  # before: written as a null id
+    assert res.code == 2 and 'line 2: "id" must be a string or a finite number' in res.stderr, res.stderr
     res = run_rlm("ask", str(root), "--question", "  ", *model_flags(llm))
     assert res.code == 2 and "empty" in res.stderr
     assert not llm.requests
