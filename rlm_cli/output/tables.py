@@ -18,14 +18,14 @@ if TYPE_CHECKING:
 
 def print_table(title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> None:
     """A table with ``title`` on stdout: one column per name in ``columns``, one row per list of
-    ``rows`` (each cell shown as ``str``)."""
+    ``rows`` (each cell shown as ``str``, as text: a file name such as ``a[/]b.py`` is no markup)."""
     from rich.table import Table
 
     table = Table(title=title)
     for c in columns:
         table.add_column(c)
     for r in rows:
-        table.add_row(*[str(x) for x in r])
+        table.add_row(*[escape(encodable(str(x))) for x in r])
     Console().print(table)
 
 

@@ -86,3 +86,16 @@ def test_an_ignore_file_with_patterns_git_matches_nothing_with_is_honoured_witho
     assert [f["path"] for f in json.loads(res.stdout)["largest"]] == ["a.py"]
     res = run_rlm("stats", str(repo), "--exclude", "[z-a]")
     assert res.code == 2 and "--exclude: '[z-a]' is not a gitignore pattern" in res.stderr, res.stderr
+
+
+def test_stats_shows_file_names_that_look_like_markup_as_they_are(tmp_path: Path) -> None:
+    """A corpus file's name is a pull request's too: ``a[/]b.py`` (a folder ``a[``) and ``[b].py``
+    are shown as named (before: "internal error: MarkupError" from ``rlm stats``, and ``[b].py``
+    shown as ``.py``)."""
+    repo = tmp_path / "repo"
+    (repo / "a[").mkdir(parents=True)
+    (repo / "a[" / "]b.py").write_text("x = 1\n")
+    (repo / "[b].py").write_text("y = 2\n")
+    res = run_rlm("stats", str(repo), env={"COLUMNS": "200"})
+    assert res.code == 0 and "internal error" not in res.stderr, res.stderr
+    assert "a[/]b.py" in res.stdout and "[b].py" in res.stdout, res.stdout
