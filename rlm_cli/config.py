@@ -29,6 +29,7 @@ from rlm_cli.config_keys import (
     check_api_base,
     check_choice,
     check_decode_memory,
+    check_flag,
     check_memory_limit,
     coerce,
     parse_size,
@@ -316,13 +317,7 @@ def resolve_with_sources(flags: dict[str, Any], *, env: Mapping[str, str] | None
             take(key, env_map[var], f"env {var}", f"env {var}")
     for key, value in flags.items():
         if value is not None:
-            if key in CHOICES:
-                value = check_choice(key, value, f"--{key}")
-            if key == "memory_limit":
-                value = check_memory_limit(int(value))
-            if key == "api_base" and str(value).strip():
-                value = check_api_base(str(value), "--api-base")
-            setattr(settings, key, value)
+            setattr(settings, key, check_flag(key, value))
             sources[key] = "flag"
     if settings.router_config is not None:
         # absolute here: the shared model host that reads it runs in another directory

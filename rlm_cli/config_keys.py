@@ -155,6 +155,29 @@ MAX_VALUES: dict[str, int] = {"cell_timeout": 10**9, "request_timeout": 10**9, "
                               "decode_timeout": 10**9, "max_concurrency": 2**31 - 1}
 
 
+def check_flag(key: str, value: object) -> object:
+    """A flag's ``value`` as the setting ``key`` takes it: a word setting checked against its
+    :data:`CHOICES`, ``--memory-limit`` against the floor, ``--api-base`` as a URL, and a number
+    that is not finite (``--timeout inf``, ``--max-cost nan``) or over :data:`MAX_VALUES`
+    (``--cell-timeout 1e12``) refused; typer has checked each flag's type and minimum.
+
+    Raises:
+        UsageError: the value is none the setting can take (one line naming the flag).
+    """
+    if key in CHOICES:
+        return check_choice(key, value, f"--{key}")
+    if key == "memory_limit" and isinstance(value, int):
+        return check_memory_limit(value)
+    if key == "api_base" and str(value).strip():
+        return check_api_base(str(value), "--api-base")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        most = MAX_VALUES.get(key)
+        if not math.isfinite(value) or (most is not None and value > most):
+            bound = f" of at most {most:,}" if most is not None else ""
+            raise UsageError(f"--{key.replace('_', '-')} must be a finite number{bound}, not {value!r}")
+    return value
+
+
 def redact_url(url: str | None) -> str | None:
     """``url`` with any ``user:password@`` part replaced by ``***@`` (``None`` stays ``None``)."""
     if not url:

@@ -258,3 +258,20 @@ def test_config_values_out_of_range_are_named_not_internal_errors(tmp_path: Path
         assert f"setting {key!r}" in res.stderr, key
     res = run_rlm("ask", str(tmp_path), "q?", "--model", "openai/x")
     assert res.code == 2 and "setting 'cell_timeout' has a bad value nan" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--timeout", "inf", "--timeout must be a finite number of at most 1,000,000,000, not inf"),
+    ("--cell-timeout", "1e12", "--cell-timeout must be a finite number of at most 1,000,000,000"),
+    ("--max-concurrency", str(10**20), "--max-concurrency must be a finite number of at most 2,147,483,647"),
+    ("--request-timeout", "nan", "--request-timeout must be"),
+])
+def test_flag_numbers_no_setting_can_take_are_named_before_anything_loads(tmp_path: Path, flag: str, value: str,
+                                                                          said: str) -> None:
+    """A flag's number that is not finite or over what the operating system takes is exit 2 on one
+    line (before: ``--timeout inf`` stopped the run at its first iteration with "internal error:
+    OverflowError"; ``--cell-timeout 1e12`` and ``--max-concurrency 1e20`` likewise)."""
+    res = run_rlm("ask", str(tmp_path), "q?", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
+                  flag, value)
+    assert res.code == 2 and said in res.stderr and "internal error" not in res.stderr, res.stderr
+    assert "corpus loaded" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
