@@ -366,7 +366,7 @@ def summarize(path: Path) -> TraceInfo:
         run_id=str(head.get("run_id", path.stem)), path=path, started=_timestamp(head.get("ts")),
         question=str(head.get("question", "")), status=str(summary.get("status")) if summary else "incomplete",
         mode=mode, answer=str(summary.get("answer", "")) if summary else "", tokens=whole(last.get("total_tokens")),
-        cost_usd=float(cost) if _finite(cost) else None, elapsed_s=float(elapsed) if _finite(elapsed) else None,
+        cost_usd=cost if _finite(cost) else None, elapsed_s=elapsed if _finite(elapsed) else None,
         calls=completed_calls(events), size=_size(path))
 
 
