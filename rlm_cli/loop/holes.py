@@ -192,12 +192,13 @@ def joined(sep: str, parts: Iterable[object]) -> str:
 
 
 def separator(sep: object) -> str:
-    """The text ``print(..., sep=sep)`` puts between its values here: ``" "`` when ``sep`` is false
-    (``None``; ``""`` too, which ``print`` itself keeps), else ``sep`` itself, a ``str``.
+    """The text ``print(..., sep=sep)`` puts between its values, as ``print`` does: ``" "`` when
+    ``sep`` is ``None``, else ``sep`` itself, a ``str`` (``""`` included: the values joined).
 
     Raises:
         TypeError: ``sep`` is none of these (``print()`` raises it too)."""
-    sep = sep or " "
+    if sep is None:
+        return " "
     if not isinstance(sep, str):
         raise TypeError("sep must be None or a string")
     return sep

@@ -148,3 +148,13 @@ def test_a_value_the_test_cannot_print_gives_no_provenance_not_a_crash() -> None
     from rlm_cli.loop.provenance import provenance
 
     assert provenance(["x = 10**9000\nx = x * x\nFINAL(1)\n"]).final == "1"
+
+
+@pytest.mark.parametrize("code, printed", [
+    ("print(16, 58, sep='')", "1658"), ("print(16, 58)", "16 58"), ("print(16, 58, sep=None)", "16 58"),
+    ("print(16, 58, sep='-')", "16-58"),
+])
+def test_the_text_a_print_of_constants_gives_is_the_text_print_gives(code: str, printed: str) -> None:
+    """``sep`` as ``print`` takes it: ``""`` joins the values (it was read as a space), ``None`` is
+    a space."""
+    assert provenance([code]).printed == (printed,)
