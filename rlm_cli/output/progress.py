@@ -111,11 +111,10 @@ class Progress:
             depth = depth_of(ev)
             with self._lock:
                 keys = [k for k, g in self._groups.items() if g.depth == depth]
-                closing = [self._groups.pop(k) for k in keys]
-            for g in closing:
-                if not g.finished:
-                    g.finished = True
-                    self._send(g)
+                for g in [self._groups.pop(k) for k in keys]:
+                    if not g.finished:
+                        g.finished = True
+                        self.forward(self._progress(g))
         self.forward(ev)
 
     def on_request(self, stage: str, depth: int, request: dict[str, Any], reply: dict[str, Any] | None) -> None:
@@ -156,15 +155,19 @@ class Progress:
             if g.finished or send or now - g.last_sent >= MIN_INTERVAL_S:
                 g.last_sent = now
                 send = True
-        if send:
-            self._send(g)
+            if send:  # under the lock: the counts as of this request, and sent in their order
+                self.forward(self._progress(g))
 
-    def _send(self, g: _Group) -> None:
+    def _progress(self, g: _Group) -> EventDict:
+        """The ``progress`` event of ``g`` as it stands. Taken and forwarded under the lock: a
+        quarter's event built once another thread had counted the next sub-call, or forwarded
+        after that thread's, would say the next quarter, and this one would never be shown (a
+        batch of 8 showed 2/8, 6/8, 8/8)."""
         tokens, cost = self.totals()
-        self.forward(event("progress", g.depth, kind=g.kind, group=g.id, batch=g.batch, done=g.done,
-                           failed=g.failed, in_flight=g.in_flight, total=g.total,
-                           elapsed_s=round(self.clock() - g.started_at, 3), tokens=tokens,
-                           cost_usd=None if cost is None else round(cost, 6), finished=g.finished))
+        return event("progress", g.depth, kind=g.kind, group=g.id, batch=g.batch, done=g.done,
+                     failed=g.failed, in_flight=g.in_flight, total=g.total,
+                     elapsed_s=round(self.clock() - g.started_at, 3), tokens=tokens,
+                     cost_usd=None if cost is None else round(cost, 6), finished=g.finished)
 
 
 def index_callback(emit: Emit, clock: Callable[[], float] = time.monotonic) -> Callable[[int, int, int, int], None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,36 @@ def test_a_batch_reports_its_start_every_quarter_and_its_end() -> None:
     last = seen[-1]
     assert last["failed"] == 1 and last["total"] == 8 and last["batch"] and last["tokens"] == 1234
     assert last["cost_usd"] is None and last["kind"] == "sub_calls" and last["type"] == "progress"
+
+
+def test_each_quarter_is_sent_with_its_own_count_while_another_sub_call_ends() -> None:
+    """A quarter's event says the count that reached it, and comes before the next one's, even when
+    another sub-call's answer lands while it is being made (before: built after the tracker's lock
+    was let go, the 2/8 event said 3/8; on a machine under load a batch of 8 showed 2/8, 6/8, 8/8
+    and never 4/8)."""
+    seen: list[dict[str, Any]] = []
+    p: Progress
+    calls = [0]
+    other: list[threading.Thread] = []
+
+    def totals() -> tuple[int, None]:  # called while the event of the second answer is made
+        calls[0] += 1
+        if calls[0] == 2:
+            t = threading.Thread(target=p.on_request, args=("end", 0, _req(batch=(1, 8)), {"ok": True}))
+            other.append(t)
+            t.start()
+            t.join(0.3)  # it waits for the tracker: the event being made keeps its count
+        return 0, None
+
+    p = Progress(seen.append, totals, clock=Clock())
+    for _ in range(8):
+        p.on_request("start", 0, _req(batch=(1, 8)), None)
+    for _ in range(2):
+        p.on_request("end", 0, _req(batch=(1, 8)), {"ok": True})
+    other[0].join()
+    for _ in range(5):
+        p.on_request("end", 0, _req(batch=(1, 8)), {"ok": True})
+    assert [e["done"] for e in seen] == [0, 2, 4, 6, 8]
 
 
 def test_single_calls_and_sub_rlms_are_grouped_per_block_and_end_with_it() -> None:
