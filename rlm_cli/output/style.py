@@ -11,7 +11,7 @@ from typing import IO
 
 from rich.markup import escape as _markup_escape
 
-from rlm_cli.output.text import safe_text
+from rlm_cli.output.text import encodable, safe_text
 
 #: Lines of code and output shown per block on the terminal (the trajectory keeps everything).
 SHOW_LINES = 12
@@ -21,6 +21,13 @@ COLOR_CHOICES = ("auto", "always", "never")
 def escape(text: str) -> str:
     """``text`` for rich markup: control characters replaced (:func:`safe_text`), ``[`` escaped."""
     return _markup_escape(safe_text(text))
+
+
+def escape_read(value: object) -> str:
+    """``str(value)`` read from a file anyone may edit (a trajectory, a corpus path), for rich
+    markup: :func:`escape`, and each lone surrogate (a JSON escape in the file) as U+FFFD
+    (:func:`~rlm_cli.output.text.encodable`: stdout would refuse it)."""
+    return escape(encodable(str(value)))
 
 
 def display_style(color: str = "auto", stream: IO[str] | None = None,

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from rlm_cli.output.style import escape
-from rlm_cli.output.text import encodable, money
+from rlm_cli.output.style import escape_read
+from rlm_cli.output.text import money
 
 if TYPE_CHECKING:
     from rlm_cli.output.trace import TraceInfo
@@ -25,7 +25,7 @@ def print_table(title: str, columns: list[str], rows: Sequence[Sequence[object]]
     for c in columns:
         table.add_column(c)
     for r in rows:
-        table.add_row(*[escape(encodable(str(x))) for x in r])
+        table.add_row(*[escape_read(x) for x in r])
     Console().print(table)
 
 
@@ -48,7 +48,7 @@ def print_trace_list(infos: Sequence[TraceInfo]) -> None:
     for i, cost in zip(infos, costs, strict=True):
         when = _dt.datetime.fromtimestamp(i.started)  # like ls -l: the year only when it is not this one
         started = when.strftime("%m-%d %H:%M" if when.year == this_year else "%Y-%m-%d %H:%M")
-        table.add_row(*(escape(encodable(v)) for v in (i.run_id, started, i.status, i.mode)), f"{i.tokens:,}",
-                      cost, escape(encodable(i.question[:80])))  # read from files: no markup, no lone surrogate
+        table.add_row(*(escape_read(v) for v in (i.run_id, started, i.status, i.mode)), f"{i.tokens:,}",
+                      cost, escape_read(i.question[:80]))
     Console(soft_wrap=False).print(table)
 

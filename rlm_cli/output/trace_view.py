@@ -12,7 +12,7 @@ from rich.console import Console
 
 from rlm_cli.events import EventDict, EventType, is_type
 from rlm_cli.output.answer import count, mapping, number
-from rlm_cli.output.style import SHOW_LINES, escape
+from rlm_cli.output.style import SHOW_LINES, escape_read
 from rlm_cli.output.text import clip, cost_text, encodable, helpers_text, money, plural
 from rlm_cli.output.trace import Node, completed_calls
 
@@ -92,17 +92,14 @@ def print_trace_tree(header: Mapping[str, object], root: Node, file: IO[str] | N
     chat``'s ``/trace`` writes it on stderr)."""
     from rich.tree import Tree
 
-    def shown(value: object) -> str:  # a lone surrogate (a JSON escape in the file) as U+FFFD
-        return escape(encodable(str(value)))
-
-    title = f"[bold]{shown(header.get('run_id'))}[/] {shown(header.get('question', ''))}"
+    title = f"[bold]{escape_read(header.get('run_id'))}[/] {escape_read(header.get('question', ''))}"
     tree = Tree(title)
 
     def add(parent: Tree, node: Node) -> None:
         kind, head, body = node_text(node.event or {})  # only the root has no event
-        label = f"[{STYLE.get(kind, 'white')}]{shown(head)}[/]"
+        label = f"[{STYLE.get(kind, 'white')}]{escape_read(head)}[/]"
         if body:
-            label += "\n" + shown(clip(body, SHOW_LINES))
+            label += "\n" + escape_read(clip(body, SHOW_LINES))
         branch = parent.add(label)
         for child in node.children:
             add(branch, child)
